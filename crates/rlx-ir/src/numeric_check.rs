@@ -1,0 +1,716 @@
+//! NaN/Inf localization: scan each op's output, decide whether the op created a bad value
+//! (culprit) or carried it (propagator), and say how to fix it.
+//!
+//! Policy (DESIGN.md contract, `RLX_DEBUG_NANS`):
+//! * a NaN is reported at the op that creates it (its inputs held no NaN);
+//! * an Inf is reported only when it reaches a graph output or an op turns it into NaN;
+//!   then both the NaN's op and the op where the Inf was created are named. Inf that is
+//!   absorbed downstream (a `-inf` mask that softmax turns into 0, T5's `log(0)` discarded
+//!   by a `Where`) gets at most one summary line;
+//! * `strict` reports every non-finite value where it first appears (first-trip rule);
+//! * `abort` stops at the first NaN created, or at the end of the run when an Inf reached an output.
+
+use crate::provenance::{node_label, source_op_type};
+use crate::{DType, Graph, NodeId, TensorData};
+use half::{bf16, f16};
+use serde::Serialize;
+use std::fmt;
+
+/// The environment variable that switches scanning on.
+pub const RLX_DEBUG_NANS: &str = "RLX_DEBUG_NANS";
+
+/// What the scanner does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DebugMode {
+    /// No scanning (variable unset, empty or `0`).
+    Off,
+    /// Report and continue (any other value, e.g. `1`).
+    Warn,
+    /// Report every non-finite value where it first appears, Inf included (`strict`).
+    Strict,
+    /// Report and stop at the first NaN created, or at the end of the run when an Inf
+    /// reached an output (`abort`).
+    Abort,
+}
+
+impl DebugMode {
+    /// Parse a value of `RLX_DEBUG_NANS` (`None` = unset).
+    pub fn parse(v: Option<&str>) -> DebugMode {
+        match v.map(str::trim) {
+            None | Some("") | Some("0") => DebugMode::Off,
+            Some(s) if s.eq_ignore_ascii_case("abort") => DebugMode::Abort,
+            Some(s) if s.eq_ignore_ascii_case("strict") => DebugMode::Strict,
+            Some(_) => DebugMode::Warn,
+        }
+    }
+
+    /// Read `RLX_DEBUG_NANS` once.
+    pub fn from_env() -> DebugMode {
+        DebugMode::parse(std::env::var(RLX_DEBUG_NANS).ok().as_deref())
+    }
+
+    pub fn is_on(self) -> bool {
+        self != DebugMode::Off
+    }
+}
+
+/// Kind of a non-finite value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum BadKind {
+    NaN,
+    PosInf,
+    NegInf,
+}
+
+impl fmt::Display for BadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BadKind::NaN => "NaN",
+            BadKind::PosInf => "+inf",
+            BadKind::NegInf => "-inf",
+        })
+    }
+}
+
+/// An element type the scanner can classify.
+pub trait ScanElem: Copy {
+    /// `None` when finite.
+    fn classify(self) -> Option<BadKind>;
+    /// Fast test: true when finite.
+    fn finite(self) -> bool;
+}
+
+macro_rules! impl_scan {
+    ($t:ty) => {
+        impl ScanElem for $t {
+            #[inline]
+            fn classify(self) -> Option<BadKind> {
+                if self.is_nan() {
+                    Some(BadKind::NaN)
+                } else if self.is_infinite() {
+                    Some(if self.is_sign_positive() {
+                        BadKind::PosInf
+                    } else {
+                        BadKind::NegInf
+                    })
+                } else {
+                    None
+                }
+            }
+            #[inline]
+            fn finite(self) -> bool {
+                self.is_finite()
+            }
+        }
+    };
+}
+impl_scan!(f32);
+impl_scan!(f64);
+impl_scan!(f16);
+impl_scan!(bf16);
+
+/// Counts of non-finite elements in one buffer and where each kind first occurs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NonFiniteCounts {
+    pub len: usize,
+    pub nan: usize,
+    pub pos_inf: usize,
+    pub neg_inf: usize,
+    pub first_nan: Option<usize>,
+    pub first_pos_inf: Option<usize>,
+    pub first_neg_inf: Option<usize>,
+}
+
+impl NonFiniteCounts {
+    pub fn is_clean(&self) -> bool {
+        self.nan == 0 && self.pos_inf == 0 && self.neg_inf == 0
+    }
+    pub fn has_nan(&self) -> bool {
+        self.nan > 0
+    }
+    pub fn has_inf(&self) -> bool {
+        self.pos_inf > 0 || self.neg_inf > 0
+    }
+    /// The Inf kind that occurs first.
+    pub fn first_inf(&self) -> Option<(usize, BadKind)> {
+        match (self.first_pos_inf, self.first_neg_inf) {
+            (Some(p), Some(n)) if n < p => Some((n, BadKind::NegInf)),
+            (Some(p), _) => Some((p, BadKind::PosInf)),
+            (None, Some(n)) => Some((n, BadKind::NegInf)),
+            (None, None) => None,
+        }
+    }
+    /// NaN first (if any), else the first Inf.
+    pub fn first(&self) -> Option<(usize, BadKind)> {
+        self.first_nan
+            .map(|i| (i, BadKind::NaN))
+            .or_else(|| self.first_inf())
+    }
+}
+
+impl fmt::Display for NonFiniteCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} NaN, {} +inf, {} -inf in {} elements",
+            self.nan, self.pos_inf, self.neg_inf, self.len
+        )
+    }
+}
+
+/// Index and kind of the first non-finite element of `v` (NaN or ±inf, whichever comes first).
+pub fn first_bad<T: ScanElem>(v: &[T]) -> Option<(usize, BadKind)> {
+    v.iter()
+        .enumerate()
+        .find_map(|(i, x)| x.classify().map(|k| (i, k)))
+}
+
+/// Count non-finite elements of `v`. A clean buffer costs one vectorizable pass.
+pub fn count_nonfinite<T: ScanElem>(v: &[T]) -> NonFiniteCounts {
+    let mut c = NonFiniteCounts {
+        len: v.len(),
+        ..Default::default()
+    };
+    // Fast path: chunked all-finite test.
+    if v.chunks(64)
+        .all(|ch| ch.iter().fold(true, |a, x| a & x.finite()))
+    {
+        return c;
+    }
+    for (i, x) in v.iter().enumerate() {
+        match x.classify() {
+            None => {}
+            Some(BadKind::NaN) => {
+                c.nan += 1;
+                c.first_nan.get_or_insert(i);
+            }
+            Some(BadKind::PosInf) => {
+                c.pos_inf += 1;
+                c.first_pos_inf.get_or_insert(i);
+            }
+            Some(BadKind::NegInf) => {
+                c.neg_inf += 1;
+                c.first_neg_inf.get_or_insert(i);
+            }
+        }
+    }
+    c
+}
+
+/// Count non-finite elements of any buffer (integer and bool buffers are always clean).
+pub fn scan_data(d: &TensorData) -> NonFiniteCounts {
+    match d {
+        TensorData::F32(v) => count_nonfinite(v),
+        TensorData::F64(v) => count_nonfinite(v),
+        TensorData::F16(v) => count_nonfinite(v),
+        TensorData::BF16(v) => count_nonfinite(v),
+        other => NonFiniteCounts {
+            len: other.len(),
+            ..Default::default()
+        },
+    }
+}
+
+/// Why a node's output holds a bad value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Cause {
+    /// Culprit: every input was finite and this op produced the value.
+    InputsFinite,
+    /// Culprit: an input held ±inf (no NaN) and this op turned it into NaN.
+    InputsHeldInf {
+        input: NodeId,
+        input_kind: BadKind,
+        /// Where that Inf was first created, when known.
+        inf_origin: Option<NodeId>,
+        inf_origin_label: Option<String>,
+    },
+    /// Culprit: a graph input, parameter or constant already holds the value.
+    Leaf,
+    /// Propagator: input `input` was already non-finite.
+    Propagated { input: NodeId },
+}
+
+/// One localized NaN/Inf, printed in the seed format:
+/// ```text
+/// rlx nan-check: NaN at index 0 of %137 Rsqrt "layer3.attn.rms_norm"
+///   → inputs finite, this op produced it
+///   fix: ...
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NanReport {
+    pub backend: String,
+    pub node: NodeId,
+    pub label: String,
+    /// The IR op that produced the value (`Div`, `Rsqrt`, ...).
+    pub op: String,
+    /// The source op type (`Softmax`, ...) when it differs from `op`.
+    pub source_op: Option<String>,
+    pub kind: BadKind,
+    /// Flat row-major index of the first bad element of `kind`.
+    pub index: usize,
+    /// Output dims of the node.
+    pub dims: Vec<usize>,
+    pub dtype: DType,
+    pub counts: NonFiniteCounts,
+    pub cause: Cause,
+    /// A one-line suggestion (culprits only).
+    pub fix: Option<String>,
+    /// Extra context, e.g. `+inf reached graph output #0 "logits"`.
+    pub note: Option<String>,
+}
+
+impl NanReport {
+    /// True unless the node only carried a value from upstream.
+    pub fn is_culprit(&self) -> bool {
+        !matches!(self.cause, Cause::Propagated { .. })
+    }
+}
+
+fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
+    let mut out = vec![0; dims.len()];
+    for k in (0..dims.len()).rev() {
+        if dims[k] > 0 {
+            out[k] = i % dims[k];
+            i /= dims[k];
+        }
+    }
+    out
+}
+
+impl fmt::Display for NanReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "rlx nan-check: {} at index {} of {} {} \"{}\"",
+            self.kind, self.index, self.node, self.op, self.label
+        )?;
+        match &self.cause {
+            Cause::InputsFinite => writeln!(f, "  → inputs finite, this op produced it")?,
+            Cause::InputsHeldInf {
+                input,
+                input_kind,
+                inf_origin,
+                inf_origin_label,
+            } => {
+                write!(f, "  → inputs held {input_kind} (input {input}")?;
+                if let (Some(o), Some(l)) = (inf_origin, inf_origin_label) {
+                    write!(f, "; the {input_kind} was created at {o} \"{l}\"")?;
+                }
+                writeln!(f, "), this op produced {}", self.kind)?;
+            }
+            Cause::Leaf => writeln!(
+                f,
+                "  → the {} itself holds it (nothing upstream)",
+                self.op.to_lowercase()
+            )?,
+            Cause::Propagated { input } => writeln!(
+                f,
+                "  → propagated: input {input} was already non-finite (look upstream)"
+            )?,
+        }
+        if let Some(src) = &self.source_op {
+            writeln!(f, "  source op: {src} (this is its {} step)", self.op)?;
+        }
+        writeln!(
+            f,
+            "  where: element {:?} of {}{:?}; {} [{}]",
+            unravel(self.index, &self.dims),
+            self.dtype,
+            self.dims,
+            self.counts,
+            self.backend
+        )?;
+        if let Some(n) = &self.note {
+            writeln!(f, "  note: {n}")?;
+        }
+        if let Some(fix) = &self.fix {
+            write!(f, "  fix: {fix}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A one-line fix for a culprit, keyed on the source op type (e.g. ONNX `Softmax`) and
+/// else on the IR op. `None` for propagators and for ops with no known failure mode.
+pub fn fix_hint(
+    op: &str,
+    source_op: Option<&str>,
+    cause: &Cause,
+    kind: BadKind,
+    dtype: DType,
+) -> Option<String> {
+    if matches!(cause, Cause::Propagated { .. }) {
+        return None;
+    }
+    let from_inf = matches!(cause, Cause::InputsHeldInf { .. });
+    let key = source_op.unwrap_or(op).to_ascii_lowercase();
+    let narrow = matches!(dtype, DType::F16 | DType::BF16);
+    let s = match key.as_str() {
+        "input" => "the input data already holds this value: check the data pipeline or tokenizer output".into(),
+        "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it)".into(),
+        "constant" => "a constant in the model is non-finite: if it is a mask fill, use a large finite value such as torch.finfo(dtype).min instead of inf".into(),
+        "softmax" | "logsoftmax" if from_inf => "every position of a softmax row is masked (-inf): fill masks with a large finite negative (torch.finfo(dtype).min) instead of -inf, or zero fully masked rows after the softmax".into(),
+        "softmax" | "logsoftmax" => "softmax input overflowed: subtract the row max first and keep the softmax in f32".into(),
+        "rsqrt" | "sqrt" => format!("{} of a {} input: add an epsilon inside the root (e.g. rsqrt(mean(x^2) + 1e-6)) and make sure the value cannot go negative", key, if kind == BadKind::NaN { "negative (or 0/0)" } else { "zero" }),
+        "log" => "log of zero or a negative value: clamp the input (log(max(x, 1e-12))) or use log_softmax / log1p".into(),
+        "exp" => format!("exp overflowed (input above {} for {}): subtract the max before exp, as softmax does, or clamp the input", if narrow { "11" } else { "88" }, dtype),
+        "div" | "reciprocal" if from_inf => "inf / inf (or 0 × inf): a non-finite value reached a division; use a finite fill value instead of inf".into(),
+        "div" | "reciprocal" => "division by zero (0/0 gives NaN, x/0 gives inf): add an epsilon to the denominator (x / (d + 1e-6)) or mask the rows whose denominator is 0".into(),
+        "pow" => "pow of a negative base with a fractional exponent gives NaN, and 0 to a negative power gives inf: clamp the base (e.g. pow(max(x, 0), p))".into(),
+        "mul" if from_inf => "0 × inf: an infinite value met a zero; use a large finite fill value instead of inf".into(),
+        "add" | "sub" if from_inf => "inf - inf: two infinities of opposite sign met; use finite fill values for masks".into(),
+        "cast" => format!("the value exceeds the range of {dtype}: clamp before the cast (f16 max is 65504) or keep this op in f32"),
+        "layernormalization" | "layernorm" | "batchnormalization" | "batchnorm" | "instancenormalization" | "rmsnormalization" | "simplifiedlayernormalization" =>
+            "normalizing a constant or zero row with epsilon 0 divides by zero: set epsilon > 0 (1e-5 is usual)".into(),
+        "lrn" => "LRN's denominator went to zero or overflowed: check bias > 0".into(),
+        _ if from_inf => "a non-finite input met an operation that turns it into NaN: replace inf fills upstream by large finite values".into(),
+        _ if narrow && kind != BadKind::NaN => format!("the result exceeds {dtype}'s range (max {}): compute this op in f32, or scale its inputs down", dtype.max_finite().unwrap_or(0.0)),
+        "matmul" | "gemm" | "conv" | "reducesum" | "reducemean" => "accumulation overflowed: scale the inputs down or accumulate in a wider dtype".into(),
+        _ => return None,
+    };
+    Some(s)
+}
+
+/// Per-node scan state kept during one run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeState {
+    pub scanned: bool,
+    pub nan: bool,
+    pub inf: bool,
+    /// The kind of the first Inf element (+inf or -inf).
+    pub inf_kind: Option<BadKind>,
+    /// Where the Inf this node holds was first created.
+    pub inf_origin: Option<NodeId>,
+}
+
+/// Classify a node whose output holds bad values, given the states of its inputs:
+/// culprit (and why) or propagator. `states` is indexed by node id.
+pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeState]) -> Cause {
+    let node = g.node(id);
+    if node.op.is_leaf() {
+        return Cause::Leaf;
+    }
+    let st = |i: &NodeId| states.get(i.index()).copied().unwrap_or_default();
+    if out.has_nan() {
+        if let Some(i) = node.inputs.iter().find(|i| st(i).nan) {
+            return Cause::Propagated { input: *i };
+        }
+    } else if let Some(i) = node.inputs.iter().find(|i| st(i).inf || st(i).nan) {
+        // An Inf output from a non-finite input is carried, not created.
+        return Cause::Propagated { input: *i };
+    }
+    if let Some(i) = node.inputs.iter().find(|i| st(i).inf) {
+        let origin = st(i).inf_origin;
+        return Cause::InputsHeldInf {
+            input: *i,
+            input_kind: st(i).inf_kind.unwrap_or(BadKind::PosInf),
+            inf_origin: origin,
+            inf_origin_label: origin.map(|o| node_label(g, o)),
+        };
+    }
+    Cause::InputsFinite
+}
+
+/// Scanning ended the run early (`RLX_DEBUG_NANS=abort`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{report}\nrlx nan-check: aborting (RLX_DEBUG_NANS=abort)")]
+pub struct NanAbort {
+    pub report: Box<NanReport>,
+}
+
+/// The per-run NaN/Inf localizer that backends call after every op.
+///
+/// Usage by a backend's run loop:
+/// ```ignore
+/// let mut sc = DebugScanner::from_env("cpu");   // reads RLX_DEBUG_NANS once
+/// if sc.is_on() { sc.begin_run(&graph); }
+/// for node in plan { run(node); if sc.is_on() { sc.scan_node(&graph, id, &buf)?; } }
+/// if sc.is_on() { sc.finish_run(&graph)?; }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DebugScanner {
+    mode: DebugMode,
+    backend: String,
+    print: bool,
+    states: Vec<NodeState>,
+    counts: Vec<NonFiniteCounts>,
+    reports: Vec<NanReport>,
+    inf_origins: Vec<NodeId>,
+    inf_into_nan: Vec<NodeId>,
+    propagators: usize,
+    summary: Option<String>,
+}
+
+impl DebugScanner {
+    /// A scanner in `mode` for `backend` (`"cpu"`, `"wgpu"`, ...). Reports are printed to
+    /// stderr as they are found unless [`DebugScanner::set_print`] turns that off.
+    pub fn new(mode: DebugMode, backend: &str) -> DebugScanner {
+        DebugScanner {
+            mode,
+            backend: backend.to_string(),
+            print: true,
+            states: vec![],
+            counts: vec![],
+            reports: vec![],
+            inf_origins: vec![],
+            inf_into_nan: vec![],
+            propagators: 0,
+            summary: None,
+        }
+    }
+
+    /// A scanner configured by `RLX_DEBUG_NANS` (read once, here).
+    pub fn from_env(backend: &str) -> DebugScanner {
+        DebugScanner::new(DebugMode::from_env(), backend)
+    }
+
+    pub fn mode(&self) -> DebugMode {
+        self.mode
+    }
+    pub fn is_on(&self) -> bool {
+        self.mode.is_on()
+    }
+    /// Print reports to stderr as they are found (default true).
+    pub fn set_print(&mut self, on: bool) {
+        self.print = on;
+    }
+
+    /// Reset per-run state for `g`.
+    pub fn begin_run(&mut self, g: &Graph) {
+        self.states = vec![NodeState::default(); g.len()];
+        self.counts = vec![NonFiniteCounts::default(); g.len()];
+        self.reports.clear();
+        self.inf_origins.clear();
+        self.inf_into_nan.clear();
+        self.propagators = 0;
+        self.summary = None;
+    }
+
+    /// Reports of the last run (culprits; propagators are only counted).
+    pub fn reports(&self) -> &[NanReport] {
+        &self.reports
+    }
+
+    /// The one summary line about absorbed Inf of the last run, if any.
+    pub fn summary(&self) -> Option<&str> {
+        self.summary.as_deref()
+    }
+
+    /// Nodes that created an Inf that was absorbed downstream (neither reached an output
+    /// nor turned into NaN).
+    pub fn absorbed_inf_origins(&self, g: &Graph) -> Vec<NodeId> {
+        let reached: Vec<NodeId> = g
+            .outputs
+            .iter()
+            .filter_map(|o| self.states.get(o.index()).and_then(|s| s.inf_origin))
+            .collect();
+        self.inf_origins
+            .iter()
+            .copied()
+            .filter(|o| !reached.contains(o) && !self.inf_into_nan.contains(o))
+            .collect()
+    }
+
+    fn make_report(
+        &self,
+        g: &Graph,
+        id: NodeId,
+        kind: BadKind,
+        cause: Cause,
+        note: Option<String>,
+    ) -> NanReport {
+        let node = g.node(id);
+        let c = self.counts[id.index()];
+        let index = match kind {
+            BadKind::NaN => c.first_nan,
+            BadKind::PosInf => c.first_pos_inf,
+            BadKind::NegInf => c.first_neg_inf,
+        }
+        .unwrap_or(0);
+        let op = node.op.name();
+        let src = source_op_type(g, id).map(str::to_string);
+        let fix = fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype);
+        NanReport {
+            backend: self.backend.clone(),
+            node: id,
+            label: node_label(g, id),
+            source_op: src.filter(|s| !s.eq_ignore_ascii_case(&op)),
+            op,
+            kind,
+            index,
+            dims: node.shape.dims_usize(),
+            dtype: node.shape.dtype,
+            counts: c,
+            cause,
+            fix,
+            note,
+        }
+    }
+
+    fn emit(&mut self, r: NanReport) {
+        if self.print {
+            eprintln!("{r}");
+        }
+        self.reports.push(r);
+    }
+
+    /// Scan node `id`'s output buffer `data` (call right after the op ran).
+    /// Errors only in abort mode, at the first NaN created.
+    pub fn scan_node(&mut self, g: &Graph, id: NodeId, data: &TensorData) -> Result<(), NanAbort> {
+        let c = scan_data(data);
+        self.scan_counts(g, id, c)
+    }
+
+    /// Like [`DebugScanner::scan_node`] for backends that counted on the device.
+    pub fn scan_counts(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        c: NonFiniteCounts,
+    ) -> Result<(), NanAbort> {
+        if self.states.len() != g.len() {
+            self.begin_run(g);
+        }
+        let i = id.index();
+        self.counts[i] = c;
+        self.states[i].scanned = true;
+        if c.is_clean() {
+            return Ok(());
+        }
+        let cause = check_node(g, id, &c, &self.states);
+        let node_inputs = g.node(id).inputs.clone();
+        let mut st = NodeState {
+            scanned: true,
+            nan: c.has_nan(),
+            inf: c.has_inf(),
+            inf_kind: c.first_inf().map(|x| x.1),
+            inf_origin: None,
+        };
+        if c.has_inf() {
+            // Inherit the origin of an Inf-carrying input, else this node creates it.
+            st.inf_origin = node_inputs
+                .iter()
+                .find_map(|x| {
+                    let s = self.states[x.index()];
+                    if s.inf {
+                        s.inf_origin
+                    } else {
+                        None
+                    }
+                })
+                .or(Some(id));
+            if st.inf_origin == Some(id) {
+                self.inf_origins.push(id);
+            }
+        }
+        self.states[i] = st;
+        let mut result = Ok(());
+        if c.has_nan() {
+            match &cause {
+                Cause::Propagated { .. } => self.propagators += 1,
+                _ => {
+                    if let Cause::InputsHeldInf {
+                        inf_origin: Some(o),
+                        ..
+                    } = &cause
+                    {
+                        self.inf_into_nan.push(*o);
+                    }
+                    let r = self.make_report(g, id, BadKind::NaN, cause.clone(), None);
+                    if self.mode == DebugMode::Abort {
+                        result = Err(NanAbort {
+                            report: Box::new(r.clone()),
+                        });
+                    }
+                    self.emit(r);
+                }
+            }
+        }
+        if self.mode == DebugMode::Strict && st.inf_origin == Some(id) {
+            let kind = c.first_inf().map(|x| x.1).unwrap_or(BadKind::PosInf);
+            let cause = if g.node(id).op.is_leaf() {
+                Cause::Leaf
+            } else {
+                Cause::InputsFinite
+            };
+            let r = self.make_report(
+                g,
+                id,
+                kind,
+                cause,
+                Some("strict mode: reported where it first appears".into()),
+            );
+            self.emit(r);
+        }
+        result
+    }
+
+    /// End-of-run checks: report the origin of every Inf that reached a graph output,
+    /// and print one summary line for Inf absorbed downstream. In abort mode, errors when
+    /// an Inf reached an output.
+    pub fn finish_run(&mut self, g: &Graph) -> Result<(), NanAbort> {
+        let mut first_err = None;
+        let mut reported = vec![];
+        for (k, o) in g.outputs.iter().enumerate() {
+            let s = self.states.get(o.index()).copied().unwrap_or_default();
+            let Some(origin) = s.inf_origin else { continue };
+            if s.nan || reported.contains(&origin) {
+                continue;
+            }
+            reported.push(origin);
+            let oname = g
+                .output_names
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| o.to_string());
+            let kind = self.states[origin.index()]
+                .inf_kind
+                .unwrap_or(BadKind::PosInf);
+            if self.mode == DebugMode::Strict {
+                continue; // already reported at creation
+            }
+            let cause = if g.node(origin).op.is_leaf() {
+                Cause::Leaf
+            } else {
+                Cause::InputsFinite
+            };
+            let r = self.make_report(
+                g,
+                origin,
+                kind,
+                cause,
+                Some(format!("this {kind} reached graph output #{k} \"{oname}\"")),
+            );
+            if self.mode == DebugMode::Abort && first_err.is_none() {
+                first_err = Some(NanAbort {
+                    report: Box::new(r.clone()),
+                });
+            }
+            self.emit(r);
+        }
+        let absorbed = self.absorbed_inf_origins(g);
+        if let Some(first) = absorbed.first() {
+            let line = format!(
+                "rlx nan-check: note: {} op(s) created ±inf that was absorbed downstream (first: {} {} \"{}\"); not reported (RLX_DEBUG_NANS=strict reports it)",
+                absorbed.len(),
+                first,
+                g.node(*first).op.name(),
+                node_label(g, *first)
+            );
+            if self.print && self.mode == DebugMode::Warn {
+                eprintln!("{line}");
+            }
+            self.summary = Some(line);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Number of nodes that only carried a NaN from upstream in the last run.
+    pub fn propagator_count(&self) -> usize {
+        self.propagators
+    }
+}

@@ -1,0 +1,1 @@
+//! rlx-onnx-import
