@@ -192,6 +192,14 @@ def export_and_check(
     export_s = time.time() - t0
     model = onnx.load(str(path))
     strip_wrapper_prefix(model)
+    # the exporter invents names like "Divsentence_embedding_dim_1" for output dims it could not
+    # infer; any dim that is not one of our declared dynamic axes is static: write its value
+    declared = {v for axes in dynamic_axes.values() for v in axes.values()}
+    for o, t in zip(model.graph.output, torch_out):
+        for d, size in zip(o.type.tensor_type.shape.dim, t.shape):
+            if d.HasField("dim_param") and d.dim_param not in declared:
+                d.Clear()
+                d.dim_value = int(size)
     onnx.save(model, str(path))
     onnx.checker.check_model(model, full_check=True)
     # keep the file self-contained (no external data) and stable
@@ -263,7 +271,6 @@ def export_and_check(
         "ort_vs_torch": diffs,
         "dynamic_shape_check": dyn_check,
         "nonfinite_intermediates": intermediates,
-        "export_seconds": round(export_s, 1),
         "notes": notes,
         "versions": {
             "torch": torch.__version__, "transformers": transformers.__version__,
@@ -440,10 +447,10 @@ def minilm() -> dict:
 
         def __init__(self, m):
             super().__init__()
-            self.m = m
+            self.bert = m  # ONNX names: "/bert/encoder/..." for BERT, "/Mul", "/ReduceSum" ... for pooling
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            h = self.m(input_ids=input_ids, attention_mask=attention_mask,
+            h = self.bert(input_ids=input_ids, attention_mask=attention_mask,
                        token_type_ids=token_type_ids).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(h.dtype)
             summed = (h * mask).sum(1)
