@@ -1,3 +1,11 @@
 //! RLX compiler passes, one file each; [`compiler`] runs them in order.
+//!
+//! * [`infer_shape`]: output type of every op (used by importers and by [`verify`]);
+//! * [`verify`]: structural and type checks of a whole graph;
+//! * [`error::CompileError`]: errors naming the node as `%id Op "label"`.
 
+pub mod error;
 pub mod infer_shape;
+pub mod verify;
+
+pub use error::CompileError;

@@ -142,8 +142,10 @@ pub struct ConvAttrs {
 }
 
 /// Pooling attributes (ONNX MaxPool / AveragePool / LpPool, NC*spatial).
-/// Output spatial dims are on the node; windows may run past `pads.end` when ONNX
-/// `ceil_mode` was set, and such positions are never counted.
+/// Output spatial dim `i` is `floor_or_ceil((in + pb + pe - dil*(k-1) - 1) / stride) + 1`,
+/// rounding up when `ceil_mode` is set; with `ceil_mode` a last window that would start past
+/// `in + pb` is dropped (ONNX reference / PyTorch rule). Windows may then run past
+/// `pads.end`; such positions are never counted (not even by `count_include_pad`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolAttrs {
     pub kind: PoolKind,
@@ -151,6 +153,9 @@ pub struct PoolAttrs {
     pub strides: Vec<usize>,
     pub pads: Vec<(usize, usize)>,
     pub dilations: Vec<usize>,
+    /// ONNX `ceil_mode`: round the output dims up instead of down.
+    #[serde(default)]
+    pub ceil_mode: bool,
 }
 
 /// Padding mode for [`Op::Pad`] (ONNX Pad `mode`).

@@ -1,0 +1,151 @@
+//! `RLX_LINT_NUMERICS`: prove, before anything runs, that a constant subgraph folds to
+//! NaN/Inf.
+//!
+//! Only what is provably non-finite is reported (zero false positives): the value that a
+//! constant subgraph hands to the rest of the graph (its frontier: a constant consumed by a
+//! runtime node, or a graph output) holds NaN/±inf. The report names the op inside the
+//! subgraph that created the value (a folded `1/0`, `log(0)`, `sqrt(-1)`, a literal NaN/Inf
+//! constant, a float constant that overflows when cast to F16/BF16). A non-finite value that
+//! the subgraph itself discards (T5's `log(0)` under a `Where`) is not reported.
+
+use rlx_ir::numeric_check::{fix_hint, scan_data, BadKind, Cause, NonFiniteCounts};
+use rlx_ir::provenance::{node_label, source_op_type};
+use rlx_ir::{Graph, NodeId, Op, Tensor};
+use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
+
+/// The environment variable that prints lints when compiling.
+pub const RLX_LINT_NUMERICS: &str = "RLX_LINT_NUMERICS";
+
+/// Largest constant subgraph value the linter evaluates (elements).
+const MAX_EVAL_ELEMENTS: usize = 1 << 24;
+
+/// One provably non-finite constant, printed as
+/// `rlx numeric-lint: %2 +inf "%2": constant subgraph folds to a non-finite value` + `fix: …`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NumericLint {
+    /// The op that created the non-finite value.
+    pub node: NodeId,
+    pub label: String,
+    pub op: String,
+    pub kind: BadKind,
+    /// Flat index of the first bad element in that node's value.
+    pub index: usize,
+    pub counts: NonFiniteCounts,
+    /// The frontier node whose value carries it into the runtime graph.
+    pub reaches: NodeId,
+    pub fix: Option<String>,
+}
+
+impl fmt::Display for NumericLint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "rlx numeric-lint: {} {} \"{}\": constant subgraph folds to a non-finite value",
+            self.node, self.kind, self.label
+        )?;
+        write!(f, "  op {}; {} (first at index {})", self.op, self.counts, self.index)?;
+        if self.reaches != self.node {
+            write!(f, "; reaches the graph through {}", self.reaches)?;
+        }
+        if let Some(fix) = &self.fix {
+            write!(f, "\n  fix: {fix}")?;
+        }
+        Ok(())
+    }
+}
+
+/// True when `RLX_LINT_NUMERICS` is set to something other than empty or `0`.
+pub fn lint_enabled_from_env() -> bool {
+    !matches!(
+        std::env::var(RLX_LINT_NUMERICS).ok().as_deref().map(str::trim),
+        None | Some("") | Some("0")
+    )
+}
+
+/// Evaluate every constant subgraph of `g` (with the CPU reference kernels) and report
+/// each op that provably creates a NaN/Inf reaching the runtime part of the graph.
+pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
+    let n = g.len();
+    let mut values: Vec<Option<Arc<Tensor>>> = vec![None; n];
+    let mut counts: Vec<NonFiniteCounts> = vec![NonFiniteCounts::default(); n];
+    // origin[i]: the node that created the non-finite value node i holds.
+    let mut origin: Vec<Option<NodeId>> = vec![None; n];
+    for node in &g.nodes {
+        let i = node.id.index();
+        let v = match &node.op {
+            Op::Constant(t) => Some(t.clone()),
+            Op::Input { .. } | Op::Param { .. } => None,
+            op => {
+                if node.shape.numel() > MAX_EVAL_ELEMENTS
+                    || node.inputs.iter().any(|x| values[x.index()].is_none())
+                {
+                    None
+                } else {
+                    let ins: Vec<&Tensor> = node
+                        .inputs
+                        .iter()
+                        .map(|x| values[x.index()].as_deref().expect("checked above"))
+                        .collect();
+                    rlx_cpu::eval_op(op, &ins, &node.shape).ok().map(Arc::new)
+                }
+            }
+        };
+        if let Some(t) = &v {
+            let c = scan_data(t.data());
+            counts[i] = c;
+            if !c.is_clean() {
+                origin[i] = node
+                    .inputs
+                    .iter()
+                    .find_map(|x| origin[x.index()])
+                    .or(Some(node.id));
+            }
+        }
+        values[i] = v;
+    }
+    // Frontier: known values consumed by unknown nodes, or graph outputs.
+    let mut frontier: Vec<NodeId> = vec![];
+    for node in &g.nodes {
+        if values[node.id.index()].is_some() {
+            continue;
+        }
+        for x in &node.inputs {
+            if values[x.index()].is_some() && !frontier.contains(x) {
+                frontier.push(*x);
+            }
+        }
+    }
+    for o in &g.outputs {
+        if values[o.index()].is_some() && !frontier.contains(o) {
+            frontier.push(*o);
+        }
+    }
+    frontier.sort();
+    let mut out: Vec<NumericLint> = vec![];
+    for f in frontier {
+        let Some(o) = origin[f.index()] else { continue };
+        if out.iter().any(|l| l.node == o) {
+            continue;
+        }
+        let c = counts[o.index()];
+        let Some((index, kind)) = c.first() else { continue };
+        let node = g.node(o);
+        let op = node.op.name();
+        let src = source_op_type(g, o);
+        let cause = if node.op.is_leaf() { Cause::Leaf } else { Cause::InputsFinite };
+        let fix = fix_hint(&op, src, &cause, kind, node.shape.dtype);
+        out.push(NumericLint {
+            node: o,
+            label: node_label(g, o),
+            op: src.map(str::to_string).unwrap_or(op),
+            kind,
+            index,
+            counts: c,
+            reaches: f,
+            fix,
+        });
+    }
+    out
+}
