@@ -9,3 +9,9 @@ pub mod infer_shape;
 pub mod verify;
 
 pub use error::CompileError;
+pub mod compiler;
+pub mod const_fold;
+pub mod decompose;
+pub mod numeric_lint;
+
+pub use numeric_lint::{numeric_lint, NumericLint};
