@@ -17,20 +17,191 @@ pub enum KernelError {
     Invalid(String),
 }
 
+mod kernels;
+
 /// Evaluate `op` on `inputs`, producing a tensor of type `out` (the node's inferred shape).
 ///
-/// Errors: [`KernelError::Unsupported`] for ops without a CPU kernel, [`KernelError::Invalid`]
-/// for inputs whose types do not fit the op (an index out of range, wrong arity, ...).
+/// Inputs are listed per op in `rlx_ir::Op`'s docs. Numerics: F32 in f32, F64 in f64,
+/// F16/BF16 computed in f32 and rounded to the declared dtype; integers with the i64
+/// scalar semantics of `rlx_ir` (wrapping). NaN propagates through Relu, Max/Min, MaxPool,
+/// Reduce Max/Min (IEEE / ONNX).
+///
+/// Errors: [`KernelError::Unsupported`] for leaves (Input/Param/Constant have no kernel) and
+/// ops without a CPU kernel, [`KernelError::Invalid`] for inputs whose types do not fit the
+/// op (an index out of range, wrong arity, dims that do not broadcast, ...). Never panics on
+/// bad data.
 pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, KernelError> {
-    let _ = (op, inputs, out);
-    Err(KernelError::Unsupported("(not yet implemented)".into()))
+    use kernels::*;
+    let name = op.name();
+    let n = |k: usize| arity(&name, inputs, k, k);
+    let t = match op {
+        Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => {
+            return Err(KernelError::Unsupported(format!(
+                "{name} (a leaf: its value comes from the graph, not a kernel)"
+            )))
+        }
+        Op::Unary(u) => {
+            n(1)?;
+            elementwise::unary(*u, inputs[0], out)?
+        }
+        Op::Activation(a) => {
+            n(1)?;
+            elementwise::activation(*a, inputs[0], out)?
+        }
+        Op::Binary(b) => {
+            n(2)?;
+            elementwise::binary(*b, inputs[0], inputs[1], out)?
+        }
+        Op::Select => {
+            n(3)?;
+            elementwise::select(inputs[0], inputs[1], inputs[2], out)?
+        }
+        Op::Cast { to } => {
+            n(1)?;
+            elementwise::cast(inputs[0], *to, out)?
+        }
+        Op::MatMul => {
+            n(2)?;
+            matmul::matmul(inputs[0], inputs[1], out)?
+        }
+        Op::Conv(attrs) => {
+            arity(&name, inputs, 2, 3)?;
+            conv::conv(inputs[0], inputs[1], inputs.get(2).copied(), attrs, out)?
+        }
+        Op::Reduce {
+            kind,
+            axes,
+            keepdims,
+        } => {
+            n(1)?;
+            reduce::reduce(inputs[0], *kind, axes, *keepdims)?
+        }
+        Op::ArgReduce {
+            max,
+            axis,
+            keepdims,
+            select_last_index,
+        } => {
+            n(1)?;
+            reduce::argreduce(inputs[0], *max, *axis, *keepdims, *select_last_index)?
+        }
+        Op::Pool(attrs) => {
+            n(1)?;
+            pool::pool(inputs[0], attrs, out)?
+        }
+        Op::CumSum {
+            axis,
+            exclusive,
+            reverse,
+        } => {
+            n(1)?;
+            reduce::cumsum(inputs[0], *axis, *exclusive, *reverse)?
+        }
+        Op::Reshape { .. } => {
+            n(1)?;
+            shape::reshape(inputs[0], out)?
+        }
+        Op::Transpose { perm } => {
+            n(1)?;
+            shape::transpose(inputs[0], perm)?
+        }
+        Op::Broadcast { dims } => {
+            n(1)?;
+            shape::broadcast(inputs[0], dims)?
+        }
+        Op::Concat { axis } => {
+            arity(&name, inputs, 1, usize::MAX)?;
+            shape::concat(inputs, *axis, out)?
+        }
+        Op::Slice {
+            starts,
+            steps,
+            sizes,
+        } => {
+            n(1)?;
+            shape::slice(inputs[0], starts, steps, sizes)?
+        }
+        Op::Pad { pads, mode } => {
+            n(1)?;
+            shape::pad(inputs[0], pads, *mode)?
+        }
+        Op::Tile { repeats } => {
+            n(1)?;
+            shape::tile(inputs[0], repeats)?
+        }
+        Op::Gather { axis } => {
+            n(2)?;
+            index::gather(inputs[0], inputs[1], *axis)?
+        }
+        Op::GatherElements { axis } => {
+            n(2)?;
+            index::gather_elements(inputs[0], inputs[1], *axis)?
+        }
+        Op::Trilu { upper, k } => {
+            n(1)?;
+            index::trilu(inputs[0], *upper, *k)?
+        }
+        Op::Softmax { axis } => {
+            n(1)?;
+            reduce::softmax(inputs[0], *axis, false, out)?
+        }
+        Op::LogSoftmax { axis } => {
+            n(1)?;
+            reduce::softmax(inputs[0], *axis, true, out)?
+        }
+        Op::LayerNorm { axis, epsilon } => {
+            arity(&name, inputs, 2, 3)?;
+            norm::layer_norm(
+                inputs[0],
+                inputs[1],
+                inputs.get(2).copied(),
+                *axis,
+                *epsilon,
+            )?
+        }
+        Op::BatchNorm { epsilon } => {
+            n(5)?;
+            norm::batch_norm(inputs, *epsilon)?
+        }
+        Op::Lrn {
+            size,
+            alpha,
+            beta,
+            bias,
+        } => {
+            n(1)?;
+            norm::lrn(inputs[0], *size, *alpha, *beta, *bias)?
+        }
+    };
+    check_result(&name, &t, out)?;
+    Ok(t)
+}
+
+/// The kernel's result must match the node's declared type (dims where static, dtype).
+fn check_result(name: &str, t: &Tensor, out: &Shape) -> Result<(), KernelError> {
+    let dims_ok = match out.static_dims() {
+        Some(d) => d == t.dims(),
+        None => out.rank() == t.dims().len(),
+    };
+    if !dims_ok || t.dtype() != out.dtype {
+        return Err(KernelError::Invalid(format!(
+            "{name} computed {} but the node declares {out}",
+            t.shape()
+        )));
+    }
+    Ok(())
 }
 
 /// An error from running a graph on the CPU, naming the node.
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
     #[error("{node} {op} \"{label}\": {msg}")]
-    Kernel { node: NodeId, op: String, label: String, msg: String },
+    Kernel {
+        node: NodeId,
+        op: String,
+        label: String,
+        msg: String,
+    },
     #[error("{0}")]
     Input(String),
     #[error(transparent)]

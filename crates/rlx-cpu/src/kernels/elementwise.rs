@@ -1,0 +1,347 @@
+//! Elementwise kernels: Unary, Activation, Binary (NumPy broadcasting), Select, Cast.
+//! Scalar semantics come from `rlx_ir::op` (`apply_f32` / `apply_f64` / `apply_i64`).
+
+use super::{fill_chunks, invalid, make, out_dims, Bcast, KResult, PAR_THRESHOLD};
+use half::{bf16, f16};
+use rayon::prelude::*;
+use rlx_ir::{Activation, BinaryOp, DType, Shape, Tensor, TensorData, UnaryOp};
+
+/// `v.map(f)`, in parallel above the threshold.
+#[inline]
+pub(crate) fn map_vec<A: Copy + Sync, O: Send>(
+    v: &[A],
+    f: impl Fn(A) -> O + Sync + Send,
+) -> Vec<O> {
+    if v.len() >= PAR_THRESHOLD {
+        v.par_iter().with_min_len(4096).map(|&x| f(x)).collect()
+    } else {
+        v.iter().map(|&x| f(x)).collect()
+    }
+}
+
+/// Broadcasting binary map: `out[i] = f(a[ia], b[ib])` over `od`.
+pub(crate) fn bin_map<A, B, O>(
+    a: &[A],
+    ad: &[usize],
+    b: &[B],
+    bd: &[usize],
+    od: &[usize],
+    f: impl Fn(A, B) -> O + Sync + Send,
+) -> KResult<Vec<O>>
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    O: Copy + Default + Send,
+{
+    let n: usize = od.iter().product();
+    if ad == od && bd == od {
+        if n >= PAR_THRESHOLD {
+            return Ok(a
+                .par_iter()
+                .with_min_len(4096)
+                .zip(b.par_iter())
+                .map(|(&x, &y)| f(x, y))
+                .collect());
+        }
+        return Ok(a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect());
+    }
+    if bd.iter().product::<usize>() == 1 && ad == od && !b.is_empty() {
+        let y = b[0];
+        return Ok(map_vec(a, |x| f(x, y)));
+    }
+    if ad.iter().product::<usize>() == 1 && bd == od && !a.is_empty() {
+        let x = a[0];
+        return Ok(map_vec(b, |y| f(x, y)));
+    }
+    let plan = Bcast::new(&[ad, bd], od)?;
+    let mut out = vec![O::default(); n];
+    let (sa, sb) = (plan.inner_strides[0], plan.inner_strides[1]);
+    fill_chunks(&mut out, plan.inner, |row, dst| {
+        let oa = plan.row_offset(0, row);
+        let ob = plan.row_offset(1, row);
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = f(a[oa + j * sa], b[ob + j * sb]);
+        }
+    });
+    Ok(out)
+}
+
+fn check_out(op: &str, got: DType, out: &Shape) -> KResult<()> {
+    if got != out.dtype {
+        return invalid(format!(
+            "{op} produces {got} here but the node declares {}",
+            out.dtype
+        ));
+    }
+    Ok(())
+}
+
+fn int_unary(op: UnaryOp, x: i64) -> i64 {
+    match op {
+        UnaryOp::Neg => x.wrapping_neg(),
+        UnaryOp::Abs => x.wrapping_abs(),
+        UnaryOp::Sign => x.signum(),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
+        other => other.apply_f64(x as f64) as i64,
+    }
+}
+
+/// `Op::Unary`: output dtype = input dtype, Bool for `IsNaN`/`IsInf`/`Not`.
+pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
+    let name = format!("{op:?}");
+    let pred = op.is_predicate();
+    let data = match x.data() {
+        TensorData::F32(v) => {
+            if pred {
+                TensorData::Bool(map_vec(v, |a| op.apply_f32(a) != 0.0))
+            } else {
+                TensorData::F32(match op {
+                    UnaryOp::Neg => map_vec(v, |a| -a),
+                    UnaryOp::Exp => map_vec(v, |a| a.exp()),
+                    UnaryOp::Sqrt => map_vec(v, |a| a.sqrt()),
+                    _ => map_vec(v, |a| op.apply_f32(a)),
+                })
+            }
+        }
+        TensorData::F64(v) => {
+            if pred {
+                TensorData::Bool(map_vec(v, |a| op.apply_f64(a) != 0.0))
+            } else {
+                TensorData::F64(map_vec(v, |a| op.apply_f64(a)))
+            }
+        }
+        TensorData::F16(v) => {
+            if pred {
+                TensorData::Bool(map_vec(v, |a| op.apply_f32(a.to_f32()) != 0.0))
+            } else {
+                TensorData::F16(map_vec(v, |a| f16::from_f32(op.apply_f32(a.to_f32()))))
+            }
+        }
+        TensorData::BF16(v) => {
+            if pred {
+                TensorData::Bool(map_vec(v, |a| op.apply_f32(a.to_f32()) != 0.0))
+            } else {
+                TensorData::BF16(map_vec(v, |a| bf16::from_f32(op.apply_f32(a.to_f32()))))
+            }
+        }
+        TensorData::Bool(v) => match op {
+            UnaryOp::Not => TensorData::Bool(map_vec(v, |a| !a)),
+            UnaryOp::IsNaN | UnaryOp::IsInf { .. } => TensorData::Bool(vec![false; v.len()]),
+            _ => return invalid(format!("{name} is not defined on bool")),
+        },
+        int => {
+            let vals = int.to_i64_vec();
+            if pred {
+                TensorData::Bool(map_vec(&vals, |a| match op {
+                    UnaryOp::Not => a == 0,
+                    _ => false,
+                }))
+            } else {
+                TensorData::from_i64(int.dtype(), &map_vec(&vals, |a| int_unary(op, a)))
+            }
+        }
+    };
+    check_out(&name, data.dtype(), out)?;
+    make(x.dims().to_vec(), data)
+}
+
+/// `Op::Activation`: floats (F16/BF16 via f32); integers go through f64 and truncate back.
+pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Tensor> {
+    let data = match x.data() {
+        TensorData::F32(v) => TensorData::F32(match act {
+            Activation::Relu => map_vec(v, |a| if a < 0.0 { 0.0 } else { a }),
+            _ => map_vec(v, |a| act.apply_f32(a)),
+        }),
+        TensorData::F64(v) => TensorData::F64(map_vec(v, |a| act.apply_f64(a))),
+        TensorData::F16(v) => {
+            TensorData::F16(map_vec(v, |a| f16::from_f32(act.apply_f32(a.to_f32()))))
+        }
+        TensorData::BF16(v) => {
+            TensorData::BF16(map_vec(v, |a| bf16::from_f32(act.apply_f32(a.to_f32()))))
+        }
+        TensorData::Bool(_) => return invalid("activation on a bool tensor"),
+        int => {
+            let vals = int.to_f64_vec();
+            TensorData::from_f64(int.dtype(), &map_vec(&vals, |a| act.apply_f64(a)))
+        }
+    };
+    check_out("activation", data.dtype(), out)?;
+    make(x.dims().to_vec(), data)
+}
+
+macro_rules! int_bin {
+    ($op:expr, $pred:expr, $x:expr, $y:expr, $ad:expr, $bd:expr, $od:expr, $t:ty, $variant:ident) => {{
+        let op = $op;
+        if $pred {
+            TensorData::Bool(bin_map($x, $ad, $y, $bd, $od, |p: $t, q: $t| {
+                op.apply_i64(p as i64, q as i64) != 0
+            })?)
+        } else {
+            TensorData::$variant(bin_map($x, $ad, $y, $bd, $od, |p: $t, q: $t| {
+                op.apply_i64(p as i64, q as i64) as $t
+            })?)
+        }
+    }};
+}
+
+/// `Op::Binary` with NumPy broadcasting. Predicates output Bool. When the two dtypes differ
+/// (ONNX `Pow` with an integer exponent), `b` is cast to `a`'s dtype first.
+pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    if a.dtype() != b.dtype() {
+        let bc = Tensor::new(b.dims().to_vec(), b.data().cast(a.dtype()))
+            .map_err(|e| crate::KernelError::Invalid(e.to_string()))?;
+        return binary(op, a, &bc, out);
+    }
+    let (ad, bd) = (a.dims(), b.dims());
+    let pred = op.is_predicate();
+    use TensorData as D;
+    let data = match (a.data(), b.data()) {
+        (D::F32(x), D::F32(y)) => {
+            if pred {
+                D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
+                    op.apply_f32(p, q) != 0.0
+                })?)
+            } else {
+                D::F32(match op {
+                    BinaryOp::Add => bin_map(x, ad, y, bd, &od, |p, q| p + q)?,
+                    BinaryOp::Sub => bin_map(x, ad, y, bd, &od, |p, q| p - q)?,
+                    BinaryOp::Mul => bin_map(x, ad, y, bd, &od, |p, q| p * q)?,
+                    BinaryOp::Div => bin_map(x, ad, y, bd, &od, |p, q| p / q)?,
+                    _ => bin_map(x, ad, y, bd, &od, |p, q| op.apply_f32(p, q))?,
+                })
+            }
+        }
+        (D::F64(x), D::F64(y)) => {
+            if pred {
+                D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
+                    op.apply_f64(p, q) != 0.0
+                })?)
+            } else {
+                D::F64(bin_map(x, ad, y, bd, &od, |p, q| op.apply_f64(p, q))?)
+            }
+        }
+        (D::F16(x), D::F16(y)) => {
+            if pred {
+                D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
+                    op.apply_f32(p.to_f32(), q.to_f32()) != 0.0
+                })?)
+            } else {
+                D::F16(bin_map(x, ad, y, bd, &od, |p, q| {
+                    f16::from_f32(op.apply_f32(p.to_f32(), q.to_f32()))
+                })?)
+            }
+        }
+        (D::BF16(x), D::BF16(y)) => {
+            if pred {
+                D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
+                    op.apply_f32(p.to_f32(), q.to_f32()) != 0.0
+                })?)
+            } else {
+                D::BF16(bin_map(x, ad, y, bd, &od, |p, q| {
+                    bf16::from_f32(op.apply_f32(p.to_f32(), q.to_f32()))
+                })?)
+            }
+        }
+        (D::I64(x), D::I64(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i64, I64),
+        (D::I32(x), D::I32(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i32, I32),
+        (D::I8(x), D::I8(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i8, I8),
+        (D::U8(x), D::U8(y)) => int_bin!(op, pred, x, y, ad, bd, &od, u8, U8),
+        (D::Bool(x), D::Bool(y)) => D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
+            op.apply_i64(p as i64, q as i64) != 0
+        })?),
+        _ => return invalid("binary: mismatched dtypes"),
+    };
+    check_out(&format!("{op:?}"), data.dtype(), out)?;
+    make(od, data)
+}
+
+fn select_impl<T: Copy + Default + Send + Sync>(
+    c: &[bool],
+    cd: &[usize],
+    t: &[T],
+    td: &[usize],
+    f: &[T],
+    fd: &[usize],
+    od: &[usize],
+) -> KResult<Vec<T>> {
+    let n: usize = od.iter().product();
+    if cd == od && td == od && fd == od {
+        return Ok((0..n).map(|i| if c[i] { t[i] } else { f[i] }).collect());
+    }
+    let plan = Bcast::new(&[cd, td, fd], od)?;
+    let mut out = vec![T::default(); n];
+    let (sc, st, sf) = (
+        plan.inner_strides[0],
+        plan.inner_strides[1],
+        plan.inner_strides[2],
+    );
+    fill_chunks(&mut out, plan.inner, |row, dst| {
+        let (oc, ot, of) = (
+            plan.row_offset(0, row),
+            plan.row_offset(1, row),
+            plan.row_offset(2, row),
+        );
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = if c[oc + j * sc] {
+                t[ot + j * st]
+            } else {
+                f[of + j * sf]
+            };
+        }
+    });
+    Ok(out)
+}
+
+/// `Op::Select` (ONNX Where): inputs [cond (Bool), on_true, on_false], broadcasting.
+pub(crate) fn select(c: &Tensor, t: &Tensor, f: &Tensor, out: &Shape) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    let cond: Vec<bool>;
+    let cv: &[bool] = match c.data() {
+        TensorData::Bool(v) => v,
+        other => {
+            cond = other.to_f64_vec().iter().map(|&x| x != 0.0).collect();
+            &cond
+        }
+    };
+    let fc;
+    let f = if f.dtype() != t.dtype() {
+        fc = Tensor::new(f.dims().to_vec(), f.data().cast(t.dtype()))
+            .map_err(|e| crate::KernelError::Invalid(e.to_string()))?;
+        &fc
+    } else {
+        f
+    };
+    let (cd, td, fd) = (c.dims(), t.dims(), f.dims());
+    use TensorData as D;
+    let data = match (t.data(), f.data()) {
+        (D::F32(x), D::F32(y)) => D::F32(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::F16(x), D::F16(y)) => D::F16(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::BF16(x), D::BF16(y)) => D::BF16(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::F64(x), D::F64(y)) => D::F64(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::I64(x), D::I64(y)) => D::I64(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::I32(x), D::I32(y)) => D::I32(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::I8(x), D::I8(y)) => D::I8(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::U8(x), D::U8(y)) => D::U8(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::Bool(x), D::Bool(y)) => D::Bool(select_impl(cv, cd, x, td, y, fd, &od)?),
+        _ => return invalid("select: mismatched dtypes"),
+    };
+    check_out("Select", data.dtype(), out)?;
+    make(od, data)
+}
+
+/// `Op::Cast` (ONNX Cast: float→int truncates toward zero, NaN→bool is true).
+pub(crate) fn cast(x: &Tensor, to: DType, out: &Shape) -> KResult<Tensor> {
+    use TensorData as D;
+    let data = match (x.data(), to) {
+        (D::F32(v), DType::F16) => D::F16(map_vec(v, f16::from_f32)),
+        (D::F32(v), DType::BF16) => D::BF16(map_vec(v, bf16::from_f32)),
+        (D::F16(v), DType::F32) => D::F32(map_vec(v, |a| a.to_f32())),
+        (D::BF16(v), DType::F32) => D::F32(map_vec(v, |a| a.to_f32())),
+        (D::F32(v), DType::F64) => D::F64(map_vec(v, |a| a as f64)),
+        (D::F64(v), DType::F32) => D::F32(map_vec(v, |a| a as f32)),
+        (d, to) => d.cast(to),
+    };
+    check_out("Cast", data.dtype(), out)?;
+    make(x.dims().to_vec(), data)
+}

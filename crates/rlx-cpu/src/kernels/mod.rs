@@ -1,0 +1,290 @@
+//! CPU kernels, grouped by op family. Each family file exposes one small `pub(crate) fn`
+//! per op taking host tensors and the node's output type; [`crate::eval_op`] dispatches.
+//!
+//! Conventions shared by every kernel:
+//! * F32 computes in f32, F64 in f64; F16/BF16 compute in f32 and round the output back to
+//!   the declared dtype (so an f16 overflow appears at the op where a GPU would produce it);
+//! * integer math goes through the i64 scalar semantics of `rlx_ir`;
+//! * data-parallel loops use rayon only above [`PAR_THRESHOLD`] elements.
+
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod index;
+pub(crate) mod matmul;
+pub(crate) mod norm;
+pub(crate) mod pool;
+pub(crate) mod reduce;
+pub(crate) mod shape;
+
+use crate::KernelError;
+use half::{bf16, f16};
+use rlx_ir::{DType, Shape, Tensor, TensorData};
+
+/// Below this many output elements a kernel runs on the calling thread.
+pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
+
+pub(crate) type KResult<T> = Result<T, KernelError>;
+
+pub(crate) fn invalid<T>(msg: impl Into<String>) -> KResult<T> {
+    Err(KernelError::Invalid(msg.into()))
+}
+
+/// One element type of [`TensorData`], convertible through f64 (ONNX Cast semantics).
+pub(crate) trait Elem: Copy + Send + Sync + PartialEq + 'static {
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! elem_prim {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            #[inline]
+            fn from_f64(x: f64) -> Self { x as $t }
+            #[inline]
+            fn to_f64(self) -> f64 { self as f64 }
+        }
+    )*};
+}
+elem_prim!(f32, f64);
+macro_rules! elem_int {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            #[inline]
+            fn from_f64(x: f64) -> Self { x as i64 as $t }
+            #[inline]
+            fn to_f64(self) -> f64 { self as f64 }
+        }
+    )*};
+}
+elem_int!(i64, i32, i8, u8);
+impl Elem for f16 {
+    fn from_f64(x: f64) -> Self {
+        f16::from_f64(x)
+    }
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+}
+impl Elem for bf16 {
+    fn from_f64(x: f64) -> Self {
+        bf16::from_f64(x)
+    }
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+}
+impl Elem for bool {
+    fn from_f64(x: f64) -> Self {
+        x != 0.0
+    }
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+}
+
+/// Apply a generic body to the inner slice of a [`TensorData`] and rewrap the resulting
+/// `Vec` in the same variant: `map_same!(data, v => transpose(v, ..))`.
+macro_rules! map_same {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            rlx_ir::TensorData::F32($v) => rlx_ir::TensorData::F32($body),
+            rlx_ir::TensorData::F16($v) => rlx_ir::TensorData::F16($body),
+            rlx_ir::TensorData::BF16($v) => rlx_ir::TensorData::BF16($body),
+            rlx_ir::TensorData::F64($v) => rlx_ir::TensorData::F64($body),
+            rlx_ir::TensorData::I64($v) => rlx_ir::TensorData::I64($body),
+            rlx_ir::TensorData::I32($v) => rlx_ir::TensorData::I32($body),
+            rlx_ir::TensorData::I8($v) => rlx_ir::TensorData::I8($body),
+            rlx_ir::TensorData::U8($v) => rlx_ir::TensorData::U8($body),
+            rlx_ir::TensorData::Bool($v) => rlx_ir::TensorData::Bool($body),
+        }
+    };
+}
+pub(crate) use map_same;
+
+/// Apply a body generic over `T: num_traits::Float` to a float tensor's data: F32 and F64
+/// directly, F16/BF16 widened to f32 and the resulting `Vec<f32>` rounded back.
+/// Non-float data returns `Err(Invalid)` from the enclosing function.
+macro_rules! map_float {
+    ($data:expr, $what:expr, $v:ident => $body:expr) => {
+        match $data {
+            rlx_ir::TensorData::F32($v) => rlx_ir::TensorData::F32($body),
+            rlx_ir::TensorData::F64($v) => rlx_ir::TensorData::F64($body),
+            rlx_ir::TensorData::F16(h) => {
+                let tmp: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+                let $v = &tmp[..];
+                rlx_ir::TensorData::F16($crate::kernels::round_f16($body))
+            }
+            rlx_ir::TensorData::BF16(h) => {
+                let tmp: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+                let $v = &tmp[..];
+                rlx_ir::TensorData::BF16($crate::kernels::round_bf16($body))
+            }
+            other => {
+                return Err($crate::KernelError::Invalid(format!(
+                    "{} expects a float tensor, got {}",
+                    $what,
+                    other.dtype()
+                )))
+            }
+        }
+    };
+}
+pub(crate) use map_float;
+
+pub(crate) fn round_f16(v: Vec<f32>) -> Vec<f16> {
+    v.into_iter().map(f16::from_f32).collect()
+}
+pub(crate) fn round_bf16(v: Vec<f32>) -> Vec<bf16> {
+    v.into_iter().map(bf16::from_f32).collect()
+}
+
+/// The tensor's values converted to `T` (used for small side inputs: scales, biases).
+pub(crate) fn values_as<T: Elem>(d: &TensorData) -> Vec<T> {
+    with_elem(d, |x| T::from_f64(x))
+}
+
+fn with_elem<T>(d: &TensorData, f: impl Fn(f64) -> T) -> Vec<T> {
+    match d {
+        TensorData::F32(v) => v.iter().map(|&x| f(x as f64)).collect(),
+        TensorData::F64(v) => v.iter().map(|&x| f(x)).collect(),
+        _ => (0..d.len()).map(|i| f(d.get_f64(i))).collect(),
+    }
+}
+
+/// The output dims of a node's inferred type (errors on symbolic dims).
+pub(crate) fn out_dims(out: &Shape) -> KResult<Vec<usize>> {
+    out.static_dims()
+        .ok_or_else(|| KernelError::Invalid(format!("output type {out} has symbolic dims")))
+}
+
+/// Wrap data into a tensor with `dims`, checking the element count.
+pub(crate) fn make(dims: Vec<usize>, data: TensorData) -> KResult<Tensor> {
+    Tensor::new(dims, data).map_err(|e| KernelError::Invalid(e.to_string()))
+}
+
+/// Check the number of inputs.
+pub(crate) fn arity(op: &str, inputs: &[&Tensor], min: usize, max: usize) -> KResult<()> {
+    if inputs.len() < min || inputs.len() > max {
+        let want = if min == max {
+            format!("{min}")
+        } else {
+            format!("{min}..={max}")
+        };
+        return invalid(format!("{op} takes {want} inputs, got {}", inputs.len()));
+    }
+    Ok(())
+}
+
+/// Check the output dtype equals the input dtype for dtype-preserving ops.
+pub(crate) fn same_dtype(op: &str, got: DType, out: &Shape) -> KResult<()> {
+    if got != out.dtype {
+        return invalid(format!(
+            "{op}: input dtype {got} but output declared {}",
+            out.dtype
+        ));
+    }
+    Ok(())
+}
+
+/// Row-major strides.
+pub(crate) fn strides(dims: &[usize]) -> Vec<usize> {
+    rlx_ir::strides_of(dims)
+}
+
+/// Fill `out` (chunks of `chunk` elements) in parallel when `total` is large.
+pub(crate) fn fill_chunks<T: Send>(
+    out: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    use rayon::prelude::*;
+    let chunk = chunk.max(1);
+    if out.len() >= PAR_THRESHOLD && out.len() / chunk > 1 {
+        // Group rows so each task has at least ~PAR_THRESHOLD/4 elements.
+        let rows_per_task = ((PAR_THRESHOLD / 4) / chunk).max(1);
+        out.par_chunks_mut(chunk * rows_per_task)
+            .enumerate()
+            .for_each(|(t, block)| {
+                for (r, row) in block.chunks_mut(chunk).enumerate() {
+                    f(t * rows_per_task + r, row);
+                }
+            });
+    } else {
+        for (r, row) in out.chunks_mut(chunk).enumerate() {
+            f(r, row);
+        }
+    }
+}
+
+/// Row-broadcast plan: the output is walked as `rows` rows of `inner` elements (its last
+/// dim); for each input, the offset of a row's first element and the stride along the row.
+pub(crate) struct Bcast {
+    pub inner: usize,
+    outer_dims: Vec<usize>,
+    /// Per input: strides of the outer (all but last) output dims (0 where broadcast).
+    outer_strides: Vec<Vec<usize>>,
+    /// Per input: stride along the last dim (0 or 1).
+    pub inner_strides: Vec<usize>,
+}
+
+impl Bcast {
+    /// Plan a broadcast of every `ins` dims to `out` (NumPy rules). Errors when a dim is
+    /// neither equal to the output's nor 1.
+    pub fn new(ins: &[&[usize]], out: &[usize]) -> KResult<Bcast> {
+        let r = out.len();
+        let mut outer_strides = vec![];
+        let mut inner_strides = vec![];
+        for d in ins {
+            if d.len() > r {
+                return invalid(format!("cannot broadcast {d:?} to {out:?}"));
+            }
+            let st = strides(d);
+            let mut full = vec![0usize; r];
+            for (i, &od) in out.iter().enumerate() {
+                if i + d.len() < r {
+                    continue;
+                }
+                let j = i + d.len() - r;
+                if d[j] == od {
+                    full[i] = if od == 1 { 0 } else { st[j] };
+                } else if d[j] == 1 {
+                    full[i] = 0;
+                } else {
+                    return invalid(format!("cannot broadcast {d:?} to {out:?}"));
+                }
+            }
+            if r == 0 {
+                inner_strides.push(0);
+                outer_strides.push(vec![]);
+            } else {
+                inner_strides.push(full[r - 1]);
+                full.pop();
+                outer_strides.push(full);
+            }
+        }
+        let (inner, outer_dims) = if r == 0 {
+            (1, vec![])
+        } else {
+            (out[r - 1], out[..r - 1].to_vec())
+        };
+        Ok(Bcast {
+            inner,
+            outer_dims,
+            outer_strides,
+            inner_strides,
+        })
+    }
+
+    /// Offset of row `row`'s first element in input `k`.
+    #[inline]
+    pub fn row_offset(&self, k: usize, mut row: usize) -> usize {
+        let st = &self.outer_strides[k];
+        let mut off = 0;
+        for i in (0..self.outer_dims.len()).rev() {
+            let d = self.outer_dims[i];
+            off += (row % d) * st[i];
+            row /= d;
+        }
+        off
+    }
+}

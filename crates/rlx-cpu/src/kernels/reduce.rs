@@ -1,0 +1,349 @@
+//! Reductions and scans: Reduce, ArgReduce, CumSum, Softmax, LogSoftmax.
+
+use super::{fill_chunks, invalid, make, map_float, strides, Elem, KResult, PAR_THRESHOLD};
+use num_traits::Float;
+use rayon::prelude::*;
+use rlx_ir::{ReduceKind, Shape, Tensor, TensorData};
+
+/// Offsets (in the input) of every point of the sub-index space spanned by `(size, stride)`
+/// pairs, in row-major order.
+fn offsets(sub: &[(usize, usize)]) -> Vec<usize> {
+    let mut offs = vec![0usize];
+    for &(n, s) in sub {
+        let mut next = Vec::with_capacity(offs.len() * n);
+        for &o in &offs {
+            for j in 0..n {
+                next.push(o + j * s);
+            }
+        }
+        offs = next;
+    }
+    offs
+}
+
+struct Plan {
+    bases: Vec<usize>,
+    offs: Vec<usize>,
+    out_dims: Vec<usize>,
+}
+
+fn plan(dims: &[usize], axes: &[usize], keepdims: bool) -> KResult<Plan> {
+    let st = strides(dims);
+    if let Some(&a) = axes.iter().find(|&&a| a >= dims.len()) {
+        return invalid(format!(
+            "reduce: axis {a} out of range for rank {}",
+            dims.len()
+        ));
+    }
+    let mut kept = vec![];
+    let mut red = vec![];
+    let mut out_dims = vec![];
+    for (i, &d) in dims.iter().enumerate() {
+        if axes.contains(&i) {
+            red.push((d, st[i]));
+            if keepdims {
+                out_dims.push(1);
+            }
+        } else {
+            kept.push((d, st[i]));
+            out_dims.push(d);
+        }
+    }
+    Ok(Plan {
+        bases: offsets(&kept),
+        offs: offsets(&red),
+        out_dims,
+    })
+}
+
+fn map_bases<O: Send>(
+    bases: &[usize],
+    work: usize,
+    f: impl Fn(usize) -> O + Sync + Send,
+) -> Vec<O> {
+    if work >= PAR_THRESHOLD && bases.len() > 1 {
+        bases.par_iter().map(|&b| f(b)).collect()
+    } else {
+        bases.iter().map(|&b| f(b)).collect()
+    }
+}
+
+fn reduce_float<T: Float + Send + Sync>(v: &[T], p: &Plan, kind: ReduceKind) -> Vec<T> {
+    let offs = &p.offs;
+    let n = T::from(offs.len()).unwrap_or_else(T::nan);
+    map_bases(&p.bases, v.len(), |b| match kind {
+        ReduceKind::Sum => offs.iter().fold(T::zero(), |a, &o| a + v[b + o]),
+        ReduceKind::Mean => offs.iter().fold(T::zero(), |a, &o| a + v[b + o]) / n,
+        ReduceKind::Prod => offs.iter().fold(T::one(), |a, &o| a * v[b + o]),
+        ReduceKind::Max => offs.iter().fold(T::neg_infinity(), |a, &o| {
+            let x = v[b + o];
+            if x.is_nan() || a.is_nan() {
+                T::nan()
+            } else if x > a {
+                x
+            } else {
+                a
+            }
+        }),
+        ReduceKind::Min => offs.iter().fold(T::infinity(), |a, &o| {
+            let x = v[b + o];
+            if x.is_nan() || a.is_nan() {
+                T::nan()
+            } else if x < a {
+                x
+            } else {
+                a
+            }
+        }),
+    })
+}
+
+fn reduce_int(v: &[i64], p: &Plan, kind: ReduceKind, lo: i64, hi: i64) -> Vec<i64> {
+    let offs = &p.offs;
+    let n = offs.len() as i64;
+    map_bases(&p.bases, v.len(), |b| match kind {
+        ReduceKind::Sum => offs.iter().fold(0i64, |a, &o| a.wrapping_add(v[b + o])),
+        ReduceKind::Mean => {
+            let s = offs.iter().fold(0i64, |a, &o| a.wrapping_add(v[b + o]));
+            if n == 0 {
+                0
+            } else {
+                s / n
+            }
+        }
+        ReduceKind::Prod => offs.iter().fold(1i64, |a, &o| a.wrapping_mul(v[b + o])),
+        ReduceKind::Max => offs.iter().fold(lo, |a, &o| a.max(v[b + o])),
+        ReduceKind::Min => offs.iter().fold(hi, |a, &o| a.min(v[b + o])),
+    })
+}
+
+/// `Op::Reduce`: Sum/Mean/Max/Min/Prod over sorted `axes` (empty = identity).
+/// Max/Min propagate NaN; an empty reduction gives the identity (0, 1, ∓inf; Mean → NaN).
+pub(crate) fn reduce(
+    x: &Tensor,
+    kind: ReduceKind,
+    axes: &[usize],
+    keepdims: bool,
+) -> KResult<Tensor> {
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
+    let p = plan(x.dims(), axes, keepdims)?;
+    let data = match x.data() {
+        TensorData::Bool(v) => {
+            // Bool: Max = any, Min = all; others through i64.
+            let w: Vec<i64> = v.iter().map(|&b| b as i64).collect();
+            let r = reduce_int(&w, &p, kind, 0, 1);
+            TensorData::Bool(r.into_iter().map(|x| x != 0).collect())
+        }
+        d if d.dtype().is_int() => {
+            let (lo, hi) = match d.dtype() {
+                rlx_ir::DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+                rlx_ir::DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+                rlx_ir::DType::U8 => (0, u8::MAX as i64),
+                _ => (i64::MIN, i64::MAX),
+            };
+            let r = reduce_int(&d.to_i64_vec(), &p, kind, lo, hi);
+            TensorData::from_i64(d.dtype(), &r)
+        }
+        d => map_float!(d, "reduce", v => reduce_float(v, &p, kind)),
+    };
+    make(p.out_dims, data)
+}
+
+fn argreduce_impl<T: Elem>(
+    v: &[T],
+    outer: usize,
+    n: usize,
+    inner: usize,
+    max: bool,
+    last: bool,
+) -> Vec<i64> {
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut best = f64::NAN;
+            let mut bi = 0usize;
+            for j in 0..n {
+                let x = v[(o * n + j) * inner + i].to_f64();
+                if j == 0 {
+                    best = x;
+                    continue;
+                }
+                let better = if best.is_nan() {
+                    false
+                } else if x.is_nan() {
+                    true
+                } else if max {
+                    x > best
+                } else {
+                    x < best
+                };
+                let equal = x == best || (x.is_nan() && best.is_nan());
+                if better || (last && equal) {
+                    best = x;
+                    bi = j;
+                }
+            }
+            out.push(bi as i64);
+        }
+    }
+    out
+}
+
+/// `Op::ArgReduce` (ONNX ArgMax/ArgMin), output I64. NaN counts as the extreme value
+/// (the first NaN wins, or the last with `select_last_index`), like `np.argmax`.
+pub(crate) fn argreduce(
+    x: &Tensor,
+    max: bool,
+    axis: usize,
+    keepdims: bool,
+    last: bool,
+) -> KResult<Tensor> {
+    let d = x.dims();
+    if axis >= d.len() {
+        return invalid(format!(
+            "argreduce: axis {axis} out of range for rank {}",
+            d.len()
+        ));
+    }
+    if d[axis] == 0 {
+        return invalid("argreduce over an empty axis");
+    }
+    let outer: usize = d[..axis].iter().product();
+    let inner: usize = d[axis + 1..].iter().product();
+    let n = d[axis];
+    let r = rlx_ir::with_data!(x.data(), v => argreduce_impl(v, outer, n, inner, max, last));
+    let mut od = d.to_vec();
+    if keepdims {
+        od[axis] = 1;
+    } else {
+        od.remove(axis);
+    }
+    make(od, TensorData::I64(r))
+}
+
+fn cumsum_impl<T: Copy + std::ops::Add<Output = T>>(
+    v: &[T],
+    zero: T,
+    outer: usize,
+    n: usize,
+    inner: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Vec<T> {
+    let mut out = vec![zero; v.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc = zero;
+            for jj in 0..n {
+                let j = if reverse { n - 1 - jj } else { jj };
+                let p = (o * n + j) * inner + i;
+                if exclusive {
+                    out[p] = acc;
+                    acc = acc + v[p];
+                } else {
+                    acc = acc + v[p];
+                    out[p] = acc;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+struct WrapI64(i64);
+impl std::ops::Add for WrapI64 {
+    type Output = WrapI64;
+    fn add(self, o: WrapI64) -> WrapI64 {
+        WrapI64(self.0.wrapping_add(o.0))
+    }
+}
+
+/// `Op::CumSum` (ONNX CumSum with `exclusive` / `reverse`).
+pub(crate) fn cumsum(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) -> KResult<Tensor> {
+    let d = x.dims();
+    if axis >= d.len() {
+        return invalid(format!(
+            "cumsum: axis {axis} out of range for rank {}",
+            d.len()
+        ));
+    }
+    let outer: usize = d[..axis].iter().product();
+    let inner: usize = d[axis + 1..].iter().product();
+    let n = d[axis];
+    let data = match x.data() {
+        TensorData::Bool(_) => return invalid("cumsum on bool"),
+        dd if dd.dtype().is_int() => {
+            let w: Vec<WrapI64> = dd.to_i64_vec().into_iter().map(WrapI64).collect();
+            let r = cumsum_impl(&w, WrapI64(0), outer, n, inner, exclusive, reverse);
+            TensorData::from_i64(dd.dtype(), &r.into_iter().map(|w| w.0).collect::<Vec<_>>())
+        }
+        dd => {
+            map_float!(dd, "cumsum", v => cumsum_impl(v, num_traits::Zero::zero(), outer, n, inner, exclusive, reverse))
+        }
+    };
+    make(d.to_vec(), data)
+}
+
+fn softmax_impl<T: Float + Send + Sync + Default>(
+    v: &[T],
+    dims: &[usize],
+    axis: usize,
+    log: bool,
+) -> Vec<T> {
+    let n = dims[axis];
+    let inner: usize = dims[axis + 1..].iter().product();
+    let mut out = vec![T::zero(); v.len()];
+    if n == 0 || inner == 0 {
+        return out;
+    }
+    let block = n * inner;
+    fill_chunks(&mut out, block, |o, dst| {
+        let src = &v[o * block..(o + 1) * block];
+        for i in 0..inner {
+            let mut m = T::neg_infinity();
+            for j in 0..n {
+                let x = src[j * inner + i];
+                if x > m {
+                    m = x;
+                }
+            }
+            let mut s = T::zero();
+            for j in 0..n {
+                let e = (src[j * inner + i] - m).exp();
+                if !log {
+                    dst[j * inner + i] = e;
+                }
+                s = s + e;
+            }
+            if log {
+                let ls = s.ln();
+                for j in 0..n {
+                    dst[j * inner + i] = src[j * inner + i] - m - ls;
+                }
+            } else {
+                for j in 0..n {
+                    dst[j * inner + i] = dst[j * inner + i] / s;
+                }
+            }
+        }
+    });
+    out
+}
+
+/// `Op::Softmax` / `Op::LogSoftmax` over `axis` (ONNX opset 13 definition with max
+/// subtraction: a row of all -inf gives NaN, as numpy and onnxruntime do).
+pub(crate) fn softmax(x: &Tensor, axis: usize, log: bool, out: &Shape) -> KResult<Tensor> {
+    let d = x.dims();
+    if axis >= d.len() {
+        return invalid(format!(
+            "softmax: axis {axis} out of range for rank {}",
+            d.len()
+        ));
+    }
+    let _ = out;
+    let data = map_float!(x.data(), "softmax", v => softmax_impl(v, d, axis, log));
+    make(d.to_vec(), data)
+}

@@ -1,0 +1,298 @@
+//! Shape kernels on any dtype: Reshape, Transpose, Broadcast, Concat, Slice, Pad, Tile.
+//!
+//! Slice, Pad, Tile and Broadcast share one gather: for each output axis a map from output
+//! index to input index (or "fill" for constant padding).
+
+use super::{fill_chunks, invalid, make, map_same, out_dims, strides, Elem, KResult};
+use rlx_ir::{PadMode, Shape, Tensor};
+
+/// Marks an output position that takes the fill value.
+const FILL: usize = usize::MAX;
+
+/// `out[o] = src[sum_i maps[i][o_i] * stride_i]`, or `fill` where any map entry is FILL.
+fn axis_gather<T: Copy + Default + Send + Sync>(
+    src: &[T],
+    in_dims: &[usize],
+    maps: &[Vec<usize>],
+    fill: T,
+) -> Vec<T> {
+    let od: Vec<usize> = maps.iter().map(|m| m.len()).collect();
+    let n: usize = od.iter().product();
+    if od.is_empty() {
+        return src.to_vec();
+    }
+    let st = strides(in_dims);
+    let r = od.len();
+    let last = &maps[r - 1];
+    let sl = st[r - 1];
+    let mut out = vec![T::default(); n];
+    fill_chunks(&mut out, od[r - 1], |row, dst| {
+        let mut rem = row;
+        let mut base = 0usize;
+        let mut filled = false;
+        for i in (0..r - 1).rev() {
+            let m = maps[i][rem % od[i]];
+            rem /= od[i];
+            if m == FILL {
+                filled = true;
+                break;
+            }
+            base += m * st[i];
+        }
+        if filled {
+            dst.fill(fill);
+            return;
+        }
+        for (d, &m) in dst.iter_mut().zip(last) {
+            *d = if m == FILL { fill } else { src[base + m * sl] };
+        }
+    });
+    out
+}
+
+/// `Op::Reshape`: same data, the node's dims.
+pub(crate) fn reshape(x: &Tensor, out: &Shape) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    make(od, x.data().clone())
+}
+
+/// `Op::Transpose`: output dim i = input dim perm[i].
+pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> KResult<Tensor> {
+    let id = x.dims();
+    let r = id.len();
+    let mut seen = vec![false; r];
+    if perm.len() != r
+        || perm
+            .iter()
+            .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+    {
+        return invalid(format!(
+            "transpose: perm {perm:?} is not a permutation of rank {r}"
+        ));
+    }
+    let od: Vec<usize> = perm.iter().map(|&p| id[p]).collect();
+    let ist = strides(id);
+    let pst: Vec<usize> = perm.iter().map(|&p| ist[p]).collect();
+    let data = map_same!(x.data(), v => transpose_impl(v, &od, &pst));
+    make(od, data)
+}
+
+fn transpose_impl<T: Copy + Default + Send + Sync>(
+    src: &[T],
+    od: &[usize],
+    pst: &[usize],
+) -> Vec<T> {
+    let n: usize = od.iter().product();
+    let r = od.len();
+    if r == 0 {
+        return src.to_vec();
+    }
+    let mut out = vec![T::default(); n];
+    let sl = pst[r - 1];
+    fill_chunks(&mut out, od[r - 1], |row, dst| {
+        let mut rem = row;
+        let mut base = 0;
+        for i in (0..r - 1).rev() {
+            base += (rem % od[i]) * pst[i];
+            rem /= od[i];
+        }
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = src[base + j * sl];
+        }
+    });
+    out
+}
+
+/// `Op::Broadcast` (ONNX Expand): NumPy-aligned broadcast to exactly `dims`.
+pub(crate) fn broadcast(x: &Tensor, dims: &[usize]) -> KResult<Tensor> {
+    let id = x.dims();
+    if id.len() > dims.len() {
+        return invalid(format!("broadcast: cannot broadcast {id:?} to {dims:?}"));
+    }
+    let off = dims.len() - id.len();
+    let mut in_full = vec![1usize; dims.len()];
+    in_full[off..].copy_from_slice(id);
+    let mut maps = vec![];
+    for (i, &d) in dims.iter().enumerate() {
+        let s = in_full[i];
+        if s == d {
+            maps.push((0..d).collect());
+        } else if s == 1 {
+            maps.push(vec![0; d]);
+        } else {
+            return invalid(format!("broadcast: cannot broadcast {id:?} to {dims:?}"));
+        }
+    }
+    let data = map_same!(x.data(), v => axis_gather(v, &in_full, &maps, Default::default()));
+    make(dims.to_vec(), data)
+}
+
+/// `Op::Concat` along `axis`; every input has the same rank and dims off the axis.
+pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    if xs.is_empty() {
+        return invalid("concat of no inputs");
+    }
+    let dt = xs[0].dtype();
+    let r = od.len();
+    if axis >= r {
+        return invalid(format!("concat: axis {axis} out of range for rank {r}"));
+    }
+    let mut total = 0;
+    for x in xs {
+        let d = x.dims();
+        if x.dtype() != dt || d.len() != r || (0..r).any(|i| i != axis && d[i] != od[i]) {
+            return invalid(format!(
+                "concat: input {}{:?} does not fit output {od:?} on axis {axis}",
+                x.dtype(),
+                d
+            ));
+        }
+        total += d[axis];
+    }
+    if total != od[axis] {
+        return invalid(format!(
+            "concat: inputs sum to {total} on axis {axis}, output has {}",
+            od[axis]
+        ));
+    }
+    let outer: usize = od[..axis].iter().product();
+    let first = xs[0].data();
+    let data = map_same!(first, _v => {
+        let slices: Vec<&[_]> = xs.iter().map(|x| slice_like(_v, x.data())).collect();
+        let blocks: Vec<usize> = xs.iter().map(|x| x.dims()[axis..].iter().product()).collect();
+        let mut o = Vec::with_capacity(od.iter().product());
+        for k in 0..outer {
+            for (s, &b) in slices.iter().zip(&blocks) {
+                o.extend_from_slice(&s[k * b..(k + 1) * b]);
+            }
+        }
+        o
+    });
+    make(od, data)
+}
+
+/// The slice of `d` typed like `_like` (dtypes were checked equal by the caller).
+fn slice_like<'a, T: 'static>(_like: &[T], d: &'a rlx_ir::TensorData) -> &'a [T] {
+    use std::any::Any;
+    let any: &dyn Any = match d {
+        rlx_ir::TensorData::F32(v) => v,
+        rlx_ir::TensorData::F16(v) => v,
+        rlx_ir::TensorData::BF16(v) => v,
+        rlx_ir::TensorData::F64(v) => v,
+        rlx_ir::TensorData::I64(v) => v,
+        rlx_ir::TensorData::I32(v) => v,
+        rlx_ir::TensorData::I8(v) => v,
+        rlx_ir::TensorData::U8(v) => v,
+        rlx_ir::TensorData::Bool(v) => v,
+    };
+    any.downcast_ref::<Vec<T>>()
+        .map(|v| v.as_slice())
+        .unwrap_or(&[])
+}
+
+/// `Op::Slice`: element j of axis i is input index `starts[i] + j*steps[i]`.
+pub(crate) fn slice(
+    x: &Tensor,
+    starts: &[usize],
+    steps: &[i64],
+    sizes: &[usize],
+) -> KResult<Tensor> {
+    let id = x.dims();
+    let r = id.len();
+    if starts.len() != r || steps.len() != r || sizes.len() != r {
+        return invalid(format!(
+            "slice: starts/steps/sizes need one entry per axis of rank {r}"
+        ));
+    }
+    let mut maps = vec![];
+    for i in 0..r {
+        let mut m = Vec::with_capacity(sizes[i]);
+        for j in 0..sizes[i] {
+            let p = starts[i] as i64 + j as i64 * steps[i];
+            if steps[i] == 0 || p < 0 || p as usize >= id[i] {
+                return invalid(format!(
+                    "slice: axis {i} index {p} out of range 0..{} (start {}, step {}, size {})",
+                    id[i], starts[i], steps[i], sizes[i]
+                ));
+            }
+            m.push(p as usize);
+        }
+        maps.push(m);
+    }
+    let data = map_same!(x.data(), v => axis_gather(v, id, &maps, Default::default()));
+    make(sizes.to_vec(), data)
+}
+
+/// `Op::Pad` with ONNX modes (constant, reflect, edge, wrap).
+pub(crate) fn pad(x: &Tensor, pads: &[(usize, usize)], mode: PadMode) -> KResult<Tensor> {
+    let id = x.dims();
+    let r = id.len();
+    if pads.len() != r {
+        return invalid(format!("pad: {} pad pairs for rank {r}", pads.len()));
+    }
+    let mut maps = vec![];
+    let mut od = vec![];
+    for i in 0..r {
+        let (b, e) = pads[i];
+        let d = id[i] as i64;
+        let n = id[i] + b + e;
+        let mut m = Vec::with_capacity(n);
+        for o in 0..n {
+            let p = o as i64 - b as i64;
+            let src = if (0..d).contains(&p) {
+                p as usize
+            } else if d == 0 {
+                if matches!(mode, PadMode::Constant(_)) {
+                    FILL
+                } else {
+                    return invalid(format!("pad: cannot {mode:?}-pad an empty axis {i}"));
+                }
+            } else {
+                match mode {
+                    PadMode::Constant(_) => FILL,
+                    PadMode::Edge => p.clamp(0, d - 1) as usize,
+                    PadMode::Wrap => p.rem_euclid(d) as usize,
+                    PadMode::Reflect => {
+                        if d == 1 {
+                            0
+                        } else {
+                            let period = 2 * (d - 1);
+                            let q = p.rem_euclid(period);
+                            (if q < d { q } else { period - q }) as usize
+                        }
+                    }
+                }
+            };
+            m.push(src);
+        }
+        od.push(n);
+        maps.push(m);
+    }
+    let cv = match mode {
+        PadMode::Constant(c) => c,
+        _ => 0.0,
+    };
+    let data = map_same!(x.data(), v => axis_gather(v, id, &maps, Elem::from_f64(cv)));
+    make(od, data)
+}
+
+/// `Op::Tile`: output dim i = input dim i * repeats[i].
+pub(crate) fn tile(x: &Tensor, repeats: &[usize]) -> KResult<Tensor> {
+    let id = x.dims();
+    if repeats.len() != id.len() {
+        return invalid(format!(
+            "tile: {} repeats for rank {}",
+            repeats.len(),
+            id.len()
+        ));
+    }
+    let maps: Vec<Vec<usize>> = id
+        .iter()
+        .zip(repeats)
+        .map(|(&d, &rp)| (0..d * rp).map(|o| o % d.max(1)).collect())
+        .collect();
+    let od: Vec<usize> = maps.iter().map(|m| m.len()).collect();
+    let data = map_same!(x.data(), v => axis_gather(v, id, &maps, Default::default()));
+    make(od, data)
+}
