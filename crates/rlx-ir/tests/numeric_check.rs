@@ -1,0 +1,200 @@
+//! The localizer's policy on hand-built graphs with hand-fed buffers.
+
+use half::f16;
+use rlx_ir::numeric_check::*;
+use rlx_ir::*;
+
+fn f32s(v: &[f32]) -> TensorData {
+    TensorData::F32(v.to_vec())
+}
+
+/// x -> log(x) [creates -inf] -> where(isinf, 0, log) [absorbs]  ; also x -> y = 0/0
+fn graph() -> (Graph, [NodeId; 5]) {
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("x", s.clone());
+    g.set_current_origin(Some(Origin {
+        label: "feat.log".into(),
+        op_type: Some("Log".into()),
+    }));
+    let l = g.unary(UnaryOp::Log, x, s.clone());
+    g.set_current_origin(Some(Origin {
+        label: "feat.mul".into(),
+        op_type: Some("Mul".into()),
+    }));
+    let m = g.mul(l, x, s.clone()); // -inf * 0 = NaN
+    g.set_current_origin(Some(Origin {
+        label: "feat.add".into(),
+        op_type: Some("Add".into()),
+    }));
+    let a = g.add(m, x, s.clone()); // propagates NaN
+    g.set_current_origin(None);
+    let o = g.add(l, x, s);
+    g.set_outputs(vec![a, o]);
+    (g, [x, l, m, a, o])
+}
+
+#[test]
+fn mode_parsing() {
+    assert_eq!(DebugMode::parse(None), DebugMode::Off);
+    assert_eq!(DebugMode::parse(Some("")), DebugMode::Off);
+    assert_eq!(DebugMode::parse(Some("0")), DebugMode::Off);
+    assert_eq!(DebugMode::parse(Some("abort")), DebugMode::Abort);
+    assert_eq!(DebugMode::parse(Some("strict")), DebugMode::Strict);
+    assert_eq!(DebugMode::parse(Some("1")), DebugMode::Warn);
+    assert_eq!(DebugMode::parse(Some("yes")), DebugMode::Warn);
+}
+
+#[test]
+fn counts_f32_f16() {
+    let c = count_nonfinite(&[1.0f32, f32::NAN, f32::NEG_INFINITY, f32::NAN, f32::INFINITY]);
+    assert_eq!((c.nan, c.pos_inf, c.neg_inf), (2, 1, 1));
+    assert_eq!(c.first_nan, Some(1));
+    assert_eq!(c.first(), Some((1, BadKind::NaN)));
+    assert_eq!(
+        first_bad(&[0.0f32, 2.0, f32::NEG_INFINITY]),
+        Some((2, BadKind::NegInf))
+    );
+    // 70000 overflows f16 (max 65504).
+    let h = [f16::from_f32(1.0), f16::from_f32(70000.0)];
+    let c = count_nonfinite(&h);
+    assert_eq!((c.pos_inf, c.first_pos_inf), (1, Some(1)));
+    assert!(scan_data(&TensorData::I64(vec![1, 2])).is_clean());
+}
+
+#[test]
+fn nan_from_inf_names_both_ops_and_propagators_are_not_blamed() {
+    let (g, [x, l, m, a, o]) = graph();
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    let inf = f32::NEG_INFINITY;
+    sc.scan_node(&g, x, &f32s(&[0.0, 1.0])).unwrap();
+    sc.scan_node(&g, l, &f32s(&[inf, 0.0])).unwrap();
+    sc.scan_node(&g, m, &f32s(&[f32::NAN, 0.0])).unwrap();
+    sc.scan_node(&g, a, &f32s(&[f32::NAN, 1.0])).unwrap();
+    sc.scan_node(&g, o, &f32s(&[inf, 1.0])).unwrap();
+    sc.finish_run(&g).unwrap();
+    let r = sc.reports();
+    assert_eq!(r.len(), 2, "{r:#?}");
+    assert_eq!(r[0].node, m);
+    assert_eq!(r[0].label, "feat.mul");
+    match &r[0].cause {
+        Cause::InputsHeldInf {
+            input,
+            input_kind,
+            inf_origin,
+            inf_origin_label,
+        } => {
+            assert_eq!(
+                (*input, *input_kind, *inf_origin),
+                (l, BadKind::NegInf, Some(l))
+            );
+            assert_eq!(inf_origin_label.as_deref(), Some("feat.log"));
+        }
+        c => panic!("{c:?}"),
+    }
+    assert!(r[0].fix.as_deref().unwrap().contains("0 × inf"));
+    // The -inf also reached output #1: reported at its origin, the Log.
+    assert_eq!((r[1].node, r[1].kind), (l, BadKind::NegInf));
+    assert!(r[1].note.as_deref().unwrap().contains("output #1"));
+    assert_eq!(sc.propagator_count(), 1);
+    let text = r[0].to_string();
+    assert!(
+        text.starts_with("rlx nan-check: NaN at index 0 of %2 Mul \"feat.mul\"\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn abort_stops_at_first_nan_and_off_has_no_state() {
+    let (g, [x, l, m, _, _]) = graph();
+    let mut sc = DebugScanner::new(DebugMode::Abort, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[0.0, 1.0])).unwrap();
+    sc.scan_node(&g, l, &f32s(&[f32::NEG_INFINITY, 0.0]))
+        .unwrap();
+    let e = sc.scan_node(&g, m, &f32s(&[f32::NAN, 0.0])).unwrap_err();
+    assert_eq!(e.report.node, m);
+    assert!(!DebugScanner::new(DebugMode::Off, "cpu").is_on());
+}
+
+#[test]
+fn absorbed_inf_is_one_summary_line() {
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("x", s.clone());
+    let l = g.unary(UnaryOp::Log, x, s.clone());
+    let e = g.unary(UnaryOp::Exp, l, s.clone()); // exp(-inf) = 0: absorbed
+    g.set_outputs(vec![e]);
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[0.0, 1.0])).unwrap();
+    sc.scan_node(&g, l, &f32s(&[f32::NEG_INFINITY, 0.0]))
+        .unwrap();
+    sc.scan_node(&g, e, &f32s(&[0.0, 1.0])).unwrap();
+    sc.finish_run(&g).unwrap();
+    assert!(sc.reports().is_empty());
+    assert_eq!(sc.absorbed_inf_origins(&g), vec![l]);
+    assert!(sc.summary().unwrap().contains("absorbed"));
+    // strict: blamed where it first appears
+    let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[0.0, 1.0])).unwrap();
+    sc.scan_node(&g, l, &f32s(&[f32::NEG_INFINITY, 0.0]))
+        .unwrap();
+    sc.scan_node(&g, e, &f32s(&[0.0, 1.0])).unwrap();
+    sc.finish_run(&g).unwrap();
+    assert_eq!(sc.reports().len(), 1);
+    assert_eq!(sc.reports()[0].node, l);
+}
+
+#[test]
+fn fix_hints_by_op() {
+    let c = Cause::InputsFinite;
+    for op in ["Rsqrt", "Sqrt", "Log", "Exp", "Div", "Pow", "Constant"] {
+        assert!(
+            fix_hint(op, None, &c, BadKind::NaN, DType::F32).is_some(),
+            "{op}"
+        );
+    }
+    assert!(
+        fix_hint("Sub", Some("Softmax"), &c, BadKind::NaN, DType::F32)
+            .unwrap()
+            .contains("softmax")
+    );
+    assert!(fix_hint("Cast", None, &c, BadKind::NegInf, DType::F16)
+        .unwrap()
+        .contains("65504"));
+    assert!(fix_hint(
+        "Div",
+        None,
+        &Cause::Propagated { input: NodeId(0) },
+        BadKind::NaN,
+        DType::F32
+    )
+    .is_none());
+}
+
+#[test]
+fn labels_follow_the_resolution_order() {
+    use rlx_ir::provenance::node_label;
+    let s = Shape::new(&[1], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("tokens", s.clone());
+    let a = g.add(x, x, s.clone());
+    assert_eq!(node_label(&g, x), "tokens");
+    assert_eq!(node_label(&g, a), "%1");
+    g.set_name(a, "free");
+    assert_eq!(node_label(&g, a), "free");
+    g.node_mut(a).block = Some("layer0".into());
+    assert_eq!(node_label(&g, a), "layer0");
+    g.node_mut(a).origin = Some(Origin {
+        label: "onnx_add".into(),
+        op_type: None,
+    });
+    assert_eq!(node_label(&g, a), "onnx_add");
+}
