@@ -1,14 +1,257 @@
-//! Convolution (in progress).
-use super::KResult;
-use rlx_ir::{ConvAttrs, Shape, Tensor};
+//! ONNX Conv (NC + 1..=3 spatial dims, groups, dilations, pads, optional bias) as
+//! im2col + gemm. A 1×…×1 kernel with stride 1 and no padding is a plain gemm on the input.
+
+use super::matmul::{gemm_into, GemmElem, View};
+use super::{fill_chunks, invalid, make, out_dims, values_as, Elem, KResult};
+use half::{bf16, f16};
+use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
+
+struct Geo {
+    n: usize,
+    c: usize,
+    m: usize,
+    groups: usize,
+    sp: Vec<usize>,
+    ks: Vec<usize>,
+    osp: Vec<usize>,
+    strides: Vec<usize>,
+    pads: Vec<(usize, usize)>,
+    dil: Vec<usize>,
+}
+
+fn geometry(x: &[usize], w: &[usize], a: &ConvAttrs, od: &[usize]) -> KResult<Geo> {
+    if x.len() < 3 || w.len() != x.len() || od.len() != x.len() {
+        return invalid(format!(
+            "conv: x {x:?}, w {w:?}, out {od:?} ranks do not fit NC*spatial"
+        ));
+    }
+    let nd = x.len() - 2;
+    let g = a.groups.max(1);
+    let (n, c, m) = (x[0], x[1], w[0]);
+    if c % g != 0 || m % g != 0 || w[1] != c / g {
+        return invalid(format!(
+            "conv: x {x:?} and w {w:?} do not fit groups={g} (w[1] must be C/groups)"
+        ));
+    }
+    let get = |v: &Vec<usize>, d: usize| if v.is_empty() { vec![d; nd] } else { v.clone() };
+    let strides = get(&a.strides, 1);
+    let dil = get(&a.dilations, 1);
+    let pads = if a.pads.is_empty() {
+        vec![(0, 0); nd]
+    } else {
+        a.pads.clone()
+    };
+    if strides.len() != nd || dil.len() != nd || pads.len() != nd {
+        return invalid("conv: strides/dilations/pads need one entry per spatial axis");
+    }
+    let sp = x[2..].to_vec();
+    let ks = w[2..].to_vec();
+    let mut osp = vec![];
+    for i in 0..nd {
+        let span = dil[i] * (ks[i].max(1) - 1) + 1;
+        let padded = sp[i] + pads[i].0 + pads[i].1;
+        let o = if padded >= span && strides[i] > 0 {
+            (padded - span) / strides[i] + 1
+        } else {
+            0
+        };
+        osp.push(o);
+    }
+    if od[0] != n || od[1] != m || od[2..] != osp[..] {
+        return invalid(format!(
+            "conv: computed output [{n}, {m}, {osp:?}] but the node declares {od:?}"
+        ));
+    }
+    Ok(Geo {
+        n,
+        c,
+        m,
+        groups: g,
+        sp,
+        ks,
+        osp,
+        strides,
+        pads,
+        dil,
+    })
+}
+
+/// Fill `col` ([cg*KS, P] row-major) from one group's input planes `x` ([cg, *sp]).
+fn im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, cg: usize, col: &mut [T]) {
+    let nd = g.sp.len();
+    let ksz: usize = g.ks.iter().product();
+    let plane: usize = g.sp.iter().product();
+    let p: usize = g.osp.iter().product();
+    let last_o = g.osp[nd - 1];
+    let sst = rlx_ir::strides_of(&g.sp);
+    let kst = rlx_ir::strides_of(&g.ks);
+    let _ = cg;
+    fill_chunks(col, p, |row, dst| {
+        let ch = row / ksz;
+        let mut kk = row % ksz;
+        let src = &x[ch * plane..(ch + 1) * plane];
+        // kernel tap per axis
+        let mut tap = vec![0usize; nd];
+        for i in 0..nd {
+            tap[i] = kk / kst[i];
+            kk %= kst[i];
+        }
+        // input index on each axis for each output index (None outside)
+        let maps: Vec<Vec<Option<usize>>> = (0..nd)
+            .map(|i| {
+                (0..g.osp[i])
+                    .map(|o| {
+                        let pos =
+                            (o * g.strides[i] + tap[i] * g.dil[i]) as isize - g.pads[i].0 as isize;
+                        if pos >= 0 && (pos as usize) < g.sp[i] {
+                            Some(pos as usize)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let lm = &maps[nd - 1];
+        for (r, out_row) in dst.chunks_mut(last_o.max(1)).enumerate() {
+            if last_o == 0 {
+                break;
+            }
+            let mut rem = r;
+            let mut base = Some(0usize);
+            for i in (0..nd - 1).rev() {
+                let o = rem % g.osp[i];
+                rem /= g.osp[i];
+                base = match (base, maps[i][o]) {
+                    (Some(b), Some(q)) => Some(b + q * sst[i]),
+                    _ => None,
+                };
+            }
+            match base {
+                None => out_row.fill(T::default()),
+                Some(b) => {
+                    for (d, m) in out_row.iter_mut().zip(lm) {
+                        *d = match m {
+                            Some(q) => src[b + q],
+                            None => T::default(),
+                        };
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn conv_float<T: GemmElem + Elem>(
+    x: &[T],
+    w: &[T],
+    bias: Option<Vec<T>>,
+    g: &Geo,
+) -> KResult<Vec<T>>
+where
+    T: std::ops::Add<Output = T>,
+{
+    let cg = g.c / g.groups;
+    let mg = g.m / g.groups;
+    let ksz: usize = g.ks.iter().product();
+    let kk = cg * ksz;
+    let plane: usize = g.sp.iter().product();
+    let p: usize = g.osp.iter().product();
+    let mut out = vec![T::ZERO; g.n * g.m * p];
+    let direct = g.ks.iter().all(|&k| k == 1)
+        && g.strides.iter().all(|&s| s == 1)
+        && g.pads.iter().all(|&(b, e)| b == 0 && e == 0);
+    let mut col = if direct {
+        vec![]
+    } else {
+        vec![T::ZERO; kk * p]
+    };
+    for ni in 0..g.n {
+        for gi in 0..g.groups {
+            let xoff = (ni * g.c + gi * cg) * plane;
+            let xs = &x[xoff..xoff + cg * plane];
+            let bview = if direct {
+                View {
+                    data: xs,
+                    off: 0,
+                    rs: p,
+                    cs: 1,
+                }
+            } else {
+                im2col(xs, g, cg, &mut col);
+                View {
+                    data: &col,
+                    off: 0,
+                    rs: p,
+                    cs: 1,
+                }
+            };
+            let ooff = (ni * g.m + gi * mg) * p;
+            let wv = View {
+                data: w,
+                off: gi * mg * kk,
+                rs: kk,
+                cs: 1,
+            };
+            gemm_into(mg, p, kk, wv, bview, &mut out[ooff..ooff + mg * p], true)?;
+        }
+    }
+    if let Some(b) = bias {
+        for (i, chunk) in out.chunks_mut(p.max(1)).enumerate() {
+            if p == 0 {
+                break;
+            }
+            let bv = b[i % g.m];
+            for v in chunk {
+                *v = *v + bv;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `Op::Conv` (ONNX Conv): x [N, C, *sp], w [M, C/groups, *k], optional bias [M];
+/// output [N, M, *osp] with `osp = (sp + pad_b + pad_e - dil*(k-1) - 1) / stride + 1`.
 pub(crate) fn conv(
-    _x: &Tensor,
-    _w: &Tensor,
-    _b: Option<&Tensor>,
-    _a: &ConvAttrs,
-    _out: &Shape,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
 ) -> KResult<Tensor> {
-    Err(crate::KernelError::Unsupported(
-        "Conv (not yet implemented)".into(),
-    ))
+    let od = out_dims(out)?;
+    let g = geometry(x.dims(), w.dims(), a, &od)?;
+    if let Some(b) = bias {
+        if b.numel() != g.m {
+            return invalid(format!(
+                "conv: bias has {} elements, expected {}",
+                b.numel(),
+                g.m
+            ));
+        }
+    }
+    if x.dtype() != w.dtype() {
+        return invalid(format!("conv: x is {} but w is {}", x.dtype(), w.dtype()));
+    }
+    use TensorData as D;
+    let data = match (x.data(), w.data()) {
+        (D::F32(xv), D::F32(wv)) => {
+            D::F32(conv_float(xv, wv, bias.map(|b| values_as(b.data())), &g)?)
+        }
+        (D::F64(xv), D::F64(wv)) => {
+            D::F64(conv_float(xv, wv, bias.map(|b| values_as(b.data())), &g)?)
+        }
+        (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
+            let xv = x.data().to_f32_vec();
+            let wv = w.data().to_f32_vec();
+            let r = conv_float(&xv, &wv, bias.map(|b| values_as(b.data())), &g)?;
+            if x.dtype() == rlx_ir::DType::F16 {
+                D::F16(r.into_iter().map(f16::from_f32).collect())
+            } else {
+                D::BF16(r.into_iter().map(bf16::from_f32).collect())
+            }
+        }
+        (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
+    };
+    make(od, data)
 }

@@ -1,8 +1,264 @@
-//! Matrix products (in progress).
-use super::KResult;
-use rlx_ir::{Shape, Tensor};
-pub(crate) fn matmul(_a: &Tensor, _b: &Tensor, _out: &Shape) -> KResult<Tensor> {
-    Err(crate::KernelError::Unsupported(
-        "MatMul (not yet implemented)".into(),
-    ))
+//! Matrix products through the `gemm` crate: ONNX MatMul (`np.matmul` semantics).
+//!
+//! f32 and f64 go to `gemm::gemm`; F16/BF16 are widened to f32 and the result rounded;
+//! integer types use a plain i64 triple loop (wrapping).
+
+use super::{elementwise::map_vec, invalid, make, KResult, PAR_THRESHOLD};
+use gemm::Parallelism;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use rlx_ir::{broadcast_dims, Shape, Tensor, TensorData};
+
+/// Element types `gemm::gemm` handles natively here.
+pub(crate) trait GemmElem: Copy + Send + Sync + Default + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+}
+impl GemmElem for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+}
+impl GemmElem for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+}
+
+/// Products with at least this many multiply-adds let gemm use all rayon threads.
+const GEMM_PAR_FLOPS: usize = 1 << 18;
+
+/// A strided matrix view: element (i, j) is `data[off + i*rs + j*cs]`.
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a, T> {
+    pub data: &'a [T],
+    pub off: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+fn fits<T>(v: &View<T>, rows: usize, cols: usize) -> bool {
+    rows == 0 || cols == 0 || v.off + (rows - 1) * v.rs + (cols - 1) * v.cs < v.data.len()
+}
+
+/// `dst[m×n] (row-major, contiguous) = a[m×k] · b[k×n]`, overwriting `dst`.
+/// `parallel` lets gemm spread a large product over the rayon pool.
+pub(crate) fn gemm_into<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<T>,
+    b: View<T>,
+    dst: &mut [T],
+    parallel: bool,
+) -> KResult<()> {
+    if dst.len() < m * n || !fits(&a, m, k) || !fits(&b, k, n) {
+        return invalid(format!(
+            "gemm: operand buffers too small for {m}x{k} · {k}x{n}"
+        ));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        dst[..m * n].fill(T::ZERO);
+        return Ok(());
+    }
+    let threads = rayon::current_num_threads();
+    let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: every pointer stays inside its slice: checked by `fits` and the dst length
+    // above; dst does not alias a or b (it is a distinct &mut slice).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.data.as_ptr().add(a.off),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr().add(b.off),
+            b.cs as isize,
+            b.rs as isize,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+    Ok(())
+}
+
+/// Shapes of one `np.matmul` call, after promoting 1-D operands.
+struct MmPlan {
+    m: usize,
+    k: usize,
+    n: usize,
+    /// Output batch dims (broadcast of both operands' batch dims).
+    batch: Vec<usize>,
+    /// Per output batch index: (a matrix offset, b matrix offset) in elements.
+    offs: Vec<(usize, usize)>,
+    out_dims: Vec<usize>,
+    /// b has a single matrix and a is contiguous: fold a's batch into M.
+    fold: bool,
+}
+
+fn plan(ad: &[usize], bd: &[usize]) -> KResult<MmPlan> {
+    if ad.is_empty() || bd.is_empty() {
+        return invalid("matmul: scalar operands are not allowed");
+    }
+    let mut a2 = ad.to_vec();
+    let mut b2 = bd.to_vec();
+    let a_vec = a2.len() == 1;
+    let b_vec = b2.len() == 1;
+    if a_vec {
+        a2.insert(0, 1);
+    }
+    if b_vec {
+        b2.push(1);
+    }
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (kb, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != kb {
+        return invalid(format!("matmul: inner dims differ: {ad:?} · {bd:?}"));
+    }
+    let ab = &a2[..a2.len() - 2];
+    let bb = &b2[..b2.len() - 2];
+    let batch = broadcast_dims(ab, bb).ok_or_else(|| {
+        crate::KernelError::Invalid(format!(
+            "matmul: batch dims of {ad:?} and {bd:?} do not broadcast"
+        ))
+    })?;
+    let nb: usize = batch.iter().product();
+    let r = batch.len();
+    let full = |d: &[usize]| {
+        let mut f = vec![1usize; r - d.len()];
+        f.extend_from_slice(d);
+        f
+    };
+    let (fa, fb) = (full(ab), full(bb));
+    let (sa, sb) = (rlx_ir::strides_of(&fa), rlx_ir::strides_of(&fb));
+    let mut offs = Vec::with_capacity(nb);
+    for bi in 0..nb {
+        let (mut rem, mut oa, mut ob) = (bi, 0, 0);
+        for i in (0..r).rev() {
+            let c = rem % batch[i];
+            rem /= batch[i];
+            if fa[i] != 1 {
+                oa += c * sa[i];
+            }
+            if fb[i] != 1 {
+                ob += c * sb[i];
+            }
+        }
+        offs.push((oa * m * k, ob * k * n));
+    }
+    let mut out_dims = batch.clone();
+    if !a_vec {
+        out_dims.push(m);
+    }
+    if !b_vec {
+        out_dims.push(n);
+    }
+    let b_single = bb.iter().product::<usize>() == 1;
+    let a_full = ab.iter().product::<usize>() == nb;
+    Ok(MmPlan {
+        m,
+        k,
+        n,
+        batch,
+        offs,
+        out_dims,
+        fold: b_single && a_full,
+    })
+}
+
+fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
+    let (m, k, n) = (p.m, p.k, p.n);
+    let nb: usize = p.batch.iter().product();
+    let mut out = vec![T::ZERO; nb * m * n];
+    let va = |off| View {
+        data: a,
+        off,
+        rs: k,
+        cs: 1,
+    };
+    let vb = |off| View {
+        data: b,
+        off,
+        rs: n,
+        cs: 1,
+    };
+    if p.fold || nb == 1 {
+        return gemm_into(nb * m, n, k, va(0), vb(0), &mut out, true).map(|_| out);
+    }
+    let per = m * n * k;
+    if per < GEMM_PAR_FLOPS && nb * per >= GEMM_PAR_FLOPS && m * n > 0 {
+        // Many small products (attention heads): one task per batch.
+        out.par_chunks_mut(m * n)
+            .zip(p.offs.par_iter())
+            .try_for_each(|(dst, &(oa, ob))| gemm_into(m, n, k, va(oa), vb(ob), dst, false))?;
+    } else if m * n > 0 {
+        for (dst, &(oa, ob)) in out.chunks_mut(m * n).zip(&p.offs) {
+            gemm_into(m, n, k, va(oa), vb(ob), dst, true)?;
+        }
+    }
+    Ok(out)
+}
+
+fn matmul_int(a: &[i64], b: &[i64], p: &MmPlan) -> Vec<i64> {
+    let (m, k, n) = (p.m, p.k, p.n);
+    let mut out = Vec::with_capacity(p.offs.len() * m * n);
+    for &(oa, ob) in &p.offs {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0i64;
+                for t in 0..k {
+                    s = s.wrapping_add(a[oa + i * k + t].wrapping_mul(b[ob + t * n + j]));
+                }
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// `Op::MatMul` (ONNX MatMul / `np.matmul`): batch dims broadcast, a 1-D `a` is a row
+/// vector and a 1-D `b` a column vector, their unit dims dropped from the output.
+pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
+    let p = plan(a.dims(), b.dims())?;
+    let _ = out;
+    use TensorData as D;
+    let data = match (a.data(), b.data()) {
+        (D::F32(x), D::F32(y)) => D::F32(matmul_float(x, y, &p)?),
+        (D::F64(x), D::F64(y)) => D::F64(matmul_float(x, y, &p)?),
+        (D::F16(x), D::F16(y)) => {
+            let (x, y) = (map_vec(x, |v| v.to_f32()), map_vec(y, |v| v.to_f32()));
+            D::F16(map_vec(&matmul_float(&x, &y, &p)?, f16::from_f32))
+        }
+        (D::BF16(x), D::BF16(y)) => {
+            let (x, y) = (map_vec(x, |v| v.to_f32()), map_vec(y, |v| v.to_f32()));
+            D::BF16(map_vec(&matmul_float(&x, &y, &p)?, bf16::from_f32))
+        }
+        (x, y) if x.dtype() == y.dtype() && x.dtype().is_int() => {
+            let r = matmul_int(&x.to_i64_vec(), &y.to_i64_vec(), &p);
+            D::from_i64(x.dtype(), &r)
+        }
+        (x, y) => {
+            return invalid(format!(
+                "matmul: unsupported dtypes {} · {}",
+                x.dtype(),
+                y.dtype()
+            ))
+        }
+    };
+    let _ = PAR_THRESHOLD;
+    make(p.out_dims, data)
 }

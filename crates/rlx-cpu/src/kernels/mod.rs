@@ -18,7 +18,7 @@ pub(crate) mod shape;
 
 use crate::KernelError;
 use half::{bf16, f16};
-use rlx_ir::{DType, Shape, Tensor, TensorData};
+use rlx_ir::{Shape, Tensor, TensorData};
 
 /// Below this many output elements a kernel runs on the calling thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
@@ -171,17 +171,6 @@ pub(crate) fn arity(op: &str, inputs: &[&Tensor], min: usize, max: usize) -> KRe
             format!("{min}..={max}")
         };
         return invalid(format!("{op} takes {want} inputs, got {}", inputs.len()));
-    }
-    Ok(())
-}
-
-/// Check the output dtype equals the input dtype for dtype-preserving ops.
-pub(crate) fn same_dtype(op: &str, got: DType, out: &Shape) -> KResult<()> {
-    if got != out.dtype {
-        return invalid(format!(
-            "{op}: input dtype {got} but output declared {}",
-            out.dtype
-        ));
     }
     Ok(())
 }

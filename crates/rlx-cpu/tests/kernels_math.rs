@@ -1,0 +1,537 @@
+//! MatMul, Conv, Pool, Softmax and the normalizations against naive reference loops and
+//! formulas written here from the ONNX definitions.
+
+use rlx_cpu::eval_op;
+use rlx_ir::*;
+
+fn f32t(d: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_f32(d, v).unwrap()
+}
+fn ev(op: Op, ins: &[&Tensor], d: &[usize], dt: DType) -> Tensor {
+    eval_op(&op, ins, &Shape::new(d, dt)).unwrap()
+}
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.as_f32().unwrap().to_vec()
+}
+/// Deterministic pseudo-random values in [-1, 1).
+fn rnd(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+fn close(a: &[f32], b: &[f32], tol: f32) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+    }
+}
+
+fn naive_mm(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut o = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0f64;
+            for t in 0..k {
+                s += a[i * k + t] as f64 * b[t * n + j] as f64;
+            }
+            o[i * n + j] = s as f32;
+        }
+    }
+    o
+}
+
+#[test]
+fn matmul_2d_and_large() {
+    for &(m, k, n) in &[(2, 3, 4), (1, 1, 1), (70, 130, 90), (128, 256, 64)] {
+        let a = rnd(m * k, 1);
+        let b = rnd(k * n, 2);
+        let y = ev(
+            Op::MatMul,
+            &[&f32t(&[m, k], a.clone()), &f32t(&[k, n], b.clone())],
+            &[m, n],
+            DType::F32,
+        );
+        close(&f32s(&y), &naive_mm(&a, &b, m, k, n), 1e-4);
+    }
+}
+
+#[test]
+fn matmul_batch_broadcast_and_vectors() {
+    // a [2,1,3,4] · b [3,4,5] -> [2,3,3,5]
+    let a = rnd(2 * 3 * 4, 3);
+    let b = rnd(3 * 4 * 5, 4);
+    let y = f32s(&ev(
+        Op::MatMul,
+        &[
+            &f32t(&[2, 1, 3, 4], a.clone()),
+            &f32t(&[3, 4, 5], b.clone()),
+        ],
+        &[2, 3, 3, 5],
+        DType::F32,
+    ));
+    for i in 0..2 {
+        for j in 0..3 {
+            let r = naive_mm(&a[i * 12..(i + 1) * 12], &b[j * 20..(j + 1) * 20], 3, 4, 5);
+            close(&y[(i * 3 + j) * 15..(i * 3 + j + 1) * 15], &r, 1e-5);
+        }
+    }
+    // [3,4] · b [3,4] batched a with 2-D b folded: a [2,3,4] · [4,5]
+    let y2 = f32s(&ev(
+        Op::MatMul,
+        &[
+            &f32t(&[2, 3, 4], a.clone()),
+            &f32t(&[4, 5], b[..20].to_vec()),
+        ],
+        &[2, 3, 5],
+        DType::F32,
+    ));
+    close(&y2, &naive_mm(&a, &b[..20], 6, 4, 5), 1e-5);
+    // 1-D · 2-D and 2-D · 1-D
+    let v = rnd(4, 5);
+    let y3 = f32s(&ev(
+        Op::MatMul,
+        &[&f32t(&[4], v.clone()), &f32t(&[4, 5], b[..20].to_vec())],
+        &[5],
+        DType::F32,
+    ));
+    close(&y3, &naive_mm(&v, &b[..20], 1, 4, 5), 1e-5);
+    let y4 = f32s(&ev(
+        Op::MatMul,
+        &[&f32t(&[3, 4], a[..12].to_vec()), &f32t(&[4], v.clone())],
+        &[3],
+        DType::F32,
+    ));
+    close(&y4, &naive_mm(&a[..12], &v, 3, 4, 1), 1e-5);
+    // many small batches (parallel path): [64, 16, 32] · [64, 32, 16]
+    let a = rnd(64 * 16 * 32, 6);
+    let b = rnd(64 * 32 * 16, 7);
+    let y5 = f32s(&ev(
+        Op::MatMul,
+        &[
+            &f32t(&[64, 16, 32], a.clone()),
+            &f32t(&[64, 32, 16], b.clone()),
+        ],
+        &[64, 16, 16],
+        DType::F32,
+    ));
+    for i in 0..64 {
+        close(
+            &y5[i * 256..(i + 1) * 256],
+            &naive_mm(
+                &a[i * 512..(i + 1) * 512],
+                &b[i * 512..(i + 1) * 512],
+                16,
+                32,
+                16,
+            ),
+            1e-4,
+        );
+    }
+}
+
+#[test]
+fn matmul_f64_and_int() {
+    let a = Tensor::new(vec![2, 2], TensorData::F64(vec![1.0, 2.0, 3.0, 4.0])).unwrap();
+    let y = ev(Op::MatMul, &[&a, &a], &[2, 2], DType::F64);
+    assert_eq!(y.data().to_f64_vec(), vec![7.0, 10.0, 15.0, 22.0]);
+    let ai = Tensor::from_i64(&[2, 2], vec![1, 2, 3, 4]).unwrap();
+    let yi = ev(Op::MatMul, &[&ai, &ai], &[2, 2], DType::I64);
+    assert_eq!(yi.data().to_i64_vec(), vec![7, 10, 15, 22]);
+}
+
+/// Direct convolution straight from the ONNX Conv definition (2-D).
+#[allow(clippy::too_many_arguments)]
+fn naive_conv2d(
+    x: &[f32],
+    xd: [usize; 4],
+    w: &[f32],
+    wd: [usize; 4],
+    b: Option<&[f32]>,
+    s: [usize; 2],
+    p: [usize; 4],
+    dil: [usize; 2],
+    g: usize,
+) -> (Vec<f32>, [usize; 4]) {
+    let [n, c, h, wi] = xd;
+    let [m, cg, kh, kw] = wd;
+    let oh = (h + p[0] + p[2] - dil[0] * (kh - 1) - 1) / s[0] + 1;
+    let ow = (wi + p[1] + p[3] - dil[1] * (kw - 1) - 1) / s[1] + 1;
+    let mg = m / g;
+    let mut o = vec![0.0f32; n * m * oh * ow];
+    for ni in 0..n {
+        for mi in 0..m {
+            let gi = mi / mg;
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let mut acc = b.map(|b| b[mi] as f64).unwrap_or(0.0);
+                    for ci in 0..cg {
+                        let cin = gi * cg + ci;
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (y * s[0] + ky * dil[0]) as isize - p[0] as isize;
+                                let ix = (xo * s[1] + kx * dil[1]) as isize - p[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= wi as isize {
+                                    continue;
+                                }
+                                acc += x[((ni * c + cin) * h + iy as usize) * wi + ix as usize]
+                                    as f64
+                                    * w[((mi * cg + ci) * kh + ky) * kw + kx] as f64;
+                            }
+                        }
+                    }
+                    o[((ni * m + mi) * oh + y) * ow + xo] = acc as f32;
+                }
+            }
+        }
+    }
+    let _ = c;
+    (o, [n, m, oh, ow])
+}
+
+#[test]
+fn conv2d_against_direct_loop() {
+    // (x dims, w dims, strides, pads [t,l,b,r], dilations, groups, bias)
+    let cases: Vec<(
+        [usize; 4],
+        [usize; 4],
+        [usize; 2],
+        [usize; 4],
+        [usize; 2],
+        usize,
+        bool,
+    )> = vec![
+        (
+            [1, 1, 5, 5],
+            [1, 1, 3, 3],
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+            1,
+            false,
+        ),
+        (
+            [2, 3, 7, 6],
+            [4, 3, 3, 3],
+            [2, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            1,
+            true,
+        ),
+        (
+            [1, 4, 8, 8],
+            [4, 1, 3, 3],
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            4,
+            true,
+        ), // depthwise
+        (
+            [1, 4, 9, 9],
+            [6, 2, 3, 2],
+            [2, 2],
+            [0, 1, 2, 0],
+            [2, 1],
+            2,
+            false,
+        ), // groups+dilation+asym pads
+        (
+            [2, 8, 5, 5],
+            [16, 8, 1, 1],
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+            1,
+            true,
+        ), // 1x1 = gemm
+    ];
+    for (k, (xd, wd, s, p, dil, g, has_b)) in cases.into_iter().enumerate() {
+        let x = rnd(xd.iter().product(), 10 + k as u64);
+        let w = rnd(wd.iter().product(), 20 + k as u64);
+        let b = rnd(wd[0], 30 + k as u64);
+        let (want, od) = naive_conv2d(&x, xd, &w, wd, has_b.then_some(&b[..]), s, p, dil, g);
+        let attrs = ConvAttrs {
+            strides: s.to_vec(),
+            pads: vec![(p[0], p[2]), (p[1], p[3])],
+            dilations: dil.to_vec(),
+            groups: g,
+        };
+        let xt = f32t(&xd, x);
+        let wt = f32t(&wd, w);
+        let bt = f32t(&[wd[0]], b);
+        let mut ins = vec![&xt, &wt];
+        if has_b {
+            ins.push(&bt);
+        }
+        let y = ev(Op::Conv(attrs), &ins, &od, DType::F32);
+        close(&f32s(&y), &want, 1e-4);
+    }
+}
+
+#[test]
+fn conv1d_matches_hand_values() {
+    // x = [1,2,3,4], w = [1,0,-1], pad 1 each side: y[i] = x[i-1] - x[i+1]
+    let x = f32t(&[1, 1, 4], vec![1.0, 2.0, 3.0, 4.0]);
+    let w = f32t(&[1, 1, 3], vec![1.0, 0.0, -1.0]);
+    let a = ConvAttrs {
+        strides: vec![1],
+        pads: vec![(1, 1)],
+        dilations: vec![1],
+        groups: 1,
+    };
+    let y = ev(Op::Conv(a), &[&x, &w], &[1, 1, 4], DType::F32);
+    assert_eq!(f32s(&y), vec![-2.0, -2.0, -2.0, 3.0]);
+}
+
+#[test]
+fn pools() {
+    let x = f32t(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect());
+    let attrs = |kind| PoolAttrs {
+        kind,
+        kernel: vec![2, 2],
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+    };
+    // Max with pad 1, kernel 2, stride 1 → 4x4
+    let y = f32s(&ev(
+        Op::Pool(attrs(PoolKind::Max)),
+        &[&x],
+        &[1, 1, 4, 4],
+        DType::F32,
+    ));
+    assert_eq!(
+        y,
+        vec![1., 2., 3., 3., 4., 5., 6., 6., 7., 8., 9., 9., 7., 8., 9., 9.]
+    );
+    // Avg excluding pads: corner = 1/1, include pads: corner = 1/4
+    let ex = f32s(&ev(
+        Op::Pool(attrs(PoolKind::Avg {
+            count_include_pad: false,
+        })),
+        &[&x],
+        &[1, 1, 4, 4],
+        DType::F32,
+    ));
+    let inc = f32s(&ev(
+        Op::Pool(attrs(PoolKind::Avg {
+            count_include_pad: true,
+        })),
+        &[&x],
+        &[1, 1, 4, 4],
+        DType::F32,
+    ));
+    assert_eq!(ex[0], 1.0);
+    assert_eq!(inc[0], 0.25);
+    assert_eq!(ex[1], 1.5); // (1+2)/2
+    assert_eq!(inc[5], 3.0); // (1+2+4+5)/4
+                             // Lp p=2 over 2x2 windows without padding
+    let lp = PoolAttrs {
+        kind: PoolKind::Lp { p: 2.0 },
+        kernel: vec![2, 2],
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+    };
+    let l = f32s(&ev(Op::Pool(lp), &[&x], &[1, 1, 2, 2], DType::F32));
+    close(
+        &l,
+        &[
+            (1f32 + 4. + 16. + 25.).sqrt(),
+            (4f32 + 9. + 25. + 36.).sqrt(),
+            (16f32 + 25. + 49. + 64.).sqrt(),
+            (25f32 + 36. + 64. + 81.).sqrt(),
+        ],
+        1e-6,
+    );
+    // MaxPool propagates NaN
+    let mut v: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+    v[4] = f32::NAN;
+    let xn = f32t(&[1, 1, 3, 3], v);
+    let mp = PoolAttrs {
+        kind: PoolKind::Max,
+        kernel: vec![2, 2],
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+    };
+    let y = f32s(&ev(Op::Pool(mp), &[&xn], &[1, 1, 2, 2], DType::F32));
+    assert!(y.iter().all(|v| v.is_nan()));
+}
+
+#[test]
+fn softmax_and_logsoftmax_from_formula() {
+    let x = f32t(&[1, 3], vec![1.0, 2.0, 3.0]);
+    let s: f32 = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+    let want: Vec<f32> = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp() / s).collect();
+    let y = f32s(&ev(Op::Softmax { axis: 1 }, &[&x], &[1, 3], DType::F32));
+    close(&y, &want, 1e-6);
+    let ly = f32s(&ev(Op::LogSoftmax { axis: 1 }, &[&x], &[1, 3], DType::F32));
+    close(&ly, &want.iter().map(|v| v.ln()).collect::<Vec<_>>(), 1e-6);
+    // axis 0 of a [3,2] tensor (strided lanes)
+    let x = f32t(&[3, 2], vec![1.0, 0.0, 2.0, 0.0, 3.0, 0.0]);
+    let y = f32s(&ev(Op::Softmax { axis: 0 }, &[&x], &[3, 2], DType::F32));
+    close(&[y[0], y[2], y[4]], &want, 1e-6);
+    close(&[y[1], y[3], y[5]], &[1.0 / 3.0; 3], 1e-6);
+    // an all -inf row gives NaN (max subtraction: -inf - -inf)
+    let x = f32t(
+        &[2, 2],
+        vec![f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY],
+    );
+    let y = f32s(&ev(Op::Softmax { axis: 1 }, &[&x], &[2, 2], DType::F32));
+    assert!(y[0].is_nan() && y[1].is_nan());
+    assert_eq!(&y[2..], &[1.0, 0.0]);
+}
+
+#[test]
+fn layer_norm_batch_norm_lrn() {
+    let x = f32t(&[2, 3], vec![1.0, 2.0, 3.0, -1.0, 0.0, 4.0]);
+    let sc = f32t(&[3], vec![1.0, 2.0, 0.5]);
+    let bi = f32t(&[3], vec![0.0, 1.0, -1.0]);
+    let y = f32s(&ev(
+        Op::LayerNorm {
+            axis: 1,
+            epsilon: 1e-5,
+        },
+        &[&x, &sc, &bi],
+        &[2, 3],
+        DType::F32,
+    ));
+    let mut want = vec![];
+    for r in 0..2 {
+        let row = &[[1.0f32, 2.0, 3.0], [-1.0, 0.0, 4.0]][r];
+        let mean = row.iter().sum::<f32>() / 3.0;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 3.0;
+        for j in 0..3 {
+            want.push(
+                (row[j] - mean) / (var + 1e-5).sqrt() * [1.0, 2.0, 0.5][j] + [0.0, 1.0, -1.0][j],
+            );
+        }
+    }
+    close(&y, &want, 1e-5);
+
+    // BatchNorm on [1,2,2]
+    let x = f32t(&[1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]);
+    let s = f32t(&[2], vec![1.0, 2.0]);
+    let b = f32t(&[2], vec![0.5, -0.5]);
+    let m = f32t(&[2], vec![1.5, 3.0]);
+    let v = f32t(&[2], vec![0.25, 4.0]);
+    let y = f32s(&ev(
+        Op::BatchNorm { epsilon: 0.0 },
+        &[&x, &s, &b, &m, &v],
+        &[1, 2, 2],
+        DType::F32,
+    ));
+    close(
+        &y,
+        &[
+            (1.0 - 1.5) / 0.5 + 0.5,
+            (2.0 - 1.5) / 0.5 + 0.5,
+            0.0 * 2.0 - 0.5,
+            (4.0 - 3.0) / 2.0 * 2.0 - 0.5,
+        ],
+        1e-6,
+    );
+
+    // LRN size 3 on C = 3, one pixel: square sums over neighbour channels
+    let x = f32t(&[1, 3, 1, 1], vec![1.0, 2.0, 3.0]);
+    let (alpha, beta, bias) = (0.3f32, 0.75f32, 2.0f32);
+    let y = f32s(&ev(
+        Op::Lrn {
+            size: 3,
+            alpha,
+            beta,
+            bias,
+        },
+        &[&x],
+        &[1, 3, 1, 1],
+        DType::F32,
+    ));
+    let sq = [1.0f32 + 4.0, 1.0 + 4.0 + 9.0, 4.0 + 9.0];
+    let want: Vec<f32> = (0..3)
+        .map(|c| [1.0f32, 2.0, 3.0][c] / (bias + alpha / 3.0 * sq[c]).powf(beta))
+        .collect();
+    close(&y, &want, 1e-6);
+}
+
+#[test]
+fn argmax_trilu() {
+    let x = f32t(&[2, 3], vec![1.0, 5.0, 5.0, f32::NAN, 0.0, 9.0]);
+    let a = ev(
+        Op::ArgReduce {
+            max: true,
+            axis: 1,
+            keepdims: false,
+            select_last_index: false,
+        },
+        &[&x],
+        &[2],
+        DType::I64,
+    );
+    assert_eq!(a.data().to_i64_vec(), vec![1, 0]);
+    let a = ev(
+        Op::ArgReduce {
+            max: true,
+            axis: 1,
+            keepdims: true,
+            select_last_index: true,
+        },
+        &[&x],
+        &[2, 1],
+        DType::I64,
+    );
+    assert_eq!(a.data().to_i64_vec(), vec![2, 0]);
+    let a = ev(
+        Op::ArgReduce {
+            max: false,
+            axis: 0,
+            keepdims: false,
+            select_last_index: false,
+        },
+        &[&x],
+        &[3],
+        DType::I64,
+    );
+    assert_eq!(a.data().to_i64_vec(), vec![1, 1, 0]);
+    let m = f32t(&[3, 3], (1..=9).map(|v| v as f32).collect());
+    let u = f32s(&ev(
+        Op::Trilu { upper: true, k: 0 },
+        &[&m],
+        &[3, 3],
+        DType::F32,
+    ));
+    assert_eq!(u, vec![1., 2., 3., 0., 5., 6., 0., 0., 9.]);
+    let l = f32s(&ev(
+        Op::Trilu {
+            upper: false,
+            k: -1,
+        },
+        &[&m],
+        &[3, 3],
+        DType::F32,
+    ));
+    assert_eq!(l, vec![0., 0., 0., 4., 0., 0., 7., 8., 0.]);
+}
+
+#[test]
+fn f16_matmul_rounds_and_overflows() {
+    use half::f16;
+    let a = Tensor::new(vec![1, 1], TensorData::F16(vec![f16::from_f32(300.0)])).unwrap();
+    let y = ev(Op::MatMul, &[&a, &a], &[1, 1], DType::F16);
+    match y.data() {
+        TensorData::F16(v) => assert!(v[0].is_infinite()),
+        _ => unreachable!(),
+    }
+}
