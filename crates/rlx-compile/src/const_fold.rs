@@ -66,10 +66,18 @@ pub fn eliminate_dead(g: &Graph) -> Graph {
         }
         let mut n = node.clone();
         n.id = NodeId(out.nodes.len() as u32);
-        n.inputs = node.inputs.iter().map(|x| map[x.index()].expect("live input")).collect();
+        n.inputs = node
+            .inputs
+            .iter()
+            .map(|x| map[x.index()].expect("live input"))
+            .collect();
         map[node.id.index()] = Some(n.id);
         out.nodes.push(n);
     }
-    out.outputs = g.outputs.iter().map(|o| map[o.index()].expect("live output")).collect();
+    out.outputs = g
+        .outputs
+        .iter()
+        .map(|o| map[o.index()].expect("live output"))
+        .collect();
     out
 }

@@ -4,7 +4,9 @@
 //! so a NaN inside a decomposed Softmax is reported against the ONNX Softmax node's name.
 //! `Lrn` stays high-level (the CPU backend has a kernel for it).
 
-use rlx_ir::{Activation, BinaryOp, DType, Dim, Graph, Node, NodeId, Op, ReduceKind, Shape, Tensor, UnaryOp};
+use rlx_ir::{
+    Activation, BinaryOp, DType, Dim, Graph, Node, NodeId, Op, ReduceKind, Shape, Tensor, UnaryOp,
+};
 
 /// Return a copy of `g` with every high-level op (except `Lrn`) rewritten into primitives.
 /// Node ids change; outputs, output names and input declarations are kept.
@@ -34,7 +36,13 @@ fn keep_axes(s: &Shape, axes: &[usize]) -> Shape {
         .dims
         .iter()
         .enumerate()
-        .map(|(i, d)| if axes.contains(&i) { Dim::Static(1) } else { d.clone() })
+        .map(|(i, d)| {
+            if axes.contains(&i) {
+                Dim::Static(1)
+            } else {
+                d.clone()
+            }
+        })
         .collect();
     Shape::with_dims(dims, s.dtype)
 }
@@ -66,14 +74,22 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
             let axes: Vec<usize> = (*axis..s.rank()).collect();
             let red = keep_axes(&s, &axes);
             let mean = g.add_node(
-                Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keepdims: true },
+                Op::Reduce {
+                    kind: ReduceKind::Mean,
+                    axes: axes.clone(),
+                    keepdims: true,
+                },
                 vec![x],
                 red.clone(),
             );
             let xc = g.sub(x, mean, s.clone());
             let sq = g.mul(xc, xc, s.clone());
             let var = g.add_node(
-                Op::Reduce { kind: ReduceKind::Mean, axes, keepdims: true },
+                Op::Reduce {
+                    kind: ReduceKind::Mean,
+                    axes,
+                    keepdims: true,
+                },
                 vec![sq],
                 red.clone(),
             );
@@ -96,9 +112,16 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
             pdims.remove(0);
             let ps = Shape::with_dims(pdims.clone(), dt);
             let rs = |g: &mut Graph, v: NodeId| {
-                g.add_node(Op::Reshape { dims: ps.dims_usize() }, vec![v], ps.clone())
+                g.add_node(
+                    Op::Reshape {
+                        dims: ps.dims_usize(),
+                    },
+                    vec![v],
+                    ps.clone(),
+                )
             };
-            let (scale, bias, mean, var) = (rs(g, ins[1]), rs(g, ins[2]), rs(g, ins[3]), rs(g, ins[4]));
+            let (scale, bias, mean, var) =
+                (rs(g, ins[1]), rs(g, ins[2]), rs(g, ins[3]), rs(g, ins[4]));
             let eps = scalar(g, dt, *epsilon as f64);
             let ve = g.add(var, eps, ps.clone());
             let den = g.unary(UnaryOp::Sqrt, ve, ps.clone());
@@ -140,7 +163,15 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
 }
 
 fn reduce(g: &mut Graph, kind: ReduceKind, x: NodeId, axis: usize, shape: Shape) -> NodeId {
-    g.add_node(Op::Reduce { kind, axes: vec![axis], keepdims: true }, vec![x], shape)
+    g.add_node(
+        Op::Reduce {
+            kind,
+            axes: vec![axis],
+            keepdims: true,
+        },
+        vec![x],
+        shape,
+    )
 }
 
 #[allow(dead_code)]

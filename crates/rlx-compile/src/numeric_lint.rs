@@ -45,7 +45,11 @@ impl fmt::Display for NumericLint {
             "rlx numeric-lint: {} {} \"{}\": constant subgraph folds to a non-finite value",
             self.node, self.kind, self.label
         )?;
-        write!(f, "  op {}; {} (first at index {})", self.op, self.counts, self.index)?;
+        write!(
+            f,
+            "  op {}; {} (first at index {})",
+            self.op, self.counts, self.index
+        )?;
         if self.reaches != self.node {
             write!(f, "; reaches the graph through {}", self.reaches)?;
         }
@@ -59,7 +63,10 @@ impl fmt::Display for NumericLint {
 /// True when `RLX_LINT_NUMERICS` is set to something other than empty or `0`.
 pub fn lint_enabled_from_env() -> bool {
     !matches!(
-        std::env::var(RLX_LINT_NUMERICS).ok().as_deref().map(str::trim),
+        std::env::var(RLX_LINT_NUMERICS)
+            .ok()
+            .as_deref()
+            .map(str::trim),
         None | Some("") | Some("0")
     )
 }
@@ -130,11 +137,17 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
             continue;
         }
         let c = counts[o.index()];
-        let Some((index, kind)) = c.first() else { continue };
+        let Some((index, kind)) = c.first() else {
+            continue;
+        };
         let node = g.node(o);
         let op = node.op.name();
         let src = source_op_type(g, o);
-        let cause = if node.op.is_leaf() { Cause::Leaf } else { Cause::InputsFinite };
+        let cause = if node.op.is_leaf() {
+            Cause::Leaf
+        } else {
+            Cause::InputsFinite
+        };
         let fix = fix_hint(&op, src, &cause, kind, node.shape.dtype);
         out.push(NumericLint {
             node: o,

@@ -1,1 +1,334 @@
-//! rlx-onnx-import
+//! ONNX importer: an `.onnx` file (protobuf `ModelProto`) → an RLX [`Graph`] whose every
+//! node carries the ONNX node's name (or, when unnamed, its first output name) and op type
+//! as its [`Origin`], so NaN/Inf reports speak the model's own language.
+//!
+//! * [`import_onnx`] / [`import_onnx_bytes`]: the whole model;
+//! * [`read_tensor_proto`]: one `TensorProto` (ONNX test data `input_0.pb`, `output_0.pb`);
+//! * [`supported_ops`]: the op types the importer lowers.
+//!
+//! Graph inputs get static shapes (symbolic dims bound by [`ImportOptions`]); the declared
+//! signature is kept in `Graph::input_decls`. Initializers become `Constant` nodes labelled
+//! with their name. Each ONNX op is lowered by a small translator (`src/ops/`, one file per op
+//! family); nodes whose inputs are all constants are folded at import time, which makes
+//! `Shape → Gather → Concat → Reshape` chains static.
+
+mod ctx;
+mod error;
+mod ops;
+pub mod proto;
+pub mod tensor;
+
+pub use error::ImportError;
+pub use ops::supported_ops;
+
+use ctx::{Ctx, ONode};
+use prost::Message;
+use proto::{DimValue, ModelProto};
+use rlx_ir::{Dim, Graph, NodeId, Op, Origin, Shape, Tensor};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// How to bind symbolic dims of graph inputs.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// Sizes for named symbolic dims (ONNX `dim_param`), e.g. `batch = 2`.
+    pub dims: HashMap<String, usize>,
+    /// Size for symbolic dims not in `dims`, and for dims with neither value nor name.
+    pub default_dim: usize,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            dims: HashMap::new(),
+            default_dim: 1,
+        }
+    }
+}
+
+/// Import the ONNX model at `path`. External data files are resolved relative to the
+/// model's folder and must stay inside it.
+///
+/// Errors: unreadable file, malformed protobuf (naming the file), unsupported op (naming op
+/// type, domain, opset and node), and any lowering problem (naming the node).
+pub fn import_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        file: path.display().to_string(),
+        source,
+    })?;
+    let base = path.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    });
+    import_impl(&bytes, &path.display().to_string(), base, opts)
+}
+
+/// Import a model from its serialized bytes. `base_dir` is the folder external data paths
+/// are relative to (`None`: a model with external data is an error).
+pub fn import_onnx_bytes(
+    bytes: &[u8],
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Graph, ImportError> {
+    import_impl(bytes, "<model bytes>", base_dir, opts)
+}
+
+/// Decode one serialized `TensorProto` (e.g. ONNX test data `input_0.pb`) into its name and
+/// tensor. External data is not allowed here.
+pub fn read_tensor_proto(bytes: &[u8]) -> Result<(String, Tensor), ImportError> {
+    let t = proto::TensorProto::decode(bytes).map_err(|e| ImportError::Decode {
+        file: "<tensor bytes>".into(),
+        msg: e.to_string(),
+    })?;
+    let tensor = tensor::tensor_from_proto(&t, None).map_err(|msg| ImportError::Tensor {
+        name: t.name.clone(),
+        msg,
+    })?;
+    Ok((t.name, tensor))
+}
+
+fn import_impl(
+    bytes: &[u8],
+    file: &str,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Graph, ImportError> {
+    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode {
+        file: file.to_string(),
+        msg: e.to_string(),
+    })?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| ImportError::Model(format!("{file}: the model has no graph")))?;
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .ok_or_else(|| {
+            ImportError::Model(format!(
+                "{file}: no opset_import for the default domain (ai.onnx)"
+            ))
+        })?;
+    let other_opsets: HashMap<&str, i64> = model
+        .opset_import
+        .iter()
+        .map(|o| (o.domain.as_str(), o.version))
+        .collect();
+
+    let name = if graph.name.is_empty() {
+        "onnx"
+    } else {
+        &graph.name
+    };
+    let mut cx = Ctx {
+        g: Graph::new(name),
+        values: HashMap::new(),
+        base_dir,
+    };
+
+    // Initializers → constants labelled with their name.
+    let mut init_names = HashSet::new();
+    for t in &graph.initializer {
+        let tensor = tensor::tensor_from_proto(t, base_dir).map_err(|msg| ImportError::Tensor {
+            name: t.name.clone(),
+            msg,
+        })?;
+        cx.g.set_current_origin(Some(Origin {
+            label: t.name.clone(),
+            op_type: None,
+        }));
+        let id = cx.constant(tensor);
+        cx.values.insert(t.name.clone(), id);
+        init_names.insert(t.name.as_str());
+    }
+
+    // Graph inputs (those that are not initializers).
+    cx.g.set_current_origin(None);
+    for vi in &graph.input {
+        if init_names.contains(vi.name.as_str()) {
+            continue;
+        }
+        let (decl, bound) = input_shape(vi, opts)?;
+        let id = cx.g.input(&vi.name, bound);
+        if let Some(last) = cx.g.input_decls.last_mut() {
+            last.1 = decl;
+        }
+        cx.values.insert(vi.name.clone(), id);
+    }
+
+    // Nodes, in file order (ONNX requires topological order).
+    for node in &graph.node {
+        let label = if !node.name.is_empty() {
+            node.name.clone()
+        } else {
+            node.output
+                .iter()
+                .find(|o| !o.is_empty())
+                .cloned()
+                .unwrap_or_else(|| format!("<unnamed {}>", node.op_type))
+        };
+        let node_err = |msg: String| ImportError::Node {
+            node: label.clone(),
+            op_type: node.op_type.clone(),
+            msg,
+        };
+        let domain_is_default = node.domain.is_empty() || node.domain == "ai.onnx";
+        let lower = if domain_is_default {
+            ops::lookup(&node.op_type)
+        } else {
+            None
+        };
+        let Some(lower) = lower else {
+            let domain = if domain_is_default {
+                "ai.onnx"
+            } else {
+                &node.domain
+            };
+            return Err(ImportError::UnsupportedOp {
+                node: label,
+                op_type: node.op_type.clone(),
+                domain: domain.to_string(),
+                opset: other_opsets
+                    .get(node.domain.as_str())
+                    .copied()
+                    .unwrap_or(opset),
+            });
+        };
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for name in &node.input {
+            if name.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let id = cx.values.get(name).copied().ok_or_else(|| {
+                node_err(format!(
+                    "input \"{name}\" is not produced by an earlier node, an initializer or a graph input"
+                ))
+            })?;
+            inputs.push(Some(id));
+        }
+        cx.g.set_current_origin(Some(Origin {
+            label: label.clone(),
+            op_type: Some(node.op_type.clone()),
+        }));
+        let onode = ONode {
+            proto: node,
+            inputs,
+            opset,
+        };
+        let outs = lower(&mut cx, &onode).map_err(node_err)?;
+        for (i, out_name) in node.output.iter().enumerate() {
+            if out_name.is_empty() {
+                continue;
+            }
+            let id = outs.get(i).copied().ok_or_else(|| {
+                node_err(format!(
+                    "output {i} (\"{out_name}\") is not supported by the importer"
+                ))
+            })?;
+            cx.values.insert(out_name.clone(), id);
+        }
+    }
+    cx.g.set_current_origin(None);
+
+    let mut outputs = Vec::new();
+    for vi in &graph.output {
+        let id = cx
+            .values
+            .get(&vi.name)
+            .copied()
+            .ok_or_else(|| ImportError::Output {
+                name: vi.name.clone(),
+                msg: "not produced by any node, initializer or input".into(),
+            })?;
+        outputs.push((id, vi.name.clone()));
+    }
+    cx.g.set_outputs_named(outputs);
+    Ok(prune(cx.g))
+}
+
+/// Declared and bound type of a graph input.
+fn input_shape(
+    vi: &proto::ValueInfoProto,
+    opts: &ImportOptions,
+) -> Result<(Shape, Shape), ImportError> {
+    let err = |msg: String| ImportError::Input {
+        name: vi.name.clone(),
+        msg,
+    };
+    let tt = vi
+        .r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .ok_or_else(|| err("is not a tensor (or has no type)".into()))?;
+    let dtype = tensor::dtype_of(tt.elem_type).ok_or_else(|| {
+        err(format!(
+            "element type {} is not supported",
+            tensor::onnx_type_name(tt.elem_type)
+        ))
+    })?;
+    let sp = tt
+        .shape
+        .as_ref()
+        .ok_or_else(|| err("has no shape (rank unknown)".into()))?;
+    let mut decl = Vec::new();
+    let mut bound = Vec::new();
+    for d in &sp.dim {
+        match &d.value {
+            Some(DimValue::DimValue(v)) => {
+                let v = usize::try_from(*v).map_err(|_| err(format!("negative dim {v}")))?;
+                decl.push(Dim::Static(v));
+                bound.push(v);
+            }
+            Some(DimValue::DimParam(p)) if !p.is_empty() => {
+                decl.push(Dim::Sym(p.clone()));
+                bound.push(opts.dims.get(p).copied().unwrap_or(opts.default_dim));
+            }
+            _ => {
+                decl.push(Dim::Sym("?".into()));
+                bound.push(opts.default_dim);
+            }
+        }
+    }
+    Ok((Shape::with_dims(decl, dtype), Shape::new(&bound, dtype)))
+}
+
+/// Drop nodes no output depends on (folded shape arithmetic, unused initializers),
+/// keeping every graph input. Ids are renumbered; order is preserved.
+fn prune(mut g: Graph) -> Graph {
+    let mut live = vec![false; g.nodes.len()];
+    for o in &g.outputs {
+        live[o.index()] = true;
+    }
+    for n in g.nodes.iter().rev() {
+        if matches!(n.op, Op::Input { .. }) {
+            live[n.id.index()] = true;
+        }
+        if live[n.id.index()] {
+            for i in &n.inputs {
+                live[i.index()] = true;
+            }
+        }
+    }
+    let nodes = std::mem::take(&mut g.nodes);
+    let mut remap = vec![NodeId(0); nodes.len()];
+    for mut n in nodes {
+        if !live[n.id.index()] {
+            continue;
+        }
+        let new_id = NodeId(g.nodes.len() as u32);
+        remap[n.id.index()] = new_id;
+        n.id = new_id;
+        for i in n.inputs.iter_mut() {
+            *i = remap[i.index()];
+        }
+        g.nodes.push(n);
+    }
+    g.outputs = g.outputs.iter().map(|o| remap[o.index()]).collect();
+    g
+}

@@ -1,0 +1,716 @@
+//! Import tests on small models built here by encoding the importer's own prost structs.
+
+use prost::Message;
+use rlx_ir::{DType, Dim, Graph, Op, Shape, Tensor, TensorData};
+use rlx_onnx_import::proto::*;
+use rlx_onnx_import::tensor::tensor_to_proto;
+use rlx_onnx_import::{
+    import_onnx, import_onnx_bytes, read_tensor_proto, ImportError, ImportOptions,
+};
+use std::collections::HashMap;
+
+// ---- model-building helpers ----
+
+fn vi(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: elem,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|d| Dimension {
+                            value: Some(match d {
+                                Ok(v) => DimValue::DimValue(*v),
+                                Err(p) => DimValue::DimParam(p.to_string()),
+                            }),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            denotation: String::new(),
+        }),
+    }
+}
+
+fn f32_in(name: &str, dims: &[i64]) -> ValueInfoProto {
+    vi(
+        name,
+        data_type::FLOAT,
+        &dims.iter().map(|&d| Ok(d)).collect::<Vec<_>>(),
+    )
+}
+
+fn out(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: None,
+    }
+}
+
+fn node(
+    op: &str,
+    name: &str,
+    ins: &[&str],
+    outs: &[&str],
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: outs.iter().map(|s| s.to_string()).collect(),
+        name: name.into(),
+        op_type: op.into(),
+        domain: String::new(),
+        attribute: attrs,
+    }
+}
+
+fn a_int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attr_type::INT,
+        i: v,
+        ..Default::default()
+    }
+}
+fn a_ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attr_type::INTS,
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attr_type::TENSOR,
+        t: Some(t),
+        ..Default::default()
+    }
+}
+
+fn f32_init(name: &str, dims: &[usize], v: Vec<f32>) -> TensorProto {
+    tensor_to_proto(name, &Tensor::from_f32(dims, v).unwrap())
+}
+fn i64_init(name: &str, v: &[i64]) -> TensorProto {
+    tensor_to_proto(name, &Tensor::from_i64(&[v.len()], v.to_vec()).unwrap())
+}
+
+fn model(
+    opset: i64,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+) -> Vec<u8> {
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opset,
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "test".into(),
+            initializer: inits,
+            input: inputs,
+            output: outputs,
+            value_info: vec![],
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn import(bytes: &[u8]) -> Result<Graph, ImportError> {
+    import_onnx_bytes(bytes, None, &ImportOptions::default())
+}
+
+fn label(g: &Graph, id: rlx_ir::NodeId) -> String {
+    rlx_ir::provenance::node_label(g, id)
+}
+
+fn out_node<'g>(g: &'g Graph, i: usize) -> &'g rlx_ir::Node {
+    g.node(g.outputs[i])
+}
+
+// ---- tests ----
+
+#[test]
+fn mlp_with_symbolic_batch() {
+    let w = f32_init("fc.weight", &[3, 4], (0..12).map(|i| i as f32).collect());
+    let mut b = TensorProto {
+        name: "fc.bias".into(),
+        dims: vec![3],
+        data_type: data_type::FLOAT,
+        float_data: vec![0.5, -0.5, 1.0],
+        ..Default::default()
+    };
+    b.raw_data.clear();
+    let bytes = model(
+        17,
+        vec![
+            node(
+                "Gemm",
+                "layer0.fc",
+                &["x", "fc.weight", "fc.bias"],
+                &["h"],
+                vec![a_int("transB", 1)],
+            ),
+            node("Relu", "", &["h"], &["h_relu"], vec![]),
+            node("Softmax", "head.softmax", &["h_relu"], &["probs"], vec![]),
+        ],
+        vec![w, b],
+        vec![vi("x", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+        vec![out("probs")],
+    );
+    let opts = ImportOptions {
+        dims: HashMap::from([("batch".to_string(), 2)]),
+        default_dim: 1,
+    };
+    let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
+    rlx_compile::verify::verify(&g).unwrap();
+    let x = g.input_by_name("x").unwrap();
+    assert_eq!(g.node(x).shape, Shape::new(&[2, 4], DType::F32));
+    assert_eq!(
+        g.input_decls,
+        vec![(
+            "x".to_string(),
+            Shape::with_dims(vec![Dim::Sym("batch".into()), Dim::Static(4)], DType::F32)
+        )]
+    );
+    assert_eq!(g.output_names, vec!["probs".to_string()]);
+    let y = out_node(&g, 0);
+    assert!(matches!(y.op, Op::Softmax { axis: 1 }));
+    assert_eq!(y.shape, Shape::new(&[2, 3], DType::F32));
+    assert_eq!(label(&g, y.id), "head.softmax");
+    // The unnamed Relu is labelled with its first output name.
+    let relu = g.node(y.inputs[0]);
+    assert_eq!(label(&g, relu.id), "h_relu");
+    assert_eq!(
+        relu.origin.as_ref().unwrap().op_type.as_deref(),
+        Some("Relu")
+    );
+    // Every node Gemm created carries the Gemm's name; the folded W^T constant too.
+    let gemm_nodes: Vec<_> = g
+        .nodes
+        .iter()
+        .filter(|n| n.origin.as_ref().is_some_and(|o| o.label == "layer0.fc"))
+        .collect();
+    assert!(gemm_nodes.iter().any(|n| matches!(n.op, Op::MatMul)));
+    assert!(gemm_nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Binary(rlx_ir::BinaryOp::Add))));
+    // Initializers keep their names as labels.
+    assert!(g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Constant(_)) && label(&g, n.id) == "fc.bias"));
+}
+
+#[test]
+fn shape_chain_folds_to_a_static_reshape() {
+    // x [B, 6] → Shape → Gather(0) → Unsqueeze → Concat([b, 2, 3]) → Reshape.
+    let bytes = model(
+        17,
+        vec![
+            node("Shape", "shape", &["x"], &["s"], vec![]),
+            node(
+                "Constant",
+                "zero",
+                &[],
+                &["zero"],
+                vec![a_tensor(
+                    "value",
+                    tensor_to_proto("", &Tensor::new(vec![], TensorData::I64(vec![0])).unwrap()),
+                )],
+            ),
+            node(
+                "Gather",
+                "gather",
+                &["s", "zero"],
+                &["b"],
+                vec![a_int("axis", 0)],
+            ),
+            node(
+                "Constant",
+                "ax",
+                &[],
+                &["ax"],
+                vec![a_tensor("value", i64_init("", &[0]))],
+            ),
+            node("Unsqueeze", "unsq", &["b", "ax"], &["b1"], vec![]),
+            node(
+                "Concat",
+                "cat",
+                &["b1", "rest"],
+                &["target"],
+                vec![a_int("axis", 0)],
+            ),
+            node("Reshape", "reshape", &["x", "target"], &["y"], vec![]),
+            node(
+                "Cast",
+                "to_half",
+                &["y"],
+                &["z"],
+                vec![a_int("to", data_type::FLOAT16 as i64)],
+            ),
+        ],
+        vec![i64_init("rest", &[2, 3])],
+        vec![vi("x", data_type::FLOAT, &[Err("B"), Ok(6)])],
+        vec![out("z")],
+    );
+    let opts = ImportOptions {
+        dims: HashMap::from([("B".to_string(), 5)]),
+        default_dim: 1,
+    };
+    let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
+    rlx_compile::verify::verify(&g).unwrap();
+    let z = out_node(&g, 0);
+    assert_eq!(z.shape, Shape::new(&[5, 2, 3], DType::F16));
+    let y = g.node(z.inputs[0]);
+    assert!(matches!(&y.op, Op::Reshape { dims } if dims == &[5, 2, 3]));
+    assert_eq!(label(&g, y.id), "reshape");
+    // Folded shape arithmetic is pruned: input, reshape, cast.
+    assert_eq!(g.nodes.len(), 3, "{g}");
+}
+
+#[test]
+fn slice_clamps_and_negative_steps() {
+    let bytes = model(
+        13,
+        vec![node(
+            "Slice",
+            "rev",
+            &["x", "starts", "ends", "axes", "steps"],
+            &["y"],
+            vec![],
+        )],
+        vec![
+            i64_init("starts", &[-1, 1]),
+            i64_init("ends", &[i64::MIN, i64::MAX]),
+            i64_init("axes", &[0, 1]),
+            i64_init("steps", &[-2, 1]),
+        ],
+        vec![f32_in("x", &[5, 4])],
+        vec![out("y")],
+    );
+    let g = import(&bytes).unwrap();
+    rlx_compile::verify::verify(&g).unwrap();
+    let y = out_node(&g, 0);
+    assert_eq!(
+        y.op,
+        Op::Slice {
+            starts: vec![4, 1],
+            steps: vec![-2, 1],
+            sizes: vec![3, 3]
+        }
+    );
+}
+
+#[test]
+fn opset9_softmax_unsqueeze_and_constant_of_shape() {
+    let big = TensorProto {
+        dims: vec![1],
+        data_type: data_type::FLOAT,
+        float_data: vec![0.25],
+        ..Default::default()
+    };
+    let bytes = model(
+        9,
+        vec![
+            node(
+                "Unsqueeze",
+                "unsq",
+                &["x"],
+                &["x1"],
+                vec![a_ints("axes", &[0, 3])],
+            ),
+            node("Softmax", "sm", &["x1"], &["p"], vec![]),
+            node(
+                "ConstantOfShape",
+                "w",
+                &["wshape"],
+                &["w"],
+                vec![a_tensor("value", big.clone())],
+            ),
+            node(
+                "ConstantOfShape",
+                "small",
+                &["sshape"],
+                &["s"],
+                vec![a_tensor("value", big)],
+            ),
+            node("Mul", "scale", &["p", "s"], &["y"], vec![]),
+        ],
+        vec![
+            i64_init("wshape", &[1024, 1024]),
+            i64_init("sshape", &[1, 1, 1, 1]),
+        ],
+        vec![f32_in("x", &[2, 3])],
+        vec![out("y"), out("w")],
+    );
+    let g = import(&bytes).unwrap();
+    rlx_compile::verify::verify(&g).unwrap();
+    // Softmax < 13 with axis 1 on [1,2,3,1] coerces to 2-D [1, 6].
+    let y = out_node(&g, 0);
+    assert_eq!(y.shape, Shape::new(&[1, 2, 3, 1], DType::F32));
+    let has_2d_softmax = g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Softmax { axis: 1 }) && n.shape.dims_usize() == vec![1, 6]);
+    assert!(has_2d_softmax, "{g}");
+    // The small ConstantOfShape folded; the 1M-element one stays a Broadcast of a scalar.
+    assert!(matches!(g.node(y.inputs[1]).op, Op::Constant(_)));
+    let w = out_node(&g, 1);
+    assert!(matches!(&w.op, Op::Broadcast { dims } if dims == &[1024, 1024]));
+}
+
+#[test]
+fn conv_pool_same_padding_and_ceil_mode() {
+    let w = f32_init("w", &[4, 3, 3, 3], vec![0.1; 108]);
+    let bytes = model(
+        17,
+        vec![
+            node(
+                "Conv",
+                "conv",
+                &["x", "w"],
+                &["c"],
+                vec![
+                    a_ints("strides", &[2, 2]),
+                    AttributeProto {
+                        name: "auto_pad".into(),
+                        r#type: attr_type::STRING,
+                        s: b"SAME_UPPER".to_vec(),
+                        ..Default::default()
+                    },
+                ],
+            ),
+            node(
+                "MaxPool",
+                "pool",
+                &["c"],
+                &["p"],
+                vec![
+                    a_ints("kernel_shape", &[3, 3]),
+                    a_ints("strides", &[2, 2]),
+                    a_int("ceil_mode", 1),
+                ],
+            ),
+            node("GlobalAveragePool", "gap", &["p"], &["y"], vec![]),
+        ],
+        vec![w],
+        vec![f32_in("x", &[1, 3, 15, 15])],
+        vec![out("y")],
+    );
+    let g = import(&bytes).unwrap();
+    rlx_compile::verify::verify(&g).unwrap();
+    let conv = g
+        .nodes
+        .iter()
+        .find(|n| matches!(n.op, Op::Conv(_)))
+        .unwrap();
+    assert_eq!(conv.shape.dims_usize(), vec![1, 4, 8, 8]);
+    let pool = g
+        .nodes
+        .iter()
+        .find(|n| matches!(n.op, Op::Pool(_)))
+        .unwrap();
+    assert_eq!(pool.shape.dims_usize(), vec![1, 4, 4, 4]);
+    assert_eq!(out_node(&g, 0).shape.dims_usize(), vec![1, 4, 1, 1]);
+}
+
+#[test]
+fn clip_lowers_to_max_min_and_split_to_slices() {
+    let bytes = model(
+        13,
+        vec![
+            node("Clip", "clip", &["x", "lo", ""], &["c"], vec![]),
+            node(
+                "Split",
+                "split",
+                &["c", "sizes"],
+                &["a", "b"],
+                vec![a_int("axis", 1)],
+            ),
+        ],
+        vec![
+            tensor_to_proto("lo", &Tensor::scalar_f32(0.0)),
+            i64_init("sizes", &[1, 3]),
+        ],
+        vec![f32_in("x", &[2, 4])],
+        vec![out("a"), out("b")],
+    );
+    let g = import(&bytes).unwrap();
+    rlx_compile::verify::verify(&g).unwrap();
+    assert_eq!(out_node(&g, 0).shape.dims_usize(), vec![2, 1]);
+    assert_eq!(out_node(&g, 1).shape.dims_usize(), vec![2, 3]);
+    let clip = g.node(out_node(&g, 0).inputs[0]);
+    assert_eq!(clip.op, Op::Binary(rlx_ir::BinaryOp::Max));
+    assert_eq!(label(&g, clip.id), "clip");
+}
+
+#[test]
+fn read_tensor_proto_roundtrip() {
+    let t = Tensor::from_f32(&[2, 2], vec![1.0, -2.0, f32::NAN, 4.0]).unwrap();
+    let bytes = tensor_to_proto("input_0", &t).encode_to_vec();
+    let (name, back) = read_tensor_proto(&bytes).unwrap();
+    assert_eq!(name, "input_0");
+    assert_eq!(back.dims(), &[2, 2]);
+    let v = back.as_f32().unwrap();
+    assert_eq!(v[1], -2.0);
+    assert!(v[2].is_nan());
+    // f16 stored in int32_data (bits).
+    let p = TensorProto {
+        dims: vec![2],
+        data_type: data_type::FLOAT16,
+        int32_data: vec![0x3c00, 0xc000],
+        name: "h".into(),
+        ..Default::default()
+    };
+    let (_, h) = read_tensor_proto(&p.encode_to_vec()).unwrap();
+    assert_eq!(h.data().to_f64_vec(), vec![1.0, -2.0]);
+}
+
+// ---- errors: clear messages, never a panic ----
+
+#[test]
+fn truncated_file_is_a_clear_error() {
+    let bytes = model(
+        17,
+        vec![node("Relu", "r", &["x"], &["y"], vec![])],
+        vec![f32_init("w", &[16], vec![1.0; 16])],
+        vec![f32_in("x", &[2])],
+        vec![out("y")],
+    );
+    let dir = std::env::temp_dir().join(format!("rlx_onnx_trunc_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cut.onnx");
+    std::fs::write(&path, &bytes[..bytes.len() - 7]).unwrap();
+    let e = import_onnx(&path, &ImportOptions::default()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ImportError::Decode { .. }), "{msg}");
+    assert!(
+        msg.contains("cut.onnx") && msg.contains("not a valid ONNX protobuf"),
+        "{msg}"
+    );
+    let e = import_onnx(&dir.join("missing.onnx"), &ImportOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("cannot read"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bogus_huge_dims_fail_before_allocating() {
+    for dims in [
+        vec![1i64 << 40, 1 << 40],
+        vec![1 << 31, 1 << 31, 4],
+        vec![-3, 2],
+    ] {
+        let t = TensorProto {
+            name: "evil".into(),
+            dims: dims.clone(),
+            data_type: data_type::FLOAT,
+            raw_data: vec![0; 16],
+            ..Default::default()
+        };
+        let bytes = model(17, vec![], vec![t], vec![], vec![out("evil")]);
+        let e = import(&bytes).unwrap_err().to_string();
+        assert!(e.starts_with("tensor \"evil\""), "{dims:?}: {e}");
+    }
+    // Typed data with a count that does not match dims.
+    let t = TensorProto {
+        name: "short".into(),
+        dims: vec![1_000_000_000],
+        data_type: data_type::INT64,
+        int64_data: vec![1, 2],
+        ..Default::default()
+    };
+    let e = import(&model(17, vec![], vec![t], vec![], vec![out("short")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"short\"") && e.contains("need 1000000000"),
+        "{e}"
+    );
+}
+
+fn external(loc: &str, offset: &str, length: &str) -> TensorProto {
+    TensorProto {
+        name: "ext".into(),
+        dims: vec![4],
+        data_type: data_type::FLOAT,
+        data_location: DATA_LOCATION_EXTERNAL,
+        external_data: [("location", loc), ("offset", offset), ("length", length)]
+            .iter()
+            .map(|(k, v)| StringStringEntryProto {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn external_data_is_confined_to_the_model_folder() {
+    let dir = std::env::temp_dir().join(format!("rlx_onnx_ext_{}", std::process::id()));
+    let sub = dir.join("model");
+    std::fs::create_dir_all(&sub).unwrap();
+    let mut raw = vec![0u8; 8];
+    for x in [1.0f32, 2.0, 3.0, 4.0] {
+        raw.extend(x.to_le_bytes());
+    }
+    std::fs::write(sub.join("weights.bin"), &raw).unwrap();
+    std::fs::write(dir.join("secret.bin"), &raw).unwrap();
+    let opts = ImportOptions::default();
+    let run = |t: TensorProto| {
+        let bytes = model(17, vec![], vec![t], vec![], vec![out("ext")]);
+        std::fs::write(sub.join("m.onnx"), &bytes).unwrap();
+        import_onnx(&sub.join("m.onnx"), &opts)
+    };
+    // Good: inside the folder.
+    let g = run(external("weights.bin", "8", "16")).unwrap();
+    match &out_node(&g, 0).op {
+        Op::Constant(t) => assert_eq!(t.as_f32().unwrap(), &[1.0, 2.0, 3.0, 4.0]),
+        o => panic!("{o:?}"),
+    }
+    // Escapes and bad ranges.
+    for (t, want) in [
+        (external("../secret.bin", "8", "16"), "no \"..\""),
+        (external("/etc/passwd", "0", "16"), "no absolute paths"),
+        (external("weights.bin", "20", "16"), "runs past the file"),
+        (external("weights.bin", "0", "99"), "length 99"),
+        (
+            external("weights.bin", "18446744073709551615", "16"),
+            "runs past the file",
+        ),
+        (external("nope.bin", "0", "16"), "nope.bin"),
+    ] {
+        let e = run(t).unwrap_err().to_string();
+        assert!(e.starts_with("tensor \"ext\"") && e.contains(want), "{e}");
+    }
+    // No base folder for in-memory bytes.
+    let bytes = model(
+        17,
+        vec![],
+        vec![external("weights.bin", "8", "16")],
+        vec![],
+        vec![out("ext")],
+    );
+    let e = import(&bytes).unwrap_err().to_string();
+    assert!(e.contains("needs the model's folder"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unknown_op_names_type_domain_opset_and_node() {
+    let bytes = model(
+        17,
+        vec![node("FancyOp", "blk.fancy", &["x"], &["y"], vec![])],
+        vec![],
+        vec![f32_in("x", &[2])],
+        vec![out("y")],
+    );
+    let e = import(&bytes).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "node \"blk.fancy\": unsupported op ai.onnx::FancyOp (opset 17)"
+    );
+    let mut n = node("FusedMatMul", "", &["x"], &["y"], vec![]);
+    n.domain = "com.microsoft".into();
+    let e = import(&model(
+        17,
+        vec![n],
+        vec![],
+        vec![f32_in("x", &[2])],
+        vec![out("y")],
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("\"y\"") && e.contains("com.microsoft::FusedMatMul"),
+        "{e}"
+    );
+}
+
+#[test]
+fn runtime_dependent_shape_and_bad_nodes_name_the_node() {
+    let bytes = model(
+        17,
+        vec![node("Reshape", "blk.reshape", &["x", "s"], &["y"], vec![])],
+        vec![],
+        vec![f32_in("x", &[4]), vi("s", data_type::INT64, &[Ok(1)])],
+        vec![out("y")],
+    );
+    let e = import(&bytes).unwrap_err().to_string();
+    assert!(
+        e.starts_with("node \"blk.reshape\" (Reshape): shape must be known at import time"),
+        "{e}"
+    );
+    let bytes = model(
+        17,
+        vec![node("MatMul", "mm", &["x", "x"], &["y"], vec![])],
+        vec![],
+        vec![f32_in("x", &[2, 3])],
+        vec![out("y")],
+    );
+    let e = import(&bytes).unwrap_err().to_string();
+    assert!(
+        e.starts_with("node \"mm\" (MatMul): MatMul: inner dims 3 and 2"),
+        "{e}"
+    );
+    let bytes = model(
+        17,
+        vec![node("Relu", "r", &["nowhere"], &["y"], vec![])],
+        vec![],
+        vec![],
+        vec![out("y")],
+    );
+    let e = import(&bytes).unwrap_err().to_string();
+    assert!(e.contains("\"r\"") && e.contains("\"nowhere\""), "{e}");
+    let e = import(&model(17, vec![], vec![], vec![], vec![out("ghost")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("graph output \"ghost\""), "{e}");
+}
+
+/// Every ONNX model under examples/ and fixtures/ that exists in this checkout imports and
+/// verifies (skips silently where fixtures were not generated).
+#[test]
+fn fixture_models_import_and_verify() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut paths = Vec::new();
+    for dir in [
+        "examples",
+        "fixtures/transformers",
+        "fixtures/large",
+        "fixtures/large/light",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(root.join(dir)) {
+            for e in rd.flatten() {
+                let p = e.path().join("model.onnx");
+                if p.exists() {
+                    paths.push(p);
+                }
+            }
+        }
+    }
+    paths.sort();
+    let mut failures = Vec::new();
+    for p in &paths {
+        match import_onnx(p, &ImportOptions::default()) {
+            Ok(g) => {
+                if let Err(e) = rlx_compile::verify::verify(&g) {
+                    failures.push(format!("{}: verify: {e}", p.display()));
+                }
+            }
+            Err(e) => failures.push(format!("{}: {e}", p.display())),
+        }
+    }
+    eprintln!("imported {} models", paths.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
