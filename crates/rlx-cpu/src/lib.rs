@@ -17,7 +17,11 @@ pub enum KernelError {
     Invalid(String),
 }
 
+mod executor;
+mod inplace;
 mod kernels;
+
+pub use executor::{cpu_supports, CpuExecutor};
 
 /// Evaluate `op` on `inputs`, producing a tensor of type `out` (the node's inferred shape).
 ///
@@ -178,7 +182,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
 }
 
 /// The kernel's result must match the node's declared type (dims where static, dtype).
-fn check_result(name: &str, t: &Tensor, out: &Shape) -> Result<(), KernelError> {
+pub(crate) fn check_result(name: &str, t: &Tensor, out: &Shape) -> Result<(), KernelError> {
     let dims_ok = match out.static_dims() {
         Some(d) => d == t.dims(),
         None => out.rank() == t.dims().len(),
@@ -202,8 +206,12 @@ pub enum CpuError {
         label: String,
         msg: String,
     },
+    /// A run input does not match its Input node (count, dtype or dims).
     #[error("{0}")]
     Input(String),
+    /// `set_param` got an unknown name or a value of the wrong type, or a param was not set.
+    #[error("{0}")]
+    Param(String),
     #[error(transparent)]
     NanAbort(#[from] NanAbort),
 }

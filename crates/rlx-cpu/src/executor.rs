@@ -1,0 +1,416 @@
+//! [`CpuExecutor`]: runs a whole graph in topological order on host tensors, with the
+//! per-op NaN/Inf scan epilogue (`DebugScanner::scan_node`) when a scanner is on.
+//!
+//! Memory: every intermediate buffer is dropped right after its last consumer ran
+//! (liveness from `Graph::use_counts`); inputs, params and constants are borrowed, never
+//! copied. Shape-only ops (Reshape) and in-place-capable elementwise ops take over their
+//! input's buffer when that input dies at the node.
+
+use crate::{eval_op, CpuError, KernelError};
+use rlx_ir::provenance::node_label;
+use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
+use std::collections::HashMap;
+
+/// A prepared graph for the CPU. Plain owned data: `Send`, no interior mutability.
+#[derive(Debug)]
+pub struct CpuExecutor {
+    graph: Graph,
+    /// Param values by node index (None until set).
+    params: Vec<Option<Tensor>>,
+    param_ids: HashMap<String, NodeId>,
+    inputs: Vec<NodeId>,
+    /// Per node: the inputs whose last consumer is this node (buffers freed after it runs).
+    free_after: Vec<Vec<NodeId>>,
+    /// Per node: input 0 dies here and is used once by this node (its buffer may be reused).
+    can_take0: Vec<bool>,
+}
+
+/// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
+enum Slot<'a> {
+    Empty,
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+}
+
+impl Slot<'_> {
+    fn get(&self) -> Option<&Tensor> {
+        match self {
+            Slot::Empty => None,
+            Slot::Borrowed(t) => Some(t),
+            Slot::Owned(t) => Some(t),
+        }
+    }
+}
+
+fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CpuError {
+    CpuError::Kernel {
+        node: id,
+        op: g.node(id).op.name(),
+        label: node_label(g, id),
+        msg: msg.into(),
+    }
+}
+
+/// True when the CPU backend has a kernel for `op` (every non-leaf op today). Written as an
+/// exhaustive match so a new `Op` variant must be considered here.
+pub fn cpu_supports(op: &Op) -> bool {
+    match op {
+        Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => true,
+        Op::Unary(_)
+        | Op::Activation(_)
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Cast { .. }
+        | Op::MatMul
+        | Op::Conv(_)
+        | Op::Reduce { .. }
+        | Op::ArgReduce { .. }
+        | Op::Pool(_)
+        | Op::CumSum { .. }
+        | Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Broadcast { .. }
+        | Op::Concat { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::Tile { .. }
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::Trilu { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::BatchNorm { .. }
+        | Op::Lrn { .. } => true,
+    }
+}
+
+impl CpuExecutor {
+    /// Prepare a plan for `graph` (nodes in topological order).
+    ///
+    /// Errors ([`CpuError::Kernel`], naming node id, op and label): an op without a CPU
+    /// kernel, an input that refers to a later or missing node, a non-leaf node whose output
+    /// dims are not static, a Constant whose tensor does not match its node type, a graph
+    /// output that is not a node.
+    pub fn new(graph: Graph) -> Result<CpuExecutor, CpuError> {
+        let n = graph.len();
+        let mut param_ids = HashMap::new();
+        for node in &graph.nodes {
+            let id = node.id;
+            if !cpu_supports(&node.op) {
+                return Err(kernel_err(&graph, id, "no CPU kernel for this op"));
+            }
+            if let Some(bad) = node.inputs.iter().find(|i| i.index() >= id.index()) {
+                return Err(kernel_err(
+                    &graph,
+                    id,
+                    format!("input {bad} is not an earlier node (graph not in topological order)"),
+                ));
+            }
+            match &node.op {
+                Op::Param { name } => {
+                    param_ids.insert(name.clone(), id);
+                }
+                Op::Constant(t) => {
+                    if t.shape() != node.shape {
+                        return Err(kernel_err(
+                            &graph,
+                            id,
+                            format!(
+                                "constant holds {} but the node declares {}",
+                                t.shape(),
+                                node.shape
+                            ),
+                        ));
+                    }
+                }
+                Op::Input { .. } => {}
+                _ => {
+                    if !node.shape.is_static() {
+                        return Err(kernel_err(
+                            &graph,
+                            id,
+                            format!(
+                                "output type {} has symbolic dims (run shape inference first)",
+                                node.shape
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(o) = graph.outputs.iter().find(|o| o.index() >= n) {
+            return Err(CpuError::Input(format!("graph output {o} is not a node")));
+        }
+        // Liveness: a node's buffer dies after its last consumer, unless it is an output.
+        let mut last_use: Vec<Option<usize>> = vec![None; n];
+        for node in &graph.nodes {
+            for i in &node.inputs {
+                last_use[i.index()] = Some(node.id.index());
+            }
+        }
+        let mut is_output = vec![false; n];
+        for o in &graph.outputs {
+            is_output[o.index()] = true;
+        }
+        let mut free_after = vec![vec![]; n];
+        for (v, lu) in last_use.iter().enumerate() {
+            if let (Some(u), false) = (lu, is_output[v]) {
+                free_after[*u].push(NodeId(v as u32));
+            }
+        }
+        let can_take0 = graph
+            .nodes
+            .iter()
+            .map(|node| match node.inputs.first() {
+                Some(&i0) => {
+                    free_after[node.id.index()].contains(&i0)
+                        && node.inputs.iter().filter(|&&x| x == i0).count() == 1
+                }
+                None => false,
+            })
+            .collect();
+        let inputs = graph.inputs();
+        Ok(CpuExecutor {
+            params: vec![None; n],
+            param_ids,
+            inputs,
+            free_after,
+            can_take0,
+            graph,
+        })
+    }
+
+    /// The graph this executor runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Names of the Param nodes that have no value yet.
+    pub fn missing_params(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .param_ids
+            .iter()
+            .filter(|(_, id)| self.params[id.index()].is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Set the Param node named `name` to `t`.
+    ///
+    /// The tensor must have the node's dtype and element count (its dims are replaced by
+    /// the node's, so a flat vector is accepted). Errors: [`CpuError::Param`] for an
+    /// unknown name, a wrong dtype or element count.
+    pub fn set_param(&mut self, name: &str, t: Tensor) -> Result<(), CpuError> {
+        let id = *self.param_ids.get(name).ok_or_else(|| {
+            CpuError::Param(format!(
+                "no param named \"{name}\" in graph {}",
+                self.graph.name
+            ))
+        })?;
+        let shape = &self.graph.node(id).shape;
+        let dims = shape.dims_usize();
+        if t.dtype() != shape.dtype {
+            return Err(CpuError::Param(format!(
+                "param \"{name}\" is {shape} but the value is {}",
+                t.shape()
+            )));
+        }
+        let n: usize = dims.iter().product();
+        if t.numel() != n || !shape.is_static() {
+            return Err(CpuError::Param(format!(
+                "param \"{name}\" is {shape} ({n} elements) but the value has {} elements",
+                t.numel()
+            )));
+        }
+        let t = t
+            .reshaped(dims)
+            .map_err(|e| CpuError::Param(format!("param \"{name}\": {e}")))?;
+        self.params[id.index()] = Some(t);
+        Ok(())
+    }
+
+    /// Run with `inputs` in `graph.inputs()` order; returns the outputs in `graph.outputs`
+    /// order.
+    ///
+    /// Each input's dtype and dims are checked against its Input node (a symbolic dim
+    /// matches any size): [`CpuError::Input`] names the input. A kernel failure is a
+    /// [`CpuError::Kernel`] naming the node. With `scanner` on, every node's output (leaves
+    /// included) is scanned right after it is produced; in abort mode the first NaN created
+    /// ends the run with [`CpuError::NanAbort`]. With `scanner` None or off, no scan work.
+    pub fn run(
+        &mut self,
+        inputs: &[Tensor],
+        scanner: Option<&mut DebugScanner>,
+    ) -> Result<Vec<Tensor>, CpuError> {
+        self.run_hooked(inputs, scanner, None, None)
+    }
+
+    /// [`CpuExecutor::run`], calling `observe(node, &value)` after each node (leaves
+    /// included) has produced its value, before it is scanned.
+    pub fn run_observed(
+        &mut self,
+        inputs: &[Tensor],
+        scanner: Option<&mut DebugScanner>,
+        observe: &mut dyn FnMut(NodeId, &Tensor),
+    ) -> Result<Vec<Tensor>, CpuError> {
+        self.run_hooked(inputs, scanner, None, Some(observe))
+    }
+
+    /// The general form: `before(node)` is called before each node runs and
+    /// `observe(node, &value)` after.
+    pub fn run_hooked(
+        &mut self,
+        inputs: &[Tensor],
+        scanner: Option<&mut DebugScanner>,
+        mut before: Option<&mut dyn FnMut(NodeId)>,
+        mut observe: Option<&mut dyn FnMut(NodeId, &Tensor)>,
+    ) -> Result<Vec<Tensor>, CpuError> {
+        let this = &*self;
+        let g = &this.graph;
+        this.check_inputs(inputs)?;
+        let mut scanner = scanner.filter(|s| s.is_on());
+        if let Some(s) = scanner.as_deref_mut() {
+            s.begin_run(g);
+        }
+        let mut slots: Vec<Slot> = (0..g.len()).map(|_| Slot::Empty).collect();
+        let mut next_input = 0;
+        for node in &g.nodes {
+            let id = node.id;
+            if let Some(b) = before.as_deref_mut() {
+                b(id);
+            }
+            let slot = match &node.op {
+                Op::Input { .. } => {
+                    let t = &inputs[next_input];
+                    next_input += 1;
+                    Slot::Borrowed(t)
+                }
+                Op::Param { name } => match &this.params[id.index()] {
+                    Some(t) => Slot::Borrowed(t),
+                    None => {
+                        return Err(CpuError::Param(format!(
+                            "param \"{name}\" ({}) was not set before run",
+                            node.shape
+                        )))
+                    }
+                },
+                Op::Constant(t) => Slot::Borrowed(t.as_ref()),
+                op => {
+                    let t = this.exec_node(node.id, op, &mut slots)?;
+                    Slot::Owned(t)
+                }
+            };
+            let i = id.index();
+            slots[i] = slot;
+            if observe.is_some() || scanner.is_some() {
+                let t = slots[i].get().expect("slot just set");
+                if let Some(o) = observe.as_deref_mut() {
+                    o(id, t);
+                }
+                if let Some(s) = scanner.as_deref_mut() {
+                    s.scan_node(g, id, t.data())?;
+                }
+            }
+            for dead in &this.free_after[i] {
+                slots[dead.index()] = Slot::Empty;
+            }
+        }
+        if let Some(s) = scanner.as_deref_mut() {
+            s.finish_run(g)?;
+        }
+        // Move owned outputs out (cloning only when an output is listed twice or borrowed).
+        let mut remaining: HashMap<usize, usize> = HashMap::new();
+        for o in &g.outputs {
+            *remaining.entry(o.index()).or_default() += 1;
+        }
+        let mut outs = Vec::with_capacity(g.outputs.len());
+        for o in &g.outputs {
+            let k = o.index();
+            let r = remaining.get_mut(&k).expect("counted");
+            *r -= 1;
+            let t = if *r == 0 {
+                match std::mem::replace(&mut slots[k], Slot::Empty) {
+                    Slot::Owned(t) => t,
+                    Slot::Borrowed(t) => t.clone(),
+                    Slot::Empty => return Err(kernel_err(g, *o, "output was never computed")),
+                }
+            } else {
+                slots[k]
+                    .get()
+                    .cloned()
+                    .ok_or_else(|| kernel_err(g, *o, "output was never computed"))?
+            };
+            outs.push(t);
+        }
+        Ok(outs)
+    }
+
+    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), CpuError> {
+        let g = &self.graph;
+        if inputs.len() != self.inputs.len() {
+            let names: Vec<String> = self.inputs.iter().map(|&i| node_label(g, i)).collect();
+            return Err(CpuError::Input(format!(
+                "graph {} takes {} inputs ({}), got {}",
+                g.name,
+                self.inputs.len(),
+                names.join(", "),
+                inputs.len()
+            )));
+        }
+        for (t, &id) in inputs.iter().zip(&self.inputs) {
+            let shape = &g.node(id).shape;
+            let name = node_label(g, id);
+            let dims_ok = t.dims().len() == shape.rank()
+                && t.dims().iter().zip(&shape.dims).all(|(&d, sd)| match sd {
+                    Dim::Static(s) => *s == d,
+                    Dim::Sym(_) => true,
+                });
+            if t.dtype() != shape.dtype || !dims_ok {
+                return Err(CpuError::Input(format!(
+                    "input \"{name}\" expects {shape}, got {}",
+                    t.shape()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Run one non-leaf node, reusing its first input's buffer when that input dies here.
+    fn exec_node(&self, id: NodeId, op: &Op, slots: &mut [Slot]) -> Result<Tensor, CpuError> {
+        let g = &self.graph;
+        let node = g.node(id);
+        let err = |e: KernelError| kernel_err(g, id, e.to_string());
+        if self.can_take0[id.index()] {
+            let i0 = node.inputs[0].index();
+            if let Slot::Owned(_) = &slots[i0] {
+                if crate::inplace::can_reuse(op) {
+                    let Slot::Owned(first) = std::mem::replace(&mut slots[i0], Slot::Empty) else {
+                        unreachable!("checked Owned above")
+                    };
+                    let rest: Vec<&Tensor> = node.inputs[1..]
+                        .iter()
+                        .map(|i| {
+                            slots[i.index()]
+                                .get()
+                                .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
+                        })
+                        .collect::<Result<_, _>>()?;
+                    return crate::inplace::eval_owned(op, first, &rest, &node.shape).map_err(err);
+                }
+            }
+        }
+        let ins: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|i| {
+                slots[i.index()]
+                    .get()
+                    .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
+            })
+            .collect::<Result<_, _>>()?;
+        eval_op(op, &ins, &node.shape).map_err(err)
+    }
+}

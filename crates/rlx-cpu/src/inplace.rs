@@ -1,0 +1,130 @@
+//! Buffer reuse for the executor: when a node's first input dies at the node, Reshape moves
+//! its data and f32/f64 elementwise ops overwrite it in place. Results are identical to
+//! [`crate::eval_op`] (same scalar functions); anything not handled here falls back to it.
+
+use crate::kernels::{fill_chunks, Bcast, PAR_THRESHOLD};
+use crate::{check_result, eval_op, KernelError};
+use rayon::prelude::*;
+use rlx_ir::{Op, Shape, Tensor, TensorData};
+
+/// Ops for which [`eval_owned`] may reuse the first input's buffer.
+pub(crate) fn can_reuse(op: &Op) -> bool {
+    match op {
+        Op::Reshape { .. } | Op::Activation(_) => true,
+        Op::Unary(u) => !u.is_predicate(),
+        Op::Binary(b) => !b.is_predicate(),
+        _ => false,
+    }
+}
+
+fn for_each_mut<T: Send>(v: &mut [T], f: impl Fn(&mut T) + Sync + Send) {
+    if v.len() >= PAR_THRESHOLD {
+        v.par_iter_mut().with_min_len(4096).for_each(f);
+    } else {
+        v.iter_mut().for_each(f);
+    }
+}
+
+/// `a[i] = f(a[i], b[broadcast i])` with `a` already of the output dims.
+fn binary_into<T: Copy + Send + Sync>(
+    a: &mut [T],
+    od: &[usize],
+    b: &[T],
+    bd: &[usize],
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Result<(), KernelError> {
+    if bd == od {
+        if a.len() >= PAR_THRESHOLD {
+            a.par_iter_mut()
+                .with_min_len(4096)
+                .zip(b.par_iter())
+                .for_each(|(x, &y)| *x = f(*x, y));
+        } else {
+            a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+        }
+        return Ok(());
+    }
+    let plan = Bcast::new(&[bd], od)?;
+    let sb = plan.inner_strides[0];
+    fill_chunks(a, plan.inner, |row, dst| {
+        let ob = plan.row_offset(0, row);
+        for (j, x) in dst.iter_mut().enumerate() {
+            *x = f(*x, b[ob + j * sb]);
+        }
+    });
+    Ok(())
+}
+
+/// Evaluate `op` with ownership of its first input.
+pub(crate) fn eval_owned(
+    op: &Op,
+    mut first: Tensor,
+    rest: &[&Tensor],
+    out: &Shape,
+) -> Result<Tensor, KernelError> {
+    let od = out.dims_usize();
+    let handled = match (op, first.data_mut()) {
+        (Op::Reshape { .. }, _) if rest.is_empty() => {
+            let t = first
+                .reshaped(od)
+                .map_err(|e| KernelError::Invalid(e.to_string()))?;
+            check_result("Reshape", &t, out)?;
+            return Ok(t);
+        }
+        (Op::Unary(u), TensorData::F32(v)) if rest.is_empty() && !u.is_predicate() => {
+            let u = *u;
+            for_each_mut(v, |x| *x = u.apply_f32(*x));
+            true
+        }
+        (Op::Unary(u), TensorData::F64(v)) if rest.is_empty() && !u.is_predicate() => {
+            let u = *u;
+            for_each_mut(v, |x| *x = u.apply_f64(*x));
+            true
+        }
+        (Op::Activation(a), TensorData::F32(v)) if rest.is_empty() => {
+            let a = *a;
+            for_each_mut(v, |x| *x = a.apply_f32(*x));
+            true
+        }
+        (Op::Activation(a), TensorData::F64(v)) if rest.is_empty() => {
+            let a = *a;
+            for_each_mut(v, |x| *x = a.apply_f64(*x));
+            true
+        }
+        _ => false,
+    };
+    if handled {
+        check_result(&op.name(), &first, out)?;
+        return Ok(first);
+    }
+    if let (Op::Binary(b), [rhs]) = (op, rest) {
+        if !b.is_predicate() && first.dims() == od.as_slice() && first.dtype() == rhs.dtype() {
+            let b = *b;
+            let bd = rhs.dims().to_vec();
+            let done = match (first.data_mut(), rhs.data()) {
+                (TensorData::F32(x), TensorData::F32(y)) => {
+                    match b {
+                        rlx_ir::BinaryOp::Add => binary_into(x, &od, y, &bd, |p, q| p + q)?,
+                        rlx_ir::BinaryOp::Sub => binary_into(x, &od, y, &bd, |p, q| p - q)?,
+                        rlx_ir::BinaryOp::Mul => binary_into(x, &od, y, &bd, |p, q| p * q)?,
+                        rlx_ir::BinaryOp::Div => binary_into(x, &od, y, &bd, |p, q| p / q)?,
+                        _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
+                    }
+                    true
+                }
+                (TensorData::F64(x), TensorData::F64(y)) => {
+                    binary_into(x, &od, y, &bd, |p, q| b.apply_f64(p, q))?;
+                    true
+                }
+                _ => false,
+            };
+            if done {
+                check_result(&op.name(), &first, out)?;
+                return Ok(first);
+            }
+        }
+    }
+    let mut ins = vec![&first];
+    ins.extend_from_slice(rest);
+    eval_op(op, &ins, out)
+}

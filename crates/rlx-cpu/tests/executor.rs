@@ -1,0 +1,231 @@
+//! CpuExecutor: whole-graph runs, liveness/buffer reuse, errors, the NaN scan epilogue.
+
+use rlx_cpu::{eval_op, CpuError, CpuExecutor};
+use rlx_ir::*;
+
+fn f32t(d: &[usize], v: &[f32]) -> Tensor {
+    Tensor::from_f32(d, v.to_vec()).unwrap()
+}
+fn s(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+#[test]
+fn executor_is_send() {
+    fn assert_send<T: Send>() {}
+    assert_send::<CpuExecutor>();
+}
+
+#[test]
+fn design_front_door_graph() {
+    let mut g = Graph::new("d");
+    let x = g.input("x", s(&[2, 2]));
+    let w = g.param("w", s(&[2, 2]));
+    let y = g.matmul(x, w, s(&[2, 2]));
+    g.set_outputs(vec![y]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!(ex.missing_params(), vec!["w".to_string()]);
+    let xin = f32t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    assert!(matches!(
+        ex.run(&[xin.clone()], None),
+        Err(CpuError::Param(_))
+    ));
+    ex.set_param("w", f32t(&[4], &[1.0, 0.0, 0.0, 1.0]))
+        .unwrap();
+    let out = ex.run(&[xin.clone()], None).unwrap();
+    assert_eq!(out[0].as_f32().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+    // param errors
+    assert!(matches!(
+        ex.set_param("nope", f32t(&[4], &[0.0; 4])),
+        Err(CpuError::Param(_))
+    ));
+    assert!(matches!(
+        ex.set_param("w", f32t(&[3], &[0.0; 3])),
+        Err(CpuError::Param(_))
+    ));
+    let wi = Tensor::from_i64(&[2, 2], vec![1, 0, 0, 1]).unwrap();
+    assert!(matches!(ex.set_param("w", wi), Err(CpuError::Param(_))));
+}
+
+#[test]
+fn input_checks_name_the_input() {
+    let mut g = Graph::new("chk");
+    let x = g.input("tokens", s(&[2, 3]));
+    let y = g.activation(Activation::Relu, x, s(&[2, 3]));
+    g.set_outputs(vec![y]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let e = ex.run(&[f32t(&[3, 2], &[0.0; 6])], None).unwrap_err();
+    assert!(matches!(e, CpuError::Input(_)));
+    assert!(e.to_string().contains("tokens"), "{e}");
+    let e = ex.run(&[], None).unwrap_err();
+    assert!(e.to_string().contains("tokens"), "{e}");
+    let wrong_dtype = Tensor::from_i64(&[2, 3], vec![0; 6]).unwrap();
+    assert!(ex.run(&[wrong_dtype], None).is_err());
+}
+
+#[test]
+fn bad_gather_index_errors_with_node_label() {
+    let mut g = Graph::new("gather");
+    let x = g.input("x", s(&[3, 2]));
+    let i = g.input("i", Shape::new(&[1], DType::I64));
+    g.set_current_origin(Some(Origin {
+        label: "/emb/Gather".into(),
+        op_type: Some("Gather".into()),
+    }));
+    let y = g.add_node(Op::Gather { axis: 0 }, vec![x, i], s(&[1, 2]));
+    g.set_outputs(vec![y]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let e = ex
+        .run(
+            &[
+                f32t(&[3, 2], &[0.0; 6]),
+                Tensor::from_i64(&[1], vec![7]).unwrap(),
+            ],
+            None,
+        )
+        .unwrap_err();
+    match &e {
+        CpuError::Kernel {
+            node, op, label, ..
+        } => {
+            assert_eq!(*node, y);
+            assert_eq!(op, "Gather");
+            assert_eq!(label, "/emb/Gather");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A chain exercising liveness and in-place reuse: every node's value must equal what
+/// eval_op computes from the observed inputs.
+#[test]
+fn chain_matches_eval_op_node_by_node() {
+    let mut g = Graph::new("chain");
+    let x = g.input("x", s(&[4, 8]));
+    let b = g.constant(f32t(
+        &[8],
+        &(0..8).map(|i| i as f32 * 0.5 - 2.0).collect::<Vec<_>>(),
+    ));
+    let a = g.add(x, b, s(&[4, 8])); // in place (x is an input: borrowed, so not reused)
+    let r = g.activation(Activation::Relu, a, s(&[4, 8])); // reuses a
+    let m = g.mul(r, r, s(&[4, 8])); // r used twice: must not be taken
+    let t = g.add_node(Op::Reshape { dims: vec![8, 4] }, vec![m], s(&[8, 4]));
+    let e = g.unary(UnaryOp::Exp, t, s(&[8, 4]));
+    let sm = g.softmax(e, 1, s(&[8, 4]));
+    let back = g.add_node(Op::Reshape { dims: vec![4, 8] }, vec![sm], s(&[4, 8]));
+    let out2 = g.add(back, a, s(&[4, 8])); // a is also used late
+    g.set_outputs(vec![out2, r, r]);
+    let graph = g.clone();
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let xin = f32t(
+        &[4, 8],
+        &(0..32).map(|i| (i as f32 - 16.0) * 0.1).collect::<Vec<_>>(),
+    );
+    let mut seen: Vec<Option<Tensor>> = vec![None; graph.len()];
+    let outs = ex
+        .run_observed(&[xin], None, &mut |id, t| {
+            seen[id.index()] = Some(t.clone())
+        })
+        .unwrap();
+    for node in &graph.nodes {
+        if node.op.is_leaf() {
+            continue;
+        }
+        let ins: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|i| seen[i.index()].as_ref().unwrap())
+            .collect();
+        let want = eval_op(&node.op, &ins, &node.shape).unwrap();
+        assert_eq!(
+            seen[node.id.index()].as_ref().unwrap(),
+            &want,
+            "node {}",
+            node.id
+        );
+    }
+    assert_eq!(outs.len(), 3);
+    assert_eq!(&outs[0], seen[out2.index()].as_ref().unwrap());
+    assert_eq!(&outs[1], seen[r.index()].as_ref().unwrap());
+    assert_eq!(outs[1], outs[2]);
+}
+
+fn div_graph() -> (Graph, NodeId) {
+    let mut g = Graph::new("nan");
+    let x = g.input("x", s(&[2]));
+    let c = g.constant(f32t(&[2], &[0.0, 1.0]));
+    g.set_current_origin(Some(Origin {
+        label: "ratio".into(),
+        op_type: Some("Div".into()),
+    }));
+    let d = g.div(x, c, s(&[2]));
+    g.set_outputs(vec![d]);
+    (g, d)
+}
+
+#[test]
+fn warn_scanner_names_the_div_that_made_zero_over_zero() {
+    let (g, d) = div_graph();
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let xin = f32t(&[2], &[0.0, 1.0]);
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    let out = ex.run(&[xin.clone()], Some(&mut sc)).unwrap();
+    assert!(out[0].as_f32().unwrap()[0].is_nan());
+    assert_eq!(sc.reports().len(), 1);
+    let r = &sc.reports()[0];
+    assert_eq!(r.node, d);
+    assert_eq!(r.op, "Div");
+    assert_eq!(r.label, "ratio");
+    assert!(r.is_culprit());
+    assert_eq!(r.index, 0);
+
+    // Scanner off: no reports, no scan state.
+    let mut off = DebugScanner::new(DebugMode::Off, "cpu");
+    off.set_print(false);
+    ex.run(&[xin.clone()], Some(&mut off)).unwrap();
+    assert!(off.reports().is_empty());
+    ex.run(&[xin], None).unwrap();
+}
+
+#[test]
+fn abort_scanner_stops_the_run() {
+    let (g, d) = div_graph();
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let mut sc = DebugScanner::new(DebugMode::Abort, "cpu");
+    sc.set_print(false);
+    match ex.run(&[f32t(&[2], &[0.0, 1.0])], Some(&mut sc)) {
+        Err(CpuError::NanAbort(a)) => assert_eq!(a.report.node, d),
+        other => panic!("expected NanAbort, got {other:?}"),
+    }
+}
+
+#[test]
+fn scanner_blames_relu_input_not_relu() {
+    // x -> Log (NaN for negative) -> Relu (propagates) : one culprit, Log.
+    let mut g = Graph::new("prop");
+    let x = g.input("x", s(&[3]));
+    let l = g.unary(UnaryOp::Log, x, s(&[3]));
+    let r = g.activation(Activation::Relu, l, s(&[3]));
+    g.set_outputs(vec![r]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    let out = ex
+        .run(&[f32t(&[3], &[-1.0, 1.0, 2.0])], Some(&mut sc))
+        .unwrap();
+    assert!(out[0].as_f32().unwrap()[0].is_nan());
+    assert_eq!(sc.reports().len(), 1);
+    assert_eq!(sc.reports()[0].node, l);
+    assert_eq!(sc.propagator_count(), 1);
+}
+
+#[test]
+fn new_rejects_non_topological_inputs() {
+    let mut g = Graph::new("bad");
+    let x = g.input("x", s(&[1]));
+    let y = g.add_node(Op::Activation(Activation::Relu), vec![NodeId(5)], s(&[1]));
+    let _ = x;
+    g.set_outputs(vec![y]);
+    assert!(matches!(CpuExecutor::new(g), Err(CpuError::Kernel { .. })));
+}
