@@ -71,8 +71,19 @@ pub fn window_out_dim(
             "kernel {kernel}, stride {stride} and dilation {dilation} must be positive"
         ));
     }
-    let padded = input + pads.0 + pads.1;
-    let span = dilation * (kernel - 1) + 1;
+    let too_big = || {
+        ShapeError(format!(
+            "pads {pads:?} / kernel {kernel} / dilation {dilation} overflow"
+        ))
+    };
+    let padded = input
+        .checked_add(pads.0)
+        .and_then(|v| v.checked_add(pads.1))
+        .ok_or_else(too_big)?;
+    let span = dilation
+        .checked_mul(kernel - 1)
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(too_big)?;
     if span > padded {
         return err(format!(
             "window of {span} (kernel {kernel}, dilation {dilation}) exceeds padded input {padded}"
@@ -137,6 +148,32 @@ pub fn matmul_dims(a: &[usize], b: &[usize]) -> Result<Vec<usize>, ShapeError> {
 /// shape ops follow the attributes the importer resolved. `Constant` returns its tensor's
 /// type; `Input`/`Param` have no inputs to infer from and are an error.
 pub fn infer_output(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
+    for (i, s) in inputs.iter().enumerate() {
+        if let Some(d) = s.static_dims() {
+            if checked_numel(&d).is_none() {
+                return err(format!(
+                    "{}: input {i} type {s} has too many elements",
+                    op.name()
+                ));
+            }
+        }
+    }
+    let out = infer_unchecked(op, inputs)?;
+    if checked_numel(&out.dims_usize()).is_none() {
+        return err(format!(
+            "{}: output type {out} has too many elements",
+            op.name()
+        ));
+    }
+    Ok(out)
+}
+
+/// Product of `dims`, `None` on overflow (a bogus model must not wrap or panic).
+pub fn checked_numel(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
     let name = op.name();
     let (lo, hi) = arity(op);
     if inputs.len() < lo || hi.is_some_and(|h| inputs.len() > h) {
@@ -334,7 +371,8 @@ pub fn infer_output(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
             out(o, x().dtype)
         }
         Op::Reshape { dims: to } => {
-            let (a, b): (usize, usize) = (dims[0].iter().product(), to.iter().product());
+            let a: usize = dims[0].iter().product();
+            let b = checked_numel(to).unwrap_or(usize::MAX);
             if a != b {
                 return err(format!(
                     "Reshape: {:?} ({a} elements) cannot become {to:?} ({b} elements)",
@@ -383,7 +421,9 @@ pub fn infer_output(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
                         dims[0]
                     ));
                 }
-                o[*axis] += d[*axis];
+                o[*axis] = o[*axis]
+                    .checked_add(d[*axis])
+                    .ok_or_else(|| ShapeError("Concat: output dim overflows".into()))?;
             }
             out(o, x().dtype)
         }
@@ -430,8 +470,9 @@ pub fn infer_output(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
                 dims[0]
                     .iter()
                     .zip(pads)
-                    .map(|(d, (b, e))| d + b + e)
-                    .collect(),
+                    .map(|(d, (b, e))| d.checked_add(*b).and_then(|v| v.checked_add(*e)))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| ShapeError(format!("Pad: pads {pads:?} overflow")))?,
                 x().dtype,
             )
         }
@@ -444,7 +485,12 @@ pub fn infer_output(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
                 ));
             }
             out(
-                dims[0].iter().zip(repeats).map(|(d, r)| d * r).collect(),
+                dims[0]
+                    .iter()
+                    .zip(repeats)
+                    .map(|(d, r)| d.checked_mul(*r))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| ShapeError(format!("Tile: repeats {repeats:?} overflow")))?,
                 x().dtype,
             )
         }

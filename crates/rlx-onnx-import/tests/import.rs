@@ -704,6 +704,11 @@ fn fixture_models_import_and_verify() {
     for p in &paths {
         match import_onnx(p, &ImportOptions::default()) {
             Ok(g) => {
+                let mut hist = std::collections::BTreeMap::<String, usize>::new();
+                for n in &g.nodes {
+                    *hist.entry(n.op.name()).or_default() += 1;
+                }
+                eprintln!("{}: {} nodes {hist:?}", p.display(), g.nodes.len());
                 if let Err(e) = rlx_compile::verify::verify(&g) {
                     failures.push(format!("{}: verify: {e}", p.display()));
                 }
@@ -713,4 +718,55 @@ fn fixture_models_import_and_verify() {
     }
     eprintln!("imported {} models", paths.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn huge_shapes_from_attributes_or_constants_are_errors_not_panics() {
+    let cases: Vec<(NodeProto, Vec<TensorProto>)> = vec![
+        (
+            node("ConstantOfShape", "cos", &["s"], &["y"], vec![]),
+            vec![i64_init("s", &[1 << 40, 1 << 40])],
+        ),
+        (
+            node("Tile", "tile", &["x", "r"], &["y"], vec![]),
+            vec![i64_init("r", &[i64::MAX, 2])],
+        ),
+        (
+            node("Pad", "pad", &["x", "p"], &["y"], vec![]),
+            vec![i64_init("p", &[i64::MAX, 0, i64::MAX, 0])],
+        ),
+        (
+            node("Reshape", "rs", &["x", "s"], &["y"], vec![]),
+            vec![i64_init("s", &[i64::MAX, i64::MAX, -1])],
+        ),
+        (
+            node("Expand", "ex", &["x", "s"], &["y"], vec![]),
+            vec![i64_init("s", &[1 << 62, 1 << 62, 2, 3])],
+        ),
+        (
+            node(
+                "MaxPool",
+                "mp",
+                &["x4"],
+                &["y"],
+                vec![
+                    a_ints("kernel_shape", &[2]),
+                    a_ints("pads", &[i64::MAX, i64::MAX]),
+                ],
+            ),
+            vec![],
+        ),
+    ];
+    for (n, inits) in cases {
+        let name = n.name.clone();
+        let bytes = model(
+            17,
+            vec![n],
+            inits,
+            vec![f32_in("x", &[2, 3]), f32_in("x4", &[1, 1, 4])],
+            vec![out("y")],
+        );
+        let e = import(&bytes).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("node \"{name}\"")), "{e}");
+    }
 }

@@ -148,9 +148,14 @@ fn window(n: &ONode, in_spatial: &[usize], kernel: &[usize], dilations_attr: boo
         "SAME_UPPER" | "SAME_LOWER" => (0..ns)
             .map(|i| {
                 let out = in_spatial[i].div_ceil(strides[i].max(1));
-                let span = dilations[i] * (kernel[i].max(1) - 1) + 1;
-                let total =
-                    ((out.saturating_sub(1)) * strides[i] + span).saturating_sub(in_spatial[i]);
+                let span = dilations[i]
+                    .saturating_mul(kernel[i].max(1) - 1)
+                    .saturating_add(1);
+                let total = out
+                    .saturating_sub(1)
+                    .saturating_mul(strides[i])
+                    .saturating_add(span)
+                    .saturating_sub(in_spatial[i]);
                 if auto_pad == "SAME_UPPER" {
                     (total / 2, total - total / 2)
                 } else {

@@ -56,7 +56,7 @@ pub fn reshape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         }
     }
     if let Some(i) = infer {
-        let known: usize = out.iter().product();
+        let known = rlx_compile::infer_shape::checked_numel(&out).unwrap_or(0);
         if known == 0 || total % known != 0 {
             return Err(format!(
                 "cannot reshape {} elements {xd:?} to {spec:?}",
