@@ -133,7 +133,7 @@ fn label(g: &Graph, id: rlx_ir::NodeId) -> String {
     rlx_ir::provenance::node_label(g, id)
 }
 
-fn out_node<'g>(g: &'g Graph, i: usize) -> &'g rlx_ir::Node {
+fn out_node(g: &Graph, i: usize) -> &rlx_ir::Node {
     g.node(g.outputs[i])
 }
 

@@ -140,14 +140,8 @@ pub fn clip(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (lo, hi) = if n.opset >= 11 {
         (n.opt(1), n.opt(2))
     } else {
-        let lo = match n.attr("min") {
-            Some(a) => Some(cx.scalar(dt, a.f as f64)),
-            None => None,
-        };
-        let hi = match n.attr("max") {
-            Some(a) => Some(cx.scalar(dt, a.f as f64)),
-            None => None,
-        };
+        let lo = n.attr("min").map(|a| cx.scalar(dt, a.f as f64));
+        let hi = n.attr("max").map(|a| cx.scalar(dt, a.f as f64));
         (lo, hi)
     };
     let mut y = x;

@@ -57,7 +57,7 @@ pub fn reshape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     }
     if let Some(i) = infer {
         let known = rlx_compile::infer_shape::checked_numel(&out).unwrap_or(0);
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(format!(
                 "cannot reshape {} elements {xd:?} to {spec:?}",
                 total
@@ -140,7 +140,7 @@ pub fn split(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         None => {
             let k = n.i("num_outputs", nout as i64)?.max(1) as usize;
             let chunk = d[axis].div_ceil(k);
-            if n.opset < 18 && d[axis] % k != 0 {
+            if n.opset < 18 && !d[axis].is_multiple_of(k) {
                 return Err(format!("dim {} does not split evenly into {k}", d[axis]));
             }
             (0..k)
