@@ -535,3 +535,123 @@ fn f16_matmul_rounds_and_overflows() {
         _ => unreachable!(),
     }
 }
+
+#[test]
+fn half_types_keep_their_dtype() {
+    use half::{bf16, f16};
+    let x = Tensor::new(
+        vec![1, 3],
+        TensorData::F16(
+            [1.0f32, 2.0, 3.0]
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect(),
+        ),
+    )
+    .unwrap();
+    let y = ev(Op::Softmax { axis: 1 }, &[&x], &[1, 3], DType::F16);
+    let s: f32 = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+    match y.data() {
+        TensorData::F16(v) => {
+            for (j, e) in v.iter().enumerate() {
+                assert_eq!(*e, f16::from_f32((j as f32 + 1.0).exp() / s));
+            }
+        }
+        d => panic!("dtype changed to {}", d.dtype()),
+    }
+    let b = Tensor::new(
+        vec![2],
+        TensorData::BF16(vec![bf16::from_f32(1.0), bf16::from_f32(3.0e38)]),
+    )
+    .unwrap();
+    let y = ev(Op::Binary(BinaryOp::Add), &[&b, &b], &[2], DType::BF16);
+    match y.data() {
+        TensorData::BF16(v) => {
+            assert_eq!(v[0].to_f32(), 2.0);
+            assert!(v[1].is_infinite());
+        }
+        d => panic!("dtype changed to {}", d.dtype()),
+    }
+    let r = ev(
+        Op::Reduce {
+            kind: ReduceKind::Sum,
+            axes: vec![1],
+            keepdims: false,
+        },
+        &[&x],
+        &[1],
+        DType::F16,
+    );
+    assert_eq!(r.data(), &TensorData::F16(vec![f16::from_f32(6.0)]));
+}
+
+#[test]
+fn conv3d_1x1x1_matches_channel_mix() {
+    // 1x1x1 kernel: y[m, p] = sum_c w[m, c] * x[c, p] + b[m]
+    let x = rnd(2 * 2 * 3 * 2, 40);
+    let w = rnd(3 * 2, 41);
+    let b = rnd(3, 42);
+    let a = ConvAttrs {
+        strides: vec![1, 1, 1],
+        pads: vec![(0, 0); 3],
+        dilations: vec![1, 1, 1],
+        groups: 1,
+    };
+    let y = f32s(&ev(
+        Op::Conv(a),
+        &[
+            &f32t(&[1, 2, 2, 3, 2], x.clone()),
+            &f32t(&[3, 2, 1, 1, 1], w.clone()),
+            &f32t(&[3], b.clone()),
+        ],
+        &[1, 3, 2, 3, 2],
+        DType::F32,
+    ));
+    let mut want = naive_mm(&w, &x, 3, 2, 12);
+    for m in 0..3 {
+        for p in 0..12 {
+            want[m * 12 + p] += b[m];
+        }
+    }
+    close(&y, &want, 1e-5);
+    // 3-D with a 2x2x2 kernel, stride 2, pad 1 on depth only: compare against a direct sum.
+    let x = rnd(1 * 1 * 3 * 4 * 4, 43);
+    let w = rnd(8, 44);
+    let a = ConvAttrs {
+        strides: vec![2, 2, 2],
+        pads: vec![(1, 1), (0, 0), (0, 0)],
+        dilations: vec![1, 1, 1],
+        groups: 1,
+    };
+    let y = f32s(&ev(
+        Op::Conv(a),
+        &[
+            &f32t(&[1, 1, 3, 4, 4], x.clone()),
+            &f32t(&[1, 1, 2, 2, 2], w.clone()),
+        ],
+        &[1, 1, 2, 2, 2],
+        DType::F32,
+    ));
+    let mut want = vec![];
+    for od in 0..2usize {
+        for oh in 0..2usize {
+            for ow in 0..2usize {
+                let mut acc = 0.0f32;
+                for kd in 0..2usize {
+                    for kh in 0..2usize {
+                        for kw in 0..2usize {
+                            let id = (od * 2 + kd) as isize - 1;
+                            if !(0..3).contains(&id) {
+                                continue;
+                            }
+                            let (ih, iw) = (oh * 2 + kh, ow * 2 + kw);
+                            acc += x[(id as usize * 4 + ih) * 4 + iw] * w[(kd * 2 + kh) * 2 + kw];
+                        }
+                    }
+                }
+                want.push(acc);
+            }
+        }
+    }
+    close(&y, &want, 1e-5);
+}
