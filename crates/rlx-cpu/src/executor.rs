@@ -11,6 +11,9 @@ use rlx_ir::provenance::node_label;
 use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
 use std::collections::HashMap;
 
+/// The per-node value hook of [`CpuExecutor::run_hooked`].
+pub type Observer<'a> = &'a mut dyn FnMut(NodeId, &Tensor);
+
 /// A prepared graph for the CPU. Plain owned data: `Send`, no interior mutability.
 #[derive(Debug)]
 pub struct CpuExecutor {
@@ -266,7 +269,7 @@ impl CpuExecutor {
         inputs: &[Tensor],
         scanner: Option<&mut DebugScanner>,
         mut before: Option<&mut dyn FnMut(NodeId)>,
-        mut observe: Option<&mut dyn FnMut(NodeId, &Tensor)>,
+        mut observe: Option<Observer<'_>>,
     ) -> Result<Vec<Tensor>, CpuError> {
         let this = &*self;
         let g = &this.graph;
@@ -318,7 +321,7 @@ impl CpuExecutor {
                 slots[dead.index()] = Slot::Empty;
             }
         }
-        if let Some(s) = scanner.as_deref_mut() {
+        if let Some(s) = scanner {
             s.finish_run(g)?;
         }
         // Move owned outputs out (cloning only when an output is listed twice or borrowed).

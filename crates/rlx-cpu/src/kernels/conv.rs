@@ -142,15 +142,12 @@ fn im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, cg: usize, col: &mu
     });
 }
 
-fn conv_float<T: GemmElem + Elem>(
+fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T>>(
     x: &[T],
     w: &[T],
     bias: Option<Vec<T>>,
     g: &Geo,
-) -> KResult<Vec<T>>
-where
-    T: std::ops::Add<Output = T>,
-{
+) -> KResult<Vec<T>> {
     let cg = g.c / g.groups;
     let mg = g.m / g.groups;
     let ksz: usize = g.ks.iter().product();
