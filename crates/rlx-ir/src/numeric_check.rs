@@ -224,6 +224,8 @@ pub enum Cause {
         /// Where that Inf was first created, when known.
         inf_origin: Option<NodeId>,
         inf_origin_label: Option<String>,
+        /// The op type of the origin node (`Where`, `Log`, ...).
+        inf_origin_op: Option<String>,
     },
     /// Culprit: a graph input, parameter or constant already holds the value.
     Leaf,
@@ -292,10 +294,12 @@ impl fmt::Display for NanReport {
                 input_kind,
                 inf_origin,
                 inf_origin_label,
+                inf_origin_op,
             } => {
                 write!(f, "  → inputs held {input_kind} (input {input}")?;
                 if let (Some(o), Some(l)) = (inf_origin, inf_origin_label) {
-                    write!(f, "; the {input_kind} was created at {o} \"{l}\"")?;
+                    let op = inf_origin_op.as_deref().unwrap_or("");
+                    write!(f, "; the {input_kind} was created at {o} {op} \"{l}\"")?;
                 }
                 writeln!(f, "), this op produced {}", self.kind)?;
             }
@@ -372,6 +376,24 @@ pub fn fix_hint(
     Some(s)
 }
 
+/// The op name a report shows for node `id`: the source op type for folded constants
+/// (a `Constant` folded from an ONNX `Div` shows as `Div`), else the IR op name.
+pub fn display_op(g: &Graph, id: NodeId) -> String {
+    let n = g.node(id);
+    match (&n.op, source_op_type(g, id)) {
+        (crate::Op::Constant(_), Some(src)) => src.to_string(),
+        (op, _) => op.name(),
+    }
+}
+
+/// True for a constant written literally in the model (an initializer or an ONNX `Constant`),
+/// as opposed to one folded from an op. A literal non-finite constant counts as part of the
+/// op that consumes it: `Where(mask, 0, -inf)` is where the -inf enters the data.
+pub fn is_literal_constant(g: &Graph, id: NodeId) -> bool {
+    matches!(g.node(id).op, crate::Op::Constant(_))
+        && matches!(source_op_type(g, id), None | Some("Constant"))
+}
+
 /// Per-node scan state kept during one run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NodeState {
@@ -400,13 +422,20 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
         // An Inf output from a non-finite input is carried, not created.
         return Cause::Propagated { input: *i };
     }
-    if let Some(i) = node.inputs.iter().find(|i| st(i).inf) {
-        let origin = st(i).inf_origin;
+    let with_origin = node
+        .inputs
+        .iter()
+        .find(|i| st(i).inf && st(i).inf_origin.is_some());
+    if let Some(i) = with_origin.or_else(|| node.inputs.iter().find(|i| st(i).inf)) {
+        // A literal constant holding inf is its own origin here.
+        let origin = st(i).inf_origin.or(Some(*i));
         return Cause::InputsHeldInf {
             input: *i,
             input_kind: st(i).inf_kind.unwrap_or(BadKind::PosInf),
             inf_origin: origin,
             inf_origin_label: origin.map(|o| node_label(g, o)),
+            inf_origin_op: origin
+                .map(|o| source_op_type(g, o).map_or_else(|| display_op(g, o), str::to_string)),
         };
     }
     Cause::InputsFinite
@@ -528,7 +557,7 @@ impl DebugScanner {
             BadKind::NegInf => c.first_neg_inf,
         }
         .unwrap_or(0);
-        let op = node.op.name();
+        let op = display_op(g, id);
         let src = source_op_type(g, id).map(str::to_string);
         let fix = fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype);
         NanReport {
@@ -589,17 +618,21 @@ impl DebugScanner {
         };
         if c.has_inf() {
             // Inherit the origin of an Inf-carrying input, else this node creates it.
-            st.inf_origin = node_inputs
-                .iter()
-                .find_map(|x| {
-                    let s = self.states[x.index()];
-                    if s.inf {
-                        s.inf_origin
-                    } else {
-                        None
-                    }
-                })
-                .or(Some(id));
+            st.inf_origin = if is_literal_constant(g, id) {
+                None // counts as part of the op that consumes it
+            } else {
+                node_inputs
+                    .iter()
+                    .find_map(|x| {
+                        let s = self.states[x.index()];
+                        if s.inf {
+                            s.inf_origin
+                        } else {
+                            None
+                        }
+                    })
+                    .or(Some(id))
+            };
             if st.inf_origin == Some(id) {
                 self.inf_origins.push(id);
             }

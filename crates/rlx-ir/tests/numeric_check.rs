@@ -85,7 +85,9 @@ fn nan_from_inf_names_both_ops_and_propagators_are_not_blamed() {
             input_kind,
             inf_origin,
             inf_origin_label,
+            inf_origin_op,
         } => {
+            assert_eq!(inf_origin_op.as_deref(), Some("Log"));
             assert_eq!(
                 (*input, *input_kind, *inf_origin),
                 (l, BadKind::NegInf, Some(l))

@@ -35,6 +35,13 @@ pub struct ImportOptions {
     pub dims: HashMap<String, usize>,
     /// Size for symbolic dims not in `dims`, and for dims with neither value nor name.
     pub default_dim: usize,
+    /// Exact shapes of named graph inputs (e.g. taken from the input files). Symbolic dims
+    /// are bound from them; a static dim that disagrees is an error naming the input.
+    pub input_shapes: HashMap<String, Vec<usize>>,
+    /// Graph inputs to freeze as constants (their values known at import time), so that
+    /// shape-defining inputs (a Reshape's `shape`, a Slice's `starts`) fold. The tensor's
+    /// dtype must match the declared one.
+    pub constant_inputs: HashMap<String, rlx_ir::Tensor>,
 }
 
 impl Default for ImportOptions {
@@ -42,6 +49,8 @@ impl Default for ImportOptions {
         ImportOptions {
             dims: HashMap::new(),
             default_dim: 1,
+            input_shapes: HashMap::new(),
+            constant_inputs: HashMap::new(),
         }
     }
 }
@@ -149,11 +158,31 @@ fn import_impl(
 
     // Graph inputs (those that are not initializers).
     cx.g.set_current_origin(None);
+    let opts = &bind_input_dims(&graph.input, &init_names, opts)?;
     for vi in &graph.input {
         if init_names.contains(vi.name.as_str()) {
             continue;
         }
         let (decl, bound) = input_shape(vi, opts)?;
+        if let Some(t) = opts.constant_inputs.get(&vi.name) {
+            if t.dtype() != bound.dtype || t.dims().len() != decl.rank() {
+                return Err(ImportError::Input {
+                    name: vi.name.clone(),
+                    msg: format!(
+                        "declared {decl}, the constant given for it is {}",
+                        t.shape()
+                    ),
+                });
+            }
+            cx.g.set_current_origin(Some(Origin {
+                label: vi.name.clone(),
+                op_type: None,
+            }));
+            let id = cx.constant(t.clone());
+            cx.g.set_current_origin(None);
+            cx.values.insert(vi.name.clone(), id);
+            continue;
+        }
         let id = cx.g.input(&vi.name, bound);
         if let Some(last) = cx.g.input_decls.last_mut() {
             last.1 = decl;
@@ -253,6 +282,60 @@ fn import_impl(
 }
 
 /// Declared and bound type of a graph input.
+/// Fold `opts.input_shapes` (and the dims of `opts.constant_inputs`) into `opts.dims`,
+/// checking them against each input's declared dims.
+fn bind_input_dims(
+    inputs: &[proto::ValueInfoProto],
+    init_names: &std::collections::HashSet<&str>,
+    opts: &ImportOptions,
+) -> Result<ImportOptions, ImportError> {
+    let mut out = opts.clone();
+    for vi in inputs {
+        if init_names.contains(vi.name.as_str()) {
+            continue;
+        }
+        let given = opts.input_shapes.get(&vi.name).cloned().or_else(|| {
+            opts.constant_inputs
+                .get(&vi.name)
+                .map(|t| t.dims().to_vec())
+        });
+        let Some(given) = given else { continue };
+        let (decl, _) = input_shape(vi, opts)?;
+        let err = |msg: String| ImportError::Input {
+            name: vi.name.clone(),
+            msg,
+        };
+        if decl.rank() != given.len() {
+            return Err(err(format!(
+                "declared rank {} ({decl}), given shape {given:?}",
+                decl.rank()
+            )));
+        }
+        for (k, (d, &n)) in decl.dims.iter().zip(&given).enumerate() {
+            match d {
+                Dim::Static(v) if *v != n => {
+                    return Err(err(format!(
+                        "dim {k} is declared {v}, the given shape {given:?} has {n}"
+                    )))
+                }
+                Dim::Sym(p) if p != "?" => {
+                    if let Some(&prev) = out.dims.get(p) {
+                        if prev != n && !opts.dims.contains_key(p) {
+                            return Err(err(format!(
+                                "dim {k} ({p}) is {n} here but {prev} in another input"
+                            )));
+                        }
+                    } else {
+                        out.dims.insert(p.clone(), n);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn input_shape(
     vi: &proto::ValueInfoProto,
     opts: &ImportOptions,
@@ -294,6 +377,14 @@ fn input_shape(
                 bound.push(opts.default_dim);
             }
         }
+    }
+    let given = opts.input_shapes.get(&vi.name).cloned().or_else(|| {
+        opts.constant_inputs
+            .get(&vi.name)
+            .map(|t| t.dims().to_vec())
+    });
+    if let Some(g) = given.filter(|g| g.len() == bound.len()) {
+        bound = g;
     }
     Ok((Shape::with_dims(decl, dtype), Shape::new(&bound, dtype)))
 }

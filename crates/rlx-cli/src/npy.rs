@@ -1,0 +1,89 @@
+//! `.npy` reading and writing (NumPy format 1.0–3.0) through the `npyz` crate.
+
+use anyhow::{bail, Context, Result};
+use half::f16;
+use npyz::WriterBuilder;
+use rlx_ir::{Tensor, TensorData};
+use std::path::Path;
+
+/// Read a C-order `.npy` file into a tensor. Supported dtypes: float32/64/16, int64/32/8,
+/// uint8, bool. Errors name the file.
+pub fn read_npy(path: &Path) -> Result<Tensor> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let npy = npyz::NpyFile::new(&bytes[..])
+        .with_context(|| format!("{}: not a valid .npy file", path.display()))?;
+    if npy.order() != npyz::Order::C {
+        bail!(
+            "{}: Fortran-order arrays are not supported; save with np.ascontiguousarray",
+            path.display()
+        );
+    }
+    let dims: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let descr = match npy.dtype() {
+        npyz::DType::Plain(ts) => ts.to_string(),
+        other => bail!("{}: unsupported dtype {other:?}", path.display()),
+    };
+    // Never allocate more than the file can hold.
+    let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let item = descr
+        .get(2..)
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1);
+    match n.and_then(|n| n.checked_mul(item)) {
+        Some(b) if b <= bytes.len() => {}
+        _ => bail!(
+            "{}: header shape {dims:?} needs more data than the file holds",
+            path.display()
+        ),
+    }
+    let ctx = || format!("{}: truncated or unreadable data", path.display());
+    let data = match descr.as_str() {
+        "<f4" => TensorData::F32(npy.into_vec::<f32>().with_context(ctx)?),
+        "<f8" => TensorData::F64(npy.into_vec::<f64>().with_context(ctx)?),
+        "<f2" => TensorData::F16(npy.into_vec::<f16>().with_context(ctx)?),
+        "<i8" => TensorData::I64(npy.into_vec::<i64>().with_context(ctx)?),
+        "<i4" => TensorData::I32(npy.into_vec::<i32>().with_context(ctx)?),
+        "|i1" => TensorData::I8(npy.into_vec::<i8>().with_context(ctx)?),
+        "|u1" => TensorData::U8(npy.into_vec::<u8>().with_context(ctx)?),
+        "|b1" => TensorData::Bool(npy.into_vec::<bool>().with_context(ctx)?),
+        d => bail!(
+            "{}: unsupported .npy dtype {d} (supported: <f4 <f8 <f2 <i8 <i4 |i1 |u1 |b1)",
+            path.display()
+        ),
+    };
+    Tensor::new(dims, data).with_context(|| path.display().to_string())
+}
+
+fn write_vec<T: npyz::AutoSerialize + Copy>(path: &Path, dims: &[u64], v: &[T]) -> Result<()> {
+    let f =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(dims)
+        .writer(std::io::BufWriter::new(f))
+        .begin_nd()?;
+    w.extend(v.iter().copied())?;
+    w.finish()?;
+    Ok(())
+}
+
+/// Write `t` as a C-order `.npy` file loadable with `np.load`. BF16 (which NumPy lacks) is
+/// written as float32.
+pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+    let dims: Vec<u64> = t.dims().iter().map(|&d| d as u64).collect();
+    match t.data() {
+        TensorData::F32(v) => write_vec(path, &dims, v),
+        TensorData::F64(v) => write_vec(path, &dims, v),
+        TensorData::F16(v) => write_vec(path, &dims, v),
+        TensorData::BF16(v) => write_vec(
+            path,
+            &dims,
+            &v.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
+        ),
+        TensorData::I64(v) => write_vec(path, &dims, v),
+        TensorData::I32(v) => write_vec(path, &dims, v),
+        TensorData::I8(v) => write_vec(path, &dims, v),
+        TensorData::U8(v) => write_vec(path, &dims, v),
+        TensorData::Bool(v) => write_vec(path, &dims, v),
+    }
+}

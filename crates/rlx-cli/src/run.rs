@@ -1,0 +1,374 @@
+//! `rlx run` and `rlx lint`.
+
+use crate::npy::{read_npy, write_npy};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use rlx_ir::numeric_check::scan_data;
+use rlx_ir::{DType, Graph, Shape, Tensor, TensorData};
+use rlx_onnx_import::{import_onnx, ImportOptions};
+use rlx_runtime::{Device, Session};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Exit status when `RLX_DEBUG_NANS=abort` stopped the run.
+pub const EXIT_NAN_ABORT: i32 = 3;
+
+/// Run an ONNX model on the CPU.
+///
+/// Inputs come from `--input NAME=FILE` (`.npy`, or ONNX `TensorProto` `.pb` as in the ONNX
+/// test data); inputs not given are generated deterministically from the declared shapes
+/// (floats uniform in [-1, 1), integer ids in [0, 10), `*mask*` inputs all ones), except
+/// that a model folder's `input_<name>.npy` files are used when present.
+/// Set RLX_DEBUG_NANS=1 (or strict, abort) to localize NaN/Inf to the op that created it.
+#[derive(Args, Debug, Clone)]
+#[command(name = "rlx-run", version, verbatim_doc_comment)]
+pub struct RunArgs {
+    /// Model file (.onnx), or a folder holding model.onnx.
+    pub model: PathBuf,
+    /// An input as NAME=FILE (.npy or .pb); FILE alone binds the next unnamed input. Repeatable.
+    #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Write each output to DIR/<output name>.npy.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Bind a symbolic input dimension, e.g. --dim batch=2. Repeatable. Unbound dims take
+    /// their size from the input files given, else 1.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write the NaN/Inf reports as JSON (turns scanning on if RLX_DEBUG_NANS is unset).
+    #[arg(long, value_name = "FILE.json")]
+    pub nan_report: Option<PathBuf>,
+    /// Print the compiled IR graph (after passes) to stderr before running.
+    #[arg(long)]
+    pub print_graph: bool,
+    /// Print only errors and reports, not the output summaries.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// Lint an ONNX model's constants.
+#[derive(Args, Debug, Clone)]
+pub struct LintArgs {
+    /// Model file (.onnx), or a folder holding model.onnx.
+    pub model: PathBuf,
+    /// Bind a symbolic input dimension, e.g. --dim batch=2.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
+}
+
+/// `model.onnx` inside a folder, or the path itself.
+pub fn model_path(p: &Path) -> PathBuf {
+    if p.is_dir() {
+        p.join("model.onnx")
+    } else {
+        p.to_path_buf()
+    }
+}
+
+fn parse_dims(v: &[String]) -> Result<HashMap<String, usize>> {
+    let mut m = HashMap::new();
+    for s in v {
+        let (k, val) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--dim {s}: expected NAME=SIZE"))?;
+        let n: usize = val
+            .parse()
+            .map_err(|_| anyhow!("--dim {s}: SIZE must be a non-negative integer"))?;
+        m.insert(k.to_string(), n);
+    }
+    Ok(m)
+}
+
+/// Read an input file: `.npy`, else an ONNX TensorProto `.pb`.
+pub fn read_input_file(path: &Path) -> Result<Tensor> {
+    if path.extension().and_then(|e| e.to_str()) == Some("pb") {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let (_, t) = rlx_onnx_import::read_tensor_proto(&bytes)
+            .with_context(|| format!("{}: not a valid ONNX TensorProto", path.display()))?;
+        Ok(t)
+    } else {
+        read_npy(path)
+    }
+}
+
+/// Deterministic pseudo-random input for `shape` (splitmix64).
+pub fn generate_input(name: &str, shape: &Shape, seed: u64) -> Tensor {
+    let dims = shape.dims_usize();
+    let n: usize = dims.iter().product();
+    let mut state = seed
+        ^ 0x9E37_79B9_7F4A_7C15
+        ^ name
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let lname = name.to_ascii_lowercase();
+    let data = if lname.contains("mask") {
+        TensorData::from_f64(shape.dtype, &vec![1.0; n])
+    } else if shape.dtype.is_float() {
+        let v: Vec<f64> = (0..n)
+            .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
+            .collect();
+        TensorData::from_f64(shape.dtype, &v)
+    } else if shape.dtype == DType::Bool {
+        TensorData::Bool((0..n).map(|_| next() & 1 == 1).collect())
+    } else if lname.contains("type") || lname.contains("position") {
+        TensorData::from_i64(shape.dtype, &vec![0; n])
+    } else {
+        TensorData::from_i64(
+            shape.dtype,
+            &(0..n).map(|_| (next() % 10) as i64).collect::<Vec<_>>(),
+        )
+    };
+    Tensor::new(dims, data).expect("element count matches dims")
+}
+
+/// Output names made safe for file names: characters outside `[A-Za-z0-9._-]` become `_`.
+pub fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s == "." || s == ".." {
+        format!("output{s}")
+    } else {
+        s
+    }
+}
+
+/// One-line summary of a tensor: min, max, mean and non-finite counts.
+pub fn summarize(t: &Tensor) -> String {
+    let n = t.numel();
+    if n == 0 {
+        return "empty".into();
+    }
+    let c = scan_data(t.data());
+    let (mut lo, mut hi, mut sum, mut k) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0usize);
+    for i in 0..n {
+        let x = t.data().get_f64(i);
+        if x.is_finite() {
+            lo = lo.min(x);
+            hi = hi.max(x);
+            sum += x;
+            k += 1;
+        }
+    }
+    let first: Vec<String> = (0..n.min(4))
+        .map(|i| format!("{:.6}", t.data().get_f64(i)))
+        .collect();
+    let mut s = if k > 0 {
+        format!("min={lo:.6} max={hi:.6} mean={:.6}", sum / k as f64)
+    } else {
+        "no finite values".into()
+    };
+    if !c.is_clean() {
+        s += &format!(" ({c})");
+    }
+    s + &format!(
+        " first=[{}{}]",
+        first.join(", "),
+        if n > 4 { ", …" } else { "" }
+    )
+}
+
+fn decl_shape_str(s: &Shape) -> String {
+    s.to_string()
+}
+
+fn load_graph(
+    model: &Path,
+    dims: &HashMap<String, usize>,
+    given: &HashMap<String, Tensor>,
+) -> Result<Graph> {
+    let path = model_path(model);
+    let opts = ImportOptions {
+        dims: dims.clone(),
+        input_shapes: given
+            .iter()
+            .map(|(k, t)| (k.clone(), t.dims().to_vec()))
+            .collect(),
+        ..Default::default()
+    };
+    import_onnx(&path, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+fn run_inner(a: &RunArgs) -> Result<i32> {
+    let dims = parse_dims(&a.dims)?;
+    // Read input files first: they may bind symbolic dims.
+    let mut given: HashMap<String, Tensor> = HashMap::new();
+    let mut positional: Vec<(PathBuf, Tensor)> = vec![];
+    for spec in &a.inputs {
+        match spec.split_once('=') {
+            Some((name, file)) => {
+                let t = read_input_file(Path::new(file))?;
+                if given.insert(name.to_string(), t).is_some() {
+                    bail!("--input {name}: given twice");
+                }
+            }
+            None => positional.push((PathBuf::from(spec), read_input_file(Path::new(spec))?)),
+        }
+    }
+    let mut g = load_graph(&a.model, &dims, &given)?;
+    let named = given.len();
+    // Assign positional inputs to the inputs not named, in order.
+    let free: Vec<String> = g
+        .input_decls
+        .iter()
+        .map(|d| d.0.clone())
+        .filter(|n| !given.contains_key(n))
+        .collect();
+    if positional.len() > free.len() {
+        bail!(
+            "{} unnamed --input files but only {} inputs left to bind ({})",
+            positional.len(),
+            free.len(),
+            free.join(", ")
+        );
+    }
+    let mut free = free.into_iter();
+    for ((_, t), name) in positional.into_iter().zip(free.by_ref()) {
+        given.insert(name, t);
+    }
+    // A model folder may hold its inputs as input_<name>.npy (as examples/ does).
+    if a.model.is_dir() {
+        for name in free {
+            let p = a.model.join(format!("input_{}.npy", sanitize(&name)));
+            if p.is_file() {
+                if !a.quiet {
+                    eprintln!("rlx: input \"{name}\" from {}", p.display());
+                }
+                given.insert(name, read_npy(&p)?);
+            }
+        }
+    }
+    for name in given.keys() {
+        if !g.input_decls.iter().any(|d| &d.0 == name) {
+            let names: Vec<&str> = g.input_decls.iter().map(|d| d.0.as_str()).collect();
+            bail!(
+                "--input {name}: the model has no input named \"{name}\" (its inputs: {})",
+                names.join(", ")
+            );
+        }
+    }
+    if given.len() != named {
+        // Inputs bound after the first import may bind symbolic dims: import again.
+        g = load_graph(&a.model, &dims, &given)?;
+    }
+    if a.nan_report.is_some()
+        && std::env::var_os("RLX_DEBUG_NANS").map_or(true, |v| v.is_empty() || v == "0")
+    {
+        std::env::set_var("RLX_DEBUG_NANS", "1");
+    }
+    let mut s = Session::new(Device::Cpu)
+        .try_compile(g)
+        .map_err(|e| anyhow!("{e}"))?;
+    if a.print_graph {
+        eprint!("{}", s.graph());
+    }
+    let mut feeds: Vec<(String, Tensor)> = vec![];
+    for (name, shape) in s.inputs() {
+        let t = match given.remove(&name) {
+            Some(t) => {
+                if t.dtype() != shape.dtype || t.dims() != shape.dims_usize().as_slice() {
+                    bail!(
+                        "input \"{name}\": the model expects {}, the file holds {}",
+                        decl_shape_str(&shape),
+                        t.shape()
+                    );
+                }
+                t
+            }
+            None => generate_input(&name, &shape, a.seed),
+        };
+        feeds.push((name, t));
+    }
+    let result = s.run_tensors(feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect());
+    if let Some(p) = &a.nan_report {
+        let json = serde_json::json!({
+            "model": model_path(&a.model).display().to_string(),
+            "reports": s.nan_reports(),
+            "absorbed_inf_summary": s.nan_summary(),
+            "aborted": result.as_ref().err().and_then(|e| e.as_nan_abort()).is_some(),
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    let outs = match result {
+        Ok(o) => o,
+        Err(e) if e.as_nan_abort().is_some() => {
+            let ab = e.as_nan_abort().expect("checked");
+            eprintln!(
+                "rlx: run stopped by RLX_DEBUG_NANS=abort at {} {} \"{}\"",
+                ab.report.node, ab.report.op, ab.report.label
+            );
+            return Ok(EXIT_NAN_ABORT);
+        }
+        Err(e) => return Err(anyhow!("{e}")),
+    };
+    if let Some(dir) = &a.output_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    for ((name, _), t) in s.outputs().iter().zip(&outs) {
+        if !a.quiet {
+            println!("{name}: {} {}", t.shape(), summarize(t));
+        }
+        if let Some(dir) = &a.output_dir {
+            let p = dir.join(format!("{}.npy", sanitize(name)));
+            write_npy(&p, t)?;
+        }
+    }
+    Ok(0)
+}
+
+/// Entry point of `rlx run` / `rlx-run`; returns the exit status.
+pub fn main_run(a: RunArgs) -> i32 {
+    match run_inner(&a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rlx: error: {e:#}");
+            1
+        }
+    }
+}
+
+/// Entry point of `rlx lint`; exit 1 when a lint is found.
+pub fn main_lint(a: LintArgs) -> i32 {
+    let r = (|| -> Result<i32> {
+        let g = load_graph(&a.model, &parse_dims(&a.dims)?, &HashMap::new())?;
+        let lints = rlx_compile::numeric_lint(&g);
+        for l in &lints {
+            println!("{l}");
+        }
+        if lints.is_empty() {
+            println!(
+                "rlx numeric-lint: no constant folds to NaN/Inf ({} nodes checked)",
+                g.len()
+            );
+            Ok(0)
+        } else {
+            Ok(1)
+        }
+    })();
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rlx: error: {e:#}");
+            2
+        }
+    }
+}

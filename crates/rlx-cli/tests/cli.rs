@@ -1,0 +1,138 @@
+//! The `rlx-run` / `rlx` binaries end to end.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rlx_run(args: &[&str], nans: Option<&str>) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlx-run"));
+    c.args(args).current_dir(repo());
+    c.env_remove("RLX_DEBUG_NANS")
+        .env_remove("RLX_LINT_NUMERICS");
+    if let Some(v) = nans {
+        c.env("RLX_DEBUG_NANS", v);
+    }
+    let o = c.output().expect("run rlx-run");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+#[test]
+fn nan_example_names_the_softmax_and_the_mask() {
+    let (code, out, err) = rlx_run(&["examples/attention_masked_nan"], Some("1"));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("rlx nan-check: NaN at index"), "{err}");
+    assert!(err.contains("\"layer0.attn.softmax\""), "{err}");
+    assert!(err.contains("layer0.attn.mask_fill"), "{err}");
+    assert!(err.contains("fix: "), "{err}");
+    assert!(out.contains("output: f32[2,4,8]"), "{out}");
+    // Downstream ops are not blamed: exactly one report.
+    assert_eq!(err.matches("rlx nan-check: NaN").count(), 1, "{err}");
+}
+
+#[test]
+fn abort_exits_nonzero_with_the_report() {
+    let (code, _, err) = rlx_run(&["examples/rmsnorm_eps0_nan"], Some("abort"));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("\"layer0.rms_norm.div\""), "{err}");
+}
+
+#[test]
+fn unset_prints_no_scan_output() {
+    let (code, _, err) = rlx_run(&["examples/attention_masked_nan"], None);
+    assert_eq!(code, 0);
+    assert!(!err.contains("nan-check"), "{err}");
+}
+
+#[test]
+fn writes_outputs_and_json_report() {
+    let dir = std::env::temp_dir().join(format!("rlx-cli-test-{}", std::process::id()));
+    let report = dir.join("r.json");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, _, err) = rlx_run(
+        &[
+            "examples/rmsnorm_eps0_nan",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--nan-report",
+            report.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let y = rlx_cli::npy::read_npy(&dir.join("y.npy")).unwrap();
+    let want =
+        rlx_cli::npy::read_npy(&repo().join("examples/rmsnorm_eps0_nan/expected_y.npy")).unwrap();
+    assert_eq!(y.dims(), want.dims());
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(j["reports"][0]["label"], "layer0.rms_norm.div");
+    assert_eq!(j["reports"][0]["cause"]["kind"], "inputs_finite");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_inputs_give_one_line_errors() {
+    let (code, _, err) = rlx_run(&["examples/nope"], None);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("rlx: error:"), "{err}");
+    let (code, _, err) = rlx_run(
+        &[
+            "examples/healthy_mlp",
+            "--input",
+            "nosuch=examples/healthy_mlp/input_x.npy",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("no input named \"nosuch\""), "{err}");
+    let (code, _, err) = rlx_run(
+        &[
+            "examples/healthy_mlp",
+            "--input",
+            "x=examples/attention_masked_nan/input_attention_mask.npy",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("input \"x\""), "{err}");
+}
+
+#[test]
+fn lint_subcommand() {
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["lint", "examples/const_fold_inf"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("rlx numeric-lint: %") && out.contains("const.inv_zero"),
+        "{out}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["lint", "examples/healthy_mlp"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn lint_env_var_during_run() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlx-run"));
+    c.args(["examples/const_fold_inf", "-q"])
+        .current_dir(repo())
+        .env("RLX_LINT_NUMERICS", "1")
+        .env_remove("RLX_DEBUG_NANS");
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rlx numeric-lint: %"), "{err}");
+}

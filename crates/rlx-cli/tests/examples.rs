@@ -1,0 +1,180 @@
+//! The shipped NaN examples: outputs match onnx's reference evaluator, and the localizer
+//! names the culprit that `examples/*/expect.json` declares (derived by the generator from the
+//! reference evaluator's intermediate values, not from RLX).
+
+mod common;
+use common::*;
+use rlx_cli::npy::read_npy;
+use rlx_ir::numeric_check::{BadKind, Cause, DebugMode};
+use std::path::Path;
+
+fn expect(dir: &Path) -> serde_json::Value {
+    let s = std::fs::read_to_string(dir.join("expect.json")).expect("expect.json");
+    serde_json::from_str(&s).expect("valid json")
+}
+
+fn check_outputs(name: &str) {
+    let dir = repo().join("examples").join(name);
+    let mut s = compile(&dir, DebugMode::Off);
+    let f = feeds(&s, &dir, "input_");
+    let outs = run(&mut s, &f);
+    for ((oname, _), got) in s.outputs().iter().zip(&outs) {
+        let want = read_npy(&dir.join(format!("expected_{oname}.npy"))).expect("expected output");
+        let tol = if got.dtype() == rlx_ir::DType::F16 {
+            1e-3
+        } else {
+            1e-5
+        };
+        assert_close(&format!("{name}/{oname}"), got, &want, tol, tol);
+    }
+}
+
+#[test]
+fn outputs_match_reference_evaluator() {
+    for name in [
+        "attention_masked_nan",
+        "rmsnorm_eps0_nan",
+        "rmsnorm_rsqrt_inf_nan",
+        "const_fold_inf",
+        "cast_f16_overflow",
+        "healthy_mlp",
+        "inf_absorbed",
+    ] {
+        check_outputs(name);
+    }
+}
+
+/// Run under `mode`; returns the reports and whether the run aborted.
+fn diagnose(name: &str, mode: DebugMode) -> (Vec<rlx_ir::NanReport>, bool, Option<String>) {
+    let dir = repo().join("examples").join(name);
+    let mut s = compile(&dir, mode);
+    let f = feeds(&s, &dir, "input_");
+    let r = s.run_tensors(f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect());
+    let aborted = match r {
+        Ok(_) => false,
+        Err(e) if e.as_nan_abort().is_some() => true,
+        Err(e) => panic!("{name}: {e}"),
+    };
+    (
+        s.nan_reports().to_vec(),
+        aborted,
+        s.nan_summary().map(str::to_string),
+    )
+}
+
+#[test]
+fn culprits_match_expectations() {
+    for name in [
+        "attention_masked_nan",
+        "rmsnorm_eps0_nan",
+        "rmsnorm_rsqrt_inf_nan",
+        "cast_f16_overflow",
+    ] {
+        let dir = repo().join("examples").join(name);
+        let e = expect(&dir);
+        let (reports, aborted, _) = diagnose(name, DebugMode::Warn);
+        assert!(!aborted);
+        let nan_origin = e["nan_origin"].as_str().unwrap();
+        assert_eq!(
+            reports.len(),
+            1,
+            "{name}: exactly one culprit report, got {reports:#?}"
+        );
+        let r = &reports[0];
+        assert_eq!(r.label, nan_origin, "{name}: culprit label");
+        assert_eq!(r.kind, BadKind::NaN);
+        assert!(r.fix.is_some(), "{name}: a culprit has a fix line");
+        match (&r.cause, e["inf_origin"].as_str()) {
+            (
+                Cause::InputsHeldInf {
+                    inf_origin_label, ..
+                },
+                Some(inf),
+            ) => {
+                assert_eq!(inf_origin_label.as_deref(), Some(inf), "{name}: inf origin")
+            }
+            (Cause::InputsFinite, None) => {}
+            (c, i) => panic!("{name}: cause {c:?} but expected inf origin {i:?}"),
+        }
+        let text = r.to_string();
+        assert!(text.starts_with("rlx nan-check: NaN at index "), "{text}");
+        assert!(text.contains(&format!("\"{nan_origin}\"")), "{text}");
+    }
+}
+
+#[test]
+fn inf_reaching_output_is_reported_at_its_origin() {
+    let dir = repo().join("examples/const_fold_inf");
+    let e = expect(&dir);
+    let (reports, _, _) = diagnose("const_fold_inf", DebugMode::Warn);
+    assert_eq!(reports.len(), 1, "{reports:#?}");
+    assert_eq!(reports[0].label, e["inf_origin"].as_str().unwrap());
+    assert_eq!(reports[0].kind, BadKind::PosInf);
+    assert!(reports[0]
+        .note
+        .as_deref()
+        .unwrap_or("")
+        .contains("reached graph output"));
+}
+
+#[test]
+fn absorbed_inf_stays_quiet() {
+    let (reports, aborted, summary) = diagnose("inf_absorbed", DebugMode::Abort);
+    assert!(reports.is_empty(), "{reports:#?}");
+    assert!(!aborted);
+    let _ = summary; // at most one summary line, never a culprit report
+    let (reports, _, _) = diagnose("healthy_mlp", DebugMode::Warn);
+    assert!(reports.is_empty());
+}
+
+#[test]
+fn abort_mode_stops_at_the_culprit() {
+    let (reports, aborted, _) = diagnose("attention_masked_nan", DebugMode::Abort);
+    assert!(aborted);
+    assert_eq!(reports[0].label, "layer0.attn.softmax");
+    let (reports, aborted, _) = diagnose("const_fold_inf", DebugMode::Abort);
+    assert!(
+        aborted,
+        "an Inf reaching an output aborts at the end of the run"
+    );
+    assert_eq!(reports.len(), 1);
+}
+
+#[test]
+fn scanning_off_reports_nothing() {
+    let (reports, aborted, summary) = diagnose("attention_masked_nan", DebugMode::Off);
+    assert!(reports.is_empty() && !aborted && summary.is_none());
+}
+
+#[test]
+fn strict_mode_reports_inf_where_it_first_appears() {
+    let (reports, _, _) = diagnose("inf_absorbed", DebugMode::Strict);
+    assert!(!reports.is_empty(), "strict reports the intended -inf too");
+    assert!(reports.iter().all(|r| r.kind != BadKind::NaN));
+}
+
+#[test]
+fn lint_reports_constant_inf() {
+    use rlx_onnx_import::{import_onnx, ImportOptions};
+    for (name, label) in [
+        ("const_fold_inf", "const.inv_zero"),
+        ("cast_f16_overflow", "attn.mask_fill_cast_f16"),
+    ] {
+        let g = import_onnx(
+            &repo().join("examples").join(name).join("model.onnx"),
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        let lints = rlx_compile::numeric_lint(&g);
+        assert!(lints.iter().any(|l| l.label == label), "{name}: {lints:#?}");
+        assert!(lints[0].to_string().starts_with("rlx numeric-lint: %"));
+    }
+    for name in ["healthy_mlp", "rmsnorm_eps0_nan"] {
+        let g = import_onnx(
+            &repo().join("examples").join(name).join("model.onnx"),
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        assert!(rlx_compile::numeric_lint(&g).is_empty(), "{name}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Real models: onnx's model-zoo "light" models against their shipped outputs, transformer
+//! exports against onnxruntime (expected files written by scripts/gen_transformers.py).
+
+mod common;
+use common::*;
+use rlx_cli::npy::read_npy;
+use rlx_ir::numeric_check::DebugMode;
+use rlx_onnx_import::{import_onnx, ImportOptions};
+
+const LIGHT: [&str; 9] = [
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+];
+
+fn light(name: &str) {
+    let Some(dir) = fixture(&format!("fixtures/large/light/{name}")) else {
+        return;
+    };
+    let g = import_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+    assert!(
+        rlx_compile::numeric_lint(&g).is_empty(),
+        "{name}: lint must stay quiet on model-zoo models"
+    );
+    let mut s = compile(&dir, DebugMode::Off);
+    let input = read_npy(&dir.join("input_0.npy")).unwrap();
+    let iname = s.inputs()[0].0.clone();
+    let outs = run(&mut s, &[(iname, input)]);
+    let want = read_npy(&dir.join("output_0.npy")).unwrap();
+    // onnx's backend test runner compares model outputs at rtol 1e-3, atol 1e-7.
+    assert_close(name, &outs[0], &want, 1e-3, 1e-7);
+}
+
+#[test]
+fn light_bvlc_alexnet() {
+    light(LIGHT[0]);
+}
+#[test]
+fn light_densenet121() {
+    light(LIGHT[1]);
+}
+#[test]
+fn light_inception_v1() {
+    light(LIGHT[2]);
+}
+#[test]
+fn light_inception_v2() {
+    light(LIGHT[3]);
+}
+#[test]
+fn light_resnet50() {
+    light(LIGHT[4]);
+}
+#[test]
+fn light_shufflenet() {
+    light(LIGHT[5]);
+}
+#[test]
+fn light_squeezenet() {
+    light(LIGHT[6]);
+}
+#[test]
+fn light_vgg19() {
+    light(LIGHT[7]);
+}
+#[test]
+fn light_zfnet512() {
+    light(LIGHT[8]);
+}
+
+/// Run a transformer fixture and compare every output with onnxruntime's at rtol 1e-4 / atol 1e-5.
+fn transformer(rel: &str, mode: DebugMode) {
+    let Some(dir) = fixture(rel) else { return };
+    let mut s = compile(&dir, mode);
+    let f = feeds(&s, &dir, "input_");
+    let outs = run(&mut s, &f);
+    for ((oname, _), got) in s.outputs().iter().zip(&outs) {
+        let want = read_npy(&dir.join(format!("expected_{oname}.npy"))).unwrap();
+        assert_close(&format!("{rel}/{oname}"), got, &want, 1e-4, 1e-5);
+    }
+    assert!(s.nan_reports().is_empty(), "{rel}: {:#?}", s.nan_reports());
+}
+
+#[test]
+fn bert_tiny_matches_onnxruntime() {
+    transformer("fixtures/transformers/bert_tiny", DebugMode::Off);
+}
+
+#[test]
+fn qwen3_tiny_matches_onnxruntime() {
+    transformer("fixtures/transformers/qwen3_tiny", DebugMode::Off);
+}
+
+#[test]
+fn t5_tiny_runs_silently_under_abort() {
+    // T5's relative-position bucketing takes log(0) = -inf and discards it with a Where.
+    transformer("fixtures/transformers/t5_tiny", DebugMode::Abort);
+    transformer("fixtures/transformers/t5_tiny", DebugMode::Off);
+}
+
+#[test]
+fn minilm_l6_real_weights_match_onnxruntime() {
+    if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some()
+        && !repo().join("fixtures/large/minilm_l6").exists()
+    {
+        return; // needs torch to generate; not part of CI
+    }
+    transformer("fixtures/large/minilm_l6", DebugMode::Off);
+}
+
+#[test]
+fn resnet18_matches_onnxruntime() {
+    if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some()
+        && !repo().join("fixtures/large/resnet18").exists()
+    {
+        return; // needs torch to generate; not part of CI
+    }
+    transformer("fixtures/large/resnet18", DebugMode::Off);
+}
