@@ -23,8 +23,12 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ShapeError> {
 pub fn arity(op: &Op) -> (usize, Option<usize>) {
     match op {
         Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => (0, Some(0)),
-        Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::GatherElements { .. } => (2, Some(2)),
-        Op::Select => (3, Some(3)),
+        Op::Binary(_)
+        | Op::MatMul
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::GatherND { .. } => (2, Some(2)),
+        Op::Select | Op::ScatterElements { .. } | Op::ScatterND { .. } => (3, Some(3)),
         Op::Conv(_) | Op::LayerNorm { .. } => (2, Some(3)),
         Op::BatchNorm { .. } => (5, Some(5)),
         Op::Concat { .. } => (1, None),
@@ -43,6 +47,13 @@ fn same_dtype(a: &Shape, b: &Shape, op: &str) -> Result<(), ShapeError> {
             "{op}: input dtypes differ ({} vs {})",
             a.dtype, b.dtype
         ));
+    }
+    Ok(())
+}
+
+fn int_indices(s: &Shape, op: &str) -> Result<(), ShapeError> {
+    if !matches!(s.dtype, DType::I64 | DType::I32) {
+        return err(format!("{op}: indices must be i64 or i32, got {}", s.dtype));
     }
     Ok(())
 }
@@ -202,6 +213,12 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
         }
         Op::Constant(t) => Ok(t.shape()),
         Op::Unary(u) => {
+            if *u == rlx_ir::UnaryOp::BitNot && !x().dtype.is_int() {
+                return err(format!(
+                    "BitNot: input must be an integer, got {}",
+                    x().dtype
+                ));
+            }
             let dt = if u.is_predicate() {
                 DType::Bool
             } else {
@@ -224,6 +241,12 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
         Op::Binary(b) => {
             if *b != rlx_ir::BinaryOp::Pow {
                 same_dtype(inputs[0], inputs[1], &name)?;
+            }
+            if b.is_bitwise() && !x().dtype.is_int() {
+                return err(format!(
+                    "{name}: inputs must be integers, got {}",
+                    x().dtype
+                ));
             }
             let d = broadcast_dims(&dims[0], &dims[1]).ok_or_else(|| {
                 ShapeError(format!(
@@ -523,6 +546,67 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
                 ));
             }
             out(dims[1].clone(), x().dtype)
+        }
+        Op::GatherND { batch_dims } => {
+            let (dd, id) = (&dims[0], &dims[1]);
+            int_indices(inputs[1], &name)?;
+            let b = *batch_dims;
+            let q = *id
+                .last()
+                .ok_or_else(|| ShapeError("GatherND: indices must have rank >= 1".into()))?;
+            if b >= id.len() || b + q > dd.len() || dd[..b] != id[..b] {
+                return err(format!(
+                    "GatherND: data {dd:?}, indices {id:?} and batch_dims {b} do not fit"
+                ));
+            }
+            let mut o = id[..id.len() - 1].to_vec();
+            o.extend_from_slice(&dd[b + q..]);
+            out(o, x().dtype)
+        }
+        Op::ScatterElements { axis, .. } => {
+            check_axis(*axis, dims[0].len(), &name)?;
+            int_indices(inputs[1], &name)?;
+            same_dtype(inputs[0], inputs[2], &name)?;
+            let (dd, id) = (&dims[0], &dims[1]);
+            if id.len() != dd.len() || dims[2] != *id {
+                return err(format!(
+                    "ScatterElements: data {dd:?}, indices {id:?}, updates {:?}: indices must have data's rank and updates indices' dims",
+                    dims[2]
+                ));
+            }
+            out(xd(), x().dtype)
+        }
+        Op::ScatterND { .. } => {
+            int_indices(inputs[1], &name)?;
+            same_dtype(inputs[0], inputs[2], &name)?;
+            let (dd, id) = (&dims[0], &dims[1]);
+            let q = id.last().copied().unwrap_or(usize::MAX);
+            let fits = q <= dd.len() && {
+                let mut want = id[..id.len() - 1].to_vec();
+                want.extend_from_slice(&dd[q..]);
+                want == dims[2]
+            };
+            if !fits {
+                return err(format!(
+                    "ScatterND: data {dd:?}, indices {id:?}, updates {:?} do not fit",
+                    dims[2]
+                ));
+            }
+            out(xd(), x().dtype)
+        }
+        Op::TopK {
+            k, axis, indices, ..
+        } => {
+            check_axis(*axis, dims[0].len(), &name)?;
+            if *k > dims[0][*axis] {
+                return err(format!(
+                    "TopK: k = {k} exceeds axis {axis} of size {}",
+                    dims[0][*axis]
+                ));
+            }
+            let mut o = xd();
+            o[*axis] = *k;
+            out(o, if *indices { DType::I64 } else { x().dtype })
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             check_axis(*axis, dims[0].len(), &name)?;

@@ -80,6 +80,10 @@ pub fn cpu_supports(op: &Op) -> bool {
         | Op::Gather { .. }
         | Op::GatherElements { .. }
         | Op::Trilu { .. }
+        | Op::GatherND { .. }
+        | Op::ScatterElements { .. }
+        | Op::ScatterND { .. }
+        | Op::TopK { .. }
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }

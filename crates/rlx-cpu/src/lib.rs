@@ -145,6 +145,28 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             n(1)?;
             index::trilu(inputs[0], *upper, *k)?
         }
+        Op::GatherND { batch_dims } => {
+            n(2)?;
+            scatter::gather_nd(inputs[0], inputs[1], *batch_dims)?
+        }
+        Op::ScatterElements { axis, reduction } => {
+            n(3)?;
+            scatter::scatter_elements(inputs[0], inputs[1], inputs[2], *axis, *reduction)?
+        }
+        Op::ScatterND { reduction } => {
+            n(3)?;
+            scatter::scatter_nd(inputs[0], inputs[1], inputs[2], *reduction)?
+        }
+        Op::TopK {
+            k,
+            axis,
+            largest,
+            indices,
+            ..
+        } => {
+            n(1)?;
+            scatter::topk(inputs[0], *k, *axis, *largest, *indices)?
+        }
         Op::Softmax { axis } => {
             n(1)?;
             reduce::softmax(inputs[0], *axis, false, out)?

@@ -45,6 +45,8 @@ pub enum UnaryOp {
         pos: bool,
         neg: bool,
     },
+    /// ONNX BitwiseNot: two's-complement `!x` on integers (not defined on floats or Bool).
+    BitNot,
 }
 
 /// Activation functions (ONNX operator spec of the same name; `Gelu` is erf-based,
@@ -88,9 +90,30 @@ pub enum BinaryOp {
     And,
     Or,
     Xor,
+    /// ONNX BitwiseAnd / BitwiseOr / BitwiseXor: integers only, same dtype.
+    BitAnd,
+    BitOr,
+    BitXor,
+    /// ONNX BitShift `direction = "LEFT"` / `"RIGHT"`: integers only; the shifted value is
+    /// truncated to the dtype's width, a shift amount outside `0..64` gives 0 (right shift
+    /// of a negative signed value: -1), matching NumPy's `<<`/`>>` on the widened value.
+    ShiftLeft,
+    ShiftRight,
 }
 
 impl BinaryOp {
+    /// True for the integer-only bit ops (`BitAnd`..`ShiftRight`).
+    pub fn is_bitwise(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::ShiftLeft
+                | BinaryOp::ShiftRight
+        )
+    }
+
     /// True for ops whose output is Bool.
     pub fn is_predicate(self) -> bool {
         matches!(
@@ -156,6 +179,18 @@ pub struct PoolAttrs {
     /// ONNX `ceil_mode`: round the output dims up instead of down.
     #[serde(default)]
     pub ceil_mode: bool,
+}
+
+/// How [`Op::ScatterElements`] / [`Op::ScatterND`] combine an update with the value already
+/// there (ONNX `reduction` attribute: `none`, `add`, `mul`, `max`, `min`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScatterReduction {
+    /// Overwrite; with duplicate indices the last update (in index order) wins.
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
 }
 
 /// Padding mode for [`Op::Pad`] (ONNX Pad `mode`).
@@ -248,6 +283,34 @@ pub enum Op {
     GatherElements { axis: usize },
     /// ONNX Trilu with constant k. inputs: [x]
     Trilu { upper: bool, k: i64 },
+    /// ONNX GatherND. inputs: [data, indices (I64/I32, last dim `q` = index depth, negative
+    /// counts from the end)]. Output dims = `indices.dims[..-1] ++ data.dims[batch_dims + q..]`;
+    /// the first `batch_dims` dims of data and indices are shared batch dims.
+    GatherND { batch_dims: usize },
+    /// ONNX ScatterElements (and the deprecated Scatter). inputs: [data, indices (same rank
+    /// as data), updates (dims of indices)]; output = data with
+    /// `out[i with axis coord = indices[i]] (reduction)= updates[i]`.
+    ScatterElements {
+        axis: usize,
+        reduction: ScatterReduction,
+    },
+    /// ONNX ScatterND. inputs: [data, indices [..., q], updates (indices.dims[..-1] ++
+    /// data.dims[q..])]; output = data with each indexed slice combined by `reduction`.
+    ScatterND { reduction: ScatterReduction },
+    /// ONNX TopK with `k` known at import time, along `axis`. ONNX TopK has two outputs; the
+    /// IR is single-output, so one node computes one of them: `indices = false` gives the
+    /// values (input dtype), `indices = true` the I64 positions along `axis` (the importer
+    /// creates two nodes sharing the attributes when both are used). Output dims = input dims
+    /// with `axis` set to `k`. Order: largest (or smallest) first; ties keep the lower index
+    /// first; NaN counts as larger than every number. `sorted = false` still returns sorted
+    /// order (ONNX allows any order then). inputs: [x]
+    TopK {
+        k: usize,
+        axis: usize,
+        largest: bool,
+        sorted: bool,
+        indices: bool,
+    },
 
     // ---- high-level ops (rewritten into primitives by rlx-compile's decompose pass) ----
     /// inputs: [x]
@@ -312,6 +375,10 @@ impl Op {
             Op::Gather { .. } => "Gather".into(),
             Op::GatherElements { .. } => "GatherElements".into(),
             Op::Trilu { .. } => "Trilu".into(),
+            Op::GatherND { .. } => "GatherND".into(),
+            Op::ScatterElements { .. } => "ScatterElements".into(),
+            Op::ScatterND { .. } => "ScatterND".into(),
+            Op::TopK { indices, .. } => if *indices { "TopKIndices" } else { "TopK" }.into(),
             Op::Softmax { .. } => "Softmax".into(),
             Op::LogSoftmax { .. } => "LogSoftmax".into(),
             Op::LayerNorm { .. } => "LayerNorm".into(),
@@ -410,6 +477,7 @@ impl UnaryOp {
             UnaryOp::IsInf { pos, neg } => {
                 ((pos && x == f64::INFINITY) || (neg && x == f64::NEG_INFINITY)) as u8 as f64
             }
+            UnaryOp::BitNot => !(x as i64) as f64,
         }
     }
 
@@ -581,6 +649,8 @@ impl BinaryOp {
             BinaryOp::And => (a != 0.0 && b != 0.0) as u8 as f64,
             BinaryOp::Or => (a != 0.0 || b != 0.0) as u8 as f64,
             BinaryOp::Xor => ((a != 0.0) != (b != 0.0)) as u8 as f64,
+            // Integer-only ops: the f64 path (never reached by checked graphs) goes via i64.
+            op => op.apply_i64(a as i64, b as i64) as f64,
         }
     }
 
@@ -672,6 +742,25 @@ impl BinaryOp {
             BinaryOp::And => (a != 0 && b != 0) as i64,
             BinaryOp::Or => (a != 0 || b != 0) as i64,
             BinaryOp::Xor => ((a != 0) != (b != 0)) as i64,
+            BinaryOp::BitAnd => a & b,
+            BinaryOp::BitOr => a | b,
+            BinaryOp::BitXor => a ^ b,
+            BinaryOp::ShiftLeft => {
+                if (0..64).contains(&b) {
+                    a.wrapping_shl(b as u32)
+                } else {
+                    0
+                }
+            }
+            BinaryOp::ShiftRight => {
+                if (0..64).contains(&b) {
+                    a >> b
+                } else if a < 0 {
+                    -1
+                } else {
+                    0
+                }
+            }
         }
     }
 }

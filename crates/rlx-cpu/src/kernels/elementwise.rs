@@ -82,6 +82,7 @@ fn int_unary(op: UnaryOp, x: i64) -> i64 {
         UnaryOp::Abs => x.wrapping_abs(),
         UnaryOp::Sign => x.signum(),
         UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
+        UnaryOp::BitNot => !x,
         other => other.apply_f64(x as f64) as i64,
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
+pub(crate) mod scatter;
 pub(crate) mod shape;
 
 use crate::KernelError;
