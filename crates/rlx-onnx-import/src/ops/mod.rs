@@ -5,9 +5,13 @@
 use crate::ctx::{Ctx, ONode, R};
 use rlx_ir::NodeId;
 
+mod act;
+mod index;
+mod layout;
 mod logic;
 mod math;
 mod nn;
+mod norm;
 mod reduce;
 mod shape;
 
@@ -70,13 +74,29 @@ const TABLE: &[(&str, Lower)] = &[
     ("LogSoftmax", nn::log_softmax),
     ("Conv", nn::conv),
     ("BatchNormalization", nn::batch_norm),
-    ("LayerNormalization", nn::layer_norm),
+    ("LayerNormalization", norm::layer_norm),
     ("LRN", nn::lrn),
     ("MaxPool", nn::max_pool),
     ("AveragePool", nn::average_pool),
     ("GlobalAveragePool", nn::global_average_pool),
     ("GlobalMaxPool", nn::global_max_pool),
     ("Dropout", nn::dropout),
+    // lowered onto primitives (act.rs, norm.rs, layout.rs)
+    ("Celu", act::celu),
+    ("ThresholdedRelu", act::thresholded_relu),
+    ("Shrink", act::shrink),
+    ("Mish", act::mish),
+    ("Swish", act::swish),
+    ("SwiGLU", act::swiglu),
+    ("LpPool", act::lp_pool),
+    ("InstanceNormalization", norm::instance_norm),
+    ("GroupNormalization", norm::group_norm),
+    ("RMSNormalization", norm::rms_norm),
+    ("MeanVarianceNormalization", norm::mean_variance_norm),
+    ("LpNormalization", norm::lp_norm),
+    ("DepthToSpace", layout::depth_to_space),
+    ("SpaceToDepth", layout::space_to_depth),
+    ("EyeLike", layout::eye_like),
     // reductions
     ("ReduceMean", reduce::reduce_mean),
     ("ReduceSum", reduce::reduce_sum),
@@ -87,6 +107,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("ReduceL2", reduce::reduce_l2),
     ("ReduceSumSquare", reduce::reduce_sum_square),
     ("ReduceLogSumExp", reduce::reduce_log_sum_exp),
+    ("ReduceLogSum", reduce::reduce_log_sum),
     ("ArgMax", reduce::arg_max),
     ("ArgMin", reduce::arg_min),
     // logic
@@ -124,7 +145,22 @@ const TABLE: &[(&str, Lower)] = &[
     ("Range", shape::range),
     ("Tile", shape::tile),
     ("Pad", shape::pad),
-    ("Trilu", shape::trilu),
+    ("Trilu", layout::trilu),
+    // index ops with IR kernels, and their lowerings (index.rs)
+    ("TopK", index::top_k),
+    ("Scatter", index::scatter_elements),
+    ("ScatterElements", index::scatter_elements),
+    ("ScatterND", index::scatter_nd),
+    ("GatherND", index::gather_nd),
+    ("OneHot", index::one_hot),
+    ("Hardmax", index::hardmax),
+    ("Compress", index::compress),
+    ("NonZero", index::non_zero),
+    ("BitwiseAnd", index::bitwise_and),
+    ("BitwiseOr", index::bitwise_or),
+    ("BitwiseXor", index::bitwise_xor),
+    ("BitwiseNot", index::bitwise_not),
+    ("BitShift", index::bit_shift),
 ];
 
 /// The translator for `op_type` (default domain), if the importer supports it.

@@ -208,6 +208,17 @@ pub fn conv(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 
 fn pool(cx: &mut Ctx, n: &ONode, kind: PoolKind, dilations: bool) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    Ok(vec![pool_on(cx, n, x, kind, dilations)?])
+}
+
+/// A pooling node of `kind` on `x` with the node's window attributes.
+pub(crate) fn pool_on(
+    cx: &mut Ctx,
+    n: &ONode,
+    x: NodeId,
+    kind: PoolKind,
+    dilations: bool,
+) -> R<NodeId> {
     let xd = cx.dims(x);
     if xd.len() < 3 {
         return Err(format!("X {} must have rank >= 3", cx.shape(x)));
@@ -235,7 +246,7 @@ fn pool(cx: &mut Ctx, n: &ONode, kind: PoolKind, dilations: bool) -> R<Vec<NodeI
         dilations: win.dilations,
         ceil_mode: n.i("ceil_mode", 0)? != 0,
     };
-    Ok(vec![cx.add(Op::Pool(attrs), vec![x])?])
+    cx.add(Op::Pool(attrs), vec![x])
 }
 
 /// ONNX MaxPool (dilations from opset 10, ceil_mode; the Indices output is not supported).

@@ -86,6 +86,13 @@ pub fn reduce_log_sum_exp(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![cx.unary(UnaryOp::Log, s)?])
 }
 
+/// ReduceLogSum = Log(ReduceSum(x)).
+pub fn reduce_log_sum(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let x = n.inp(0)?;
+    let s = reduce_on(cx, n, x, ReduceKind::Sum, 18)?;
+    Ok(vec![cx.unary(UnaryOp::Log, s)?])
+}
+
 fn arg(cx: &mut Ctx, n: &ONode, max: bool) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let op = Op::ArgReduce {

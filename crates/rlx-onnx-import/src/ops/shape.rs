@@ -1,6 +1,6 @@
 //! Shape and index ops: Reshape, Transpose, Concat, Split, Slice, Gather(Elements),
 //! (Un)Squeeze, Flatten, Expand, Shape, Size, ConstantOfShape, Constant, Range, Tile, Pad,
-//! Trilu, Cast, CastLike, Identity. Shape-defining inputs must be constants at import time.
+//! Cast, CastLike, Identity. Shape-defining inputs must be constants at import time.
 
 use crate::ctx::{norm_axes, norm_axis, to_usizes, Ctx, ONode, R};
 use crate::tensor::{dtype_of, onnx_type_name, tensor_from_proto};
@@ -505,15 +505,4 @@ pub fn pad(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         )?;
     }
     Ok(vec![y])
-}
-
-/// ONNX Trilu with a constant `k` (default 0).
-pub fn trilu(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
-    let x = n.inp(0)?;
-    let k = match n.opt(1) {
-        Some(k) => *cx.const_i64s(k, "k")?.first().ok_or("k is empty")?,
-        None => 0,
-    };
-    let upper = n.i("upper", 1)? != 0;
-    Ok(vec![cx.add(Op::Trilu { upper, k }, vec![x])?])
 }
