@@ -9,6 +9,7 @@ mod act;
 mod index;
 mod layout;
 mod logic;
+mod loss;
 mod math;
 mod nn;
 mod norm;
@@ -97,6 +98,8 @@ const TABLE: &[(&str, Lower)] = &[
     ("DepthToSpace", layout::depth_to_space),
     ("SpaceToDepth", layout::space_to_depth),
     ("EyeLike", layout::eye_like),
+    ("NegativeLogLikelihoodLoss", loss::nll_loss),
+    ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy_loss),
     // reductions
     ("ReduceMean", reduce::reduce_mean),
     ("ReduceSum", reduce::reduce_sum),
