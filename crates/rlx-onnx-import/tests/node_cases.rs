@@ -146,3 +146,73 @@ fn index_ops() {
         ("test_bitshift_right_int32_negative_input", &[]),
     ]);
 }
+
+#[test]
+fn resize() {
+    check(&[
+        ("test_resize_downsample_scales_cubic", &[1]),
+        (
+            "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+            &[1],
+        ),
+        ("test_resize_downsample_scales_cubic_align_corners", &[1]),
+        ("test_resize_downsample_scales_cubic_antialias", &[1]),
+        ("test_resize_downsample_scales_linear", &[1]),
+        ("test_resize_downsample_scales_linear_align_corners", &[1]),
+        ("test_resize_downsample_scales_linear_antialias", &[1]),
+        (
+            "test_resize_downsample_scales_linear_half_pixel_symmetric",
+            &[1],
+        ),
+        ("test_resize_downsample_scales_nearest", &[1]),
+        ("test_resize_downsample_sizes_cubic", &[1]),
+        ("test_resize_downsample_sizes_cubic_antialias", &[1]),
+        ("test_resize_downsample_sizes_linear_antialias", &[1]),
+        (
+            "test_resize_downsample_sizes_linear_pytorch_half_pixel",
+            &[1],
+        ),
+        ("test_resize_downsample_sizes_nearest", &[1]),
+        ("test_resize_downsample_sizes_nearest_not_larger", &[1]),
+        ("test_resize_downsample_sizes_nearest_not_smaller", &[1]),
+        ("test_resize_tf_crop_and_resize", &[1, 2]),
+        ("test_resize_tf_crop_and_resize_axes_2_3", &[1, 2]),
+        ("test_resize_tf_crop_and_resize_axes_3_2", &[1, 2]),
+        (
+            "test_resize_tf_crop_and_resize_extrapolation_value",
+            &[1, 2],
+        ),
+        ("test_resize_upsample_scales_cubic", &[1]),
+        (
+            "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",
+            &[1],
+        ),
+        ("test_resize_upsample_scales_cubic_align_corners", &[1]),
+        ("test_resize_upsample_scales_cubic_asymmetric", &[1]),
+        ("test_resize_upsample_scales_linear", &[1]),
+        ("test_resize_upsample_scales_linear_align_corners", &[1]),
+        (
+            "test_resize_upsample_scales_linear_half_pixel_symmetric",
+            &[1],
+        ),
+        ("test_resize_upsample_scales_nearest", &[1]),
+        ("test_resize_upsample_scales_nearest_axes_2_3", &[1]),
+        ("test_resize_upsample_scales_nearest_axes_3_2", &[1]),
+        ("test_resize_upsample_sizes_cubic", &[1]),
+        ("test_resize_upsample_sizes_nearest", &[1]),
+        ("test_resize_upsample_sizes_nearest_axes_2_3", &[1]),
+        ("test_resize_upsample_sizes_nearest_axes_3_2", &[1]),
+        ("test_resize_upsample_sizes_nearest_ceil_half_pixel", &[1]),
+        (
+            "test_resize_upsample_sizes_nearest_floor_align_corners",
+            &[1],
+        ),
+        ("test_resize_upsample_sizes_nearest_not_larger", &[1]),
+        ("test_resize_upsample_sizes_nearest_not_smaller", &[1]),
+        (
+            "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric",
+            &[1],
+        ),
+        ("test_upsample_nearest", &[1]),
+    ]);
+}

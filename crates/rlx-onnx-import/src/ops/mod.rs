@@ -14,6 +14,7 @@ mod math;
 mod nn;
 mod norm;
 mod reduce;
+mod resize;
 mod shape;
 
 /// A translator: lowers one ONNX node, returning its outputs in order.
@@ -164,6 +165,8 @@ const TABLE: &[(&str, Lower)] = &[
     ("BitwiseXor", index::bitwise_xor),
     ("BitwiseNot", index::bitwise_not),
     ("BitShift", index::bit_shift),
+    ("Resize", resize::resize),
+    ("Upsample", resize::upsample),
 ];
 
 /// The translator for `op_type` (default domain), if the importer supports it.
