@@ -1,0 +1,553 @@
+//! One case, in this process: import `model.onnx`, compile it for the CPU, run every
+//! `test_data_set_<i>`, compare the outputs with `output_<j>.pb`; optionally run again with the
+//! NaN/Inf localizer on ([`DebugMode::Warn`], what `RLX_DEBUG_NANS=1` selects) and check that
+//! it changes nothing.
+//!
+//! The suite runs each case in a child process (`rlx-conformance case DIR`), so a hang, a stack
+//! overflow or an abort costs that case only; panics are caught here and reported as
+//! [`Stage::Panic`].
+
+use crate::compare::{self, ATOL, RTOL};
+use crate::onnx_meta::{elem_type_name, DimSpec, ModelMeta, ValueKind};
+use rlx_ir::numeric_check::{BadKind, DebugMode};
+use rlx_ir::Tensor;
+use rlx_onnx_import::{import_onnx, read_tensor_proto, ImportOptions};
+use rlx_runtime::{CompiledGraph, Device, Session};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Where a case stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// The harness could not read the case (a broken fixture, not an RLX failure).
+    Load,
+    /// `import_onnx` returned an error (unsupported op, bad attribute, ...).
+    Import,
+    /// `Session::try_compile` returned an error.
+    Compile,
+    /// A test input is not representable as an RLX tensor (sequence, string, uint16, ...).
+    Input,
+    /// `run_tensors` returned an error.
+    Run,
+    /// An expected output is not representable (sequence, string, ...), or the output count differs.
+    Output,
+    /// An output has the wrong dtype, dims or values.
+    Compare,
+    /// A panic (caught) in the importer, compiler or executor.
+    Panic,
+    /// The child process ran past the per-case time limit (set by the suite).
+    Timeout,
+    /// The child process died (signal, abort, stack overflow; set by the suite).
+    Crash,
+    /// Every output of every data set matched.
+    Pass,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Load => "load",
+            Stage::Import => "import",
+            Stage::Compile => "compile",
+            Stage::Input => "input",
+            Stage::Run => "run",
+            Stage::Output => "output",
+            Stage::Compare => "compare",
+            Stage::Panic => "panic",
+            Stage::Timeout => "timeout",
+            Stage::Crash => "crash",
+            Stage::Pass => "pass",
+        }
+    }
+}
+
+/// The result of the plain run (localizer off).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    pub stage: Stage,
+    /// Empty on a pass; else one line naming the data set / output and what went wrong.
+    pub detail: String,
+    /// Wall time of import + compile + runs + compares, milliseconds.
+    pub ms: f64,
+    /// Whether an expected output holds NaN or an infinity.
+    pub expected_nonfinite: bool,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.stage == Stage::Pass
+    }
+}
+
+/// A NaN/Inf report of the localizer, as recorded by the suite.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportBrief {
+    pub label: String,
+    pub op: String,
+    pub source_op: Option<String>,
+    /// `NaN`, `PosInf` or `NegInf`.
+    pub kind: String,
+    pub culprit: bool,
+    /// Whether `label` names one of the ONNX model's nodes (its name or an output name) or a
+    /// graph input.
+    pub names_onnx_node: bool,
+}
+
+/// The result of the second run with the localizer on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DebugOutcome {
+    /// True when every data set gave bit-identical outputs (or the same error) with the
+    /// localizer on and off.
+    pub same: bool,
+    /// What differed (empty when `same`).
+    pub detail: String,
+    pub reports: Vec<ReportBrief>,
+    pub summary: Option<String>,
+}
+
+/// One line the child prints on stdout, prefixed with [`LINE_PREFIX`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "lowercase")]
+pub enum Line {
+    Normal(Outcome),
+    Debug(DebugOutcome),
+}
+
+/// Prefix of the child's result lines (anything else on stdout is ignored).
+pub const LINE_PREFIX: &str = "@@rlx-conformance ";
+
+/// The `test_data_set_<i>` folders of a case, in numeric order.
+pub fn data_sets(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let i = name.strip_prefix("test_data_set_")?.parse().ok()?;
+            Some((i, e.path()))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Read the model's metadata.
+pub fn load_meta(dir: &Path) -> Result<ModelMeta, String> {
+    let path = dir.join("model.onnx");
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    ModelMeta::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+struct Fail(Stage, String);
+
+fn fail<T>(stage: Stage, msg: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail(stage, msg.into()))
+}
+
+static PANIC_MSG: Mutex<Option<String>> = Mutex::new(None);
+
+/// Replace the panic hook with one that records the message (with its location) for
+/// [`guarded`] instead of printing it.
+pub fn install_quiet_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
+            s.to_string()
+        } else if let Some(s) = info.payload().downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "(non-string panic payload)".to_string()
+        };
+        let loc = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        if let Ok(mut m) = PANIC_MSG.lock() {
+            *m = Some(format!("{msg}{loc}"));
+        }
+    }));
+}
+
+/// Run `f`, turning a panic into `Fail(Panic, "<what> panicked: <message>")`.
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fail> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            let msg = PANIC_MSG
+                .lock()
+                .ok()
+                .and_then(|mut m| m.take())
+                .unwrap_or_default();
+            fail(Stage::Panic, format!("{what} panicked: {msg}"))
+        }
+    }
+}
+
+/// A data set's inputs (by graph input name) and raw expected outputs.
+struct DataSet {
+    name: String,
+    inputs: Vec<(String, Tensor)>,
+    outputs: Vec<PathBuf>,
+}
+
+fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
+    let name = ds
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut inputs = vec![];
+    for (j, vi) in meta.inputs.iter().enumerate() {
+        let f = ds.join(format!("input_{j}.pb"));
+        if !f.exists() {
+            continue;
+        }
+        if !matches!(vi.kind, ValueKind::Tensor { .. }) {
+            return fail(
+                Stage::Input,
+                format!(
+                    "{name}: input {j} \"{}\" is a {} (RLX runs tensors only)",
+                    vi.name,
+                    vi.kind.describe()
+                ),
+            );
+        }
+        let bytes =
+            std::fs::read(&f).map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+        match read_tensor_proto(&bytes) {
+            Ok((_, t)) => inputs.push((vi.name.clone(), t)),
+            Err(e) => {
+                return fail(
+                    Stage::Input,
+                    format!("{name}: input {j} \"{}\": {e}", vi.name),
+                )
+            }
+        }
+    }
+    let mut outputs = vec![];
+    for j in 0..meta.outputs.len() {
+        let f = ds.join(format!("output_{j}.pb"));
+        if !f.exists() {
+            return fail(Stage::Load, format!("{name}: missing output_{j}.pb"));
+        }
+        outputs.push(f);
+    }
+    Ok(DataSet {
+        name,
+        inputs,
+        outputs,
+    })
+}
+
+/// Symbolic input dims bound from the data (ONNX `dim_param` → size).
+fn bind_dims(meta: &ModelMeta, inputs: &[(String, Tensor)]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for vi in &meta.inputs {
+        let ValueKind::Tensor {
+            dims: Some(dims), ..
+        } = &vi.kind
+        else {
+            continue;
+        };
+        let Some((_, t)) = inputs.iter().find(|(n, _)| n == &vi.name) else {
+            continue;
+        };
+        if t.dims().len() != dims.len() {
+            continue;
+        }
+        for (d, &size) in dims.iter().zip(t.dims()) {
+            if let DimSpec::Named(p) = d {
+                m.entry(p.clone()).or_insert(size);
+            }
+        }
+    }
+    m
+}
+
+/// The expected outputs of a data set, each as a tensor or the reason it is not representable.
+fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<Tensor>, Fail> {
+    let mut v = vec![];
+    for (j, f) in ds.outputs.iter().enumerate() {
+        let vi = &meta.outputs[j];
+        match &vi.kind {
+            ValueKind::Tensor { elem_type, .. } => {
+                let bytes = std::fs::read(f)
+                    .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+                match read_tensor_proto(&bytes) {
+                    Ok((_, t)) => v.push(t),
+                    Err(e) => {
+                        return fail(
+                            Stage::Output,
+                            format!(
+                                "{}: expected output {j} \"{}\" ({}) is not an RLX tensor: {e}",
+                                ds.name,
+                                vi.name,
+                                elem_type_name(*elem_type)
+                            ),
+                        )
+                    }
+                }
+            }
+            k => {
+                return fail(
+                    Stage::Output,
+                    format!(
+                        "{}: expected output {j} \"{}\" is a {} (RLX runs tensors only)",
+                        ds.name,
+                        vi.name,
+                        k.describe()
+                    ),
+                )
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// Whether an expected tensor output of the data set in `ds` holds NaN or an infinity
+/// (outputs RLX cannot read count as finite).
+fn expected_has_nonfinite(meta: &ModelMeta, ds: &Path) -> bool {
+    (0..meta.outputs.len()).any(|j| {
+        matches!(meta.outputs[j].kind, ValueKind::Tensor { .. })
+            && std::fs::read(ds.join(format!("output_{j}.pb")))
+                .ok()
+                .and_then(|b| read_tensor_proto(&b).ok())
+                .is_some_and(|(_, t)| compare::has_nonfinite(&t))
+    })
+}
+
+fn feed<'a>(c: &CompiledGraph, inputs: &'a [(String, Tensor)]) -> Vec<(&'a str, Tensor)> {
+    let declared: Vec<String> = c.inputs().into_iter().map(|(n, _)| n).collect();
+    inputs
+        .iter()
+        .filter(|(n, _)| declared.contains(n))
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect()
+}
+
+/// What a plain run of one data set gave (kept for the debug comparison).
+type RunResult = Result<Vec<Tensor>, String>;
+
+struct Prepared {
+    compiled: CompiledGraph,
+    sets: Vec<(DataSet, RunResult)>,
+}
+
+fn run_plain(
+    dir: &Path,
+    meta: &ModelMeta,
+    expected_nonfinite: &mut bool,
+) -> (Result<(), Fail>, Option<Prepared>) {
+    let dss = data_sets(dir);
+    if dss.is_empty() {
+        return (fail(Stage::Load, "no test_data_set_* folder"), None);
+    }
+    // Inputs first: they bind symbolic dims for the import.
+    let mut sets = vec![];
+    *expected_nonfinite = dss.iter().any(|ds| expected_has_nonfinite(meta, ds));
+    let mut input_err = None;
+    for ds in &dss {
+        match read_inputs(meta, ds) {
+            Ok(d) => sets.push(d),
+            Err(f) if f.0 == Stage::Input => {
+                input_err.get_or_insert(f);
+            }
+            Err(f) => return (Err(f), None),
+        }
+    }
+    let dims = sets
+        .first()
+        .map(|d| bind_dims(meta, &d.inputs))
+        .unwrap_or_default();
+    let opts = ImportOptions {
+        dims,
+        ..ImportOptions::default()
+    };
+    let model = dir.join("model.onnx");
+    let g = match guarded("import", || import_onnx(&model, &opts)) {
+        Ok(Ok(g)) => g,
+        Ok(Err(e)) => return (fail(Stage::Import, e.to_string()), None),
+        Err(f) => return (Err(f), None),
+    };
+    let mut compiled = match guarded("compile", || Session::new(Device::Cpu).try_compile(g)) {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return (fail(Stage::Compile, e.to_string()), None),
+        Err(f) => return (Err(f), None),
+    };
+    if let Some(f) = input_err {
+        return (Err(f), None);
+    }
+    compiled.set_debug_mode(Some(DebugMode::Off));
+    compiled.set_print_reports(false);
+    let mut first_fail: Option<Fail> = None;
+    let mut done = vec![];
+    for ds in sets {
+        let expected = read_expected(meta, &ds);
+        let inputs = feed(&compiled, &ds.inputs);
+        let res: RunResult = match guarded("run", || compiled.run_tensors(inputs)) {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => {
+                first_fail.get_or_insert(Fail(Stage::Run, format!("{}: {e}", ds.name)));
+                Err(e.to_string())
+            }
+            Err(f) => {
+                first_fail.get_or_insert(Fail(f.0, format!("{}: {}", ds.name, f.1)));
+                Err(f.1)
+            }
+        };
+        if let Ok(out) = &res {
+            if first_fail.is_none() {
+                match expected {
+                    Err(f) => first_fail = Some(f),
+                    Ok(exp) => {
+                        if let Err(f) = check_outputs(meta, &ds.name, &exp, out) {
+                            first_fail = Some(f);
+                        }
+                    }
+                }
+            }
+        }
+        done.push((ds, res));
+    }
+    let r = match first_fail {
+        Some(f) => Err(f),
+        None => Ok(()),
+    };
+    (
+        r,
+        Some(Prepared {
+            compiled,
+            sets: done,
+        }),
+    )
+}
+
+fn check_outputs(
+    meta: &ModelMeta,
+    ds: &str,
+    expected: &[Tensor],
+    got: &[Tensor],
+) -> Result<(), Fail> {
+    if expected.len() != got.len() {
+        return fail(
+            Stage::Output,
+            format!("{ds}: {} outputs, expected {}", got.len(), expected.len()),
+        );
+    }
+    for (j, (e, g)) in expected.iter().zip(got).enumerate() {
+        if let Err(m) = compare::compare(e, g, RTOL, ATOL) {
+            return fail(
+                Stage::Compare,
+                format!("{ds}: output {j} \"{}\": {m}", meta.outputs[j].name),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run_debug(meta: &ModelMeta, p: &mut Prepared) -> DebugOutcome {
+    p.compiled.set_debug_mode(Some(DebugMode::Warn));
+    p.compiled.set_print_reports(false);
+    let mut diffs = vec![];
+    let mut reports = vec![];
+    let mut summary = None;
+    for (ds, plain) in &p.sets {
+        let inputs = feed(&p.compiled, &ds.inputs);
+        let dbg: RunResult = match guarded("run with RLX_DEBUG_NANS=1", || {
+            p.compiled.run_tensors(inputs)
+        }) {
+            Ok(Ok(o)) => Ok(o),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(f) => Err(f.1),
+        };
+        match (plain, &dbg) {
+            (Ok(a), Ok(b)) => {
+                if a.len() != b.len() {
+                    diffs.push(format!(
+                        "{}: {} outputs with the localizer, {} without",
+                        ds.name,
+                        b.len(),
+                        a.len()
+                    ));
+                } else if let Some(j) = (0..a.len()).find(|&j| !compare::identical(&a[j], &b[j])) {
+                    diffs.push(format!(
+                        "{}: output {j} differs with the localizer on",
+                        ds.name
+                    ));
+                }
+            }
+            (Err(a), Err(b)) if a == b => {}
+            (Err(a), Err(b)) => diffs.push(format!("{}: error changed: {a} → {b}", ds.name)),
+            (Ok(_), Err(b)) => diffs.push(format!(
+                "{}: fails only with the localizer on: {b}",
+                ds.name
+            )),
+            (Err(a), Ok(_)) => diffs.push(format!(
+                "{}: runs only with the localizer on (without: {a})",
+                ds.name
+            )),
+        }
+        for r in p.compiled.nan_reports() {
+            reports.push(ReportBrief {
+                label: r.label.clone(),
+                op: r.op.clone(),
+                source_op: r.source_op.clone(),
+                kind: match r.kind {
+                    BadKind::NaN => "NaN".into(),
+                    k => format!("{k:?}"),
+                },
+                culprit: r.is_culprit(),
+                names_onnx_node: meta.names_a_node(&r.label),
+            });
+        }
+        if summary.is_none() {
+            summary = p.compiled.nan_summary().map(str::to_string);
+        }
+    }
+    DebugOutcome {
+        same: diffs.is_empty(),
+        detail: diffs.join("; "),
+        reports,
+        summary,
+    }
+}
+
+/// Run the case in `dir` and hand each result line to `emit` as soon as it is known: first
+/// [`Line::Normal`], then (with `debug_nans`, when the model compiled) [`Line::Debug`].
+pub fn run_case(dir: &Path, debug_nans: bool, emit: &mut dyn FnMut(&Line)) {
+    let t0 = Instant::now();
+    let meta = match load_meta(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            emit(&Line::Normal(Outcome {
+                stage: Stage::Load,
+                detail: e,
+                ms: 0.0,
+                expected_nonfinite: false,
+            }));
+            return;
+        }
+    };
+    let mut expected_nonfinite = false;
+    let (r, prepared) = run_plain(dir, &meta, &mut expected_nonfinite);
+    let (stage, detail) = match r {
+        Ok(()) => (Stage::Pass, String::new()),
+        Err(Fail(s, d)) => (s, d),
+    };
+    emit(&Line::Normal(Outcome {
+        stage,
+        detail,
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+        expected_nonfinite,
+    }));
+    if debug_nans {
+        if let Some(mut p) = prepared {
+            let d = run_debug(&meta, &mut p);
+            emit(&Line::Debug(d));
+        }
+    }
+}
