@@ -6,6 +6,7 @@ use crate::ctx::{Ctx, ONode, R};
 use rlx_ir::NodeId;
 
 mod act;
+mod attention;
 mod index;
 mod layout;
 mod logic;
@@ -99,6 +100,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("DepthToSpace", layout::depth_to_space),
     ("SpaceToDepth", layout::space_to_depth),
     ("EyeLike", layout::eye_like),
+    ("Attention", attention::attention),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy_loss),
     // reductions
