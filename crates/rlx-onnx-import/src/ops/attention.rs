@@ -331,3 +331,127 @@ pub fn attention(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     }
     Ok(vec![y, present_k, present_v, qk_out])
 }
+
+/// Elements `start, start+step, ...` (`size` of them) of the last axis.
+fn slice_last(cx: &mut Ctx, x: NodeId, start: usize, step: i64, size: usize) -> R<NodeId> {
+    let d = cx.dims(x);
+    let r = d.len();
+    let mut starts = vec![0; r];
+    let mut steps = vec![1; r];
+    let mut sizes = d.clone();
+    starts[r - 1] = start;
+    steps[r - 1] = step;
+    sizes[r - 1] = size;
+    cx.add(
+        Op::Slice {
+            starts,
+            steps,
+            sizes,
+        },
+        vec![x],
+    )
+}
+
+/// ONNX RotaryEmbedding (opset 23), as the reference implementation computes it:
+/// input `[B, H, S, D]` or `[B, S, H*D]` (`num_heads`), caches `[max_pos, R/2]` gathered by
+/// `position_ids [B, S]` (or `[B, S, R/2]` without them), the first `rotary_embedding_dim`
+/// features rotated in halves or (`interleaved`) in even/odd pairs.
+pub fn rotary_embedding(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let (x, cos, sin) = (n.inp(0)?, n.inp(1)?, n.inp(2)?);
+    let od = cx.dims(x);
+    let xs = match od.len() {
+        4 => cx.add(
+            Op::Transpose {
+                perm: vec![0, 2, 1, 3],
+            },
+            vec![x],
+        )?,
+        3 => {
+            let h = n.i("num_heads", 0)?;
+            if h <= 0 || od[2] % h as usize != 0 {
+                return Err(format!(
+                    "3-D input {} needs num_heads dividing its hidden size",
+                    cx.shape(x)
+                ));
+            }
+            let h = h as usize;
+            cx.reshape(x, vec![od[0], od[1], h, od[2] / h])?
+        }
+        _ => return Err(format!("input must be 3-D or 4-D, got {}", cx.shape(x))),
+    };
+    let d = cx.dims(xs);
+    let head = d[3];
+    let rd = match n.i("rotary_embedding_dim", 0)? {
+        0 => head,
+        r if r > 0 && (r as usize) <= head && r % 2 == 0 => r as usize,
+        r => {
+            return Err(format!(
+                "rotary_embedding_dim {r} does not fit head size {head}"
+            ))
+        }
+    };
+    let half = rd / 2;
+    let (cos, sin) = match n.opt(3) {
+        Some(p) => (
+            cx.add(Op::Gather { axis: 0 }, vec![cos, p])?,
+            cx.add(Op::Gather { axis: 0 }, vec![sin, p])?,
+        ),
+        None => (cos, sin),
+    };
+    let cd = cx.dims(cos);
+    if cd.len() != 3 || cd[2] != half || cx.dims(sin) != cd {
+        return Err(format!(
+            "cos/sin caches {} / {} do not give [batch, seq, {half}]",
+            cx.shape(cos),
+            cx.shape(sin)
+        ));
+    }
+    let cos = cx.reshape(cos, vec![cd[0], cd[1], 1, half])?;
+    let sin = cx.reshape(sin, vec![cd[0], cd[1], 1, half])?;
+    let interleaved = n.i("interleaved", 0)? != 0;
+    let (x1, x2) = if interleaved {
+        (
+            slice_last(cx, xs, 0, 2, half)?,
+            slice_last(cx, xs, 1, 2, half)?,
+        )
+    } else {
+        (
+            slice_last(cx, xs, 0, 1, half)?,
+            slice_last(cx, xs, half, 1, half)?,
+        )
+    };
+    let a = cx.binary(BinaryOp::Mul, cos, x1)?;
+    let b = cx.binary(BinaryOp::Mul, sin, x2)?;
+    let real = cx.binary(BinaryOp::Sub, a, b)?;
+    let a = cx.binary(BinaryOp::Mul, sin, x1)?;
+    let b = cx.binary(BinaryOp::Mul, cos, x2)?;
+    let imag = cx.binary(BinaryOp::Add, a, b)?;
+    let rot = if interleaved {
+        let rdims = cx.dims(real);
+        let mut e = rdims.clone();
+        e.push(1);
+        let re = cx.reshape(real, e.clone())?;
+        let im = cx.reshape(imag, e)?;
+        let c = cx.add(Op::Concat { axis: 4 }, vec![re, im])?;
+        cx.reshape(c, vec![rdims[0], rdims[1], rdims[2], rd])?
+    } else {
+        cx.add(Op::Concat { axis: 3 }, vec![real, imag])?
+    };
+    let y = if rd < head {
+        let rest = slice_last(cx, xs, rd, 1, head - rd)?;
+        cx.add(Op::Concat { axis: 3 }, vec![rot, rest])?
+    } else {
+        rot
+    };
+    let y = if od.len() == 3 {
+        cx.reshape(y, od)?
+    } else {
+        cx.add(
+            Op::Transpose {
+                perm: vec![0, 2, 1, 3],
+            },
+            vec![y],
+        )?
+    };
+    Ok(vec![y])
+}

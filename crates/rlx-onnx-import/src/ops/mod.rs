@@ -101,6 +101,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("SpaceToDepth", layout::space_to_depth),
     ("EyeLike", layout::eye_like),
     ("Attention", attention::attention),
+    ("RotaryEmbedding", attention::rotary_embedding),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy_loss),
     // reductions
