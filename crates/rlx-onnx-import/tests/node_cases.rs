@@ -216,3 +216,20 @@ fn resize() {
         ("test_upsample_nearest", &[1]),
     ]);
 }
+
+#[test]
+fn conv_transpose() {
+    check(&[
+        ("test_convtranspose", &[]),
+        ("test_convtranspose_1d", &[]),
+        ("test_convtranspose_3d", &[]),
+        ("test_convtranspose_autopad_same", &[]),
+        ("test_convtranspose_dilations", &[]),
+        ("test_convtranspose_group_2", &[]),
+        ("test_convtranspose_group_2_image_3", &[]),
+        ("test_convtranspose_kernel_shape", &[]),
+        ("test_convtranspose_output_shape", &[]),
+        ("test_convtranspose_pad", &[]),
+        ("test_convtranspose_pads", &[]),
+    ]);
+}

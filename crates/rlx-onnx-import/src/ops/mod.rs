@@ -7,6 +7,7 @@ use rlx_ir::NodeId;
 
 mod act;
 mod attention;
+mod conv_transpose;
 mod index;
 mod layout;
 mod logic;
@@ -170,6 +171,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("BitShift", index::bit_shift),
     ("Resize", resize::resize),
     ("Upsample", resize::upsample),
+    ("ConvTranspose", conv_transpose::conv_transpose),
 ];
 
 /// The translator for `op_type` (default domain), if the importer supports it.
