@@ -233,3 +233,18 @@ fn conv_transpose() {
         ("test_convtranspose_pads", &[]),
     ]);
 }
+
+#[test]
+fn einsum() {
+    check(&[
+        ("test_einsum_batch_diagonal", &[]),
+        ("test_einsum_batch_matmul", &[]),
+        ("test_einsum_batch_matmul_bfloat16", &[]),
+        ("test_einsum_inner_prod", &[]),
+        ("test_einsum_scalar", &[]),
+        ("test_einsum_sum", &[]),
+        ("test_einsum_sum_bfloat16", &[]),
+        ("test_einsum_transpose", &[]),
+        ("test_einsum_transpose_bfloat16", &[]),
+    ]);
+}

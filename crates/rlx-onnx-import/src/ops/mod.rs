@@ -8,6 +8,7 @@ use rlx_ir::NodeId;
 mod act;
 mod attention;
 mod conv_transpose;
+mod einsum;
 mod index;
 mod layout;
 mod logic;
@@ -172,6 +173,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("Resize", resize::resize),
     ("Upsample", resize::upsample),
     ("ConvTranspose", conv_transpose::conv_transpose),
+    ("Einsum", einsum::einsum),
 ];
 
 /// The translator for `op_type` (default domain), if the importer supports it.
