@@ -248,3 +248,16 @@ fn einsum() {
         ("test_einsum_transpose_bfloat16", &[]),
     ]);
 }
+
+#[test]
+fn unique_of_constants() {
+    check(&[
+        ("test_unique_bfloat16_sorted_without_axis", &[0]),
+        ("test_unique_length_1", &[0]),
+        ("test_unique_not_sorted_without_axis", &[0]),
+        ("test_unique_sorted_with_axis", &[0]),
+        ("test_unique_sorted_with_axis_3d", &[0]),
+        ("test_unique_sorted_with_negative_axis", &[0]),
+        ("test_unique_sorted_without_axis", &[0]),
+    ]);
+}

@@ -185,7 +185,7 @@ pub fn compress(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 pub fn non_zero(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let t = cx.const_tensor(x).ok_or(
-        "NonZero of runtime data has a data-dependent output shape (only constant inputs are supported)",
+        "NonZero has a data-dependent output shape: its input must be known at import time",
     )?;
     let d = t.dims().to_vec();
     let st = rlx_ir::strides_of(&d);
@@ -224,4 +224,94 @@ pub fn bit_shift(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         "RIGHT" => bin(cx, n, BinaryOp::ShiftRight),
         o => Err(format!("direction must be LEFT or RIGHT, got \"{o}\"")),
     }
+}
+
+/// ONNX Unique of a constant input, folded at import time (its output length depends on the
+/// data). Outputs: `Y` (input dtype), `indices` (first occurrence), `inverse_indices` and
+/// `counts` (all I64). Without `axis` the input is flattened; with it, slices along `axis`
+/// are compared (lexicographically when `sorted`, the default; else first-occurrence order).
+pub fn unique(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let x = n.inp(0)?;
+    let t = cx.const_tensor(x).ok_or(
+        "Unique has a data-dependent output shape: its input must be known at import time",
+    )?;
+    let sorted = n.i("sorted", 1)? != 0;
+    let d = t.dims().to_vec();
+    let (outer, len, inner, axis) = match n.attr("axis") {
+        Some(_) => {
+            let a = norm_axis(n.i("axis", 0)?, d.len())?;
+            (
+                d[..a].iter().product::<usize>(),
+                d[a],
+                d[a + 1..].iter().product::<usize>(),
+                Some(a),
+            )
+        }
+        None => (1, t.numel(), 1, None),
+    };
+    // offsets of the elements of slice j, in row-major order of the remaining dims
+    let offs = |j: usize| -> Vec<usize> {
+        (0..outer)
+            .flat_map(|o| (0..inner).map(move |i| (o * len + j) * inner + i))
+            .collect()
+    };
+    let key = |j: usize| -> Vec<f64> { offs(j).iter().map(|&o| t.data().get_f64(o)).collect() };
+    let keys: Vec<Vec<f64>> = (0..len).map(key).collect();
+    let mut firsts: Vec<usize> = vec![];
+    let mut inverse_first = vec![0usize; len];
+    for j in 0..len {
+        match firsts.iter().position(|&f| keys[f] == keys[j]) {
+            Some(p) => inverse_first[j] = p,
+            None => {
+                inverse_first[j] = firsts.len();
+                firsts.push(j);
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..firsts.len()).collect();
+    if sorted {
+        order.sort_by(|&a, &b| {
+            keys[firsts[a]]
+                .partial_cmp(&keys[firsts[b]])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    }
+    let mut rank = vec![0usize; order.len()];
+    for (r, &u) in order.iter().enumerate() {
+        rank[u] = r;
+    }
+    let uniq = order.len();
+    let mut counts = vec![0i64; uniq];
+    for &u in &inverse_first {
+        counts[rank[u]] += 1;
+    }
+    let indices: Vec<i64> = order.iter().map(|&u| firsts[u] as i64).collect();
+    let inverse: Vec<i64> = inverse_first.iter().map(|&u| rank[u] as i64).collect();
+    // Y: the chosen slices, in order, re-laid along the axis.
+    let mut ydims = d.clone();
+    let y = match axis {
+        Some(a) => {
+            ydims[a] = uniq;
+            let mut o = Vec::with_capacity(outer * uniq * inner);
+            for oo in 0..outer {
+                for &u in &order {
+                    let j = firsts[u];
+                    o.extend((0..inner).map(|i| (oo * len + j) * inner + i));
+                }
+            }
+            Tensor::new(ydims, t.data().gather(&o))
+        }
+        None => {
+            let o: Vec<usize> = order.iter().map(|&u| firsts[u]).collect();
+            Tensor::new(vec![uniq], t.data().gather(&o))
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    let mk = |v: Vec<i64>| Tensor::from_i64(&[v.len()], v).map_err(|e| e.to_string());
+    Ok(vec![
+        cx.constant(y),
+        cx.constant(mk(indices)?),
+        cx.constant(mk(inverse)?),
+        cx.constant(mk(counts)?),
+    ])
 }

@@ -170,6 +170,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("BitwiseXor", index::bitwise_xor),
     ("BitwiseNot", index::bitwise_not),
     ("BitShift", index::bit_shift),
+    ("Unique", index::unique),
     ("Resize", resize::resize),
     ("Upsample", resize::upsample),
     ("ConvTranspose", conv_transpose::conv_transpose),
