@@ -169,7 +169,7 @@ fn mlp_with_symbolic_batch() {
     );
     let opts = ImportOptions {
         dims: HashMap::from([("batch".to_string(), 2)]),
-        default_dim: 1,
+        ..Default::default()
     };
     let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
     rlx_compile::verify::verify(&g).unwrap();
@@ -265,7 +265,7 @@ fn shape_chain_folds_to_a_static_reshape() {
     );
     let opts = ImportOptions {
         dims: HashMap::from([("B".to_string(), 5)]),
-        default_dim: 1,
+        ..Default::default()
     };
     let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
     rlx_compile::verify::verify(&g).unwrap();
@@ -769,4 +769,35 @@ fn huge_shapes_from_attributes_or_constants_are_errors_not_panics() {
         let e = import(&bytes).unwrap_err().to_string();
         assert!(e.starts_with(&format!("node \"{name}\"")), "{e}");
     }
+}
+
+#[test]
+fn input_shapes_bind_symbolic_dims_and_constant_inputs_freeze() {
+    let bytes = model(
+        17,
+        vec![node("Relu", "act", &["x"], &["y"], vec![])],
+        vec![],
+        vec![vi("x", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+        vec![out("y")],
+    );
+    let mut opts = ImportOptions::default();
+    opts.input_shapes.insert("x".into(), vec![3, 4]);
+    let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
+    let x = g.input_by_name("x").unwrap();
+    assert_eq!(g.node(x).shape, Shape::new(&[3, 4], DType::F32));
+    // A static dim that disagrees is an error naming the input.
+    opts.input_shapes.insert("x".into(), vec![3, 5]);
+    let e = import_onnx_bytes(&bytes, None, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"x\"") || e.contains("x"), "{e}");
+    assert!(e.contains("declared 4"), "{e}");
+    // A frozen input becomes a constant.
+    let mut opts = ImportOptions::default();
+    opts.constant_inputs.insert(
+        "x".into(),
+        rlx_ir::Tensor::from_f32(&[1, 4], vec![-1.0, 2.0, -3.0, 4.0]).unwrap(),
+    );
+    let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
+    assert!(g.input_by_name("x").is_none());
 }
