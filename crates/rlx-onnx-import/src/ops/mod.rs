@@ -16,6 +16,7 @@ mod loss;
 mod math;
 mod nn;
 mod norm;
+mod quant;
 mod reduce;
 mod resize;
 mod shape;
@@ -104,6 +105,12 @@ const TABLE: &[(&str, Lower)] = &[
     ("EyeLike", layout::eye_like),
     ("Attention", attention::attention),
     ("RotaryEmbedding", attention::rotary_embedding),
+    ("QuantizeLinear", quant::quantize_linear),
+    ("DequantizeLinear", quant::dequantize_linear),
+    ("DynamicQuantizeLinear", quant::dynamic_quantize_linear),
+    ("MatMulInteger", quant::matmul_integer),
+    ("QLinearMatMul", quant::qlinear_matmul),
+    ("ConvInteger", quant::conv_integer),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy_loss),
     // reductions

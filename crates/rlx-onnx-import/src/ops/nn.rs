@@ -175,6 +175,17 @@ fn window(n: &ONode, in_spatial: &[usize], kernel: &[usize], dilations_attr: boo
 /// ONNX Conv (any spatial rank), `auto_pad` resolved to explicit pads.
 pub fn conv(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (x, w) = (n.inp(0)?, n.inp(1)?);
+    Ok(vec![conv_on(cx, n, x, w, n.opt(2))?])
+}
+
+/// A Conv node on `x`, `w` (and `bias`) with the node's attributes.
+pub(crate) fn conv_on(
+    cx: &mut Ctx,
+    n: &ONode,
+    x: NodeId,
+    w: NodeId,
+    bias: Option<NodeId>,
+) -> R<NodeId> {
     let (xd, wd) = (cx.dims(x), cx.dims(w));
     if xd.len() < 3 || wd.len() != xd.len() {
         return Err(format!(
@@ -202,8 +213,8 @@ pub fn conv(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         groups: usize::try_from(groups).map_err(|_| format!("bad group {groups}"))?,
     };
     let mut ins = vec![x, w];
-    ins.extend(n.opt(2));
-    Ok(vec![cx.add(Op::Conv(attrs), ins)?])
+    ins.extend(bias);
+    cx.add(Op::Conv(attrs), ins)
 }
 
 fn pool(cx: &mut Ctx, n: &ONode, kind: PoolKind, dilations: bool) -> R<Vec<NodeId>> {
