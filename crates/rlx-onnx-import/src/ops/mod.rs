@@ -7,6 +7,7 @@ use rlx_ir::NodeId;
 
 mod act;
 mod attention;
+mod control;
 mod conv_transpose;
 mod einsum;
 mod index;
@@ -111,6 +112,9 @@ const TABLE: &[(&str, Lower)] = &[
     ("MatMulInteger", quant::matmul_integer),
     ("QLinearMatMul", quant::qlinear_matmul),
     ("ConvInteger", quant::conv_integer),
+    ("If", control::if_),
+    ("Loop", control::loop_),
+    ("Scan", control::scan),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy_loss),
     // reductions
