@@ -8,13 +8,12 @@
 //! [`Stage::Panic`].
 
 use crate::compare::{self, ATOL, RTOL};
-use crate::onnx_meta::{elem_type_name, DimSpec, ModelMeta, ValueKind};
+use crate::onnx_meta::{elem_type_name, ModelMeta, ValueKind};
 use rlx_ir::numeric_check::{BadKind, DebugMode};
 use rlx_ir::Tensor;
 use rlx_onnx_import::{import_onnx, read_tensor_proto, ImportOptions};
 use rlx_runtime::{CompiledGraph, Device, Session};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -76,6 +75,12 @@ pub struct Outcome {
     pub ms: f64,
     /// Whether an expected output holds NaN or an infinity.
     pub expected_nonfinite: bool,
+    /// Graph inputs frozen as constants (with the data set's values) because the importer
+    /// needs them at import time (an `axes`, `pads`, `shape`, `k` input): the case ran
+    /// specialized to its test data, as tract's harness runs its `input:`-annotated cases.
+    /// Empty for a plain run.
+    #[serde(default)]
+    pub frozen: Vec<String>,
 }
 
 impl Outcome {
@@ -243,31 +248,6 @@ fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
     })
 }
 
-/// Symbolic input dims bound from the data (ONNX `dim_param` → size).
-fn bind_dims(meta: &ModelMeta, inputs: &[(String, Tensor)]) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for vi in &meta.inputs {
-        let ValueKind::Tensor {
-            dims: Some(dims), ..
-        } = &vi.kind
-        else {
-            continue;
-        };
-        let Some((_, t)) = inputs.iter().find(|(n, _)| n == &vi.name) else {
-            continue;
-        };
-        if t.dims().len() != dims.len() {
-            continue;
-        }
-        for (d, &size) in dims.iter().zip(t.dims()) {
-            if let DimSpec::Named(p) = d {
-                m.entry(p.clone()).or_insert(size);
-            }
-        }
-    }
-    m
-}
-
 /// The expected outputs of a data set, each as a tensor or the reason it is not representable.
 fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<Tensor>, Fail> {
     let mut v = vec![];
@@ -332,63 +312,116 @@ fn feed<'a>(c: &CompiledGraph, inputs: &'a [(String, Tensor)]) -> Vec<(&'a str, 
 /// What a plain run of one data set gave (kept for the debug comparison).
 type RunResult = Result<Vec<Tensor>, String>;
 
+/// One data set, compiled (each data set is imported with its own input shapes, and its own
+/// values for frozen inputs).
 struct Prepared {
     compiled: CompiledGraph,
-    sets: Vec<(DataSet, RunResult)>,
+    ds: DataSet,
+    plain: RunResult,
+}
+
+/// The importer's message for a value that must be a constant (an `axes`, `pads`, `shape`
+/// input fed at run time).
+const NEEDS_CONSTANT: &str = "known at import time";
+
+/// Import the model for one data set: graph input shapes from the data; when the plain import
+/// fails only because a shape-defining input (axes, pads, shape, ...) is fed at run time and
+/// `freeze` is on, freeze inputs as constants with this data set's values, last input first,
+/// until the import succeeds (what tract's harness does with its `input:` annotations). The
+/// frozen inputs are recorded in `frozen`.
+fn import_for(
+    dir: &Path,
+    ds: &DataSet,
+    freeze: bool,
+    frozen: &mut Vec<String>,
+) -> Result<rlx_ir::Graph, Fail> {
+    let model = dir.join("model.onnx");
+    let mut opts = ImportOptions {
+        input_shapes: ds
+            .inputs
+            .iter()
+            .map(|(n, t)| (n.clone(), t.dims().to_vec()))
+            .collect(),
+        ..ImportOptions::default()
+    };
+    // Candidates to freeze: the tensor inputs present in the data, last first.
+    let mut candidates: Vec<&(String, Tensor)> = ds.inputs.iter().collect();
+    frozen.clear();
+    loop {
+        for n in frozen.iter() {
+            if let Some((_, t)) = ds.inputs.iter().find(|(m, _)| m == n) {
+                opts.input_shapes.remove(n);
+                opts.constant_inputs.insert(n.clone(), t.clone());
+            }
+        }
+        match guarded("import", || import_onnx(&model, &opts))? {
+            Ok(g) => return Ok(g),
+            Err(e) => {
+                let msg = e.to_string();
+                if freeze && msg.contains(NEEDS_CONSTANT) {
+                    if let Some((n, _)) = candidates.pop() {
+                        frozen.push(n.clone());
+                        continue;
+                    }
+                }
+                return fail(Stage::Import, msg);
+            }
+        }
+    }
 }
 
 fn run_plain(
     dir: &Path,
     meta: &ModelMeta,
+    freeze: bool,
     expected_nonfinite: &mut bool,
-) -> (Result<(), Fail>, Option<Prepared>) {
+    frozen_all: &mut Vec<String>,
+) -> (Result<(), Fail>, Vec<Prepared>) {
     let dss = data_sets(dir);
     if dss.is_empty() {
-        return (fail(Stage::Load, "no test_data_set_* folder"), None);
+        return (fail(Stage::Load, "no test_data_set_* folder"), vec![]);
     }
-    // Inputs first: they bind symbolic dims for the import.
-    let mut sets = vec![];
     *expected_nonfinite = dss.iter().any(|ds| expected_has_nonfinite(meta, ds));
-    let mut input_err = None;
-    for ds in &dss {
-        match read_inputs(meta, ds) {
-            Ok(d) => sets.push(d),
-            Err(f) if f.0 == Stage::Input => {
-                input_err.get_or_insert(f);
-            }
-            Err(f) => return (Err(f), None),
-        }
-    }
-    let dims = sets
-        .first()
-        .map(|d| bind_dims(meta, &d.inputs))
-        .unwrap_or_default();
-    let opts = ImportOptions {
-        dims,
-        ..ImportOptions::default()
-    };
-    let model = dir.join("model.onnx");
-    let g = match guarded("import", || import_onnx(&model, &opts)) {
-        Ok(Ok(g)) => g,
-        Ok(Err(e)) => return (fail(Stage::Import, e.to_string()), None),
-        Err(f) => return (Err(f), None),
-    };
-    let mut compiled = match guarded("compile", || Session::new(Device::Cpu).try_compile(g)) {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return (fail(Stage::Compile, e.to_string()), None),
-        Err(f) => return (Err(f), None),
-    };
-    if let Some(f) = input_err {
-        return (Err(f), None);
-    }
-    compiled.set_debug_mode(Some(DebugMode::Off));
-    compiled.set_print_reports(false);
+    let mut prepared = vec![];
     let mut first_fail: Option<Fail> = None;
-    let mut done = vec![];
-    for ds in sets {
-        let expected = read_expected(meta, &ds);
+    for dsp in &dss {
+        let ds = match read_inputs(meta, dsp) {
+            Ok(d) => d,
+            Err(f) if f.0 == Stage::Input => {
+                // Prefer the importer's own verdict on the model (an unsupported op or input
+                // type) over "this input is not a tensor".
+                let bare = DataSet {
+                    name: String::new(),
+                    inputs: vec![],
+                    outputs: vec![],
+                };
+                let mut fz = vec![];
+                return match import_for(dir, &bare, false, &mut fz) {
+                    Err(fi) if fi.0 == Stage::Import || fi.0 == Stage::Panic => (Err(fi), prepared),
+                    _ => (Err(f), prepared),
+                };
+            }
+            Err(f) => return (Err(f), prepared),
+        };
+        let mut frozen = vec![];
+        let g = match import_for(dir, &ds, freeze, &mut frozen) {
+            Ok(g) => g,
+            Err(f) => return (Err(f), prepared),
+        };
+        for f in &frozen {
+            if !frozen_all.contains(f) {
+                frozen_all.push(f.clone());
+            }
+        }
+        let mut compiled = match guarded("compile", || Session::new(Device::Cpu).try_compile(g)) {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return (fail(Stage::Compile, e.to_string()), prepared),
+            Err(f) => return (Err(f), prepared),
+        };
+        compiled.set_debug_mode(Some(DebugMode::Off));
+        compiled.set_print_reports(false);
         let inputs = feed(&compiled, &ds.inputs);
-        let res: RunResult = match guarded("run", || compiled.run_tensors(inputs)) {
+        let plain: RunResult = match guarded("run", || compiled.run_tensors(inputs)) {
             Ok(Ok(out)) => Ok(out),
             Ok(Err(e)) => {
                 first_fail.get_or_insert(Fail(Stage::Run, format!("{}: {e}", ds.name)));
@@ -399,9 +432,9 @@ fn run_plain(
                 Err(f.1)
             }
         };
-        if let Ok(out) = &res {
+        if let Ok(out) = &plain {
             if first_fail.is_none() {
-                match expected {
+                match read_expected(meta, &ds) {
                     Err(f) => first_fail = Some(f),
                     Ok(exp) => {
                         if let Err(f) = check_outputs(meta, &ds.name, &exp, out) {
@@ -411,19 +444,17 @@ fn run_plain(
                 }
             }
         }
-        done.push((ds, res));
+        prepared.push(Prepared {
+            compiled,
+            ds,
+            plain,
+        });
     }
     let r = match first_fail {
         Some(f) => Err(f),
         None => Ok(()),
     };
-    (
-        r,
-        Some(Prepared {
-            compiled,
-            sets: done,
-        }),
-    )
+    (r, prepared)
 }
 
 fn check_outputs(
@@ -449,13 +480,14 @@ fn check_outputs(
     Ok(())
 }
 
-fn run_debug(meta: &ModelMeta, p: &mut Prepared) -> DebugOutcome {
-    p.compiled.set_debug_mode(Some(DebugMode::Warn));
-    p.compiled.set_print_reports(false);
+fn run_debug(meta: &ModelMeta, prepared: &mut [Prepared]) -> DebugOutcome {
     let mut diffs = vec![];
     let mut reports = vec![];
     let mut summary = None;
-    for (ds, plain) in &p.sets {
+    for p in prepared.iter_mut() {
+        p.compiled.set_debug_mode(Some(DebugMode::Warn));
+        p.compiled.set_print_reports(false);
+        let (ds, plain) = (&p.ds, &p.plain);
         let inputs = feed(&p.compiled, &ds.inputs);
         let dbg: RunResult = match guarded("run with RLX_DEBUG_NANS=1", || {
             p.compiled.run_tensors(inputs)
@@ -518,7 +550,10 @@ fn run_debug(meta: &ModelMeta, p: &mut Prepared) -> DebugOutcome {
 
 /// Run the case in `dir` and hand each result line to `emit` as soon as it is known: first
 /// [`Line::Normal`], then (with `debug_nans`, when the model compiled) [`Line::Debug`].
-pub fn run_case(dir: &Path, debug_nans: bool, emit: &mut dyn FnMut(&Line)) {
+///
+/// `freeze`: allow freezing shape-defining inputs as constants when the plain import needs
+/// them constant (see [`Outcome::frozen`]).
+pub fn run_case(dir: &Path, debug_nans: bool, freeze: bool, emit: &mut dyn FnMut(&Line)) {
     let t0 = Instant::now();
     let meta = match load_meta(dir) {
         Ok(m) => m,
@@ -528,12 +563,14 @@ pub fn run_case(dir: &Path, debug_nans: bool, emit: &mut dyn FnMut(&Line)) {
                 detail: e,
                 ms: 0.0,
                 expected_nonfinite: false,
+                frozen: vec![],
             }));
             return;
         }
     };
     let mut expected_nonfinite = false;
-    let (r, prepared) = run_plain(dir, &meta, &mut expected_nonfinite);
+    let mut frozen = vec![];
+    let (r, mut prepared) = run_plain(dir, &meta, freeze, &mut expected_nonfinite, &mut frozen);
     let (stage, detail) = match r {
         Ok(()) => (Stage::Pass, String::new()),
         Err(Fail(s, d)) => (s, d),
@@ -543,11 +580,10 @@ pub fn run_case(dir: &Path, debug_nans: bool, emit: &mut dyn FnMut(&Line)) {
         detail,
         ms: t0.elapsed().as_secs_f64() * 1e3,
         expected_nonfinite,
+        frozen,
     }));
-    if debug_nans {
-        if let Some(mut p) = prepared {
-            let d = run_debug(&meta, &mut p);
-            emit(&Line::Debug(d));
-        }
+    if debug_nans && !prepared.is_empty() {
+        let d = run_debug(&meta, &mut prepared);
+        emit(&Line::Debug(d));
     }
 }

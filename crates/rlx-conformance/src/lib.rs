@@ -40,6 +40,8 @@ pub fn default_root() -> std::path::PathBuf {
 pub const MANIFEST_HEADER: &str =
     "ONNX node test cases (onnx 1.23.2, scripts/onnx-node-suite) that RLX passes.
 A listed case that fails is a regression: `cargo test -p rlx-conformance` fails.
+'frozen: x' = the case runs with graph input x frozen to its test value (the importer needs
+it at import time: an axes/pads/shape input), as tract's harness does for `input:` cases.
 Regenerate: RLX_UPDATE_MANIFEST=1 cargo test -p rlx-conformance --test node_suite
 (or: cargo run -p rlx-conformance -- suite --update-manifest).";
 
@@ -88,11 +90,11 @@ pub fn run_and_gate(opts: &suite::SuiteOptions, update: bool) -> (bool, suite::S
         if opts.filter.is_some() {
             eprint_now("not updating passing.txt: a filter is set\n");
         } else {
-            let passing: std::collections::BTreeSet<String> = report
+            let passing: std::collections::BTreeMap<String, Vec<String>> = report
                 .results
                 .iter()
                 .filter(|c| c.passed())
-                .map(|c| c.name.clone())
+                .map(|c| (c.name.clone(), c.outcome.frozen.clone()))
                 .collect();
             match write_manifest(&mpath, &passing, MANIFEST_HEADER) {
                 Ok(()) => {

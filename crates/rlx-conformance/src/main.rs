@@ -2,13 +2,14 @@
 //!
 //! ```text
 //! rlx-conformance suite [--root DIR] [--filter SUBSTR] [--jobs N] [--timeout SECS]
-//!                       [--no-debug-nans] [--update-manifest]
-//! rlx-conformance case DIR [--debug-nans] [--pretty]
+//!                       [--no-debug-nans] [--no-freeze] [--update-manifest]
+//! rlx-conformance case DIR [--debug-nans] [--no-freeze] [--pretty]
 //! ```
 //!
 //! `suite` is what `cargo test -p rlx-conformance` runs (defaults from the same environment
 //! variables: RLX_ONNX_NODE_DIR, RLX_CONFORMANCE_JOBS, RLX_CONFORMANCE_TIMEOUT_S,
-//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0); exit status 1 on a regression.
+//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_CONFORMANCE_FREEZE=0); exit
+//! status 1 on a regression.
 //! `case` runs one case in this process and prints its result lines (JSON, prefixed
 //! `@@rlx-conformance `); the suite runs it in a child process per case.
 
@@ -19,8 +20,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage:
-  rlx-conformance suite [--root DIR] [--filter SUBSTR] [--jobs N] [--timeout SECS] [--no-debug-nans] [--update-manifest]
-  rlx-conformance case DIR [--debug-nans] [--pretty]";
+  rlx-conformance suite [--root DIR] [--filter SUBSTR] [--jobs N] [--timeout SECS] [--no-debug-nans] [--no-freeze] [--update-manifest]
+  rlx-conformance case DIR [--debug-nans] [--no-freeze] [--pretty]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,9 +39,11 @@ fn case_cmd(args: &[String]) -> ExitCode {
     let mut dir = None;
     let mut debug = false;
     let mut pretty = false;
+    let mut freeze = true;
     for a in args {
         match a.as_str() {
             "--debug-nans" => debug = true,
+            "--no-freeze" => freeze = false,
             "--pretty" => pretty = true,
             s if dir.is_none() && !s.starts_with("--") => dir = Some(PathBuf::from(s)),
             s => {
@@ -65,7 +68,7 @@ fn case_cmd(args: &[String]) -> ExitCode {
         let _ = writeln!(out, "{LINE_PREFIX}{}", j.unwrap_or_default());
         let _ = out.flush();
     };
-    case::run_case(&dir, debug, &mut emit);
+    case::run_case(&dir, debug, freeze, &mut emit);
     ExitCode::SUCCESS
 }
 
@@ -106,6 +109,7 @@ fn suite_cmd(args: &[String]) -> ExitCode {
                 None => return ExitCode::from(2),
             },
             "--no-debug-nans" => opts.debug_nans = false,
+            "--no-freeze" => opts.freeze = false,
             "--update-manifest" => update = true,
             "-h" | "--help" => {
                 println!("{USAGE}");

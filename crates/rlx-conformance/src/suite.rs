@@ -148,6 +148,9 @@ pub struct SuiteOptions {
     pub filter: Option<String>,
     /// Also run each case with the localizer on and check it changes nothing.
     pub debug_nans: bool,
+    /// Let a case whose import needs a runtime input as a constant (axes, pads, shape, ...)
+    /// run with that input frozen to its test value ([`Outcome::frozen`]).
+    pub freeze: bool,
     /// Print a progress line to stderr every this many cases (0: never).
     pub progress_every: usize,
 }
@@ -155,7 +158,8 @@ pub struct SuiteOptions {
 impl SuiteOptions {
     /// Defaults, overridable by environment: `RLX_CONFORMANCE_JOBS` (default: 2, at most the
     /// machine's cores), `RLX_CONFORMANCE_TIMEOUT_S` (10), `RLX_CONFORMANCE_FILTER`,
-    /// `RLX_CONFORMANCE_DEBUG_NANS=0` (skip the localizer run).
+    /// `RLX_CONFORMANCE_DEBUG_NANS=0` (skip the localizer run), `RLX_CONFORMANCE_FREEZE=0`
+    /// (never freeze inputs: the strict count).
     pub fn from_env(root: PathBuf, exe: PathBuf) -> SuiteOptions {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -173,6 +177,7 @@ impl SuiteOptions {
             ),
             filter: env("RLX_CONFORMANCE_FILTER"),
             debug_nans: env("RLX_CONFORMANCE_DEBUG_NANS").is_none_or(|v| v != "0"),
+            freeze: env("RLX_CONFORMANCE_FREEZE").is_none_or(|v| v != "0"),
             progress_every: 500,
         }
     }
@@ -225,6 +230,7 @@ pub struct SuiteReport {
     pub wall_s: f64,
     pub jobs: usize,
     pub debug_nans: bool,
+    pub freeze: bool,
     pub onnxruntime: Option<String>,
 }
 
@@ -234,6 +240,13 @@ impl SuiteReport {
     }
     pub fn failed(&self) -> usize {
         self.results.len() - self.passed()
+    }
+    /// Passing cases that ran with inputs frozen ([`Outcome::frozen`]).
+    pub fn passed_frozen(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.passed() && !r.outcome.frozen.is_empty())
+            .count()
     }
     /// `N passed, M failed (S skipped)`.
     pub fn closing_line(&self) -> String {
@@ -293,6 +306,9 @@ fn run_child(
     cmd.arg("case").arg(dir);
     if opts.debug_nans {
         cmd.arg("--debug-nans");
+    }
+    if !opts.freeze {
+        cmd.arg("--no-freeze");
     }
     cmd.env_remove("RLX_DEBUG_NANS")
         .stdin(Stdio::null())
@@ -478,6 +494,7 @@ pub fn run_suite(opts: &SuiteOptions) -> SuiteReport {
                             detail: d,
                             ms: 0.0,
                             expected_nonfinite: false,
+                            frozen: vec![],
                         },
                         None,
                     ),
@@ -487,6 +504,7 @@ pub fn run_suite(opts: &SuiteOptions) -> SuiteReport {
                             detail: "the child printed no result".into(),
                             ms: 0.0,
                             expected_nonfinite: false,
+                            frozen: vec![],
                         },
                         None,
                     ),
@@ -520,6 +538,7 @@ pub fn run_suite(opts: &SuiteOptions) -> SuiteReport {
         wall_s: t0.elapsed().as_secs_f64(),
         jobs: opts.jobs,
         debug_nans: opts.debug_nans,
+        freeze: opts.freeze,
         onnxruntime: ort.map(|(v, _)| v),
     }
 }
@@ -693,14 +712,23 @@ pub fn read_manifest(path: &Path) -> std::io::Result<BTreeSet<String>> {
         .collect())
 }
 
-/// Write the manifest: a header, then the passing cases sorted.
-pub fn write_manifest(path: &Path, cases: &BTreeSet<String>, header: &str) -> std::io::Result<()> {
+/// Write the manifest: a header, then the passing cases sorted, each with a trailing comment
+/// naming its frozen inputs when it has any (`test_x  # frozen: axes`).
+pub fn write_manifest(
+    path: &Path,
+    cases: &BTreeMap<String, Vec<String>>,
+    header: &str,
+) -> std::io::Result<()> {
     let mut s = String::new();
     for l in header.lines() {
         let _ = writeln!(s, "# {l}");
     }
-    for c in cases {
-        let _ = writeln!(s, "{c}");
+    for (c, frozen) in cases {
+        if frozen.is_empty() {
+            let _ = writeln!(s, "{c}");
+        } else {
+            let _ = writeln!(s, "{c}  # frozen: {}", frozen.join(", "));
+        }
     }
     std::fs::write(path, s)
 }
@@ -837,6 +865,36 @@ pub fn render(r: &SuiteReport) -> String {
     s.push_str(&op_table(r));
     let _ = writeln!(s, "\n== failure classes (most common first)");
     s.push_str(&failure_classes(r, 25));
+    if r.freeze {
+        let frozen: Vec<&CaseResult> = r
+            .results
+            .iter()
+            .filter(|c| !c.outcome.frozen.is_empty())
+            .collect();
+        // Cases where every graph input was frozen ran entirely at import time (constant
+        // folding): NonZero, Unique, Range, ConstantOfShape, the window ops.
+        let all: Vec<&str> = frozen
+            .iter()
+            .filter(|c| c.passed())
+            .filter(|c| {
+                case::load_meta(&r.root.join(&c.name))
+                    .is_ok_and(|m| m.inputs.iter().all(|i| c.outcome.frozen.contains(&i.name)))
+            })
+            .map(|c| c.name.as_str())
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n== {} of the {} passing cases ran with shape-defining inputs frozen to their test values \
+             ({} cases needed it; RLX_CONFORMANCE_FREEZE=0 for the strict count: {} pass); \
+             {} of them with every input frozen (computed at import time): {}",
+            r.passed_frozen(),
+            r.passed(),
+            frozen.len(),
+            r.passed() - r.passed_frozen(),
+            all.len(),
+            all.join(", ")
+        );
+    }
     if let Some(v) = &r.onnxruntime {
         let ort_pass = r.results.iter().filter(|c| c.ort_passed()).count();
         let rlx_only: Vec<&str> = r

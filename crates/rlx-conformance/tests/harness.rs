@@ -31,6 +31,7 @@ fn suite_with(tag: &str, body: &str, timeout_s: f64) -> rlx_conformance::suite::
     opts.timeout = Duration::from_secs_f64(timeout_s);
     opts.filter = None;
     opts.debug_nans = true;
+    opts.freeze = true;
     opts.progress_every = 0;
     let r = run_suite(&opts);
     let _ = std::fs::remove_dir_all(&tmp);

@@ -6,7 +6,8 @@
 //! (`DebugMode::Warn`, what `RLX_DEBUG_NANS=1` selects) changes an output or crashes.
 //! `RLX_UPDATE_MANIFEST=1` rewrites `passing.txt` with the cases passing now.
 //! Other knobs: RLX_ONNX_NODE_DIR, RLX_CONFORMANCE_JOBS, RLX_CONFORMANCE_TIMEOUT_S,
-//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0.
+//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_CONFORMANCE_FREEZE=0 (see
+//! `Outcome::frozen`).
 
 use rlx_conformance::suite::{discover, eprint_now, SuiteOptions};
 use std::path::PathBuf;
