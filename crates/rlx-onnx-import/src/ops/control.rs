@@ -271,41 +271,32 @@ fn take(cx: &mut Ctx, x: NodeId, axis: usize, idx: usize) -> R<NodeId> {
     cx.reshape(s, out)
 }
 
-/// ONNX Scan (opset 9+), unrolled over the scan axis.
-pub fn scan(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
-    if n.opset < 9 {
-        return Err("Scan before opset 9 (batched, sequence_lens) is not supported".into());
-    }
-    let body = graph_attr(n, "body")?;
-    let m = n.i("num_scan_inputs", 0)?;
-    let ins: Vec<NodeId> = (0..n.n_inputs()).map(|i| n.inp(i)).collect::<R<_>>()?;
-    if m <= 0 || m as usize > ins.len() {
-        return Err(format!(
-            "num_scan_inputs {m} does not fit {} inputs",
-            ins.len()
-        ));
-    }
-    let m = m as usize;
-    let ns = ins.len() - m;
-    let (mut states, xs) = (ins[..ns].to_vec(), ins[ns..].to_vec());
-    let list = |name: &str, len: usize| -> R<Vec<i64>> {
-        let v = n.ints(name)?.unwrap_or(vec![0; len]);
-        if v.len() != len {
-            return Err(format!("{name} needs {len} entries, got {v:?}"));
-        }
-        Ok(v)
-    };
-    let in_axes = list("scan_input_axes", m)?;
-    let in_dirs = list("scan_input_directions", m)?;
-    let k = body.output.len().saturating_sub(ns);
-    let out_axes = list("scan_output_axes", k)?;
-    let out_dirs = list("scan_output_directions", k)?;
-    let mut axes = Vec::with_capacity(m);
-    for (j, &x) in xs.iter().enumerate() {
-        axes.push(norm_axis(in_axes[j], cx.rank(x))?);
-    }
-    let len = cx.dims(xs[0])[axes[0]];
-    if xs.iter().zip(&axes).any(|(&x, &a)| cx.dims(x)[a] != len) {
+/// Scan attributes resolved for one (unbatched) run.
+struct ScanSpec {
+    in_axes: Vec<usize>,
+    in_dirs: Vec<i64>,
+    out_axes: Vec<i64>,
+    out_dirs: Vec<i64>,
+}
+
+/// Run the Scan body over the scan axis of `xs`, carrying `states`; returns the final
+/// states then the stacked scan outputs.
+fn scan_run(
+    cx: &mut Ctx,
+    n: &ONode,
+    body: &GraphProto,
+    mut states: Vec<NodeId>,
+    xs: &[NodeId],
+    sp: &ScanSpec,
+) -> R<Vec<NodeId>> {
+    let ns = states.len();
+    let k = sp.out_axes.len();
+    let len = cx.dims(xs[0])[sp.in_axes[0]];
+    if xs
+        .iter()
+        .zip(&sp.in_axes)
+        .any(|(&x, &a)| cx.dims(x)[a] != len)
+    {
         return Err("scan inputs have different sequence lengths".into());
     }
     if len as i64 > MAX_UNROLL {
@@ -315,8 +306,8 @@ pub fn scan(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     for t in 0..len {
         let mut b_in = states.clone();
         for (j, &x) in xs.iter().enumerate() {
-            let idx = if in_dirs[j] != 0 { len - 1 - t } else { t };
-            b_in.push(take(cx, x, axes[j], idx)?);
+            let idx = if sp.in_dirs[j] != 0 { len - 1 - t } else { t };
+            b_in.push(take(cx, x, sp.in_axes[j], idx)?);
         }
         let outs = lower_body(cx, n, body, &b_in)?;
         if outs.len() != ns + k {
@@ -336,12 +327,85 @@ pub fn scan(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         if s.is_empty() {
             return Err("a Scan over an empty sequence is not supported".into());
         }
-        if out_dirs[j] != 0 {
+        if sp.out_dirs[j] != 0 {
             s.reverse();
         }
         let r = cx.rank(s[0]) + 1;
-        let a = norm_axis(out_axes[j], r)?;
+        let a = norm_axis(sp.out_axes[j], r)?;
         res.push(stack(cx, &s, a)?);
     }
     Ok(res)
+}
+
+/// ONNX Scan, unrolled over the scan axis. Opset 8's batched form runs each batch entry
+/// on its own (`sequence_lens`, when given, must be the full length everywhere).
+pub fn scan(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let body = graph_attr(n, "body")?;
+    let m = n.i("num_scan_inputs", 0)?;
+    let first = if n.opset < 9 { 1 } else { 0 };
+    let ins: Vec<NodeId> = (first..n.n_inputs()).map(|i| n.inp(i)).collect::<R<_>>()?;
+    if m <= 0 || m as usize > ins.len() {
+        return Err(format!(
+            "num_scan_inputs {m} does not fit {} inputs",
+            ins.len()
+        ));
+    }
+    let m = m as usize;
+    let ns = ins.len() - m;
+    let (states, xs) = (ins[..ns].to_vec(), ins[ns..].to_vec());
+    let k = body.output.len().saturating_sub(ns);
+    let list = |name: &str, len: usize| -> R<Vec<i64>> {
+        let v = n.ints(name)?.unwrap_or(vec![0; len]);
+        if v.len() != len {
+            return Err(format!("{name} needs {len} entries, got {v:?}"));
+        }
+        Ok(v)
+    };
+    if n.opset < 9 {
+        let dirs = list("directions", m)?;
+        let b = cx.dims(xs[0])[0];
+        if let Some(sl) = n.opt(0) {
+            let v = cx.const_i64s(sl, "sequence_lens")?;
+            let full = cx.dims(xs[0]).get(1).copied().unwrap_or(0) as i64;
+            if v.iter().any(|&l| l != full) {
+                return Err("sequence_lens shorter than the sequence are not supported".into());
+            }
+        }
+        let sp = ScanSpec {
+            in_axes: vec![0; m],
+            in_dirs: dirs,
+            out_axes: vec![0; k],
+            out_dirs: vec![0; k],
+        };
+        let mut per: Vec<Vec<NodeId>> = Vec::with_capacity(b);
+        for bi in 0..b {
+            let st = states
+                .iter()
+                .map(|&s| take(cx, s, 0, bi))
+                .collect::<R<Vec<_>>>()?;
+            let x = xs
+                .iter()
+                .map(|&x| take(cx, x, 0, bi))
+                .collect::<R<Vec<_>>>()?;
+            per.push(scan_run(cx, n, body, st, &x, &sp)?);
+        }
+        return (0..ns + k)
+            .map(|j| {
+                let col: Vec<NodeId> = per.iter().map(|o| o[j]).collect();
+                stack(cx, &col, 0)
+            })
+            .collect();
+    }
+    let in_axes = list("scan_input_axes", m)?;
+    let sp = ScanSpec {
+        in_axes: xs
+            .iter()
+            .zip(&in_axes)
+            .map(|(&x, &a)| norm_axis(a, cx.rank(x)))
+            .collect::<R<_>>()?,
+        in_dirs: list("scan_input_directions", m)?,
+        out_axes: list("scan_output_axes", k)?,
+        out_dirs: list("scan_output_directions", k)?,
+    };
+    scan_run(cx, n, body, states, &xs, &sp)
 }

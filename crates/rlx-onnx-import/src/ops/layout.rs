@@ -125,3 +125,66 @@ pub fn trilu(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let zero = cx.scalar(cx.dtype(x), 0.0);
     Ok(vec![cx.add(Op::Select, vec![mask, x, zero])?])
 }
+
+/// ONNX AffineGrid (opset 20): `theta [N, 2, 3]` (or `[N, 3, 4]`) applied to the constant
+/// homogeneous grid of normalized coordinates `(x, y[, z], 1)` for `size = [N, C, (D,) H, W]`;
+/// output `[N, (D,) H, W, 2|3]`.
+pub fn affine_grid(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let theta = n.inp(0)?;
+    let size = cx.const_i64s(n.inp(1)?, "size")?;
+    let sz = crate::ctx::to_usizes(&size, "size")?;
+    let td = cx.dims(theta);
+    let nd = sz.len().saturating_sub(2);
+    if !(nd == 2 || nd == 3) || td != [sz[0], nd, nd + 1] {
+        return Err(format!(
+            "theta {} and size {size:?} do not describe a 2-D or 3-D affine grid",
+            cx.shape(theta)
+        ));
+    }
+    let align = n.i("align_corners", 0)? != 0;
+    let spatial = &sz[2..];
+    let coords = |len: usize| -> Vec<f64> {
+        (0..len)
+            .map(|i| {
+                if align {
+                    -1.0 + i as f64 * (2.0 / (len as f64 - 1.0))
+                } else {
+                    let step = 2.0 / len as f64;
+                    -1.0 + step / 2.0 + i as f64 * step
+                }
+            })
+            .collect()
+    };
+    let axes: Vec<Vec<f64>> = spatial.iter().map(|&l| coords(l)).collect();
+    let p: usize = spatial.iter().product();
+    // Rows of the transposed homogeneous grid: x (last spatial axis), y, (z), 1.
+    let mut base = vec![0.0; (nd + 1) * p];
+    for k in 0..p {
+        let mut rem = k;
+        let mut idx = vec![0; nd];
+        for a in (0..nd).rev() {
+            idx[a] = rem % spatial[a];
+            rem /= spatial[a];
+        }
+        for c in 0..nd {
+            let a = nd - 1 - c;
+            base[c * p + k] = axes[a][idx[a]];
+        }
+        base[nd * p + k] = 1.0;
+    }
+    let dt = cx.dtype(theta);
+    let base = cx.constant(
+        Tensor::new(vec![nd + 1, p], TensorData::from_f64(dt, &base)).map_err(|e| e.to_string())?,
+    );
+    let g = cx.add(Op::MatMul, vec![theta, base])?;
+    let g = cx.add(
+        Op::Transpose {
+            perm: vec![0, 2, 1],
+        },
+        vec![g],
+    )?;
+    let mut out = vec![sz[0]];
+    out.extend_from_slice(spatial);
+    out.push(nd);
+    Ok(vec![cx.reshape(g, out)?])
+}

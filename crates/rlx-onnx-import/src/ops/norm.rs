@@ -210,3 +210,47 @@ pub fn layer_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     }
     super::nn::layer_norm(cx, n)
 }
+
+/// ONNX BatchNormalization: the inference `BatchNorm` op, or in training mode (opset 14+:
+/// outputs `Y, running_mean, running_var`) batch statistics over every axis but 1, with
+/// `running = input_running * momentum + batch_stat * (1 - momentum)`.
+pub fn batch_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let training = n.i("training_mode", 0)? != 0 || n.wants_output(1) || n.wants_output(2);
+    if !training {
+        return super::nn::batch_norm(cx, n);
+    }
+    if n.opset < 14 {
+        return Err("training-mode outputs before opset 14 are not supported".into());
+    }
+    let ins = (0..5).map(|i| n.inp(i)).collect::<R<Vec<_>>>()?;
+    let (x, s, b, rm, rv) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
+    let r = cx.rank(x);
+    if r < 2 {
+        return Err(format!("input must have rank >= 2, got {}", cx.shape(x)));
+    }
+    let eps = n.f("epsilon", 1e-5)? as f64;
+    let mom = n.f("momentum", 0.9)? as f64;
+    let dt = cx.dtype(x);
+    let axes: Vec<usize> = (0..r).filter(|&a| a != 1).collect();
+    let (y, mean, _) = standardize(cx, x, axes.clone(), eps)?;
+    let s = per_channel(cx, s, r)?;
+    let b = per_channel(cx, b, r)?;
+    let y = cx.binary(BinaryOp::Mul, y, s)?;
+    let y = cx.binary(BinaryOp::Add, y, b)?;
+    let c = cx.dims(x)[1];
+    let d = cx.binary(BinaryOp::Sub, x, mean)?;
+    let sq = cx.binary(BinaryOp::Mul, d, d)?;
+    let var = reduce_keep(cx, sq, ReduceKind::Mean, axes)?;
+    let mean = cx.reshape(mean, vec![c])?;
+    let var = cx.reshape(var, vec![c])?;
+    let m = cx.scalar(dt, mom);
+    let m1 = cx.scalar(dt, 1.0 - mom);
+    let run = |cx: &mut Ctx, old: NodeId, cur: NodeId| -> R<NodeId> {
+        let a = cx.binary(BinaryOp::Mul, old, m)?;
+        let b = cx.binary(BinaryOp::Mul, cur, m1)?;
+        cx.binary(BinaryOp::Add, a, b)
+    };
+    let om = run(cx, rm, mean)?;
+    let ov = run(cx, rv, var)?;
+    Ok(vec![y, om, ov])
+}
