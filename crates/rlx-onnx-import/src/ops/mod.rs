@@ -8,6 +8,7 @@ use rlx_ir::NodeId;
 mod act;
 mod attention;
 mod control;
+mod cum;
 mod conv_transpose;
 mod einsum;
 mod index;
@@ -21,6 +22,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod shape;
+mod signal;
 
 /// A translator: lowers one ONNX node, returning its outputs in order.
 pub type Lower = fn(&mut Ctx, &ONode) -> R<Vec<NodeId>>;
@@ -105,6 +107,10 @@ const TABLE: &[(&str, Lower)] = &[
     ("SpaceToDepth", layout::space_to_depth),
     ("EyeLike", layout::eye_like),
     ("AffineGrid", layout::affine_grid),
+    ("CumProd", cum::cumprod),
+    ("HannWindow", signal::hann_window),
+    ("HammingWindow", signal::hamming_window),
+    ("BlackmanWindow", signal::blackman_window),
     ("Attention", attention::attention),
     ("RotaryEmbedding", attention::rotary_embedding),
     ("QuantizeLinear", quant::quantize_linear),
