@@ -188,3 +188,55 @@ pub fn affine_grid(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     out.push(nd);
     Ok(vec![cx.reshape(g, out)?])
 }
+
+/// ONNX CenterCropPad (opset 18): per axis, a centered Slice (crop) or a centered zero Pad
+/// to the constant target `shape` (the extra element of an odd difference goes to the end).
+pub fn center_crop_pad(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let x = n.inp(0)?;
+    let shape = crate::ctx::to_usizes(&cx.const_i64s(n.inp(1)?, "shape")?, "shape")?;
+    let d = cx.dims(x);
+    let r = d.len();
+    let axes = match n.ints("axes")? {
+        Some(a) => a
+            .iter()
+            .map(|&a| crate::ctx::norm_axis(a, r))
+            .collect::<R<Vec<_>>>()?,
+        None => (0..r).collect(),
+    };
+    if axes.len() != shape.len() {
+        return Err(format!("shape {shape:?} needs one entry per axis {axes:?}"));
+    }
+    let mut starts = vec![0; r];
+    let mut sizes = d.clone();
+    let mut pads = vec![(0, 0); r];
+    for (&a, &s) in axes.iter().zip(&shape) {
+        if s < d[a] {
+            starts[a] = (d[a] - s) / 2;
+            sizes[a] = s;
+        } else if s > d[a] {
+            let t = s - d[a];
+            pads[a] = (t / 2, t - t / 2);
+        }
+    }
+    let mut y = x;
+    if sizes != d {
+        y = cx.add(
+            Op::Slice {
+                starts,
+                steps: vec![1; r],
+                sizes,
+            },
+            vec![y],
+        )?;
+    }
+    if pads.iter().any(|&(b, e)| b > 0 || e > 0) {
+        y = cx.add(
+            Op::Pad {
+                pads,
+                mode: rlx_ir::PadMode::Constant(0.0),
+            },
+            vec![y],
+        )?;
+    }
+    Ok(vec![y])
+}

@@ -250,3 +250,33 @@ pub fn conv_integer(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let y = super::nn::conv_on(cx, n, xc, wc, None)?;
     Ok(vec![cx.cast(y, DType::I32)?])
 }
+
+/// ONNX QLinearConv: Conv of the centered integers (plus the int32 bias), scaled by
+/// `x_scale * w_scale / y_scale` (`w_scale` per output channel when 1-D), quantized to
+/// `y_zero_point`'s type.
+pub fn qlinear_conv(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let (x, x_s, w, w_s, y_s) = (n.inp(0)?, n.inp(1)?, n.inp(3)?, n.inp(4)?, n.inp(6)?);
+    let xc = centered(cx, x, n.opt(2), Some(1))?;
+    let wc = centered(cx, w, n.opt(5), Some(0))?;
+    let bias = n.opt(8).map(|b| cx.cast(b, DType::F64)).transpose()?;
+    let c = super::nn::conv_on(cx, n, xc, wc, bias)?;
+    let r = cx.rank(c);
+    let mut ws = cx.cast(w_s, DType::F64)?;
+    let wd = cx.dims(ws);
+    if wd.iter().product::<usize>() > 1 {
+        let mut d = vec![1; r];
+        d[1] = wd.iter().product();
+        ws = cx.reshape(ws, d)?;
+    }
+    let xs = cx.cast(x_s, DType::F64)?;
+    let ys = cx.cast(y_s, DType::F64)?;
+    let m = cx.binary(BinaryOp::Mul, xs, ws)?;
+    let m = cx.binary(BinaryOp::Div, m, ys)?;
+    let v = cx.binary(BinaryOp::Mul, c, m)?;
+    let zp = n.opt(7);
+    let to = match zp {
+        Some(z) => cx.dtype(z),
+        None => cx.dtype(x),
+    };
+    Ok(vec![quantize_values(cx, v, zp, to)?])
+}
