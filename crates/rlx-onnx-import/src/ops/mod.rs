@@ -21,6 +21,7 @@ mod norm;
 mod quant;
 mod reduce;
 mod resize;
+mod rnn;
 mod shape;
 mod signal;
 
@@ -108,6 +109,9 @@ const TABLE: &[(&str, Lower)] = &[
     ("EyeLike", layout::eye_like),
     ("AffineGrid", layout::affine_grid),
     ("CenterCropPad", layout::center_crop_pad),
+    ("RNN", rnn::rnn),
+    ("GRU", rnn::gru),
+    ("LSTM", rnn::lstm),
     ("CumProd", cum::cumprod),
     ("HannWindow", signal::hann_window),
     ("HammingWindow", signal::hamming_window),
