@@ -231,6 +231,12 @@ pub enum Cause {
     Leaf,
     /// Propagator: input `input` was already non-finite.
     Propagated { input: NodeId },
+    /// Culprit: input `input` held NaN too, but this elementwise op's output holds more NaN
+    /// than its inputs could carry (at most `carried_at_most`), so it created some itself.
+    CreatedBesideInputNaN {
+        input: NodeId,
+        carried_at_most: usize,
+    },
 }
 
 /// One localized NaN/Inf, printed in the seed format:
@@ -307,6 +313,11 @@ impl fmt::Display for NanReport {
                 f,
                 "  → the {} itself holds it (nothing upstream)",
                 self.op.to_lowercase()
+            )?,
+            Cause::CreatedBesideInputNaN { input, carried_at_most } => writeln!(
+                f,
+                "  → input {input} held NaN too, but the output has {} NaN where at most {carried_at_most} can come from the inputs: this op created the rest",
+                self.counts.nan
             )?,
             Cause::Propagated { input } => writeln!(
                 f,
@@ -404,6 +415,9 @@ pub struct NodeState {
     pub inf_kind: Option<BadKind>,
     /// Where the Inf this node holds was first created.
     pub inf_origin: Option<NodeId>,
+    /// Number of NaN elements and of all elements in the node's output.
+    pub nan_count: usize,
+    pub len: usize,
 }
 
 /// Classify a node whose output holds bad values, given the states of its inputs:
@@ -416,7 +430,37 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
     let st = |i: &NodeId| states.get(i.index()).copied().unwrap_or_default();
     if out.has_nan() {
         if let Some(i) = node.inputs.iter().find(|i| st(i).nan) {
-            return Cause::Propagated { input: *i };
+            // An elementwise op maps each input NaN to at most out.len / in.len outputs
+            // (broadcasting); more NaN than that means this op created some itself.
+            let elementwise = matches!(
+                node.op,
+                crate::Op::Unary(_)
+                    | crate::Op::Activation(_)
+                    | crate::Op::Binary(_)
+                    | crate::Op::Select
+                    | crate::Op::Cast { .. }
+            );
+            let mut uniq = node.inputs.clone();
+            uniq.sort();
+            uniq.dedup();
+            let carried: usize = uniq
+                .iter()
+                .map(|x| {
+                    let s = st(x);
+                    if s.len == 0 {
+                        0
+                    } else {
+                        s.nan_count * (out.len / s.len).max(1)
+                    }
+                })
+                .sum();
+            if !elementwise || out.nan <= carried {
+                return Cause::Propagated { input: *i };
+            }
+            return Cause::CreatedBesideInputNaN {
+                input: *i,
+                carried_at_most: carried,
+            };
         }
     } else if let Some(i) = node.inputs.iter().find(|i| st(i).inf || st(i).nan) {
         // An Inf output from a non-finite input is carried, not created.
@@ -615,6 +659,8 @@ impl DebugScanner {
             inf: c.has_inf(),
             inf_kind: c.first_inf().map(|x| x.1),
             inf_origin: None,
+            nan_count: c.nan,
+            len: c.len,
         };
         if c.has_inf() {
             // Inherit the origin of an Inf-carrying input, else this node creates it.

@@ -200,3 +200,38 @@ fn labels_follow_the_resolution_order() {
     });
     assert_eq!(node_label(&g, a), "onnx_add");
 }
+
+#[test]
+fn new_nan_beside_carried_nan_is_still_blamed() {
+    // x = [NaN, 0]; y = x / x = [NaN, NaN]: one NaN carried, one created by 0/0.
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("x", s.clone());
+    let d = g.div(x, x, s.clone());
+    let r = g.unary(UnaryOp::Neg, d, s); // only carries
+    g.set_outputs(vec![r]);
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[f32::NAN, 0.0])).unwrap();
+    sc.scan_node(&g, d, &f32s(&[f32::NAN, f32::NAN])).unwrap();
+    sc.scan_node(&g, r, &f32s(&[f32::NAN, f32::NAN])).unwrap();
+    sc.finish_run(&g).unwrap();
+    let reps = sc.reports();
+    // The input is reported (it holds NaN), and the Div for the NaN it created; Neg is not.
+    assert_eq!(reps.len(), 2, "{reps:#?}");
+    assert_eq!(reps[0].node, x);
+    assert_eq!(reps[1].node, d);
+    assert!(
+        matches!(
+            reps[1].cause,
+            Cause::CreatedBesideInputNaN {
+                carried_at_most: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        reps[1].cause
+    );
+    assert!(reps[1].to_string().contains("this op created the rest"));
+}
