@@ -25,7 +25,7 @@ pub fn depth_to_space(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let bs = blocksize(n)?;
     let [b, c, h, w] = dims4(cx, x)?;
-    if c % (bs * bs) != 0 {
+    if bs > c || c % (bs * bs) != 0 {
         return Err(format!(
             "channels {c} are not divisible by blocksize^2 = {}",
             bs * bs

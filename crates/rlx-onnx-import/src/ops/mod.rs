@@ -116,6 +116,8 @@ const TABLE: &[(&str, Lower)] = &[
     ("HannWindow", signal::hann_window),
     ("HammingWindow", signal::hamming_window),
     ("BlackmanWindow", signal::blackman_window),
+    ("DFT", signal::dft),
+    ("STFT", signal::stft),
     ("Attention", attention::attention),
     ("RotaryEmbedding", attention::rotary_embedding),
     ("QuantizeLinear", quant::quantize_linear),

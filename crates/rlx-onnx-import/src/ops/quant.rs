@@ -42,7 +42,9 @@ fn param_like(cx: &mut Ctx, p: NodeId, xd: &[usize], axis: i64, block: usize) ->
         d[axis] = pd[0];
         return cx.reshape(p, d);
     }
-    if pd.len() != xd.len() || pd[axis] * block < xd[axis] {
+    // A block longer than the axis covers it all: cap it (same values after the cut).
+    let block = block.min(xd[axis].max(1));
+    if pd.len() != xd.len() || pd[axis].saturating_mul(block) < xd[axis] {
         return Err(format!(
             "blocked parameter {} does not fit input {xd:?} with block_size {block} on axis {axis}",
             cx.shape(p)

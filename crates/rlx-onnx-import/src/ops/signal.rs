@@ -1,9 +1,10 @@
 //! Signal-processing ops lowered to constants and MatMul: HannWindow, HammingWindow,
-//! BlackmanWindow (ONNX opset 17 definitions).
+//! BlackmanWindow (ONNX opset 17 definitions), DFT and STFT (MatMul with constant cos / sin
+//! matrices).
 
 use crate::ctx::{Ctx, ONode, R};
 use crate::tensor::{dtype_of, onnx_type_name};
-use rlx_ir::{DType, NodeId, Tensor, TensorData};
+use rlx_ir::{BinaryOp, DType, NodeId, Op, Tensor, TensorData, UnaryOp};
 use std::f64::consts::PI;
 
 /// A window of constant `size` (input 0): `a0 - a1 cos(2πk/N) + a2 cos(4πk/N)`, with
@@ -46,4 +47,245 @@ pub fn hamming_window(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 }
 pub fn blackman_window(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     window(cx, n, [0.42, 0.5, 0.08])
+}
+
+/// A constant `[rows, cols]` matrix of `f(n, k)` in `dt`.
+fn matrix(
+    cx: &mut Ctx,
+    dt: DType,
+    rows: usize,
+    cols: usize,
+    f: impl Fn(usize, usize) -> f64,
+) -> R<NodeId> {
+    let v: Vec<f64> = (0..rows * cols).map(|i| f(i / cols, i % cols)).collect();
+    let t =
+        Tensor::new(vec![rows, cols], TensorData::from_f64(dt, &v)).map_err(|e| e.to_string())?;
+    Ok(cx.constant(t))
+}
+
+/// Channel `c` of the trailing complex axis, with that axis removed.
+fn channel(cx: &mut Ctx, x: NodeId, c: usize) -> R<NodeId> {
+    let d = cx.dims(x);
+    let r = d.len();
+    let mut starts = vec![0; r];
+    let mut sizes = d.clone();
+    starts[r - 1] = c;
+    sizes[r - 1] = 1;
+    let s = cx.add(
+        Op::Slice {
+            starts,
+            steps: vec![1; r],
+            sizes,
+        },
+        vec![x],
+    )?;
+    cx.reshape(s, d[..r - 1].to_vec())
+}
+
+/// The DFT of `x [..., L (at axis), ..., 1|2]` with length `n` (the signal cut or
+/// zero-padded), as MatMuls with constant cos / sin matrices along `axis`:
+/// forward (`onesided`: bins `0..=n/2`), inverse (`1/n`), or the inverse of a one-sided
+/// spectrum (real output `[..., n, 1]`, NumPy `irfft`).
+fn dft_core(
+    cx: &mut Ctx,
+    x: NodeId,
+    axis: usize,
+    n: usize,
+    inverse: bool,
+    onesided: bool,
+) -> R<NodeId> {
+    let d = cx.dims(x);
+    let r = d.len();
+    if r < 2 || axis >= r - 1 || !(d[r - 1] == 1 || d[r - 1] == 2) || n == 0 {
+        return Err(format!(
+            "input {} must end in a complex axis of size 1 or 2, with the DFT axis {axis} before it",
+            cx.shape(x)
+        ));
+    }
+    // Computed in f64 (as NumPy's FFT does) and cast back.
+    let out_dt = cx.dtype(x);
+    let dt = DType::F64;
+    let x = cx.cast(x, dt)?;
+    let l = d[axis];
+    // Move the DFT axis last: [..., L].
+    let mut perm: Vec<usize> = (0..r - 1).filter(|&a| a != axis).collect();
+    perm.push(axis);
+    let mv = |cx: &mut Ctx, v: NodeId| -> R<NodeId> {
+        if axis == r - 2 {
+            Ok(v)
+        } else {
+            cx.add(Op::Transpose { perm: perm.clone() }, vec![v])
+        }
+    };
+    let xr = channel(cx, x, 0)?;
+    let xr = mv(cx, xr)?;
+    let xi = if d[r - 1] == 2 {
+        let v = channel(cx, x, 1)?;
+        Some(mv(cx, v)?)
+    } else {
+        None
+    };
+    let nf = n as f64;
+    let th = move |a: usize, b: usize| 2.0 * PI * ((a * b) % n) as f64 / nf;
+    let irfft = inverse && onesided;
+    let k = if irfft {
+        n
+    } else if onesided {
+        n / 2 + 1
+    } else {
+        n
+    };
+    let rows_ok = move |a: usize| if irfft { a <= n / 2 } else { a < n };
+    let wgt = move |a: usize| {
+        if !irfft || a == 0 || (n % 2 == 0 && a == n / 2) {
+            1.0
+        } else {
+            2.0
+        }
+    };
+    let sc = if inverse { 1.0 / nf } else { 1.0 };
+    let c = matrix(cx, dt, l, k, |a, b| {
+        if rows_ok(a) {
+            sc * wgt(a) * th(a, b).cos()
+        } else {
+            0.0
+        }
+    })?;
+    let s = matrix(cx, dt, l, k, |a, b| {
+        if rows_ok(a) {
+            sc * wgt(a) * th(a, b).sin()
+        } else {
+            0.0
+        }
+    })?;
+    // Forward: (xr + i xi)(cos - i sin); inverse: (xr + i xi)(cos + i sin).
+    let xr_c = cx.add(Op::MatMul, vec![xr, c])?;
+    let xr_s = cx.add(Op::MatMul, vec![xr, s])?;
+    let (yr, yi) = match xi {
+        Some(xi) => {
+            let xi_c = cx.add(Op::MatMul, vec![xi, c])?;
+            let xi_s = cx.add(Op::MatMul, vec![xi, s])?;
+            if inverse {
+                (
+                    cx.binary(BinaryOp::Sub, xr_c, xi_s)?,
+                    cx.binary(BinaryOp::Add, xr_s, xi_c)?,
+                )
+            } else {
+                (
+                    cx.binary(BinaryOp::Add, xr_c, xi_s)?,
+                    cx.binary(BinaryOp::Sub, xi_c, xr_s)?,
+                )
+            }
+        }
+        None => {
+            if inverse {
+                (xr_c, xr_s)
+            } else {
+                (xr_c, cx.unary(UnaryOp::Neg, xr_s)?)
+            }
+        }
+    };
+    // Back to [..., K (at axis), ...] and stack the complex axis.
+    let mut inv = vec![0; r - 1];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    let back = |cx: &mut Ctx, v: NodeId| -> R<NodeId> {
+        let v = if axis == r - 2 {
+            v
+        } else {
+            cx.add(Op::Transpose { perm: inv.clone() }, vec![v])?
+        };
+        let mut dd = cx.dims(v);
+        dd.push(1);
+        cx.reshape(v, dd)
+    };
+    let yr = back(cx, yr)?;
+    if irfft {
+        return cx.cast(yr, out_dt);
+    }
+    let yi = back(cx, yi)?;
+    let y = cx.add(Op::Concat { axis: r - 1 }, vec![yr, yi])?;
+    cx.cast(y, out_dt)
+}
+
+/// ONNX DFT (opset 17-20): `dft_length` input, `axis` attribute (opset < 20, default 1) or
+/// input (opset 20, default -2), `inverse`, `onesided`.
+pub fn dft(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let x = n.inp(0)?;
+    let r = cx.rank(x) as i64;
+    let axis = if n.opset >= 20 {
+        match n.opt(2) {
+            Some(a) => *cx.const_i64s(a, "axis")?.first().ok_or("axis is empty")?,
+            None => -2,
+        }
+    } else {
+        n.i("axis", 1)?
+    };
+    let axis = if axis < 0 { axis + r } else { axis };
+    if axis < 0 || axis >= r - 1 {
+        return Err(format!("axis {axis} out of range for {}", cx.shape(x)));
+    }
+    let axis = axis as usize;
+    let inverse = n.i("inverse", 0)? != 0;
+    let onesided = n.i("onesided", 0)? != 0;
+    let l = cx.dims(x)[axis];
+    let len = match n.opt(1) {
+        Some(d) => {
+            let v = *cx
+                .const_i64s(d, "dft_length")?
+                .first()
+                .ok_or("dft_length is empty")?;
+            usize::try_from(v).map_err(|_| format!("bad dft_length {v}"))?
+        }
+        None if inverse && onesided => 2 * l.saturating_sub(1),
+        None => l,
+    };
+    Ok(vec![dft_core(cx, x, axis, len, inverse, onesided)?])
+}
+
+/// ONNX STFT (opset 17): frames of `signal [B, L, 1|2]` every `frame_step`, times the
+/// window, DFT'd (`onesided` default 1); output `[B, frames, bins, 2]`.
+pub fn stft(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let x = n.inp(0)?;
+    let d = cx.dims(x);
+    if d.len() != 3 {
+        return Err(format!(
+            "signal must be [batch, length, 1|2], got {}",
+            cx.shape(x)
+        ));
+    }
+    let step = *cx
+        .const_i64s(n.inp(1)?, "frame_step")?
+        .first()
+        .ok_or("frame_step is empty")?;
+    let window = n.opt(2);
+    let fl = match (n.opt(3), window) {
+        (Some(f), _) => *cx
+            .const_i64s(f, "frame_length")?
+            .first()
+            .ok_or("frame_length is empty")?,
+        (None, Some(w)) => cx.dims(w).first().copied().unwrap_or(0) as i64,
+        (None, None) => d[1] as i64,
+    };
+    if step <= 0 || fl <= 0 || fl as usize > d[1] {
+        return Err(format!(
+            "frame_step {step} / frame_length {fl} do not fit signal length {}",
+            d[1]
+        ));
+    }
+    let (step, fl) = (step as usize, fl as usize);
+    let frames = 1 + (d[1] - fl) / step;
+    let idx: Vec<i64> = (0..frames * fl)
+        .map(|i| ((i / fl) * step + i % fl) as i64)
+        .collect();
+    let idx = cx.constant(Tensor::from_i64(&[frames, fl], idx).map_err(|e| e.to_string())?);
+    let mut fr = cx.add(Op::Gather { axis: 1 }, vec![x, idx])?;
+    if let Some(w) = window {
+        let w = cx.reshape(w, vec![1, 1, fl, 1])?;
+        let w = cx.cast(w, cx.dtype(x))?;
+        fr = cx.binary(BinaryOp::Mul, fr, w)?;
+    }
+    let onesided = n.i("onesided", 1)? != 0;
+    Ok(vec![dft_core(cx, fr, 2, fl, false, onesided)?])
 }
