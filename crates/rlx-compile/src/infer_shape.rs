@@ -27,7 +27,8 @@ pub fn arity(op: &Op) -> (usize, Option<usize>) {
         | Op::MatMul
         | Op::Gather { .. }
         | Op::GatherElements { .. }
-        | Op::GatherND { .. } => (2, Some(2)),
+        | Op::GatherND { .. }
+        | Op::GridSample { .. } => (2, Some(2)),
         Op::Select | Op::ScatterElements { .. } | Op::ScatterND { .. } => (3, Some(3)),
         Op::Conv(_) | Op::LayerNorm { .. } => (2, Some(3)),
         Op::BatchNorm { .. } => (5, Some(5)),
@@ -607,6 +608,25 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
             let mut o = xd();
             o[*axis] = *k;
             out(o, if *indices { DType::I64 } else { x().dtype })
+        }
+        Op::GridSample { .. } => {
+            let (xd, gd) = (&dims[0], &dims[1]);
+            let nd = xd.len().saturating_sub(2);
+            if nd == 0 || gd.len() != nd + 2 || gd[0] != xd[0] || gd[nd + 1] != nd {
+                return err(format!(
+                    "GridSample: x {xd:?} and grid {gd:?} must be [N, C, *in] and [N, *out, {nd}]"
+                ));
+            }
+            if !x().dtype.is_float() || !inputs[1].dtype.is_float() {
+                return err(format!(
+                    "GridSample: x and grid must be float tensors, got {} and {}",
+                    x().dtype,
+                    inputs[1].dtype
+                ));
+            }
+            let mut o = vec![xd[0], xd[1]];
+            o.extend_from_slice(&gd[1..=nd]);
+            out(o, x().dtype)
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             check_axis(*axis, dims[0].len(), &name)?;

@@ -84,6 +84,7 @@ pub fn cpu_supports(op: &Op) -> bool {
         | Op::ScatterElements { .. }
         | Op::ScatterND { .. }
         | Op::TopK { .. }
+        | Op::GridSample { .. }
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }

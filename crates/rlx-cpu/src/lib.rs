@@ -167,6 +167,14 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             n(1)?;
             scatter::topk(inputs[0], *k, *axis, *largest, *indices)?
         }
+        Op::GridSample {
+            mode,
+            padding,
+            align_corners,
+        } => {
+            n(2)?;
+            grid::grid_sample(inputs[0], inputs[1], *mode, *padding, *align_corners, out)?
+        }
         Op::Softmax { axis } => {
             n(1)?;
             reduce::softmax(inputs[0], *axis, false, out)?

@@ -17,8 +17,8 @@ pub use dtype::DType;
 pub use graph::{Graph, Node, NodeId, Origin};
 pub use numeric_check::{DebugMode, DebugScanner, NanReport};
 pub use op::{
-    Activation, BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, PoolKind, ReduceKind,
-    ScatterReduction, UnaryOp,
+    Activation, BinaryOp, ConvAttrs, GridMode, GridPadding, Op, PadMode, PoolAttrs, PoolKind,
+    ReduceKind, ScatterReduction, UnaryOp,
 };
 pub use shape::{broadcast_dims, strides_of, Dim, Shape};
 pub use tensor::{ElementCountError, Tensor, TensorData};

@@ -202,6 +202,23 @@ pub enum PadMode {
     Wrap,
 }
 
+/// Interpolation of [`Op::GridSample`] (ONNX GridSample `mode`; opset 16's `bilinear` /
+/// `bicubic` are `Linear` / `Cubic`). `Cubic` is Keys' cubic convolution with `a = -0.75`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GridMode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+/// Out-of-range handling of [`Op::GridSample`] (ONNX GridSample `padding_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GridPadding {
+    Zeros,
+    Border,
+    Reflection,
+}
+
 /// An operation. Inputs are listed per variant as `inputs: [..]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Op {
@@ -312,6 +329,17 @@ pub enum Op {
         indices: bool,
     },
 
+    /// ONNX GridSample (opset 16/20/22): samples `x [N, C, *in]` at the normalized
+    /// coordinates of `grid [N, *out, nd]` (`grid[..., 0]` indexes the last spatial axis,
+    /// values in [-1, 1]; `align_corners` maps -1/1 to the corner pixels' centers, else to
+    /// their outer edges). Output `[N, C, *out]`, x's dtype (float). Semantics follow the
+    /// onnx reference implementation (PyTorch's `grid_sample`). inputs: [x, grid]
+    GridSample {
+        mode: GridMode,
+        padding: GridPadding,
+        align_corners: bool,
+    },
+
     // ---- high-level ops (rewritten into primitives by rlx-compile's decompose pass) ----
     /// inputs: [x]
     Softmax { axis: usize },
@@ -379,6 +407,7 @@ impl Op {
             Op::ScatterElements { .. } => "ScatterElements".into(),
             Op::ScatterND { .. } => "ScatterND".into(),
             Op::TopK { indices, .. } => if *indices { "TopKIndices" } else { "TopK" }.into(),
+            Op::GridSample { .. } => "GridSample".into(),
             Op::Softmax { .. } => "Softmax".into(),
             Op::LogSoftmax { .. } => "LogSoftmax".into(),
             Op::LayerNorm { .. } => "LayerNorm".into(),

@@ -9,8 +9,10 @@ mod act;
 mod attention;
 mod control;
 mod cum;
+mod detect;
 mod conv_transpose;
 mod einsum;
+mod image;
 mod index;
 mod layout;
 mod logic;
@@ -18,6 +20,7 @@ mod loss;
 mod math;
 mod nn;
 mod norm;
+mod pool_index;
 mod quant;
 mod reduce;
 mod resize;
@@ -112,6 +115,11 @@ const TABLE: &[(&str, Lower)] = &[
     ("RNN", rnn::rnn),
     ("GRU", rnn::gru),
     ("LSTM", rnn::lstm),
+    ("ReverseSequence", rnn::reverse_sequence),
+    ("NonMaxSuppression", detect::non_max_suppression),
+    ("Col2Im", image::col2im),
+    ("TensorScatter", image::tensor_scatter),
+    ("GridSample", image::grid_sample),
     ("CumProd", cum::cumprod),
     ("HannWindow", signal::hann_window),
     ("HammingWindow", signal::hamming_window),

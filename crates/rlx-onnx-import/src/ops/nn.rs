@@ -230,12 +230,21 @@ pub(crate) fn pool_on(
     kind: PoolKind,
     dilations: bool,
 ) -> R<NodeId> {
+    let attrs = pool_attrs(cx, n, x, kind, dilations)?;
+    cx.add(Op::Pool(attrs), vec![x])
+}
+
+/// The node's pooling attributes for `x` (kernel, strides, resolved pads, dilations).
+pub(crate) fn pool_attrs(
+    cx: &Ctx,
+    n: &ONode,
+    x: NodeId,
+    kind: PoolKind,
+    dilations: bool,
+) -> R<PoolAttrs> {
     let xd = cx.dims(x);
     if xd.len() < 3 {
         return Err(format!("X {} must have rank >= 3", cx.shape(x)));
-    }
-    if n.wants_output(1) {
-        return Err("the Indices output of MaxPool is not supported".into());
     }
     let kernel = to_usizes(
         &n.ints("kernel_shape")?
@@ -257,15 +266,25 @@ pub(crate) fn pool_on(
         dilations: win.dilations,
         ceil_mode: n.i("ceil_mode", 0)? != 0,
     };
-    cx.add(Op::Pool(attrs), vec![x])
+    Ok(attrs)
 }
 
-/// ONNX MaxPool (dilations from opset 10, ceil_mode; the Indices output is not supported).
+/// ONNX MaxPool (dilations from opset 10, ceil_mode; the Indices output, with
+/// `storage_order`, is lowered by `pool_index::max_pool_indices`).
 pub fn max_pool(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
-    if n.i("storage_order", 0)? != 0 {
-        return Err("storage_order = 1 is not supported".into());
+    let x = n.inp(0)?;
+    let y = pool_on(cx, n, x, PoolKind::Max, true)?;
+    if !n.wants_output(1) {
+        return Ok(vec![y]);
     }
-    pool(cx, n, PoolKind::Max, true)
+    let attrs = pool_attrs(cx, n, x, PoolKind::Max, true)?;
+    let col_major = match n.i("storage_order", 0)? {
+        0 => false,
+        1 => true,
+        o => return Err(format!("storage_order {o} must be 0 or 1")),
+    };
+    let z = super::pool_index::max_pool_indices(cx, x, &attrs, col_major)?;
+    Ok(vec![y, z])
 }
 
 /// ONNX AveragePool (count_include_pad; dilations from opset 19).
