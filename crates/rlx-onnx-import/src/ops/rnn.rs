@@ -323,7 +323,8 @@ fn reverse_seq(cx: &mut Ctx, x: NodeId, time: usize, batch: usize, lens: &[usize
 
 /// The cell of one recurrent op: `(h, c)` at step `t` from `(h_prev, c_prev)` and the
 /// projected input `xw [batch, G*H]` (input bias already added).
-type Cell<'a> = dyn FnMut(&mut Ctx, NodeId, NodeId, Option<NodeId>) -> R<(NodeId, Option<NodeId>)> + 'a;
+type Cell<'a> =
+    dyn FnMut(&mut Ctx, NodeId, NodeId, Option<NodeId>) -> R<(NodeId, Option<NodeId>)> + 'a;
 
 /// Run one direction: returns per-step outputs in time order and the final (h, c).
 fn run_dir(
@@ -354,7 +355,11 @@ fn run_dir(
     let (mut h, mut cs) = (h0, c0);
     let mut ys = vec![None; c.seq];
     for k in 0..c.seq {
-        let t = if reverse && !ragged_rev { c.seq - 1 - k } else { k };
+        let t = if reverse && !ragged_rev {
+            c.seq - 1 - k
+        } else {
+            k
+        };
         let xt = slice_axis(cx, xw, 0, t, 1)?;
         let xt = cx.reshape(xt, vec![c.batch, gh])?;
         let (hn, cn) = cell(cx, xt, h, cs)?;
