@@ -120,6 +120,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("Col2Im", image::col2im),
     ("TensorScatter", image::tensor_scatter),
     ("GridSample", image::grid_sample),
+    ("DeformConv", image::deform_conv),
     ("CumProd", cum::cumprod),
     ("HannWindow", signal::hann_window),
     ("HammingWindow", signal::hamming_window),
