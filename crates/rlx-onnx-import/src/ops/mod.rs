@@ -15,6 +15,7 @@ mod einsum;
 mod image;
 mod index;
 mod layout;
+mod linalg;
 mod logic;
 mod loss;
 mod math;
@@ -121,6 +122,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("TensorScatter", image::tensor_scatter),
     ("GridSample", image::grid_sample),
     ("DeformConv", image::deform_conv),
+    ("Det", linalg::det),
     ("CumProd", cum::cumprod),
     ("HannWindow", signal::hann_window),
     ("HammingWindow", signal::hamming_window),
