@@ -28,6 +28,7 @@ mod resize;
 mod rnn;
 mod shape;
 mod signal;
+mod ssm;
 
 /// A translator: lowers one ONNX node, returning its outputs in order.
 pub type Lower = fn(&mut Ctx, &ONode) -> R<Vec<NodeId>>;
@@ -129,6 +130,8 @@ const TABLE: &[(&str, Lower)] = &[
     ("BlackmanWindow", signal::blackman_window),
     ("DFT", signal::dft),
     ("STFT", signal::stft),
+    ("CausalConvWithState", ssm::causal_conv_with_state),
+    ("LinearAttention", ssm::linear_attention),
     ("Attention", attention::attention),
     ("RotaryEmbedding", attention::rotary_embedding),
     ("QuantizeLinear", quant::quantize_linear),
