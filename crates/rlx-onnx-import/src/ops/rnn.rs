@@ -3,7 +3,7 @@
 //! GatherElements. Definitions: ONNX operator spec of the same name (opset 22).
 //!
 //! Gate layouts: RNN `[i]`, GRU `[z, r, h]`, LSTM `[i, o, f, c]` (peepholes `[i, o, f]`).
-//! `sequence_lens` (when given) must be known at import time: steps past a batch entry's
+//! `sequence_lens` (when given; a constant or a runtime value): steps past a batch entry's
 //! length leave its state unchanged and write zeros to `Y` (onnxruntime's convention);
 //! the reverse direction then runs over each entry's own first `len` steps.
 
@@ -113,7 +113,7 @@ struct Common {
     dirs: usize,
     reverse_only: bool,
     layout: i64,
-    lens: Option<Vec<usize>>,
+    lens: Option<Lens>,
     clip: Option<f32>,
     /// Activations per direction (`per_dir` each).
     acts: Vec<Vec<Act>>,
@@ -152,7 +152,7 @@ fn common(cx: &mut Ctx, n: &ONode, gates: usize, default_acts: &[&str]) -> R<Com
         ));
     }
     let lens = match n.opt(4) {
-        Some(l) => {
+        Some(l) if cx.const_tensor(l).is_some() => {
             let v = crate::ctx::to_usizes(&cx.const_i64s(l, "sequence_lens")?, "sequence_lens")?;
             if v.len() != batch || v.iter().any(|&l| l > seq) {
                 return Err(format!(
@@ -162,9 +162,10 @@ fn common(cx: &mut Ctx, n: &ONode, gates: usize, default_acts: &[&str]) -> R<Com
             if v.iter().all(|&l| l == seq) {
                 None
             } else {
-                Some(v)
+                Some(Lens::Const(v))
             }
         }
+        Some(l) => Some(Lens::node(cx, l, batch)?),
         None => None,
     };
     let clip = n.attr("clip").map(|a| a.f);
@@ -314,11 +315,49 @@ fn reverse_index(dims: &[usize], time: usize, batch: usize, lens: &[usize]) -> V
     out
 }
 
-fn reverse_seq(cx: &mut Ctx, x: NodeId, time: usize, batch: usize, lens: &[usize]) -> R<NodeId> {
+fn reverse_seq(cx: &mut Ctx, x: NodeId, time: usize, batch: usize, lens: &Lens) -> R<NodeId> {
     let d = cx.dims(x);
-    let idx = reverse_index(&d, time, batch, lens);
-    let idx = cx.constant(Tensor::from_i64(&d, idx).map_err(|e| e.to_string())?);
+    let idx = match lens {
+        Lens::Const(lens) => {
+            let idx = reverse_index(&d, time, batch, lens);
+            cx.constant(Tensor::from_i64(&d, idx).map_err(|e| e.to_string())?)
+        }
+        Lens::Node(l) => {
+            // idx = t < len ? len - 1 - t : t, with t along `time` and len along `batch`.
+            let mut td = vec![1; d.len()];
+            td[time] = d[time];
+            let t: Vec<i64> = (0..d[time] as i64).collect();
+            let t = cx.constant(Tensor::from_i64(&td, t).map_err(|e| e.to_string())?);
+            let mut ld = vec![1; d.len()];
+            ld[batch] = d[batch];
+            let l = cx.reshape(*l, ld)?;
+            let inside = cx.binary(BinaryOp::Lt, t, l)?;
+            let one = cx.scalar(DType::I64, 1.0);
+            let last = cx.binary(BinaryOp::Sub, l, one)?;
+            let rev = cx.binary(BinaryOp::Sub, last, t)?;
+            let idx = cx.add(Op::Select, vec![inside, rev, t])?;
+            cx.add(Op::Broadcast { dims: d.clone() }, vec![idx])?
+        }
+    };
     cx.add(Op::GatherElements { axis: time }, vec![x, idx])
+}
+
+/// Per-batch sequence lengths: known at import time, or an I64 `[batch]` runtime value.
+enum Lens {
+    Const(Vec<usize>),
+    Node(NodeId),
+}
+
+impl Lens {
+    fn node(cx: &mut Ctx, l: NodeId, batch: usize) -> R<Lens> {
+        if cx.dims(l) != [batch] || !cx.dtype(l).is_int() {
+            return Err(format!(
+                "sequence_lens {} must be an integer [{batch}] tensor",
+                cx.shape(l)
+            ));
+        }
+        Ok(Lens::Node(cx.cast(l, DType::I64)?))
+    }
 }
 
 /// The cell of one recurrent op: `(h, c)` at step `t` from `(h_prev, c_prev)` and the
@@ -340,17 +379,33 @@ fn run_dir(
     // reverse the outputs back (the reversal is an involution).
     let ragged_rev = reverse && c.lens.is_some();
     let xw = if ragged_rev {
-        reverse_seq(cx, xw, 0, 1, c.lens.as_ref().unwrap())?
+        reverse_seq(
+            cx,
+            xw,
+            0,
+            1,
+            c.lens.as_ref().expect("ragged_rev implies lens"),
+        )?
     } else {
         xw
     };
     let gh = cx.dims(xw)[2];
     let mask_of = |cx: &mut Ctx, t: usize| -> R<Option<NodeId>> {
-        let Some(lens) = &c.lens else { return Ok(None) };
-        let m: Vec<f64> = lens.iter().map(|&l| (t < l) as u8 as f64).collect();
-        let t = Tensor::new(vec![c.batch, 1], TensorData::from_f64(c.dt, &m))
-            .map_err(|e| e.to_string())?;
-        Ok(Some(cx.constant(t)))
+        match &c.lens {
+            None => Ok(None),
+            Some(Lens::Const(lens)) => {
+                let m: Vec<f64> = lens.iter().map(|&l| (t < l) as u8 as f64).collect();
+                let t = Tensor::new(vec![c.batch, 1], TensorData::from_f64(c.dt, &m))
+                    .map_err(|e| e.to_string())?;
+                Ok(Some(cx.constant(t)))
+            }
+            Some(Lens::Node(l)) => {
+                let tt = cx.scalar(DType::I64, t as f64);
+                let m = cx.binary(BinaryOp::Lt, tt, *l)?;
+                let m = cx.cast(m, c.dt)?;
+                Ok(Some(cx.reshape(m, vec![c.batch, 1])?))
+            }
+        }
     };
     let (mut h, mut cs) = (h0, c0);
     let mut ys = vec![None; c.seq];
@@ -393,7 +448,13 @@ fn run_dir(
             .map(|&y| cx.reshape(y, vec![1, c.batch, c.hidden]))
             .collect::<R<_>>()?;
         let all = cx.add(Op::Concat { axis: 0 }, parts)?;
-        let all = reverse_seq(cx, all, 0, 1, c.lens.as_ref().unwrap())?;
+        let all = reverse_seq(
+            cx,
+            all,
+            0,
+            1,
+            c.lens.as_ref().expect("ragged_rev implies lens"),
+        )?;
         (0..c.seq)
             .map(|t| slice_axis(cx, all, 0, t, 1))
             .collect::<R<_>>()?
@@ -632,11 +693,12 @@ pub fn lstm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     outputs(cx, &c, per_dir)
 }
 
-/// ONNX ReverseSequence with `sequence_lens` known at import time: a GatherElements on
-/// `time_axis` with constant indices reversing each batch entry's first `len` steps.
+/// ONNX ReverseSequence: a GatherElements on `time_axis` reversing each batch entry's
+/// first `len` steps; constant indices when `sequence_lens` is known at import time, else
+/// indices computed from it at run time (`t < len ? len - 1 - t : t`).
 pub fn reverse_sequence(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
-    let lens = cx.const_i64s(n.inp(1)?, "sequence_lens")?;
+    let l = n.inp(1)?;
     let r = cx.rank(x);
     if r < 2 {
         return Err(format!("input {} must have rank >= 2", cx.shape(x)));
@@ -649,12 +711,17 @@ pub fn reverse_sequence(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         ));
     }
     let d = cx.dims(x);
-    let lens = crate::ctx::to_usizes(&lens, "sequence_lens")?;
-    if lens.len() != d[batch] || lens.iter().any(|&l| l > d[time]) {
-        return Err(format!(
-            "sequence_lens {lens:?} must have {} entries of at most {}",
-            d[batch], d[time]
-        ));
-    }
+    let lens = if cx.const_tensor(l).is_some() {
+        let lens = crate::ctx::to_usizes(&cx.const_i64s(l, "sequence_lens")?, "sequence_lens")?;
+        if lens.len() != d[batch] || lens.iter().any(|&l| l > d[time]) {
+            return Err(format!(
+                "sequence_lens {lens:?} must have {} entries of at most {}",
+                d[batch], d[time]
+            ));
+        }
+        Lens::Const(lens)
+    } else {
+        Lens::node(cx, l, d[batch])?
+    };
     Ok(vec![reverse_seq(cx, x, time, batch, &lens)?])
 }
