@@ -46,8 +46,12 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
         "|i1" => TensorData::I8(npy.into_vec::<i8>().with_context(ctx)?),
         "|u1" => TensorData::U8(npy.into_vec::<u8>().with_context(ctx)?),
         "|b1" => TensorData::Bool(npy.into_vec::<bool>().with_context(ctx)?),
+        "<i2" => TensorData::I16(npy.into_vec::<i16>().with_context(ctx)?),
+        "<u2" => TensorData::U16(npy.into_vec::<u16>().with_context(ctx)?),
+        "<u4" => TensorData::U32(npy.into_vec::<u32>().with_context(ctx)?),
+        "<u8" => TensorData::U64(npy.into_vec::<u64>().with_context(ctx)?),
         d => bail!(
-            "{}: unsupported .npy dtype {d} (supported: <f4 <f8 <f2 <i8 <i4 |i1 |u1 |b1)",
+            "{}: unsupported .npy dtype {d} (supported: <f4 <f8 <f2 <i8 <i4 <i2 |i1 |u1 <u2 <u4 <u8 |b1)",
             path.display()
         ),
     };
@@ -67,8 +71,8 @@ fn write_vec<T: npyz::AutoSerialize + Copy>(path: &Path, dims: &[u64], v: &[T]) 
     Ok(())
 }
 
-/// Write `t` as a C-order `.npy` file loadable with `np.load`. BF16 (which NumPy lacks) is
-/// written as float32.
+/// Write `t` as a C-order `.npy` file loadable with `np.load`. BF16, float8 and int4 types
+/// (which NumPy lacks) are written as float32.
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
     let dims: Vec<u64> = t.dims().iter().map(|&d| d as u64).collect();
     match t.data() {
@@ -85,5 +89,11 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
         TensorData::I8(v) => write_vec(path, &dims, v),
         TensorData::U8(v) => write_vec(path, &dims, v),
         TensorData::Bool(v) => write_vec(path, &dims, v),
+        TensorData::I16(v) => write_vec(path, &dims, v),
+        TensorData::U16(v) => write_vec(path, &dims, v),
+        TensorData::U32(v) => write_vec(path, &dims, v),
+        TensorData::U64(v) => write_vec(path, &dims, v),
+        // NumPy has no float8/int4 types: write the values as float32.
+        d @ TensorData::Narrow { .. } => write_vec(path, &dims, &d.to_f32_vec()),
     }
 }

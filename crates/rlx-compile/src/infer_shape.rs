@@ -280,7 +280,7 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
                 })?;
             out(d, inputs[1].dtype)
         }
-        Op::Cast { to } => out(xd(), *to),
+        Op::Cast { to, .. } => out(xd(), *to),
         Op::MatMul => {
             same_dtype(inputs[0], inputs[1], &name)?;
             out(matmul_dims(&dims[0], &dims[1])?, x().dtype)
@@ -823,7 +823,14 @@ mod tests {
             s(&[3, 2, 2, 5])
         );
         assert_eq!(
-            inf(Op::Cast { to: DType::F16 }, &[s(&[3])]).unwrap(),
+            inf(
+                Op::Cast {
+                    to: DType::F16,
+                    saturate: true
+                },
+                &[s(&[3])]
+            )
+            .unwrap(),
             Shape::new(&[3], DType::F16)
         );
         let c = Op::Constant(std::sync::Arc::new(Tensor::zeros(&[2], DType::I64)));

@@ -105,7 +105,7 @@ fn fmt_elem(d: &TensorData, i: usize) -> String {
     match d {
         TensorData::Bool(v) => v[i].to_string(),
         d if d.dtype().is_float() => format!("{:?}", d.get_f64(i)),
-        d => d.get_i64(i).to_string(),
+        d => d.get_i128(i).to_string(),
     }
 }
 

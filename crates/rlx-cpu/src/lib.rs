@@ -60,9 +60,9 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             n(3)?;
             elementwise::select(inputs[0], inputs[1], inputs[2], out)?
         }
-        Op::Cast { to } => {
+        Op::Cast { to, saturate } => {
             n(1)?;
-            elementwise::cast(inputs[0], *to, out)?
+            elementwise::cast(inputs[0], *to, *saturate, out)?
         }
         Op::MatMul => {
             n(2)?;

@@ -162,9 +162,25 @@ fn select_and_cast() {
     let y = f32s(&ev(Op::Select, &[&c, &t, &f], &[2, 2], DType::F32));
     assert_eq!(y, vec![1.0, 2.0, -1.0, -1.0]);
     let x = f32t(&[4], &[-1.7, 1.7, 0.0, f32::NAN]);
-    let ci = ev(Op::Cast { to: DType::I64 }, &[&x], &[4], DType::I64);
+    let ci = ev(
+        Op::Cast {
+            to: DType::I64,
+            saturate: true,
+        },
+        &[&x],
+        &[4],
+        DType::I64,
+    );
     assert_eq!(i64s(&ci), vec![-1, 1, 0, 0]);
-    let cb = ev(Op::Cast { to: DType::Bool }, &[&x], &[4], DType::Bool);
+    let cb = ev(
+        Op::Cast {
+            to: DType::Bool,
+            saturate: true,
+        },
+        &[&x],
+        &[4],
+        DType::Bool,
+    );
     assert_eq!(cb.data(), &TensorData::Bool(vec![true, true, false, true]));
 }
 

@@ -7,6 +7,7 @@
 
 pub mod dtype;
 pub mod graph;
+pub mod narrow;
 pub mod numeric_check;
 pub mod op;
 pub mod provenance;

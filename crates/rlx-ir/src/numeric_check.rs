@@ -197,13 +197,16 @@ pub fn count_nonfinite<T: ScanElem>(v: &[T]) -> NonFiniteCounts {
     c
 }
 
-/// Count non-finite elements of any buffer (integer and bool buffers are always clean).
+/// Count non-finite elements of any buffer (integer and bool buffers are always clean;
+/// narrow floats are decoded).
 pub fn scan_data(d: &TensorData) -> NonFiniteCounts {
     match d {
         TensorData::F32(v) => count_nonfinite(v),
         TensorData::F64(v) => count_nonfinite(v),
         TensorData::F16(v) => count_nonfinite(v),
         TensorData::BF16(v) => count_nonfinite(v),
+        // float8 NaN/Inf codes (E4M3FN: NaN only; FNUZ: NaN 0x80; E5M2: Inf and NaN).
+        TensorData::Narrow { dtype, .. } if dtype.is_float() => count_nonfinite(&d.to_f64_vec()),
         other => NonFiniteCounts {
             len: other.len(),
             ..Default::default()
@@ -309,11 +312,15 @@ impl fmt::Display for NanReport {
                 }
                 writeln!(f, "), this op produced {}", self.kind)?;
             }
-            Cause::Leaf => writeln!(
-                f,
-                "  → the {} itself holds it (nothing upstream)",
-                self.op.to_lowercase()
-            )?,
+            Cause::Leaf => match self.op.as_str() {
+                "Input" => writeln!(f, "  → the graph input already holds it (nothing upstream)")?,
+                "Param" => writeln!(f, "  → the parameter already holds it (nothing upstream)")?,
+                "Constant" => writeln!(f, "  → a literal constant of the model holds it")?,
+                _ => writeln!(
+                    f,
+                    "  → computed from constants when the model was loaded: this op produced it"
+                )?,
+            },
             Cause::CreatedBesideInputNaN { input, carried_at_most } => writeln!(
                 f,
                 "  → input {input} held NaN too, but the output has {} NaN where at most {carried_at_most} can come from the inputs: this op created the rest",
@@ -327,15 +334,23 @@ impl fmt::Display for NanReport {
         if let Some(src) = &self.source_op {
             writeln!(f, "  source op: {src} (this is its {} step)", self.op)?;
         }
-        writeln!(
-            f,
-            "  where: element {:?} of {}{:?}; {} [{}]",
-            unravel(self.index, &self.dims),
-            self.dtype,
-            self.dims,
-            self.counts,
-            self.backend
-        )?;
+        if self.dims.is_empty() {
+            writeln!(
+                f,
+                "  where: the scalar {} output; {} [{}]",
+                self.dtype, self.counts, self.backend
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  where: element {:?} of {}{:?}; {} [{}]",
+                unravel(self.index, &self.dims),
+                self.dtype,
+                self.dims,
+                self.counts,
+                self.backend
+            )?;
+        }
         if let Some(n) = &self.note {
             writeln!(f, "  note: {n}")?;
         }

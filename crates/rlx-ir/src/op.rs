@@ -239,8 +239,14 @@ pub enum Op {
     Binary(BinaryOp),
     /// ONNX Where / `lax.select`: inputs: [cond (Bool), on_true, on_false], broadcasting.
     Select,
-    /// ONNX Cast / `lax.convert_element_type` (float→int truncates toward zero). inputs: [x]
-    Cast { to: DType },
+    /// ONNX Cast / `lax.convert_element_type` (float→int truncates toward zero). `saturate`
+    /// is ONNX Cast's attribute (default true): it only changes casts to the float8 types,
+    /// where out-of-range values become ±max instead of Inf/NaN. inputs: [x]
+    Cast {
+        to: DType,
+        #[serde(default = "serde_true")]
+        saturate: bool,
+    },
 
     // ---- linear algebra ----
     /// ONNX MatMul (`np.matmul`): batch dims broadcast, 1-D operands promoted. inputs: [a, b]
@@ -710,6 +716,36 @@ impl BinaryOp {
         }
     }
 
+    /// The op on two u64 values (unsigned semantics: `Div`/`Rem`/`Mod` by zero give 0,
+    /// wrapping arithmetic, logical shifts; shifting by 64 or more gives 0). Predicates
+    /// return 0/1.
+    #[inline]
+    pub fn apply_u64(self, a: u64, b: u64) -> u64 {
+        match self {
+            BinaryOp::Add => a.wrapping_add(b),
+            BinaryOp::Sub => a.wrapping_sub(b),
+            BinaryOp::Mul => a.wrapping_mul(b),
+            BinaryOp::Div => a.checked_div(b).unwrap_or(0),
+            BinaryOp::Rem | BinaryOp::Mod => a.checked_rem(b).unwrap_or(0),
+            BinaryOp::Pow => a.wrapping_pow(b.min(u32::MAX as u64) as u32),
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Eq => (a == b) as u64,
+            BinaryOp::Lt => (a < b) as u64,
+            BinaryOp::Le => (a <= b) as u64,
+            BinaryOp::Gt => (a > b) as u64,
+            BinaryOp::Ge => (a >= b) as u64,
+            BinaryOp::And => (a != 0 && b != 0) as u64,
+            BinaryOp::Or => (a != 0 || b != 0) as u64,
+            BinaryOp::Xor => ((a != 0) != (b != 0)) as u64,
+            BinaryOp::BitAnd => a & b,
+            BinaryOp::BitOr => a | b,
+            BinaryOp::BitXor => a ^ b,
+            BinaryOp::ShiftLeft => a.checked_shl(b.min(64) as u32).unwrap_or(0),
+            BinaryOp::ShiftRight => a.checked_shr(b.min(64) as u32).unwrap_or(0),
+        }
+    }
+
     /// The op on two i64 values (integer semantics: `Div` truncates toward zero,
     /// division by zero gives 0; `Pow` with a negative exponent gives 0 unless the base is ±1).
     #[inline]
@@ -792,4 +828,8 @@ impl BinaryOp {
             }
         }
     }
+}
+
+fn serde_true() -> bool {
+    true
 }

@@ -124,10 +124,15 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn cast(&mut self, x: NodeId, to: DType) -> R<NodeId> {
+        self.cast_sat(x, to, true)
+    }
+
+    /// A Cast with ONNX's `saturate` attribute (it matters for float8 targets only).
+    pub fn cast_sat(&mut self, x: NodeId, to: DType, saturate: bool) -> R<NodeId> {
         if self.dtype(x) == to {
             return Ok(x);
         }
-        self.add(Op::Cast { to }, vec![x])
+        self.add(Op::Cast { to, saturate }, vec![x])
     }
 }
 
@@ -143,8 +148,8 @@ fn fold(op: &Op, ins: &[&Tensor], out: &Shape) -> R<Option<Tensor>> {
                     .map_err(|e| e.to_string())?,
             ))
         }
-        Op::Cast { to } => {
-            let d: TensorData = ins[0].data().cast(*to);
+        Op::Cast { to, saturate } => {
+            let d: TensorData = ins[0].data().cast_sat(*to, *saturate);
             return Ok(Some(
                 Tensor::new(ins[0].dims().to_vec(), d).map_err(|e| e.to_string())?,
             ));

@@ -21,6 +21,19 @@ pub fn dtype_of(onnx: i32) -> Option<DType> {
         dt::FLOAT16 => DType::F16,
         dt::DOUBLE => DType::F64,
         dt::BFLOAT16 => DType::BF16,
+        dt::INT16 => DType::I16,
+        dt::UINT16 => DType::U16,
+        dt::UINT32 => DType::U32,
+        dt::UINT64 => DType::U64,
+        dt::FLOAT8E4M3FN => DType::F8E4M3FN,
+        dt::FLOAT8E4M3FNUZ => DType::F8E4M3FNUZ,
+        dt::FLOAT8E5M2 => DType::F8E5M2,
+        dt::FLOAT8E5M2FNUZ => DType::F8E5M2FNUZ,
+        dt::FLOAT4E2M1 => DType::F4E2M1,
+        dt::INT4 => DType::I4,
+        dt::UINT4 => DType::U4,
+        dt::INT2 => DType::I2,
+        dt::UINT2 => DType::U2,
         _ => return None,
     })
 }
@@ -92,14 +105,18 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         )
     })?;
     let (dims, n) = checked_numel(&t.dims)?;
-    let elem = dtype.size_bytes();
-    let nbytes = n
-        .checked_mul(elem)
-        .ok_or_else(|| format!("dims {:?} overflow the byte size", t.dims))?;
+    // Bytes of raw data: 4- and 2-bit types are packed (two / four per byte, low bits first).
+    let per_byte = 8 / dtype.bits().min(8);
+    let nbytes = if per_byte > 1 {
+        n.div_ceil(per_byte)
+    } else {
+        n.checked_mul(dtype.size_bytes())
+            .ok_or_else(|| format!("dims {:?} overflow the byte size", t.dims))?
+    };
 
     let data = if t.data_location == DATA_LOCATION_EXTERNAL {
         let raw = read_external(t, base_dir, nbytes)?;
-        from_le_bytes(dtype, &raw)
+        from_le_bytes(dtype, &raw, n)
     } else if !t.raw_data.is_empty() || n == 0 && typed_len(t, dtype) == 0 {
         if t.raw_data.len() != nbytes {
             return Err(format!(
@@ -109,36 +126,57 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
                 dtype
             ));
         }
-        from_le_bytes(dtype, &t.raw_data)
+        from_le_bytes(dtype, &t.raw_data, n)
     } else {
+        // Packed types hold two (4-bit) or four (2-bit) elements per int32_data entry.
         let got = typed_len(t, dtype);
-        if got != n {
+        let need = n.div_ceil(per_byte);
+        if got != need {
             return Err(format!(
-                "has {got} typed elements but dims {:?} need {n}",
+                "has {got} typed entries but dims {:?} of {dtype} need {need}",
                 t.dims
             ));
         }
-        from_typed(t, dtype)
+        from_typed(t, dtype, n)
     };
     Tensor::new(dims, data).map_err(|e| e.to_string())
 }
 
-/// Length of the typed field that holds `dtype` values (ONNX stores int8/uint8/bool/int32
-/// and the bits of float16/bfloat16 in `int32_data`).
+/// Length of the typed field that holds `dtype` values (ONNX stores int8/uint8/int16/
+/// uint16/bool/int32, the bits of float16/bfloat16/float8 and packed 4-/2-bit bytes in
+/// `int32_data`, uint32/uint64 in `uint64_data`).
 fn typed_len(t: &TensorProto, dtype: DType) -> usize {
     match dtype {
         DType::F32 => t.float_data.len(),
         DType::F64 => t.double_data.len(),
         DType::I64 => t.int64_data.len(),
-        DType::I32 | DType::I8 | DType::U8 | DType::Bool | DType::F16 | DType::BF16 => {
-            t.int32_data.len()
-        }
+        DType::U32 | DType::U64 => t.uint64_data.len(),
+        _ => t.int32_data.len(),
     }
 }
 
-fn from_typed(t: &TensorProto, dtype: DType) -> TensorData {
+/// Unpack `n` codes of a narrow dtype from packed bytes (`bits` 8, 4 or 2; low bits first).
+fn unpack_codes(dtype: DType, bytes: impl Iterator<Item = u8>, n: usize) -> TensorData {
+    let bits = dtype.bits();
+    let per = 8 / bits;
+    let mask = ((1u16 << bits) - 1) as u8;
+    let codes = bytes
+        .flat_map(|b| (0..per).map(move |k| (b >> (k * bits)) & mask))
+        .take(n)
+        .collect();
+    TensorData::narrow(dtype, codes)
+}
+
+fn from_typed(t: &TensorProto, dtype: DType, n: usize) -> TensorData {
     let i = &t.int32_data;
+    if dtype.is_narrow() {
+        return unpack_codes(dtype, i.iter().map(|&v| v as u8), n);
+    }
     match dtype {
+        DType::I16 => TensorData::I16(i.iter().map(|&v| v as i16).collect()),
+        DType::U16 => TensorData::U16(i.iter().map(|&v| v as u16).collect()),
+        DType::U32 => TensorData::U32(t.uint64_data.iter().map(|&v| v as u32).collect()),
+        DType::U64 => TensorData::U64(t.uint64_data.clone()),
         DType::F32 => TensorData::F32(t.float_data.clone()),
         DType::F64 => TensorData::F64(t.double_data.clone()),
         DType::I64 => TensorData::I64(t.int64_data.clone()),
@@ -148,11 +186,16 @@ fn from_typed(t: &TensorProto, dtype: DType) -> TensorData {
         DType::Bool => TensorData::Bool(i.iter().map(|&v| v != 0).collect()),
         DType::F16 => TensorData::F16(i.iter().map(|&v| f16::from_bits(v as u16)).collect()),
         DType::BF16 => TensorData::BF16(i.iter().map(|&v| bf16::from_bits(v as u16)).collect()),
+        d => unreachable!("narrow dtype {d} handled above"),
     }
 }
 
-/// Decode little-endian bytes (length already checked to be a multiple of the element size).
-fn from_le_bytes(dtype: DType, b: &[u8]) -> TensorData {
+/// Decode `n` elements from little-endian bytes (length already checked: a multiple of the
+/// element size, or `ceil(n / per_byte)` for the packed 4- and 2-bit types).
+fn from_le_bytes(dtype: DType, b: &[u8], n: usize) -> TensorData {
+    if dtype.is_narrow() {
+        return unpack_codes(dtype, b.iter().copied(), n);
+    }
     macro_rules! chunks {
         ($n:expr, $f:expr) => {
             b.chunks_exact($n)
@@ -170,6 +213,11 @@ fn from_le_bytes(dtype: DType, b: &[u8]) -> TensorData {
         DType::Bool => TensorData::Bool(b.iter().map(|&v| v != 0).collect()),
         DType::F16 => TensorData::F16(chunks!(2, |c| f16::from_bits(u16::from_le_bytes(c)))),
         DType::BF16 => TensorData::BF16(chunks!(2, |c| bf16::from_bits(u16::from_le_bytes(c)))),
+        DType::I16 => TensorData::I16(chunks!(2, i16::from_le_bytes)),
+        DType::U16 => TensorData::U16(chunks!(2, u16::from_le_bytes)),
+        DType::U32 => TensorData::U32(chunks!(4, u32::from_le_bytes)),
+        DType::U64 => TensorData::U64(chunks!(8, u64::from_le_bytes)),
+        d => unreachable!("narrow dtype {d} handled above"),
     }
 }
 
@@ -254,11 +302,25 @@ fn read_external(
     Ok(buf)
 }
 
-/// Encode `t` as a `TensorProto` with `raw_data` (little-endian), named `name`.
+/// Encode `t` as a `TensorProto` with `raw_data` (little-endian; 4- and 2-bit types
+/// packed low bits first), named `name`.
 /// The inverse of [`tensor_from_proto`] for non-external data; used by tests and tools.
 pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
     let mut raw = Vec::with_capacity(t.numel() * t.dtype().size_bytes());
     match t.data() {
+        TensorData::I16(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
+        TensorData::U16(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
+        TensorData::U32(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
+        TensorData::U64(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
+        TensorData::Narrow { dtype, codes } => {
+            let bits = dtype.bits();
+            let per = 8 / bits;
+            raw.extend(codes.chunks(per).map(|ch| {
+                ch.iter()
+                    .enumerate()
+                    .fold(0u8, |b, (k, &c)| b | (c << (k * bits)))
+            }));
+        }
         TensorData::F32(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
         TensorData::F64(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
         TensorData::I64(v) => v.iter().for_each(|x| raw.extend(x.to_le_bytes())),
@@ -290,5 +352,18 @@ pub fn onnx_dtype(d: DType) -> i32 {
         DType::F16 => dt::FLOAT16,
         DType::F64 => dt::DOUBLE,
         DType::BF16 => dt::BFLOAT16,
+        DType::I16 => dt::INT16,
+        DType::U16 => dt::UINT16,
+        DType::U32 => dt::UINT32,
+        DType::U64 => dt::UINT64,
+        DType::F8E4M3FN => dt::FLOAT8E4M3FN,
+        DType::F8E4M3FNUZ => dt::FLOAT8E4M3FNUZ,
+        DType::F8E5M2 => dt::FLOAT8E5M2,
+        DType::F8E5M2FNUZ => dt::FLOAT8E5M2FNUZ,
+        DType::F4E2M1 => dt::FLOAT4E2M1,
+        DType::I4 => dt::INT4,
+        DType::U4 => dt::UINT4,
+        DType::I2 => dt::INT2,
+        DType::U2 => dt::UINT2,
     }
 }

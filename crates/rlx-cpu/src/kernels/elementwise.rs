@@ -130,6 +130,23 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
             UnaryOp::IsNaN | UnaryOp::IsInf { .. } => TensorData::Bool(vec![false; v.len()]),
             _ => return invalid(format!("{name} is not defined on bool")),
         },
+        TensorData::Narrow { dtype, .. } => {
+            return invalid(format!(
+                "{name} on {dtype} is not supported: it is a storage-only type (Cast it first)"
+            ))
+        }
+        // Unsigned: Abs is the identity and Sign is 0/1 (u64 above i64::MAX included).
+        int if int.dtype().is_unsigned() && matches!(op, UnaryOp::Abs | UnaryOp::Sign) => {
+            match op {
+                UnaryOp::Abs => int.clone(),
+                _ => {
+                    let nz: Vec<i64> = (0..int.len())
+                        .map(|i| (int.get_i128(i) != 0) as i64)
+                        .collect();
+                    TensorData::from_i64(int.dtype(), &nz)
+                }
+            }
+        }
         int => {
             let vals = int.to_i64_vec();
             if pred {
@@ -161,6 +178,11 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
             TensorData::BF16(map_vec(v, |a| bf16::from_f32(act.apply_f32(a.to_f32()))))
         }
         TensorData::Bool(_) => return invalid("activation on a bool tensor"),
+        TensorData::Narrow { dtype, .. } => {
+            return invalid(format!(
+                "activation on {dtype} is not supported: it is a storage-only type (Cast it first)"
+            ))
+        }
         int => {
             let vals = int.to_f64_vec();
             TensorData::from_f64(int.dtype(), &map_vec(&vals, |a| act.apply_f64(a)))
@@ -246,8 +268,25 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
         }
         (D::I64(x), D::I64(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i64, I64),
         (D::I32(x), D::I32(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i32, I32),
+        (D::I16(x), D::I16(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i16, I16),
         (D::I8(x), D::I8(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i8, I8),
         (D::U8(x), D::U8(y)) => int_bin!(op, pred, x, y, ad, bd, &od, u8, U8),
+        (D::U16(x), D::U16(y)) => int_bin!(op, pred, x, y, ad, bd, &od, u16, U16),
+        (D::U32(x), D::U32(y)) => int_bin!(op, pred, x, y, ad, bd, &od, u32, U32),
+        // u64 in unsigned arithmetic (values above i64::MAX compare and divide right).
+        (D::U64(x), D::U64(y)) => {
+            if pred {
+                D::Bool(bin_map(x, ad, y, bd, &od, |p, q| op.apply_u64(p, q) != 0)?)
+            } else {
+                D::U64(bin_map(x, ad, y, bd, &od, |p, q| op.apply_u64(p, q))?)
+            }
+        }
+        (D::Narrow { .. }, _) => {
+            return invalid(format!(
+                "{op:?} on {} is not supported: it is a storage-only type (Cast it first)",
+                a.dtype()
+            ))
+        }
         (D::Bool(x), D::Bool(y)) => D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
             op.apply_i64(p as i64, q as i64) != 0
         })?),
@@ -322,8 +361,15 @@ pub(crate) fn select(c: &Tensor, t: &Tensor, f: &Tensor, out: &Shape) -> KResult
         (D::F64(x), D::F64(y)) => D::F64(select_impl(cv, cd, x, td, y, fd, &od)?),
         (D::I64(x), D::I64(y)) => D::I64(select_impl(cv, cd, x, td, y, fd, &od)?),
         (D::I32(x), D::I32(y)) => D::I32(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::I16(x), D::I16(y)) => D::I16(select_impl(cv, cd, x, td, y, fd, &od)?),
         (D::I8(x), D::I8(y)) => D::I8(select_impl(cv, cd, x, td, y, fd, &od)?),
         (D::U8(x), D::U8(y)) => D::U8(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::U16(x), D::U16(y)) => D::U16(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::U32(x), D::U32(y)) => D::U32(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::U64(x), D::U64(y)) => D::U64(select_impl(cv, cd, x, td, y, fd, &od)?),
+        (D::Narrow { dtype, codes: x }, D::Narrow { codes: y, .. }) => {
+            D::narrow(*dtype, select_impl(cv, cd, x, td, y, fd, &od)?)
+        }
         (D::Bool(x), D::Bool(y)) => D::Bool(select_impl(cv, cd, x, td, y, fd, &od)?),
         _ => return invalid("select: mismatched dtypes"),
     };
@@ -331,8 +377,9 @@ pub(crate) fn select(c: &Tensor, t: &Tensor, f: &Tensor, out: &Shape) -> KResult
     make(od, data)
 }
 
-/// `Op::Cast` (ONNX Cast: float→int truncates toward zero, NaN→bool is true).
-pub(crate) fn cast(x: &Tensor, to: DType, out: &Shape) -> KResult<Tensor> {
+/// `Op::Cast` (ONNX Cast: float→int truncates toward zero, NaN→bool is true; `saturate`
+/// as [`TensorData::cast_sat`], it matters for the float8 types only).
+pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool, out: &Shape) -> KResult<Tensor> {
     use TensorData as D;
     let data = match (x.data(), to) {
         (D::F32(v), DType::F16) => D::F16(map_vec(v, f16::from_f32)),
@@ -341,7 +388,7 @@ pub(crate) fn cast(x: &Tensor, to: DType, out: &Shape) -> KResult<Tensor> {
         (D::BF16(v), DType::F32) => D::F32(map_vec(v, |a| a.to_f32())),
         (D::F32(v), DType::F64) => D::F64(map_vec(v, |a| a as f64)),
         (D::F64(v), DType::F32) => D::F32(map_vec(v, |a| a as f32)),
-        (d, to) => d.cast(to),
+        (d, to) => d.cast_sat(to, saturate),
     };
     check_out("Cast", data.dtype(), out)?;
     make(x.dims().to_vec(), data)

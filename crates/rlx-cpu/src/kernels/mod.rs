@@ -58,7 +58,21 @@ macro_rules! elem_int {
         }
     )*};
 }
-elem_int!(i64, i32, i8, u8);
+elem_int!(i64, i32, i16, i8, u8, u16, u32);
+impl Elem for u64 {
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        if x < 0.0 {
+            x as i64 as u64
+        } else {
+            x as u64
+        }
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
 impl Elem for f16 {
     fn from_f64(x: f64) -> Self {
         f16::from_f64(x)
@@ -85,7 +99,8 @@ impl Elem for bool {
 }
 
 /// Apply a generic body to the inner slice of a [`TensorData`] and rewrap the resulting
-/// `Vec` in the same variant: `map_same!(data, v => transpose(v, ..))`.
+/// `Vec` in the same variant: `map_same!(data, v => transpose(v, ..))`. Narrow data moves
+/// its `u8` codes (so a body must not make new values from numbers for it).
 macro_rules! map_same {
     ($data:expr, $v:ident => $body:expr) => {
         match $data {
@@ -95,9 +110,17 @@ macro_rules! map_same {
             rlx_ir::TensorData::F64($v) => rlx_ir::TensorData::F64($body),
             rlx_ir::TensorData::I64($v) => rlx_ir::TensorData::I64($body),
             rlx_ir::TensorData::I32($v) => rlx_ir::TensorData::I32($body),
+            rlx_ir::TensorData::I16($v) => rlx_ir::TensorData::I16($body),
             rlx_ir::TensorData::I8($v) => rlx_ir::TensorData::I8($body),
             rlx_ir::TensorData::U8($v) => rlx_ir::TensorData::U8($body),
+            rlx_ir::TensorData::U16($v) => rlx_ir::TensorData::U16($body),
+            rlx_ir::TensorData::U32($v) => rlx_ir::TensorData::U32($body),
+            rlx_ir::TensorData::U64($v) => rlx_ir::TensorData::U64($body),
             rlx_ir::TensorData::Bool($v) => rlx_ir::TensorData::Bool($body),
+            rlx_ir::TensorData::Narrow { dtype, codes: $v } => rlx_ir::TensorData::Narrow {
+                dtype: rlx_ir::DType::clone(&dtype),
+                codes: $body,
+            },
         }
     };
 }

@@ -139,8 +139,15 @@ pub(crate) fn reduce(
         d if d.dtype().is_int() => {
             let (lo, hi) = match d.dtype() {
                 rlx_ir::DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+                rlx_ir::DType::I16 => (i16::MIN as i64, i16::MAX as i64),
                 rlx_ir::DType::I8 => (i8::MIN as i64, i8::MAX as i64),
                 rlx_ir::DType::U8 => (0, u8::MAX as i64),
+                rlx_ir::DType::U16 => (0, u16::MAX as i64),
+                rlx_ir::DType::U32 => (0, u32::MAX as i64),
+                rlx_ir::DType::I4 => (-8, 7),
+                rlx_ir::DType::U4 => (0, 15),
+                rlx_ir::DType::I2 => (-2, 1),
+                rlx_ir::DType::U2 => (0, 3),
                 _ => (i64::MIN, i64::MAX),
             };
             let r = reduce_int(&d.to_i64_vec(), &p, kind, lo, hi);
@@ -213,7 +220,13 @@ pub(crate) fn argreduce(
     let outer: usize = d[..axis].iter().product();
     let inner: usize = d[axis + 1..].iter().product();
     let n = d[axis];
-    let r = rlx_ir::with_data!(x.data(), v => argreduce_impl(v, outer, n, inner, max, last));
+    let r = match x.data() {
+        // Compare decoded values, not codes.
+        TensorData::Narrow { .. } => {
+            argreduce_impl(&x.data().to_f64_vec(), outer, n, inner, max, last)
+        }
+        d => rlx_ir::with_data!(d, v => argreduce_impl(v, outer, n, inner, max, last)),
+    };
     let mut od = d.to_vec();
     if keepdims {
         od[axis] = 1;

@@ -73,6 +73,12 @@ fn scatter_offsets(
             data.dtype()
         ));
     }
+    if data.dtype().is_narrow() && r != ScatterReduction::None {
+        return invalid(format!(
+            "{op}: reduction {r:?} on {} data is not supported (storage-only type)",
+            data.dtype()
+        ));
+    }
     let out = match (data.data(), upd.data()) {
         (TensorData::I64(d), TensorData::I64(u)) => {
             // Integer reductions in i64 (exact beyond 2^53).
@@ -107,17 +113,7 @@ fn scatter_offsets(
 /// The slice of `u` with the same element type as `like` (the caller checked the dtypes).
 fn match_slice<'a, T: 'static>(u: &'a TensorData, _like: &[T]) -> &'a [T] {
     use std::any::Any;
-    let any: &dyn Any = match u {
-        TensorData::F32(v) => v,
-        TensorData::F16(v) => v,
-        TensorData::BF16(v) => v,
-        TensorData::F64(v) => v,
-        TensorData::I64(v) => v,
-        TensorData::I32(v) => v,
-        TensorData::I8(v) => v,
-        TensorData::U8(v) => v,
-        TensorData::Bool(v) => v,
-    };
+    let any: &dyn Any = rlx_ir::with_data!(u, v => v);
     any.downcast_ref::<Vec<T>>()
         .map(|v| v.as_slice())
         .unwrap_or(&[])
@@ -266,11 +262,12 @@ pub(crate) fn topk(
     let inner: usize = d[axis + 1..].iter().product();
     let outer: usize = d[..axis].iter().product();
     let data = x.data();
-    // i64 keys compare exactly; everything else through f64 (NaN greatest).
-    let is_i64 = matches!(data, TensorData::I64(_));
+    // Integer keys compare exactly (i128 holds i64 and u64); everything else through f64
+    // (NaN greatest; narrow floats decoded).
+    let is_int = data.dtype().is_int();
     let cmp = |a: usize, b: usize| -> Ordering {
-        let o = if is_i64 {
-            data.get_i64(a).cmp(&data.get_i64(b))
+        let o = if is_int {
+            data.get_i128(a).cmp(&data.get_i128(b))
         } else {
             let (p, q) = (data.get_f64(a), data.get_f64(b));
             match (p.is_nan(), q.is_nan()) {

@@ -4,7 +4,7 @@
 //! index to input index (or "fill" for constant padding).
 
 use super::{fill_chunks, invalid, make, map_same, out_dims, strides, Elem, KResult};
-use rlx_ir::{PadMode, Shape, Tensor};
+use rlx_ir::{PadMode, Shape, Tensor, TensorData};
 
 /// Marks an output position that takes the fill value.
 const FILL: usize = usize::MAX;
@@ -175,17 +175,7 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor
 /// The slice of `d` typed like `_like` (dtypes were checked equal by the caller).
 fn slice_like<'a, T: 'static>(_like: &[T], d: &'a rlx_ir::TensorData) -> &'a [T] {
     use std::any::Any;
-    let any: &dyn Any = match d {
-        rlx_ir::TensorData::F32(v) => v,
-        rlx_ir::TensorData::F16(v) => v,
-        rlx_ir::TensorData::BF16(v) => v,
-        rlx_ir::TensorData::F64(v) => v,
-        rlx_ir::TensorData::I64(v) => v,
-        rlx_ir::TensorData::I32(v) => v,
-        rlx_ir::TensorData::I8(v) => v,
-        rlx_ir::TensorData::U8(v) => v,
-        rlx_ir::TensorData::Bool(v) => v,
-    };
+    let any: &dyn Any = rlx_ir::with_data!(d, v => v);
     any.downcast_ref::<Vec<T>>()
         .map(|v| v.as_slice())
         .unwrap_or(&[])
@@ -273,7 +263,19 @@ pub(crate) fn pad(x: &Tensor, pads: &[(usize, usize)], mode: PadMode) -> KResult
         PadMode::Constant(c) => c,
         _ => 0.0,
     };
-    let data = map_same!(x.data(), v => axis_gather(v, id, &maps, Elem::from_f64(cv)));
+    let data = match x.data() {
+        // The pad value as a code of the narrow type.
+        TensorData::Narrow { dtype, codes } => TensorData::narrow(
+            *dtype,
+            axis_gather(
+                codes,
+                id,
+                &maps,
+                rlx_ir::narrow::encode_f64(*dtype, cv, true),
+            ),
+        ),
+        d => map_same!(d, v => axis_gather(v, id, &maps, Elem::from_f64(cv))),
+    };
     make(od, data)
 }
 

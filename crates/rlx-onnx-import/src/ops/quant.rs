@@ -14,9 +14,15 @@ fn qrange(dt: DType) -> R<(f64, f64)> {
     match dt {
         DType::U8 => Ok((0.0, 255.0)),
         DType::I8 => Ok((-128.0, 127.0)),
+        DType::U16 => Ok((0.0, 65535.0)),
+        DType::I16 => Ok((-32768.0, 32767.0)),
+        DType::U4 => Ok((0.0, 15.0)),
+        DType::I4 => Ok((-8.0, 7.0)),
+        DType::U2 => Ok((0.0, 3.0)),
+        DType::I2 => Ok((-2.0, 1.0)),
         DType::I32 => Ok((i32::MIN as f64, i32::MAX as f64)),
         o => Err(format!(
-            "quantized type {o} is not supported (int8 / uint8 only)"
+            "quantized type {o} is not supported (8/16/4/2-bit integers, float8, float4)"
         )),
     }
 }
@@ -73,8 +79,24 @@ fn param_like(cx: &mut Ctx, p: NodeId, xd: &[usize], axis: i64, block: usize) ->
     )
 }
 
-/// `clamp(round(v) + zp, range)` cast to `to`; `v` is float.
-fn quantize_values(cx: &mut Ctx, v: NodeId, zp: Option<NodeId>, to: DType) -> R<NodeId> {
+/// `clamp(round(v) + zp, range)` cast to `to`; `v` is float. Float8 targets ignore the zero
+/// point and cast `v` (saturating per `saturate`); float4 adds it and casts (reference
+/// `_CommonQuantizeLinear`).
+fn quantize_values(
+    cx: &mut Ctx,
+    v: NodeId,
+    zp: Option<NodeId>,
+    to: DType,
+    saturate: bool,
+) -> R<NodeId> {
+    if to.is_narrow_float() {
+        let mut y = v;
+        if let (DType::F4E2M1, Some(zp)) = (to, zp) {
+            let z = cx.cast(zp, cx.dtype(v))?;
+            y = cx.binary(BinaryOp::Add, y, z)?;
+        }
+        return cx.cast_sat(y, to, saturate);
+    }
     let (lo, hi) = qrange(to)?;
     let dt = cx.dtype(v);
     let mut y = cx.unary(UnaryOp::Round, v)?;
@@ -99,8 +121,8 @@ fn axis_block(n: &ONode) -> R<(i64, usize)> {
     Ok((axis, block as usize))
 }
 
-/// ONNX QuantizeLinear (int8 / uint8 outputs; type from the zero point, else
-/// `output_dtype`, else uint8).
+/// ONNX QuantizeLinear (8/16/4/2-bit integer, float8 and float4 outputs; type from the
+/// zero point, else `output_dtype`, else uint8; `saturate` for float8).
 pub fn quantize_linear(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (x, s) = (n.inp(0)?, n.inp(1)?);
     let zp = n.opt(2);
@@ -127,7 +149,8 @@ pub fn quantize_linear(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     };
     let s = cx.cast(s, cx.dtype(xf))?;
     let v = cx.binary(BinaryOp::Div, xf, s)?;
-    Ok(vec![quantize_values(cx, v, zp, to)?])
+    let saturate = n.i("saturate", 1)? != 0;
+    Ok(vec![quantize_values(cx, v, zp, to, saturate)?])
 }
 
 /// ONNX DequantizeLinear: `(x - zero_point) * scale` in f32, output of the scale's type
@@ -145,8 +168,10 @@ pub fn dequantize_linear(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         })?,
         _ => cx.dtype(s),
     };
+    // Float8 / float4 inputs ignore the zero point (reference `_CommonDequantizeLinear`).
+    let zp = n.opt(2).filter(|_| !cx.dtype(x).is_narrow_float());
     let mut d = cx.cast(x, DType::F32)?;
-    if let Some(z) = n.opt(2) {
+    if let Some(z) = zp {
         let z = param_like(cx, z, &xd, axis, block)?;
         let z = cx.cast(z, DType::F32)?;
         d = cx.binary(BinaryOp::Sub, d, z)?;
@@ -186,7 +211,7 @@ pub fn dynamic_quantize_linear(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let zf = cx.binary(BinaryOp::Min, zf, q)?;
     let zr = cx.unary(UnaryOp::Round, zf)?;
     let v = cx.binary(BinaryOp::Div, x, scale)?;
-    let y = quantize_values(cx, v, Some(zr), DType::U8)?;
+    let y = quantize_values(cx, v, Some(zr), DType::U8, true)?;
     let zp = cx.cast(zr, DType::U8)?;
     Ok(vec![y, cx.cast(scale, dt)?, zp])
 }
@@ -240,7 +265,7 @@ pub fn qlinear_matmul(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         Some(z) => cx.dtype(z),
         None => cx.dtype(a),
     };
-    Ok(vec![quantize_values(cx, v, ins[7], to)?])
+    Ok(vec![quantize_values(cx, v, ins[7], to, true)?])
 }
 
 /// ONNX ConvInteger: Conv of `x - x_zero_point` and `w - w_zero_point` (per output channel
@@ -280,5 +305,5 @@ pub fn qlinear_conv(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         Some(z) => cx.dtype(z),
         None => cx.dtype(x),
     };
-    Ok(vec![quantize_values(cx, v, zp, to)?])
+    Ok(vec![quantize_values(cx, v, zp, to, true)?])
 }

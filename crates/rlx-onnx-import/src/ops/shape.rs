@@ -11,20 +11,23 @@ pub fn identity(_cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![n.inp(0)?])
 }
 
-/// ONNX Cast (`to` is a `TensorProto.DataType`). A cast to the same type is an alias.
+/// ONNX Cast (`to` is a `TensorProto.DataType`; `saturate`, default 1, only changes casts
+/// to float8). A cast to the same type is an alias.
 pub fn cast(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let to = n.i("to", 0)? as i32;
     let to =
         dtype_of(to).ok_or_else(|| format!("cast to {} is not supported", onnx_type_name(to)))?;
-    Ok(vec![cx.cast(x, to)?])
+    let saturate = n.i("saturate", 1)? != 0;
+    Ok(vec![cx.cast_sat(x, to, saturate)?])
 }
 
-/// ONNX CastLike: cast input 0 to the element type of input 1.
+/// ONNX CastLike: cast input 0 to the element type of input 1 (`saturate` as in Cast).
 pub fn cast_like(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (x, like) = (n.inp(0)?, n.inp(1)?);
     let to = cx.dtype(like);
-    Ok(vec![cx.cast(x, to)?])
+    let saturate = n.i("saturate", 1)? != 0;
+    Ok(vec![cx.cast_sat(x, to, saturate)?])
 }
 
 /// ONNX Reshape: shape from input 1 (attribute `shape` before opset 5); `0` copies the
