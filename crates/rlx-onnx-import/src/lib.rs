@@ -117,12 +117,21 @@ fn import_impl(
         .opset_import
         .iter()
         .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map(|o| o.version)
-        .ok_or_else(|| {
-            ImportError::Model(format!(
+        .map(|o| o.version);
+    // A model of other domains only (ai.onnx.preview.training, ...) needs no default opset.
+    let uses_default = graph
+        .node
+        .iter()
+        .any(|n| n.domain.is_empty() || n.domain == "ai.onnx");
+    let opset = match opset {
+        Some(v) => v,
+        None if !uses_default => 0,
+        None => {
+            return Err(ImportError::Model(format!(
                 "{file}: no opset_import for the default domain (ai.onnx)"
-            ))
-        })?;
+            )))
+        }
+    };
     let other_opsets: HashMap<&str, i64> = model
         .opset_import
         .iter()
@@ -210,7 +219,7 @@ fn import_impl(
         let lower = if domain_is_default {
             ops::lookup(&node.op_type)
         } else {
-            None
+            ops::lookup_in(&node.domain, &node.op_type)
         };
         let Some(lower) = lower else {
             let domain = if domain_is_default {

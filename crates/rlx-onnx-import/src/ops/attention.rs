@@ -455,3 +455,85 @@ pub fn rotary_embedding(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     };
     Ok(vec![y])
 }
+
+/// Repeat each head of `[B, H, S, D]` `reps` times along axis 1 (`np.repeat`).
+fn repeat_heads(cx: &mut Ctx, x: NodeId, reps: usize) -> R<NodeId> {
+    if reps == 1 {
+        return Ok(x);
+    }
+    let d = cx.dims(x);
+    let y = cx.reshape(x, vec![d[0], d[1], 1, d[2], d[3]])?;
+    let y = cx.add(
+        Op::Broadcast {
+            dims: vec![d[0], d[1], reps, d[2], d[3]],
+        },
+        vec![y],
+    )?;
+    cx.reshape(y, vec![d[0], d[1] * reps, d[2], d[3]])
+}
+
+/// `ai.onnx.preview` FlexAttention: 4-D Q/K/V (GQA by head repetition), scores scaled by
+/// `sqrt(scale)` on each side, the `score_mod` / `prob_mod` subgraphs applied around the
+/// softmax (inlined), softmax in `softmax_precision` (f32 for half inputs).
+pub fn flex_attention(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let (q, k, v) = (n.inp(0)?, n.inp(1)?, n.inp(2)?);
+    let (qd, kd, vd) = (cx.dims(q), cx.dims(k), cx.dims(v));
+    if qd.len() != 4 || kd.len() != 4 || vd.len() != 4 {
+        return Err(format!(
+            "Q {}, K {}, V {} must be 4-D",
+            cx.shape(q),
+            cx.shape(k),
+            cx.shape(v)
+        ));
+    }
+    let (hq, hk) = (qd[1], kd[1]);
+    if vd[1] != hk || vd[2] != kd[2] || kd[3] != qd[3] || hk == 0 || hq % hk != 0 {
+        return Err("Q, K and V heads / lengths / sizes do not fit".into());
+    }
+    let k = repeat_heads(cx, k, hq / hk)?;
+    let v = repeat_heads(cx, v, hq / hk)?;
+    let dt = cx.dtype(q);
+    let scale = match n.attr("scale") {
+        Some(a) => a.f,
+        None => 1.0 / (qd[3] as f32).sqrt(),
+    };
+    let s = cx.scalar(dt, scale.sqrt() as f64);
+    let qs = cx.binary(BinaryOp::Mul, q, s)?;
+    let ks = cx.binary(BinaryOp::Mul, k, s)?;
+    let kt = cx.add(
+        Op::Transpose {
+            perm: vec![0, 1, 3, 2],
+        },
+        vec![ks],
+    )?;
+    let scores = cx.add(Op::MatMul, vec![qs, kt])?;
+    let cdt = match n.attr("softmax_precision") {
+        Some(a) => dtype_of(a.i as i32).ok_or_else(|| {
+            format!(
+                "softmax_precision {} is not supported",
+                onnx_type_name(a.i as i32)
+            )
+        })?,
+        None => match dt {
+            DType::F16 | DType::BF16 => DType::F32,
+            d => d,
+        },
+    };
+    let mut scores = cx.cast(scores, cdt)?;
+    let apply = |cx: &mut Ctx, name: &str, x: NodeId| -> R<NodeId> {
+        let Some(g) = n.attr(name).and_then(|a| a.g.as_ref()) else {
+            return Ok(x);
+        };
+        let outs = super::control::lower_body(cx, n, g, &[x])?;
+        let [y] = outs[..] else {
+            return Err(format!("{name} must give one output"));
+        };
+        cx.cast(y, cdt)
+    };
+    scores = apply(cx, "score_mod", scores)?;
+    let p = cx.add(Op::Softmax { axis: 3 }, vec![scores])?;
+    let p = apply(cx, "prob_mod", p)?;
+    let vf = cx.cast(v, cdt)?;
+    let y = cx.add(Op::MatMul, vec![p, vf])?;
+    Ok(vec![cx.cast(y, cx.dtype(v))?])
+}

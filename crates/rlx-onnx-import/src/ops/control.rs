@@ -71,7 +71,7 @@ fn lower_body_inner(cx: &mut Ctx, n: &ONode, g: &GraphProto, inputs: &[NodeId]) 
         let lower = if default_domain {
             super::lookup(&node.op_type)
         } else {
-            None
+            super::lookup_in(&node.domain, &node.op_type)
         };
         let Some(lower) = lower else {
             return Err(err(format!("unsupported op {}", node.op_type)));

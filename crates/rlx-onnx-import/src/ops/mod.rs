@@ -29,6 +29,7 @@ mod rnn;
 mod shape;
 mod signal;
 mod ssm;
+mod training;
 
 /// A translator: lowers one ONNX node, returning its outputs in order.
 pub type Lower = fn(&mut Ctx, &ONode) -> R<Vec<NodeId>>;
@@ -216,6 +217,22 @@ const TABLE: &[(&str, Lower)] = &[
     ("ConvTranspose", conv_transpose::conv_transpose),
     ("Einsum", einsum::einsum),
 ];
+
+/// Translators for ops of other domains: `(domain, op type, translator)`.
+const DOMAIN_TABLE: &[(&str, &str, Lower)] = &[
+    ("ai.onnx.preview", "FlexAttention", attention::flex_attention),
+    ("ai.onnx.preview.training", "Adagrad", training::adagrad),
+    ("ai.onnx.preview.training", "Adam", training::adam),
+    ("ai.onnx.preview.training", "Momentum", training::momentum),
+];
+
+/// The translator for `op_type` in a non-default `domain`, if the importer supports it.
+pub fn lookup_in(domain: &str, op_type: &str) -> Option<Lower> {
+    DOMAIN_TABLE
+        .iter()
+        .find(|(d, n, _)| *d == domain && *n == op_type)
+        .map(|(_, _, f)| *f)
+}
 
 /// The translator for `op_type` (default domain), if the importer supports it.
 pub fn lookup(op_type: &str) -> Option<Lower> {
