@@ -7,11 +7,34 @@ use rlx_ir::{Tensor, TensorData};
 use std::path::Path;
 
 /// Read a C-order `.npy` file into a tensor. Supported dtypes: float32/64/16, int64/32/8,
-/// uint8, bool. Errors name the file.
+/// uint8, bool. Errors name the file; the header is checked against the file size before
+/// anything is allocated.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let npy = npyz::NpyFile::new(&bytes[..])
-        .with_context(|| format!("{}: not a valid .npy file", path.display()))?;
+    let bytes = crate::run::read_regular_file(path)?;
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        bail!("{}: not a .npy file (bad magic)", path.display());
+    }
+    let (hlen, hstart) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => bail!("{}: unsupported .npy format version {v}", path.display()),
+    };
+    let data_start = hstart + hlen;
+    if data_start > bytes.len() {
+        bail!(
+            "{}: header length {hlen} runs past the end of the file ({} bytes)",
+            path.display(),
+            bytes.len()
+        );
+    }
+    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| {
+        let msg = e.to_string();
+        let first = msg.lines().next().unwrap_or("").trim().to_string();
+        anyhow::anyhow!("{}: not a valid .npy file ({first})", path.display())
+    })?;
     if npy.order() != npyz::Order::C {
         bail!(
             "{}: Fortran-order arrays are not supported; save with np.ascontiguousarray",
@@ -21,16 +44,24 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
     let dims: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let descr = match npy.dtype() {
         npyz::DType::Plain(ts) => ts.to_string(),
-        other => bail!("{}: unsupported dtype {other:?}", path.display()),
+        _ => bail!(
+            "{}: structured or sub-array dtypes are not supported; save a plain numeric array",
+            path.display()
+        ),
     };
-    // Never allocate more than the file can hold.
+    // Never allocate more than the file holds; refuse trailing bytes too.
     let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let item = descr
         .get(2..)
         .and_then(|s| s.parse::<usize>().ok())
         .unwrap_or(1);
     match n.and_then(|n| n.checked_mul(item)) {
-        Some(b) if b <= bytes.len() => {}
+        Some(b) if data_start + b == bytes.len() => {}
+        Some(b) if data_start + b < bytes.len() => bail!(
+            "{}: {} bytes after the data that shape {dims:?} needs",
+            path.display(),
+            bytes.len() - data_start - b
+        ),
         _ => bail!(
             "{}: header shape {dims:?} needs more data than the file holds",
             path.display()
@@ -59,6 +90,12 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
 }
 
 fn write_vec<T: npyz::AutoSerialize + Copy>(path: &Path, dims: &[u64], v: &[T]) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!(
+            "{}: is a symbolic link; refusing to write through it",
+            path.display()
+        );
+    }
     let f =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut w = npyz::WriteOptions::new()

@@ -38,7 +38,8 @@ pub struct RunArgs {
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Also write the NaN/Inf reports as JSON (turns scanning on if RLX_DEBUG_NANS is unset).
+    /// Also write the NaN/Inf reports as JSON (turns scanning on in warn mode unless
+    /// RLX_DEBUG_NANS already asks for strict or abort).
     #[arg(long, value_name = "FILE.json")]
     pub nan_report: Option<PathBuf>,
     /// Print the compiled IR graph (after passes) to stderr before running.
@@ -74,19 +75,69 @@ fn parse_dims(v: &[String]) -> Result<HashMap<String, usize>> {
         let (k, val) = s
             .split_once('=')
             .ok_or_else(|| anyhow!("--dim {s}: expected NAME=SIZE"))?;
+        if k.is_empty() {
+            bail!("--dim {s}: the dim NAME is empty");
+        }
         let n: usize = val
             .parse()
             .map_err(|_| anyhow!("--dim {s}: SIZE must be a non-negative integer"))?;
-        m.insert(k.to_string(), n);
+        if m.insert(k.to_string(), n).is_some() {
+            bail!("--dim {k}: given twice");
+        }
     }
     Ok(m)
+}
+
+/// Every `--dim` must name a symbolic dim of the model's inputs.
+fn check_dims_exist(g: &Graph, dims: &HashMap<String, usize>) -> Result<()> {
+    let mut syms: Vec<String> = vec![];
+    for (_, decl) in &g.input_decls {
+        for d in &decl.dims {
+            if let rlx_ir::Dim::Sym(s) = d {
+                if !syms.contains(s) {
+                    syms.push(s.clone());
+                }
+            }
+        }
+    }
+    for k in dims.keys() {
+        if !syms.contains(k) {
+            let have = if syms.is_empty() {
+                "none".to_string()
+            } else {
+                syms.join(", ")
+            };
+            bail!("--dim {k}: the model's inputs have no symbolic dim named \"{k}\" (they have: {have})");
+        }
+    }
+    Ok(())
+}
+
+/// Largest file `rlx` reads (model, inputs): 64 GiB, and only regular files, so a FIFO or
+/// `/dev/zero` cannot make it read forever.
+const MAX_FILE_BYTES: u64 = 64 << 30;
+
+/// Read a regular file of bounded size; errors name the file.
+pub fn read_regular_file(path: &Path) -> Result<Vec<u8>> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{}: not a regular file", path.display());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        bail!(
+            "{}: {} bytes is more than rlx reads ({MAX_FILE_BYTES})",
+            path.display(),
+            meta.len()
+        );
+    }
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// Read an input file: `.npy`, else an ONNX TensorProto `.pb`.
 pub fn read_input_file(path: &Path) -> Result<Tensor> {
     if path.extension().and_then(|e| e.to_str()) == Some("pb") {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = read_regular_file(path)?;
         let (_, t) = rlx_onnx_import::read_tensor_proto(&bytes)
             .with_context(|| format!("{}: not a valid ONNX TensorProto", path.display()))?;
         Ok(t)
@@ -168,11 +219,17 @@ pub fn summarize(t: &Tensor) -> String {
             k += 1;
         }
     }
-    let first: Vec<String> = (0..n.min(4))
-        .map(|i| format!("{:.6}", t.data().get_f64(i)))
-        .collect();
+    let float = t.dtype().is_float();
+    let fmt = |x: f64| {
+        if float {
+            format!("{x:.6}")
+        } else {
+            format!("{x}")
+        }
+    };
+    let first: Vec<String> = (0..n.min(4)).map(|i| fmt(t.data().get_f64(i))).collect();
     let mut s = if k > 0 {
-        format!("min={lo:.6} max={hi:.6} mean={:.6}", sum / k as f64)
+        format!("min={} max={} mean={:.6}", fmt(lo), fmt(hi), sum / k as f64)
     } else {
         "no finite values".into()
     };
@@ -204,7 +261,15 @@ fn load_graph(
             .collect(),
         ..Default::default()
     };
-    import_onnx(&path, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))
+    import_onnx(&path, &opts).map_err(|e| {
+        let msg = e.to_string();
+        let file = path.display().to_string();
+        if msg.contains(&file) {
+            anyhow!("{msg}")
+        } else {
+            anyhow!("{file}: {msg}")
+        }
+    })
 }
 
 fn run_inner(a: &RunArgs) -> Result<i32> {
@@ -215,15 +280,23 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
     for spec in &a.inputs {
         match spec.split_once('=') {
             Some((name, file)) => {
-                let t = read_input_file(Path::new(file))?;
+                if name.is_empty() {
+                    bail!("--input {spec}: the input NAME before '=' is empty");
+                }
+                let t = read_input_file(Path::new(file))
+                    .with_context(|| format!("input \"{name}\""))?;
                 if given.insert(name.to_string(), t).is_some() {
                     bail!("--input {name}: given twice");
                 }
             }
-            None => positional.push((PathBuf::from(spec), read_input_file(Path::new(spec))?)),
+            None => positional.push((
+                PathBuf::from(spec),
+                read_input_file(Path::new(spec)).with_context(|| format!("--input {spec}"))?,
+            )),
         }
     }
     let mut g = load_graph(&a.model, &dims, &given)?;
+    check_dims_exist(&g, &dims)?;
     let named = given.len();
     // Assign positional inputs to the inputs not named, in order.
     let free: Vec<String> = g
@@ -241,7 +314,14 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         );
     }
     let mut free = free.into_iter();
-    for ((_, t), name) in positional.into_iter().zip(free.by_ref()) {
+    let mut sources: HashMap<String, PathBuf> = HashMap::new();
+    for spec in &a.inputs {
+        if let Some((name, file)) = spec.split_once('=') {
+            sources.insert(name.to_string(), PathBuf::from(file));
+        }
+    }
+    for ((p, t), name) in positional.into_iter().zip(free.by_ref()) {
+        sources.insert(name.clone(), p);
         given.insert(name, t);
     }
     // A model folder may hold its inputs as input_<name>.npy (as examples/ does).
@@ -252,7 +332,8 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
                 if !a.quiet {
                     eprintln!("rlx: input \"{name}\" from {}", p.display());
                 }
-                given.insert(name, read_npy(&p)?);
+                given.insert(name.clone(), read_npy(&p)?);
+                sources.insert(name, p);
             }
         }
     }
@@ -269,9 +350,13 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         // Inputs bound after the first import may bind symbolic dims: import again.
         g = load_graph(&a.model, &dims, &given)?;
     }
-    if a.nan_report.is_some()
-        && std::env::var_os("RLX_DEBUG_NANS").map_or(true, |v| v.is_empty() || v == "0")
-    {
+    if let Ok(v) = std::env::var("RLX_DEBUG_NANS") {
+        let v = v.trim().to_ascii_lowercase();
+        if !["", "0", "1", "strict", "abort", "warn"].contains(&v.as_str()) {
+            eprintln!("rlx: note: RLX_DEBUG_NANS={v:?} is not one of 0, 1, strict, abort: scanning in warn mode (unset it or set 0 to turn scanning off)");
+        }
+    }
+    if a.nan_report.is_some() && !rlx_ir::DebugMode::from_env().is_on() {
         std::env::set_var("RLX_DEBUG_NANS", "1");
     }
     let mut s = Session::new(Device::Cpu)
@@ -285,8 +370,12 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         let t = match given.remove(&name) {
             Some(t) => {
                 if t.dtype() != shape.dtype || t.dims() != shape.dims_usize().as_slice() {
+                    let src = sources
+                        .get(&name)
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
                     bail!(
-                        "input \"{name}\": the model expects {}, the file holds {}",
+                        "input \"{name}\": the model expects {}, {src} holds {}",
                         decl_shape_str(&shape),
                         t.shape()
                     );
@@ -323,13 +412,26 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
     if let Some(dir) = &a.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let mut used: Vec<String> = vec![];
     for ((name, _), t) in s.outputs().iter().zip(&outs) {
         if !a.quiet {
             println!("{name}: {} {}", t.shape(), summarize(t));
         }
         if let Some(dir) = &a.output_dir {
-            let p = dir.join(format!("{}.npy", sanitize(name)));
+            // Distinct outputs whose sanitized names collide get _1, _2, ... suffixes.
+            let base = sanitize(name);
+            let mut file = base.clone();
+            let mut k = 0;
+            while used.contains(&file) {
+                k += 1;
+                file = format!("{base}_{k}");
+            }
+            used.push(file.clone());
+            let p = dir.join(format!("{file}.npy"));
             write_npy(&p, t)?;
+            if file != *name && !a.quiet {
+                eprintln!("rlx: output \"{name}\" written to {}", p.display());
+            }
         }
     }
     Ok(0)

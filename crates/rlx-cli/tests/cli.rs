@@ -136,3 +136,69 @@ fn lint_env_var_during_run() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("rlx numeric-lint: %"), "{err}");
 }
+
+#[test]
+fn hostile_files_and_dims_give_clean_errors() {
+    let dir = std::env::temp_dir().join(format!("rlx-cli-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A .npy whose v2 header claims 4 GiB of header: refused before allocating.
+    let bogus = dir.join("bogus.npy");
+    let mut b = b"\x93NUMPY\x02\x00".to_vec();
+    b.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+    b.extend_from_slice(b"{}");
+    std::fs::write(&bogus, &b).unwrap();
+    let spec = format!("x={}", bogus.display());
+    let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--input", &spec], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("input \"x\"") && err.contains("runs past the end"),
+        "{err}"
+    );
+    // Not a regular file.
+    let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--input", "x=/dev/zero"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a regular file"), "{err}");
+    // --dim naming no dim of the model, or given twice.
+    let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--dim", "foo=3"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("no symbolic dim named \"foo\""), "{err}");
+    // A dim so large the input cannot exist: an error naming the input, no allocation.
+    let (code, _, err) = rlx_run(
+        &[
+            "fixtures/transformers/bert_tiny/model.onnx",
+            "--dim",
+            "batch=99999999999",
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("more than this machine's memory") || err.contains("too large"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("panicked") && err.lines().count() == 1,
+        "{err}"
+    );
+    // A --dim that contradicts an input file.
+    let (code, _, err) = rlx_run(
+        &["fixtures/transformers/bert_tiny", "--dim", "batch=5"],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("requested batch=5"), "{err}");
+    // Never write through a symlink planted in the output dir.
+    let od = dir.join("out");
+    std::fs::create_dir_all(&od).unwrap();
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "keep").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&victim, od.join("probs.npy")).unwrap();
+    let (code, _, err) = rlx_run(
+        &["examples/healthy_mlp", "-q", "-o", od.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    std::fs::remove_dir_all(&dir).ok();
+}

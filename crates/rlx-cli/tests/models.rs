@@ -83,7 +83,10 @@ fn transformer(rel: &str, mode: DebugMode) {
     for ((oname, _), got) in s.outputs().iter().zip(&outs) {
         let want = read_npy(&dir.join(format!("expected_{oname}.npy"))).unwrap();
         assert_close(&format!("{rel}/{oname}"), got, &want, 1e-4, 1e-5);
-        eprintln!("{rel}/{oname}: max |rlx - onnxruntime| = {:.3e}", max_abs_diff(got, &want));
+        eprintln!(
+            "{rel}/{oname}: max |rlx - onnxruntime| = {:.3e}",
+            max_abs_diff(got, &want)
+        );
     }
     assert!(s.nan_reports().is_empty(), "{rel}: {:#?}", s.nan_reports());
 }

@@ -148,7 +148,11 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
         } else {
             Cause::InputsFinite
         };
-        let fix = fix_hint(&op, src, &cause, kind, node.shape.dtype);
+        let fix = fix_hint(&op, src, &cause, kind, node.shape.dtype).or_else(|| {
+            Some(format!(
+                "a {kind} constant reaches the model's computation: if it is a mask fill, use a large finite value (torch.finfo(dtype).min) so a fully masked row cannot turn into NaN"
+            ))
+        });
         out.push(NumericLint {
             node: o,
             label: node_label(g, o),

@@ -61,10 +61,19 @@ impl Default for ImportOptions {
 /// Errors: unreadable file, malformed protobuf (naming the file), unsupported op (naming op
 /// type, domain, opset and node), and any lowering problem (naming the node).
 pub fn import_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+    let io = |source| ImportError::Io {
         file: path.display().to_string(),
         source,
-    })?;
+    };
+    // Only regular files: a FIFO or /dev/zero would be read forever.
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(io)?;
     let base = path.parent().map(|p| {
         if p.as_os_str().is_empty() {
             Path::new(".")
@@ -269,7 +278,12 @@ fn import_impl(
                     "output {i} (\"{out_name}\") is not supported by the importer"
                 ))
             })?;
-            cx.values.insert(out_name.clone(), id);
+            // ONNX graphs are in SSA form: every tensor name has one producer.
+            if cx.values.insert(out_name.clone(), id).is_some() {
+                return Err(node_err(format!(
+                    "output \"{out_name}\" is already produced by an earlier node, input or initializer (ONNX names must be unique)"
+                )));
+            }
         }
     }
     cx.g.set_current_origin(None);
@@ -329,10 +343,13 @@ fn bind_input_dims(
                 }
                 Dim::Sym(p) if p != "?" => {
                     if let Some(&prev) = out.dims.get(p) {
-                        if prev != n && !opts.dims.contains_key(p) {
-                            return Err(err(format!(
-                                "dim {k} ({p}) is {n} here but {prev} in another input"
-                            )));
+                        if prev != n {
+                            let other = if opts.dims.contains_key(p) {
+                                format!("the requested {p}={prev}")
+                            } else {
+                                format!("{prev} in another input")
+                            };
+                            return Err(err(format!("dim {k} ({p}) is {n} here but {other}")));
                         }
                     } else {
                         out.dims.insert(p.clone(), n);

@@ -57,6 +57,17 @@ pub enum RuntimeError {
     Cpu(#[from] CpuError),
     #[error("{0}")]
     Input(String),
+    /// A node's output would not fit in this machine's memory (bogus dims, a huge `--dim`).
+    #[error("{node}: its output {shape} needs {bytes} bytes, more than this machine's memory ({limit} bytes); check the input dims")]
+    TooLarge {
+        node: String,
+        shape: String,
+        bytes: u128,
+        limit: u128,
+    },
+    /// The graph has nothing to compute.
+    #[error("the graph has no outputs")]
+    NoOutputs,
 }
 
 impl RuntimeError {
@@ -108,6 +119,10 @@ impl Session {
         if self.device != Device::Cpu {
             return Err(RuntimeError::DeviceUnavailable(self.device));
         }
+        if g.outputs.is_empty() {
+            return Err(RuntimeError::NoOutputs);
+        }
+        check_sizes(&g)?;
         let source = g.clone();
         let c = compile(g, &self.options)?;
         let exec = CpuExecutor::new(c.graph)?;
@@ -324,6 +339,51 @@ impl CompiledGraph {
             })
             .collect()
     }
+}
+
+/// Physical memory in bytes (Linux `/proc/meminfo`), else 64 GiB.
+fn memory_limit() -> u128 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|k| k.parse::<u128>().ok())
+                })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(64 << 30)
+}
+
+/// Refuse a graph with a tensor bigger than the machine's memory before anything allocates.
+fn check_sizes(g: &Graph) -> Result<(), RuntimeError> {
+    let limit = memory_limit();
+    for n in &g.nodes {
+        let bytes = n
+            .shape
+            .dims_usize()
+            .iter()
+            .fold(n.shape.dtype.size_bytes() as u128, |a, &d| {
+                a.saturating_mul(d as u128)
+            });
+        if bytes > limit {
+            return Err(RuntimeError::TooLarge {
+                node: format!(
+                    "{} {} \"{}\"",
+                    n.id,
+                    n.op.name(),
+                    rlx_ir::provenance::node_label(g, n.id)
+                ),
+                shape: n.shape.to_string(),
+                bytes,
+                limit,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn unknown_input(name: &str, decl: &[(String, Shape)]) -> RuntimeError {
