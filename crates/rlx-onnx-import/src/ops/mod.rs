@@ -19,6 +19,7 @@ mod linalg;
 mod logic;
 mod loss;
 mod math;
+mod ml;
 mod nn;
 mod norm;
 mod pool_index;
@@ -220,10 +221,16 @@ const TABLE: &[(&str, Lower)] = &[
 
 /// Translators for ops of other domains: `(domain, op type, translator)`.
 const DOMAIN_TABLE: &[(&str, &str, Lower)] = &[
-    ("ai.onnx.preview", "FlexAttention", attention::flex_attention),
+    (
+        "ai.onnx.preview",
+        "FlexAttention",
+        attention::flex_attention,
+    ),
     ("ai.onnx.preview.training", "Adagrad", training::adagrad),
     ("ai.onnx.preview.training", "Adam", training::adam),
     ("ai.onnx.preview.training", "Momentum", training::momentum),
+    ("ai.onnx.ml", "Binarizer", ml::binarizer),
+    ("ai.onnx.ml", "ArrayFeatureExtractor", ml::array_feature_extractor),
 ];
 
 /// The translator for `op_type` in a non-default `domain`, if the importer supports it.
