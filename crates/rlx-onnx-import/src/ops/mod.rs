@@ -230,7 +230,11 @@ const DOMAIN_TABLE: &[(&str, &str, Lower)] = &[
     ("ai.onnx.preview.training", "Adam", training::adam),
     ("ai.onnx.preview.training", "Momentum", training::momentum),
     ("ai.onnx.ml", "Binarizer", ml::binarizer),
-    ("ai.onnx.ml", "ArrayFeatureExtractor", ml::array_feature_extractor),
+    (
+        "ai.onnx.ml",
+        "ArrayFeatureExtractor",
+        ml::array_feature_extractor,
+    ),
 ];
 
 /// The translator for `op_type` in a non-default `domain`, if the importer supports it.
