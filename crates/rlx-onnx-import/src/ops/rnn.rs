@@ -10,25 +10,7 @@
 use crate::ctx::{Ctx, ONode, R};
 use rlx_ir::{Activation, BinaryOp, DType, NodeId, Op, Tensor, TensorData};
 
-/// `len` elements of `axis` starting at `start` (other axes whole).
-fn slice_axis(cx: &mut Ctx, x: NodeId, axis: usize, start: usize, len: usize) -> R<NodeId> {
-    let d = cx.dims(x);
-    if start == 0 && len == d[axis] {
-        return Ok(x);
-    }
-    let mut starts = vec![0; d.len()];
-    let mut sizes = d.clone();
-    starts[axis] = start;
-    sizes[axis] = len;
-    cx.add(
-        Op::Slice {
-            starts,
-            steps: vec![1; d.len()],
-            sizes,
-        },
-        vec![x],
-    )
-}
+use super::shape::slice_axis;
 
 fn transpose(cx: &mut Ctx, x: NodeId, perm: Vec<usize>) -> R<NodeId> {
     cx.add(Op::Transpose { perm }, vec![x])

@@ -104,7 +104,13 @@ pub fn concat(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 }
 
 /// A slice of `x` along one axis: elements `start..start+size`.
-fn slice_axis(cx: &mut Ctx, x: NodeId, axis: usize, start: usize, size: usize) -> R<NodeId> {
+pub(crate) fn slice_axis(
+    cx: &mut Ctx,
+    x: NodeId,
+    axis: usize,
+    start: usize,
+    size: usize,
+) -> R<NodeId> {
     let d = cx.dims(x);
     if start == 0 && size == d[axis] {
         return Ok(x);
