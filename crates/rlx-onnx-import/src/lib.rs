@@ -210,15 +210,7 @@ fn import_impl(
 
     // Nodes, in file order (ONNX requires topological order).
     for node in &graph.node {
-        let label = if !node.name.is_empty() {
-            node.name.clone()
-        } else {
-            node.output
-                .iter()
-                .find(|o| !o.is_empty())
-                .cloned()
-                .unwrap_or_else(|| format!("<unnamed {}>", node.op_type))
-        };
+        let label = onnx_node_label(node);
         let node_err = |msg: String| ImportError::Node {
             node: label.clone(),
             op_type: node.op_type.clone(),
@@ -307,6 +299,18 @@ fn import_impl(
 /// Declared and bound type of a graph input.
 /// Fold `opts.input_shapes` (and the dims of `opts.constant_inputs`) into `opts.dims`,
 /// checking them against each input's declared dims.
+/// The label RLX gives an ONNX node: its name, else its first output's name.
+pub(crate) fn onnx_node_label(node: &proto::NodeProto) -> String {
+    if !node.name.is_empty() {
+        return node.name.clone();
+    }
+    node.output
+        .iter()
+        .find(|o| !o.is_empty())
+        .cloned()
+        .unwrap_or_else(|| format!("<unnamed {}>", node.op_type))
+}
+
 fn bind_input_dims(
     inputs: &[proto::ValueInfoProto],
     init_names: &std::collections::HashSet<&str>,

@@ -57,15 +57,7 @@ fn lower_body_inner(cx: &mut Ctx, n: &ONode, g: &GraphProto, inputs: &[NodeId]) 
         cx.values.insert(t.name.clone(), id);
     }
     for node in &g.node {
-        let label = if !node.name.is_empty() {
-            node.name.clone()
-        } else {
-            node.output
-                .iter()
-                .find(|o| !o.is_empty())
-                .cloned()
-                .unwrap_or_else(|| format!("<unnamed {}>", node.op_type))
-        };
+        let label = crate::onnx_node_label(node);
         let err = |m: String| format!("in subgraph node \"{label}\" ({}): {m}", node.op_type);
         let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
         let lower = if default_domain {
