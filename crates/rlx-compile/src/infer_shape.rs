@@ -281,6 +281,18 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
             out(d, inputs[1].dtype)
         }
         Op::Cast { to, .. } => out(xd(), *to),
+        Op::BitCast { to } => {
+            let from = x().dtype;
+            if from.is_narrow() || to.is_narrow() || from.bits() != to.bits() {
+                return err(format!(
+                    "{name}: cannot reinterpret {from} ({} bits) as {to} ({} bits): \
+                     BitCast needs two non-narrow types of the same width",
+                    from.bits(),
+                    to.bits()
+                ));
+            }
+            out(xd(), *to)
+        }
         Op::MatMul => {
             same_dtype(inputs[0], inputs[1], &name)?;
             out(matmul_dims(&dims[0], &dims[1])?, x().dtype)

@@ -64,6 +64,7 @@ pub fn cpu_supports(op: &Op) -> bool {
         | Op::Binary(_)
         | Op::Select
         | Op::Cast { .. }
+        | Op::BitCast { .. }
         | Op::MatMul
         | Op::Conv(_)
         | Op::Reduce { .. }

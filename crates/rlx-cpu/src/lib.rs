@@ -64,6 +64,10 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             n(1)?;
             elementwise::cast(inputs[0], *to, *saturate, out)?
         }
+        Op::BitCast { to } => {
+            n(1)?;
+            elementwise::bitcast(inputs[0], *to)?
+        }
         Op::MatMul => {
             n(2)?;
             matmul::matmul(inputs[0], inputs[1], out)?

@@ -375,3 +375,33 @@ fn reduce_and_cumsum() {
     );
     assert_eq!(i64s(&c), vec![5, 3, 0, 11, 6, 0]);
 }
+
+#[test]
+fn bitcast_reinterprets_bits() {
+    // IEEE-754: 1.0f32 = 0x3F800000, -2.0f32 = 0xC0000000, 1.0f64 = 0x3FF0000000000000.
+    let x = f32t(&[2], &[1.0, -2.0]);
+    let y = ev(Op::BitCast { to: DType::I32 }, &[&x], &[2], DType::I32);
+    assert_eq!(
+        y.data(),
+        &TensorData::I32(vec![0x3F80_0000, 0xC000_0000u32 as i32])
+    );
+    let back = ev(Op::BitCast { to: DType::F32 }, &[&y], &[2], DType::F32);
+    assert_eq!(f32s(&back), vec![1.0, -2.0]);
+    let d = Tensor::new(vec![1], TensorData::F64(vec![1.0])).unwrap();
+    let u = ev(Op::BitCast { to: DType::U64 }, &[&d], &[1], DType::U64);
+    assert_eq!(u.data(), &TensorData::U64(vec![0x3FF0_0000_0000_0000]));
+    // u16 0xFFFF is i16 -1; i8 -1 is u8 255; bool true/false are bytes 1/0.
+    let h = Tensor::new(vec![2], TensorData::U16(vec![0xFFFF, 7])).unwrap();
+    let i = ev(Op::BitCast { to: DType::I16 }, &[&h], &[2], DType::I16);
+    assert_eq!(i.data(), &TensorData::I16(vec![-1, 7]));
+    let b = Tensor::new(vec![2], TensorData::Bool(vec![true, false])).unwrap();
+    let bu = ev(Op::BitCast { to: DType::U8 }, &[&b], &[2], DType::U8);
+    assert_eq!(bu.data(), &TensorData::U8(vec![1, 0]));
+    // Different widths are an error, not a panic.
+    let bad = eval_op(
+        &Op::BitCast { to: DType::I64 },
+        &[&x],
+        &Shape::new(&[2], DType::I64),
+    );
+    assert!(bad.is_err());
+}

@@ -373,6 +373,34 @@ fn pools() {
 }
 
 #[test]
+fn max_pool_integers() {
+    // u8 values up to 255 (no f32 round trip) and i64 beyond 2^53, pad 1, kernel 2, stride 1
+    // (the same windows as `pools`: the max of each 2x2 window over the valid taps).
+    let vals: Vec<u8> = vec![1, 200, 3, 4, 255, 6, 7, 8, 9];
+    let x = Tensor::new(vec![1, 1, 3, 3], TensorData::U8(vals)).unwrap();
+    let attrs = PoolAttrs {
+        kind: PoolKind::Max,
+        kernel: vec![2, 2],
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+    };
+    let y = ev(Op::Pool(attrs.clone()), &[&x], &[1, 1, 4, 4], DType::U8);
+    let want: Vec<u8> = vec![1, 200, 200, 3, 4, 255, 255, 6, 7, 255, 255, 9, 7, 8, 9, 9];
+    assert_eq!(y.data(), &TensorData::U8(want));
+    let big = (1i64 << 60) + 1;
+    let xi = Tensor::new(vec![1, 1, 1, 2], TensorData::I64(vec![big, big - 1])).unwrap();
+    let a1 = PoolAttrs {
+        kernel: vec![1, 2],
+        pads: vec![(0, 0), (0, 0)],
+        ..attrs
+    };
+    let yi = ev(Op::Pool(a1), &[&xi], &[1, 1, 1, 1], DType::I64);
+    assert_eq!(yi.data(), &TensorData::I64(vec![big]));
+}
+
+#[test]
 fn softmax_and_logsoftmax_from_formula() {
     let x = f32t(&[1, 3], vec![1.0, 2.0, 3.0]);
     let s: f32 = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).sum();

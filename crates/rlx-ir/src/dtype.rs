@@ -14,7 +14,7 @@ use std::fmt;
 /// ops and data movement (reshape, transpose, gather, ...) accept them. Their encodings are
 /// the ONNX ones (onnx.proto comments, `docs/Float8.md`, `docs/Float4.md` of onnx), equal to
 /// `ml_dtypes`' `float8_e4m3fn`, `float8_e4m3fnuz`, `float8_e5m2`, `float8_e5m2fnuz`,
-/// `float4_e2m1fn`, `int4`, `uint4`, `int2`, `uint2`.
+/// `float4_e2m1fn`, `float8_e8m0fnu`, `int4`, `uint4`, `int2`, `uint2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DType {
     F32,
@@ -40,6 +40,9 @@ pub enum DType {
     F8E5M2FNUZ,
     /// float4 E2M1 (no NaN, no Inf), max 6 (bias 1).
     F4E2M1,
+    /// float8 E8M0 (OCP MX scale, `ml_dtypes.float8_e8m0fnu`): exponent only, value
+    /// `2^(code - 127)`; no sign, no zero, no Inf; 0xFF is NaN; max 2^127.
+    F8E8M0,
     /// 4-bit signed integer, -8..=7.
     I4,
     /// 4-bit unsigned integer, 0..=15.
@@ -52,7 +55,7 @@ pub enum DType {
 
 impl DType {
     /// All dtypes, in declaration order.
-    pub const ALL: [DType; 22] = [
+    pub const ALL: [DType; 23] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -71,6 +74,7 @@ impl DType {
         DType::F8E5M2,
         DType::F8E5M2FNUZ,
         DType::F4E2M1,
+        DType::F8E8M0,
         DType::I4,
         DType::U4,
         DType::I2,
@@ -118,7 +122,12 @@ impl DType {
     pub fn is_narrow_float(self) -> bool {
         matches!(
             self,
-            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F4E2M1
+            DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::F8E8M0
+                | DType::F4E2M1
         )
     }
 
@@ -130,6 +139,7 @@ impl DType {
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 16,
             DType::I8 | DType::U8 | DType::Bool => 8,
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => 8,
+            DType::F8E8M0 => 8,
             DType::F4E2M1 | DType::I4 | DType::U4 => 4,
             DType::I2 | DType::U2 => 2,
         }
@@ -143,13 +153,14 @@ impl DType {
 
     /// Largest finite value of a float dtype (`None` for non-float types).
     /// F16: 65504, BF16: 3.3895314e38, F32: 3.4028235e38, F8E4M3FN: 448, F8E4M3FNUZ: 240,
-    /// F8E5M2(FNUZ): 57344, F4E2M1: 6.
+    /// F8E5M2(FNUZ): 57344, F4E2M1: 6, F8E8M0: 2^127.
     pub fn max_finite(self) -> Option<f64> {
         match self {
             DType::F16 => Some(65504.0),
             DType::BF16 => Some(half::bf16::MAX.to_f64()),
             DType::F32 => Some(f32::MAX as f64),
             DType::F64 => Some(f64::MAX),
+            DType::F8E8M0 => Some(2f64.powi(127)),
             d if d.is_narrow_float() => crate::narrow::MiniFloat::of(d).map(|m| m.max()),
             _ => None,
         }
@@ -177,6 +188,7 @@ impl DType {
             DType::F8E5M2 => "float8_e5m2",
             DType::F8E5M2FNUZ => "float8_e5m2fnuz",
             DType::F4E2M1 => "float4_e2m1fn",
+            DType::F8E8M0 => "float8_e8m0fnu",
             DType::I4 => "int4",
             DType::U4 => "uint4",
             DType::I2 => "int2",
@@ -196,7 +208,7 @@ impl DType {
 impl fmt::Display for DType {
     /// Short lower-case name: `f32`, `f16`, `bf16`, `f64`, `i64`, `i32`, `i16`, `i8`, `u8`,
     /// `u16`, `u32`, `u64`, `bool`, `f8e4m3fn`, `f8e4m3fnuz`, `f8e5m2`, `f8e5m2fnuz`,
-    /// `f4e2m1`, `i4`, `u4`, `i2`, `u2`.
+    /// `f4e2m1`, `f8e8m0`, `i4`, `u4`, `i2`, `u2`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
             DType::F32 => "f32",
@@ -217,6 +229,7 @@ impl fmt::Display for DType {
             DType::F8E5M2 => "f8e5m2",
             DType::F8E5M2FNUZ => "f8e5m2fnuz",
             DType::F4E2M1 => "f4e2m1",
+            DType::F8E8M0 => "f8e8m0",
             DType::I4 => "i4",
             DType::U4 => "u4",
             DType::I2 => "i2",

@@ -1,5 +1,5 @@
-//! Bit codes of the storage-only narrow types: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ),
-//! float4 (E2M1) and the 4- and 2-bit integers.
+//! Bit codes of the storage-only narrow types: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ,
+//! E8M0), float4 (E2M1) and the 4- and 2-bit integers.
 //!
 //! A narrow tensor holds one code per element in the low bits of a `u8`
 //! (`TensorData::Narrow`). Conversions follow ONNX `Cast` (onnx `docs/Operators.md#Cast`,
@@ -10,7 +10,12 @@
 //!   FLOAT4E2M1 has neither, so it always saturates and NaN becomes 0x8 (as `ml_dtypes`);
 //! * the FNUZ types have no negative zero (-0 → 0x00) and one NaN, 0x80;
 //! * → 4/2-bit integers truncates toward zero and wraps like C (`ml_dtypes` astype):
-//!   `9.0 → int4 -7`; NaN and ±Inf give 0.
+//!   `9.0 → int4 -7`; NaN and ±Inf give 0;
+//! * FLOAT8E8M0 (exponent only, `2^(code-127)`, 0xFF NaN) follows onnx's
+//!   `numpy_helper.to_float8e8m0`: the value is taken as float32, its sign dropped, its
+//!   biased exponent is the code, rounded by ONNX Cast's `round_mode` ([`E8M0Round`],
+//!   default `up`: any nonzero mantissa bumps the exponent); NaN and ±Inf give 0xFF; with
+//!   `saturate` a bump past 0xFE stays at 0xFE (2^127), without it it gives 0xFF.
 
 use crate::DType;
 
@@ -178,6 +183,63 @@ impl MiniFloat {
     }
 }
 
+/// Rounding of a cast to FLOAT8E8M0: ONNX Cast's `round_mode` attribute (opset 24+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum E8M0Round {
+    /// Toward +Inf in magnitude: a nonzero mantissa takes the next exponent (ONNX default).
+    #[default]
+    Up,
+    /// Toward zero: the mantissa is dropped.
+    Down,
+    /// To nearest (onnx's guard/round/sticky rule on the float32 mantissa).
+    Nearest,
+}
+
+impl E8M0Round {
+    /// Parse ONNX's `round_mode` string: `up`, `down` or `nearest`.
+    pub fn parse(s: &str) -> Option<E8M0Round> {
+        match s {
+            "up" => Some(E8M0Round::Up),
+            "down" => Some(E8M0Round::Down),
+            "nearest" => Some(E8M0Round::Nearest),
+            _ => None,
+        }
+    }
+}
+
+/// The value of FLOAT8E8M0 code `c`: `2^(c - 127)`, NaN for 0xFF.
+pub fn decode_e8m0(c: u8) -> f64 {
+    if c == 0xff {
+        f64::NAN
+    } else {
+        2f64.powi(c as i32 - 127)
+    }
+}
+
+/// The FLOAT8E8M0 code of `x` (onnx `numpy_helper.to_float8e8m0`; see the module doc).
+pub fn encode_e8m0(x: f64, saturate: bool, round: E8M0Round) -> u8 {
+    let bits = (x as f32).to_bits();
+    let e = (bits >> 23) & 0xff;
+    if e == 0xff {
+        return 0xff;
+    }
+    let bump = match round {
+        E8M0Round::Down => false,
+        E8M0Round::Up => bits & 0x7f_ffff != 0,
+        E8M0Round::Nearest => {
+            let g = bits & 0x40_0000 != 0;
+            let r = bits & 0x20_0000 != 0;
+            let st = bits & 0x1f_ffff != 0;
+            g && (r || st || e > 0)
+        }
+    };
+    if bump && !(saturate && e == 0xfe) {
+        (e + 1) as u8
+    } else {
+        e as u8
+    }
+}
+
 /// `floor(log2(v))` of a positive finite `v`, exactly (from the f64 exponent bits;
 /// f64 subnormals, far below every narrow format, report -1023).
 fn exponent(v: f64) -> i32 {
@@ -198,6 +260,9 @@ fn int_format(d: DType) -> Option<(bool, u32)> {
 /// The value of code `c` of narrow dtype `d` (sign-extended for I4/I2). Panics if `d` is
 /// not narrow.
 pub fn decode_f64(d: DType, c: u8) -> f64 {
+    if d == DType::F8E8M0 {
+        return decode_e8m0(c);
+    }
     if let Some(m) = MiniFloat::of(d) {
         return m.decode(c);
     }
@@ -229,8 +294,12 @@ pub fn encode_i64(d: DType, x: i64) -> u8 {
     }
 }
 
-/// The code of `x` in narrow dtype `d` (ONNX Cast; see the module doc).
+/// The code of `x` in narrow dtype `d` (ONNX Cast; see the module doc). FLOAT8E8M0 rounds
+/// `up` (ONNX's default `round_mode`; [`encode_e8m0`] takes the others).
 pub fn encode_f64(d: DType, x: f64, saturate: bool) -> u8 {
+    if d == DType::F8E8M0 {
+        return encode_e8m0(x, saturate, E8M0Round::Up);
+    }
     match MiniFloat::of(d) {
         Some(m) => m.encode(x, saturate),
         None => {
@@ -347,6 +416,37 @@ mod tests {
         assert_eq!(enc_ns(d, f64::NEG_INFINITY), 0xf);
         assert_eq!(enc(d, f64::NAN), 0x8);
         assert_eq!(enc(d, -0.0), 0x8);
+    }
+
+    // Expected codes from onnx 1.23's `numpy_helper.to_float8e8m0` (the Cast reference) and
+    // the suite's test_cast_e8m0_FLOAT_to_FLOAT8E8M0 case.
+    #[test]
+    fn e8m0() {
+        let d = DType::F8E8M0;
+        let xs = [0.0, 0.124, 0.25, 0.5, 1.1, 2.0, 4.0, 8.0];
+        let want = [0x00, 0x7c, 0x7d, 0x7e, 0x80, 0x80, 0x81, 0x82];
+        for (x, w) in xs.iter().zip(want) {
+            assert_eq!(enc(d, *x as f32 as f64), w, "{x}");
+        }
+        assert_eq!(decode_f64(d, 0x00), 2f64.powi(-127));
+        assert_eq!(decode_f64(d, 0x7f), 1.0);
+        assert_eq!(decode_f64(d, 0x82), 8.0);
+        assert!(decode_f64(d, 0xff).is_nan());
+        assert_eq!(enc(d, f64::NAN), 0xff);
+        assert_eq!(enc(d, f64::NEG_INFINITY), 0xff);
+        assert_eq!(enc(d, -2.0), 0x80); // sign dropped
+                                        // 1.5 = 1.1b * 2^0: up → 2, down → 1, nearest (guard bit set, lsb 1) → 2;
+                                        // 1.25: nearest → 1 (guard bit clear).
+        let r = |x: f64, m| encode_e8m0(x, true, m);
+        assert_eq!(r(1.5, E8M0Round::Up), 0x80);
+        assert_eq!(r(1.5, E8M0Round::Down), 0x7f);
+        assert_eq!(r(1.5, E8M0Round::Nearest), 0x80);
+        assert_eq!(r(1.25, E8M0Round::Nearest), 0x7f);
+        // Bumping past 2^127: saturate keeps 0xFE, otherwise NaN.
+        let big = f32::MAX as f64;
+        assert_eq!(encode_e8m0(big, true, E8M0Round::Up), 0xfe);
+        assert_eq!(encode_e8m0(big, false, E8M0Round::Up), 0xff);
+        assert_eq!(DType::F8E8M0.max_finite(), Some(2f64.powi(127)));
     }
 
     #[test]

@@ -247,6 +247,10 @@ pub enum Op {
         #[serde(default = "serde_true")]
         saturate: bool,
     },
+    /// ONNX BitCast (opset 26) / `lax.bitcast_convert_type`: reinterpret each element's bits
+    /// as `to`, which must have the same bit width as the input (Bool counts as 8 bits;
+    /// narrow types are refused). Little-endian, shape unchanged. inputs: [x]
+    BitCast { to: DType },
 
     // ---- linear algebra ----
     /// ONNX MatMul (`np.matmul`): batch dims broadcast, 1-D operands promoted. inputs: [a, b]
@@ -388,6 +392,7 @@ impl Op {
             Op::Binary(b) => format!("{b:?}"),
             Op::Select => "Select".into(),
             Op::Cast { .. } => "Cast".into(),
+            Op::BitCast { .. } => "BitCast".into(),
             Op::MatMul => "MatMul".into(),
             Op::Conv(_) => "Conv".into(),
             Op::Reduce { kind, .. } => format!("Reduce{kind:?}"),

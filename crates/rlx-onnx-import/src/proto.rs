@@ -196,6 +196,7 @@ pub mod data_type {
     pub const UINT4: i32 = 21;
     pub const INT4: i32 = 22;
     pub const FLOAT4E2M1: i32 = 23;
+    pub const FLOAT8E8M0: i32 = 24;
     pub const UINT2: i32 = 25;
     pub const INT2: i32 = 26;
 }

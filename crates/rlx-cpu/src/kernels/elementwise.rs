@@ -393,3 +393,54 @@ pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool, out: &Shape) -> KResul
     check_out("Cast", data.dtype(), out)?;
     make(x.dims().to_vec(), data)
 }
+
+/// `Op::BitCast` (ONNX BitCast, opset 26): each element's little-endian bytes read back as
+/// `to`, which must have the same width (Bool is one byte: 0 → false, anything else → true,
+/// and false/true write 0/1). Narrow types are refused.
+pub(crate) fn bitcast(x: &Tensor, to: DType) -> KResult<Tensor> {
+    use TensorData as D;
+    let from = x.dtype();
+    if from.is_narrow() || to.is_narrow() || from.bits() != to.bits() {
+        return invalid(format!(
+            "BitCast: cannot reinterpret {from} ({} bits) as {to} ({} bits)",
+            from.bits(),
+            to.bits()
+        ));
+    }
+    macro_rules! bytes {
+        ($($var:ident),*) => {
+            match x.data() {
+                $(D::$var(v) => v.iter().flat_map(|e| e.to_le_bytes()).collect::<Vec<u8>>(),)*
+                D::F16(v) => v.iter().flat_map(|e| e.to_bits().to_le_bytes()).collect(),
+                D::BF16(v) => v.iter().flat_map(|e| e.to_bits().to_le_bytes()).collect(),
+                D::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+                D::Narrow { .. } => return invalid("BitCast: narrow types are not supported"),
+            }
+        };
+    }
+    let b = bytes!(F32, F64, I64, I32, I16, I8, U8, U16, U32, U64);
+    macro_rules! chunks {
+        ($n:expr, $f:expr) => {
+            b.chunks_exact($n)
+                .map(|c| $f(c.try_into().expect("chunk of the element size")))
+                .collect()
+        };
+    }
+    let data = match to {
+        DType::F32 => D::F32(chunks!(4, f32::from_le_bytes)),
+        DType::F64 => D::F64(chunks!(8, f64::from_le_bytes)),
+        DType::I64 => D::I64(chunks!(8, i64::from_le_bytes)),
+        DType::U64 => D::U64(chunks!(8, u64::from_le_bytes)),
+        DType::I32 => D::I32(chunks!(4, i32::from_le_bytes)),
+        DType::U32 => D::U32(chunks!(4, u32::from_le_bytes)),
+        DType::I16 => D::I16(chunks!(2, i16::from_le_bytes)),
+        DType::U16 => D::U16(chunks!(2, u16::from_le_bytes)),
+        DType::F16 => D::F16(chunks!(2, |c| f16::from_bits(u16::from_le_bytes(c)))),
+        DType::BF16 => D::BF16(chunks!(2, |c| bf16::from_bits(u16::from_le_bytes(c)))),
+        DType::I8 => D::I8(b.iter().map(|&v| v as i8).collect()),
+        DType::U8 => D::U8(b),
+        DType::Bool => D::Bool(b.iter().map(|&v| v != 0).collect()),
+        d => return invalid(format!("BitCast: cannot produce {d}")),
+    };
+    make(x.dims().to_vec(), data)
+}

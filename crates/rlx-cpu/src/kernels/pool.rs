@@ -5,10 +5,11 @@
 //! the input is *padding*; anything further (ONNX `ceil_mode` windows) is never counted.
 //! Max ignores padding and propagates NaN; Avg divides by the valid count, or by
 //! valid + padding with `count_include_pad`; Lp is `(Σ|x|^p)^(1/p)` over valid positions.
+//! MaxPool also takes the integer types (ONNX opset 12+: int8, uint8), computed exactly.
 
 use super::{fill_chunks, invalid, make, map_float, out_dims, KResult};
 use num_traits::Float;
-use rlx_ir::{PoolAttrs, PoolKind, Shape, Tensor};
+use rlx_ir::{PoolAttrs, PoolKind, Shape, Tensor, TensorData};
 
 #[derive(Clone, Copy)]
 enum Tap {
@@ -17,116 +18,171 @@ enum Tap {
     Outside,
 }
 
-fn pool_impl<T: Float + Send + Sync>(
+/// The windows of one pooling: per-axis tap status and the strides to walk them.
+struct Windows {
+    /// taps[i][o] = per-tap status on axis i for output index o
+    taps: Vec<Vec<Vec<Tap>>>,
+    kst: Vec<usize>,
+    sst: Vec<usize>,
+    ktot: usize,
+    osp: Vec<usize>,
+}
+
+impl Windows {
+    fn new(sp: &[usize], osp: &[usize], a: &PoolAttrs) -> Windows {
+        let nd = sp.len();
+        let taps = (0..nd)
+            .map(|i| {
+                (0..osp[i])
+                    .map(|o| {
+                        (0..a.kernel[i])
+                            .map(|t| {
+                                let pos = (o * a.strides[i] + t * a.dilations[i]) as isize
+                                    - a.pads[i].0 as isize;
+                                if pos >= 0 && (pos as usize) < sp[i] {
+                                    Tap::Valid(pos as usize)
+                                } else if pos >= -(a.pads[i].0 as isize)
+                                    && pos < (sp[i] + a.pads[i].1) as isize
+                                {
+                                    Tap::Pad
+                                } else {
+                                    Tap::Outside
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        Windows {
+            taps,
+            kst: rlx_ir::strides_of(&a.kernel),
+            sst: rlx_ir::strides_of(sp),
+            ktot: a.kernel.iter().product(),
+            osp: osp.to_vec(),
+        }
+    }
+
+    /// The in-plane offsets of output `q`'s valid taps (into `valid`, cleared first);
+    /// returns the number of valid + padding taps.
+    fn gather(&self, q: usize, oidx: &mut [usize], valid: &mut Vec<usize>) -> usize {
+        let nd = self.osp.len();
+        let mut rem = q;
+        for i in (0..nd).rev() {
+            oidx[i] = rem % self.osp[i];
+            rem /= self.osp[i];
+        }
+        valid.clear();
+        let mut counted = 0usize;
+        for k in 0..self.ktot {
+            let mut off = 0usize;
+            let mut status = 0u8; // 0 valid, 1 pad, 2 outside
+            let mut kr = k;
+            for i in 0..nd {
+                let t = kr / self.kst[i];
+                kr %= self.kst[i];
+                match self.taps[i][oidx[i]][t] {
+                    Tap::Valid(pos) => off += pos * self.sst[i],
+                    Tap::Pad => status = status.max(1),
+                    Tap::Outside => status = 2,
+                }
+            }
+            if status == 2 {
+                continue;
+            }
+            counted += 1;
+            if status == 0 {
+                valid.push(off);
+            }
+        }
+        counted
+    }
+
+    /// Fill `planes` output planes, `f(src plane, valid offsets, counted)` per output.
+    fn run<T: Copy + Send + Sync, U: Copy + Send + Default>(
+        &self,
+        v: &[T],
+        plane: usize,
+        planes: usize,
+        f: impl Fn(&[T], &[usize], usize) -> U + Sync + Send,
+    ) -> Vec<U> {
+        let p: usize = self.osp.iter().product();
+        let mut out = vec![U::default(); planes * p];
+        fill_chunks(&mut out, p.max(1), |pl, dst| {
+            if p == 0 {
+                return;
+            }
+            let src = &v[pl * plane..(pl + 1) * plane];
+            let mut oidx = vec![0usize; self.osp.len()];
+            let mut valid = Vec::with_capacity(self.ktot);
+            for (q, d) in dst.iter_mut().enumerate() {
+                let counted = self.gather(q, &mut oidx, &mut valid);
+                *d = f(src, &valid, counted);
+            }
+        });
+        out
+    }
+}
+
+fn pool_impl<T: Float + Send + Sync + Default>(
     v: &[T],
     sp: &[usize],
     osp: &[usize],
     a: &PoolAttrs,
     planes: usize,
 ) -> Vec<T> {
-    let nd = sp.len();
+    let w = Windows::new(sp, osp, a);
     let plane: usize = sp.iter().product();
-    let p: usize = osp.iter().product();
-    let sst = rlx_ir::strides_of(sp);
-    // taps[i][o] = per-tap status on axis i for output index o
-    let taps: Vec<Vec<Vec<Tap>>> = (0..nd)
-        .map(|i| {
-            (0..osp[i])
-                .map(|o| {
-                    (0..a.kernel[i])
-                        .map(|t| {
-                            let pos = (o * a.strides[i] + t * a.dilations[i]) as isize
-                                - a.pads[i].0 as isize;
-                            if pos >= 0 && (pos as usize) < sp[i] {
-                                Tap::Valid(pos as usize)
-                            } else if pos >= -(a.pads[i].0 as isize)
-                                && pos < (sp[i] + a.pads[i].1) as isize
-                            {
-                                Tap::Pad
-                            } else {
-                                Tap::Outside
-                            }
-                        })
-                        .collect()
-                })
-                .collect()
-        })
-        .collect();
-    let ktot: usize = a.kernel.iter().product();
-    let kst = rlx_ir::strides_of(&a.kernel);
-    let mut out = vec![T::zero(); planes * p];
-    fill_chunks(&mut out, p.max(1), |pl, dst| {
-        if p == 0 {
-            return;
-        }
-        let src = &v[pl * plane..(pl + 1) * plane];
-        let mut oidx = vec![0usize; nd];
-        for (q, d) in dst.iter_mut().enumerate() {
-            let mut rem = q;
-            for i in (0..nd).rev() {
-                oidx[i] = rem % osp[i];
-                rem /= osp[i];
-            }
-            let mut acc = match a.kind {
-                PoolKind::Max => T::neg_infinity(),
-                _ => T::zero(),
-            };
-            let mut nan = false;
-            let mut valid = 0usize;
-            let mut counted = 0usize;
-            for k in 0..ktot {
-                let mut off = 0usize;
-                let mut status = 0u8; // 0 valid, 1 pad, 2 outside
-                let mut kr = k;
-                for i in 0..nd {
-                    let t = kr / kst[i];
-                    kr %= kst[i];
-                    match taps[i][oidx[i]][t] {
-                        Tap::Valid(pos) => off += pos * sst[i],
-                        Tap::Pad => status = status.max(1),
-                        Tap::Outside => status = 2,
-                    }
-                }
-                if status == 2 {
-                    continue;
-                }
-                counted += 1;
-                if status == 1 {
-                    continue;
-                }
-                valid += 1;
+    w.run(v, plane, planes, |src, valid, counted| match a.kind {
+        PoolKind::Max => {
+            let mut acc = T::neg_infinity();
+            for &off in valid {
                 let x = src[off];
-                match a.kind {
-                    PoolKind::Max => {
-                        if x.is_nan() {
-                            nan = true;
-                        } else if x > acc {
-                            acc = x;
-                        }
-                    }
-                    PoolKind::Avg { .. } => acc = acc + x,
-                    PoolKind::Lp { p } => {
-                        acc = acc + x.abs().powf(T::from(p).unwrap_or_else(T::nan))
-                    }
+                if x.is_nan() {
+                    return T::nan();
+                }
+                if x > acc {
+                    acc = x;
                 }
             }
-            *d = match a.kind {
-                PoolKind::Max => {
-                    if nan {
-                        T::nan()
-                    } else {
-                        acc
-                    }
-                }
-                PoolKind::Avg { count_include_pad } => {
-                    let n = if count_include_pad { counted } else { valid };
-                    acc / T::from(n).unwrap_or_else(T::zero)
-                }
-                PoolKind::Lp { p } => acc.powf(T::one() / T::from(p).unwrap_or_else(T::nan)),
-            };
+            acc
         }
-    });
-    out
+        PoolKind::Avg { count_include_pad } => {
+            let acc = valid.iter().fold(T::zero(), |acc, &off| acc + src[off]);
+            let n = if count_include_pad {
+                counted
+            } else {
+                valid.len()
+            };
+            acc / T::from(n).unwrap_or_else(T::zero)
+        }
+        PoolKind::Lp { p } => {
+            let pf = T::from(p).unwrap_or_else(T::nan);
+            let acc = valid
+                .iter()
+                .fold(T::zero(), |acc, &off| acc + src[off].abs().powf(pf));
+            acc.powf(T::one() / pf)
+        }
+    })
+}
+
+/// Max pooling of an integer type: the largest valid tap, `lowest` for a window with none.
+fn max_pool_ord<T: Copy + PartialOrd + Send + Sync + Default>(
+    v: &[T],
+    sp: &[usize],
+    osp: &[usize],
+    a: &PoolAttrs,
+    planes: usize,
+    lowest: T,
+) -> Vec<T> {
+    let w = Windows::new(sp, osp, a);
+    let plane: usize = sp.iter().product();
+    w.run(v, plane, planes, |src, valid, _| {
+        valid
+            .iter()
+            .map(|&off| src[off])
+            .fold(lowest, |m, x| if x > m { x } else { m })
+    })
 }
 
 /// `Op::Pool`: x [N, C, *sp] → the node's [N, C, *osp].
@@ -159,6 +215,20 @@ pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
     let sp = &d[2..];
     let osp = &od[2..];
     let planes = d[0] * d[1];
+    if a.kind == PoolKind::Max && x.dtype().is_int() && !x.dtype().is_narrow() {
+        macro_rules! int_max {
+            ($($var:ident $t:ty),*) => {
+                match x.data() {
+                    $(TensorData::$var(v) => {
+                        TensorData::$var(max_pool_ord(v, sp, osp, &a, planes, <$t>::MIN))
+                    })*
+                    other => return invalid(format!("MaxPool: unsupported dtype {}", other.dtype())),
+                }
+            };
+        }
+        let data = int_max!(I64 i64, I32 i32, I16 i16, I8 i8, U8 u8, U16 u16, U32 u32, U64 u64);
+        return make(od.clone(), data);
+    }
     let data = map_float!(x.data(), "pool", v => pool_impl(v, sp, osp, &a, planes));
     make(od.clone(), data)
 }

@@ -178,6 +178,7 @@ const TABLE: &[(&str, Lower)] = &[
     ("Identity", shape::identity),
     ("Cast", shape::cast),
     ("CastLike", shape::cast_like),
+    ("BitCast", shape::bitcast),
     ("Reshape", shape::reshape),
     ("Transpose", shape::transpose),
     ("Concat", shape::concat),

@@ -12,14 +12,39 @@ pub fn identity(_cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 }
 
 /// ONNX Cast (`to` is a `TensorProto.DataType`; `saturate`, default 1, only changes casts
-/// to float8). A cast to the same type is an alias.
+/// to float8). A cast to the same type is an alias. `round_mode` (opset 24+, casts to
+/// FLOAT8E8M0 only): only the default `up` is supported; `down`/`nearest` are an error.
 pub fn cast(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let to = n.i("to", 0)? as i32;
     let to =
         dtype_of(to).ok_or_else(|| format!("cast to {} is not supported", onnx_type_name(to)))?;
     let saturate = n.i("saturate", 1)? != 0;
+    check_round_mode(n, to)?;
     Ok(vec![cx.cast_sat(x, to, saturate)?])
+}
+
+/// Cast's `round_mode` for a FLOAT8E8M0 target: RLX's Cast rounds `up` (the default).
+fn check_round_mode(n: &ONode, to: DType) -> R<()> {
+    let mode = n.s("round_mode", "up")?;
+    if to == DType::F8E8M0 && mode != "up" {
+        return Err(format!(
+            "Cast to FLOAT8E8M0 with round_mode \"{mode}\" is not supported (only \"up\")"
+        ));
+    }
+    Ok(())
+}
+
+/// ONNX BitCast (opset 26): reinterpret the bits of each element as `to` (same width).
+pub fn bitcast(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let x = n.inp(0)?;
+    let to = n.i("to", 0)? as i32;
+    let to = dtype_of(to)
+        .ok_or_else(|| format!("BitCast to {} is not supported", onnx_type_name(to)))?;
+    if cx.dtype(x) == to {
+        return Ok(vec![x]);
+    }
+    Ok(vec![cx.add(Op::BitCast { to }, vec![x])?])
 }
 
 /// ONNX CastLike: cast input 0 to the element type of input 1 (`saturate` as in Cast).
@@ -27,6 +52,7 @@ pub fn cast_like(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (x, like) = (n.inp(0)?, n.inp(1)?);
     let to = cx.dtype(like);
     let saturate = n.i("saturate", 1)? != 0;
+    check_round_mode(n, to)?;
     Ok(vec![cx.cast_sat(x, to, saturate)?])
 }
 
