@@ -30,6 +30,7 @@ mod rnn;
 mod shape;
 mod signal;
 mod ssm;
+mod text;
 mod training;
 
 /// A translator: lowers one ONNX node, returning its outputs in order.
@@ -179,6 +180,9 @@ const TABLE: &[(&str, Lower)] = &[
     ("Cast", shape::cast),
     ("CastLike", shape::cast_like),
     ("BitCast", shape::bitcast),
+    ("TfIdfVectorizer", text::tfidf_vectorizer),
+    ("MelWeightMatrix", signal::mel_weight_matrix),
+    ("MaxUnpool", pool_index::max_unpool),
     ("Reshape", shape::reshape),
     ("Transpose", shape::transpose),
     ("Concat", shape::concat),

@@ -126,3 +126,93 @@ pub(crate) fn max_pool_indices(
     out.extend_from_slice(&od);
     cx.reshape(idx, out)
 }
+
+/// ONNX MaxUnpool (opset 11+; onnx reference `op_max_unpool.py`): scatter `X` into zeros of
+/// the inferred shape `[N, C, (in - 1) * stride - pad_begin - pad_end + kernel, ...]` at the
+/// flat positions `I` (MaxPool's `Indices`), then zero-pad at the end of each axis up to
+/// `output_shape` (input 2, known at import time) when given. Lowered to Broadcast zeros,
+/// ScatterElements on the flattened tensor, Reshape and Pad. An index out of range is a run
+/// time error of the ScatterElements.
+pub fn max_unpool(cx: &mut Ctx, n: &crate::ctx::ONode) -> R<Vec<NodeId>> {
+    let (x, idx) = (n.inp(0)?, n.inp(1)?);
+    let xd = cx.dims(x);
+    if xd.len() < 3 {
+        return Err(format!("X must have rank >= 3, got {xd:?}"));
+    }
+    let nd = xd.len() - 2;
+    let kernel = crate::ctx::to_usizes(
+        &n.ints("kernel_shape")?
+            .ok_or("attribute kernel_shape is required")?,
+        "kernel_shape",
+    )?;
+    let strides = match n.ints("strides")? {
+        Some(s) => crate::ctx::to_usizes(&s, "strides")?,
+        None => vec![1; nd],
+    };
+    let pads = match n.ints("pads")? {
+        Some(p) => crate::ctx::to_usizes(&p, "pads")?,
+        None => vec![0; 2 * nd],
+    };
+    if kernel.len() != nd || strides.len() != nd || pads.len() != 2 * nd {
+        return Err(format!(
+            "kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?} do not fit {nd} spatial dims"
+        ));
+    }
+    let mut inferred = xd[..2].to_vec();
+    for i in 0..nd {
+        let v = ((xd[i + 2].max(1) - 1) * strides[i] + kernel[i]) as i64
+            - (pads[i] + pads[nd + i]) as i64;
+        if v < 0 {
+            return Err(format!("inferred output dim {i} is negative ({v})"));
+        }
+        inferred.push(v as usize);
+    }
+    let total: usize = inferred.iter().product();
+    let numel: usize = xd.iter().product();
+    if cx.dims(idx).iter().product::<usize>() != numel {
+        return Err(format!(
+            "I {:?} must have as many elements as X {xd:?}",
+            cx.dims(idx)
+        ));
+    }
+    let dt = cx.dtype(x);
+    let zero = cx.scalar(dt, 0.0);
+    let zeros = cx.add(Op::Broadcast { dims: vec![total] }, vec![zero])?;
+    let flat_x = cx.reshape(x, vec![numel])?;
+    let flat_i = cx.reshape(idx, vec![numel])?;
+    let flat_i = cx.cast(flat_i, rlx_ir::DType::I64)?;
+    let y = cx.add(
+        Op::ScatterElements {
+            axis: 0,
+            reduction: rlx_ir::ScatterReduction::None,
+        },
+        vec![zeros, flat_i, flat_x],
+    )?;
+    let y = cx.reshape(y, inferred.clone())?;
+    let Some(os) = n.opt(2) else {
+        return Ok(vec![y]);
+    };
+    let want = cx.const_i64s(os, "output_shape")?;
+    let want = crate::ctx::to_usizes(&want, "output_shape")?;
+    if want.len() != inferred.len() || want.iter().zip(&inferred).any(|(w, i)| w < i) {
+        return Err(format!(
+            "output_shape {want:?} must have rank {} and be at least the inferred {inferred:?}",
+            inferred.len()
+        ));
+    }
+    if want == inferred {
+        return Ok(vec![y]);
+    }
+    let pads = want
+        .iter()
+        .zip(&inferred)
+        .map(|(w, i)| (0, w - i))
+        .collect();
+    Ok(vec![cx.add(
+        Op::Pad {
+            pads,
+            mode: PadMode::Constant(0.0),
+        },
+        vec![y],
+    )?])
+}

@@ -289,3 +289,81 @@ pub fn stft(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let onesided = n.i("onesided", 1)? != 0;
     Ok(vec![dft_core(cx, fr, 2, fl, false, onesided)?])
 }
+
+/// ONNX MelWeightMatrix (opset 17), folded to a constant `[dft_length/2 + 1, num_mel_bins]`
+/// (all five inputs must be known at import time). Triangular filters between mel-spaced
+/// edges, as onnx's reference (`op_mel_weight_matrix.py`): the edge mels are computed in
+/// float32 like the reference, the bin indices `floor((dft_length + 1) * hz / sample_rate)`.
+pub fn mel_weight_matrix(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
+    let scalar_i = |cx: &Ctx, i: usize, what: &str| -> R<i64> {
+        match cx.const_i64s(n.inp(i)?, what)?[..] {
+            [v] => Ok(v),
+            _ => Err(format!("{what} must hold one value")),
+        }
+    };
+    let scalar_f = |cx: &Ctx, i: usize, what: &str| -> R<f64> {
+        match cx.const_f64s(n.inp(i)?, what)?[..] {
+            [v] => Ok(v),
+            _ => Err(format!("{what} must hold one value")),
+        }
+    };
+    let mels = scalar_i(cx, 0, "num_mel_bins")?;
+    let dft = scalar_i(cx, 1, "dft_length")?;
+    let rate = scalar_i(cx, 2, "sample_rate")?;
+    let lo = scalar_f(cx, 3, "lower_edge_hertz")? as f32;
+    let hi = scalar_f(cx, 4, "upper_edge_hertz")? as f32;
+    if !(1..=1 << 16).contains(&mels) || !(1..=1 << 24).contains(&dft) || rate <= 0 {
+        return Err(format!(
+            "num_mel_bins {mels}, dft_length {dft} or sample_rate {rate} out of range"
+        ));
+    }
+    let dt = match n.i("output_datatype", 1)? {
+        1 => DType::F32,
+        t => dtype_of(t as i32).ok_or_else(|| {
+            format!(
+                "output_datatype {} is not supported",
+                onnx_type_name(t as i32)
+            )
+        })?,
+    };
+    let (m, bins) = (mels as usize, (dft / 2 + 1) as usize);
+    let ln10 = std::f32::consts::LN_10;
+    let lo_mel = 2595.0 * (lo / 700.0).ln_1p() / ln10;
+    let hi_mel = 2595.0 * (hi / 700.0).ln_1p() / ln10;
+    let step = (hi_mel - lo_mel) / (m + 2) as f32;
+    let edges: Vec<i64> = (0..m + 2)
+        .map(|k| {
+            let mel = k as f64 * step as f64 + lo_mel as f64;
+            let hz = 700.0 * (mel / 2595.0 * std::f64::consts::LN_10).exp_m1();
+            ((dft + 1) as f64 * hz / rate as f64).floor() as i64
+        })
+        .collect();
+    let mut out = vec![0f64; bins * m];
+    let mut set = |j: i64, i: usize, v: f64| -> R<()> {
+        if j < 0 || j as usize >= bins {
+            return Err(format!(
+                "mel filter {i} reaches spectrogram bin {j}, outside 0..{bins}"
+            ));
+        }
+        out[j as usize * m + i] = v;
+        Ok(())
+    };
+    for i in 0..m {
+        let (l, c, h) = (edges[i], edges[i + 1], edges[i + 2]);
+        if c == l {
+            set(c, i, 1.0)?;
+        } else {
+            for j in l..=c {
+                set(j, i, (j - l) as f64 / (c - l) as f64)?;
+            }
+        }
+        if h > c {
+            for j in c..h {
+                set(j, i, (h - j) as f64 / (h - c) as f64)?;
+            }
+        }
+    }
+    let t =
+        Tensor::new(vec![bins, m], TensorData::from_f64(dt, &out)).map_err(|e| e.to_string())?;
+    Ok(vec![cx.constant(t)])
+}
