@@ -90,22 +90,43 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
 }
 
 fn write_vec<T: npyz::AutoSerialize + Copy>(path: &Path, dims: &[u64], v: &[T]) -> Result<()> {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        bail!(
-            "{}: is a symbolic link; refusing to write through it",
-            path.display()
-        );
+    write_replacing(path, |f| {
+        let mut w = npyz::WriteOptions::new()
+            .default_dtype()
+            .shape(dims)
+            .writer(std::io::BufWriter::new(f))
+            .begin_nd()?;
+        w.extend(v.iter().copied())?;
+        w.finish()?;
+        Ok(())
+    })
+}
+
+/// Write `path` by writing a new file beside it and renaming it into place, so whatever was
+/// at `path` (a symlink, a hard link to another file, a FIFO) is replaced, never written
+/// through, and a reader never sees a half-written file.
+pub fn write_replacing(path: &Path, write: impl FnOnce(std::fs::File) -> Result<()>) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.rlx-tmp-{}", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    let r = write(f).and_then(|()| {
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    });
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    let f =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(dims)
-        .writer(std::io::BufWriter::new(f))
-        .begin_nd()?;
-    w.extend(v.iter().copied())?;
-    w.finish()?;
-    Ok(())
+    r
 }
 
 /// Write `t` as a C-order `.npy` file loadable with `np.load`. BF16, float8 and int4 types

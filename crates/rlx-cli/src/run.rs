@@ -183,7 +183,8 @@ pub fn generate_input(name: &str, shape: &Shape, seed: u64) -> Tensor {
     Tensor::new(dims, data).expect("element count matches dims")
 }
 
-/// Output names made safe for file names: characters outside `[A-Za-z0-9._-]` become `_`.
+/// Output names made safe for file names: characters outside `[A-Za-z0-9._-]` become `_`;
+/// names longer than 200 bytes keep 180 and gain a hash of the full name.
 pub fn sanitize(name: &str) -> String {
     let s: String = name
         .chars()
@@ -195,8 +196,17 @@ pub fn sanitize(name: &str) -> String {
             }
         })
         .collect();
-    if s.is_empty() || s == "." || s == ".." {
+    let s = if s.is_empty() || s == "." || s == ".." {
         format!("output{s}")
+    } else {
+        s
+    };
+    // File names are limited to 255 bytes: keep a prefix and a hash of the whole name.
+    if s.len() > 200 {
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        format!("{}_{h:016x}", &s[..180])
     } else {
         s
     }
@@ -227,7 +237,13 @@ pub fn summarize(t: &Tensor) -> String {
             format!("{x}")
         }
     };
-    let first: Vec<String> = (0..n.min(4)).map(|i| fmt(t.data().get_f64(i))).collect();
+    // Integers print exactly (through i64/u64, not f64).
+    let elem = |i: usize| match t.data() {
+        rlx_ir::TensorData::U64(v) => v[i].to_string(),
+        d if !float => d.get_i64(i).to_string(),
+        d => fmt(d.get_f64(i)),
+    };
+    let first: Vec<String> = (0..n.min(4)).map(elem).collect();
     let mut s = if k > 0 {
         format!("min={} max={} mean={:.6}", fmt(lo), fmt(hi), sum / k as f64)
     } else {
@@ -394,8 +410,11 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
             "absorbed_inf_summary": s.nan_summary(),
             "aborted": result.as_ref().err().and_then(|e| e.as_nan_abort()).is_some(),
         });
-        std::fs::write(p, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        crate::npy::write_replacing(p, |mut f| {
+            use std::io::Write;
+            f.write_all(serde_json::to_string_pretty(&json)?.as_bytes())?;
+            Ok(())
+        })?;
     }
     let outs = match result {
         Ok(o) => o,

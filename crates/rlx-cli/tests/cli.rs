@@ -187,7 +187,7 @@ fn hostile_files_and_dims_give_clean_errors() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("requested batch=5"), "{err}");
-    // Never write through a symlink planted in the output dir.
+    // Never write through a symlink planted in the output dir: the link is replaced.
     let od = dir.join("out");
     std::fs::create_dir_all(&od).unwrap();
     let victim = dir.join("victim.txt");
@@ -198,7 +198,22 @@ fn hostile_files_and_dims_give_clean_errors() {
         &["examples/healthy_mlp", "-q", "-o", od.to_str().unwrap()],
         None,
     );
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    let m = std::fs::symlink_metadata(od.join("probs.npy")).unwrap();
+    assert!(
+        m.file_type().is_file(),
+        "the link itself was replaced by the output"
+    );
+    assert!(rlx_cli::npy::read_npy(&od.join("probs.npy")).is_ok());
+    // A hard link to another file is replaced too, not written through.
+    std::fs::remove_file(od.join("probs.npy")).unwrap();
+    std::fs::hard_link(&victim, od.join("probs.npy")).unwrap();
+    let (code, _, err) = rlx_run(
+        &["examples/healthy_mlp", "-q", "-o", od.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -108,6 +108,9 @@ pub fn read_tensor_proto(bytes: &[u8]) -> Result<(String, Tensor), ImportError> 
     Ok((t.name, tensor))
 }
 
+/// The newest default-domain (ai.onnx) opset RLX knows: onnx 1.23's.
+pub const MAX_OPSET: i64 = 28;
+
 fn import_impl(
     bytes: &[u8],
     file: &str,
@@ -141,6 +144,11 @@ fn import_impl(
             )))
         }
     };
+    if opset > MAX_OPSET {
+        return Err(ImportError::Model(format!(
+            "{file}: default-domain opset {opset} is newer than RLX knows (up to {MAX_OPSET}, onnx 1.23)"
+        )));
+    }
     let other_opsets: HashMap<&str, i64> = model
         .opset_import
         .iter()

@@ -274,6 +274,13 @@ fn read_external(
             canon.display()
         ));
     }
+    // Opening a FIFO would block: only regular files.
+    if !std::fs::metadata(&canon).is_ok_and(|m| m.is_file()) {
+        return Err(format!(
+            "external data file {}: not a regular file",
+            path.display()
+        ));
+    }
     let mut f = std::fs::File::open(&canon)
         .map_err(|e| format!("external data file {}: {e}", path.display()))?;
     let size = f

@@ -58,7 +58,7 @@ pub enum RuntimeError {
     #[error("{0}")]
     Input(String),
     /// A node's output would not fit in this machine's memory (bogus dims, a huge `--dim`).
-    #[error("{node}: its output {shape} needs {bytes} bytes, more than this machine's memory ({limit} bytes); check the input dims")]
+    #[error("{node}: its output {shape} needs {bytes} bytes, more than the memory this process may use ({limit} bytes); check the input dims")]
     TooLarge {
         node: String,
         shape: String,
@@ -341,21 +341,45 @@ impl CompiledGraph {
     }
 }
 
-/// Physical memory in bytes (Linux `/proc/meminfo`), else 64 GiB.
+/// The memory this process may use, in bytes: the smallest of physical memory
+/// (`/proc/meminfo` MemTotal), the cgroup limit (`/sys/fs/cgroup/memory.max`) and the
+/// address-space rlimit (`ulimit -v`, from `/proc/self/limits`); 64 GiB where none is known.
 fn memory_limit() -> u128 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|k| k.parse::<u128>().ok())
-                })
-        })
-        .map(|kib| kib * 1024)
-        .unwrap_or(64 << 30)
+    let mut limit: Option<u128> = None;
+    let mut take = |v: Option<u128>| {
+        if let Some(v) = v {
+            limit = Some(limit.map_or(v, |l| l.min(v)));
+        }
+    };
+    take(std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|k| k.parse::<u128>().ok())
+            })
+            .map(|kib| kib * 1024)
+    }));
+    take(
+        std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+            .ok()
+            .and_then(|s| s.trim().parse::<u128>().ok()),
+    );
+    take(
+        std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find(|l| l.starts_with("Max address space"))
+                    .and_then(|l| {
+                        l.split_whitespace()
+                            .nth(3)
+                            .and_then(|v| v.parse::<u128>().ok())
+                    })
+            }),
+    );
+    limit.unwrap_or(64 << 30)
 }
 
 /// Refuse a graph with a tensor bigger than the machine's memory before anything allocates.

@@ -70,11 +70,15 @@ fn map_bases<O: Send>(
 
 fn reduce_float<T: Float + Send + Sync>(v: &[T], p: &Plan, kind: ReduceKind) -> Vec<T> {
     let offs = &p.offs;
-    let n = T::from(offs.len()).unwrap_or_else(T::nan);
+    let n = offs.len() as f64;
+    // Sum, Mean and Prod accumulate in f64 whatever the dtype, then round once: a running
+    // f32 sum stops growing at 2^24 and drifts by ~1% over a million terms.
+    let wide = |x: T| x.to_f64().unwrap_or(f64::NAN);
+    let narrow = |x: f64| T::from(x).unwrap_or_else(T::nan);
     map_bases(&p.bases, v.len(), |b| match kind {
-        ReduceKind::Sum => offs.iter().fold(T::zero(), |a, &o| a + v[b + o]),
-        ReduceKind::Mean => offs.iter().fold(T::zero(), |a, &o| a + v[b + o]) / n,
-        ReduceKind::Prod => offs.iter().fold(T::one(), |a, &o| a * v[b + o]),
+        ReduceKind::Sum => narrow(offs.iter().fold(0.0, |a, &o| a + wide(v[b + o]))),
+        ReduceKind::Mean => narrow(offs.iter().fold(0.0, |a, &o| a + wide(v[b + o])) / n),
+        ReduceKind::Prod => narrow(offs.iter().fold(1.0, |a, &o| a * wide(v[b + o]))),
         ReduceKind::Max => offs.iter().fold(T::neg_infinity(), |a, &o| {
             let x = v[b + o];
             if x.is_nan() || a.is_nan() {
