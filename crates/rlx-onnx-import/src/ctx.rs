@@ -21,6 +21,10 @@ pub struct Ctx<'a> {
     pub g: Graph,
     pub values: HashMap<String, NodeId>,
     pub base_dir: Option<&'a Path>,
+    /// Sequence values: placeholder node → element nodes (see `ops::seq`).
+    pub seqs: HashMap<NodeId, Vec<NodeId>>,
+    /// Optional values: placeholder node → element (`None`: empty; see `ops::seq`).
+    pub opts: HashMap<NodeId, Option<NodeId>>,
 }
 
 impl<'a> Ctx<'a> {

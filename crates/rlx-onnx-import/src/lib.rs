@@ -42,6 +42,24 @@ pub struct ImportOptions {
     /// shape-defining inputs (a Reshape's `shape`, a Slice's `starts`) fold. The tensor's
     /// dtype must match the declared one.
     pub constant_inputs: HashMap<String, rlx_ir::Tensor>,
+    /// Graph inputs of sequence or optional type, with their layout for this run: RLX takes
+    /// them as tensor inputs (see [`ValueInput`]). Such an input not listed is an error.
+    pub value_inputs: HashMap<String, ValueInput>,
+}
+
+/// The layout of a graph input of sequence or optional type. RLX has no sequence values at
+/// run time: a sequence `s` of `k` tensors becomes the graph inputs `s[0]`, ..., `s[k-1]`
+/// (an empty one none), an optional tensor `o` the input `o` (an empty optional none).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValueInput {
+    /// A sequence of tensors with these shapes and dtypes.
+    Sequence(Vec<(Vec<usize>, rlx_ir::DType)>),
+    /// An optional holding a tensor of this shape and dtype.
+    OptionalTensor(Vec<usize>, rlx_ir::DType),
+    /// An optional holding a sequence.
+    OptionalSequence(Vec<(Vec<usize>, rlx_ir::DType)>),
+    /// An empty optional.
+    OptionalNone,
 }
 
 impl Default for ImportOptions {
@@ -51,6 +69,7 @@ impl Default for ImportOptions {
             default_dim: 1,
             input_shapes: HashMap::new(),
             constant_inputs: HashMap::new(),
+            value_inputs: HashMap::new(),
         }
     }
 }
@@ -106,6 +125,96 @@ pub fn read_tensor_proto(bytes: &[u8]) -> Result<(String, Tensor), ImportError> 
         msg,
     })?;
     Ok((t.name, tensor))
+}
+
+/// Decode a serialized `SequenceProto` (`optional = false`) or `OptionalProto` (`true`),
+/// as ONNX test data holds sequence / optional values, into its tensors in order, nested
+/// sequences and optionals flattened (an empty optional gives none): the order in which the
+/// importer exposes such a graph output as tensor outputs (`name[i]`).
+pub fn read_value_proto(bytes: &[u8], optional: bool) -> Result<Vec<Tensor>, ImportError> {
+    Ok(read_value_input(bytes, optional)?.1)
+}
+
+/// [`read_value_proto`], with the value's layout as a graph input ([`ValueInput`]); nested
+/// sequences and optionals inside a sequence are an error here.
+pub fn read_value_input(
+    bytes: &[u8],
+    optional: bool,
+) -> Result<(ValueInput, Vec<Tensor>), ImportError> {
+    let dec = |e: prost::DecodeError| ImportError::Decode {
+        file: "<value bytes>".into(),
+        msg: e.to_string(),
+    };
+    let mut out = vec![];
+    let layout = |ts: &[Tensor]| -> Vec<(Vec<usize>, rlx_ir::DType)> {
+        ts.iter().map(|t| (t.dims().to_vec(), t.dtype())).collect()
+    };
+    let flat_seq =
+        |s: &proto::SequenceProto| s.sequence_values.is_empty() && s.optional_values.is_empty();
+    if optional {
+        let o = proto::OptionalProto::decode(bytes).map_err(dec)?;
+        flatten_opt(&o, &mut out)?;
+        let v = match (&o.tensor_value, &o.sequence_value) {
+            (Some(t), None) if o.optional_value.is_none() => ValueInput::OptionalTensor(
+                t.dims.iter().map(|&d| d.max(0) as usize).collect(),
+                out[0].dtype(),
+            ),
+            (None, Some(s)) if o.optional_value.is_none() && flat_seq(s) => {
+                ValueInput::OptionalSequence(layout(&out))
+            }
+            (None, None) if o.optional_value.is_none() => ValueInput::OptionalNone,
+            _ => {
+                return Err(ImportError::Tensor {
+                    name: o.name.clone(),
+                    msg: "nested optional values are not supported".into(),
+                })
+            }
+        };
+        Ok((v, out))
+    } else {
+        let s = proto::SequenceProto::decode(bytes).map_err(dec)?;
+        if !flat_seq(&s) {
+            return Err(ImportError::Tensor {
+                name: s.name.clone(),
+                msg: "sequences of sequences / optionals are not supported".into(),
+            });
+        }
+        flatten_seq(&s, &mut out)?;
+        Ok((ValueInput::Sequence(layout(&out)), out))
+    }
+}
+
+fn tensor_value(t: &proto::TensorProto) -> Result<Tensor, ImportError> {
+    tensor::tensor_from_proto(t, None).map_err(|msg| ImportError::Tensor {
+        name: t.name.clone(),
+        msg,
+    })
+}
+
+fn flatten_seq(s: &proto::SequenceProto, out: &mut Vec<Tensor>) -> Result<(), ImportError> {
+    for t in &s.tensor_values {
+        out.push(tensor_value(t)?);
+    }
+    for q in &s.sequence_values {
+        flatten_seq(q, out)?;
+    }
+    for o in &s.optional_values {
+        flatten_opt(o, out)?;
+    }
+    Ok(())
+}
+
+fn flatten_opt(o: &proto::OptionalProto, out: &mut Vec<Tensor>) -> Result<(), ImportError> {
+    if let Some(t) = &o.tensor_value {
+        out.push(tensor_value(t)?);
+    }
+    if let Some(s) = &o.sequence_value {
+        flatten_seq(s, out)?;
+    }
+    if let Some(q) = &o.optional_value {
+        flatten_opt(q, out)?;
+    }
+    Ok(())
 }
 
 /// The newest default-domain (ai.onnx) opset RLX knows: onnx 1.23's.
@@ -164,6 +273,8 @@ fn import_impl(
         g: Graph::new(name),
         values: HashMap::new(),
         base_dir,
+        seqs: HashMap::new(),
+        opts: HashMap::new(),
     };
 
     // Initializers → constants labelled with their name.
@@ -187,6 +298,30 @@ fn import_impl(
     let opts = &bind_input_dims(&graph.input, &init_names, opts)?;
     for vi in &graph.input {
         if init_names.contains(vi.name.as_str()) {
+            continue;
+        }
+        if let Some(v) = opts.value_inputs.get(&vi.name) {
+            let seq_inputs = |cx: &mut Ctx, elems: &[(Vec<usize>, rlx_ir::DType)]| {
+                let ids: Vec<NodeId> = elems
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (d, t))| cx.g.input(&format!("{}[{i}]", vi.name), Shape::new(d, *t)))
+                    .collect();
+                ops::new_seq(cx, ids)
+            };
+            let id = match v {
+                ValueInput::Sequence(e) => seq_inputs(&mut cx, e),
+                ValueInput::OptionalSequence(e) => {
+                    let s = seq_inputs(&mut cx, e);
+                    ops::new_opt(&mut cx, Some(s))
+                }
+                ValueInput::OptionalTensor(d, t) => {
+                    let x = cx.g.input(&vi.name, Shape::new(d, *t));
+                    ops::new_opt(&mut cx, Some(x))
+                }
+                ValueInput::OptionalNone => ops::new_opt(&mut cx, None),
+            };
+            cx.values.insert(vi.name.clone(), id);
             continue;
         }
         let (decl, bound) = input_shape(vi, opts)?;
@@ -259,6 +394,7 @@ fn import_impl(
             })?;
             inputs.push(Some(id));
         }
+        ops::check_tensor_inputs(&cx, &node.op_type, &inputs).map_err(node_err)?;
         cx.g.set_current_origin(Some(Origin {
             label: label.clone(),
             op_type: Some(node.op_type.clone()),
@@ -298,7 +434,8 @@ fn import_impl(
                 name: vi.name.clone(),
                 msg: "not produced by any node, initializer or input".into(),
             })?;
-        outputs.push((id, vi.name.clone()));
+        // A sequence / optional output becomes its elements' outputs (`name[i]`).
+        outputs.extend(ops::flatten_output(&cx, id, &vi.name));
     }
     cx.g.set_outputs_named(outputs);
     Ok(prune(cx.g))
@@ -326,7 +463,7 @@ fn bind_input_dims(
 ) -> Result<ImportOptions, ImportError> {
     let mut out = opts.clone();
     for vi in inputs {
-        if init_names.contains(vi.name.as_str()) {
+        if init_names.contains(vi.name.as_str()) || opts.value_inputs.contains_key(&vi.name) {
             continue;
         }
         let given = opts.input_shapes.get(&vi.name).cloned().or_else(|| {

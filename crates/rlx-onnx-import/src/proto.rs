@@ -204,6 +204,37 @@ pub mod data_type {
 /// `TensorProto.DataLocation.EXTERNAL`.
 pub const DATA_LOCATION_EXTERNAL: i32 = 1;
 
+/// `SequenceProto` (onnx-data.proto): test data of a sequence value. Maps and sparse
+/// tensors are not read.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SequenceProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(int32, tag = "2")]
+    pub elem_type: i32,
+    #[prost(message, repeated, tag = "3")]
+    pub tensor_values: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "5")]
+    pub sequence_values: Vec<SequenceProto>,
+    #[prost(message, repeated, tag = "7")]
+    pub optional_values: Vec<OptionalProto>,
+}
+
+/// `OptionalProto` (onnx-data.proto): test data of an optional value.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OptionalProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(int32, tag = "2")]
+    pub elem_type: i32,
+    #[prost(message, optional, tag = "3")]
+    pub tensor_value: Option<TensorProto>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub sequence_value: Option<Box<SequenceProto>>,
+    #[prost(message, optional, boxed, tag = "7")]
+    pub optional_value: Option<Box<OptionalProto>>,
+}
+
 /// `TensorProto`: a serialized tensor (initializers, attribute values, test data `.pb`).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TensorProto {

@@ -81,6 +81,7 @@ fn lower_body_inner(cx: &mut Ctx, n: &ONode, g: &GraphProto, inputs: &[NodeId]) 
                 .ok_or_else(|| err(format!("input \"{name}\" is not defined")))?;
             ins.push(Some(id));
         }
+        super::check_tensor_inputs(cx, &node.op_type, &ins).map_err(err)?;
         cx.g.set_current_origin(Some(Origin {
             label: label.clone(),
             op_type: Some(node.op_type.clone()),
@@ -146,16 +147,7 @@ pub fn if_(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let c = cx.cast(c, DType::Bool)?;
     a.iter()
         .zip(&b)
-        .map(|(&x, &y)| {
-            if cx.shape(x) != cx.shape(y) {
-                return Err(format!(
-                    "the condition depends on runtime data and the branches' outputs differ ({} vs {})",
-                    cx.shape(x),
-                    cx.shape(y)
-                ));
-            }
-            cx.add(Op::Select, vec![c, x, y])
-        })
+        .map(|(&x, &y)| super::seq::select_values(cx, c, x, y))
         .collect()
 }
 

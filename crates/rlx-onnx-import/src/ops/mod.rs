@@ -27,11 +27,14 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod seq;
 mod shape;
 mod signal;
 mod ssm;
 mod text;
 mod training;
+
+pub(crate) use seq::{check_tensor_inputs, flatten_output, new_opt, new_seq};
 
 /// A translator: lowers one ONNX node, returning its outputs in order.
 pub type Lower = fn(&mut Ctx, &ONode) -> R<Vec<NodeId>>;
@@ -183,6 +186,19 @@ const TABLE: &[(&str, Lower)] = &[
     ("TfIdfVectorizer", text::tfidf_vectorizer),
     ("MelWeightMatrix", signal::mel_weight_matrix),
     ("MaxUnpool", pool_index::max_unpool),
+    // sequences and optionals, resolved at import time (seq.rs)
+    ("SequenceConstruct", seq::sequence_construct),
+    ("SequenceEmpty", seq::sequence_empty),
+    ("SequenceAt", seq::sequence_at),
+    ("SequenceInsert", seq::sequence_insert),
+    ("SequenceErase", seq::sequence_erase),
+    ("SequenceLength", seq::sequence_length),
+    ("ConcatFromSequence", seq::concat_from_sequence),
+    ("SplitToSequence", seq::split_to_sequence),
+    ("Optional", seq::optional),
+    ("OptionalHasElement", seq::optional_has_element),
+    ("OptionalGetElement", seq::optional_get_element),
+    ("SequenceMap", seq::sequence_map),
     ("Reshape", shape::reshape),
     ("Transpose", shape::transpose),
     ("Concat", shape::concat),
