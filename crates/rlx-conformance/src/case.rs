@@ -11,9 +11,12 @@ use crate::compare::{self, ATOL, RTOL};
 use crate::onnx_meta::{elem_type_name, ModelMeta, ValueKind};
 use rlx_ir::numeric_check::{BadKind, DebugMode};
 use rlx_ir::Tensor;
-use rlx_onnx_import::{import_onnx, read_tensor_proto, ImportOptions};
+use rlx_onnx_import::{
+    import_onnx, read_tensor_proto, read_value_input, read_value_proto, ImportOptions, ValueInput,
+};
 use rlx_runtime::{CompiledGraph, Device, Session};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -197,6 +200,9 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fail> {
 struct DataSet {
     name: String,
     inputs: Vec<(String, Tensor)>,
+    /// Layouts of the sequence / optional inputs (their tensors are in `inputs` as
+    /// `name[i]`, or `name` for an optional tensor).
+    values: HashMap<String, ValueInput>,
     outputs: Vec<PathBuf>,
 }
 
@@ -206,9 +212,32 @@ fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut inputs = vec![];
+    let mut values = HashMap::new();
     for (j, vi) in meta.inputs.iter().enumerate() {
         let f = ds.join(format!("input_{j}.pb"));
         if !f.exists() {
+            continue;
+        }
+        if matches!(vi.kind, ValueKind::Sequence | ValueKind::Optional) {
+            let bytes = std::fs::read(&f)
+                .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+            let (layout, ts) = read_value_input(&bytes, matches!(vi.kind, ValueKind::Optional))
+                .map_err(|e| {
+                    Fail(
+                        Stage::Input,
+                        format!("{name}: input {j} \"{}\": {e}", vi.name),
+                    )
+                })?;
+            let named = matches!(layout, ValueInput::OptionalTensor(..));
+            for (i, t) in ts.into_iter().enumerate() {
+                let n = if named {
+                    vi.name.clone()
+                } else {
+                    format!("{}[{i}]", vi.name)
+                };
+                inputs.push((n, t));
+            }
+            values.insert(vi.name.clone(), layout);
             continue;
         }
         if !matches!(vi.kind, ValueKind::Tensor { .. }) {
@@ -244,12 +273,15 @@ fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
     Ok(DataSet {
         name,
         inputs,
+        values,
         outputs,
     })
 }
 
-/// The expected outputs of a data set, each as a tensor or the reason it is not representable.
-fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<Tensor>, Fail> {
+/// The expected outputs of a data set, each as a named tensor, or the reason one is not
+/// representable. A sequence or optional output counts as its tensors in order (`name[i]`),
+/// which is how the importer exposes such a graph output.
+fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<(String, Tensor)>, Fail> {
     let mut v = vec![];
     for (j, f) in ds.outputs.iter().enumerate() {
         let vi = &meta.outputs[j];
@@ -258,7 +290,7 @@ fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<Tensor>, Fail> {
                 let bytes = std::fs::read(f)
                     .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
                 match read_tensor_proto(&bytes) {
-                    Ok((_, t)) => v.push(t),
+                    Ok((_, t)) => v.push((vi.name.clone(), t)),
                     Err(e) => {
                         return fail(
                             Stage::Output,
@@ -267,6 +299,34 @@ fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<Tensor>, Fail> {
                                 ds.name,
                                 vi.name,
                                 elem_type_name(*elem_type)
+                            ),
+                        )
+                    }
+                }
+            }
+            k @ (ValueKind::Sequence | ValueKind::Optional) => {
+                let bytes = std::fs::read(f)
+                    .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+                match read_value_proto(&bytes, matches!(k, ValueKind::Optional)) {
+                    Ok(ts) => {
+                        let seq = matches!(k, ValueKind::Sequence) || ts.len() > 1;
+                        for (i, t) in ts.into_iter().enumerate() {
+                            let name = if seq {
+                                format!("{}[{i}]", vi.name)
+                            } else {
+                                vi.name.clone()
+                            };
+                            v.push((name, t));
+                        }
+                    }
+                    Err(e) => {
+                        return fail(
+                            Stage::Output,
+                            format!(
+                                "{}: expected output {j} \"{}\" ({}) is not readable: {e}",
+                                ds.name,
+                                vi.name,
+                                k.describe()
                             ),
                         )
                     }
@@ -342,6 +402,7 @@ fn import_for(
             .iter()
             .map(|(n, t)| (n.clone(), t.dims().to_vec()))
             .collect(),
+        value_inputs: ds.values.clone(),
         ..ImportOptions::default()
     };
     // Candidates to freeze: the tensor inputs present in the data, last first.
@@ -393,6 +454,7 @@ fn run_plain(
                 let bare = DataSet {
                     name: String::new(),
                     inputs: vec![],
+                    values: HashMap::new(),
                     outputs: vec![],
                 };
                 let mut fz = vec![];
@@ -437,7 +499,7 @@ fn run_plain(
                 match read_expected(meta, &ds) {
                     Err(f) => first_fail = Some(f),
                     Ok(exp) => {
-                        if let Err(f) = check_outputs(meta, &ds.name, &exp, out) {
+                        if let Err(f) = check_outputs(&ds.name, &exp, out) {
                             first_fail = Some(f);
                         }
                     }
@@ -457,24 +519,16 @@ fn run_plain(
     (r, prepared)
 }
 
-fn check_outputs(
-    meta: &ModelMeta,
-    ds: &str,
-    expected: &[Tensor],
-    got: &[Tensor],
-) -> Result<(), Fail> {
+fn check_outputs(ds: &str, expected: &[(String, Tensor)], got: &[Tensor]) -> Result<(), Fail> {
     if expected.len() != got.len() {
         return fail(
             Stage::Output,
             format!("{ds}: {} outputs, expected {}", got.len(), expected.len()),
         );
     }
-    for (j, (e, g)) in expected.iter().zip(got).enumerate() {
+    for (j, ((name, e), g)) in expected.iter().zip(got).enumerate() {
         if let Err(m) = compare::compare(e, g, RTOL, ATOL) {
-            return fail(
-                Stage::Compare,
-                format!("{ds}: output {j} \"{}\": {m}", meta.outputs[j].name),
-            );
+            return fail(Stage::Compare, format!("{ds}: output {j} \"{name}\": {m}"));
         }
     }
     Ok(())
