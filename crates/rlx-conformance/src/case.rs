@@ -405,8 +405,13 @@ fn import_for(
         value_inputs: ds.values.clone(),
         ..ImportOptions::default()
     };
-    // Candidates to freeze: the tensor inputs present in the data, last first.
-    let mut candidates: Vec<&(String, Tensor)> = ds.inputs.iter().collect();
+    // Candidates to freeze: the tensor inputs present in the data, last first (not the
+    // elements of sequence / optional inputs: those are no graph inputs of their own).
+    let mut candidates: Vec<&(String, Tensor)> = ds
+        .inputs
+        .iter()
+        .filter(|(n, _)| !ds.values.contains_key(n) && !n.ends_with(']'))
+        .collect();
     frozen.clear();
     loop {
         for n in frozen.iter() {
