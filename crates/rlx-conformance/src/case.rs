@@ -129,6 +129,11 @@ pub enum Line {
 /// Prefix of the child's result lines (anything else on stdout is ignored).
 pub const LINE_PREFIX: &str = "@@rlx-conformance ";
 
+/// Exit status of `rlx-conformance case DIR` when the case ran but did not pass (or the
+/// localizer run changed something); 0 on a pass. The suite takes it, with a result line, as
+/// a normal end of the child rather than a crash.
+pub const EXIT_NOT_PASSED: u8 = 1;
+
 /// The `test_data_set_<i>` folders of a case, in numeric order.
 pub fn data_sets(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
@@ -145,11 +150,39 @@ pub fn data_sets(dir: &Path) -> Vec<PathBuf> {
     v.into_iter().map(|(_, p)| p).collect()
 }
 
+/// Read a fixture file, refusing anything but a regular file (following symlinks): reading a
+/// FIFO or a device would block or never end. Errors name the path.
+pub fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
+    let md = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !md.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Read the model's metadata.
 pub fn load_meta(dir: &Path) -> Result<ModelMeta, String> {
     let path = dir.join("model.onnx");
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = read_regular(&path)?;
     ModelMeta::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The `j` of every `output_<j>.pb` in a data set folder, sorted.
+fn output_file_indices(ds: &Path) -> Vec<usize> {
+    let mut v: Vec<usize> = std::fs::read_dir(ds)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("output_")?
+                .strip_suffix(".pb")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 struct Fail(Stage, String);
@@ -219,8 +252,7 @@ fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
             continue;
         }
         if matches!(vi.kind, ValueKind::Sequence | ValueKind::Optional) {
-            let bytes = std::fs::read(&f)
-                .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+            let bytes = read_regular(&f).map_err(|e| Fail(Stage::Load, e))?;
             let (layout, ts) = read_value_input(&bytes, matches!(vi.kind, ValueKind::Optional))
                 .map_err(|e| {
                     Fail(
@@ -250,8 +282,7 @@ fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
                 ),
             );
         }
-        let bytes =
-            std::fs::read(&f).map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+        let bytes = read_regular(&f).map_err(|e| Fail(Stage::Load, e))?;
         match read_tensor_proto(&bytes) {
             Ok((_, t)) => inputs.push((vi.name.clone(), t)),
             Err(e) => {
@@ -270,6 +301,22 @@ fn read_inputs(meta: &ModelMeta, ds: &Path) -> Result<DataSet, Fail> {
         }
         outputs.push(f);
     }
+    // The output count is exact: an expected output the model does not produce is a failure.
+    let extra: Vec<String> = output_file_indices(ds)
+        .into_iter()
+        .filter(|&j| j >= meta.outputs.len())
+        .map(|j| format!("output_{j}.pb"))
+        .collect();
+    if !extra.is_empty() {
+        return fail(
+            Stage::Output,
+            format!(
+                "{name}: the model has {} outputs, the data set has more expected outputs ({})",
+                meta.outputs.len(),
+                extra.join(", ")
+            ),
+        );
+    }
     Ok(DataSet {
         name,
         inputs,
@@ -287,8 +334,7 @@ fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<(String, Tensor)>
         let vi = &meta.outputs[j];
         match &vi.kind {
             ValueKind::Tensor { elem_type, .. } => {
-                let bytes = std::fs::read(f)
-                    .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+                let bytes = read_regular(f).map_err(|e| Fail(Stage::Load, e))?;
                 match read_tensor_proto(&bytes) {
                     Ok((_, t)) => v.push((vi.name.clone(), t)),
                     Err(e) => {
@@ -305,8 +351,7 @@ fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<(String, Tensor)>
                 }
             }
             k @ (ValueKind::Sequence | ValueKind::Optional) => {
-                let bytes = std::fs::read(f)
-                    .map_err(|e| Fail(Stage::Load, format!("{}: {e}", f.display())))?;
+                let bytes = read_regular(f).map_err(|e| Fail(Stage::Load, e))?;
                 match read_value_proto(&bytes, matches!(k, ValueKind::Optional)) {
                     Ok(ts) => {
                         let seq = matches!(k, ValueKind::Sequence) || ts.len() > 1;
@@ -353,7 +398,7 @@ fn read_expected(meta: &ModelMeta, ds: &DataSet) -> Result<Vec<(String, Tensor)>
 fn expected_has_nonfinite(meta: &ModelMeta, ds: &Path) -> bool {
     (0..meta.outputs.len()).any(|j| {
         matches!(meta.outputs[j].kind, ValueKind::Tensor { .. })
-            && std::fs::read(ds.join(format!("output_{j}.pb")))
+            && read_regular(&ds.join(format!("output_{j}.pb")))
                 .ok()
                 .and_then(|b| read_tensor_proto(&b).ok())
                 .is_some_and(|(_, t)| compare::has_nonfinite(&t))

@@ -28,12 +28,15 @@ pub fn manifest_path() -> std::path::PathBuf {
 pub fn default_root() -> std::path::PathBuf {
     match std::env::var_os("RLX_ONNX_NODE_DIR") {
         Some(d) if !d.is_empty() => d.into(),
-        _ => {
-            let p =
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/onnx-node");
-            p.canonicalize().unwrap_or(p)
-        }
+        _ => workspace_root(),
     }
+}
+
+/// `<workspace>/fixtures/onnx-node`, where `scripts/onnx-node-suite` writes the suite: the only
+/// folder `passing.txt` is regenerated from.
+pub fn workspace_root() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/onnx-node");
+    p.canonicalize().unwrap_or(p)
 }
 
 /// Header of `passing.txt`.
@@ -45,9 +48,68 @@ it at import time: an axes/pads/shape input), as tract's harness does for `input
 Regenerate: RLX_UPDATE_MANIFEST=1 cargo test -p rlx-conformance --test node_suite
 (or: cargo run -p rlx-conformance -- suite --update-manifest).";
 
+/// A request to rewrite `passing.txt` from the run (`RLX_UPDATE_MANIFEST=1`,
+/// `suite --update-manifest`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ManifestUpdate {
+    /// Drop listed cases that no longer pass (`--allow-removals`,
+    /// `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`); without it the update is refused when any
+    /// listed case would go.
+    pub allow_removals: bool,
+}
+
+impl ManifestUpdate {
+    /// From `RLX_UPDATE_MANIFEST=1` and `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`.
+    pub fn from_env() -> Option<ManifestUpdate> {
+        let on = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
+        on("RLX_UPDATE_MANIFEST").then(|| ManifestUpdate {
+            allow_removals: on("RLX_UPDATE_MANIFEST_ALLOW_REMOVALS"),
+        })
+    }
+}
+
+/// Why `passing.txt` cannot be regenerated from a run with these options (None: it can). Only
+/// the full default suite may rewrite it: the folder `scripts/onnx-node-suite` writes
+/// ([`workspace_root`]), no filter, inputs frozen as in the committed manifest.
+pub fn update_refusal(opts: &suite::SuiteOptions) -> Option<String> {
+    let mut why = vec![];
+    let canon = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    if canon(&opts.root) != canon(&workspace_root()) {
+        why.push(format!(
+            "the suite folder {} is not the default {} (--root / RLX_ONNX_NODE_DIR)",
+            opts.root.display(),
+            workspace_root().display()
+        ));
+    }
+    if let Some(f) = &opts.filter {
+        why.push(format!(
+            "a filter is set ({f:?}: --filter / RLX_CONFORMANCE_FILTER)"
+        ));
+    }
+    if !opts.freeze {
+        why.push(
+            "inputs are not frozen (--no-freeze / RLX_CONFORMANCE_FREEZE=0): the `# frozen:` cases would drop out"
+                .to_string(),
+        );
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "refusing to update passing.txt: it is regenerated from the full default suite only; {}",
+            why.join("; ")
+        )
+    })
+}
+
 /// Run the suite, print the report to stderr, check (or with `update` rewrite) the manifest,
 /// write `<root>/rlx_results.json`. Returns whether the gate passed, and the report.
-pub fn run_and_gate(opts: &suite::SuiteOptions, update: bool) -> (bool, suite::SuiteReport) {
+///
+/// An update is refused (nothing written, gate failed) when the run is not the full default
+/// suite ([`update_refusal`]; callers should check that before running), or when listed cases
+/// would be removed and `update.allow_removals` is off.
+pub fn run_and_gate(
+    opts: &suite::SuiteOptions,
+    update: Option<ManifestUpdate>,
+) -> (bool, suite::SuiteReport) {
     use suite::*;
     let report = run_suite(opts);
     eprint_now(&render(&report));
@@ -56,7 +118,7 @@ pub fn run_and_gate(opts: &suite::SuiteOptions, update: bool) -> (bool, suite::S
         eprint_now(&format!("cannot write {}: {e}\n", results_path.display()));
     }
     let mpath = manifest_path();
-    let manifest = match read_manifest(&mpath) {
+    let manifest = match read_manifest_entries(&mpath) {
         Ok(m) => m,
         Err(e) => {
             eprint_now(&format!("cannot read {}: {e}\n", mpath.display()));
@@ -65,6 +127,15 @@ pub fn run_and_gate(opts: &suite::SuiteOptions, update: bool) -> (bool, suite::S
     };
     let v = verdict(&report, &manifest, opts.filter.as_deref());
     let mut ok = v.ok();
+    if !opts.freeze {
+        eprint_now(&format!(
+            "\n== RLX_CONFORMANCE_FREEZE=0 (strict count): {} of {} cases pass with no input frozen; \
+             the {} passing.txt cases marked `# frozen:` are not gated in this mode\n",
+            report.passed(),
+            report.results.len(),
+            v.frozen_not_gated.len()
+        ));
+    }
     if !v.newly_passing.is_empty() {
         eprint_now(&format!(
             "\n{} cases pass that passing.txt does not list (extend it: RLX_UPDATE_MANIFEST=1):\n  {}\n",
@@ -86,28 +157,41 @@ pub fn run_and_gate(opts: &suite::SuiteOptions, update: bool) -> (bool, suite::S
             v.debug_violations.join("\n  ")
         ));
     }
-    if update {
-        if opts.filter.is_some() {
-            eprint_now("not updating passing.txt: a filter is set\n");
+    if let Some(u) = update {
+        if let Some(why) = update_refusal(opts) {
+            eprint_now(&format!("\n{why}\n"));
+            ok = false;
         } else {
-            let passing: std::collections::BTreeMap<String, Vec<String>> = report
-                .results
-                .iter()
-                .filter(|c| c.passed())
-                .map(|c| (c.name.clone(), c.outcome.frozen.clone()))
-                .collect();
-            match write_manifest(&mpath, &passing, MANIFEST_HEADER) {
-                Ok(()) => {
-                    eprint_now(&format!(
-                        "wrote {} ({} cases)\n",
-                        mpath.display(),
-                        passing.len()
-                    ));
-                    ok = v.debug_violations.is_empty();
-                }
-                Err(e) => {
-                    eprint_now(&format!("cannot write {}: {e}\n", mpath.display()));
-                    ok = false;
+            let plan = plan_manifest(&report, &manifest);
+            if !plan.removed.is_empty() && !u.allow_removals {
+                eprint_now(&format!(
+                    "\nrefusing to update passing.txt: {} listed cases would be removed \
+                     (rerun with --allow-removals / RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 to drop them):\n  {}\n",
+                    plan.removed.len(),
+                    plan.removed.join("\n  ")
+                ));
+                ok = false;
+            } else {
+                match write_manifest(&mpath, &plan.cases, MANIFEST_HEADER) {
+                    Ok(()) => {
+                        eprint_now(&format!(
+                            "wrote {} ({} cases: {} added, {} removed{})\n",
+                            mpath.display(),
+                            plan.cases.len(),
+                            plan.added.len(),
+                            plan.removed.len(),
+                            if plan.removed.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": {}", plan.removed.join(", "))
+                            }
+                        ));
+                        ok = v.debug_violations.is_empty();
+                    }
+                    Err(e) => {
+                        eprint_now(&format!("cannot write {}: {e}\n", mpath.display()));
+                        ok = false;
+                    }
                 }
             }
         }

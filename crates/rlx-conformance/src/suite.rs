@@ -160,27 +160,52 @@ impl SuiteOptions {
     /// machine's cores), `RLX_CONFORMANCE_TIMEOUT_S` (10), `RLX_CONFORMANCE_FILTER`,
     /// `RLX_CONFORMANCE_DEBUG_NANS=0` (skip the localizer run), `RLX_CONFORMANCE_FREEZE=0`
     /// (never freeze inputs: the strict count).
+    ///
+    /// Panics when `RLX_CONFORMANCE_TIMEOUT_S` is not a valid limit ([`parse_timeout`]); see
+    /// [`SuiteOptions::try_from_env`].
     pub fn from_env(root: PathBuf, exe: PathBuf) -> SuiteOptions {
+        Self::try_from_env(root, exe).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`SuiteOptions::from_env`], with an invalid `RLX_CONFORMANCE_TIMEOUT_S` as an error.
+    pub fn try_from_env(root: PathBuf, exe: PathBuf) -> Result<SuiteOptions, String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        SuiteOptions {
+        let timeout = match env("RLX_CONFORMANCE_TIMEOUT_S") {
+            Some(v) => parse_timeout(&v).map_err(|e| format!("RLX_CONFORMANCE_TIMEOUT_S: {e}"))?,
+            None => Duration::from_secs(10),
+        };
+        Ok(SuiteOptions {
             root,
             exe,
             jobs: env("RLX_CONFORMANCE_JOBS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(2.min(cores))
                 .max(1),
-            timeout: Duration::from_secs_f64(
-                env("RLX_CONFORMANCE_TIMEOUT_S")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(10.0),
-            ),
+            timeout,
             filter: env("RLX_CONFORMANCE_FILTER"),
             debug_nans: env("RLX_CONFORMANCE_DEBUG_NANS").is_none_or(|v| v != "0"),
             freeze: env("RLX_CONFORMANCE_FREEZE").is_none_or(|v| v != "0"),
             progress_every: 500,
-        }
+        })
     }
+}
+
+/// The longest per-case limit accepted (one day).
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// A per-case time limit in seconds: finite, positive, at most [`MAX_TIMEOUT_S`].
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > MAX_TIMEOUT_S {
+        return Err(format!(
+            "{s:?}: the time limit must be a finite number of seconds, > 0 and <= {MAX_TIMEOUT_S} (one day)"
+        ));
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 /// One case's result.
@@ -399,6 +424,8 @@ fn run_child(
             ),
         )),
         Some(s) if s.success() => None,
+        // The case ran and reported that it did not pass.
+        Some(s) if s.code() == Some(i32::from(case::EXIT_NOT_PASSED)) && normal.is_some() => None,
         Some(s) => Some((
             Stage::Crash,
             format!("{}{}", exit_text(s), stderr_tail(&stderr)),
@@ -699,6 +726,12 @@ pub fn failure_classes(r: &SuiteReport, top: usize) -> String {
 
 /// Read a manifest: one case name per line; `#` starts a comment.
 pub fn read_manifest(path: &Path) -> std::io::Result<BTreeSet<String>> {
+    Ok(read_manifest_entries(path)?.into_keys().collect())
+}
+
+/// Read a manifest with each case's frozen inputs (from its `# frozen: a, b` comment; empty
+/// when it has none). A missing file reads as empty.
+pub fn read_manifest_entries(path: &Path) -> std::io::Result<BTreeMap<String, Vec<String>>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -706,10 +739,62 @@ pub fn read_manifest(path: &Path) -> std::io::Result<BTreeSet<String>> {
     };
     Ok(text
         .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
+        .filter_map(|l| {
+            let (name, comment) = l.split_once('#').unwrap_or((l, ""));
+            let name = name.trim();
+            if name.is_empty() {
+                return None;
+            }
+            let frozen = comment
+                .trim()
+                .strip_prefix("frozen:")
+                .map(|f| {
+                    f.split(',')
+                        .map(str::trim)
+                        .filter(|x| !x.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some((name.to_string(), frozen))
+        })
         .collect())
+}
+
+/// What rewriting the manifest from a run would do.
+#[derive(Debug, Clone, Default)]
+pub struct ManifestPlan {
+    /// The new manifest: every passing case, with its frozen inputs.
+    pub cases: BTreeMap<String, Vec<String>>,
+    /// Passing cases the manifest does not list yet.
+    pub added: Vec<String>,
+    /// Listed cases that would go (they failed, or are not in the run).
+    pub removed: Vec<String>,
+}
+
+/// The manifest a run gives (its passing cases), against the current one.
+pub fn plan_manifest(r: &SuiteReport, current: &BTreeMap<String, Vec<String>>) -> ManifestPlan {
+    let cases: BTreeMap<String, Vec<String>> = r
+        .results
+        .iter()
+        .filter(|c| c.passed())
+        .map(|c| (c.name.clone(), c.outcome.frozen.clone()))
+        .collect();
+    let added = cases
+        .keys()
+        .filter(|c| !current.contains_key(*c))
+        .cloned()
+        .collect();
+    let removed = current
+        .keys()
+        .filter(|c| !cases.contains_key(*c))
+        .cloned()
+        .collect();
+    ManifestPlan {
+        cases,
+        added,
+        removed,
+    }
 }
 
 /// Write the manifest: a header, then the passing cases sorted, each with a trailing comment
@@ -742,6 +827,9 @@ pub struct Verdict {
     pub newly_passing: Vec<String>,
     /// The localizer changed outputs or crashed.
     pub debug_violations: Vec<String>,
+    /// Listed cases that need a frozen input (`# frozen:`), not gated because the run did not
+    /// freeze inputs (`RLX_CONFORMANCE_FREEZE=0`, the strict count).
+    pub frozen_not_gated: Vec<String>,
 }
 
 impl Verdict {
@@ -750,13 +838,23 @@ impl Verdict {
     }
 }
 
-/// Compare a run with the manifest.
-pub fn verdict(r: &SuiteReport, manifest: &BTreeSet<String>, filter: Option<&str>) -> Verdict {
+/// Compare a run with the manifest (case → frozen inputs, [`read_manifest_entries`]). In a
+/// run without freezing (`r.freeze` false) the listed cases that need a frozen input are not
+/// gated (they are in [`Verdict::frozen_not_gated`]).
+pub fn verdict(
+    r: &SuiteReport,
+    manifest: &BTreeMap<String, Vec<String>>,
+    filter: Option<&str>,
+) -> Verdict {
     let by_name: HashMap<&str, &CaseResult> =
         r.results.iter().map(|c| (c.name.as_str(), c)).collect();
     let mut v = Verdict::default();
-    for m in manifest {
+    for (m, frozen) in manifest {
         if filter.is_some_and(|f| !m.contains(f)) {
+            continue;
+        }
+        if !r.freeze && !frozen.is_empty() {
+            v.frozen_not_gated.push(m.clone());
             continue;
         }
         match by_name.get(m.as_str()) {
@@ -773,7 +871,7 @@ pub fn verdict(r: &SuiteReport, manifest: &BTreeSet<String>, filter: Option<&str
         }
     }
     for c in &r.results {
-        if c.passed() && !manifest.contains(&c.name) {
+        if c.passed() && !manifest.contains_key(&c.name) {
             v.newly_passing.push(c.name.clone());
         }
         if let Some(d) = c.debug_violation() {

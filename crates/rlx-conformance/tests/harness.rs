@@ -3,7 +3,7 @@
 #![cfg(unix)]
 
 use rlx_conformance::case::Stage;
-use rlx_conformance::suite::{run_suite, SuiteOptions};
+use rlx_conformance::suite::{run_suite, SuiteOptions, SuiteReport};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -65,4 +65,308 @@ fn death_in_the_localizer_run_is_a_violation_not_a_failure() {
     assert!(c.passed());
     let v = c.debug_violation().expect("a violation");
     assert!(v.contains("crash during the localizer run"), "{v}");
+}
+
+#[test]
+fn case_that_fails_is_not_a_crash() {
+    // `rlx-conformance case` exits 1 when the case ran and did not pass.
+    let line = r#"@@rlx-conformance {"phase":"normal","stage":"compare","detail":"wrong","ms":1.0,"expected_nonfinite":false}"#;
+    let r = suite_with("fail1", &format!("echo '{line}'; exit 1"), 5.0);
+    let c = &r.results[0];
+    assert_eq!(c.outcome.stage, Stage::Compare, "{}", c.outcome.detail);
+    assert!(c.debug_crash.is_none(), "{:?}", c.debug_crash);
+    // Exit 1 without a result line is still a crash.
+    let r = suite_with("fail2", "exit 1", 5.0);
+    assert_eq!(r.results[0].outcome.stage, Stage::Crash);
+}
+
+// ---- command line -------------------------------------------------------------------------
+
+const EXE: &str = env!("CARGO_BIN_EXE_rlx-conformance");
+
+fn tmp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rlx-conformance-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Run the binary with a time limit; (exit code, stdout, stderr).
+fn exe(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut cmd = std::process::Command::new(EXE);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for k in [
+        "RLX_UPDATE_MANIFEST",
+        "RLX_UPDATE_MANIFEST_ALLOW_REMOVALS",
+        "RLX_CONFORMANCE_TIMEOUT_S",
+        "RLX_CONFORMANCE_FILTER",
+        "RLX_CONFORMANCE_FREEZE",
+    ] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rlx-conformance {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_exits_zero_everywhere() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["suite", "--help"],
+        &["case", "--help"],
+        &["help", "case"],
+    ] {
+        let (code, out, _) = exe(args, &[]);
+        assert_eq!(code, Some(0), "{args:?}");
+        assert!(out.contains("Usage"), "{args:?}: {out}");
+    }
+    assert_eq!(exe(&[], &[]).0, Some(2));
+    assert_eq!(exe(&["bogus"], &[]).0, Some(2));
+}
+
+#[test]
+fn bad_timeouts_are_usage_errors() {
+    use rlx_conformance::suite::parse_timeout;
+    for bad in [
+        "-1", "0", "nan", "NaN", "inf", "-inf", "1e30", "86401", "ten", "",
+    ] {
+        assert!(parse_timeout(bad).is_err(), "{bad:?} accepted");
+    }
+    assert_eq!(parse_timeout("0.5").unwrap(), Duration::from_millis(500));
+    assert_eq!(parse_timeout("86400").unwrap(), Duration::from_secs(86400));
+    let root = tmp_dir("timeout");
+    let root_s = root.to_str().unwrap();
+    for bad in ["-1", "nan", "1e30"] {
+        let (code, _, err) = exe(&["suite", "--root", root_s, "--timeout", bad], &[]);
+        assert_eq!(code, Some(2), "--timeout {bad}: {err}");
+    }
+    let (code, _, err) = exe(
+        &["suite", "--root", root_s],
+        &[("RLX_CONFORMANCE_TIMEOUT_S", "-5")],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("RLX_CONFORMANCE_TIMEOUT_S"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn update_is_refused_for_a_partial_run() {
+    use rlx_conformance::update_refusal;
+    let exe_path = PathBuf::from(EXE);
+    let mut opts = SuiteOptions::from_env(rlx_conformance::workspace_root(), exe_path.clone());
+    opts.filter = None;
+    opts.freeze = true;
+    assert_eq!(update_refusal(&opts), None);
+    let mut o = opts.clone();
+    o.filter = Some("abs".into());
+    assert!(update_refusal(&o).is_some_and(|w| w.contains("filter")));
+    let mut o = opts.clone();
+    o.freeze = false;
+    assert!(update_refusal(&o).is_some_and(|w| w.contains("frozen")));
+    let mut o = opts.clone();
+    o.root = std::env::temp_dir();
+    assert!(update_refusal(&o).is_some_and(|w| w.contains("not the default")));
+
+    // Through the binary: refused before anything runs, passing.txt untouched.
+    let manifest = rlx_conformance::manifest_path();
+    let before = std::fs::read(&manifest).unwrap();
+    let root = tmp_dir("update");
+    let root_s = root.to_str().unwrap();
+    for (args, env) in [
+        (vec!["suite", "--root", root_s, "--update-manifest"], vec![]),
+        (
+            vec!["suite", "--root", root_s],
+            vec![("RLX_UPDATE_MANIFEST", "1")],
+        ),
+        (
+            vec!["suite", "--filter", "abs", "--update-manifest"],
+            vec![],
+        ),
+        (vec!["suite", "--no-freeze", "--update-manifest"], vec![]),
+        (
+            vec!["suite", "--update-manifest"],
+            vec![("RLX_CONFORMANCE_FREEZE", "0")],
+        ),
+        (vec!["suite", "--allow-removals"], vec![]),
+    ] {
+        let (code, _, err) = exe(&args, &env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {err}");
+        assert!(
+            err.contains("passing.txt") || err.contains("--allow-removals"),
+            "{err}"
+        );
+    }
+    assert!(
+        std::fs::read(&manifest).unwrap() == before,
+        "passing.txt changed"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+fn result(name: &str, stage: Stage, frozen: &[&str]) -> rlx_conformance::suite::CaseResult {
+    rlx_conformance::suite::CaseResult {
+        name: name.into(),
+        op: "Op".into(),
+        expanded: false,
+        outcome: rlx_conformance::case::Outcome {
+            stage,
+            detail: String::new(),
+            ms: 0.0,
+            expected_nonfinite: false,
+            frozen: frozen.iter().map(|s| s.to_string()).collect(),
+        },
+        debug: None,
+        debug_crash: None,
+        ort: None,
+    }
+}
+
+fn report(results: Vec<rlx_conformance::suite::CaseResult>, freeze: bool) -> SuiteReport {
+    SuiteReport {
+        root: PathBuf::from("/nowhere"),
+        results,
+        skipped: 0,
+        wall_s: 0.0,
+        jobs: 1,
+        debug_nans: false,
+        freeze,
+        onnxruntime: None,
+    }
+}
+
+#[test]
+fn manifest_plan_and_strict_mode_gate() {
+    use rlx_conformance::suite::{plan_manifest, read_manifest_entries, verdict, write_manifest};
+    let dir = tmp_dir("manifest");
+    let path = dir.join("passing.txt");
+    std::fs::write(
+        &path,
+        "# header\ntest_a\ntest_b  # frozen: axes, pads\ntest_c\n",
+    )
+    .unwrap();
+    let m = read_manifest_entries(&path).unwrap();
+    assert_eq!(m["test_a"], Vec::<String>::new());
+    assert_eq!(m["test_b"], vec!["axes".to_string(), "pads".to_string()]);
+
+    // test_c fails now, test_d passes newly.
+    let r = report(
+        vec![
+            result("test_a", Stage::Pass, &[]),
+            result("test_b", Stage::Pass, &["axes", "pads"]),
+            result("test_c", Stage::Compare, &[]),
+            result("test_d", Stage::Pass, &[]),
+        ],
+        true,
+    );
+    let plan = plan_manifest(&r, &m);
+    assert_eq!(plan.removed, vec!["test_c".to_string()]);
+    assert_eq!(plan.added, vec!["test_d".to_string()]);
+    write_manifest(&path, &plan.cases, "h").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "# h\ntest_a\ntest_b  # frozen: axes, pads\ntest_d\n"
+    );
+
+    // Without freezing, test_b (frozen) fails but is not a regression; test_a still gates.
+    let strict = report(
+        vec![
+            result("test_a", Stage::Compare, &[]),
+            result("test_b", Stage::Import, &[]),
+        ],
+        false,
+    );
+    let v = verdict(&strict, &m, None);
+    assert_eq!(v.frozen_not_gated, vec!["test_b".to_string()]);
+    assert_eq!(v.regressions.len(), 2, "{:?}", v.regressions); // test_a fails, test_c absent
+    assert!(v.regressions.iter().all(|x| !x.starts_with("test_b")));
+    let v = verdict(&report(vec![], true), &m, None);
+    assert!(v.regressions.iter().any(|x| x.starts_with("test_b")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn case_exit_status_missing_folder_and_fifo() {
+    let (code, out, _) = exe(&["case", "/nonexistent/rlx-conformance-case"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(out.contains(r#""stage":"load""#), "{out}");
+
+    let dir = tmp_dir("fifo");
+    let st = std::process::Command::new("mkfifo")
+        .arg(dir.join("model.onnx"))
+        .status();
+    if st.is_ok_and(|s| s.success()) {
+        let (code, out, _) = exe(&["case", dir.to_str().unwrap()], &[]);
+        assert_eq!(code, Some(1));
+        assert!(out.contains("not a regular file"), "{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A real case (onnx's `test_abs`) when `fixtures/onnx-node` exists: it passes, exits 0; with
+/// a stray `output_1.pb` it fails at the output stage, exits 1, and the suite counts it as a
+/// failure, not a crash.
+#[test]
+fn extra_expected_output_is_a_failure() {
+    let src = rlx_conformance::workspace_root().join("test_abs");
+    if !src.join("model.onnx").is_file() {
+        eprintln!("SKIPPED: no {}", src.display());
+        return;
+    }
+    let tmp = tmp_dir("extra");
+    let root = tmp.join("cases");
+    for name in ["test_abs", "test_abs_extra"] {
+        let ds = root.join(name).join("test_data_set_0");
+        std::fs::create_dir_all(&ds).unwrap();
+        std::fs::copy(src.join("model.onnx"), root.join(name).join("model.onnx")).unwrap();
+        for f in ["input_0.pb", "output_0.pb"] {
+            std::fs::copy(src.join("test_data_set_0").join(f), ds.join(f)).unwrap();
+        }
+    }
+    let extra = root.join("test_abs_extra/test_data_set_0");
+    std::fs::copy(extra.join("output_0.pb"), extra.join("output_1.pb")).unwrap();
+
+    let (code, out, _) = exe(&["case", root.join("test_abs").to_str().unwrap()], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out, _) = exe(
+        &["case", root.join("test_abs_extra").to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(r#""stage":"output""#) && out.contains("output_1.pb"),
+        "{out}"
+    );
+
+    let mut opts = SuiteOptions::from_env(root.clone(), PathBuf::from(EXE));
+    opts.filter = None;
+    opts.debug_nans = true;
+    opts.freeze = true;
+    opts.progress_every = 0;
+    let r = run_suite(&opts);
+    let stage = |n: &str| r.results.iter().find(|c| c.name == n).unwrap();
+    assert_eq!(stage("test_abs").outcome.stage, Stage::Pass);
+    assert!(stage("test_abs").debug_violation().is_none());
+    assert_eq!(stage("test_abs_extra").outcome.stage, Stage::Output);
+    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -4,10 +4,12 @@
 //! absent, and fails then when `RLX_REQUIRE_FIXTURES=1` (as `.ci/run` sets). Fails when a case
 //! listed in `passing.txt` fails, or when running with the NaN/Inf localizer on
 //! (`DebugMode::Warn`, what `RLX_DEBUG_NANS=1` selects) changes an output or crashes.
-//! `RLX_UPDATE_MANIFEST=1` rewrites `passing.txt` with the cases passing now.
+//! `RLX_UPDATE_MANIFEST=1` rewrites `passing.txt` with the cases passing now: only from the full
+//! default suite (no filter, default folder, inputs frozen), and only when no listed case would
+//! go, unless `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`.
 //! Other knobs: RLX_ONNX_NODE_DIR, RLX_CONFORMANCE_JOBS, RLX_CONFORMANCE_TIMEOUT_S,
-//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_CONFORMANCE_FREEZE=0 (see
-//! `Outcome::frozen`).
+//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_CONFORMANCE_FREEZE=0 (the strict
+//! count; the `# frozen:` cases of `passing.txt` are then not gated; see `Outcome::frozen`).
 
 use rlx_conformance::suite::{discover, eprint_now, SuiteOptions};
 use std::path::PathBuf;
@@ -27,8 +29,13 @@ fn onnx_node_suite() {
         return;
     }
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_rlx-conformance"));
-    let opts = SuiteOptions::from_env(root, exe);
-    let update = std::env::var("RLX_UPDATE_MANIFEST").is_ok_and(|v| v == "1");
+    let opts = SuiteOptions::try_from_env(root, exe).unwrap_or_else(|e| panic!("{e}"));
+    let update = rlx_conformance::ManifestUpdate::from_env();
+    if update.is_some() {
+        if let Some(why) = rlx_conformance::update_refusal(&opts) {
+            panic!("RLX_UPDATE_MANIFEST=1: {why}");
+        }
+    }
     let (ok, report) = rlx_conformance::run_and_gate(&opts, update);
     assert!(
         ok,
