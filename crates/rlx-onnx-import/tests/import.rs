@@ -801,3 +801,70 @@ fn input_shapes_bind_symbolic_dims_and_constant_inputs_freeze() {
     let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
     assert!(g.input_by_name("x").is_none());
 }
+
+/// Cast to FLOAT8E8M0 with each `round_mode`, back to float. Expected values by hand from
+/// onnx's `numpy_helper.to_float8e8m0` rule (float32 exponent `e`, mantissa `m`): `up` bumps
+/// `e` for any `m != 0`, `down` never, `nearest` when the guard bit 0x400000 is set (and a
+/// lower bit or `e > 0`); with `saturate` never past 2^127; NaN stays NaN.
+#[test]
+fn cast_e8m0_round_modes() {
+    let xs = vec![1.5f32, 1.25, 0.75, 3.0, -6.0, f32::MAX, f32::NAN, 0.0];
+    let run = |mode: &str, saturate: i64| -> Vec<f32> {
+        let mut attrs = vec![
+            a_int("to", data_type::FLOAT8E8M0 as i64),
+            a_int("saturate", saturate),
+        ];
+        attrs.push(AttributeProto {
+            name: "round_mode".into(),
+            r#type: attr_type::STRING,
+            s: mode.as_bytes().to_vec(),
+            ..Default::default()
+        });
+        let bytes = model(
+            25,
+            vec![
+                node("Cast", "to_e8m0", &["x"], &["c"], attrs),
+                node(
+                    "Cast",
+                    "back",
+                    &["c"],
+                    &["y"],
+                    vec![a_int("to", data_type::FLOAT as i64)],
+                ),
+            ],
+            vec![f32_init("x", &[xs.len()], xs.clone())],
+            vec![],
+            vec![out("y")],
+        );
+        let g = import(&bytes).unwrap();
+        match &out_node(&g, 0).op {
+            Op::Constant(t) => t.data().to_f32_vec(),
+            op => panic!("expected a folded constant, got {op:?}"),
+        }
+    };
+    let p = |e: i32| 2f32.powi(e);
+    let max = f32::from_bits(0x7f00_0000); // 2^127
+    let check = |got: Vec<f32>, want: &[f32]| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(g == w || (g.is_nan() && w.is_nan()), "{got:?} vs {want:?}");
+        }
+    };
+    let tiny = p(-127);
+    check(
+        run("up", 1),
+        &[2.0, 2.0, 1.0, 4.0, 8.0, max, f32::NAN, tiny],
+    );
+    check(
+        run("down", 1),
+        &[1.0, 1.0, 0.5, 2.0, 4.0, max, f32::NAN, tiny],
+    );
+    check(
+        run("nearest", 1),
+        &[2.0, 1.0, 1.0, 4.0, 8.0, max, f32::NAN, tiny],
+    );
+    // Without saturate, rounding f32::MAX up or to nearest overflows to NaN.
+    let up_ns = run("up", 0);
+    assert!(up_ns[5].is_nan());
+    assert!(run("nearest", 0)[5].is_nan());
+    assert_eq!(run("down", 0)[5], max);
+}

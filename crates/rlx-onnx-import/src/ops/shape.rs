@@ -13,26 +13,70 @@ pub fn identity(_cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 
 /// ONNX Cast (`to` is a `TensorProto.DataType`; `saturate`, default 1, only changes casts
 /// to float8). A cast to the same type is an alias. `round_mode` (opset 24+, casts to
-/// FLOAT8E8M0 only): only the default `up` is supported; `down`/`nearest` are an error.
+/// FLOAT8E8M0 only): `up` (the default) is the Cast kernel's rounding; `down` and `nearest`
+/// are lowered by [`cast_e8m0_rounded`].
 pub fn cast(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let to = n.i("to", 0)? as i32;
     let to =
         dtype_of(to).ok_or_else(|| format!("cast to {} is not supported", onnx_type_name(to)))?;
     let saturate = n.i("saturate", 1)? != 0;
-    check_round_mode(n, to)?;
-    Ok(vec![cx.cast_sat(x, to, saturate)?])
+    cast_rounded(cx, n, x, to, saturate)
 }
 
-/// Cast's `round_mode` for a FLOAT8E8M0 target: RLX's Cast rounds `up` (the default).
-fn check_round_mode(n: &ONode, to: DType) -> R<()> {
+/// A Cast honouring `round_mode` for a FLOAT8E8M0 target.
+fn cast_rounded(cx: &mut Ctx, n: &ONode, x: NodeId, to: DType, saturate: bool) -> R<Vec<NodeId>> {
     let mode = n.s("round_mode", "up")?;
-    if to == DType::F8E8M0 && mode != "up" {
-        return Err(format!(
-            "Cast to FLOAT8E8M0 with round_mode \"{mode}\" is not supported (only \"up\")"
-        ));
+    if to != DType::F8E8M0 || mode == "up" || cx.dtype(x) == to {
+        return Ok(vec![cx.cast_sat(x, to, saturate)?]);
     }
-    Ok(())
+    let nearest = match mode.as_str() {
+        "down" => false,
+        "nearest" => true,
+        m => return Err(format!("round_mode \"{m}\" must be up, down or nearest")),
+    };
+    Ok(vec![cast_e8m0_rounded(cx, x, saturate, nearest)?])
+}
+
+/// Cast to FLOAT8E8M0 rounding `down` or to `nearest` (onnx `numpy_helper.to_float8e8m0`):
+/// on the float32 bits `b` (sign dropped), exponent `e = b >> 23` and mantissa `m`; `nearest`
+/// adds one to `e` when the guard bit (0x400000) is set and a lower mantissa bit is set or
+/// `e > 0`, except for NaN/Inf (`e = 255`) and, with `saturate`, at `e = 254`. The code `e`
+/// is turned back into the float `2^(e-127)` (bits `e << 23`), which the Cast kernel
+/// encodes exactly.
+fn cast_e8m0_rounded(cx: &mut Ctx, x: NodeId, saturate: bool, nearest: bool) -> R<NodeId> {
+    use rlx_ir::BinaryOp as B;
+    let xf = cx.cast(x, DType::F32)?;
+    let bits = cx.add(Op::BitCast { to: DType::I32 }, vec![xf])?;
+    let bits = cx.cast(bits, DType::I64)?;
+    let k = |cx: &mut Ctx, v: i64| cx.scalar(DType::I64, v as f64);
+    let mask = k(cx, 0x7fff_ffff);
+    let a = cx.binary(B::BitAnd, bits, mask)?;
+    let sh = k(cx, 23);
+    let mut e = cx.binary(B::ShiftRight, a, sh)?;
+    if nearest {
+        let mm = k(cx, 0x7f_ffff);
+        let m = cx.binary(B::BitAnd, a, mm)?;
+        let gb = k(cx, 0x40_0000);
+        let gm = cx.binary(B::BitAnd, m, gb)?;
+        let zero = k(cx, 0);
+        let g = cx.binary(B::Gt, gm, zero)?;
+        let rsb = k(cx, 0x3f_ffff);
+        let rs = cx.binary(B::BitAnd, m, rsb)?;
+        let rs = cx.binary(B::Gt, rs, zero)?;
+        let lsb = cx.binary(B::Gt, e, zero)?;
+        let either = cx.binary(B::Or, rs, lsb)?;
+        let mut up = cx.binary(B::And, g, either)?;
+        let top = k(cx, if saturate { 254 } else { 255 });
+        let below = cx.binary(B::Lt, e, top)?;
+        up = cx.binary(B::And, up, below)?;
+        let up = cx.cast(up, DType::I64)?;
+        e = cx.binary(B::Add, e, up)?;
+    }
+    let code_bits = cx.binary(B::ShiftLeft, e, sh)?;
+    let code_bits = cx.cast(code_bits, DType::I32)?;
+    let f = cx.add(Op::BitCast { to: DType::F32 }, vec![code_bits])?;
+    cx.cast_sat(f, DType::F8E8M0, true)
 }
 
 /// ONNX BitCast (opset 26): reinterpret the bits of each element as `to` (same width).
@@ -52,8 +96,7 @@ pub fn cast_like(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (x, like) = (n.inp(0)?, n.inp(1)?);
     let to = cx.dtype(like);
     let saturate = n.i("saturate", 1)? != 0;
-    check_round_mode(n, to)?;
-    Ok(vec![cx.cast_sat(x, to, saturate)?])
+    cast_rounded(cx, n, x, to, saturate)
 }
 
 /// ONNX Reshape: shape from input 1 (attribute `shape` before opset 5); `0` copies the
