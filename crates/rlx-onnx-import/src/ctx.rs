@@ -270,4 +270,19 @@ impl<'n> ONode<'n> {
     pub fn ints(&self, name: &str) -> R<Option<Vec<i64>>> {
         Ok(self.typed(name, attr_type::INTS)?.map(|a| a.ints.clone()))
     }
+
+    /// A per-spatial-axis attribute (`strides`, `dilations`, `output_padding`): exactly `ns`
+    /// non-negative entries, or `default` on every axis when absent.
+    pub fn spatial_ints(&self, name: &str, ns: usize, default: usize) -> R<Vec<usize>> {
+        match self.ints(name)? {
+            Some(v) => {
+                let v = to_usizes(&v, name)?;
+                if v.len() != ns {
+                    return Err(format!("{name} {v:?} needs {ns} entries"));
+                }
+                Ok(v)
+            }
+            None => Ok(vec![default; ns]),
+        }
+    }
 }

@@ -113,18 +113,7 @@ pub fn conv_transpose(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
             return Err(format!("kernel_shape {ks:?} does not match W {wd:?}"));
         }
     }
-    let get = |name: &str, def: usize| -> R<Vec<usize>> {
-        match n.ints(name)? {
-            Some(v) => {
-                let v = to_usizes(&v, name)?;
-                if v.len() != ns {
-                    return Err(format!("{name} {v:?} needs {ns} entries"));
-                }
-                Ok(v)
-            }
-            None => Ok(vec![def; ns]),
-        }
-    };
+    let get = |name: &str, def: usize| n.spatial_ints(name, ns, def);
     let strides = get("strides", 1)?;
     let dil = get("dilations", 1)?;
     let out_pad = get("output_padding", 0)?;

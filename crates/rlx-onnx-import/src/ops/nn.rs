@@ -114,18 +114,7 @@ struct Window {
 
 fn window(n: &ONode, in_spatial: &[usize], kernel: &[usize], dilations_attr: bool) -> R<Window> {
     let ns = in_spatial.len();
-    let get = |name: &str, def: usize| -> R<Vec<usize>> {
-        match n.ints(name)? {
-            Some(v) => {
-                let v = to_usizes(&v, name)?;
-                if v.len() != ns {
-                    return Err(format!("{name} {v:?} needs {ns} entries"));
-                }
-                Ok(v)
-            }
-            None => Ok(vec![def; ns]),
-        }
-    };
+    let get = |name: &str, def: usize| n.spatial_ints(name, ns, def);
     let strides = get("strides", 1)?;
     let dilations = if dilations_attr {
         get("dilations", 1)?
