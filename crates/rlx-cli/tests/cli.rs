@@ -217,3 +217,67 @@ fn hostile_files_and_dims_give_clean_errors() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `rlx-run` end to end on real models: a model-zoo light model fed its ONNX TensorProto
+/// input (compared with the shipped `output_0.pb`), and a transformer export (compared with
+/// onnxruntime's outputs written by scripts/gen_transformers.py).
+#[test]
+fn rlx_run_on_real_models_matches_references() {
+    use rlx_cli::npy::read_npy;
+    let dir = std::env::temp_dir().join(format!("rlx-cli-real-{}", std::process::id()));
+    let light = repo().join("fixtures/large/light/squeezenet");
+    if light.exists() {
+        let out = dir.join("sq");
+        let input = format!("data_0={}", light.join("input_0.pb").display());
+        let (code, _, err) = rlx_run(
+            &[
+                light.join("model.onnx").to_str().unwrap(),
+                "--input",
+                &input,
+                "-o",
+                out.to_str().unwrap(),
+                "-q",
+            ],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+        let want = read_npy(&light.join("output_0.npy")).unwrap();
+        let got = std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .next()
+            .expect("one output")
+            .path();
+        let got = read_npy(&got).unwrap();
+        assert_eq!(got.dims(), want.dims());
+        for i in 0..want.numel() {
+            let (a, b) = (got.data().get_f64(i), want.data().get_f64(i));
+            assert!(
+                (a - b).abs() <= 1e-7 + 1e-3 * b.abs(),
+                "element {i}: {a} vs {b}"
+            );
+        }
+    } else if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some_and(|v| v == "1") {
+        panic!("fixtures/large/light missing");
+    }
+    let bert = repo().join("fixtures/transformers/bert_tiny");
+    let out = dir.join("bert");
+    let (code, _, err) = rlx_run(
+        &[bert.to_str().unwrap(), "-o", out.to_str().unwrap(), "-q"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    for name in ["last_hidden_state", "pooler_output"] {
+        let got = read_npy(&out.join(format!("{name}.npy"))).unwrap();
+        let want = read_npy(&bert.join(format!("expected_{name}.npy"))).unwrap();
+        assert_eq!(got.dims(), want.dims());
+        for i in 0..want.numel() {
+            let (a, b) = (got.data().get_f64(i), want.data().get_f64(i));
+            assert!(
+                (a - b).abs() <= 1e-5 + 1e-4 * b.abs(),
+                "{name}[{i}]: {a} vs {b}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
