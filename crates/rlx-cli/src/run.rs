@@ -471,6 +471,9 @@ pub fn main_run(a: RunArgs) -> i32 {
 pub fn main_lint(a: LintArgs) -> i32 {
     let r = (|| -> Result<i32> {
         let g = load_graph(&a.model, &parse_dims(&a.dims)?, &HashMap::new())?;
+        if g.outputs.is_empty() {
+            bail!("the graph has no outputs");
+        }
         let lints = rlx_compile::numeric_lint(&g);
         for l in &lints {
             println!("{l}");

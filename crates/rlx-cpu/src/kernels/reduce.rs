@@ -327,14 +327,16 @@ fn softmax_impl<T: Float + Send + Sync + Default>(
                     m = x;
                 }
             }
-            let mut s = T::zero();
+            // The row sum accumulates in f64, like the reductions.
+            let mut acc = 0.0f64;
             for j in 0..n {
                 let e = (src[j * inner + i] - m).exp();
                 if !log {
                     dst[j * inner + i] = e;
                 }
-                s = s + e;
+                acc += e.to_f64().unwrap_or(f64::NAN);
             }
+            let s = T::from(acc).unwrap_or_else(T::nan);
             if log {
                 let ls = s.ln();
                 for j in 0..n {
