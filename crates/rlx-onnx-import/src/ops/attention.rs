@@ -252,19 +252,8 @@ pub fn attention(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
             return Err(format!("q heads {hq} are not a multiple of kv heads {hk}"));
         }
         let reps = hq / hk;
-        let rep = |cx: &mut Ctx, x: NodeId| -> R<NodeId> {
-            let d = cx.dims(x);
-            let y = cx.reshape(x, vec![d[0], d[1], 1, d[2], d[3]])?;
-            let y = cx.add(
-                Op::Broadcast {
-                    dims: vec![d[0], d[1], reps, d[2], d[3]],
-                },
-                vec![y],
-            )?;
-            cx.reshape(y, vec![d[0], d[1] * reps, d[2], d[3]])
-        };
-        k = rep(cx, k)?;
-        v = rep(cx, v)?;
+        k = repeat_heads(cx, k, reps)?;
+        v = repeat_heads(cx, v, reps)?;
     }
 
     // Scores.

@@ -39,18 +39,7 @@ fn pad_or_crop(cx: &mut Ctx, x: NodeId, axis: usize, begin: i64, end: i64) -> R<
                 yd[axis]
             ));
         }
-        let mut starts = vec![0; r];
-        starts[axis] = cb;
-        let mut sizes = yd.clone();
-        sizes[axis] = yd[axis] - cb - ce;
-        y = cx.add(
-            Op::Slice {
-                starts,
-                steps: vec![1; r],
-                sizes,
-            },
-            vec![y],
-        )?;
+        y = super::shape::slice_axis(cx, y, axis, cb, yd[axis] - cb - ce)?;
     }
     Ok(y)
 }
