@@ -59,17 +59,7 @@ pub fn feeds(s: &CompiledGraph, dir: &Path, prefix: &str) -> Vec<(String, Tensor
     s.inputs()
         .into_iter()
         .map(|(name, _)| {
-            let safe: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let p = dir.join(format!("{prefix}{safe}.npy"));
+            let p = dir.join(format!("{prefix}{}.npy", rlx_cli::run::sanitize(&name)));
             let t = read_npy(&p).unwrap_or_else(|e| panic!("{e:#}"));
             (name, t)
         })

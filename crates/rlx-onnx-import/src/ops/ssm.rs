@@ -87,19 +87,7 @@ fn heads(cx: &mut Ctx, x: NodeId, h: usize, what: &str) -> R<NodeId> {
 
 /// Step `t` of axis 2 (kept, size 1).
 fn step(cx: &mut Ctx, x: NodeId, t: usize) -> R<NodeId> {
-    let d = cx.dims(x);
-    let mut starts = vec![0; d.len()];
-    let mut sizes = d.clone();
-    starts[2] = t;
-    sizes[2] = 1;
-    cx.add(
-        Op::Slice {
-            starts,
-            steps: vec![1; d.len()],
-            sizes,
-        },
-        vec![x],
-    )
+    super::shape::slice_axis(cx, x, 2, t, 1)
 }
 
 /// ONNX LinearAttention (opset 27): outputs `[output [B, T, H_q * d_v], present_state]`.
