@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::numeric_check::scan_data;
 use rlx_ir::{DType, Graph, Shape, Tensor, TensorData};
-use rlx_onnx_import::{import_onnx, ImportOptions};
+use rlx_onnx_import::{ImportOptions, OnnxModel};
 use rlx_runtime::{Device, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -89,9 +89,9 @@ fn parse_dims(v: &[String]) -> Result<HashMap<String, usize>> {
 }
 
 /// Every `--dim` must name a symbolic dim of the model's inputs.
-fn check_dims_exist(g: &Graph, dims: &HashMap<String, usize>) -> Result<()> {
+fn check_dims_exist(decls: &[(String, Shape)], dims: &HashMap<String, usize>) -> Result<()> {
     let mut syms: Vec<String> = vec![];
-    for (_, decl) in &g.input_decls {
+    for (_, decl) in decls {
         for d in &decl.dims {
             if let rlx_ir::Dim::Sym(s) = d {
                 if !syms.contains(s) {
@@ -263,12 +263,29 @@ fn decl_shape_str(s: &Shape) -> String {
     s.to_string()
 }
 
-fn load_graph(
+/// Open and decode the model once (errors name the file).
+fn open_model(model: &Path) -> Result<OnnxModel> {
+    let path = model_path(model);
+    OnnxModel::open(&path).map_err(|e| with_file(&path, e))
+}
+
+fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
+    let msg = e.to_string();
+    let file = path.display().to_string();
+    if msg.contains(&file) {
+        anyhow!("{msg}")
+    } else {
+        anyhow!("{file}: {msg}")
+    }
+}
+
+/// Lower the model with dims bound by `--dim` and by the shapes of the given inputs.
+fn import_with(
+    m: &OnnxModel,
     model: &Path,
     dims: &HashMap<String, usize>,
     given: &HashMap<String, Tensor>,
 ) -> Result<Graph> {
-    let path = model_path(model);
     let opts = ImportOptions {
         dims: dims.clone(),
         input_shapes: given
@@ -277,15 +294,8 @@ fn load_graph(
             .collect(),
         ..Default::default()
     };
-    import_onnx(&path, &opts).map_err(|e| {
-        let msg = e.to_string();
-        let file = path.display().to_string();
-        if msg.contains(&file) {
-            anyhow!("{msg}")
-        } else {
-            anyhow!("{file}: {msg}")
-        }
-    })
+    m.import(&opts)
+        .map_err(|e| with_file(&model_path(model), e))
 }
 
 fn run_inner(a: &RunArgs) -> Result<i32> {
@@ -311,12 +321,12 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
             )),
         }
     }
-    let mut g = load_graph(&a.model, &dims, &given)?;
-    check_dims_exist(&g, &dims)?;
-    let named = given.len();
+    // Decode once; bind every input file against the declared inputs; then import once.
+    let m = open_model(&a.model)?;
+    let decls = m.declared_inputs();
+    check_dims_exist(&decls, &dims)?;
     // Assign positional inputs to the inputs not named, in order.
-    let free: Vec<String> = g
-        .input_decls
+    let free: Vec<String> = decls
         .iter()
         .map(|d| d.0.clone())
         .filter(|n| !given.contains_key(n))
@@ -354,18 +364,15 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         }
     }
     for name in given.keys() {
-        if !g.input_decls.iter().any(|d| &d.0 == name) {
-            let names: Vec<&str> = g.input_decls.iter().map(|d| d.0.as_str()).collect();
+        if !decls.iter().any(|d| &d.0 == name) {
+            let names: Vec<&str> = decls.iter().map(|d| d.0.as_str()).collect();
             bail!(
                 "--input {name}: the model has no input named \"{name}\" (its inputs: {})",
                 names.join(", ")
             );
         }
     }
-    if given.len() != named {
-        // Inputs bound after the first import may bind symbolic dims: import again.
-        g = load_graph(&a.model, &dims, &given)?;
-    }
+    let g = import_with(&m, &a.model, &dims, &given)?;
     if let Ok(v) = std::env::var("RLX_DEBUG_NANS") {
         let v = v.trim().to_ascii_lowercase();
         if !["", "0", "1", "strict", "abort", "warn"].contains(&v.as_str()) {
@@ -470,7 +477,12 @@ pub fn main_run(a: RunArgs) -> i32 {
 /// Entry point of `rlx lint`; exit 1 when a lint is found.
 pub fn main_lint(a: LintArgs) -> i32 {
     let r = (|| -> Result<i32> {
-        let g = load_graph(&a.model, &parse_dims(&a.dims)?, &HashMap::new())?;
+        let g = import_with(
+            &open_model(&a.model)?,
+            &a.model,
+            &parse_dims(&a.dims)?,
+            &HashMap::new(),
+        )?;
         if g.outputs.is_empty() {
             bail!("the graph has no outputs");
         }

@@ -74,33 +74,87 @@ impl Default for ImportOptions {
     }
 }
 
+/// An ONNX model file, decoded once: its declared inputs can be read before importing it
+/// (so a caller can bind symbolic dims from its input files), then [`OnnxModel::import`]
+/// lowers it with those options.
+pub struct OnnxModel {
+    model: ModelProto,
+    file: String,
+    base: Option<std::path::PathBuf>,
+}
+
+impl OnnxModel {
+    /// Read and decode the model at `path` (a regular file; a FIFO or `/dev/zero` would be
+    /// read forever). External data files are resolved relative to its folder.
+    pub fn open(path: &Path) -> Result<OnnxModel, ImportError> {
+        let io = |source| ImportError::Io {
+            file: path.display().to_string(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if !meta.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let bytes = std::fs::read(path).map_err(io)?;
+        let base = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        OnnxModel::decode(&bytes, &path.display().to_string(), Some(base))
+    }
+
+    fn decode(
+        bytes: &[u8],
+        file: &str,
+        base: Option<std::path::PathBuf>,
+    ) -> Result<OnnxModel, ImportError> {
+        let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode {
+            file: file.to_string(),
+            msg: e.to_string(),
+        })?;
+        Ok(OnnxModel {
+            model,
+            file: file.to_string(),
+            base,
+        })
+    }
+
+    /// Names and declared types (symbolic dims kept) of the graph inputs that are not
+    /// initializers, in order. Inputs that are not tensors are left out.
+    pub fn declared_inputs(&self) -> Vec<(String, rlx_ir::Shape)> {
+        let Some(graph) = self.model.graph.as_ref() else {
+            return vec![];
+        };
+        let inits: std::collections::HashSet<&str> =
+            graph.initializer.iter().map(|t| t.name.as_str()).collect();
+        graph
+            .input
+            .iter()
+            .filter(|vi| !inits.contains(vi.name.as_str()))
+            .filter_map(|vi| {
+                input_shape(vi, &ImportOptions::default())
+                    .ok()
+                    .map(|(d, _)| (vi.name.clone(), d))
+            })
+            .collect()
+    }
+
+    /// Lower the model into a [`Graph`] (see [`import_onnx`]).
+    pub fn import(&self, opts: &ImportOptions) -> Result<Graph, ImportError> {
+        import_model(&self.model, &self.file, self.base.as_deref(), opts)
+    }
+}
+
 /// Import the ONNX model at `path`. External data files are resolved relative to the
 /// model's folder and must stay inside it.
 ///
 /// Errors: unreadable file, malformed protobuf (naming the file), unsupported op (naming op
 /// type, domain, opset and node), and any lowering problem (naming the node).
 pub fn import_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let io = |source| ImportError::Io {
-        file: path.display().to_string(),
-        source,
-    };
-    // Only regular files: a FIFO or /dev/zero would be read forever.
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(io(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(io)?;
-    let base = path.parent().map(|p| {
-        if p.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            p
-        }
-    });
-    import_impl(&bytes, &path.display().to_string(), base, opts)
+    OnnxModel::open(path)?.import(opts)
 }
 
 /// Import a model from its serialized bytes. `base_dir` is the folder external data paths
@@ -110,7 +164,7 @@ pub fn import_onnx_bytes(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Graph, ImportError> {
-    import_impl(bytes, "<model bytes>", base_dir, opts)
+    OnnxModel::decode(bytes, "<model bytes>", base_dir.map(Path::to_path_buf))?.import(opts)
 }
 
 /// Decode one serialized `TensorProto` (e.g. ONNX test data `input_0.pb`) into its name and
@@ -220,16 +274,12 @@ fn flatten_opt(o: &proto::OptionalProto, out: &mut Vec<Tensor>) -> Result<(), Im
 /// The newest default-domain (ai.onnx) opset RLX knows: onnx 1.23's.
 pub const MAX_OPSET: i64 = 28;
 
-fn import_impl(
-    bytes: &[u8],
+fn import_model(
+    model: &ModelProto,
     file: &str,
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Graph, ImportError> {
-    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode {
-        file: file.to_string(),
-        msg: e.to_string(),
-    })?;
     let graph = model
         .graph
         .as_ref()

@@ -259,22 +259,17 @@ impl CompiledGraph {
 
     /// Like [`CompiledGraph::run`], returning errors.
     pub fn try_run(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<Vec<f32>>, RuntimeError> {
-        let named: Vec<(String, Tensor)> = {
-            let decl = self.inputs();
-            let mut v = vec![];
-            for (name, data) in inputs {
-                let Some((_, shape)) = decl.iter().find(|(n, _)| n == name) else {
-                    return Err(unknown_input(name, &decl));
-                };
-                let t = f32_tensor(shape, data)
-                    .map_err(|m| RuntimeError::Input(format!("input \"{name}\": {m}")))?;
-                v.push((name.to_string(), t));
-            }
-            v
-        };
-        let refs: Vec<(&str, Tensor)> =
-            named.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
-        let out = self.run_tensors(refs)?;
+        let decl = self.inputs();
+        let mut feeds: Vec<(&str, Tensor)> = Vec::with_capacity(inputs.len());
+        for &(name, data) in inputs {
+            let Some((_, shape)) = decl.iter().find(|(n, _)| n == name) else {
+                return Err(unknown_input(name, &decl));
+            };
+            let t = f32_tensor(shape, data)
+                .map_err(|m| RuntimeError::Input(format!("input \"{name}\": {m}")))?;
+            feeds.push((name, t));
+        }
+        let out = self.run_tensors(feeds)?;
         Ok(out.iter().map(|t| t.data().to_f32_vec()).collect())
     }
 
