@@ -1,5 +1,7 @@
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 /// RLX: run ML models and find out why their numbers are wrong.
 ///
 /// Debug switches (environment):
@@ -18,6 +20,8 @@ enum Cmd {
     Run(rlx_cli::run::RunArgs),
     /// Report constant subgraphs that provably fold to NaN/Inf (exit 1 if any).
     Lint(rlx_cli::run::LintArgs),
+    /// Time steady-state runs of a compiled model: median, min, mean ms per run.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -25,6 +29,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Run(a) => rlx_cli::run::main_run(a),
         Cmd::Lint(a) => rlx_cli::run::main_lint(a),
+        Cmd::Bench(a) => bench::main_bench(a),
     };
     std::process::exit(code);
 }

@@ -1,0 +1,138 @@
+//! `rlx bench` end to end on a committed fixture: the output format scripts rely on
+//! (bench/run.sh reads these lines). No time is asserted, only that the numbers parse and
+//! are ordered (min <= median, min <= mean) and that the outputs written match the
+//! onnxruntime reference shipped with the fixture.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rlx(args: &[&str], nans: Option<&str>) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
+    c.args(args).current_dir(repo());
+    c.env_remove("RLX_DEBUG_NANS")
+        .env_remove("RLX_LINT_NUMERICS");
+    if let Some(v) = nans {
+        c.env("RLX_DEBUG_NANS", v);
+    }
+    let o = c.output().expect("run rlx");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+/// The number after `key: ` on the line that starts with it, with its unit stripped.
+fn field(out: &str, key: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("no `{key}:` line in:\n{out}"));
+    let v = line[key.len() + 2..].split_whitespace().next().unwrap();
+    v.parse()
+        .unwrap_or_else(|_| panic!("`{key}:` is not a number: {line}"))
+}
+
+#[test]
+fn bench_prints_median_min_mean_and_real_last() {
+    let dir = std::env::temp_dir().join(format!("rlx-bench-test-{}", std::process::id()));
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("runs: 3 (warmup 1)"), "{out}");
+    assert!(out.contains("threads: 1"), "{out}");
+    assert!(out.contains("nan-check: off"), "{out}");
+    let (load, median, min, mean) = (
+        field(&out, "load"),
+        field(&out, "median"),
+        field(&out, "min"),
+        field(&out, "mean"),
+    );
+    assert!(load > 0.0 && min > 0.0, "{out}");
+    assert!(min <= median && min <= mean, "{out}");
+    let last = out.lines().last().unwrap();
+    assert!(last.starts_with("real: "), "last line: {last}");
+    let real = field(&out, "real");
+    // real is the mean in seconds; mean is printed in ms to 3 decimals.
+    assert!((real * 1e3 - mean).abs() <= 1e-3 + 1e-6 * mean, "{out}");
+    // The outputs of the timed runs match onnxruntime's (the fixture's expected_*.npy).
+    let got = rlx_cli::npy::read_npy(&dir.join("last_hidden_state.npy")).unwrap();
+    let want = rlx_cli::npy::read_npy(
+        &repo().join("fixtures/transformers/bert_tiny/expected_last_hidden_state.npy"),
+    )
+    .unwrap();
+    assert_eq!(got.dims(), want.dims());
+    let g = got.data().to_f32_vec();
+    let w = want.data().to_f32_vec();
+    let diff = g
+        .iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(diff < 1e-4, "max abs diff vs onnxruntime {diff}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bench_with_nan_scan_on_and_max_time() {
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--max-time",
+            "0.01",
+            "--warmup",
+            "0",
+        ],
+        Some("1"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nan-check: 1"), "{out}");
+    // At least 3 timed runs even when the time budget is tiny.
+    let runs = field(&out, "runs");
+    assert!(runs >= 3.0, "{out}");
+    assert!(out.lines().last().unwrap().starts_with("real: "), "{out}");
+}
+
+#[test]
+fn bench_rejects_bad_arguments_with_clear_errors() {
+    let (code, _, err) = rlx(
+        &["bench", "fixtures/transformers/bert_tiny", "--runs", "0"],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("--runs 0"), "{err}");
+    let (code, _, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--input",
+            "nope=fixtures/transformers/bert_tiny/input_input_ids.npy",
+            "--runs",
+            "1",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("no input named \"nope\""), "{err}");
+    let (code, _, err) = rlx(&["bench", "no/such/model.onnx", "--runs", "1"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("no/such/model.onnx"), "{err}");
+}
