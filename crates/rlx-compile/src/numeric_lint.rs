@@ -62,13 +62,7 @@ impl fmt::Display for NumericLint {
 
 /// True when `RLX_LINT_NUMERICS` is set to something other than empty or `0`.
 pub fn lint_enabled_from_env() -> bool {
-    !matches!(
-        std::env::var(RLX_LINT_NUMERICS)
-            .ok()
-            .as_deref()
-            .map(str::trim),
-        None | Some("") | Some("0")
-    )
+    rlx_ir::env::is_on(RLX_LINT_NUMERICS)
 }
 
 /// Evaluate every constant subgraph of `g` (with the CPU reference kernels) and report

@@ -3,9 +3,11 @@
 //! * [`Graph`], [`Node`], [`NodeId`] (printed `%N`), [`Op`], [`Shape`], [`DType`], [`Tensor`];
 //! * a builder API (`g.input`, `g.param`, `g.matmul`, `g.activation`, `g.set_outputs`);
 //! * [`provenance::node_label`]: names nodes in the user's terms;
-//! * [`numeric_check`]: the NaN/Inf localizer every backend calls.
+//! * [`numeric_check`]: the NaN/Inf localizer every backend calls;
+//! * [`env`]: the registry of every `RLX_*` environment variable (`rlx env` prints it).
 
 pub mod dtype;
+pub mod env;
 pub mod graph;
 pub mod narrow;
 pub mod numeric_check;

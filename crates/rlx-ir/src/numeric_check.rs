@@ -46,7 +46,7 @@ impl DebugMode {
 
     /// Read `RLX_DEBUG_NANS` once.
     pub fn from_env() -> DebugMode {
-        DebugMode::parse(std::env::var(RLX_DEBUG_NANS).ok().as_deref())
+        DebugMode::parse(crate::env::get(RLX_DEBUG_NANS).as_deref())
     }
 
     pub fn is_on(self) -> bool {

@@ -1,0 +1,257 @@
+//! The one registry of every `RLX_*` environment variable the project reads.
+//!
+//! Every reader goes through [`get`], [`get_os`] or [`is_on`] with a name listed in [`VARS`];
+//! `rlx env` prints [`VARS`] as a table with each variable's current value, so the table
+//! cannot drift from the code (`crates/rlx-cli/tests/env.rs` greps the source tree for
+//! `"RLX_..."` string literals and fails on any name missing here).
+//!
+//! ```
+//! assert!(rlx_ir::env::lookup("RLX_DEBUG_NANS").is_some());
+//! let on = rlx_ir::env::is_on("RLX_LINT_NUMERICS"); // unset, empty or "0" is off
+//! # let _ = on;
+//! ```
+
+use std::ffi::OsString;
+
+/// Who reads a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The library and the `rlx` tools: changes what a run does or prints.
+    Runtime,
+    /// The test suite and CI: skip-or-fail switches, fixture locations, manifest updates.
+    Tests,
+    /// The ONNX conformance harness (`rlx-conformance`).
+    Conformance,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Runtime => "runtime",
+            Scope::Tests => "tests",
+            Scope::Conformance => "conformance",
+        }
+    }
+}
+
+/// One `RLX_*` variable: its name and what a user needs to know before setting it.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    /// The variable's name, e.g. `RLX_DEBUG_NANS`.
+    pub name: &'static str,
+    /// The values it accepts, e.g. `0|1|strict|abort`.
+    pub values: &'static str,
+    /// When it acts (compile time, each run, a test run, ...).
+    pub acts: &'static str,
+    /// What it catches or changes.
+    pub catches: &'static str,
+    /// Its cost when on (off costs nothing unless said otherwise).
+    pub cost: &'static str,
+    /// Who reads it.
+    pub scope: Scope,
+}
+
+/// Every `RLX_*` variable the project reads, runtime switches first.
+pub const VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "RLX_DEBUG_NANS",
+        values: "0|1|strict|abort",
+        acts: "each run (read once per run)",
+        catches: "names the op that created each NaN (and each Inf that reaches an output or becomes NaN); strict: every non-finite value; abort: stop at the first (exit 3)",
+        cost: "one finiteness pass per op output",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_LINT_NUMERICS",
+        values: "0|1",
+        acts: "compile time",
+        catches: "constant subgraphs that provably fold to NaN/Inf (1/0, log(0), -1e9 cast to f16, literal -inf masks)",
+        cost: "one evaluation of the constant subgraphs",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_RUNTIME_CHECK_INPUTS",
+        values: "0|1",
+        acts: "each run, before any kernel",
+        catches: "inputs whose dtype, rank, dims, name or device type do not match the compiled guards",
+        cost: "a few comparisons per input",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER",
+        values: "0|1|2|3",
+        acts: "each run on the CPU (read once per run)",
+        catches: "1: per-op stats line (min, max, mean, max|x|, NaN/Inf counts) on stderr; 2: also the values; 3: the op's name before it runs (flushed), so a crash names its op",
+        cost: "one pass over every printed op's output, plus stderr writes",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_FILTERED_OPS_TO_PRINT",
+        values: "glob,glob,...",
+        acts: "with RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER",
+        catches: "limits the printer to nodes whose label, op name or %id matches a glob (* and ?)",
+        cost: "a glob match per node",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_DISPATCH_REPORT",
+        values: "0|1",
+        acts: "each run",
+        catches: "prints which backend/kernel ran each op",
+        cost: "one line per op on stderr",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_WGPU_NAN_TRACE",
+        values: "0|1",
+        acts: "each wgpu run",
+        catches: "reads back every node's buffer after a GPU run and scans it for NaN/Inf",
+        cost: "a device-to-host copy of every intermediate",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_TEST_PLANTED_BUG",
+        values: "unset|bug name",
+        acts: "tests only",
+        catches: "plants a known kernel bug so tests can check that the divergence tools find it",
+        cost: "wrong numbers by design: never set it outside tests",
+        scope: Scope::Tests,
+    },
+    EnvVar {
+        name: "RLX_REQUIRE_FIXTURES",
+        values: "0|1",
+        acts: "test runs",
+        catches: "tests on generated fixtures fail instead of skipping when the fixtures are missing (CI sets it)",
+        cost: "none",
+        scope: Scope::Tests,
+    },
+    EnvVar {
+        name: "RLX_REQUIRE_GPU",
+        values: "0|1",
+        acts: "test runs",
+        catches: "GPU tests fail instead of skipping when no GPU adapter is found",
+        cost: "none",
+        scope: Scope::Tests,
+    },
+    EnvVar {
+        name: "RLX_REQUIRE_CHROMIUM",
+        values: "0|1",
+        acts: "test runs",
+        catches: "the headless-Chromium test of the `rlx trace` HTML report fails instead of skipping when chromium is missing",
+        cost: "none",
+        scope: Scope::Tests,
+    },
+    EnvVar {
+        name: "RLX_ONNX_NODE_DIR",
+        values: "folder",
+        acts: "conformance runs",
+        catches: "where the ONNX backend node test cases live (default fixtures/onnx-node)",
+        cost: "none",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_UPDATE_MANIFEST",
+        values: "0|1",
+        acts: "conformance test run",
+        catches: "rewrites passing.txt with the cases that pass now (only additions)",
+        cost: "none",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_UPDATE_MANIFEST_ALLOW_REMOVALS",
+        values: "0|1",
+        acts: "with RLX_UPDATE_MANIFEST=1",
+        catches: "lets the manifest update drop cases that stopped passing",
+        cost: "none",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_CONFORMANCE_FREEZE",
+        values: "0|1 (default 1)",
+        acts: "conformance runs",
+        catches: "0: never feed an input as a constant (the strict count)",
+        cost: "none",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_CONFORMANCE_JOBS",
+        values: "N (default 2)",
+        acts: "conformance runs",
+        catches: "how many cases run at once",
+        cost: "N processes",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_CONFORMANCE_TIMEOUT_S",
+        values: "seconds (default 10)",
+        acts: "conformance runs",
+        catches: "per-case time limit (a hang fails the case)",
+        cost: "none",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_CONFORMANCE_FILTER",
+        values: "substring",
+        acts: "conformance runs",
+        catches: "runs only the cases whose name contains it",
+        cost: "none",
+        scope: Scope::Conformance,
+    },
+    EnvVar {
+        name: "RLX_CONFORMANCE_DEBUG_NANS",
+        values: "0|1 (default 1)",
+        acts: "conformance runs",
+        catches: "0: skip the rerun of each case with RLX_DEBUG_NANS=1 (which checks the localizer never changes an output)",
+        cost: "a second run of every case",
+        scope: Scope::Conformance,
+    },
+];
+
+/// The registry entry for `name`, if registered.
+pub fn lookup(name: &str) -> Option<&'static EnvVar> {
+    VARS.iter().find(|v| v.name == name)
+}
+
+fn check(name: &str) {
+    debug_assert!(
+        lookup(name).is_some(),
+        "{name} is not in rlx_ir::env::VARS: register it there (rlx env prints that table)"
+    );
+}
+
+/// The value of a registered variable (`None` when unset or not UTF-8).
+///
+/// Debug builds panic when `name` is not in [`VARS`] (a programming error: register it).
+pub fn get(name: &str) -> Option<String> {
+    check(name);
+    std::env::var(name).ok()
+}
+
+/// The raw value of a registered variable (for paths); `None` when unset.
+pub fn get_os(name: &str) -> Option<OsString> {
+    check(name);
+    std::env::var_os(name)
+}
+
+/// True when a registered variable is set to something other than empty or `0`
+/// (surrounding whitespace ignored).
+pub fn is_on(name: &str) -> bool {
+    get(name).is_some_and(|v| !matches!(v.trim(), "" | "0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_prefixed() {
+        for (i, v) in VARS.iter().enumerate() {
+            assert!(v.name.starts_with("RLX_"), "{}", v.name);
+            assert!(
+                !VARS[..i].iter().any(|w| w.name == v.name),
+                "{} listed twice",
+                v.name
+            );
+        }
+    }
+}
