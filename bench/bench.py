@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Run the benchmark models on RLX, onnxruntime and tract and print one table (bench/run.sh).
+
+    python3 bench/bench.py [--models a,b] [--threads 1,2] [--runtimes rlx,ort,tract]
+                           [--max-time S] [--warmup W] [--smoke] [--results FILE]
+
+Each (model, thread count, runtime) is a separate process, run one after another:
+
+  rlx    target/release/rlx bench MODEL --threads N --warmup W --max-time S  (RLX_DEBUG_NANS unset)
+  rlx+nan  the same with RLX_DEBUG_NANS=1 (the "nan on/off" column: median on / median off)
+  ort    bench/ort_bench.py (CPUExecutionProvider, intra_op_num_threads=N, sequential)
+  tract  bench/.tools/bin/tract MODEL -i <bundle> ... bench (multithread-mm, N threads)
+
+Peak RSS is the whole process's ru_maxrss from wait4 (so onnxruntime's includes the Python
+interpreter and numpy; its baseline before the session is printed in the notes). Load time
+is what each runtime reports: RLX read+import+compile, ORT InferenceSession(), tract
+model load+optimize (its `--readings`-free "load" is measured as the wall time of
+`tract ... dump -q` minus nothing else; see bench/README.md). RLX's outputs of the timed runs
+are compared with onnxruntime's (max abs diff column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+ALL_MODELS = ["bert", "gpt2", "qwen3", "minilm", "squeezenet", "mobilenet_v2", "efficientnet_b0",
+              "resnet18", "resnet50"]
+RLX = Path(os.environ.get("RLX_BIN") or ROOT / "target" / "release" / "rlx")
+TRACT = BENCH / ".tools" / "bin" / "tract"
+VENV_PY = ROOT / ".venv" / "bin" / "python"
+TIMEOUT_S = 600
+
+
+def run_measured(cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S):
+    """Run cmd; return (exit code, stdout, stderr, peak RSS in MB of that process, wall s)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT)
+        rc, ru = None, None
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid == p.pid:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            if time.perf_counter() - t0 > timeout:
+                p.kill()
+                _, status, ru = os.wait4(p.pid, 0)
+                rc = 124
+                break
+            time.sleep(0.01)
+        p.returncode = rc  # reaped by wait4; keep Popen from waiting again
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        return (rc, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                ru.ru_maxrss / 1024.0, wall)
+
+
+def field(text: str, key: str) -> float | None:
+    m = re.search(rf"^{re.escape(key)}: ([0-9.eE+-]+)", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def first_error(err: str, out: str) -> str:
+    lines = [ln for ln in (err + "\n" + out).splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln.lower() or "panic" in ln.lower():
+            return ln.strip()[:200]
+    return (lines[-1].strip()[:200] if lines else "no output")
+
+
+def rlx_run(model_dir: Path, threads: int, a, nan: bool, out_dir: Path | None) -> dict:
+    cmd = [str(RLX), "bench", str(model_dir), "--threads", str(threads), "--warmup", str(a.warmup)]
+    cmd += ["--runs", str(a.runs)] if a.runs else ["--max-time", str(a.max_time)]
+    if out_dir is not None:
+        cmd += ["--output-dir", str(out_dir)]
+    env = dict(os.environ)
+    env.pop("RLX_DEBUG_NANS", None)
+    env.pop("RLX_LINT_NUMERICS", None)
+    if nan:
+        env["RLX_DEBUG_NANS"] = "1"
+    return parse(cmd, env)
+
+
+def ort_run(model_dir: Path, threads: int, a, out_dir: Path | None) -> dict:
+    cmd = [str(VENV_PY), str(BENCH / "ort_bench.py"), str(model_dir), "--threads", str(threads),
+           "--warmup", str(a.warmup)]
+    cmd += ["--runs", str(a.runs)] if a.runs else ["--max-time", str(a.max_time)]
+    if out_dir is not None:
+        cmd += ["--output-dir", str(out_dir)]
+    r = parse(cmd, dict(os.environ))
+    r["baseline_rss"] = field(r.get("stdout", ""), "baseline-rss")
+    return r
+
+
+def tract_inputs(model_dir: Path, scratch: Path) -> list[str]:
+    """tract's input flags: an .npz bundle of the model folder's input_<name>.npy files."""
+    import numpy as np
+    import onnx
+
+    m = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    arrays = {}
+    for x in m.graph.input:
+        if x.name in inits:
+            continue
+        safe = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_" for c in x.name)
+        arrays[x.name] = np.load(model_dir / f"input_{safe}.npy")
+    bundle = scratch / f"{model_dir.name}_inputs.npz"
+    np.savez(bundle, **arrays)
+    return ["--input-facts-from-bundle", str(bundle)]
+
+
+def tract_run(model_dir: Path, threads: int, a, scratch: Path) -> dict:
+    # torch exports declare output shapes / value infos tract rejects; these flags are needed.
+    cmd = [str(TRACT), str(model_dir / "model.onnx"), "--onnx-ignore-output-shapes",
+           "--onnx-ignore-value-info"]
+    cmd += tract_inputs(model_dir, scratch)
+    cmd += ["-O", "bench", "--warmup-loops", str(a.warmup)]
+    if a.runs:
+        cmd += ["--max-loops", str(a.runs)]
+    else:
+        cmd += ["--max-loops", "100000", "--max-time", str(int(a.max_time * 1000))]
+    env = dict(os.environ)
+    env["TRACT_CPU_THREADS"] = str(threads)  # tract-linalg's multithread-mm pool size
+    env["RAYON_NUM_THREADS"] = str(threads)
+    r = parse(cmd, env, tract=True)
+    return r
+
+
+def parse(cmd: list[str], env: dict, tract: bool = False) -> dict:
+    rc, out, err, rss, wall = run_measured(cmd, env)
+    r = {"cmd": cmd, "rc": rc, "stdout": out, "stderr": err, "rss": rss, "wall": wall}
+    if rc != 0:
+        r["error"] = "timeout" if rc == 124 else first_error(err, out)
+        return r
+    if tract:
+        return parse_tract(r, out + "\n" + err)
+    for k in ("median", "min", "mean", "load"):
+        r[k] = field(out, k)
+    if r["median"] is None:
+        r["error"] = "no median in output"
+    return r
+
+
+def parse_tract(r: dict, text: str) -> dict:
+    # tract-cli bench prints e.g. "Bench ran 1234 times, 1.234 ms/i." and (newer) percentiles.
+    m = re.search(r"([0-9.]+)\s*(ms|µs|us|s)/i", text)
+    scale = {"ms": 1.0, "µs": 1e-3, "us": 1e-3, "s": 1e3}
+    if not m:
+        r["error"] = "cannot parse tract output: " + text.strip().splitlines()[-1][:150] if text.strip() else "no output"
+        return r
+    r["mean"] = float(m.group(1)) * scale[m.group(2)]
+    for key, pat in (("median", r"(?:median|p50)[^0-9]*([0-9.]+)\s*(ms|µs|us|s)"),
+                     ("min", r"min[^0-9]*([0-9.]+)\s*(ms|µs|us|s)")):
+        mm = re.search(pat, text, re.I)
+        r[key] = float(mm.group(1)) * scale[mm.group(2)] if mm else None
+    if r["median"] is None:
+        r["median"] = r["mean"]
+        r["median_is_mean"] = True
+    return r
+
+
+def max_abs_diff(a_dir: Path, b_dir: Path, b_prefix: str = "") -> str:
+    try:
+        import numpy as np
+    except ImportError:
+        return "n/a"
+    worst, n = 0.0, 0
+    for p in sorted(a_dir.glob("*.npy")):
+        q = b_dir / (b_prefix + p.name)
+        if not q.is_file():
+            continue
+        x, y = np.load(p), np.load(q)
+        if x.shape != y.shape:
+            return f"shape {x.shape} vs {y.shape}"
+        if x.size:
+            d = np.abs(x.astype(np.float64) - y.astype(np.float64))
+            worst = max(worst, float(np.nanmax(d)) if np.isfinite(d).any() else float("inf"))
+        n += 1
+    return f"{worst:.1e}" if n else "no common outputs"
+
+
+def fmt_ms(r: dict | None, key: str) -> str:
+    if r is None:
+        return "-"
+    if "error" in r:
+        return "fail"
+    v = r.get(key)
+    if v is None:
+        return "?"
+    return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+
+def ratio(x: dict | None, y: dict | None, key: str) -> str:
+    if not x or not y or "error" in x or "error" in y or not x.get(key) or not y.get(key):
+        return "-"
+    return f"{x[key] / y[key]:.2f}"
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        name = re.search(r"^Model name:\s*(.+)$", out, re.M)
+        flags = re.search(r"^Flags:\s*(.+)$", out, re.M)
+        avx = ""
+        if flags:
+            f = flags.group(1).split()
+            avx = " (AVX-512)" if "avx512f" in f else (" (AVX2)" if "avx2" in f else "")
+        return f"{name.group(1).strip() if name else platform.processor()}{avx}, {os.cpu_count()} CPUs"
+    except OSError:
+        return f"{platform.processor()}, {os.cpu_count()} CPUs"
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def versions() -> str:
+    parts = []
+    try:
+        import onnxruntime
+
+        parts.append(f"onnxruntime {onnxruntime.__version__}")
+    except ImportError:
+        pass
+    if TRACT.is_file():
+        v = subprocess.run([str(TRACT), "--version"], capture_output=True, text=True).stdout.strip()
+        parts.append(v or "tract ?")
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=ROOT).stdout.strip()
+    parts.append(f"RLX {rev or '?'}")
+    return ", ".join(parts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(ALL_MODELS))
+    ap.add_argument("--threads", default=None, help="thread counts (default 1,2; smoke: 1)")
+    ap.add_argument("--runtimes", default="rlx,ort,tract")
+    ap.add_argument("--max-time", type=float, default=2.0, help="seconds of timed runs per process")
+    ap.add_argument("--runs", type=int, default=None, help="exact timed runs (instead of --max-time)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-nan", action="store_true", help="skip the RLX_DEBUG_NANS=1 runs")
+    ap.add_argument("--smoke", action="store_true",
+                    help="bert_tiny fixture, RLX only, 3 runs (no venv, no tract)")
+    ap.add_argument("--results", type=Path, default=None, help="write the table here (markdown)")
+    ap.add_argument("--command", default=None, help="the command line to record in --results")
+    a = ap.parse_args()
+
+    runtimes = a.runtimes.split(",")
+    if a.smoke and a.threads is None:
+        a.threads = "1"
+    threads = [int(t) for t in (a.threads or "1,2").split(",")]
+    if a.smoke:
+        runtimes, a.runs, a.warmup = ["rlx"], a.runs or 3, min(a.warmup, 1)
+        model_dirs = {"bert": ROOT / "fixtures" / "transformers" / "bert_tiny"}
+    else:
+        model_dirs = {m: BENCH / "models" / m for m in a.models.split(",")}
+    for m, d in model_dirs.items():
+        if not (d / "model.onnx").is_file():
+            print(f"bench: {d}/model.onnx missing (run scripts/gen_bench_models.py {m})", file=sys.stderr)
+            return 2
+    if "rlx" in runtimes and not RLX.is_file():
+        print(f"bench: {RLX} missing (cargo build --release -p rlx-cli)", file=sys.stderr)
+        return 2
+    if "tract" in runtimes and not TRACT.is_file():
+        print(f"bench: {TRACT} missing; skipping tract", file=sys.stderr)
+        runtimes.remove("tract")
+
+    out_root = BENCH / "out"
+    scratch = Path(tempfile.mkdtemp(prefix="rlx-bench-"))
+    load_before = loadavg()
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    rows, notes = [], []
+    for m, d in model_dirs.items():
+        for t in threads:
+            res: dict[str, dict | None] = {"rlx": None, "nan": None, "ort": None, "tract": None}
+            rdir, odir = out_root / "rlx" / m, out_root / "ort" / m
+            for sub in (rdir, odir):
+                shutil.rmtree(sub, ignore_errors=True)
+            if "rlx" in runtimes:
+                res["rlx"] = rlx_run(d, t, a, False, rdir)
+                if not a.no_nan:
+                    res["nan"] = rlx_run(d, t, a, True, None)
+            if "ort" in runtimes:
+                res["ort"] = ort_run(d, t, a, odir)
+            if "tract" in runtimes:
+                res["tract"] = tract_run(d, t, a, scratch)
+            for k, r in res.items():
+                if r and "error" in r:
+                    notes.append(f"{m} t={t} {k}: {r['error']}")
+                if r and r.get("median_is_mean"):
+                    notes.append(f"{m} t={t} {k}: tract printed only a mean; shown as median")
+            diff = "-"
+            if res["rlx"] and res["ort"] and "error" not in res["rlx"] and "error" not in res["ort"]:
+                diff = max_abs_diff(rdir, odir)
+            elif a.smoke and res["rlx"] and "error" not in res["rlx"]:
+                diff = max_abs_diff(rdir, d, "expected_")  # the fixture's onnxruntime outputs
+            if res["ort"] and res["ort"].get("baseline_rss") and t == threads[0]:
+                notes.append(f"{m}: onnxruntime process RSS before the session: "
+                             f"{res['ort']['baseline_rss']:.0f} MB (Python + numpy + onnxruntime)")
+            key = "median" if t == 1 else "min"
+            row = [m, str(t)]
+            row += [fmt_ms(res[k], "median") for k in ("rlx", "ort", "tract")]
+            row += [fmt_ms(res[k], "min") for k in ("rlx", "ort", "tract")]
+            row += [ratio(res["rlx"], res["ort"], key), ratio(res["rlx"], res["tract"], key),
+                    ratio(res["nan"], res["rlx"], "median")]
+            row.append("/".join(f"{res[k]['rss']:.0f}" if res[k] else "-" for k in ("rlx", "ort", "tract")))
+            row.append("/".join(fmt_ms(res[k], "load") if res[k] and k != "tract" else "-"
+                                for k in ("rlx", "ort", "tract")))
+            row.append(diff)
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+
+    header = ["model", "thr", "RLX med", "ORT med", "tract med", "RLX min", "ORT min", "tract min",
+              "RLX/ORT", "RLX/tract", "nan on/off", "peak RSS MB rlx/ort/tract",
+              "load ms rlx/ort/tract", "max abs RLX-ORT"]
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(r) + " |" for r in rows]
+    text = "\n".join(table)
+    print()
+    print(text)
+    for n in notes:
+        print("note:", n)
+    shutil.rmtree(scratch, ignore_errors=True)
+    if a.results:
+        cmd = a.command or " ".join(shlex.quote(x) for x in sys.argv)
+        md = [
+            "# Benchmark results",
+            "",
+            f"- date: {started}",
+            f"- CPU: {cpu_model()}",
+            f"- load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
+            f"- versions: {versions()}",
+            f"- command: `{cmd}`",
+            f"- per process: warmup {a.warmup}, then "
+            + (f"{a.runs} timed runs" if a.runs else f"timed runs for {a.max_time} s (at least 3)"),
+            "",
+            "Times are ms per inference. RLX/ORT and RLX/tract compare medians at 1 thread and "
+            "minimums at 2+ threads (medians are noisy there). `nan on/off` is RLX's median with "
+            "RLX_DEBUG_NANS=1 over its median without. Peak RSS is of each whole process "
+            "(ORT's includes the Python interpreter). Load: RLX read+import+compile, ORT "
+            "InferenceSession construction. `max abs RLX-ORT` compares the outputs of the timed runs.",
+            "",
+            text,
+            "",
+        ]
+        if notes:
+            md += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+        a.results.write_text("\n".join(md))
+        print(f"bench: wrote {a.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
