@@ -9,14 +9,16 @@ Each (model, thread count, runtime) is a separate process, run one after another
   rlx    target/release/rlx bench MODEL --threads N --warmup W --max-time S  (RLX_DEBUG_NANS unset)
   rlx+nan  the same with RLX_DEBUG_NANS=1 (the "nan on/off" column: median on / median off)
   ort    bench/ort_bench.py (CPUExecutionProvider, intra_op_num_threads=N, sequential)
-  tract  bench/.tools/bin/tract MODEL -i <bundle> ... bench (multithread-mm, N threads)
+  tract  bench/.tools/bin/tract MODEL --input-facts-from-bundle NPZ [--threads N] -O bench
+         --input-from-npz NPZ --warmup-loops W --max-time MS (multithread-mm build)
 
 Peak RSS is the whole process's ru_maxrss from wait4 (so onnxruntime's includes the Python
 interpreter and numpy; its baseline before the session is printed in the notes). Load time
-is what each runtime reports: RLX read+import+compile, ORT InferenceSession(), tract
-model load+optimize (its `--readings`-free "load" is measured as the wall time of
-`tract ... dump -q` minus nothing else; see bench/README.md). RLX's outputs of the timed runs
-are compared with onnxruntime's (max abs diff column).
+is what each runtime reports: RLX read+import+compile, ORT InferenceSession(); tract prints
+none, so its load is estimated as the process wall time minus (warmup + runs) x its mean.
+tract-cli's `bench` prints only a mean per run: its median/min cells show that mean as `~X`
+and the RLX/tract ratios use it. RLX's outputs of the timed runs are compared with
+onnxruntime's (max abs diff column).
 """
 
 from __future__ import annotations
@@ -128,16 +130,20 @@ def tract_run(model_dir: Path, threads: int, a, scratch: Path) -> dict:
     # torch exports declare output shapes / value infos tract rejects; these flags are needed.
     cmd = [str(TRACT), str(model_dir / "model.onnx"), "--onnx-ignore-output-shapes",
            "--onnx-ignore-value-info"]
-    cmd += tract_inputs(model_dir, scratch)
-    cmd += ["-O", "bench", "--warmup-loops", str(a.warmup)]
+    bundle = tract_inputs(model_dir, scratch)
+    cmd += bundle
+    if threads > 1:  # multithread-mm pool; without --threads tract runs single-threaded
+        cmd += ["--threads", str(threads)]
+    cmd += ["-O", "bench", "--input-from-npz", bundle[1], "--warmup-loops", str(a.warmup)]
     if a.runs:
         cmd += ["--max-loops", str(a.runs)]
     else:
         cmd += ["--max-loops", "100000", "--max-time", str(int(a.max_time * 1000))]
-    env = dict(os.environ)
-    env["TRACT_CPU_THREADS"] = str(threads)  # tract-linalg's multithread-mm pool size
-    env["RAYON_NUM_THREADS"] = str(threads)
-    r = parse(cmd, env, tract=True)
+    r = parse(cmd, dict(os.environ), tract=True)
+    r["warmup"] = a.warmup
+    if "mean" in r and r.get("iters"):
+        # tract prints no load time: estimate it as the process wall time minus the runs.
+        r["load"] = max(0.0, r["wall"] * 1e3 - (r["iters"] + a.warmup) * r["mean"])
     return r
 
 
@@ -148,7 +154,7 @@ def parse(cmd: list[str], env: dict, tract: bool = False) -> dict:
         r["error"] = "timeout" if rc == 124 else first_error(err, out)
         return r
     if tract:
-        return parse_tract(r, out + "\n" + err)
+        return parse_tract(r, out)
     for k in ("median", "min", "mean", "load"):
         r[k] = field(out, k)
     if r["median"] is None:
@@ -157,20 +163,16 @@ def parse(cmd: list[str], env: dict, tract: bool = False) -> dict:
 
 
 def parse_tract(r: dict, text: str) -> dict:
-    # tract-cli bench prints e.g. "Bench ran 1234 times, 1.234 ms/i." and (newer) percentiles.
-    m = re.search(r"([0-9.]+)\s*(ms|µs|us|s)/i", text)
-    scale = {"ms": 1.0, "µs": 1e-3, "us": 1e-3, "s": 1e3}
+    """tract-cli 0.23.9 `bench` prints only a mean: "Bench ran N times, X ms/i." (bold)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    m = re.search(r"Bench ran (\d+) times, ([0-9.]+) ms/i", text)
     if not m:
-        r["error"] = "cannot parse tract output: " + text.strip().splitlines()[-1][:150] if text.strip() else "no output"
+        last = text.strip().splitlines()[-1][:150] if text.strip() else "no output"
+        r["error"] = f"cannot parse tract output: {last}"
         return r
-    r["mean"] = float(m.group(1)) * scale[m.group(2)]
-    for key, pat in (("median", r"(?:median|p50)[^0-9]*([0-9.]+)\s*(ms|µs|us|s)"),
-                     ("min", r"min[^0-9]*([0-9.]+)\s*(ms|µs|us|s)")):
-        mm = re.search(pat, text, re.I)
-        r[key] = float(mm.group(1)) * scale[mm.group(2)] if mm else None
-    if r["median"] is None:
-        r["median"] = r["mean"]
-        r["median_is_mean"] = True
+    r["iters"] = int(m.group(1))
+    r["mean"] = float(m.group(2))
+    r["median"] = r["min"] = None
     return r
 
 
@@ -200,14 +202,18 @@ def fmt_ms(r: dict | None, key: str) -> str:
     if "error" in r:
         return "fail"
     v = r.get(key)
+    if v is None and key in ("median", "min") and r.get("mean") is not None:
+        return "~" + fmt_ms(r, "mean")  # tract: mean only
     if v is None:
         return "?"
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
 def ratio(x: dict | None, y: dict | None, key: str) -> str:
-    if not x or not y or "error" in x or "error" in y or not x.get(key) or not y.get(key):
+    if not x or not y or "error" in x or "error" in y or not x.get(key):
         return "-"
+    if not y.get(key):
+        return f"~{x[key] / y['mean']:.2f}" if y.get("mean") else "-"  # tract: by its mean
     return f"{x[key] / y[key]:.2f}"
 
 
@@ -306,8 +312,6 @@ def main() -> int:
             for k, r in res.items():
                 if r and "error" in r:
                     notes.append(f"{m} t={t} {k}: {r['error']}")
-                if r and r.get("median_is_mean"):
-                    notes.append(f"{m} t={t} {k}: tract printed only a mean; shown as median")
             diff = "-"
             if res["rlx"] and res["ort"] and "error" not in res["rlx"] and "error" not in res["ort"]:
                 diff = max_abs_diff(rdir, odir)
@@ -323,8 +327,7 @@ def main() -> int:
             row += [ratio(res["rlx"], res["ort"], key), ratio(res["rlx"], res["tract"], key),
                     ratio(res["nan"], res["rlx"], "median")]
             row.append("/".join(f"{res[k]['rss']:.0f}" if res[k] else "-" for k in ("rlx", "ort", "tract")))
-            row.append("/".join(fmt_ms(res[k], "load") if res[k] and k != "tract" else "-"
-                                for k in ("rlx", "ort", "tract")))
+            row.append("/".join(fmt_ms(res[k], "load") for k in ("rlx", "ort", "tract")))
             row.append(diff)
             rows.append(row)
             print(" | ".join(row), flush=True)
@@ -357,7 +360,9 @@ def main() -> int:
             "minimums at 2+ threads (medians are noisy there). `nan on/off` is RLX's median with "
             "RLX_DEBUG_NANS=1 over its median without. Peak RSS is of each whole process "
             "(ORT's includes the Python interpreter). Load: RLX read+import+compile, ORT "
-            "InferenceSession construction. `max abs RLX-ORT` compares the outputs of the timed runs.",
+            "InferenceSession construction; tract: process wall time minus its runs (estimate). "
+            "tract-cli `bench` reports only a mean per run: `~X` cells and `~` ratios use it. "
+            "`max abs RLX-ORT` compares the outputs of the timed runs.",
             "",
             text,
             "",
