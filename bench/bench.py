@@ -181,7 +181,7 @@ def max_abs_diff(a_dir: Path, b_dir: Path, b_prefix: str = "") -> str:
         import numpy as np
     except ImportError:
         return "n/a"
-    worst, n = 0.0, 0
+    worst, scale, n = 0.0, 0.0, 0
     for p in sorted(a_dir.glob("*.npy")):
         q = b_dir / (b_prefix + p.name)
         if not q.is_file():
@@ -192,8 +192,12 @@ def max_abs_diff(a_dir: Path, b_dir: Path, b_prefix: str = "") -> str:
         if x.size:
             d = np.abs(x.astype(np.float64) - y.astype(np.float64))
             worst = max(worst, float(np.nanmax(d)) if np.isfinite(d).any() else float("inf"))
+            scale = max(scale, float(np.nanmax(np.abs(y.astype(np.float64)))))
         n += 1
-    return f"{worst:.1e}" if n else "no common outputs"
+    if not n:
+        return "no common outputs"
+    # relative to the largest |reference output| (some random-init CNNs output ~1e-15)
+    return f"{worst:.1e} ({worst / scale:.0e})" if scale > 0 else f"{worst:.1e}"
 
 
 def fmt_ms(r: dict | None, key: str) -> str:
@@ -294,7 +298,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="rlx-bench-"))
     load_before = loadavg()
     started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    rows, notes = [], []
+    rows, notes, baselines = [], [], []
     for m, d in model_dirs.items():
         for t in threads:
             res: dict[str, dict | None] = {"rlx": None, "nan": None, "ort": None, "tract": None}
@@ -317,9 +321,8 @@ def main() -> int:
                 diff = max_abs_diff(rdir, odir)
             elif a.smoke and res["rlx"] and "error" not in res["rlx"]:
                 diff = max_abs_diff(rdir, d, "expected_")  # the fixture's onnxruntime outputs
-            if res["ort"] and res["ort"].get("baseline_rss") and t == threads[0]:
-                notes.append(f"{m}: onnxruntime process RSS before the session: "
-                             f"{res['ort']['baseline_rss']:.0f} MB (Python + numpy + onnxruntime)")
+            if res["ort"] and res["ort"].get("baseline_rss"):
+                baselines.append(res["ort"]["baseline_rss"])
             key = "median" if t == 1 else "min"
             row = [m, str(t)]
             row += [fmt_ms(res[k], "median") for k in ("rlx", "ort", "tract")]
@@ -332,9 +335,13 @@ def main() -> int:
             rows.append(row)
             print(" | ".join(row), flush=True)
 
+    if baselines:
+        notes.append(f"onnxruntime's process RSS before creating the session (Python + numpy + "
+                     f"onnxruntime imported): {min(baselines):.0f}-{max(baselines):.0f} MB; "
+                     "its peak RSS column includes it")
     header = ["model", "thr", "RLX med", "ORT med", "tract med", "RLX min", "ORT min", "tract min",
               "RLX/ORT", "RLX/tract", "nan on/off", "peak RSS MB rlx/ort/tract",
-              "load ms rlx/ort/tract", "max abs RLX-ORT"]
+              "load ms rlx/ort/tract", "max abs RLX-ORT (rel)"]
     table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     table += ["| " + " | ".join(r) + " |" for r in rows]
     text = "\n".join(table)
@@ -362,7 +369,8 @@ def main() -> int:
             "(ORT's includes the Python interpreter). Load: RLX read+import+compile, ORT "
             "InferenceSession construction; tract: process wall time minus its runs (estimate). "
             "tract-cli `bench` reports only a mean per run: `~X` cells and `~` ratios use it. "
-            "`max abs RLX-ORT` compares the outputs of the timed runs.",
+            "`max abs RLX-ORT (rel)` compares the outputs of the timed runs (rel: over the largest "
+            "|ORT output|).",
             "",
             text,
             "",
