@@ -1,0 +1,1370 @@
+//! [`WgpuExecutor`]: plans a compiled graph once (placement per node, one storage buffer per
+//! value, pipelines and bind groups), then runs it with one command encoder per run,
+//! reading back only the outputs (every node's value when scanning or for
+//! [`WgpuExecutor::run_all`]).
+
+use crate::kernels::{self, Ty, MAX_RANK, TILE};
+use crate::testing::PlantedBug;
+use crate::{gpu, Gpu, WgpuError};
+use rlx_cpu::eval_op;
+use rlx_ir::numeric_check::DebugScanner;
+use rlx_ir::provenance::node_label;
+use rlx_ir::{strides_of, DType, Dim, Graph, NodeId, Op, PadMode, PoolKind, Tensor, TensorData};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where a node runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// A WGSL kernel (or a buffer alias, for Reshape).
+    Gpu,
+    /// `rlx_cpu::eval_op` on values read back from the GPU; `reason` says why.
+    CpuFallback { reason: String },
+}
+
+/// How a graph value is held in a GPU buffer (32-bit words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Enc {
+    F32,
+    Bool,
+    /// I64/I32 values narrowed to i32 (index tensors; checked on upload).
+    I32,
+}
+
+fn enc_of(dt: DType) -> Option<Enc> {
+    match dt {
+        DType::F32 => Some(Enc::F32),
+        DType::Bool => Some(Enc::Bool),
+        DType::I64 | DType::I32 => Some(Enc::I32),
+        _ => None,
+    }
+}
+
+/// One input binding of a dispatch: the node whose buffer is bound.
+struct Spec {
+    src: String,
+    inputs: Vec<NodeId>,
+    meta: Vec<u32>,
+    groups: [u32; 3],
+}
+
+struct Dispatch {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    bind: wgpu::BindGroup,
+    groups: [u32; 3],
+    _meta: wgpu::Buffer,
+}
+
+enum Step {
+    Leaf,
+    Gpu(Vec<Dispatch>),
+    Alias,
+    Cpu(String),
+}
+
+/// Runs a compiled graph on the wgpu device. API parallel to `rlx_cpu::CpuExecutor`.
+pub struct WgpuExecutor {
+    gpu: Arc<Gpu>,
+    graph: Graph,
+    steps: Vec<Step>,
+    /// Buffer index per node (aliases share one).
+    buf: Vec<Option<usize>>,
+    buffers: Vec<wgpu::Buffer>,
+    /// Host-produced values (leaves, CPU nodes) that GPU kernels read: uploaded.
+    upload: Vec<bool>,
+    /// Gather index checks: (indices node, axis size, gather node).
+    index_checks: Vec<(NodeId, usize, NodeId)>,
+    params: Vec<Option<Tensor>>,
+    param_ids: HashMap<String, NodeId>,
+    inputs: Vec<NodeId>,
+    bug: Option<PlantedBug>,
+}
+
+fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> WgpuError {
+    WgpuError::Kernel {
+        node: id,
+        op: g.node(id).op.name(),
+        label: node_label(g, id),
+        msg: msg.into(),
+    }
+}
+
+fn flat_groups(n: usize, per: u32, max: u32) -> Result<[u32; 3], String> {
+    let groups = n.div_ceil(per as usize).max(1);
+    let x = groups.min(max as usize);
+    let y = groups.div_ceil(x);
+    if y > max as usize {
+        return Err(format!("{n} elements exceed the dispatch limits"));
+    }
+    Ok([x as u32, y as u32, 1])
+}
+
+fn u(v: usize) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("size {v} does not fit in u32"))
+}
+
+/// Strides (in elements) of `ind` broadcast right-aligned to `out` (0 where broadcast).
+fn bcast_strides(ind: &[usize], out: &[usize]) -> Vec<usize> {
+    let st = strides_of(ind);
+    let off = out.len() - ind.len();
+    (0..out.len())
+        .map(|i| {
+            if i < off || ind[i - off] == 1 {
+                0
+            } else {
+                st[i - off]
+            }
+        })
+        .collect()
+}
+
+impl WgpuExecutor {
+    /// Plan `graph` (the compiled, decomposed graph from `rlx_compile::compiler::compile`,
+    /// nodes in topological order) for the process's wgpu device: decide each node's
+    /// placement, allocate one storage buffer per value, build pipelines and bind groups,
+    /// upload constants. Reads `RLX_DISPATCH_REPORT` (print placements) and the test-only
+    /// planted-bug switch ([`crate::testing`]) once, here.
+    ///
+    /// Errors: [`WgpuError::NoAdapter`] when there is no adapter; [`WgpuError::Kernel`]
+    /// naming the node for a graph that is not in topological order or has symbolic dims
+    /// on a computed node; [`WgpuError::Gpu`] when wgpu fails to allocate.
+    pub fn new(graph: Graph) -> Result<WgpuExecutor, WgpuError> {
+        let gpu = gpu()?;
+        let bug = crate::testing::planted_bug();
+        let n = graph.len();
+        let mut param_ids = HashMap::new();
+        for node in &graph.nodes {
+            if let Some(bad) = node.inputs.iter().find(|i| i.index() >= node.id.index()) {
+                return Err(kernel_err(
+                    &graph,
+                    node.id,
+                    format!("input {bad} is not an earlier node (graph not in topological order)"),
+                ));
+            }
+            match &node.op {
+                Op::Param { name } => {
+                    param_ids.insert(name.clone(), node.id);
+                }
+                Op::Input { .. } => {}
+                Op::Constant(t) => {
+                    if t.shape() != node.shape {
+                        return Err(kernel_err(
+                            &graph,
+                            node.id,
+                            format!(
+                                "constant holds {} but the node declares {}",
+                                t.shape(),
+                                node.shape
+                            ),
+                        ));
+                    }
+                }
+                _ => {
+                    if !node.shape.is_static() {
+                        return Err(kernel_err(
+                            &graph,
+                            node.id,
+                            format!(
+                                "output type {} has symbolic dims (run shape inference first)",
+                                node.shape
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(o) = graph.outputs.iter().find(|o| o.index() >= n) {
+            return Err(WgpuError::Input(format!("graph output {o} is not a node")));
+        }
+        let limit = gpu
+            .limits
+            .max_storage_buffer_binding_size
+            .min(gpu.limits.max_buffer_size.min(u32::MAX as u64)) as usize;
+        let fits = |id: NodeId| -> bool {
+            let s = &graph.node(id).shape;
+            s.is_static() && enc_of(s.dtype).is_some() && s.numel() * 4 <= limit
+        };
+
+        // 1. Placement and kernel specs.
+        let mut specs: Vec<Option<Vec<Spec>>> = Vec::with_capacity(n);
+        let mut steps: Vec<Step> = Vec::with_capacity(n);
+        let mut index_checks = vec![];
+        for node in &graph.nodes {
+            if node.op.is_leaf() {
+                specs.push(None);
+                steps.push(Step::Leaf);
+                continue;
+            }
+            let r = if !fits(node.id) {
+                Err(format!(
+                    "output {} is not a 32-bit GPU type or exceeds the adapter's {limit}-byte binding limit",
+                    node.shape
+                ))
+            } else if let Some(&bad) = node.inputs.iter().find(|&&i| !fits(i)) {
+                Err(format!(
+                    "input {bad} ({}) is not a 32-bit GPU type or exceeds the adapter's binding limit",
+                    graph.node(bad).shape
+                ))
+            } else {
+                build_spec(&graph, node.id, &gpu.limits, bug)
+            };
+            match r {
+                Ok(Some(s)) => {
+                    if let Op::Gather { axis } = node.op {
+                        let d = graph.node(node.inputs[0]).shape.dims_usize();
+                        index_checks.push((node.inputs[1], d[axis], node.id));
+                    }
+                    specs.push(Some(s));
+                    steps.push(Step::Gpu(vec![]));
+                }
+                Ok(None) => {
+                    specs.push(None);
+                    steps.push(Step::Alias);
+                }
+                Err(reason) => {
+                    specs.push(None);
+                    steps.push(Step::Cpu(reason));
+                }
+            }
+        }
+
+        // 2. Buffers: every GPU-produced value, and every host value a GPU node reads.
+        let mut buf: Vec<Option<usize>> = vec![None; n];
+        let mut buffers: Vec<wgpu::Buffer> = vec![];
+        let mut upload = vec![false; n];
+        let new_buf = |buffers: &mut Vec<wgpu::Buffer>, id: NodeId| -> usize {
+            let bytes = (graph.node(id).shape.numel() * 4).max(4) as u64;
+            buffers.push(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+            buffers.len() - 1
+        };
+        for node in &graph.nodes {
+            let id = node.id;
+            let on_gpu = matches!(steps[id.index()], Step::Gpu(_) | Step::Alias);
+            if !on_gpu {
+                continue;
+            }
+            for &i in &node.inputs {
+                if buf[i.index()].is_none() {
+                    // A host value (leaf or CPU node) read by a GPU kernel.
+                    buf[i.index()] = Some(new_buf(&mut buffers, i));
+                    upload[i.index()] = true;
+                }
+            }
+            buf[id.index()] = match steps[id.index()] {
+                Step::Alias => buf[node.inputs[0].index()],
+                _ => Some(new_buf(&mut buffers, id)),
+            };
+        }
+
+        // 3. Pipelines and bind groups (a shader wgpu rejects sends its node to the CPU).
+        for (k, spec) in specs.into_iter().enumerate() {
+            let Some(spec) = spec else { continue };
+            let id = NodeId(k as u32);
+            match make_dispatches(
+                &gpu,
+                &spec,
+                &buf,
+                &buffers,
+                buf[k].expect("gpu node has a buffer"),
+            ) {
+                Ok(d) => steps[k] = Step::Gpu(d),
+                Err(e) => {
+                    // Its inputs keep their buffers; its consumers read its value after upload.
+                    steps[k] = Step::Cpu(format!("shader rejected by wgpu: {e}"));
+                    let _ = id;
+                    upload[k] = true;
+                }
+            }
+        }
+
+        let mut ex = WgpuExecutor {
+            params: vec![None; n],
+            param_ids,
+            inputs: graph.inputs(),
+            gpu,
+            steps,
+            buf,
+            buffers,
+            upload,
+            index_checks,
+            bug,
+            graph,
+        };
+        // Constants are uploaded once.
+        for node in &ex.graph.nodes {
+            if let Op::Constant(t) = &node.op {
+                if ex.upload[node.id.index()] {
+                    ex.write_value(node.id, t)?;
+                }
+            }
+        }
+        if std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| !v.is_empty() && v != "0") {
+            ex.print_dispatch_report();
+        }
+        Ok(ex)
+    }
+
+    /// The graph this executor runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The adapter the kernels run on.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.gpu.info
+    }
+
+    /// The planted kernel bug this executor was created with (test-only; `None` normally).
+    #[doc(hidden)]
+    pub fn planted_bug(&self) -> Option<PlantedBug> {
+        self.bug
+    }
+
+    /// Placement of every non-leaf node, in topological order.
+    pub fn placements(&self) -> Vec<(NodeId, Placement)> {
+        self.graph
+            .nodes
+            .iter()
+            .filter_map(|n| match &self.steps[n.id.index()] {
+                Step::Leaf => None,
+                Step::Gpu(_) | Step::Alias => Some((n.id, Placement::Gpu)),
+                Step::Cpu(r) => Some((n.id, Placement::CpuFallback { reason: r.clone() })),
+            })
+            .collect()
+    }
+
+    fn print_dispatch_report(&self) {
+        let g = &self.graph;
+        let (mut ng, mut nc) = (0, 0);
+        for (id, p) in self.placements() {
+            let what = format!("{id} {} \"{}\"", g.node(id).op.name(), node_label(g, id));
+            match p {
+                Placement::Gpu => {
+                    ng += 1;
+                    eprintln!("rlx-wgpu dispatch: {what}: gpu");
+                }
+                Placement::CpuFallback { reason } => {
+                    nc += 1;
+                    eprintln!("rlx-wgpu dispatch: {what}: cpu fallback ({reason})");
+                }
+            }
+        }
+        eprintln!(
+            "rlx-wgpu dispatch: {} on {} ({:?}): {ng} nodes on the gpu, {nc} on the cpu",
+            g.name, self.gpu.info.name, self.gpu.info.backend
+        );
+    }
+
+    /// Set the Param node named `name` to `t` (uploaded now if a GPU kernel reads it).
+    ///
+    /// The tensor must have the node's dtype and element count (a flat vector is
+    /// accepted). Errors: [`WgpuError::Param`] for an unknown name, a wrong dtype or count.
+    pub fn set_param(&mut self, name: &str, t: Tensor) -> Result<(), WgpuError> {
+        let id = *self.param_ids.get(name).ok_or_else(|| {
+            WgpuError::Param(format!(
+                "no param named \"{name}\" in graph {}",
+                self.graph.name
+            ))
+        })?;
+        let shape = self.graph.node(id).shape.clone();
+        if t.dtype() != shape.dtype {
+            return Err(WgpuError::Param(format!(
+                "param \"{name}\" is {shape} but the value is {}",
+                t.shape()
+            )));
+        }
+        let dims = shape.dims_usize();
+        let n: usize = dims.iter().product();
+        if t.numel() != n || !shape.is_static() {
+            return Err(WgpuError::Param(format!(
+                "param \"{name}\" is {shape} ({n} elements) but the value has {} elements",
+                t.numel()
+            )));
+        }
+        let t = t
+            .reshaped(dims)
+            .map_err(|e| WgpuError::Param(format!("param \"{name}\": {e}")))?;
+        if self.upload[id.index()] {
+            self.write_value(id, &t)?;
+        }
+        self.params[id.index()] = Some(t);
+        Ok(())
+    }
+
+    /// Encode a host value into its buffer (queued before the next submit).
+    fn write_value(&self, id: NodeId, t: &Tensor) -> Result<(), WgpuError> {
+        let Some(b) = self.buf[id.index()] else {
+            return Ok(());
+        };
+        let g = &self.graph;
+        let words: Vec<u32> = match t.data() {
+            TensorData::F32(v) => bytemuck::cast_slice(v).to_vec(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as u32).collect(),
+            TensorData::I64(v) => {
+                let mut w = Vec::with_capacity(v.len());
+                for &x in v {
+                    let y = i32::try_from(x).map_err(|_| {
+                        kernel_err(
+                            g,
+                            id,
+                            format!("index value {x} does not fit the GPU's i32 indices"),
+                        )
+                    })?;
+                    w.push(y as u32);
+                }
+                w
+            }
+            TensorData::I32(v) => v.iter().map(|&x| x as u32).collect(),
+            other => {
+                return Err(kernel_err(
+                    g,
+                    id,
+                    format!("{} values cannot be uploaded to the GPU", other.dtype()),
+                ))
+            }
+        };
+        // Gather indices must be in range, as on the CPU.
+        for &(idx, bound, gather) in &self.index_checks {
+            if idx == id {
+                let b = bound as i64;
+                if let Some(&x) = t.data().to_i64_vec().iter().find(|&&x| x < -b || x >= b) {
+                    return Err(kernel_err(
+                        g,
+                        gather,
+                        format!("gather: index {x} out of range for axis of size {bound}"),
+                    ));
+                }
+            }
+        }
+        if !words.is_empty() {
+            self.gpu
+                .queue
+                .write_buffer(&self.buffers[b], 0, bytemuck::cast_slice(&words));
+        }
+        Ok(())
+    }
+
+    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), WgpuError> {
+        let g = &self.graph;
+        if inputs.len() != self.inputs.len() {
+            let names: Vec<String> = self.inputs.iter().map(|&i| node_label(g, i)).collect();
+            return Err(WgpuError::Input(format!(
+                "graph {} takes {} inputs ({}), got {}",
+                g.name,
+                self.inputs.len(),
+                names.join(", "),
+                inputs.len()
+            )));
+        }
+        for (t, &id) in inputs.iter().zip(&self.inputs) {
+            let shape = &g.node(id).shape;
+            let dims_ok = t.dims().len() == shape.rank()
+                && t.dims().iter().zip(&shape.dims).all(|(&d, sd)| match sd {
+                    Dim::Static(s) => *s == d,
+                    Dim::Sym(_) => false,
+                });
+            if t.dtype() != shape.dtype || !dims_ok {
+                return Err(WgpuError::Input(format!(
+                    "input \"{}\" expects {shape}, got {}",
+                    node_label(g, id),
+                    t.shape()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Run with `inputs` in `graph.inputs()` order; returns the outputs in `graph.outputs`
+    /// order. With `scanner` on, every node's value is read back after the run and scanned
+    /// in topological order (same report as the CPU backend; abort mode returns
+    /// [`WgpuError::NanAbort`]).
+    ///
+    /// Errors: [`WgpuError::Input`] naming a mismatched input, [`WgpuError::Param`] for an
+    /// unset param, [`WgpuError::Kernel`] for a CPU-fallback kernel failure, [`WgpuError::Gpu`]
+    /// when wgpu reported an error during the run.
+    pub fn run(
+        &mut self,
+        inputs: &[Tensor],
+        scanner: Option<&mut DebugScanner>,
+    ) -> Result<Vec<Tensor>, WgpuError> {
+        let scanner = scanner.filter(|s| s.is_on());
+        if let Some(sc) = scanner {
+            let all = self.execute(inputs, true)?;
+            let g = &self.graph;
+            sc.begin_run(g);
+            for node in &g.nodes {
+                if let Some(t) = &all[node.id.index()] {
+                    sc.scan_node(g, node.id, t.data())?;
+                }
+            }
+            sc.finish_run(g)?;
+            return Ok(g
+                .outputs
+                .iter()
+                .map(|o| all[o.index()].clone().expect("outputs are read"))
+                .collect());
+        }
+        let all = self.execute(inputs, false)?;
+        Ok(self
+            .graph
+            .outputs
+            .iter()
+            .map(|o| all[o.index()].clone().expect("outputs are read"))
+            .collect())
+    }
+
+    /// Run and read back every node's value (index = node index), leaves included: for the
+    /// cross-backend divergence diagnostic. Errors as [`WgpuExecutor::run`].
+    pub fn run_all(&mut self, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>, WgpuError> {
+        self.execute(inputs, true)
+    }
+
+    fn execute(&self, inputs: &[Tensor], all: bool) -> Result<Vec<Option<Tensor>>, WgpuError> {
+        self.check_inputs(inputs)?;
+        let errors_before = crate::uncaptured_error_count();
+        let g = &self.graph;
+        let n = g.len();
+        let mut host: Vec<Option<Cow<Tensor>>> = (0..n).map(|_| None).collect();
+        let mut next_input = 0;
+        let mut enc: Option<wgpu::CommandEncoder> = None;
+        for node in &g.nodes {
+            let id = node.id;
+            let k = id.index();
+            match &self.steps[k] {
+                Step::Leaf => {
+                    let t: &Tensor = match &node.op {
+                        Op::Input { .. } => {
+                            let t = &inputs[next_input];
+                            next_input += 1;
+                            if self.upload[k] {
+                                self.write_value(id, t)?;
+                            }
+                            t
+                        }
+                        Op::Param { name } => self.params[k].as_ref().ok_or_else(|| {
+                            WgpuError::Param(format!(
+                                "param \"{name}\" ({}) was not set before run",
+                                node.shape
+                            ))
+                        })?,
+                        Op::Constant(t) => t.as_ref(),
+                        _ => unreachable!("leaf"),
+                    };
+                    host[k] = Some(Cow::Borrowed(t));
+                }
+                Step::Alias => {}
+                Step::Gpu(ds) => {
+                    let e = enc.get_or_insert_with(|| {
+                        self.gpu
+                            .device
+                            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+                    });
+                    let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: None,
+                    });
+                    for d in ds {
+                        pass.set_pipeline(&d.pipeline);
+                        pass.set_bind_group(0, &d.bind, &[]);
+                        pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    }
+                }
+                Step::Cpu(_) => {
+                    let missing: Vec<NodeId> = node
+                        .inputs
+                        .iter()
+                        .copied()
+                        .filter(|i| host[i.index()].is_none())
+                        .collect();
+                    if !missing.is_empty() {
+                        let got = self.read_back(&mut enc, &missing)?;
+                        for (i, t) in missing.iter().zip(got) {
+                            host[i.index()] = Some(Cow::Owned(t));
+                        }
+                    }
+                    let ins: Vec<&Tensor> = node
+                        .inputs
+                        .iter()
+                        .map(|i| host[i.index()].as_deref().expect("read back above"))
+                        .collect();
+                    let t = eval_op(&node.op, &ins, &node.shape)
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    if self.upload[k] {
+                        self.write_value(id, &t)?;
+                    }
+                    host[k] = Some(Cow::Owned(t));
+                }
+            }
+        }
+        // Read back what was asked for.
+        let want: Vec<NodeId> = if all {
+            (0..n as u32).map(NodeId).collect()
+        } else {
+            g.outputs.clone()
+        };
+        let mut todo: Vec<NodeId> = want
+            .iter()
+            .copied()
+            .filter(|i| host[i.index()].is_none())
+            .collect();
+        todo.dedup();
+        let got = self.read_back(&mut enc, &todo)?;
+        for (i, t) in todo.iter().zip(got) {
+            host[i.index()] = Some(Cow::Owned(t));
+        }
+        if let Some(e) = enc.take() {
+            self.gpu.queue.submit([e.finish()]);
+        }
+        let errs = crate::uncaptured_error_count() - errors_before;
+        if errs > 0 {
+            return Err(WgpuError::Gpu(format!(
+                "{errs} uncaptured wgpu error(s) during the run of {} (printed above)",
+                g.name
+            )));
+        }
+        let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
+        for i in want {
+            if out[i.index()].is_none() {
+                out[i.index()] = host[i.index()].as_ref().map(|c| c.as_ref().clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Submit pending work plus copies of `ids`' buffers into staging buffers, wait, decode.
+    fn read_back(
+        &self,
+        enc: &mut Option<wgpu::CommandEncoder>,
+        ids: &[NodeId],
+    ) -> Result<Vec<Tensor>, WgpuError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let g = &self.graph;
+        let dev = &self.gpu.device;
+        let mut e = enc.take().unwrap_or_else(|| {
+            dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        let mut staging = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let b = self.buf[id.index()].ok_or_else(|| {
+                kernel_err(g, id, "value has neither a host copy nor a GPU buffer")
+            })?;
+            let bytes = (g.node(id).shape.numel() * 4) as u64;
+            let s = dev.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes.max(4),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            if bytes > 0 {
+                e.copy_buffer_to_buffer(&self.buffers[b], 0, &s, 0, bytes);
+            }
+            staging.push(s);
+        }
+        self.gpu.queue.submit([e.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (k, s) in staging.iter().enumerate() {
+            let tx = tx.clone();
+            s.map_async(wgpu::MapMode::Read, .., move |r| {
+                let _ = tx.send((k, r));
+            });
+        }
+        drop(tx);
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| WgpuError::Gpu(format!("poll: {e}")))?;
+        for (k, r) in rx.iter() {
+            r.map_err(|e| kernel_err(g, ids[k], format!("read back failed: {e}")))?;
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for (&id, s) in ids.iter().zip(&staging) {
+            let shape = &g.node(id).shape;
+            let dims = shape.dims_usize();
+            let n = shape.numel();
+            let words: Vec<u32> = {
+                let view = s
+                    .get_mapped_range(..)
+                    .map_err(|e| kernel_err(g, id, format!("map: {e}")))?;
+                bytemuck::cast_slice::<u8, u32>(&view)[..n].to_vec()
+            };
+            s.unmap();
+            let data = match shape.dtype {
+                DType::F32 => TensorData::F32(bytemuck::cast_slice(&words).to_vec()),
+                DType::Bool => TensorData::Bool(words.iter().map(|&w| w != 0).collect()),
+                DType::I64 => TensorData::I64(words.iter().map(|&w| w as i32 as i64).collect()),
+                DType::I32 => TensorData::I32(words.iter().map(|&w| w as i32).collect()),
+                dt => {
+                    return Err(kernel_err(
+                        g,
+                        id,
+                        format!("{dt} values are never on the GPU"),
+                    ))
+                }
+            };
+            out.push(Tensor::new(dims, data).map_err(|e| kernel_err(g, id, e.to_string()))?);
+        }
+        Ok(out)
+    }
+}
+
+fn make_dispatches(
+    gpu: &Gpu,
+    specs: &[Spec],
+    buf: &[Option<usize>],
+    buffers: &[wgpu::Buffer],
+    out: usize,
+) -> Result<Vec<Dispatch>, String> {
+    let dev = &gpu.device;
+    let mut ds = Vec::with_capacity(specs.len());
+    for s in specs {
+        let pipeline = pipeline(gpu, &s.src)?;
+        let meta = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: (s.meta.len().max(1) * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if !s.meta.is_empty() {
+            gpu.queue
+                .write_buffer(&meta, 0, bytemuck::cast_slice(&s.meta));
+        }
+        let mut entries = vec![];
+        for (k, i) in s.inputs.iter().enumerate() {
+            let b = buf[i.index()].ok_or("input has no buffer")?;
+            entries.push(wgpu::BindGroupEntry {
+                binding: k as u32,
+                resource: buffers[b].as_entire_binding(),
+            });
+        }
+        let k = s.inputs.len() as u32;
+        entries.push(wgpu::BindGroupEntry {
+            binding: k,
+            resource: buffers[out].as_entire_binding(),
+        });
+        entries.push(wgpu::BindGroupEntry {
+            binding: k + 1,
+            resource: meta.as_entire_binding(),
+        });
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(format!("bind group: {e}"));
+        }
+        ds.push(Dispatch {
+            pipeline,
+            bind,
+            groups: s.groups,
+            _meta: meta,
+        });
+    }
+    Ok(ds)
+}
+
+/// The compute pipeline for `src` (cached by source text); a shader wgpu rejects is an Err.
+fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> {
+    if let Some(p) = gpu.pipelines.lock().map_err(|e| e.to_string())?.get(src) {
+        return Ok(p.clone());
+    }
+    let dev = &gpu.device;
+    let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(src.into()),
+    });
+    let p = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(e.to_string());
+    }
+    let p = Arc::new(p);
+    gpu.pipelines
+        .lock()
+        .map_err(|e| e.to_string())?
+        .insert(src.to_string(), p.clone());
+    Ok(p)
+}
+
+/// The WGSL dispatches for one node, `Ok(None)` for a Reshape served by a buffer alias,
+/// `Err(reason)` when the node falls back to the CPU.
+fn build_spec(
+    g: &Graph,
+    id: NodeId,
+    limits: &wgpu::Limits,
+    bug: Option<PlantedBug>,
+) -> Result<Option<Vec<Spec>>, String> {
+    let node = g.node(id);
+    let maxg = limits.max_compute_workgroups_per_dimension;
+    let od = node.shape.dims_usize();
+    let nout = od.iter().product::<usize>();
+    let odt = node.shape.dtype;
+    let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
+    let idt = |k: usize| g.node(node.inputs[k]).shape.dtype;
+    let ty_of = |dt: DType| match dt {
+        DType::F32 => Some(Ty::F32),
+        DType::Bool => Some(Ty::U32),
+        _ => None,
+    };
+    if od.len() > MAX_RANK
+        || node
+            .inputs
+            .iter()
+            .any(|&i| g.node(i).shape.rank() > MAX_RANK)
+    {
+        return Err(format!("rank above {MAX_RANK}"));
+    }
+    let flat = |src: String, meta: Vec<u32>| -> Result<Option<Vec<Spec>>, String> {
+        Ok(Some(vec![Spec {
+            src,
+            inputs: node.inputs.clone(),
+            meta,
+            groups: flat_groups(nout, kernels::FLAT_WG, maxg)?,
+        }]))
+    };
+    let elementwise = |tys: &[Ty], out: Ty, expr: &str| -> Result<Option<Vec<Spec>>, String> {
+        for (k, t) in tys.iter().enumerate() {
+            if ty_of(idt(k)) != Some(*t) {
+                return Err(format!("input {k} is {}, the kernel takes {t:?}", idt(k)));
+            }
+        }
+        if ty_of(odt) != Some(out) {
+            return Err(format!("output is {odt}, the kernel writes {out:?}"));
+        }
+        let fast = (0..tys.len()).all(|k| ind(k) == od);
+        let mut meta = vec![u(nout)?, od.len() as u32];
+        let mut dims = od.iter().map(|&d| d as u32).collect::<Vec<_>>();
+        dims.resize(8, 1);
+        meta.extend(dims);
+        for k in 0..tys.len() {
+            let mut st = bcast_strides(&ind(k), &od)
+                .iter()
+                .map(|&s| u(s))
+                .collect::<Result<Vec<_>, _>>()?;
+            st.resize(8, 0);
+            meta.extend(st);
+        }
+        flat(kernels::elementwise(tys, out, expr, fast), meta)
+    };
+    let words = |dt: DType| matches!(dt, DType::F32 | DType::Bool);
+    match &node.op {
+        Op::Unary(op) => {
+            let (e, ti, to) = kernels::unary_expr(*op).ok_or("integer-only op")?;
+            elementwise(&[ti], to, e)
+        }
+        Op::Activation(a) => elementwise(&[Ty::F32], Ty::F32, &kernels::activation_expr(*a)),
+        Op::Binary(b) => {
+            let (e, ti, to) = kernels::binary_expr(*b).ok_or("integer-only op")?;
+            elementwise(&[ti, ti], to, e)
+        }
+        Op::Select => {
+            if idt(0) != DType::Bool || !words(idt(1)) || idt(1) != idt(2) || idt(1) != odt {
+                return Err("select on non-32-bit values".into());
+            }
+            // Bit-exact word select works for f32 and bool alike.
+            word_elementwise(g, id, &od, nout, maxg)
+        }
+        Op::Cast { to, .. } => match (idt(0), *to) {
+            (DType::F32, DType::F32) => elementwise(&[Ty::F32], Ty::F32, "x"),
+            (DType::Bool, DType::Bool) => elementwise(&[Ty::U32], Ty::U32, "x"),
+            (DType::F32, DType::Bool) => elementwise(
+                &[Ty::F32],
+                Ty::U32,
+                "select(0u, 1u, (bitcast<u32>(x) & 0x7fffffffu) != 0u)",
+            ),
+            (DType::Bool, DType::F32) => elementwise(&[Ty::U32], Ty::F32, "f32(x)"),
+            (a, b) => Err(format!("cast {a} -> {b} has no GPU kernel")),
+        },
+        Op::Reshape { .. } => {
+            if !words(idt(0)) {
+                return Err(format!("{} values stay on the CPU", idt(0)));
+            }
+            Ok(None)
+        }
+        Op::Transpose { perm } => {
+            if !words(idt(0)) {
+                return Err(format!("{} values stay on the CPU", idt(0)));
+            }
+            let id0 = ind(0);
+            let ist = strides_of(&id0);
+            let ost = strides_of(&od);
+            let axes: Vec<[i64; 6]> = (0..od.len())
+                .map(|i| {
+                    [
+                        od[i] as i64,
+                        id0[perm[i]] as i64,
+                        ist[perm[i]] as i64,
+                        0,
+                        1,
+                        ost[i] as i64,
+                    ]
+                })
+                .collect();
+            copy_spec(node.inputs[0], nout, 0, 0, 0, &axes, maxg)
+        }
+        Op::Broadcast { .. } => {
+            if !words(idt(0)) {
+                return Err(format!("{} values stay on the CPU", idt(0)));
+            }
+            let id0 = ind(0);
+            let bst = bcast_strides(&id0, &od);
+            let ost = strides_of(&od);
+            let axes: Vec<[i64; 6]> = (0..od.len())
+                .map(|i| {
+                    [
+                        od[i] as i64,
+                        od[i] as i64,
+                        bst[i] as i64,
+                        0,
+                        1,
+                        ost[i] as i64,
+                    ]
+                })
+                .collect();
+            copy_spec(node.inputs[0], nout, 0, 0, 0, &axes, maxg)
+        }
+        Op::Slice { starts, steps, .. } => {
+            if !words(idt(0)) {
+                return Err(format!("{} values stay on the CPU", idt(0)));
+            }
+            let id0 = ind(0);
+            let ist = strides_of(&id0);
+            let ost = strides_of(&od);
+            let axes: Vec<[i64; 6]> = (0..od.len())
+                .map(|i| {
+                    [
+                        od[i] as i64,
+                        id0[i] as i64,
+                        ist[i] as i64,
+                        starts[i] as i64,
+                        steps[i],
+                        ost[i] as i64,
+                    ]
+                })
+                .collect();
+            copy_spec(node.inputs[0], nout, 0, 0, 0, &axes, maxg)
+        }
+        Op::Tile { .. } => {
+            if !words(idt(0)) {
+                return Err(format!("{} values stay on the CPU", idt(0)));
+            }
+            let id0 = ind(0);
+            let ist = strides_of(&id0);
+            let ost = strides_of(&od);
+            let axes: Vec<[i64; 6]> = (0..od.len())
+                .map(|i| {
+                    [
+                        od[i] as i64,
+                        id0[i] as i64,
+                        ist[i] as i64,
+                        0,
+                        1,
+                        ost[i] as i64,
+                    ]
+                })
+                .collect();
+            copy_spec(node.inputs[0], nout, 0, 5, 0, &axes, maxg)
+        }
+        Op::Pad { pads, mode } => {
+            if !words(idt(0)) {
+                return Err(format!("{} values stay on the CPU", idt(0)));
+            }
+            let id0 = ind(0);
+            if id0.contains(&0) {
+                return Err("padding an empty tensor".into());
+            }
+            let (m, bits) = match mode {
+                PadMode::Constant(v) => (
+                    1,
+                    if idt(0) == DType::Bool {
+                        (*v != 0.0) as u32
+                    } else {
+                        (*v as f32).to_bits()
+                    },
+                ),
+                PadMode::Edge => (2, 0),
+                PadMode::Reflect => (3, 0),
+                PadMode::Wrap => (4, 0),
+            };
+            let ist = strides_of(&id0);
+            let ost = strides_of(&od);
+            let axes: Vec<[i64; 6]> = (0..od.len())
+                .map(|i| {
+                    [
+                        od[i] as i64,
+                        id0[i] as i64,
+                        ist[i] as i64,
+                        -(pads[i].0 as i64),
+                        1,
+                        ost[i] as i64,
+                    ]
+                })
+                .collect();
+            copy_spec(node.inputs[0], nout, 0, m, bits, &axes, maxg)
+        }
+        Op::Concat { axis } => {
+            if !words(odt) {
+                return Err(format!("{odt} values stay on the CPU"));
+            }
+            let ost = strides_of(&od);
+            let mut specs = vec![];
+            let mut off = 0usize;
+            for (k, &i) in node.inputs.iter().enumerate() {
+                let d = ind(k);
+                let n: usize = d.iter().product();
+                if n > 0 {
+                    let ist = strides_of(&d);
+                    let axes: Vec<[i64; 6]> = (0..d.len())
+                        .map(|a| [d[a] as i64, d[a] as i64, ist[a] as i64, 0, 1, ost[a] as i64])
+                        .collect();
+                    let base = u(off * ost[*axis])?;
+                    if let Some(mut s) = copy_spec(i, n, base, 0, 0, &axes, maxg)? {
+                        specs.append(&mut s);
+                    }
+                }
+                off += d[*axis];
+            }
+            Ok(Some(specs))
+        }
+        Op::Gather { axis } => {
+            if !words(idt(0)) || !matches!(idt(1), DType::I64 | DType::I32) {
+                return Err(format!("gather of {} by {} indices", idt(0), idt(1)));
+            }
+            let d = ind(0);
+            if d[*axis] == 0 {
+                return Err("gather from an empty axis".into());
+            }
+            let inner: usize = d[axis + 1..].iter().product();
+            let nidx: usize = ind(1).iter().product();
+            if inner == 0 || nidx == 0 {
+                return Err("empty gather".into());
+            }
+            flat(
+                kernels::gather(),
+                vec![u(nout)?, u(d[*axis])?, u(nidx)?, u(inner)?],
+            )
+        }
+        Op::Reduce { kind, axes, .. } => {
+            if idt(0) != DType::F32 || odt != DType::F32 {
+                return Err("reduce on non-f32".into());
+            }
+            let d = ind(0);
+            let st = strides_of(&d);
+            let r: usize = axes.iter().map(|&a| d[a]).product();
+            if r == 0 {
+                return Err("reduction over an empty axis".into());
+            }
+            let kept: Vec<usize> = (0..d.len()).filter(|a| !axes.contains(a)).collect();
+            let contig = axes
+                .iter()
+                .enumerate()
+                .all(|(j, &a)| a == d.len() - axes.len() + j);
+            let mut meta = vec![u(nout)?, u(r)?, kept.len() as u32];
+            let mut kd: Vec<u32> = kept.iter().map(|&a| d[a] as u32).collect();
+            kd.resize(8, 1);
+            let mut ks: Vec<u32> = kept.iter().map(|&a| st[a] as u32).collect();
+            ks.resize(8, 0);
+            meta.extend(kd);
+            meta.extend(ks);
+            meta.push(axes.len() as u32);
+            let mut rd: Vec<u32> = axes.iter().map(|&a| d[a] as u32).collect();
+            rd.resize(8, 1);
+            let mut rs: Vec<u32> = axes.iter().map(|&a| st[a] as u32).collect();
+            rs.resize(8, 0);
+            meta.extend(rd);
+            meta.extend(rs);
+            let skip = bug == Some(PlantedBug::ReduceSumSkipLast);
+            let tree = r >= 64;
+            let src = kernels::reduce(*kind, tree, contig, skip);
+            let groups = if tree {
+                flat_groups(nout, 1, maxg)?
+            } else {
+                flat_groups(nout, kernels::FLAT_WG, maxg)?
+            };
+            Ok(Some(vec![Spec {
+                src,
+                inputs: node.inputs.clone(),
+                meta,
+                groups,
+            }]))
+        }
+        Op::ArgReduce {
+            max,
+            axis,
+            select_last_index,
+            ..
+        } => {
+            if idt(0) != DType::F32 || odt != DType::I64 {
+                return Err("argreduce on non-f32".into());
+            }
+            let d = ind(0);
+            if d[*axis] == 0 {
+                return Err("argreduce over an empty axis".into());
+            }
+            let inner: usize = d[axis + 1..].iter().product();
+            flat(
+                kernels::argreduce(),
+                vec![
+                    u(nout)?,
+                    u(d[*axis])?,
+                    u(inner.max(1))?,
+                    *max as u32,
+                    *select_last_index as u32,
+                ],
+            )
+        }
+        Op::MatMul => {
+            if idt(0) != DType::F32 || idt(1) != DType::F32 || odt != DType::F32 {
+                return Err("matmul on non-f32".into());
+            }
+            let (a, b) = (ind(0), ind(1));
+            let (m, k, ab) = if a.len() == 1 {
+                (1, a[0], vec![])
+            } else {
+                (a[a.len() - 2], a[a.len() - 1], a[..a.len() - 2].to_vec())
+            };
+            let (kb, n, bb) = if b.len() == 1 {
+                (b[0], 1, vec![])
+            } else {
+                (b[b.len() - 2], b[b.len() - 1], b[..b.len() - 2].to_vec())
+            };
+            if k != kb {
+                return Err(format!("matmul: K {k} vs {kb}"));
+            }
+            let ob =
+                rlx_ir::broadcast_dims(&ab, &bb).ok_or("matmul: batch dims do not broadcast")?;
+            if ob.len() > 6 {
+                return Err("matmul batch rank above 6".into());
+            }
+            let nb: usize = ob.iter().product();
+            if nb == 0 || m == 0 || n == 0 {
+                return Err("empty matmul".into());
+            }
+            let mut meta = vec![u(m)?, u(n)?, u(k)?, ob.len() as u32];
+            let mut obd: Vec<u32> = ob.iter().map(|&x| x as u32).collect();
+            obd.resize(6, 1);
+            meta.extend(obd);
+            for (bd, mat) in [(&ab, m * k), (&bb, k * n)] {
+                let mut s: Vec<u32> = bcast_strides(bd, &ob)
+                    .iter()
+                    .map(|&x| u(x * mat))
+                    .collect::<Result<_, _>>()?;
+                s.resize(6, 0);
+                meta.extend(s);
+            }
+            let groups = [
+                n.div_ceil(TILE as usize) as u32,
+                m.div_ceil(TILE as usize) as u32,
+                u(nb)?,
+            ];
+            if groups.iter().any(|&x| x > maxg) {
+                return Err("matmul exceeds the dispatch limits".into());
+            }
+            Ok(Some(vec![Spec {
+                src: kernels::tiled(false, bug == Some(PlantedBug::MatMulDropLastK)),
+                inputs: node.inputs.clone(),
+                meta,
+                groups,
+            }]))
+        }
+        Op::Conv(a) => {
+            if node
+                .inputs
+                .iter()
+                .any(|&i| g.node(i).shape.dtype != DType::F32)
+                || odt != DType::F32
+            {
+                return Err("conv on non-f32".into());
+            }
+            let (x, w) = (ind(0), ind(1));
+            let nsp = x.len() - 2;
+            if !(1..=3).contains(&nsp) || w.len() != x.len() {
+                return Err(format!("conv with {nsp} spatial dims"));
+            }
+            let pad3 = |v: &[usize], fill: usize| -> Vec<u32> {
+                let mut r = vec![fill as u32; 3 - v.len()];
+                r.extend(v.iter().map(|&x| x as u32));
+                r
+            };
+            let (nimg, c, m) = (x[0], x[1], w[0]);
+            let groups = a.groups.max(1);
+            let cg = c / groups;
+            let mg = m / groups;
+            let ksp = &w[2..];
+            let osp = &od[2..];
+            let kc = cg * ksp.iter().product::<usize>();
+            let p: usize = osp.iter().product();
+            if nimg == 0 || p == 0 || mg == 0 || kc == 0 {
+                return Err("empty conv".into());
+            }
+            let mut meta = vec![
+                u(mg)?,
+                u(p)?,
+                u(kc)?,
+                u(groups)?,
+                u(c)?,
+                u(cg)?,
+                u(m)?,
+                (node.inputs.len() == 3) as u32,
+            ];
+            meta.extend(pad3(&x[2..], 1));
+            meta.extend([1, 1, 1]);
+            meta.extend(pad3(osp, 1));
+            meta.push(1);
+            meta.extend(pad3(ksp, 1));
+            meta.extend(pad3(&a.strides, 1));
+            meta.extend(pad3(&a.dilations, 1));
+            let pb: Vec<usize> = a.pads.iter().map(|p| p.0).collect();
+            meta.extend(pad3(&pb, 0));
+            meta.push(u(nout)?);
+            let mut inputs = node.inputs.clone();
+            if inputs.len() == 2 {
+                inputs.push(inputs[1]); // unused bias slot
+            }
+            if mg >= 16 {
+                let groups3 = [
+                    p.div_ceil(TILE as usize) as u32,
+                    mg.div_ceil(TILE as usize) as u32,
+                    u(nimg * groups)?,
+                ];
+                if groups3.iter().any(|&x| x > maxg) {
+                    return Err("conv exceeds the dispatch limits".into());
+                }
+                Ok(Some(vec![Spec {
+                    src: kernels::tiled(true, false),
+                    inputs,
+                    meta,
+                    groups: groups3,
+                }]))
+            } else {
+                Ok(Some(vec![Spec {
+                    src: kernels::conv_direct(),
+                    inputs,
+                    meta,
+                    groups: flat_groups(nout, kernels::FLAT_WG, maxg)?,
+                }]))
+            }
+        }
+        Op::Pool(a) => {
+            let kind = match a.kind {
+                PoolKind::Max => 0u32,
+                PoolKind::Avg { .. } => 1,
+                PoolKind::Lp { .. } => return Err("LpPool has no GPU kernel".into()),
+            };
+            if idt(0) != DType::F32 {
+                return Err("pool on non-f32".into());
+            }
+            let x = ind(0);
+            let nsp = x.len() - 2;
+            if !(1..=3).contains(&nsp) {
+                return Err(format!("pool with {nsp} spatial dims"));
+            }
+            let pad3 = |v: &[usize], fill: usize| -> Vec<u32> {
+                let mut r = vec![fill as u32; 3 - v.len()];
+                r.extend(v.iter().map(|&x| x as u32));
+                r
+            };
+            let p: usize = od[2..].iter().product();
+            let mut meta = vec![u(nout)?, u(p.max(1))?];
+            meta.extend(pad3(&x[2..], 1));
+            meta.extend(pad3(&od[2..], 1));
+            meta.extend(pad3(&a.kernel, 1));
+            meta.extend(pad3(&a.strides, 1));
+            meta.extend(pad3(&a.dilations, 1));
+            let pb: Vec<usize> = a.pads.iter().map(|p| p.0).collect();
+            let pe: Vec<usize> = a.pads.iter().map(|p| p.1).collect();
+            meta.extend(pad3(&pb, 0));
+            meta.extend(pad3(&pe, 0));
+            meta.push(kind);
+            meta.push(matches!(
+                a.kind,
+                PoolKind::Avg {
+                    count_include_pad: true
+                }
+            ) as u32);
+            flat(kernels::pool(), meta)
+        }
+        other => Err(format!("no WGSL kernel for {}", other.name())),
+    }
+}
+
+/// Select on words (cond u32, branches any 32-bit type).
+fn word_elementwise(
+    g: &Graph,
+    id: NodeId,
+    od: &[usize],
+    nout: usize,
+    maxg: u32,
+) -> Result<Option<Vec<Spec>>, String> {
+    let node = g.node(id);
+    let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
+    let fast = (0..3).all(|k| ind(k) == od);
+    let mut meta = vec![u(nout)?, od.len() as u32];
+    let mut dims = od.iter().map(|&d| d as u32).collect::<Vec<_>>();
+    dims.resize(8, 1);
+    meta.extend(dims);
+    for k in 0..3 {
+        let mut st = bcast_strides(&ind(k), od)
+            .iter()
+            .map(|&s| u(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        st.resize(8, 0);
+        meta.extend(st);
+    }
+    Ok(Some(vec![Spec {
+        src: kernels::elementwise(
+            &[Ty::U32, Ty::U32, Ty::U32],
+            Ty::U32,
+            "select(z, y, x != 0u)",
+            fast,
+        ),
+        inputs: node.inputs.clone(),
+        meta,
+        groups: flat_groups(nout, kernels::FLAT_WG, maxg)?,
+    }]))
+}
+
+/// One index-copy dispatch: `axes[i] = [out_dim, in_dim, in_stride, start, step, out_stride]`.
+fn copy_spec(
+    input: NodeId,
+    n: usize,
+    out_base: u32,
+    mode: u32,
+    pad_bits: u32,
+    axes: &[[i64; 6]],
+    maxg: u32,
+) -> Result<Option<Vec<Spec>>, String> {
+    let mut meta = vec![u(n)?, axes.len() as u32, out_base, mode, pad_bits];
+    for a in axes {
+        for &v in a {
+            let w = i32::try_from(v).map_err(|_| format!("index {v} does not fit in i32"))?;
+            meta.push(w as u32);
+        }
+    }
+    if axes.is_empty() {
+        meta.extend([1, 1, 0, 0, 1, 0]);
+        meta[1] = 1;
+    }
+    Ok(Some(vec![Spec {
+        src: kernels::index_copy(),
+        inputs: vec![input],
+        meta,
+        groups: flat_groups(n, kernels::FLAT_WG, maxg)?,
+    }]))
+}

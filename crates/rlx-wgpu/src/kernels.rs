@@ -1,0 +1,687 @@
+//! WGSL sources. Every kernel binds its inputs at 0..k (read-only storage), its output at k
+//! (read_write) and a `u32` metadata array `m` at k+1 (dims, strides, attributes), so one
+//! shader serves every shape. Sources are generated per op variant and cached by text.
+//!
+//! NaN rules (see docs/WGPU.md): drivers may fold `x != x` to false and let `max`/`min`/
+//! `clamp` return the non-NaN operand, so NaN is tested on the bits (`is_nan`) and
+//! NaN-propagating ops select it explicitly. NaN/Inf constants are made at run time from
+//! bits (`f32_bits`), never as literals (WGSL rejects non-finite constant expressions).
+
+use rlx_ir::{Activation, BinaryOp, ReduceKind, UnaryOp};
+
+/// Threads per workgroup of the flat (one thread per output element) kernels.
+pub const FLAT_WG: u32 = 256;
+/// Threads per workgroup of the tree reductions.
+pub const RED_WG: u32 = 64;
+/// Output tile of the matmul / conv kernels (TILE x TILE), k-tile TK.
+pub const TILE: u32 = 32;
+pub const TK: u32 = 16;
+/// The largest rank the index arithmetic handles.
+pub const MAX_RANK: usize = 8;
+
+/// Storage type of a bound array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    F32,
+    U32,
+    I32,
+}
+
+impl Ty {
+    fn wgsl(self) -> &'static str {
+        match self {
+            Ty::F32 => "f32",
+            Ty::U32 => "u32",
+            Ty::I32 => "i32",
+        }
+    }
+}
+
+const PRELUDE: &str = r#"
+fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn is_inf(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u; }
+fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b | (m[0] & 0u)); }
+fn nan_max(a: f32, b: f32) -> f32 { return select(select(max(a, b), b, is_nan(b)), a, is_nan(a)); }
+fn nan_min(a: f32, b: f32) -> f32 { return select(select(min(a, b), b, is_nan(b)), a, is_nan(a)); }
+fn erf_f(x: f32) -> f32 {
+  let z = abs(x);
+  let t = 1.0 / (1.0 + 0.5 * z);
+  let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+    + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+    + t * (-0.82215223 + t * 0.17087277)))))))));
+  return select(r - 1.0, 1.0 - r, x >= 0.0);
+}
+fn sigmoid_f(x: f32) -> f32 {
+  let e = exp(-abs(x));
+  return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+fn pow_f(a: f32, b: f32) -> f32 {
+  if (b == 0.0 && !is_nan(b)) { return 1.0; }
+  if (a == 1.0) { return 1.0; }
+  if (is_nan(a) || is_nan(b)) { return a + b; }
+  if (b == 1.0) { return a; }
+  if (b == 2.0) { return a * a; }
+  if (b == 0.5) { return sqrt(a); }
+  let r = exp2(b * log2(abs(a)));
+  if (a < 0.0) {
+    if (floor(b) != b) { return f32_bits(0x7fc00000u); }
+    let odd = abs(b) < 16777216.0 && (u32(abs(b)) & 1u) == 1u;
+    return select(r, -r, odd);
+  }
+  return r;
+}
+fn fmod_f(a: f32, b: f32) -> f32 { return a - b * trunc(a / b); }
+fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 256u; }
+"#;
+
+fn bindings(inputs: &[Ty], out: Ty) -> String {
+    let mut s = String::new();
+    let names = ["a", "b", "c", "d"];
+    for (k, t) in inputs.iter().enumerate() {
+        s += &format!(
+            "@group(0) @binding({k}) var<storage, read> {}: array<{}>;\n",
+            names[k],
+            t.wgsl()
+        );
+    }
+    let k = inputs.len();
+    s += &format!(
+        "@group(0) @binding({k}) var<storage, read_write> o: array<{}>;\n",
+        out.wgsl()
+    );
+    s += &format!(
+        "@group(0) @binding({}) var<storage, read> m: array<u32>;\n",
+        k + 1
+    );
+    s
+}
+
+/// The WGSL expression of a unary op on `x` (f32, or u32 for `Not`), and its output type.
+pub fn unary_expr(u: UnaryOp) -> Option<(&'static str, Ty, Ty)> {
+    use UnaryOp::*;
+    let f = Ty::F32;
+    Some(match u {
+        Neg => ("-x", f, f),
+        Abs => ("abs(x)", f, f),
+        Exp => ("exp(x)", f, f),
+        Log => ("log(x)", f, f),
+        Sqrt => ("sqrt(x)", f, f),
+        Rsqrt => ("1.0 / sqrt(x)", f, f),
+        Reciprocal => ("1.0 / x", f, f),
+        Sin => ("sin(x)", f, f),
+        Cos => ("cos(x)", f, f),
+        Tan => ("tan(x)", f, f),
+        Asin => ("asin(x)", f, f),
+        Acos => ("acos(x)", f, f),
+        Atan => ("atan(x)", f, f),
+        Sinh => ("sinh(x)", f, f),
+        Cosh => ("cosh(x)", f, f),
+        Asinh => ("asinh(x)", f, f),
+        Acosh => ("acosh(x)", f, f),
+        Atanh => ("atanh(x)", f, f),
+        Erf => ("erf_f(x)", f, f),
+        Floor => ("floor(x)", f, f),
+        Ceil => ("ceil(x)", f, f),
+        Round => ("round(x)", f, f),
+        Sign => ("select(sign(x), x, is_nan(x))", f, f),
+        IsNaN => ("select(0u, 1u, is_nan(x))", f, Ty::U32),
+        IsInf {
+            pos: true,
+            neg: true,
+        } => ("select(0u, 1u, is_inf(x))", f, Ty::U32),
+        IsInf {
+            pos: true,
+            neg: false,
+        } => ("select(0u, 1u, bitcast<u32>(x) == 0x7f800000u)", f, Ty::U32),
+        IsInf {
+            pos: false,
+            neg: true,
+        } => ("select(0u, 1u, bitcast<u32>(x) == 0xff800000u)", f, Ty::U32),
+        IsInf { .. } => ("0u * bitcast<u32>(x)", f, Ty::U32),
+        Not => ("select(0u, 1u, x == 0u)", Ty::U32, Ty::U32),
+        BitNot => return None,
+    })
+}
+
+/// The WGSL expression of an activation on `x: f32`.
+pub fn activation_expr(a: Activation) -> String {
+    use Activation::*;
+    match a {
+        // NaN-propagating: never max(x, 0).
+        Relu => "select(x, 0.0, x < 0.0 && !is_nan(x))".into(),
+        LeakyRelu { alpha } => format!("select(x, {} * x, x < 0.0)", lit(alpha)),
+        Sigmoid => "sigmoid_f(x)".into(),
+        Tanh => "tanh(x)".into(),
+        Gelu => "0.5 * x * (1.0 + erf_f(x * 0.70710678118654752))".into(),
+        GeluTanh => {
+            "0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))".into()
+        }
+        Silu => "x * sigmoid_f(x)".into(),
+        Elu { alpha } => format!("select(x, {} * (exp(x) - 1.0), x < 0.0)", lit(alpha)),
+        Selu { alpha, gamma } => format!(
+            "select({g} * x, {g} * ({a} * exp(x) - {a}), x <= 0.0)",
+            g = lit(gamma),
+            a = lit(alpha)
+        ),
+        HardSigmoid { alpha, beta } => format!(
+            "nan_min(nan_max({} * x + {}, 0.0), 1.0)",
+            lit(alpha),
+            lit(beta)
+        ),
+        HardSwish => "x * nan_min(nan_max(x / 6.0 + 0.5, 0.0), 1.0)".into(),
+        Softplus => "select(log(1.0 + exp(x)), x, x > 20.0)".into(),
+        Softsign => "x / (1.0 + abs(x))".into(),
+    }
+}
+
+/// An f32 literal that WGSL accepts (finite; `{:?}` keeps a decimal point or exponent).
+pub fn lit(v: f32) -> String {
+    if v.is_finite() {
+        format!("{v:?}")
+    } else {
+        // Never emitted for the attributes above in practice; keep the source valid.
+        "0.0".into()
+    }
+}
+
+/// Binary op on `x`, `y` (f32, or u32 for logic ops): (expression, input type, output type).
+pub fn binary_expr(b: BinaryOp) -> Option<(&'static str, Ty, Ty)> {
+    use BinaryOp::*;
+    let f = Ty::F32;
+    let u = Ty::U32;
+    Some(match b {
+        Add => ("x + y", f, f),
+        Sub => ("x - y", f, f),
+        Mul => ("x * y", f, f),
+        Div => ("x / y", f, f),
+        Pow => ("pow_f(x, y)", f, f),
+        Max => ("nan_max(x, y)", f, f),
+        Min => ("nan_min(x, y)", f, f),
+        Rem => ("fmod_f(x, y)", f, f),
+        Mod => (
+            "select(fmod_f(x, y), fmod_f(x, y) + y, fmod_f(x, y) != 0.0 && ((fmod_f(x, y) < 0.0) != (y < 0.0)))",
+            f,
+            f,
+        ),
+        Eq => ("select(0u, 1u, x == y && !is_nan(x) && !is_nan(y))", f, u),
+        Lt => ("select(0u, 1u, x < y && !is_nan(x) && !is_nan(y))", f, u),
+        Le => ("select(0u, 1u, x <= y && !is_nan(x) && !is_nan(y))", f, u),
+        Gt => ("select(0u, 1u, x > y && !is_nan(x) && !is_nan(y))", f, u),
+        Ge => ("select(0u, 1u, x >= y && !is_nan(x) && !is_nan(y))", f, u),
+        And => ("select(0u, 1u, x != 0u && y != 0u)", u, u),
+        Or => ("select(0u, 1u, x != 0u || y != 0u)", u, u),
+        Xor => ("select(0u, 1u, (x != 0u) != (y != 0u))", u, u),
+        _ => return None,
+    })
+}
+
+/// Elementwise kernel over `inputs` (1..=3) with broadcasting by strides.
+/// meta: [n, rank, dims[8], strides of input j [8] for each j].
+/// `fast`: every input is contiguous with the output's element count (no index math).
+pub fn elementwise(inputs: &[Ty], out: Ty, expr: &str, fast: bool) -> String {
+    let vars = ["x", "y", "z"];
+    let arrs = ["a", "b", "c"];
+    let mut body = String::new();
+    if fast {
+        for (j, _) in inputs.iter().enumerate() {
+            body += &format!("  let {} = {}[i];\n", vars[j], arrs[j]);
+        }
+    } else {
+        body += "  var rem = i;\n";
+        for (j, _) in inputs.iter().enumerate() {
+            body += &format!("  var i{j} = 0u;\n");
+        }
+        body += "  let rank = m[1];\n  for (var d = 0u; d < rank; d++) {\n    let ax = rank - 1u - d;\n    let dim = m[2u + ax];\n    let cc = rem % dim;\n    rem = rem / dim;\n";
+        for (j, _) in inputs.iter().enumerate() {
+            body += &format!("    i{j} += cc * m[{}u + ax];\n", 10 + 8 * j);
+        }
+        body += "  }\n";
+        for (j, _) in inputs.iter().enumerate() {
+            body += &format!("  let {} = {}[i{j}];\n", vars[j], arrs[j]);
+        }
+    }
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+{body}  o[i] = {expr};
+}}
+",
+        bindings(inputs, out)
+    )
+}
+
+/// Word copy with an index map per output axis (Transpose, Broadcast, Slice, Tile, Pad,
+/// Concat parts, Reshape copies). meta: [n, rank, out_base, mode, pad_bits,
+/// then per axis (6 words): out_dim, in_dim, in_stride, start (i32), step (i32), out_stride].
+/// mode: 0 plain, 1 pad constant, 2 pad edge, 3 pad reflect, 4 pad wrap, 5 tile.
+pub fn index_copy() -> String {
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+  let rank = m[1];
+  let mode = m[3];
+  var rem = i;
+  var src = 0i;
+  var dst = m[2];
+  var outside = false;
+  for (var d = 0u; d < rank; d++) {{
+    let ax = rank - 1u - d;
+    let base = 5u + 6u * ax;
+    let od = m[base];
+    let n = i32(m[base + 1u]);
+    let cc = rem % od;
+    rem = rem / od;
+    dst += cc * m[base + 5u];
+    var p = bitcast<i32>(m[base + 3u]) + i32(cc) * bitcast<i32>(m[base + 4u]);
+    if (mode == 5u) {{ p = p % n; }}
+    if (p < 0 || p >= n) {{
+      if (mode == 1u) {{ outside = true; p = 0; }}
+      else if (mode == 2u) {{ p = clamp(p, 0, n - 1); }}
+      else if (mode == 3u) {{
+        if (n == 1) {{ p = 0; }} else {{
+          let per = 2 * (n - 1);
+          var q = p % per;
+          if (q < 0) {{ q += per; }}
+          if (q >= n) {{ q = per - q; }}
+          p = q;
+        }}
+      }}
+      else if (mode == 4u) {{ var q = p % n; if (q < 0) {{ q += n; }} p = q; }}
+    }}
+    src += p * bitcast<i32>(m[base + 2u]);
+  }}
+  o[dst] = select(a[u32(src)], m[4], outside);
+}}
+",
+        bindings(&[Ty::U32], Ty::U32)
+    )
+}
+
+/// ONNX Gather on words. meta: [n, axis_dim, nidx, inner].
+pub fn gather() -> String {
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+  let ad = m[1];
+  let nidx = m[2];
+  let inner = m[3];
+  let e = i % inner;
+  let rest = i / inner;
+  let j = rest % nidx;
+  let outer = rest / nidx;
+  var idx = b[j];
+  if (idx < 0) {{ idx += i32(ad); }}
+  let k = min(u32(max(idx, 0)), ad - 1u);
+  o[i] = a[(outer * ad + k) * inner + e];
+}}
+",
+        bindings(&[Ty::U32, Ty::I32], Ty::U32)
+    )
+}
+
+/// Reduction. meta: [nout, R, krank, kdims[8], kstrides[8], rrank, rdims[8], rstrides[8]].
+/// `tree`: one workgroup of RED_WG threads per output; else one thread per output.
+/// `contig`: the reduced axes are the trailing ones (input offset = out * R + r).
+/// `skip_last`: the planted bug (Sum/Mean only).
+pub fn reduce(kind: ReduceKind, tree: bool, contig: bool, skip_last: bool) -> String {
+    let (init, comb) = match kind {
+        ReduceKind::Sum | ReduceKind::Mean => ("0.0", "acc + v"),
+        ReduceKind::Prod => ("1.0", "acc * v"),
+        ReduceKind::Max => ("f32_bits(0xff800000u)", "nan_max(acc, v)"),
+        ReduceKind::Min => ("f32_bits(0x7f800000u)", "nan_min(acc, v)"),
+    };
+    let comb_ab = comb.replace("acc", "sa").replace(" v", " sb");
+    let fin = if kind == ReduceKind::Mean {
+        "acc / f32(m[1])"
+    } else {
+        "acc"
+    };
+    let offset = if contig {
+        "fn in_offset(out: u32, r: u32) -> u32 { return out * m[1] + r; }\n".to_string()
+    } else {
+        "fn in_offset(out: u32, r: u32) -> u32 {
+  var off = 0u;
+  var rem = out;
+  let kr = m[2];
+  for (var d = 0u; d < kr; d++) { let ax = kr - 1u - d; let cc = rem % m[3u + ax]; rem = rem / m[3u + ax]; off += cc * m[11u + ax]; }
+  var rr = r;
+  let rk = m[19];
+  for (var d = 0u; d < rk; d++) { let ax = rk - 1u - d; let cc = rr % m[20u + ax]; rr = rr / m[20u + ax]; off += cc * m[28u + ax]; }
+  return off;
+}
+"
+        .to_string()
+    };
+    let sumlike = matches!(kind, ReduceKind::Sum | ReduceKind::Mean);
+    if tree {
+        let skip = if skip_last && sumlike {
+            "if (r % 64u == 63u) { continue; }"
+        } else {
+            ""
+        };
+        format!(
+            "{}{PRELUDE}{offset}
+var<workgroup> part: array<f32, 64>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+  let out = wg.x + wg.y * nwg.x;
+  let valid = out < m[0];
+  var acc = {init};
+  if (valid) {{
+    for (var r = lid; r < m[1]; r += 64u) {{
+      {skip}
+      let v = a[in_offset(out, r)];
+      acc = {comb};
+    }}
+  }}
+  part[lid] = acc;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s = s >> 1u) {{
+    if (lid < s) {{
+      let sa = part[lid];
+      let sb = part[lid + s];
+      part[lid] = {comb_ab};
+    }}
+    workgroupBarrier();
+  }}
+  if (lid == 0u && valid) {{
+    acc = part[0];
+    o[out] = {fin};
+  }}
+}}
+",
+            bindings(&[Ty::F32], Ty::F32)
+        )
+    } else {
+        let lim = if skip_last && sumlike {
+            "select(m[1], m[1] - 1u, m[1] > 1u)"
+        } else {
+            "m[1]"
+        };
+        format!(
+            "{}{PRELUDE}{offset}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let out = flat_index(gid, nwg);
+  if (out >= m[0]) {{ return; }}
+  var acc = {init};
+  let lim = {lim};
+  for (var r = 0u; r < lim; r++) {{
+    let v = a[in_offset(out, r)];
+    acc = {comb};
+  }}
+  o[out] = {fin};
+}}
+",
+            bindings(&[Ty::F32], Ty::F32)
+        )
+    }
+}
+
+/// ArgMax/ArgMin over one axis (output i32). meta: [nout, n, inner, max, last].
+/// NaN counts as the extreme value (first NaN wins, or the last with select_last_index),
+/// like `np.argmax` and the CPU backend.
+pub fn argreduce() -> String {
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+  let n = m[1];
+  let inner = m[2];
+  let is_max = m[3] == 1u;
+  let last = m[4] == 1u;
+  let outer = i / inner;
+  let e = i % inner;
+  var best = a[outer * n * inner + e];
+  var bi = 0u;
+  for (var j = 1u; j < n; j++) {{
+    let x = a[(outer * n + j) * inner + e];
+    let bn = is_nan(best);
+    let xn = is_nan(x);
+    var better = false;
+    if (!bn) {{
+      if (xn) {{ better = true; }} else if (is_max) {{ better = x > best; }} else {{ better = x < best; }}
+    }}
+    let equal = (bn && xn) || (!bn && !xn && x == best);
+    if (better || (last && equal)) {{ best = x; bi = j; }}
+  }}
+  o[i] = i32(bi);
+}}
+",
+        bindings(&[Ty::F32], Ty::I32)
+    )
+}
+
+/// Tiled matmul / implicit-GEMM convolution: a workgroup of 8x8 threads computes a
+/// TILE x TILE output tile, each thread 4x4 outputs, k-tiles of TK staged in workgroup
+/// memory. `conv`: B is the im2col of the input, computed while loading.
+///
+/// matmul meta: [M, N, K, brank, obdims[6], astr[6], bstr[6]] (batch strides in elements).
+/// conv meta: [Mg, P, Kc, groups, C, Cg, M, has_bias, in_sp[3], out_sp[3], k[3],
+///             stride[3], dil[3], padb[3]] and bindings a = weights, b = input, c = bias.
+pub fn tiled(conv: bool, drop_last_k: bool) -> String {
+    let head = if conv {
+        bindings(&[Ty::F32, Ty::F32, Ty::F32], Ty::F32)
+    } else {
+        bindings(&[Ty::F32, Ty::F32], Ty::F32)
+    };
+    let setup = if conv {
+        "  let M = m[0]; let N = m[1]; let K = m[2];
+  let groups = m[3];
+  let n_img = wg.z / groups;
+  let g = wg.z % groups;
+  let a_off = g * M * K;
+  let b_off = n_img * m[4] * m[8] * m[9] * m[10];
+  let ch0 = g * m[5];
+"
+    } else {
+        "  let M = m[0]; let N = m[1]; let K = m[2];
+  let brank = m[3];
+  var rem = wg.z;
+  var a_off = 0u;
+  var b_off = 0u;
+  for (var d = 0u; d < brank; d++) {
+    let ax = brank - 1u - d;
+    let cc = rem % m[4u + ax];
+    rem = rem / m[4u + ax];
+    a_off += cc * m[10u + ax];
+    b_off += cc * m[16u + ax];
+  }
+"
+    };
+    let load_b = if conv {
+        // k -> (c, t0, t1, t2); p -> (o0, o1, o2); input position per axis.
+        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 {
+  let k2 = m[18] * m[19] * m[20];
+  let c = ch0 + k / k2;
+  var kr = k % k2;
+  let t2 = kr % m[20]; kr = kr / m[20];
+  let t1 = kr % m[19]; let t0 = kr / m[19];
+  let o2 = p % m[16]; let pr = p / m[16];
+  let o1 = pr % m[15]; let o0 = pr / m[15];
+  let i0 = i32(o0 * m[21] + t0 * m[24]) - i32(m[27]);
+  let i1 = i32(o1 * m[22] + t1 * m[25]) - i32(m[28]);
+  let i2 = i32(o2 * m[23] + t2 * m[26]) - i32(m[29]);
+  if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= i32(m[8]) || i1 >= i32(m[9]) || i2 >= i32(m[10])) { return 0.0; }
+  return b[b_off + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
+}
+"
+    } else {
+        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 { return b[b_off + k * m[1] + p]; }\n"
+    };
+    let store = if conv {
+        "        let ch = g * M + r;
+        var v = acc[i * 4u + j];
+        if (m[7] == 1u) { v = v + c[ch]; }
+        o[(n_img * m[6] + ch) * N + col] = v;"
+    } else {
+        "        o[wg.z * M * N + r * N + col] = acc[i * 4u + j];"
+    };
+    let ntiles = if drop_last_k {
+        "select(nt, nt - 1u, nt > 1u)"
+    } else {
+        "nt"
+    };
+    format!(
+        "{head}{PRELUDE}{load_b}
+var<workgroup> As: array<f32, 512>;
+var<workgroup> Bs: array<f32, 512>;
+@compute @workgroup_size(8, 8, 1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
+{setup}
+  let row0 = wg.y * 32u;
+  let col0 = wg.x * 32u;
+  let tid = lid.y * 8u + lid.x;
+  var acc: array<f32, 16>;
+  for (var q = 0u; q < 16u; q++) {{ acc[q] = 0.0; }}
+  let nt = (K + 15u) / 16u;
+  let ntiles = {ntiles};
+  for (var t = 0u; t < ntiles; t++) {{
+    let k0 = t * 16u;
+    for (var l = 0u; l < 8u; l++) {{
+      let e = tid + l * 64u;
+      let ar = row0 + e / 16u;
+      let ak = k0 + e % 16u;
+      var av = 0.0;
+      if (ar < M && ak < K) {{ av = a[a_off + ar * K + ak]; }}
+      As[e] = av;
+      let bk = k0 + e / 32u;
+      let bc = col0 + e % 32u;
+      var bv = 0.0;
+      if (bk < K && bc < N) {{ bv = load_b(b_off, ch0_or_zero(wg), bk, bc); }}
+      Bs[e] = bv;
+    }}
+    workgroupBarrier();
+    for (var kk = 0u; kk < 16u; kk++) {{
+      var av4: array<f32, 4>;
+      for (var i = 0u; i < 4u; i++) {{ av4[i] = As[(lid.y * 4u + i) * 16u + kk]; }}
+      for (var j = 0u; j < 4u; j++) {{
+        let bv = Bs[kk * 32u + lid.x * 4u + j];
+        for (var i = 0u; i < 4u; i++) {{ acc[i * 4u + j] = acc[i * 4u + j] + av4[i] * bv; }}
+      }}
+    }}
+    workgroupBarrier();
+  }}
+  for (var i = 0u; i < 4u; i++) {{
+    let r = row0 + lid.y * 4u + i;
+    if (r >= M) {{ continue; }}
+    for (var j = 0u; j < 4u; j++) {{
+      let col = col0 + lid.x * 4u + j;
+      if (col >= N) {{ continue; }}
+{store}
+    }}
+  }}
+}}
+",
+    )
+    .replace("ch0_or_zero(wg)", if conv { "ch0" } else { "0u" })
+}
+
+/// Direct convolution, one thread per output (for small per-group output channel counts,
+/// e.g. depthwise). Same meta and bindings as the conv form of [`tiled`], plus n_img count
+/// in the dispatch: output index i over N*M*P.
+pub fn conv_direct() -> String {
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  let Mg = m[0]; let P = m[1]; let Kc = m[2];
+  let Mt = m[6];
+  let total = m[30];
+  if (i >= total) {{ return; }}
+  let p = i % P;
+  let ch = (i / P) % Mt;
+  let n_img = i / (P * Mt);
+  let g = ch / Mg;
+  let c0 = g * m[5];
+  let o2 = p % m[16]; let pr = p / m[16];
+  let o1 = pr % m[15]; let o0 = pr / m[15];
+  var acc = 0.0;
+  let k2 = m[18] * m[19] * m[20];
+  let in_base = n_img * m[4] * m[8] * m[9] * m[10];
+  for (var k = 0u; k < Kc; k++) {{
+    let cc = c0 + k / k2;
+    var kr = k % k2;
+    let t2 = kr % m[20]; kr = kr / m[20];
+    let t1 = kr % m[19]; let t0 = kr / m[19];
+    let i0 = i32(o0 * m[21] + t0 * m[24]) - i32(m[27]);
+    let i1 = i32(o1 * m[22] + t1 * m[25]) - i32(m[28]);
+    let i2 = i32(o2 * m[23] + t2 * m[26]) - i32(m[29]);
+    if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= i32(m[8]) || i1 >= i32(m[9]) || i2 >= i32(m[10])) {{ continue; }}
+    acc = acc + a[ch * Kc + k] * b[in_base + ((cc * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
+  }}
+  if (m[7] == 1u) {{ acc = acc + c[ch]; }}
+  o[i] = acc;
+}}
+",
+        bindings(&[Ty::F32, Ty::F32, Ty::F32], Ty::F32)
+    )
+}
+
+/// Max / average pooling, one thread per output. meta: [nout, P_out, in_sp[3], out_sp[3],
+/// k[3], stride[3], dil[3], padb[3], pade[3], kind (0 max, 1 avg), count_include_pad].
+/// Tap status as the CPU backend: inside the input = valid; inside the declared pads =
+/// padding (counted by avg with count_include_pad); further out (ceil_mode) = never counted.
+pub fn pool() -> String {
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+  let P = m[1];
+  let plane = i / P;
+  let p = i % P;
+  let o2 = p % m[7]; let pr = p / m[7];
+  let o1 = pr % m[6]; let o0 = pr / m[6];
+  let is_max = m[23] == 0u;
+  let inplane = m[2] * m[3] * m[4];
+  var mx = f32_bits(0xff800000u);
+  var sum = 0.0;
+  var nvalid = 0u;
+  var counted = 0u;
+  for (var t0 = 0u; t0 < m[8]; t0++) {{
+  for (var t1 = 0u; t1 < m[9]; t1++) {{
+  for (var t2 = 0u; t2 < m[10]; t2++) {{
+    let p0 = i32(o0 * m[11] + t0 * m[14]) - i32(m[17]);
+    let p1 = i32(o1 * m[12] + t1 * m[15]) - i32(m[18]);
+    let p2 = i32(o2 * m[13] + t2 * m[16]) - i32(m[19]);
+    let v0 = p0 >= 0 && p0 < i32(m[2]);
+    let v1 = p1 >= 0 && p1 < i32(m[3]);
+    let v2 = p2 >= 0 && p2 < i32(m[4]);
+    let in0 = p0 >= -i32(m[17]) && p0 < i32(m[2] + m[20]);
+    let in1 = p1 >= -i32(m[18]) && p1 < i32(m[3] + m[21]);
+    let in2 = p2 >= -i32(m[19]) && p2 < i32(m[4] + m[22]);
+    if (!(in0 && in1 && in2)) {{ continue; }}
+    counted++;
+    if (v0 && v1 && v2) {{
+      let x = a[plane * inplane + (u32(p0) * m[3] + u32(p1)) * m[4] + u32(p2)];
+      mx = nan_max(mx, x);
+      sum = sum + x;
+      nvalid++;
+    }}
+  }}
+  }}
+  }}
+  if (is_max) {{ o[i] = mx; }}
+  else {{
+    let div = select(nvalid, counted, m[24] == 1u);
+    o[i] = sum / f32(div);
+  }}
+}}
+",
+        bindings(&[Ty::F32], Ty::F32)
+    )
+}
