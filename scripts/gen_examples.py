@@ -340,6 +340,47 @@ def healthy_mlp() -> Example:
     )
 
 
+def f16_activation_growth() -> Example:
+    """A float16 MLP stack whose activations grow ~5x per block until the last one overflows."""
+    rng = np.random.default_rng(1024)
+    B, D, L, gain = 2, 16, 7, 5.0
+    g = G()
+    h = "x"
+    for i in range(L):
+        w = g.init(f"block{i}.fc.weight", rng.normal(0, 1 / np.sqrt(D), (D, D)).astype(np.float16))
+        s = g.init(f"block{i}.gain", np.asarray(gain, dtype=np.float16))
+        h = g.op("MatMul", f"block{i}.fc", [h, w])
+        h = g.op("Mul", f"block{i}.scale", [h, s], out="y" if i == L - 1 else None)
+    m = g.model(
+        "f16_activation_growth",
+        [vi("x", F16, [B, D])],
+        [vi("y", F16, [B, D])],
+        "Seven float16 blocks (MatMul then a gain of 5): max|x| climbs from ~10 to ~2e4, and the "
+        "last block's Mul pushes a few values past 65504, the float16 maximum, to +-inf.",
+    )
+    x = rng.normal(0, 1, (B, D)).astype(np.float16)
+    # The overflow must be decisive (no value within 5% of the rounding threshold 65520), so
+    # that every runtime's float16 rounding agrees on which elements overflow.
+    with np.errstate(all="ignore"):
+        vals = run_reference(m, {"x": x})
+    pre = np.abs(vals["block6.fc_out"].astype(np.float64)) * gain
+    assert np.all(np.abs(pre / 65520.0 - 1.0) > 0.05), "f16_activation_growth: overflow not decisive"
+    return Example(
+        "f16_activation_growth", m, {"x": x},
+        summary="float16 activations climb toward 65504 block by block; the last block overflows to +-inf.",
+        nan_origins=[],
+        inf_origins=["block6.scale"],
+        outputs_finite=False,
+        rlx_default='Inf reaches output y; origin Mul "block6.scale". `rlx trace` shows max|x| climbing '
+        "toward the float16 overflow line 65504 over the blocks before.",
+        notes="Fix: normalize between blocks (LayerNorm/RMSNorm), lower the gain, or run the stack in "
+        "float32/bfloat16. Compare finite values with a float16 tolerance.",
+        # float16 spacing is 32 between 32768 and 65504: allow a few units in the last place
+        # (numpy accumulates the float16 MatMul differently from onnxruntime)
+        tol=128.0,
+    )
+
+
 def inf_absorbed() -> Example:
     """-inf created on purpose and absorbed: Log(0) then Where(IsInf, 0, .), and a causal softmax."""
     rng = np.random.default_rng(1007)
@@ -399,6 +440,7 @@ ALL = [
     cast_f16_overflow,
     healthy_mlp,
     inf_absorbed,
+    f16_activation_growth,
 ]
 
 
