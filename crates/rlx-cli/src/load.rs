@@ -1,0 +1,198 @@
+//! Load a model and bind its inputs, the same way for every subcommand (`run`, `diverge`,
+//! `trace`, `bench`): `--input NAME=FILE` (`.npy` or ONNX `TensorProto` `.pb`), `FILE` alone
+//! for the next unnamed input, a model folder's `input_<name>.npy`, else deterministic random
+//! inputs from the declared shapes (`--seed`). `--dim NAME=SIZE` binds symbolic dims.
+
+use crate::npy::read_npy;
+use crate::run::{generate_input, model_path, read_input_file, sanitize};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use rlx_ir::{Graph, Op, Shape, Tensor};
+use rlx_onnx_import::{ImportOptions, OnnxModel};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The model-and-inputs arguments shared by the subcommands.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModelArgs {
+    /// Model file (.onnx), or a folder holding model.onnx (and optional input_<name>.npy files).
+    pub model: PathBuf,
+    /// An input as NAME=FILE (.npy or .pb); FILE alone binds the next unnamed input. Repeatable.
+    #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Bind a symbolic input dimension, e.g. --dim batch=2. Repeatable.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// An imported graph with one tensor per graph input, in graph order.
+pub struct Loaded {
+    /// The imported (not yet compiled) graph, every input dim static.
+    pub graph: Graph,
+    /// `(input name, tensor)` in the order of the graph's inputs.
+    pub feeds: Vec<(String, Tensor)>,
+}
+
+/// Parse `--dim NAME=SIZE` values; errors name the bad value.
+pub fn parse_dims(v: &[String]) -> Result<HashMap<String, usize>> {
+    let mut m = HashMap::new();
+    for s in v {
+        let (k, val) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--dim {s}: expected NAME=SIZE"))?;
+        if k.is_empty() {
+            bail!("--dim {s}: the dim NAME is empty");
+        }
+        let n: usize = val
+            .parse()
+            .map_err(|_| anyhow!("--dim {s}: SIZE must be a non-negative integer"))?;
+        if m.insert(k.to_string(), n).is_some() {
+            bail!("--dim {k}: given twice");
+        }
+    }
+    Ok(m)
+}
+
+/// Every `--dim` must name a symbolic dim of the model's inputs.
+pub fn check_dims_exist(decls: &[(String, Shape)], dims: &HashMap<String, usize>) -> Result<()> {
+    let mut syms: Vec<String> = vec![];
+    for (_, decl) in decls {
+        for d in &decl.dims {
+            if let rlx_ir::Dim::Sym(s) = d {
+                if !syms.contains(s) {
+                    syms.push(s.clone());
+                }
+            }
+        }
+    }
+    for k in dims.keys() {
+        if !syms.contains(k) {
+            let have = if syms.is_empty() {
+                "none".to_string()
+            } else {
+                syms.join(", ")
+            };
+            bail!("--dim {k}: the model's inputs have no symbolic dim named \"{k}\" (they have: {have})");
+        }
+    }
+    Ok(())
+}
+
+fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
+    let msg = e.to_string();
+    let file = path.display().to_string();
+    if msg.contains(&file) {
+        anyhow!("{msg}")
+    } else {
+        anyhow!("{file}: {msg}")
+    }
+}
+
+/// Read the model, bind input files and dims, import once, and produce one tensor per graph
+/// input (generated where no file was given). `quiet` silences the "input from" notes.
+///
+/// Errors: unreadable or malformed model or input file (naming it), an input file for a
+/// name the model does not have, a file whose dtype or shape differs from the model's input.
+pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
+    let dims = parse_dims(&a.dims)?;
+    let mut given: HashMap<String, Tensor> = HashMap::new();
+    let mut sources: HashMap<String, PathBuf> = HashMap::new();
+    let mut positional: Vec<(PathBuf, Tensor)> = vec![];
+    for spec in &a.inputs {
+        match spec.split_once('=') {
+            Some((name, file)) => {
+                if name.is_empty() {
+                    bail!("--input {spec}: the input NAME before '=' is empty");
+                }
+                let t = read_input_file(Path::new(file))
+                    .with_context(|| format!("input \"{name}\""))?;
+                if given.insert(name.to_string(), t).is_some() {
+                    bail!("--input {name}: given twice");
+                }
+                sources.insert(name.to_string(), PathBuf::from(file));
+            }
+            None => positional.push((
+                PathBuf::from(spec),
+                read_input_file(Path::new(spec)).with_context(|| format!("--input {spec}"))?,
+            )),
+        }
+    }
+    let path = model_path(&a.model);
+    let m = OnnxModel::open(&path).map_err(|e| with_file(&path, e))?;
+    let decls = m.declared_inputs();
+    check_dims_exist(&decls, &dims)?;
+    let free: Vec<String> = decls
+        .iter()
+        .map(|d| d.0.clone())
+        .filter(|n| !given.contains_key(n))
+        .collect();
+    if positional.len() > free.len() {
+        bail!(
+            "{} unnamed --input files but only {} inputs left to bind ({})",
+            positional.len(),
+            free.len(),
+            free.join(", ")
+        );
+    }
+    let mut free = free.into_iter();
+    for ((p, t), name) in positional.into_iter().zip(free.by_ref()) {
+        sources.insert(name.clone(), p);
+        given.insert(name, t);
+    }
+    if a.model.is_dir() {
+        for name in free {
+            let p = a.model.join(format!("input_{}.npy", sanitize(&name)));
+            if p.is_file() {
+                if !quiet {
+                    eprintln!("rlx: input \"{name}\" from {}", p.display());
+                }
+                given.insert(name.clone(), read_npy(&p)?);
+                sources.insert(name, p);
+            }
+        }
+    }
+    for name in given.keys() {
+        if !decls.iter().any(|d| &d.0 == name) {
+            let names: Vec<&str> = decls.iter().map(|d| d.0.as_str()).collect();
+            bail!(
+                "--input {name}: the model has no input named \"{name}\" (its inputs: {})",
+                names.join(", ")
+            );
+        }
+    }
+    let opts = ImportOptions {
+        dims,
+        input_shapes: given
+            .iter()
+            .map(|(k, t)| (k.clone(), t.dims().to_vec()))
+            .collect(),
+        ..Default::default()
+    };
+    let graph = m.import(&opts).map_err(|e| with_file(&path, e))?;
+    let mut feeds = vec![];
+    for n in &graph.nodes {
+        let Op::Input { name } = &n.op else { continue };
+        let t = match given.remove(name) {
+            Some(t) => {
+                if t.dtype() != n.shape.dtype || t.dims() != n.shape.dims_usize().as_slice() {
+                    let src = sources
+                        .get(name)
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
+                    bail!(
+                        "input \"{name}\": the model expects {}, {src} holds {}",
+                        n.shape,
+                        t.shape()
+                    );
+                }
+                t
+            }
+            None => generate_input(name, &n.shape, a.seed),
+        };
+        feeds.push((name.clone(), t));
+    }
+    Ok(Loaded { graph, feeds })
+}

@@ -1,0 +1,971 @@
+//! Cross-backend divergence: tell bounded f32 round-off from a kernel bug.
+//!
+//! The same graph gives slightly different results on different backends. RLX runs it on the
+//! CPU backend (the oracle) and on every other backend live on this machine, and classifies
+//! each backend's gap:
+//!
+//! - **Outputs** (the contract of `docs/DESIGN.md`): per backend, `max_abs = max |b − cpu|`,
+//!   `max_rel = max |b − cpu| / (|cpu| + 1e-6)` over every finite element of every output,
+//!   `worst_output` (the output that carried `max_rel`) and `suspect`.
+//! - **ULPs** of the output dtype, since a relative error means little near zero.
+//! - **Non-finite mismatches** (NaN or Inf on one side, a finite value or another kind of
+//!   non-finite on the other) are a divergence of their own kind, reported by name ("cpu NaN,
+//!   wgpu 0 at %17 Relu: the wgpu backend dropped a NaN") and never folded into `max_rel`.
+//!   Both sides NaN, or both the same infinity, count as agreement.
+//! - **Localization**: when a backend is suspect, every node of the compiled graph is read
+//!   back on both backends and compared in topological order; the first node whose error
+//!   exceeds the tolerance while its inputs were within it is named, with the input and
+//!   output errors side by side ("kernel bug candidate"). Intermediate values use a
+//!   scale-aware relative error, `|b − cpu| / (|cpu| + max(1e-6, 1e-3 · max|cpu|))`, so a
+//!   value that is near zero only by cancellation does not pose as the culprit.
+//!
+//! `suspect` is `max_rel > tol_rel` (the seed contract) or any non-finite mismatch or
+//! integer/bool mismatch in an output.
+//!
+//! Tolerance: about `2e-3` for f32 forward graphs. CPU reductions accumulate in f64, GPU
+//! ones in f32, so a long reduction legitimately differs by a few ULPs times its length.
+
+use crate::{available_devices, Device, RuntimeError};
+use rlx_compile::compiler::{compile, CompileOptions};
+use rlx_cpu::CpuExecutor;
+use rlx_ir::provenance::{node_label, source_op_type};
+use rlx_ir::{DType, Graph, NodeId, Op, Tensor};
+use serde::Serialize;
+use std::fmt;
+
+/// Floor of the output relative error, as in the contract: `|b − cpu| / (|cpu| + 1e-6)`.
+pub const REL_FLOOR: f64 = 1e-6;
+/// Scale factor of the intermediate-value floor: `max(1e-6, NODE_SCALE · max|cpu|)`.
+pub const NODE_SCALE: f64 = 1e-3;
+
+/// One backend's divergence from the CPU oracle for one run of a graph.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendDivergence {
+    /// The backend compared with the CPU.
+    pub device: Device,
+    /// Largest `|backend − cpu|` over every finite output element.
+    pub max_abs: f64,
+    /// Largest `|backend − cpu| / (|cpu| + 1e-6)` over every finite output element.
+    pub max_rel: f64,
+    /// Index of the graph output that carried `max_rel`.
+    pub worst_output: usize,
+    /// Name of that output (`Graph::output_names`, else `%id`).
+    pub worst_output_name: String,
+    /// Largest distance in units in the last place of the output dtype (float outputs only).
+    pub max_ulps: u64,
+    /// Element of `worst_output` (flat index) where `max_rel` was reached.
+    pub worst_index: usize,
+    /// Output elements where one side is NaN/Inf and the other is not the same value.
+    pub nonfinite: Vec<NonFiniteMismatch>,
+    /// Integer/bool output elements that differ.
+    pub int_mismatches: usize,
+    /// `max_rel > tol_rel`, or any non-finite or integer mismatch in an output.
+    pub suspect: bool,
+    /// The tolerance it was judged against.
+    pub tol_rel: f64,
+    /// When suspect: where the divergence starts (see [`Localization`]).
+    pub localization: Option<Localization>,
+}
+
+/// A NaN/Inf on one side and something else on the other.
+#[derive(Clone, Debug, Serialize)]
+pub struct NonFiniteMismatch {
+    /// Output index (for output mismatches) or `None` for a node mismatch.
+    pub output: Option<usize>,
+    /// `%id` of the node holding the value.
+    pub node: String,
+    /// Flat element index.
+    pub index: usize,
+    /// The CPU value, as text (`NaN`, `inf`, `-inf`, or the number).
+    pub cpu: String,
+    /// The other backend's value, as text.
+    pub other: String,
+    /// What happened, in words ("the wgpu backend dropped a NaN").
+    pub what: String,
+}
+
+/// How one node's value compares between the two backends.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NodeError {
+    /// Scale-aware relative error (see the module docs); `inf` for integer mismatches.
+    pub rel: f64,
+    /// Largest absolute error over finite elements.
+    pub abs: f64,
+    /// Largest ULP distance in the node's dtype.
+    pub ulps: u64,
+    /// Flat index of the worst element.
+    pub index: usize,
+    /// First non-finite mismatch, if any.
+    pub nonfinite: Option<NonFiniteMismatch>,
+}
+
+/// The first node where two backends part ways.
+#[derive(Clone, Debug, Serialize)]
+pub struct Localization {
+    /// `%id` of the node.
+    pub node: String,
+    /// Its op (`MatMul`, `Reduce(sum)`, ...).
+    pub op: String,
+    /// Its label (the source model's name for the op).
+    pub label: String,
+    /// The source op type when the node is a step of a decomposed op (`Softmax`).
+    pub source_op: Option<String>,
+    /// Largest error over the node's inputs (scale-aware relative).
+    pub inputs_rel: f64,
+    /// The node's own error.
+    pub error: NodeError,
+    /// `kernel_bug_candidate` (inputs within tolerance, output beyond it),
+    /// `nonfinite` (a NaN/Inf appears or vanishes at this node), or `accumulated`
+    /// (no single node exceeds the tolerance: the output gap grew from round-off).
+    pub kind: String,
+    /// One line for people.
+    pub message: String,
+}
+
+/// Options for [`backend_divergence_with`].
+#[derive(Clone, Debug)]
+pub struct DivergenceOptions {
+    /// Relative tolerance on outputs (and the localization threshold on nodes).
+    pub tol_rel: f64,
+    /// Backends to compare with the CPU; `None` means every live one but the CPU.
+    pub backends: Option<Vec<Device>>,
+    /// Localize the first diverging node when a backend is suspect.
+    pub localize: bool,
+    /// Compile options for both backends (the same compiled graph runs on each).
+    pub compile: CompileOptions,
+}
+
+impl Default for DivergenceOptions {
+    fn default() -> Self {
+        DivergenceOptions {
+            tol_rel: 2e-3,
+            backends: None,
+            localize: true,
+            compile: CompileOptions {
+                lint: false,
+                ..CompileOptions::default()
+            },
+        }
+    }
+}
+
+/// Run `graph` on the CPU oracle and on every other backend live on this machine, and report
+/// each one's worst divergence from the CPU (the seed contract).
+///
+/// `params` are the graph's weights (as `set_param` takes them), `inputs` the run's feeds
+/// (f32 values converted to each input's dtype), `tol_rel` the relative tolerance (≈`2e-3` for
+/// f32 forward graphs). Returns one entry per non-CPU backend: empty on a CPU-only machine,
+/// never CPU against itself. A backend that fails to compile or run is skipped with a line
+/// on stderr; use [`backend_divergence_with`] for typed inputs and errors.
+pub fn backend_divergence(
+    graph: &Graph,
+    params: &[(&str, &[f32])],
+    inputs: &[(&str, &[f32])],
+    tol_rel: f32,
+) -> Vec<BackendDivergence> {
+    let to_tensors = |list: &[(&str, &[f32])], leaves: &[(String, rlx_ir::Shape)]| {
+        list.iter()
+            .map(|(n, v)| {
+                let shape = leaves
+                    .iter()
+                    .find(|l| l.0 == *n)
+                    .map(|l| l.1.clone())
+                    .ok_or_else(|| RuntimeError::Input(format!("unknown name \"{n}\"")))?;
+                let t = crate::f32_tensor(&shape, v)
+                    .map_err(|e| RuntimeError::Input(format!("\"{n}\": {e}")))?;
+                Ok((n.to_string(), t))
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()
+    };
+    let leaves = |param: bool| -> Vec<(String, rlx_ir::Shape)> {
+        graph
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Param { name } if param => Some((name.clone(), n.shape.clone())),
+                Op::Input { name } if !param => Some((name.clone(), n.shape.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let run = || -> Result<Vec<BackendDivergence>, RuntimeError> {
+        let p = to_tensors(params, &leaves(true))?;
+        let i = to_tensors(inputs, &leaves(false))?;
+        let opts = DivergenceOptions {
+            tol_rel: tol_rel as f64,
+            ..Default::default()
+        };
+        backend_divergence_with(graph, &p, &i, &opts)
+    };
+    match run() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rlx diverge: {e}");
+            vec![]
+        }
+    }
+}
+
+/// Print a [`backend_divergence`] report, one line per backend, and return `true` if ANY
+/// backend is suspect (a one-line gate for CI on each machine of a cluster).
+///
+/// Line form: `[label]   wgpu vs cpu: max_abs=1.2e-6 max_rel=3.4e-5 (output #0) — round-off
+/// (explainable)` or `— SUSPECT (...)`, then the first diverging node when one was found.
+pub fn report_backend_divergence(
+    label: &str,
+    graph: &Graph,
+    params: &[(&str, &[f32])],
+    inputs: &[(&str, &[f32])],
+    tol_rel: f32,
+) -> bool {
+    let report = backend_divergence(graph, params, inputs, tol_rel);
+    eprint!("{}", format_report(label, &report));
+    report.iter().any(|d| d.suspect)
+}
+
+/// The text report of [`report_backend_divergence`] (one line per backend, then details).
+pub fn format_report(label: &str, report: &[BackendDivergence]) -> String {
+    if report.is_empty() {
+        return format!(
+            "[{label}] backend divergence: no backend but the CPU is live here — nothing to compare\n"
+        );
+    }
+    let mut s = String::new();
+    for d in report {
+        s.push_str(&format!("[{label}] {d}\n"));
+        for m in d.nonfinite.iter().take(3) {
+            s.push_str(&format!(
+                "    output #{} \"{}\" [{}]: cpu {}, {} {}: {}\n",
+                m.output.unwrap_or(0),
+                m.node,
+                m.index,
+                m.cpu,
+                d.device,
+                m.other,
+                m.what
+            ));
+        }
+        if d.nonfinite.len() > 3 {
+            s.push_str(&format!(
+                "    ... {} more non-finite mismatches\n",
+                d.nonfinite.len() - 3
+            ));
+        }
+        if let Some(l) = &d.localization {
+            s.push_str(&format!("    {}\n", l.message));
+        }
+    }
+    s
+}
+
+impl fmt::Display for BackendDivergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:>6} vs cpu: max_abs={:.3e} max_rel={:.3e} max_ulps={} (output #{} \"{}\") — ",
+            self.device.to_string(),
+            self.max_abs,
+            self.max_rel,
+            self.max_ulps,
+            self.worst_output,
+            self.worst_output_name
+        )?;
+        if !self.suspect {
+            return f.write_str("round-off (explainable)");
+        }
+        let mut why = vec![];
+        if self.max_rel > self.tol_rel {
+            why.push(format!(
+                "relative error {:.1e} > tol {:.1e}: too large for round-off, likely a kernel bug",
+                self.max_rel, self.tol_rel
+            ));
+        }
+        if !self.nonfinite.is_empty() {
+            why.push(format!(
+                "{} output element(s) non-finite on one side only",
+                self.nonfinite.len()
+            ));
+        }
+        if self.int_mismatches > 0 {
+            why.push(format!(
+                "{} integer/bool output element(s) differ",
+                self.int_mismatches
+            ));
+        }
+        write!(f, "SUSPECT ({})", why.join("; "))
+    }
+}
+
+/// [`backend_divergence`] with typed tensors, options and errors.
+///
+/// The graph is compiled once; the same compiled graph runs on the CPU and on each backend, so
+/// node ids match between them. Errors: the graph fails to compile, a param or input is
+/// missing or mis-shaped, the CPU run fails. A backend that fails is an error too (naming
+/// it): a diagnostic must not silently drop the backend it was asked about.
+pub fn backend_divergence_with(
+    graph: &Graph,
+    params: &[(String, Tensor)],
+    inputs: &[(String, Tensor)],
+    opts: &DivergenceOptions,
+) -> Result<Vec<BackendDivergence>, RuntimeError> {
+    if graph.outputs.is_empty() {
+        return Err(RuntimeError::NoOutputs);
+    }
+    let backends: Vec<Device> = match &opts.backends {
+        Some(b) => {
+            let live = available_devices();
+            for d in b {
+                if !live.contains(d) {
+                    return Err(RuntimeError::DeviceUnavailable(*d));
+                }
+            }
+            b.iter().copied().filter(|d| *d != Device::Cpu).collect()
+        }
+        None => available_devices()
+            .into_iter()
+            .filter(|d| *d != Device::Cpu)
+            .collect(),
+    };
+    crate::check_sizes(graph)?;
+    let compiled = compile(graph.clone(), &opts.compile)?.graph;
+    let feeds = order_inputs(&compiled, inputs)?;
+    let mut cpu = CpuExecutor::new(compiled.clone())?;
+    for (n, t) in params {
+        cpu.set_param(n, t.clone())?;
+    }
+    let cpu_out = cpu.run(&feeds, None)?;
+    let mut report = vec![];
+    for dev in backends {
+        let mut be = BackendRun::new(dev, &compiled, params)?;
+        let out = be.run(&feeds)?;
+        let mut d = compare_outputs(&compiled, dev, &cpu_out, &out, opts.tol_rel);
+        if d.suspect && opts.localize {
+            let mut cpu_nodes: Vec<Option<Tensor>> = vec![None; compiled.len()];
+            cpu.run_observed(&feeds, None, &mut |id, t| {
+                cpu_nodes[id.index()] = Some(t.clone())
+            })?;
+            let other_nodes = be.run_all(&feeds)?;
+            d.localization = Some(localize(
+                &compiled,
+                dev,
+                &cpu_nodes,
+                &other_nodes,
+                opts.tol_rel,
+            ));
+        }
+        report.push(d);
+    }
+    Ok(report)
+}
+
+/// Feeds ordered as the compiled graph's inputs; errors name the missing or unknown input.
+fn order_inputs(g: &Graph, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, RuntimeError> {
+    let decl: Vec<&str> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Input { name } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (n, _) in inputs {
+        if !decl.contains(&n.as_str()) {
+            return Err(RuntimeError::Input(format!(
+                "unknown input \"{n}\" (the graph's inputs: {})",
+                decl.join(", ")
+            )));
+        }
+    }
+    decl.iter()
+        .map(|d| {
+            inputs
+                .iter()
+                .find(|(n, _)| n == d)
+                .map(|(_, t)| t.clone())
+                .ok_or_else(|| RuntimeError::Input(format!("missing input \"{d}\"")))
+        })
+        .collect()
+}
+
+/// One non-CPU backend prepared for the compiled graph.
+enum BackendRun {
+    #[cfg(feature = "gpu")]
+    Wgpu(Box<rlx_wgpu::WgpuExecutor>),
+    /// A CPU executor with one node's output deliberately perturbed: the stand-in backend of
+    /// this module's unit tests (it proves the classifier and the localizer without a GPU).
+    #[cfg(test)]
+    Perturbed(Graph, Vec<(String, Tensor)>, NodeId, f32),
+    /// Keeps the enum inhabited in a build with no other backend.
+    #[allow(dead_code)]
+    None(std::convert::Infallible),
+}
+
+impl BackendRun {
+    fn new(
+        dev: Device,
+        g: &Graph,
+        params: &[(String, Tensor)],
+    ) -> Result<BackendRun, RuntimeError> {
+        match dev {
+            #[cfg(feature = "gpu")]
+            Device::Wgpu => {
+                let mut e = rlx_wgpu::WgpuExecutor::new(g.clone())
+                    .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}")))?;
+                for (n, t) in params {
+                    e.set_param(n, t.clone())
+                        .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}")))?;
+                }
+                Ok(BackendRun::Wgpu(Box::new(e)))
+            }
+            _ => {
+                let _ = (g, params);
+                Err(RuntimeError::DeviceUnavailable(dev))
+            }
+        }
+    }
+
+    fn run(&mut self, feeds: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        match self {
+            #[cfg(feature = "gpu")]
+            BackendRun::Wgpu(e) => e
+                .run(feeds, None)
+                .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
+            #[cfg(test)]
+            BackendRun::Perturbed(g, params, at, by) => {
+                let vals = perturbed_run(g, params, feeds, *at, *by)?;
+                Ok(g.outputs
+                    .iter()
+                    .map(|o| vals[o.index()].clone().unwrap())
+                    .collect())
+            }
+            BackendRun::None(n) => match *n {},
+        }
+    }
+
+    fn run_all(&mut self, feeds: &[Tensor]) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+        match self {
+            #[cfg(feature = "gpu")]
+            BackendRun::Wgpu(e) => e
+                .run_all(feeds)
+                .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
+            #[cfg(test)]
+            BackendRun::Perturbed(g, params, at, by) => perturbed_run(g, params, feeds, *at, *by),
+            BackendRun::None(n) => match *n {},
+        }
+    }
+}
+
+/// Run the CPU graph node by node, scaling node `at`'s output by `by` (values downstream are
+/// recomputed from the perturbed value). Test stand-in for a buggy backend.
+#[cfg(test)]
+fn perturbed_run(
+    g: &Graph,
+    params: &[(String, Tensor)],
+    feeds: &[Tensor],
+    at: NodeId,
+    by: f32,
+) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let mut vals: Vec<Option<Tensor>> = vec![None; g.len()];
+    let mut next = 0;
+    for n in &g.nodes {
+        let v = match &n.op {
+            Op::Input { .. } => {
+                next += 1;
+                feeds[next - 1].clone()
+            }
+            Op::Constant(t) => Tensor::clone(t),
+            Op::Param { name } => params
+                .iter()
+                .find(|p| &p.0 == name)
+                .map(|p| p.1.clone())
+                .ok_or_else(|| RuntimeError::Input(format!("param {name} not set")))?,
+            op => {
+                let ins: Vec<&Tensor> = n
+                    .inputs
+                    .iter()
+                    .map(|i| vals[i.index()].as_ref().unwrap())
+                    .collect();
+                rlx_cpu::eval_op(op, &ins, &n.shape)
+                    .map_err(|k| RuntimeError::Input(format!("{}: {k}", n.id)))?
+            }
+        };
+        let v = if n.id == at {
+            let d = v.data().to_f32_vec().iter().map(|x| x * by).collect();
+            Tensor::from_f32(v.dims(), d).unwrap()
+        } else {
+            v
+        };
+        vals[n.id.index()] = Some(v);
+    }
+    Ok(vals)
+}
+
+fn is_float(dt: DType) -> bool {
+    dt.is_float()
+}
+
+/// Ordered integer image of a float's bits in its dtype (adjacent floats differ by 1).
+fn ordered(dt: DType, x: f64) -> i128 {
+    let (bits, sign_bit): (u64, u64) = match dt {
+        DType::F64 => (x.to_bits(), 1 << 63),
+        DType::F16 => (half::f16::from_f64(x).to_bits() as u64, 1 << 15),
+        DType::BF16 => (half::bf16::from_f64(x).to_bits() as u64, 1 << 15),
+        _ => ((x as f32).to_bits() as u64, 1 << 31),
+    };
+    let mag = (bits & (sign_bit - 1)) as i128;
+    if bits & sign_bit != 0 {
+        -mag
+    } else {
+        mag
+    }
+}
+
+/// Distance in units in the last place of `dt` between two finite values.
+pub fn ulp_distance(dt: DType, a: f64, b: f64) -> u64 {
+    let d = (ordered(dt, a) - ordered(dt, b)).unsigned_abs();
+    d.min(u64::MAX as u128) as u64
+}
+
+fn fmt_val(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "inf" } else { "-inf" }.into()
+    } else {
+        format!("{x:e}")
+    }
+}
+
+/// Words for a non-finite mismatch, `None` when the two values agree (same NaN-ness/Inf).
+fn nonfinite_what(dev: Device, cpu: f64, other: f64) -> Option<String> {
+    let kind = |x: f64| {
+        if x.is_nan() {
+            0
+        } else if x == f64::INFINITY {
+            1
+        } else if x == f64::NEG_INFINITY {
+            2
+        } else {
+            3
+        }
+    };
+    let (a, b) = (kind(cpu), kind(other));
+    if a == b {
+        return None;
+    }
+    Some(match (a, b) {
+        (0, 3) => format!("the {dev} backend dropped a NaN"),
+        (3, 0) => format!("the {dev} backend produced a NaN the CPU did not"),
+        (1 | 2, 3) => format!("the {dev} backend lost an Inf (saturated or folded it)"),
+        (3, 1 | 2) => format!("the {dev} backend overflowed where the CPU did not"),
+        (0, _) => format!("the {dev} backend turned a NaN into an Inf"),
+        (_, 0) => format!("the {dev} backend turned an Inf into a NaN"),
+        _ => format!("the {dev} backend flipped the sign of an Inf"),
+    })
+}
+
+/// Compare two values of one node. `scaled`: use the scale-aware floor (intermediates) rather
+/// than the contract's fixed 1e-6 (outputs).
+fn compare_tensors(
+    g: &Graph,
+    id: NodeId,
+    dev: Device,
+    cpu: &Tensor,
+    other: &Tensor,
+    scaled: bool,
+) -> NodeError {
+    let mut e = NodeError::default();
+    if cpu.dims() != other.dims() || cpu.dtype() != other.dtype() {
+        e.rel = f64::INFINITY;
+        e.abs = f64::INFINITY;
+        return e;
+    }
+    let dt = cpu.dtype();
+    let (a, b) = (cpu.data(), other.data());
+    if !is_float(dt) {
+        for i in 0..a.len() {
+            if a.get_i128(i) != b.get_i128(i) {
+                if e.rel == 0.0 {
+                    e.index = i;
+                }
+                e.rel = f64::INFINITY;
+                e.ulps += 1; // counts differing elements for integers
+            }
+        }
+        return e;
+    }
+    let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+    let floor = if scaled {
+        let m = av
+            .iter()
+            .filter(|x| x.is_finite())
+            .fold(0.0f64, |m, x| m.max(x.abs()));
+        (NODE_SCALE * m).max(REL_FLOOR)
+    } else {
+        REL_FLOOR
+    };
+    for (i, (&x, &y)) in av.iter().zip(&bv).enumerate() {
+        if x.is_finite() && y.is_finite() {
+            let d = (x - y).abs();
+            let r = d / (x.abs() + floor);
+            e.abs = e.abs.max(d);
+            if r > e.rel {
+                e.rel = r;
+                e.index = i;
+            }
+            e.ulps = e.ulps.max(ulp_distance(dt, x, y));
+        } else if e.nonfinite.is_none() {
+            if let Some(what) = nonfinite_what(dev, x, y) {
+                e.nonfinite = Some(NonFiniteMismatch {
+                    output: None,
+                    node: id.to_string(),
+                    index: i,
+                    cpu: fmt_val(x),
+                    other: fmt_val(y),
+                    what,
+                });
+            }
+        }
+    }
+    let _ = g;
+    e
+}
+
+/// Classify one backend's outputs against the CPU's (outputs in `g.outputs` order).
+pub fn compare_outputs(
+    g: &Graph,
+    dev: Device,
+    cpu: &[Tensor],
+    other: &[Tensor],
+    tol_rel: f64,
+) -> BackendDivergence {
+    let mut d = BackendDivergence {
+        device: dev,
+        max_abs: 0.0,
+        max_rel: 0.0,
+        worst_output: 0,
+        worst_output_name: String::new(),
+        max_ulps: 0,
+        worst_index: 0,
+        nonfinite: vec![],
+        int_mismatches: 0,
+        suspect: false,
+        tol_rel,
+        localization: None,
+    };
+    for (k, (a, b)) in cpu.iter().zip(other).enumerate() {
+        let id = g.outputs[k];
+        let dt = a.dtype();
+        if a.dims() != b.dims() || dt != b.dtype() {
+            d.int_mismatches += a.numel().max(1);
+            continue;
+        }
+        if !is_float(dt) {
+            let (x, y) = (a.data(), b.data());
+            d.int_mismatches += (0..x.len())
+                .filter(|&i| x.get_i128(i) != y.get_i128(i))
+                .count();
+            continue;
+        }
+        let (av, bv) = (a.data().to_f64_vec(), b.data().to_f64_vec());
+        for (i, (&x, &y)) in av.iter().zip(&bv).enumerate() {
+            if x.is_finite() && y.is_finite() {
+                let abs = (x - y).abs();
+                let rel = abs / (x.abs() + REL_FLOOR);
+                d.max_abs = d.max_abs.max(abs);
+                d.max_ulps = d.max_ulps.max(ulp_distance(dt, x, y));
+                if rel > d.max_rel {
+                    d.max_rel = rel;
+                    d.worst_output = k;
+                    d.worst_index = i;
+                }
+            } else if let Some(what) = nonfinite_what(dev, x, y) {
+                d.nonfinite.push(NonFiniteMismatch {
+                    output: Some(k),
+                    node: id.to_string(),
+                    index: i,
+                    cpu: fmt_val(x),
+                    other: fmt_val(y),
+                    what,
+                });
+            }
+        }
+    }
+    d.worst_output_name = output_name(g, d.worst_output);
+    d.suspect = d.max_rel > tol_rel || !d.nonfinite.is_empty() || d.int_mismatches > 0;
+    d
+}
+
+fn output_name(g: &Graph, k: usize) -> String {
+    g.output_names
+        .get(k)
+        .cloned()
+        .unwrap_or_else(|| g.outputs.get(k).map(|o| o.to_string()).unwrap_or_default())
+}
+
+fn describe(g: &Graph, id: NodeId) -> (String, String, Option<String>) {
+    let op = g.node(id).op.name();
+    let label = node_label(g, id);
+    let src = source_op_type(g, id)
+        .filter(|s| *s != op)
+        .map(str::to_string);
+    (op.to_string(), label, src)
+}
+
+/// Find the first node where `other` parts from `cpu` (both indexed by node). Nodes without
+/// a value on either side are skipped.
+pub fn localize(
+    g: &Graph,
+    dev: Device,
+    cpu: &[Option<Tensor>],
+    other: &[Option<Tensor>],
+    tol_rel: f64,
+) -> Localization {
+    let mut errs: Vec<Option<NodeError>> = vec![None; g.len()];
+    let mut first_nonfinite: Option<(NodeId, f64)> = None;
+    let mut worst: Option<(NodeId, f64)> = None;
+    for n in &g.nodes {
+        let (Some(Some(a)), Some(Some(b))) = (cpu.get(n.id.index()), other.get(n.id.index()))
+        else {
+            continue;
+        };
+        let e = compare_tensors(g, n.id, dev, a, b, true);
+        let inputs_rel = n
+            .inputs
+            .iter()
+            .filter_map(|i| errs[i.index()].as_ref().map(|e| e.rel))
+            .fold(0.0f64, f64::max);
+        let inputs_nonfinite = n.inputs.iter().any(|i| {
+            errs[i.index()]
+                .as_ref()
+                .is_some_and(|e| e.nonfinite.is_some())
+        });
+        if e.nonfinite.is_some() && !inputs_nonfinite && first_nonfinite.is_none() {
+            first_nonfinite = Some((n.id, inputs_rel));
+        }
+        if e.rel > tol_rel && inputs_rel <= tol_rel {
+            let (op, label, source_op) = describe(g, n.id);
+            let ulps = if e.rel.is_infinite() && !is_float(n.shape.dtype) {
+                format!("{} elements differ", e.ulps)
+            } else {
+                format!("{} ULPs of {}", e.ulps, n.shape.dtype)
+            };
+            let message = format!(
+                "first divergence at {} {op} \"{label}\"{} (inputs agree to {:.1e}, output differs by {:.1e} rel, {:.1e} abs, {ulps} at [{}]): kernel bug candidate",
+                n.id,
+                source_op
+                    .as_ref()
+                    .map(|s| format!(" (a step of {s})"))
+                    .unwrap_or_default(),
+                inputs_rel,
+                e.rel,
+                e.abs,
+                e.index
+            );
+            return Localization {
+                node: n.id.to_string(),
+                op,
+                label,
+                source_op,
+                inputs_rel,
+                error: e,
+                kind: "kernel_bug_candidate".into(),
+                message,
+            };
+        }
+        if worst.is_none_or(|w| e.rel > w.1) {
+            worst = Some((n.id, e.rel));
+        }
+        errs[n.id.index()] = Some(e);
+    }
+    if let Some((id, inputs_rel)) = first_nonfinite {
+        let e = errs[id.index()].clone().unwrap_or_default();
+        let m = e.nonfinite.clone().expect("nonfinite recorded");
+        let (op, label, source_op) = describe(g, id);
+        let message = format!(
+            "cpu {}, {dev} {} at {id} {op} \"{label}\" [{}]: {} (inputs agree to {:.1e})",
+            m.cpu, m.other, m.index, m.what, inputs_rel
+        );
+        return Localization {
+            node: id.to_string(),
+            op,
+            label,
+            source_op,
+            inputs_rel,
+            error: e,
+            kind: "nonfinite".into(),
+            message,
+        };
+    }
+    let (id, _) = worst.unwrap_or((g.outputs[0], 0.0));
+    let e = errs[id.index()].clone().unwrap_or_default();
+    let (op, label, source_op) = describe(g, id);
+    let message = format!(
+        "no node exceeds tol {tol_rel:.1e} on its own (largest node error {:.1e} at {id} {op} \"{label}\"): the output gap is accumulated round-off, amplified where an output element is near zero",
+        e.rel
+    );
+    Localization {
+        node: id.to_string(),
+        op,
+        label,
+        source_op,
+        inputs_rel: 0.0,
+        error: e,
+        kind: "accumulated".into(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::{Activation, Shape, UnaryOp};
+
+    fn mlp() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+        // y = relu(x @ w) summed over the last axis; values chosen by hand.
+        let mut g = Graph::new("mlp");
+        let x = g.input("x", Shape::new(&[2, 3], DType::F32));
+        let w = g.param("w", Shape::new(&[3, 2], DType::F32));
+        let m = g.matmul(x, w, Shape::new(&[2, 2], DType::F32));
+        let r = g.activation(Activation::Relu, m, Shape::new(&[2, 2], DType::F32));
+        g.set_outputs(vec![r]);
+        let w = Tensor::from_f32(&[3, 2], vec![1.0, -1.0, 0.5, 2.0, -0.25, 1.0]).unwrap();
+        let x = Tensor::from_f32(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        (g, vec![("w".into(), w)], vec![("x".into(), x)])
+    }
+
+    #[test]
+    fn cpu_only_machine_gives_empty_report_and_never_compares_cpu_with_itself() {
+        let (g, p, i) = mlp();
+        let r = backend_divergence_with(&g, &p, &i, &DivergenceOptions::default()).unwrap();
+        assert!(r.iter().all(|d| d.device != Device::Cpu));
+        if !available_devices().contains(&Device::Wgpu) {
+            assert!(r.is_empty());
+        }
+        // The seed form too.
+        let r = backend_divergence(
+            &g,
+            &[("w", &[1.0, -1.0, 0.5, 2.0, -0.25, 1.0])],
+            &[("x", &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])],
+            2e-3,
+        );
+        assert!(r.iter().all(|d| d.device != Device::Cpu));
+    }
+
+    #[test]
+    fn output_stats_follow_the_contract() {
+        let g = {
+            let mut g = Graph::new("two");
+            let a = g.input("a", Shape::new(&[2], DType::F32));
+            let b = g.activation(Activation::Relu, a, Shape::new(&[2], DType::F32));
+            g.set_outputs(vec![a, b]);
+            g
+        };
+        let t = |v: Vec<f32>| Tensor::from_f32(&[2], v).unwrap();
+        // Output 1 has one element off by 0.5 on 2.0: rel = 0.5 / (2 + 1e-6).
+        let cpu = vec![t(vec![1.0, 2.0]), t(vec![2.0, 4.0])];
+        let got = vec![t(vec![1.0, 2.0]), t(vec![2.5, 4.0])];
+        let d = compare_outputs(&g, Device::Wgpu, &cpu, &got, 2e-3);
+        assert!((d.max_abs - 0.5).abs() < 1e-12);
+        assert!((d.max_rel - 0.5 / (2.0 + 1e-6)).abs() < 1e-12);
+        assert_eq!(d.worst_output, 1);
+        assert!(d.suspect);
+        // 2.5 is 0.5 / 2^-22 = 2^21 f32 ULPs above 2.0 (the f32 step in [2, 4) is 2^-22).
+        assert_eq!(d.max_ulps, 1 << 21);
+        // One ULP apart: round-off.
+        let near = vec![
+            t(vec![1.0, 2.0]),
+            t(vec![2.0, f32::from_bits(4.0f32.to_bits() + 1)]),
+        ];
+        let d = compare_outputs(&g, Device::Wgpu, &cpu, &near, 2e-3);
+        assert!(!d.suspect);
+        assert_eq!(d.max_ulps, 1);
+        assert!(d.to_string().contains("round-off (explainable)"));
+    }
+
+    #[test]
+    fn nonfinite_mismatch_is_named_not_folded_into_max_rel() {
+        let mut g = Graph::new("r");
+        let a = g.input("a", Shape::new(&[3], DType::F32));
+        let r = g.activation(Activation::Relu, a, Shape::new(&[3], DType::F32));
+        g.set_outputs(vec![r]);
+        let t = |v: Vec<f32>| Tensor::from_f32(&[3], v).unwrap();
+        let cpu = vec![t(vec![f32::NAN, 1.0, f32::NAN])];
+        // Element 2 NaN on both sides: agreement. Element 0: the GPU dropped the NaN.
+        let got = vec![t(vec![0.0, 1.0, f32::NAN])];
+        let d = compare_outputs(&g, Device::Wgpu, &cpu, &got, 2e-3);
+        assert_eq!(d.max_rel, 0.0);
+        assert_eq!(d.nonfinite.len(), 1);
+        assert_eq!(d.nonfinite[0].index, 0);
+        assert_eq!(d.nonfinite[0].what, "the wgpu backend dropped a NaN");
+        assert!(d.suspect);
+        let s = format_report("r", &[d]);
+        assert!(s.contains("cpu NaN, wgpu 0e0"), "{s}");
+    }
+
+    #[test]
+    fn ulps_in_half_precision() {
+        // 1.0 and the next f16 (1 + 2^-10) are one f16 ULP apart.
+        assert_eq!(ulp_distance(DType::F16, 1.0, 1.0 + 1.0 / 1024.0), 1);
+        assert_eq!(ulp_distance(DType::F32, -0.0, 0.0), 0);
+        assert_eq!(ulp_distance(DType::F32, -1.0, 1.0), 2 * 0x3f80_0000);
+    }
+
+    #[test]
+    fn perturbed_backend_is_flagged_and_localized_to_its_node() {
+        // A graph with a chain after the perturbed node, so downstream nodes diverge too and
+        // the localizer must pick the first one.
+        let mut g = Graph::new("chain");
+        let x = g.input("x", Shape::new(&[2, 3], DType::F32));
+        let w = g.param("w", Shape::new(&[3, 2], DType::F32));
+        let m = g.matmul(x, w, Shape::new(&[2, 2], DType::F32));
+        g.set_name(m, "layer1.attn.qk");
+        let e = g.unary(UnaryOp::Exp, m, Shape::new(&[2, 2], DType::F32));
+        let r = g.activation(Activation::Relu, e, Shape::new(&[2, 2], DType::F32));
+        g.set_outputs(vec![r]);
+        let (_, p, i) = mlp();
+        let compiled = compile(g.clone(), &DivergenceOptions::default().compile)
+            .unwrap()
+            .graph;
+        let feeds = order_inputs(&compiled, &i).unwrap();
+        let mut cpu = CpuExecutor::new(compiled.clone()).unwrap();
+        cpu.set_param("w", p[0].1.clone()).unwrap();
+        let cpu_out = cpu.run(&feeds, None).unwrap();
+        let mm = compiled
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::MatMul))
+            .unwrap()
+            .id;
+        let mut be = BackendRun::Perturbed(compiled.clone(), p.clone(), mm, 1.01);
+        let out = be.run(&feeds).unwrap();
+        let d = compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3);
+        assert!(d.suspect, "{d}");
+        let mut cpu_nodes = vec![None; compiled.len()];
+        cpu.run_observed(&feeds, None, &mut |id, t| {
+            cpu_nodes[id.index()] = Some(t.clone())
+        })
+        .unwrap();
+        let other = be.run_all(&feeds).unwrap();
+        let l = localize(&compiled, Device::Wgpu, &cpu_nodes, &other, 2e-3);
+        assert_eq!(l.kind, "kernel_bug_candidate");
+        assert_eq!(l.node, mm.to_string());
+        assert!(
+            l.message.contains("MatMul \"layer1.attn.qk\""),
+            "{}",
+            l.message
+        );
+        assert_eq!(l.inputs_rel, 0.0);
+        // Scaling by 1.01 is a relative error of 1e-2 (scale-aware floor only lowers it).
+        assert!(
+            l.error.rel > 5e-3 && l.error.rel <= 1e-2 + 1e-9,
+            "{}",
+            l.error.rel
+        );
+        // An unperturbed "backend" localizes nothing and is round-off.
+        let out = BackendRun::Perturbed(compiled.clone(), p.clone(), mm, 1.0)
+            .run(&feeds)
+            .unwrap();
+        assert!(!compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3).suspect);
+    }
+}
