@@ -12,8 +12,9 @@ Each (model, thread count, runtime) is a separate process, run one after another
   tract  bench/.tools/bin/tract MODEL --input-facts-from-bundle NPZ [--threads N] -O bench
          --input-from-npz NPZ --warmup-loops W --max-time MS (multithread-mm build)
 
-Peak RSS is the whole process's ru_maxrss from wait4 (so onnxruntime's includes the Python
-interpreter and numpy; its baseline before the session is printed in the notes). Load time
+Peak RSS is the whole process's, from /usr/bin/time's %M (wait4's ru_maxrss when it is
+missing); onnxruntime's includes the Python interpreter and numpy (its baseline before the
+session is printed in the notes). Load time
 is what each runtime reports: RLX read+import+compile, ORT InferenceSession(); tract prints
 none, so its load is estimated as the process wall time minus (warmup + runs) x its mean.
 tract-cli's `bench` prints only a mean per run: its median/min cells show that mean as `~X`
@@ -46,11 +47,24 @@ VENV_PY = ROOT / ".venv" / "bin" / "python"
 TIMEOUT_S = 600
 
 
+GNU_TIME = Path("/usr/bin/time")
+
+
 def run_measured(cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S):
-    """Run cmd; return (exit code, stdout, stderr, peak RSS in MB of that process, wall s)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    """Run cmd; return (exit code, stdout, stderr, peak RSS in MB of that process, wall s).
+
+    Peak RSS comes from GNU time's `%M` when /usr/bin/time exists, else from wait4. Linux
+    carries the forking process's RSS into a child's ru_maxrss (fork copies the high-water
+    mark, exec keeps it), so a child forked straight from this Python process (which holds
+    numpy and onnx) would report at least this process's size; /usr/bin/time is small.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".rss") as rss_file:
+        full = cmd
+        if GNU_TIME.is_file():
+            full = [str(GNU_TIME), "-o", rss_file.name, "-f", "%M"] + cmd
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT)
+        p = subprocess.Popen(full, stdout=out, stderr=err, env=env, cwd=ROOT)
         rc, ru = None, None
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -65,10 +79,16 @@ def run_measured(cmd: list[str], env: dict | None = None, timeout: float = TIMEO
             time.sleep(0.01)
         p.returncode = rc  # reaped by wait4; keep Popen from waiting again
         wall = time.perf_counter() - t0
+        rss = ru.ru_maxrss / 1024.0
+        if full is not cmd:
+            lines = Path(rss_file.name).read_text().split()
+            # GNU time writes "Command exited with non-zero status N" before %M on failure
+            if lines and lines[-1].isdigit():
+                rss = int(lines[-1]) / 1024.0
         out.seek(0)
         err.seek(0)
         return (rc, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                ru.ru_maxrss / 1024.0, wall)
+                rss, wall)
 
 
 def field(text: str, key: str) -> float | None:
