@@ -48,8 +48,14 @@ fn binary_into<T: Copy + Send + Sync>(
     let sb = plan.inner_strides[0];
     fill_chunks(a, plan.inner, |row, dst| {
         let ob = plan.row_offset(0, row);
-        for (j, x) in dst.iter_mut().enumerate() {
-            *x = f(*x, b[ob + j * sb]);
+        if sb == 0 {
+            let y = b[ob];
+            dst.iter_mut().for_each(|x| *x = f(*x, y));
+        } else {
+            let m = dst.len();
+            for (x, &y) in dst.iter_mut().zip(&b[ob..ob + m]) {
+                *x = f(*x, y);
+            }
         }
     });
     Ok(())
@@ -73,7 +79,10 @@ pub(crate) fn eval_owned(
         }
         (Op::Unary(u), TensorData::F32(v)) if rest.is_empty() && !u.is_predicate() => {
             let u = *u;
-            for_each_mut(v, |x| *x = u.apply_f32(*x));
+            match crate::kernels::fastmath::slice_kernel(u) {
+                Some(k) => crate::kernels::fastmath::map_inplace_par(v, k),
+                None => for_each_mut(v, |x| *x = u.apply_f32(*x)),
+            }
             true
         }
         (Op::Unary(u), TensorData::F64(v)) if rest.is_empty() && !u.is_predicate() => {

@@ -76,9 +76,64 @@ fn geometry(x: &[usize], w: &[usize], a: &ConvAttrs, od: &[usize]) -> KResult<Ge
     })
 }
 
+/// 2-D [`im2col`]: per (channel, ky, kx) row, each output row `oy` copies the valid span of
+/// input row `oy*sh + ky*dh - pt` (stride `sw`, dilation `dw`) and zero-fills the rest.
+fn im2col_2d<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, col: &mut [T]) {
+    let (h, w) = (g.sp[0], g.sp[1]);
+    let (kh, kw) = (g.ks[0], g.ks[1]);
+    let (oh, ow) = (g.osp[0], g.osp[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dil[0], g.dil[1]);
+    let (pt, pl) = (g.pads[0].0, g.pads[1].0);
+    let p = oh * ow;
+    if p == 0 {
+        return;
+    }
+    fill_chunks(col, p, |row, dst| {
+        let ch = row / (kh * kw);
+        let ky = (row / kw) % kh;
+        let kx = row % kw;
+        let src = &x[ch * h * w..(ch + 1) * h * w];
+        // Output columns whose input column is inside [0, w): ox in [lo, hi).
+        let off = kx * dw;
+        let lo = if off >= pl {
+            0
+        } else {
+            (pl - off).div_ceil(sw)
+        };
+        let hi = if w + pl > off {
+            ((w + pl - off - 1) / sw + 1).min(ow)
+        } else {
+            0
+        };
+        let lo = lo.min(hi);
+        for (oy, out_row) in dst.chunks_mut(ow).enumerate() {
+            let iy = (oy * sh + ky * dh) as isize - pt as isize;
+            if iy < 0 || iy as usize >= h {
+                out_row.fill(T::default());
+                continue;
+            }
+            let srow = &src[iy as usize * w..(iy as usize + 1) * w];
+            out_row[..lo].fill(T::default());
+            out_row[hi..].fill(T::default());
+            if sw == 1 {
+                let ix0 = lo + off - pl;
+                out_row[lo..hi].copy_from_slice(&srow[ix0..ix0 + (hi - lo)]);
+            } else {
+                for (ox, d) in out_row[lo..hi].iter_mut().enumerate() {
+                    *d = srow[(ox + lo) * sw + off - pl];
+                }
+            }
+        }
+    });
+}
+
 /// Fill `col` ([cg*KS, P] row-major) from one group's input planes `x` ([cg, *sp]).
 fn im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, cg: usize, col: &mut [T]) {
     let nd = g.sp.len();
+    if nd == 2 {
+        return im2col_2d(x, g, col);
+    }
     let ksz: usize = g.ks.iter().product();
     let plane: usize = g.sp.iter().product();
     let p: usize = g.osp.iter().product();

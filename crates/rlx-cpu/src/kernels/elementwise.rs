@@ -59,8 +59,31 @@ where
     fill_chunks(&mut out, plan.inner, |row, dst| {
         let oa = plan.row_offset(0, row);
         let ob = plan.row_offset(1, row);
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = f(a[oa + j * sa], b[ob + j * sb]);
+        let m = dst.len();
+        // Unit/zero inner strides get their own loops so they vectorize.
+        match (sa, sb) {
+            (1, 1) => {
+                for ((d, &x), &y) in dst.iter_mut().zip(&a[oa..oa + m]).zip(&b[ob..ob + m]) {
+                    *d = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b[ob];
+                for (d, &x) in dst.iter_mut().zip(&a[oa..oa + m]) {
+                    *d = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a[oa];
+                for (d, &y) in dst.iter_mut().zip(&b[ob..ob + m]) {
+                    *d = f(x, y);
+                }
+            }
+            _ => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = f(a[oa + j * sa], b[ob + j * sb]);
+                }
+            }
         }
     });
     Ok(out)
@@ -98,7 +121,8 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
             } else {
                 TensorData::F32(match op {
                     UnaryOp::Neg => map_vec(v, |a| -a),
-                    UnaryOp::Exp => map_vec(v, |a| a.exp()),
+                    UnaryOp::Exp => super::fastmath::map_new(v, super::fastmath::exp_slice),
+                    UnaryOp::Erf => super::fastmath::map_new(v, super::fastmath::erf_slice),
                     UnaryOp::Sqrt => map_vec(v, |a| a.sqrt()),
                     _ => map_vec(v, |a| op.apply_f32(a)),
                 })

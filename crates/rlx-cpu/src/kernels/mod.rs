@@ -9,6 +9,7 @@
 
 pub(crate) mod conv;
 pub(crate) mod elementwise;
+pub(crate) mod fastmath;
 pub(crate) mod grid;
 pub(crate) mod index;
 pub(crate) mod matmul;

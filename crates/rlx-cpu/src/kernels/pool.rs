@@ -124,6 +124,117 @@ impl Windows {
     }
 }
 
+/// Per output index on one axis: the valid input positions and the valid + padding count.
+fn axis_taps(
+    n: usize,
+    on: usize,
+    k: usize,
+    s: usize,
+    d: usize,
+    pb: usize,
+    pe: usize,
+) -> Vec<(Vec<usize>, usize)> {
+    (0..on)
+        .map(|o| {
+            let mut valid = vec![];
+            let mut counted = 0;
+            for t in 0..k {
+                let pos = (o * s + t * d) as isize - pb as isize;
+                if pos >= 0 && (pos as usize) < n {
+                    valid.push(pos as usize);
+                    counted += 1;
+                } else if pos >= -(pb as isize) && pos < (n + pe) as isize {
+                    counted += 1;
+                }
+            }
+            (valid, counted)
+        })
+        .collect()
+}
+
+/// 2-D Max/Avg pooling: a window's valid taps are the product of its per-axis valid rows
+/// and columns (and its counted taps the product of the per-axis counts), so each output
+/// walks two short precomputed lists instead of decoding every tap.
+fn pool_2d<T: Float + Send + Sync + Default>(
+    v: &[T],
+    sp: &[usize],
+    osp: &[usize],
+    a: &PoolAttrs,
+    planes: usize,
+) -> Vec<T> {
+    let (h, w) = (sp[0], sp[1]);
+    let (oh, ow) = (osp[0], osp[1]);
+    let ty = axis_taps(
+        h,
+        oh,
+        a.kernel[0],
+        a.strides[0],
+        a.dilations[0],
+        a.pads[0].0,
+        a.pads[0].1,
+    );
+    let tx = axis_taps(
+        w,
+        ow,
+        a.kernel[1],
+        a.strides[1],
+        a.dilations[1],
+        a.pads[1].0,
+        a.pads[1].1,
+    );
+    let p = oh * ow;
+    let mut out = vec![T::default(); planes * p];
+    if p == 0 {
+        return out;
+    }
+    fill_chunks(&mut out, p, |pl, dst| {
+        let src = &v[pl * h * w..(pl + 1) * h * w];
+        for (oy, (ys, cy)) in ty.iter().enumerate() {
+            for (ox, (xs, cx)) in tx.iter().enumerate() {
+                let r = match a.kind {
+                    PoolKind::Max => {
+                        let mut acc = T::neg_infinity();
+                        let mut nan = false;
+                        for &y in ys {
+                            let row = &src[y * w..(y + 1) * w];
+                            for &x in xs {
+                                let e = row[x];
+                                nan |= e.is_nan();
+                                if e > acc {
+                                    acc = e;
+                                }
+                            }
+                        }
+                        if nan {
+                            T::nan()
+                        } else {
+                            acc
+                        }
+                    }
+                    PoolKind::Avg { count_include_pad } => {
+                        let mut acc = T::zero();
+                        for &y in ys {
+                            let row = &src[y * w..(y + 1) * w];
+                            for &x in xs {
+                                acc = acc + row[x];
+                            }
+                        }
+                        let n = if count_include_pad {
+                            cy * cx
+                        } else {
+                            ys.len() * xs.len()
+                        };
+                        acc / T::from(n).unwrap_or_else(T::zero)
+                    }
+                    PoolKind::Lp { .. } => T::nan(), // not routed here
+                };
+                dst[oy * ow + ox] = r;
+            }
+        }
+    });
+    out
+}
+
 fn pool_impl<T: Float + Send + Sync + Default>(
     v: &[T],
     sp: &[usize],
@@ -131,6 +242,9 @@ fn pool_impl<T: Float + Send + Sync + Default>(
     a: &PoolAttrs,
     planes: usize,
 ) -> Vec<T> {
+    if sp.len() == 2 && !matches!(a.kind, PoolKind::Lp { .. }) {
+        return pool_2d(v, sp, osp, a, planes);
+    }
     let w = Windows::new(sp, osp, a);
     let plane: usize = sp.iter().product();
     w.run(v, plane, planes, |src, valid, counted| match a.kind {

@@ -1,0 +1,219 @@
+//! Vectorizable f32 `exp` and `erf` for whole buffers.
+//!
+//! `exp`: Cephes `expf` (range reduction `x = n·ln2 + r` with ln2 split in two, a degree-5
+//! polynomial on `r`, `2^n` built in the exponent bits), about 1 ulp on `[-87, 88]`; inputs
+//! outside that range (NaN, ±inf, overflow, subnormal results) take `f32::exp`, so every
+//! IEEE special case is the C library's. `erf`: the rational approximation Eigen uses for
+//! `float` (`generic_fast_erf_float`: x·P(x²)/Q(x²) on x clamped to [-4, 4]), a few ulp;
+//! NaN propagates. The loops are compiled twice, plain and with AVX2+FMA, picked at run time.
+
+const EXP_LO: f32 = -87.0;
+const EXP_HI: f32 = 88.0;
+
+#[inline(always)]
+fn exp_core(x: f32) -> f32 {
+    // Clamp keeps the bit tricks defined for every lane; out-of-range lanes are redone.
+    let xc = x.clamp(EXP_LO, EXP_HI);
+    let n = (xc * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let y = p * r * r + r + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    y * scale
+}
+
+#[inline(always)]
+fn erf_core(a: f32) -> f32 {
+    let x = a.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10f32;
+    p = p * x2 + 2.770_681_4e-8;
+    p = p * x2 + -2.101_024e-6;
+    p = p * x2 + -5.692_506_4e-5;
+    p = p * x2 + -7.349_906_3e-4;
+    p = p * x2 + -2.954_600_5e-3;
+    p = p * x2 + -1.609_603_3e-2;
+    p *= x;
+    let mut q = -1.456_607_2e-5f32;
+    q = q * x2 + -2.133_740_6e-4;
+    q = q * x2 + -1.682_827e-3;
+    q = q * x2 + -7.373_329_2e-3;
+    q = q * x2 + -1.426_474e-2;
+    p / q
+}
+
+#[inline(always)]
+fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = exp_core(x);
+    }
+    for (d, &x) in dst.iter_mut().zip(src) {
+        if !(EXP_LO..=EXP_HI).contains(&x) {
+            *d = x.exp();
+        }
+    }
+}
+
+#[inline(always)]
+fn erf_slice_generic(src: &[f32], dst: &mut [f32]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = erf_core(x);
+    }
+    for (d, &x) in dst.iter_mut().zip(src) {
+        if x.is_nan() {
+            *d = x;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_slice_avx2(src: &[f32], dst: &mut [f32]) {
+    exp_slice_generic(src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn erf_slice_avx2(src: &[f32], dst: &mut [f32]) {
+    erf_slice_generic(src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+}
+
+/// `dst[i] = exp(src[i])` (lengths must match; extra elements are left alone).
+pub(crate) fn exp_slice(src: &[f32], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        return unsafe { exp_slice_avx2(src, dst) };
+    }
+    exp_slice_generic(src, dst)
+}
+
+/// `dst[i] = erf(src[i])` (lengths must match; extra elements are left alone).
+pub(crate) fn erf_slice(src: &[f32], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        return unsafe { erf_slice_avx2(src, dst) };
+    }
+    erf_slice_generic(src, dst)
+}
+
+/// In-place [`exp_slice`] / [`erf_slice`] through a small stack buffer.
+pub(crate) fn map_inplace(v: &mut [f32], f: fn(&[f32], &mut [f32])) {
+    let mut tmp = [0f32; 256];
+    for ch in v.chunks_mut(256) {
+        let t = &mut tmp[..ch.len()];
+        t.copy_from_slice(ch);
+        f(t, ch);
+    }
+}
+
+/// A buffer-level kernel for `op` on f32, when one exists.
+pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<fn(&[f32], &mut [f32])> {
+    match op {
+        rlx_ir::UnaryOp::Exp => Some(exp_slice),
+        rlx_ir::UnaryOp::Erf => Some(erf_slice),
+        _ => None,
+    }
+}
+
+/// `out = kernel(v)`, split over rayon above the parallel threshold.
+pub(crate) fn map_new(v: &[f32], f: fn(&[f32], &mut [f32])) -> Vec<f32> {
+    let mut out = vec![0f32; v.len()];
+    if v.len() >= super::PAR_THRESHOLD {
+        use rayon::prelude::*;
+        out.par_chunks_mut(8192)
+            .zip(v.par_chunks(8192))
+            .for_each(|(d, s)| f(s, d));
+    } else {
+        f(v, &mut out);
+    }
+    out
+}
+
+/// `map_inplace`, split over rayon above the parallel threshold.
+pub(crate) fn map_inplace_par(v: &mut [f32], f: fn(&[f32], &mut [f32])) {
+    if v.len() >= super::PAR_THRESHOLD {
+        use rayon::prelude::*;
+        v.par_chunks_mut(8192).for_each(|c| map_inplace(c, f));
+    } else {
+        map_inplace(v, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ulp_diff(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    #[test]
+    fn exp_matches_f64_reference_and_special_cases() {
+        let xs: Vec<f32> = (-2000..=2000).map(|i| i as f32 * 0.0441).collect();
+        let mut out = vec![0f32; xs.len()];
+        exp_slice(&xs, &mut out);
+        for (&x, &y) in xs.iter().zip(&out) {
+            let r = (x as f64).exp() as f32; // correctly rounded reference (f64 then round)
+            assert!(ulp_diff(y, r) <= 2, "exp({x}) = {y}, want {r}");
+        }
+        let sp = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            100.0,
+            -100.0,
+            -88.5,
+        ];
+        let mut o = [0f32; 6];
+        exp_slice(&sp, &mut o);
+        assert!(o[0].is_nan());
+        assert_eq!(o[1], f32::INFINITY);
+        assert_eq!(o[2], 0.0);
+        assert_eq!(o[3], f32::INFINITY);
+        assert!(ulp_diff(o[4], (-100f64).exp() as f32) <= 1);
+        assert!(ulp_diff(o[5], (-88.5f64).exp() as f32) <= 1);
+    }
+
+    #[test]
+    fn erf_matches_table_values() {
+        // Abramowitz & Stegun table 7.1 values.
+        let table = [
+            (0.0f32, 0.0f64),
+            (0.5, 0.520_499_877_8),
+            (1.0, 0.842_700_792_9),
+            (1.5, 0.966_105_146_5),
+            (2.0, 0.995_322_265_0),
+            (-1.0, -0.842_700_792_9),
+            (3.0, 0.999_977_909_5),
+            (10.0, 1.0),
+        ];
+        let xs: Vec<f32> = table.iter().map(|t| t.0).collect();
+        let mut out = vec![0f32; xs.len()];
+        erf_slice(&xs, &mut out);
+        for ((x, want), got) in table.iter().zip(&out) {
+            assert!(
+                (*got as f64 - want).abs() < 3e-7,
+                "erf({x}) = {got}, want {want}"
+            );
+        }
+        let mut o = [0f32; 3];
+        erf_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY], &mut o);
+        assert!(o[0].is_nan());
+        assert_eq!(o[1], 1.0);
+        assert_eq!(o[2], -1.0);
+    }
+}
