@@ -54,15 +54,31 @@ pub enum UnaryOp {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Activation {
     Relu,
-    LeakyRelu { alpha: f32 },
+    LeakyRelu {
+        #[serde(with = "json_float")]
+        alpha: f32,
+    },
     Sigmoid,
     Tanh,
     Gelu,
     GeluTanh,
     Silu,
-    Elu { alpha: f32 },
-    Selu { alpha: f32, gamma: f32 },
-    HardSigmoid { alpha: f32, beta: f32 },
+    Elu {
+        #[serde(with = "json_float")]
+        alpha: f32,
+    },
+    Selu {
+        #[serde(with = "json_float")]
+        alpha: f32,
+        #[serde(with = "json_float")]
+        gamma: f32,
+    },
+    HardSigmoid {
+        #[serde(with = "json_float")]
+        alpha: f32,
+        #[serde(with = "json_float")]
+        beta: f32,
+    },
     HardSwish,
     Softplus,
     Softsign,
@@ -150,6 +166,7 @@ pub enum PoolKind {
     },
     /// Lp pooling: (sum |x|^p)^(1/p).
     Lp {
+        #[serde(with = "json_float")]
         p: f32,
     },
 }
@@ -196,7 +213,7 @@ pub enum ScatterReduction {
 /// Padding mode for [`Op::Pad`] (ONNX Pad `mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum PadMode {
-    Constant(f64),
+    Constant(#[serde(with = "json_float")] f64),
     Reflect,
     Edge,
     Wrap,
@@ -356,14 +373,24 @@ pub enum Op {
     /// inputs: [x]
     LogSoftmax { axis: usize },
     /// ONNX LayerNormalization over axes `axis..rank`. inputs: [x, scale, optional bias]
-    LayerNorm { axis: usize, epsilon: f32 },
+    LayerNorm {
+        axis: usize,
+        #[serde(with = "json_float")]
+        epsilon: f32,
+    },
     /// ONNX BatchNormalization (inference). inputs: [x, scale, bias, mean, var]
-    BatchNorm { epsilon: f32 },
+    BatchNorm {
+        #[serde(with = "json_float")]
+        epsilon: f32,
+    },
     /// ONNX LRN across channels. inputs: [x]
     Lrn {
         size: usize,
+        #[serde(with = "json_float")]
         alpha: f32,
+        #[serde(with = "json_float")]
         beta: f32,
+        #[serde(with = "json_float")]
         bias: f32,
     },
 }
@@ -837,4 +864,72 @@ impl BinaryOp {
 
 fn serde_true() -> bool {
     true
+}
+
+/// Serde for float attributes that JSON cannot hold as numbers: finite values are numbers
+/// (shortest round-trip form, exact), NaN and ±Inf are the strings `"nan"`, `"inf"`,
+/// `"-inf"` (serde_json would write them as `null` and then fail to read them back). Used by
+/// RLX packages' `graph.json` (a Pad with a `-inf` fill value).
+mod json_float {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// An f32 or f64 attribute.
+    pub trait Float: Copy {
+        fn to_f64(self) -> f64;
+        fn from_f64(x: f64) -> Self;
+    }
+    impl Float for f32 {
+        fn to_f64(self) -> f64 {
+            self as f64
+        }
+        fn from_f64(x: f64) -> Self {
+            x as f32
+        }
+    }
+    impl Float for f64 {
+        fn to_f64(self) -> f64 {
+            self
+        }
+        fn from_f64(x: f64) -> Self {
+            x
+        }
+    }
+
+    pub fn serialize<T: Float + serde::Serialize, S: Serializer>(
+        x: &T,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let v = x.to_f64();
+        if v.is_nan() {
+            s.serialize_str("nan")
+        } else if v == f64::INFINITY {
+            s.serialize_str("inf")
+        } else if v == f64::NEG_INFINITY {
+            s.serialize_str("-inf")
+        } else {
+            x.serialize(s)
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Num(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, T: Float, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        match Repr::deserialize(d)? {
+            // f64 -> f32 of a value written from an f32 is exact.
+            Repr::Num(x) => Ok(T::from_f64(x)),
+            Repr::Text(t) => match t.as_str() {
+                "nan" => Ok(T::from_f64(f64::NAN)),
+                "inf" => Ok(T::from_f64(f64::INFINITY)),
+                "-inf" => Ok(T::from_f64(f64::NEG_INFINITY)),
+                other => Err(serde::de::Error::custom(format!(
+                    "expected a number, \"nan\", \"inf\" or \"-inf\", got \"{other}\""
+                ))),
+            },
+        }
+    }
 }

@@ -19,11 +19,23 @@ use rlx_compile::NumericLint;
 use rlx_cpu::{CpuError, CpuExecutor};
 use rlx_ir::numeric_check::{DebugMode, DebugScanner, NanReport};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape, Tensor, TensorData};
+use std::collections::BTreeMap;
 use std::fmt;
+
+pub mod guards;
+pub mod printer;
+/// Cross-backend diagnostics (`dist::diagnostics::backend_divergence`).
+pub mod dist {
+    pub mod diagnostics;
+}
+pub use guards::{GuardDim, InputGuard};
+pub mod package;
+pub use package::{load_package, save_package, PackageError};
 
 /// A device a graph can run on. Only `Cpu` has a backend today; the others are reserved
 /// for the wgpu and CUDA backends and are never listed by [`available_devices`] until then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Device {
     Cpu,
@@ -41,9 +53,54 @@ impl fmt::Display for Device {
     }
 }
 
-/// Devices live on this machine. `Device::Cpu` is always first.
+/// Devices live on this machine. `Device::Cpu` is always first; `Device::Wgpu` follows when
+/// the `gpu` feature is on and wgpu finds an adapter (probed once per process and cached;
+/// a machine without a Vulkan driver simply has no Wgpu).
 pub fn available_devices() -> Vec<Device> {
-    vec![Device::Cpu]
+    static DEVICES: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
+    DEVICES
+        .get_or_init(|| {
+            #[allow(unused_mut)]
+            let mut v = vec![Device::Cpu];
+            #[cfg(feature = "gpu")]
+            if rlx_wgpu::probe().is_some() {
+                v.push(Device::Wgpu);
+            }
+            v
+        })
+        .clone()
+}
+
+/// The backend executor of a compiled graph.
+pub(crate) enum Exec {
+    Cpu(CpuExecutor),
+    #[cfg(feature = "gpu")]
+    Wgpu(rlx_wgpu::WgpuExecutor),
+}
+
+impl From<CpuExecutor> for Exec {
+    fn from(e: CpuExecutor) -> Exec {
+        Exec::Cpu(e)
+    }
+}
+
+impl Exec {
+    /// The graph the backend runs (after passes).
+    pub(crate) fn graph(&self) -> &Graph {
+        match self {
+            Exec::Cpu(e) => e.graph(),
+            #[cfg(feature = "gpu")]
+            Exec::Wgpu(e) => e.graph(),
+        }
+    }
+
+    pub(crate) fn set_param(&mut self, name: &str, t: Tensor) -> Result<(), RuntimeError> {
+        match self {
+            Exec::Cpu(e) => Ok(e.set_param(name, t)?),
+            #[cfg(feature = "gpu")]
+            Exec::Wgpu(e) => Ok(e.set_param(name, t)?),
+        }
+    }
 }
 
 /// Errors from compiling or running, naming the input or node.
@@ -55,6 +112,10 @@ pub enum RuntimeError {
     Compile(#[from] rlx_compile::CompileError),
     #[error(transparent)]
     Cpu(#[from] CpuError),
+    /// An error from the wgpu backend, naming the node or input.
+    #[cfg(feature = "gpu")]
+    #[error(transparent)]
+    Wgpu(#[from] rlx_wgpu::WgpuError),
     #[error("{0}")]
     Input(String),
     /// A node's output would not fit in this machine's memory (bogus dims, a huge `--dim`).
@@ -68,6 +129,17 @@ pub enum RuntimeError {
     /// The graph has nothing to compute.
     #[error("the graph has no outputs")]
     NoOutputs,
+    /// A non-CPU backend failed (its message names the backend and the node).
+    #[error("{0}")]
+    Backend(String),
+    /// Inputs that do not match the compiled guards (with `RLX_RUNTIME_CHECK_INPUTS=1` or
+    /// [`CompiledGraph::set_check_inputs`]): one `rlx input-check: ...` line per problem,
+    /// found before any kernel ran (format in [`guards::check_inputs`]).
+    #[error("{}", lines.join("\n"))]
+    InputCheck { lines: Vec<String> },
+    /// A package could not be written or loaded (names the file and entry).
+    #[error(transparent)]
+    Package(#[from] PackageError),
 }
 
 impl RuntimeError {
@@ -75,6 +147,8 @@ impl RuntimeError {
     pub fn as_nan_abort(&self) -> Option<&rlx_ir::numeric_check::NanAbort> {
         match self {
             RuntimeError::Cpu(CpuError::NanAbort(a)) => Some(a),
+            #[cfg(feature = "gpu")]
+            RuntimeError::Wgpu(rlx_wgpu::WgpuError::NanAbort(a)) => Some(a),
             _ => None,
         }
     }
@@ -116,7 +190,7 @@ impl Session {
 
     /// Compile `g`: verify, lint, fold, decompose, then prepare the device's executor.
     pub fn try_compile(&self, g: Graph) -> Result<CompiledGraph, RuntimeError> {
-        if self.device != Device::Cpu {
+        if !available_devices().contains(&self.device) {
             return Err(RuntimeError::DeviceUnavailable(self.device));
         }
         if g.outputs.is_empty() {
@@ -125,17 +199,20 @@ impl Session {
         check_sizes(&g)?;
         let source = g.clone();
         let c = compile(g, &self.options)?;
-        let exec = CpuExecutor::new(c.graph)?;
-        Ok(CompiledGraph {
-            device: self.device,
+        let exec: Exec = match self.device {
+            #[cfg(feature = "gpu")]
+            Device::Wgpu => Exec::Wgpu(rlx_wgpu::WgpuExecutor::new(c.graph)?),
+            Device::Cpu => CpuExecutor::new(c.graph)?.into(),
+            d => return Err(RuntimeError::DeviceUnavailable(d)),
+        };
+        let guards = guards::record_guards(exec.graph(), &source.input_decls, self.device);
+        Ok(CompiledGraph::assemble(
+            self.device,
             source,
             exec,
-            lints: c.lints,
-            reports: vec![],
-            nan_summary: None,
-            debug_override: None,
-            print_reports: true,
-        })
+            c.lints,
+            guards,
+        ))
     }
 }
 
@@ -143,15 +220,88 @@ impl Session {
 pub struct CompiledGraph {
     device: Device,
     source: Graph,
-    exec: CpuExecutor,
+    exec: Exec,
     lints: Vec<NumericLint>,
     reports: Vec<NanReport>,
     nan_summary: Option<String>,
     debug_override: Option<DebugMode>,
     print_reports: bool,
+    /// One per graph input, recorded when compiling (or read from a package).
+    guards: Vec<InputGuard>,
+    /// `None`: follow `RLX_RUNTIME_CHECK_INPUTS` at each run.
+    check_inputs: Option<bool>,
+    /// Parameter values set so far (kept so [`package::save_package`] can write them).
+    param_values: BTreeMap<String, Tensor>,
+    /// `None`: follow `RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER` at each run.
+    value_printer: Option<printer::PrinterConfig>,
 }
 
 impl CompiledGraph {
+    fn assemble(
+        device: Device,
+        source: Graph,
+        exec: impl Into<Exec>,
+        lints: Vec<NumericLint>,
+        guards: Vec<InputGuard>,
+    ) -> CompiledGraph {
+        CompiledGraph {
+            device,
+            source,
+            exec: exec.into(),
+            lints,
+            reports: vec![],
+            nan_summary: None,
+            debug_override: None,
+            print_reports: true,
+            guards,
+            check_inputs: None,
+            param_values: BTreeMap::new(),
+            value_printer: None,
+        }
+    }
+
+    /// Override `RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER` / `RLX_FILTERED_OPS_TO_PRINT` for this
+    /// graph's CPU runs (`None` returns to reading them at each run; `Some(PrinterConfig::off())`
+    /// silences the printer whatever the environment says). See [`printer`] for the format.
+    pub fn set_value_printer(&mut self, cfg: Option<printer::PrinterConfig>) {
+        self.value_printer = cfg;
+    }
+
+    /// The input guards recorded when compiling: one per graph input, in input order.
+    pub fn guards(&self) -> &[InputGuard] {
+        &self.guards
+    }
+
+    /// Check every run's inputs against [`CompiledGraph::guards`] before any kernel runs
+    /// (`Some(true)`), never (`Some(false)`), or as `RLX_RUNTIME_CHECK_INPUTS` says at each
+    /// run (`None`, the default). A failed check is [`RuntimeError::InputCheck`].
+    ///
+    /// Unchecked runs still refuse a tensor whose dtype or dims differ from the input's
+    /// (with a shorter message) and never read out of bounds.
+    pub fn set_check_inputs(&mut self, on: Option<bool>) {
+        self.check_inputs = on;
+    }
+
+    /// Whether the next run checks its inputs against the guards.
+    pub fn check_inputs_enabled(&self) -> bool {
+        self.check_inputs
+            .unwrap_or_else(guards::check_inputs_from_env)
+    }
+
+    /// Run the input check when it is on; `device` is where the inputs are resident.
+    fn guard_inputs(&self, inputs: &[(&str, Tensor)], device: Device) -> Result<(), RuntimeError> {
+        if !self.check_inputs_enabled() {
+            return Ok(());
+        }
+        let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let lines = guards::check_inputs(&self.guards, &named, device);
+        if lines.is_empty() {
+            Ok(())
+        } else {
+            Err(RuntimeError::InputCheck { lines })
+        }
+    }
+
     /// Override `RLX_DEBUG_NANS` for this graph (`None` returns to reading the variable at
     /// each run). Useful in tests and tools that run several graphs in one process.
     pub fn set_debug_mode(&mut self, mode: Option<DebugMode>) {
@@ -245,7 +395,9 @@ impl CompiledGraph {
 
     /// Set parameter `name` to a typed tensor.
     pub fn try_set_param(&mut self, name: &str, t: Tensor) -> Result<(), RuntimeError> {
-        Ok(self.exec.set_param(name, t)?)
+        self.exec.set_param(name, t.clone())?;
+        self.param_values.insert(name.to_string(), t);
+        Ok(())
     }
 
     /// Run with named f32 inputs (converted to each input's dtype); one `Vec<f32>` per graph
@@ -281,19 +433,61 @@ impl CompiledGraph {
         &mut self,
         inputs: Vec<(&str, Tensor)>,
     ) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_tensors_on(inputs, self.device)
+    }
+
+    /// [`CompiledGraph::run_tensors`] with inputs declared resident on `device`.
+    ///
+    /// `run_tensors` takes host tensors that the runtime moves to the compiled device, so
+    /// their device never mismatches; here the caller states where the inputs live (a host
+    /// tensor is on [`Device::Cpu`]), and the input check (when on) fails with
+    /// `unmatched device type, expected: <compiled type>, but got: <device's type>` when the
+    /// types differ. With the check off, the tensors are used as the host data they are.
+    pub fn run_tensors_on(
+        &mut self,
+        inputs: Vec<(&str, Tensor)>,
+        device: Device,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        self.guard_inputs(&inputs, device)?;
         let ordered = self.order_inputs(inputs)?;
-        let mode = self.debug_override.unwrap_or_else(DebugMode::from_env); // read once per run
+        let mode = self.debug_override.unwrap_or_else(|| {
+            let m = DebugMode::from_env(); // read once per run
+                                           // Legacy switch of the wgpu backend: RLX_WGPU_NAN_TRACE=1 is RLX_DEBUG_NANS=1.
+            if !m.is_on()
+                && self.device == Device::Wgpu
+                && std::env::var("RLX_WGPU_NAN_TRACE").is_ok_and(|v| v == "1")
+            {
+                DebugMode::Warn
+            } else {
+                m
+            }
+        });
+        let pcfg = (self.value_printer.clone()).unwrap_or_else(printer::PrinterConfig::from_env);
         self.reports.clear();
         self.nan_summary = None;
         if mode.is_on() {
-            let mut sc = DebugScanner::new(mode, "cpu");
+            let mut sc = DebugScanner::new(mode, &self.device.to_string());
             sc.set_print(self.print_reports);
-            let r = self.exec.run(&ordered, Some(&mut sc));
+            let r = Self::run_exec(&mut self.exec, &ordered, Some(&mut sc), &pcfg);
             self.reports = sc.reports().to_vec();
             self.nan_summary = sc.summary().map(str::to_string);
-            Ok(r?)
+            r
         } else {
-            Ok(self.exec.run(&ordered, None)?)
+            Self::run_exec(&mut self.exec, &ordered, None, &pcfg)
+        }
+    }
+
+    /// One run on the backend (the value printer is CPU-only; wgpu scans after its run).
+    fn run_exec(
+        exec: &mut Exec,
+        ordered: &[Tensor],
+        sc: Option<&mut DebugScanner>,
+        pcfg: &printer::PrinterConfig,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        match exec {
+            Exec::Cpu(e) => Ok(printer::run_cpu(e, ordered, sc, pcfg)?),
+            #[cfg(feature = "gpu")]
+            Exec::Wgpu(e) => Ok(e.run(ordered, sc)?),
         }
     }
 
@@ -303,10 +497,29 @@ impl CompiledGraph {
         inputs: Vec<(&str, Tensor)>,
         observe: &mut dyn FnMut(&Graph, NodeId, &Tensor),
     ) -> Result<Vec<Tensor>, RuntimeError> {
+        self.guard_inputs(&inputs, self.device)?;
         let ordered = self.order_inputs(inputs)?;
         let g = self.exec.graph().clone();
-        let mut f = |id: NodeId, t: &Tensor| observe(&g, id, t);
-        Ok(self.exec.run_observed(&ordered, None, &mut f)?)
+        match &mut self.exec {
+            Exec::Cpu(e) => {
+                let mut f = |id: NodeId, t: &Tensor| observe(&g, id, t);
+                Ok(e.run_observed(&ordered, None, &mut f)?)
+            }
+            // wgpu: every node's value is read back after the run, then observed in order.
+            #[cfg(feature = "gpu")]
+            Exec::Wgpu(e) => {
+                let all = e.run_all(&ordered)?;
+                for (k, t) in all.iter().enumerate() {
+                    if let Some(t) = t {
+                        observe(&g, NodeId(k as u32), t);
+                    }
+                }
+                Ok(g.outputs
+                    .iter()
+                    .filter_map(|o| all[o.index()].clone())
+                    .collect())
+            }
+        }
     }
 
     fn order_inputs(&self, inputs: Vec<(&str, Tensor)>) -> Result<Vec<Tensor>, RuntimeError> {
