@@ -7,6 +7,7 @@
 //! input's buffer when that input dies at the node.
 
 use crate::{eval_op, CpuError, KernelError};
+use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
 use std::collections::HashMap;
@@ -26,6 +27,9 @@ pub struct CpuExecutor {
     free_after: Vec<Vec<NodeId>>,
     /// Per node: input 0 dies here and is used once by this node (its buffer may be reused).
     can_take0: Vec<bool>,
+    /// Per leaf whose value does not change between runs (Constant, Param once set): its
+    /// NaN/Inf counts, computed once, so the scanner does not re-read weights every run.
+    leaf_counts: Vec<Option<NonFiniteCounts>>,
 }
 
 /// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
@@ -180,7 +184,16 @@ impl CpuExecutor {
             })
             .collect();
         let inputs = graph.inputs();
+        let leaf_counts = graph
+            .nodes
+            .iter()
+            .map(|node| match &node.op {
+                Op::Constant(t) => Some(scan_data(t.data())),
+                _ => None,
+            })
+            .collect();
         Ok(CpuExecutor {
+            leaf_counts,
             params: vec![None; n],
             param_ids,
             inputs,
@@ -237,6 +250,7 @@ impl CpuExecutor {
         let t = t
             .reshaped(dims)
             .map_err(|e| CpuError::Param(format!("param \"{name}\": {e}")))?;
+        self.leaf_counts[id.index()] = Some(scan_data(t.data()));
         self.params[id.index()] = Some(t);
         Ok(())
     }
@@ -320,7 +334,10 @@ impl CpuExecutor {
                     o(id, t);
                 }
                 if let Some(s) = scanner.as_deref_mut() {
-                    s.scan_node(g, id, t.data())?;
+                    match &this.leaf_counts[i] {
+                        Some(c) => s.scan_counts(g, id, *c)?,
+                        None => s.scan_node(g, id, t.data())?,
+                    }
                 }
             }
             for dead in &this.free_after[i] {
