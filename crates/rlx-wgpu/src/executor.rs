@@ -285,7 +285,7 @@ impl WgpuExecutor {
             }
         }
 
-        let mut ex = WgpuExecutor {
+        let ex = WgpuExecutor {
             params: vec![None; n],
             param_ids,
             inputs: graph.inputs(),
@@ -306,7 +306,7 @@ impl WgpuExecutor {
                 }
             }
         }
-        if std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| !v.is_empty() && v != "0") {
+        if rlx_ir::env::get("RLX_DISPATCH_REPORT").is_some_and(|v| !v.is_empty() && v != "0") {
             ex.print_dispatch_report();
         }
         Ok(ex)
@@ -1233,10 +1233,10 @@ fn build_spec(
             let pb: Vec<usize> = a.pads.iter().map(|p| p.0).collect();
             meta.extend(pad3(&pb, 0));
             meta.push(u(nout)?);
-            let mut inputs = node.inputs.clone();
-            if inputs.len() == 2 {
-                inputs.push(inputs[1]); // unused bias slot
-            }
+            // Shader bindings: a = weights, b = input, c = bias (the weights again when
+            // there is no bias; has_bias = 0 then).
+            let mut inputs = vec![node.inputs[1], node.inputs[0]];
+            inputs.push(*node.inputs.get(2).unwrap_or(&node.inputs[1]));
             if mg >= 16 {
                 let groups3 = [
                     p.div_ceil(TILE as usize) as u32,

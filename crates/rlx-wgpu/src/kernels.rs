@@ -11,11 +11,8 @@ use rlx_ir::{Activation, BinaryOp, ReduceKind, UnaryOp};
 
 /// Threads per workgroup of the flat (one thread per output element) kernels.
 pub const FLAT_WG: u32 = 256;
-/// Threads per workgroup of the tree reductions.
-pub const RED_WG: u32 = 64;
-/// Output tile of the matmul / conv kernels (TILE x TILE), k-tile TK.
+/// Output tile of the matmul / conv kernels (TILE x TILE; k-tiles of 16).
 pub const TILE: u32 = 32;
-pub const TK: u32 = 16;
 /// The largest rank the index arithmetic handles.
 pub const MAX_RANK: usize = 8;
 

@@ -183,9 +183,7 @@ pub mod testing {
         match PLANTED.load(Ordering::SeqCst) {
             1 => Some(PlantedBug::ReduceSumSkipLast),
             2 => Some(PlantedBug::MatMulDropLastK),
-            _ => std::env::var("RLX_TEST_PLANTED_BUG")
-                .ok()
-                .and_then(|s| PlantedBug::parse(&s)),
+            _ => rlx_ir::env::get("RLX_TEST_PLANTED_BUG").and_then(|s| PlantedBug::parse(&s)),
         }
     }
 }
