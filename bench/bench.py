@@ -275,7 +275,9 @@ def versions() -> str:
         parts.append(v or "tract ?")
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT).stdout.strip()
-    parts.append(f"RLX {rev or '?'}")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "crates", "Cargo.toml"],
+                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    parts.append(f"RLX {rev or '?'}" + (" + uncommitted edits in crates/ (shared tree)" if dirty else ""))
     return ", ".join(parts)
 
 
