@@ -397,6 +397,13 @@ def main() -> int:
             text,
             "",
         ]
+        busy = max(float(load_before.split()[0]) if load_before != "?" else 0.0,
+                   float(loadavg().split()[0]) if loadavg() != "?" else 0.0)
+        if busy > (os.cpu_count() or 1) / 2:
+            md += [f"**The machine was busy** (1-min load average up to {busy:.1f} on "
+                   f"{os.cpu_count()} CPUs, from other processes): medians are noisy, min is the "
+                   "steadier figure, and a `nan on/off` below 1 is noise. Re-run on a quiet machine "
+                   "before drawing conclusions from small differences.", ""]
         if notes:
             md += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
         a.results.write_text("\n".join(md))

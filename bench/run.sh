@@ -23,7 +23,7 @@ RESULTS=1
 MODELS="bert,gpt2,qwen3,minilm,squeezenet,mobilenet_v2,efficientnet_b0,resnet18,resnet50"
 RUNTIMES="rlx,ort,tract"
 PASS=()
-CMDLINE="bench/run.sh $*"
+CMDLINE="bench/run.sh${*:+ $*}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --smoke) SMOKE=1 ;;
