@@ -117,6 +117,9 @@ pub(crate) fn eval_owned(
                         rlx_ir::BinaryOp::Sub => binary_into(x, &od, y, &bd, |p, q| p - q)?,
                         rlx_ir::BinaryOp::Mul => binary_into(x, &od, y, &bd, |p, q| p * q)?,
                         rlx_ir::BinaryOp::Div => binary_into(x, &od, y, &bd, |p, q| p / q)?,
+                        rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
+                            binary_into(x, &od, y, &bd, |p, _| p * p)?
+                        }
                         _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
                     }
                     true

@@ -197,12 +197,79 @@ fn im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, cg: usize, col: &mu
     });
 }
 
-fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T>>(
+/// Depthwise 2-D conv (groups == C == M, one filter per channel) computed directly: per
+/// output plane, each kernel tap adds `w * x` over the span of output columns whose input
+/// column is inside the image (the same span arithmetic as [`im2col_2d`]). No im2col buffer,
+/// no per-channel 1-row gemm.
+fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Geo,
+) -> Vec<T> {
+    let (h, wd) = (g.sp[0], g.sp[1]);
+    let (kh, kw) = (g.ks[0], g.ks[1]);
+    let (oh, ow) = (g.osp[0], g.osp[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dil[0], g.dil[1]);
+    let (pt, pl) = (g.pads[0].0, g.pads[1].0);
+    let p = oh * ow;
+    let mut out = vec![T::ZERO; g.n * g.m * p];
+    if p == 0 {
+        return out;
+    }
+    fill_chunks(&mut out, p, |plane, dst| {
+        let c = plane % g.m;
+        let src = &x[plane * h * wd..(plane + 1) * h * wd];
+        let b = bias.map_or(T::ZERO, |b| b[c]);
+        dst.fill(b);
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let wv = w[(c * kh + ky) * kw + kx];
+                let off = kx * dw;
+                let lo = if off >= pl {
+                    0
+                } else {
+                    (pl - off).div_ceil(sw)
+                };
+                let hi = if wd + pl > off {
+                    ((wd + pl - off - 1) / sw + 1).min(ow)
+                } else {
+                    0
+                };
+                let lo = lo.min(hi);
+                for (oy, orow) in dst.chunks_mut(ow).enumerate() {
+                    let iy = (oy * sh + ky * dh) as isize - pt as isize;
+                    if iy < 0 || iy as usize >= h {
+                        continue;
+                    }
+                    let srow = &src[iy as usize * wd..(iy as usize + 1) * wd];
+                    if sw == 1 {
+                        let ix0 = lo + off - pl;
+                        for (o, &xv) in orow[lo..hi].iter_mut().zip(&srow[ix0..ix0 + (hi - lo)]) {
+                            *o = *o + wv * xv;
+                        }
+                    } else {
+                        for (j, o) in orow[lo..hi].iter_mut().enumerate() {
+                            *o = *o + wv * srow[(j + lo) * sw + off - pl];
+                        }
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
     x: &[T],
     w: &[T],
     bias: Option<Vec<T>>,
     g: &Geo,
 ) -> KResult<Vec<T>> {
+    if g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1 {
+        return Ok(depthwise_2d(x, w, bias.as_deref(), g));
+    }
     let cg = g.c / g.groups;
     let mg = g.m / g.groups;
     let ksz: usize = g.ks.iter().product();
@@ -306,4 +373,106 @@ pub(crate) fn conv(
         (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
     };
     make(od, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::DType;
+
+    /// The ONNX Conv definition as a plain loop (2-D, f64): out[n, m, oy, ox] = b[m] +
+    /// Σ_{c in group, ky, kx} w[m, c, ky, kx] · x[n, g·cg + c, oy·s + ky·d − p, ...] (zero
+    /// outside the image).
+    #[allow(clippy::too_many_arguments)]
+    fn naive(
+        x: &[f32],
+        xd: [usize; 4],
+        w: &[f32],
+        wd: [usize; 4],
+        b: &[f32],
+        s: usize,
+        d: usize,
+        p: usize,
+        groups: usize,
+    ) -> (Vec<f32>, Vec<usize>) {
+        let [n, c, h, wi] = xd;
+        let [m, cg, kh, kw] = wd;
+        let oh = (h + 2 * p - d * (kh - 1) - 1) / s + 1;
+        let ow = (wi + 2 * p - d * (kw - 1) - 1) / s + 1;
+        let mg = m / groups;
+        let mut out = vec![];
+        for ni in 0..n {
+            for mi in 0..m {
+                let gi = mi / mg;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = b[mi] as f64;
+                        for ci in 0..cg {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * s + ky * d) as isize - p as isize;
+                                    let ix = (ox * s + kx * d) as isize - p as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= wi as isize {
+                                        continue;
+                                    }
+                                    let xc = gi * cg + ci;
+                                    let xv =
+                                        x[((ni * c + xc) * h + iy as usize) * wi + ix as usize];
+                                    let wv = w[((mi * cg + ci) * kh + ky) * kw + kx];
+                                    acc += xv as f64 * wv as f64;
+                                }
+                            }
+                        }
+                        out.push(acc as f32);
+                    }
+                }
+            }
+        }
+        (out, vec![n, m, oh, ow])
+    }
+
+    fn check(xd: [usize; 4], wd: [usize; 4], s: usize, d: usize, p: usize, groups: usize) {
+        let nx: usize = xd.iter().product();
+        let nw: usize = wd.iter().product();
+        let x: Vec<f32> = (0..nx)
+            .map(|i| ((i * 7919) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..nw)
+            .map(|i| ((i * 104729) % 89) as f32 / 44.0 - 1.0)
+            .collect();
+        let b: Vec<f32> = (0..wd[0]).map(|i| i as f32 * 0.25 - 0.5).collect();
+        let (want, od) = naive(&x, xd, &w, wd, &b, s, d, p, groups);
+        let xt = Tensor::new(xd.to_vec(), TensorData::F32(x)).unwrap();
+        let wt = Tensor::new(wd.to_vec(), TensorData::F32(w)).unwrap();
+        let bt = Tensor::new(vec![wd[0]], TensorData::F32(b)).unwrap();
+        let a = ConvAttrs {
+            strides: vec![s, s],
+            pads: vec![(p, p), (p, p)],
+            dilations: vec![d, d],
+            groups,
+        };
+        let out = Shape::new(&od, DType::F32);
+        let got = conv(&xt, &wt, Some(&bt), &a, &out).unwrap();
+        let got = got.data().to_f32_vec();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{i}: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn im2col_conv_matches_definition() {
+        check([2, 3, 9, 8], [4, 3, 3, 3], 1, 1, 1, 1);
+        check([1, 3, 11, 10], [5, 3, 3, 3], 2, 1, 1, 1);
+        check([1, 4, 10, 9], [4, 2, 3, 2], 2, 2, 2, 2);
+        check([1, 3, 7, 7], [2, 3, 7, 7], 2, 1, 3, 1);
+    }
+
+    #[test]
+    fn depthwise_conv_matches_definition() {
+        check([2, 6, 9, 8], [6, 1, 3, 3], 1, 1, 1, 6);
+        check([1, 5, 12, 11], [5, 1, 3, 3], 2, 1, 1, 5);
+        check([1, 4, 10, 10], [4, 1, 5, 5], 2, 2, 2, 4);
+        check([1, 3, 6, 6], [3, 1, 3, 3], 1, 1, 0, 3);
+    }
 }

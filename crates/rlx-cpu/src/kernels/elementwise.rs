@@ -255,6 +255,10 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                     BinaryOp::Sub => bin_map(x, ad, y, bd, &od, |p, q| p - q)?,
                     BinaryOp::Mul => bin_map(x, ad, y, bd, &od, |p, q| p * q)?,
                     BinaryOp::Div => bin_map(x, ad, y, bd, &od, |p, q| p / q)?,
+                    // x^2 (RMSNorm's square): pow(x, 2) is x*x exactly (both correctly rounded).
+                    BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
+                        bin_map(x, ad, y, bd, &od, |p, _| p * p)?
+                    }
                     _ => bin_map(x, ad, y, bd, &od, |p, q| op.apply_f32(p, q))?,
                 })
             }
