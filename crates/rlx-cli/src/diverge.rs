@@ -43,6 +43,9 @@ pub struct DivergeArgs {
     /// Skip the per-node localization of a suspect backend.
     #[arg(long)]
     pub no_localize: bool,
+    /// No notes on stderr (where each input came from).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 fn parse_device(s: &str) -> Result<Device> {
@@ -78,10 +81,7 @@ fn inner(a: &DivergeArgs) -> Result<i32> {
         }
         Some(v)
     };
-    let loaded = load(
-        &a.model,
-        a.json.as_deref() == Some(std::path::Path::new("-")),
-    )?;
+    let loaded = load(&a.model, a.quiet)?;
     let label = a.label.clone().unwrap_or_else(|| {
         let p = crate::run::model_path(&a.model.model);
         let stem = if p.file_name().is_some_and(|f| f == "model.onnx") {
