@@ -22,13 +22,12 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use rlx_cli::npy::{read_npy, write_npy};
-use rlx_cli::run::{generate_input, model_path, read_input_file, sanitize};
+use rlx_cli::load::{load, ModelArgs};
+use rlx_cli::npy::write_npy;
+use rlx_cli::run::{model_path, sanitize};
 use rlx_ir::{DebugMode, Tensor};
-use rlx_onnx_import::{ImportOptions, OnnxModel};
 use rlx_runtime::{Device, Session};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Time steady-state runs of one model on the CPU.
@@ -41,17 +40,11 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
-    /// Model file (.onnx), or a folder holding model.onnx.
-    pub model: PathBuf,
-    /// An input as NAME=FILE (.npy or .pb); FILE alone binds the next unnamed input. Repeatable.
-    #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
-    pub inputs: Vec<String>,
-    /// Bind a symbolic input dimension, e.g. --dim batch=2. Repeatable.
-    #[arg(long = "dim", value_name = "NAME=SIZE")]
-    pub dims: Vec<String>,
-    /// Seed for generated inputs.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Device to run on: cpu, or wgpu (the GPU backend, when an adapter is present).
+    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
+    pub device: String,
     /// Worker threads of the rayon pool (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -72,25 +65,6 @@ pub struct BenchArgs {
 
 const MAX_TIMED_RUNS: usize = 100_000;
 
-fn parse_dims(v: &[String]) -> Result<HashMap<String, usize>> {
-    let mut m = HashMap::new();
-    for s in v {
-        let (k, val) = s
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--dim {s}: expected NAME=SIZE"))?;
-        if k.is_empty() {
-            bail!("--dim {s}: the dim NAME is empty");
-        }
-        let n: usize = val
-            .parse()
-            .map_err(|_| anyhow!("--dim {s}: SIZE must be a non-negative integer"))?;
-        if m.insert(k.to_string(), n).is_some() {
-            bail!("--dim {k}: given twice");
-        }
-    }
-    Ok(m)
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -103,70 +77,6 @@ fn median(sorted: &[f64]) -> f64 {
     } else {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     }
-}
-
-/// Bind input files (named, positional, model-folder `input_<name>.npy`) to declared inputs.
-fn bind_inputs(
-    a: &BenchArgs,
-    decls: &[(String, rlx_ir::Shape)],
-) -> Result<(HashMap<String, Tensor>, HashMap<String, PathBuf>)> {
-    let mut given: HashMap<String, Tensor> = HashMap::new();
-    let mut sources: HashMap<String, PathBuf> = HashMap::new();
-    let mut positional: Vec<PathBuf> = vec![];
-    for spec in &a.inputs {
-        match spec.split_once('=') {
-            Some((name, file)) => {
-                if name.is_empty() {
-                    bail!("--input {spec}: the input NAME before '=' is empty");
-                }
-                let t = read_input_file(Path::new(file))
-                    .with_context(|| format!("input \"{name}\""))?;
-                if given.insert(name.to_string(), t).is_some() {
-                    bail!("--input {name}: given twice");
-                }
-                sources.insert(name.to_string(), PathBuf::from(file));
-            }
-            None => positional.push(PathBuf::from(spec)),
-        }
-    }
-    let free: Vec<String> = decls
-        .iter()
-        .map(|d| d.0.clone())
-        .filter(|n| !given.contains_key(n))
-        .collect();
-    if positional.len() > free.len() {
-        bail!(
-            "{} unnamed --input files but only {} inputs left to bind ({})",
-            positional.len(),
-            free.len(),
-            free.join(", ")
-        );
-    }
-    let mut free = free.into_iter();
-    for (p, name) in positional.into_iter().zip(free.by_ref()) {
-        let t = read_input_file(&p).with_context(|| format!("--input {}", p.display()))?;
-        given.insert(name.clone(), t);
-        sources.insert(name, p);
-    }
-    if a.model.is_dir() {
-        for name in free {
-            let p = a.model.join(format!("input_{}.npy", sanitize(&name)));
-            if p.is_file() {
-                given.insert(name.clone(), read_npy(&p)?);
-                sources.insert(name, p);
-            }
-        }
-    }
-    for name in given.keys() {
-        if !decls.iter().any(|d| &d.0 == name) {
-            let names: Vec<&str> = decls.iter().map(|d| d.0.as_str()).collect();
-            bail!(
-                "--input {name}: the model has no input named \"{name}\" (its inputs: {})",
-                names.join(", ")
-            );
-        }
-    }
-    Ok((given, sources))
 }
 
 fn bench_inner(a: &BenchArgs) -> Result<()> {
@@ -187,58 +97,29 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
         .num_threads(threads)
         .build_global()
         .map_err(|e| anyhow!("cannot build a rayon pool of {threads} threads: {e}"))?;
-    let dims = parse_dims(&a.dims)?;
-    let path = model_path(&a.model);
-
-    let t_load = Instant::now();
-    let m = OnnxModel::open(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let decls = m.declared_inputs();
-    let (mut given, sources) = bind_inputs(a, &decls)?;
-    let opts = ImportOptions {
-        dims,
-        input_shapes: given
-            .iter()
-            .map(|(k, t)| (k.clone(), t.dims().to_vec()))
-            .collect(),
-        ..Default::default()
+    let device = match a.device.trim().to_ascii_lowercase().as_str() {
+        "cpu" => Device::Cpu,
+        "wgpu" | "gpu" => Device::Wgpu,
+        other => bail!("--device {other}: unknown device (known: cpu, wgpu)"),
     };
-    let g = m
-        .import(&opts)
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let path = model_path(&a.model.model);
+    let t_load = Instant::now();
+    let loaded = load(&a.model, true)?;
     let d_import = t_load.elapsed();
     let t_compile = Instant::now();
-    let mut s = Session::new(Device::Cpu)
-        .try_compile(g)
+    let mut s = Session::new(device)
+        .try_compile(loaded.graph)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let d_compile = t_compile.elapsed();
-
-    let mut feeds: Vec<(String, Tensor)> = vec![];
-    for (name, shape) in s.inputs() {
-        let t = match given.remove(&name) {
-            Some(t) => {
-                if t.dtype() != shape.dtype || t.dims() != shape.dims_usize().as_slice() {
-                    let src = sources
-                        .get(&name)
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default();
-                    bail!(
-                        "input \"{name}\": the model expects {shape}, {src} holds {}",
-                        t.shape()
-                    );
-                }
-                t
-            }
-            None => generate_input(&name, &shape, a.seed),
-        };
-        feeds.push((name, t));
-    }
+    let feeds = loaded.feeds;
     let mode = DebugMode::from_env();
     println!("model: {}", path.display());
+    println!("device: {device}");
     println!("threads: {threads}");
     println!(
         "nan-check: {}",
         if mode.is_on() {
-            std::env::var("RLX_DEBUG_NANS").unwrap_or_default()
+            rlx_ir::env::get("RLX_DEBUG_NANS").unwrap_or_default()
         } else {
             "off".to_string()
         }

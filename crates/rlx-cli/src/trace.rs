@@ -102,7 +102,8 @@ impl Trace {
             Some(Num::Float(f)) => json!(f),
             None => Value::Null,
         };
-        let brief = |o: &TraceOp| json!({"index": o.index, "id": o.id.0, "op": o.op, "label": o.label});
+        let brief =
+            |o: &TraceOp| json!({"index": o.index, "id": o.id.0, "op": o.op, "label": o.label});
         json!({
             "model": self.model,
             "device": "cpu",
@@ -494,7 +495,11 @@ fn html_report(t: &Trace) -> String {
         let x = x_of(o.index) - bw / 2.0;
         let full = hc(total);
         let tip = esc(&tooltip(o));
-        let _ = write!(svg2, r##"<a href="#op-{}"><g><title>{tip}</title>"##, o.index);
+        let _ = write!(
+            svg2,
+            r##"<a href="#op-{}"><g><title>{tip}</title>"##,
+            o.index
+        );
         let mut y = base;
         for (c, col) in [(s.nan, C_NAN), (s.pos_inf, C_PINF), (s.neg_inf, C_NINF)] {
             if c == 0 {

@@ -110,7 +110,7 @@ fn t5_tiny_runs_silently_under_abort() {
 
 #[test]
 fn minilm_l6_real_weights_match_onnxruntime() {
-    if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some()
+    if rlx_ir::env::get_os("RLX_REQUIRE_FIXTURES").is_some()
         && !repo().join("fixtures/large/minilm_l6").exists()
     {
         return; // needs torch to generate; not part of CI
@@ -120,7 +120,7 @@ fn minilm_l6_real_weights_match_onnxruntime() {
 
 #[test]
 fn resnet18_matches_onnxruntime() {
-    if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some()
+    if rlx_ir::env::get_os("RLX_REQUIRE_FIXTURES").is_some()
         && !repo().join("fixtures/large/resnet18").exists()
     {
         return; // needs torch to generate; not part of CI

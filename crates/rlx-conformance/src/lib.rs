@@ -26,7 +26,7 @@ pub fn manifest_path() -> std::path::PathBuf {
 /// The suite's default location: `<workspace>/fixtures/onnx-node` (override with
 /// `RLX_ONNX_NODE_DIR`).
 pub fn default_root() -> std::path::PathBuf {
-    match std::env::var_os("RLX_ONNX_NODE_DIR") {
+    match rlx_ir::env::get_os("RLX_ONNX_NODE_DIR") {
         Some(d) if !d.is_empty() => d.into(),
         _ => workspace_root(),
     }
@@ -61,7 +61,7 @@ pub struct ManifestUpdate {
 impl ManifestUpdate {
     /// From `RLX_UPDATE_MANIFEST=1` and `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`.
     pub fn from_env() -> Option<ManifestUpdate> {
-        let on = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
+        let on = |k: &str| rlx_ir::env::get(k).is_some_and(|v| v == "1");
         on("RLX_UPDATE_MANIFEST").then(|| ManifestUpdate {
             allow_removals: on("RLX_UPDATE_MANIFEST_ALLOW_REMOVALS"),
         })

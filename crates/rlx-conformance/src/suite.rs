@@ -170,7 +170,7 @@ impl SuiteOptions {
     /// [`SuiteOptions::from_env`], with an invalid `RLX_CONFORMANCE_TIMEOUT_S` as an error.
     pub fn try_from_env(root: PathBuf, exe: PathBuf) -> Result<SuiteOptions, String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let env = |k: &str| rlx_ir::env::get(k).filter(|v| !v.is_empty());
         let timeout = match env("RLX_CONFORMANCE_TIMEOUT_S") {
             Some(v) => parse_timeout(&v).map_err(|e| format!("RLX_CONFORMANCE_TIMEOUT_S: {e}"))?,
             None => Duration::from_secs(10),

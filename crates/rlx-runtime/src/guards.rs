@@ -25,15 +25,10 @@ use std::fmt;
 /// or `0` is off). Read once per run.
 pub const CHECK_INPUTS_VAR: &str = "RLX_RUNTIME_CHECK_INPUTS";
 
-/// True when `RLX_RUNTIME_CHECK_INPUTS` asks for input checks (set and not empty or `0`).
+/// True when `RLX_RUNTIME_CHECK_INPUTS` asks for input checks (set and not empty or `0`;
+/// read through the `rlx_ir::env` registry).
 pub fn check_inputs_from_env() -> bool {
-    std::env::var_os(CHECK_INPUTS_VAR)
-        .map(|v| {
-            let v = v.to_string_lossy();
-            let v = v.trim();
-            !(v.is_empty() || v == "0")
-        })
-        .unwrap_or(false)
+    rlx_ir::env::is_on(CHECK_INPUTS_VAR)
 }
 
 /// One dim of an input guard.

@@ -455,7 +455,7 @@ impl CompiledGraph {
                                            // Legacy switch of the wgpu backend: RLX_WGPU_NAN_TRACE=1 is RLX_DEBUG_NANS=1.
             if !m.is_on()
                 && self.device == Device::Wgpu
-                && std::env::var("RLX_WGPU_NAN_TRACE").is_ok_and(|v| v == "1")
+                && rlx_ir::env::get("RLX_WGPU_NAN_TRACE").is_some_and(|v| v == "1")
             {
                 DebugMode::Warn
             } else {

@@ -1,0 +1,367 @@
+//! `rlx trace`: trace.json checked against the reference evaluator's values that the example
+//! generator wrote (expect.json's per-node non-finite counts, expected_<output>.npy), and
+//! trace.html rendered in headless Chromium (skipped when chromium is missing unless
+//! RLX_REQUIRE_CHROMIUM=1).
+
+use rlx_cli::npy::read_npy;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let d = std::env::temp_dir().join(format!("rlx-trace-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Run `rlx trace examples/<name> -o DIR`; returns (DIR, trace.json, stdout).
+fn trace(name: &str) -> (PathBuf, Value, String) {
+    let dir = tmpdir(name);
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["trace", "-o"])
+        .arg(&dir)
+        .arg(repo().join("examples").join(name))
+        .env_remove("RLX_DEBUG_NANS")
+        .env_remove("RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap();
+    (dir, j, out)
+}
+
+fn expect(name: &str) -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(repo().join("examples").join(name).join("expect.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The last recorded op carrying `label` (a decomposed op's last step is the ONNX node's output).
+fn last_with_label<'a>(j: &'a Value, label: &str) -> &'a Value {
+    j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|o| o["label"] == label)
+        .unwrap_or_else(|| panic!("no op labelled {label}"))
+}
+
+#[test]
+fn trace_json_matches_the_reference_evaluator() {
+    for name in [
+        "attention_masked_nan",
+        "f16_activation_growth",
+        "healthy_mlp",
+    ] {
+        let (_, j, out) = trace(name);
+        let e = expect(name);
+        let nodes = e["derived"]["nonfinite_nodes"].as_array().unwrap();
+        // first non-finite op = the first ONNX node whose output the reference evaluator
+        // found non-finite (in the examples, node order is execution order)
+        match nodes.first() {
+            Some(n) => {
+                assert_eq!(j["first_nonfinite"]["label"], n["node"], "{name}");
+                assert!(out.contains("first non-finite value at"), "{out}");
+            }
+            None => assert!(j["first_nonfinite"].is_null(), "{name}: {j}"),
+        }
+        for n in nodes {
+            let op = last_with_label(&j, n["node"].as_str().unwrap());
+            let c = n["outputs"].as_object().unwrap().values().next().unwrap();
+            assert_eq!(op["nan"], c["nan"], "{name} {}", n["node"]);
+            assert_eq!(op["pos_inf"], c["posinf"], "{name} {}", n["node"]);
+            assert_eq!(op["neg_inf"], c["neginf"], "{name} {}", n["node"]);
+        }
+        // the graph output's statistics against the reference evaluator's output file
+        let (oname, _) = e["derived"]["outputs"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
+        let want = read_npy(
+            &repo()
+                .join("examples")
+                .join(name)
+                .join(format!("expected_{oname}.npy")),
+        )
+        .unwrap();
+        let v = want.data().to_f64_vec();
+        let fin: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        let last = j["ops"].as_array().unwrap().last().unwrap();
+        let tol = if want.dtype() == rlx_ir::DType::F16 {
+            // float16: a few units in the last place of the largest values
+            100.0
+        } else {
+            1e-5
+        };
+        let close = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() <= tol * (1.0 + b.abs());
+        let lo = fin.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = fin.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = fin.iter().sum::<f64>() / fin.len() as f64;
+        assert!(
+            close(&last["min"], lo),
+            "{name}: min {} vs {lo}",
+            last["min"]
+        );
+        assert!(
+            close(&last["max"], hi),
+            "{name}: max {} vs {hi}",
+            last["max"]
+        );
+        assert!(
+            close(&last["mean"], mean),
+            "{name}: mean {} vs {mean}",
+            last["mean"]
+        );
+        let amax = fin.iter().fold(0f64, |a, x| a.max(x.abs()));
+        assert!(close(&last["max_abs"], amax), "{name}: max_abs");
+        assert_eq!(
+            last["nan"].as_u64().unwrap() as usize,
+            v.iter().filter(|x| x.is_nan()).count()
+        );
+        // required fields, execution order
+        for (k, op) in j["ops"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(op["index"], k);
+            for f in [
+                "id",
+                "op",
+                "label",
+                "source_op",
+                "shape",
+                "dtype",
+                "min",
+                "max",
+                "mean",
+                "max_abs",
+                "nan",
+                "pos_inf",
+                "neg_inf",
+            ] {
+                assert!(op.get(f).is_some(), "{name}: op {k} lacks {f}");
+            }
+        }
+    }
+}
+
+#[test]
+fn f16_trace_draws_the_overflow_line_and_climbs_toward_it() {
+    let (dir, j, _) = trace("f16_activation_growth");
+    assert_eq!(j["overflow_lines"][0]["dtype"], "f16");
+    assert_eq!(j["overflow_lines"][0]["max"], 65504.0);
+    // max|x| after each block's gain grows block over block (the generator's design: x5 per
+    // block) and stays below 65504 until the last one overflows
+    let gains: Vec<f64> = (0..6)
+        .map(|i| {
+            last_with_label(&j, &format!("block{i}.scale"))["max_abs"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(gains.windows(2).all(|w| w[1] > w[0]), "{gains:?}");
+    assert!(gains[5] < 65504.0 && gains[5] > 1e4, "{gains:?}");
+    let html = std::fs::read_to_string(dir.join("trace.html")).unwrap();
+    assert!(html.contains("float16 max 65504"));
+    assert!(html.contains(r#"id="first-nonfinite-marker""#));
+    // self-contained: no fetched resources (the SVG namespace URI is not fetched)
+    let stripped = html.replace("http://www.w3.org/2000/svg", "");
+    for bad in ["http://", "https://", "<script src", "<link"] {
+        assert!(!stripped.contains(bad), "trace.html references {bad}");
+    }
+    // no overflow line for a float32 model
+    let (dir, j, _) = trace("attention_masked_nan");
+    assert_eq!(j["overflow_lines"].as_array().unwrap().len(), 0);
+    let html = std::fs::read_to_string(dir.join("trace.html")).unwrap();
+    assert!(!html.contains("float16 max"));
+}
+
+#[test]
+fn trace_of_a_bad_model_is_a_clear_error() {
+    let dir = tmpdir("bad");
+    let bogus = dir.join("model.onnx");
+    std::fs::write(&bogus, b"not an onnx file").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["trace", "-o"])
+        .arg(dir.join("out"))
+        .arg(&bogus)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("model.onnx"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// headless Chromium
+
+fn chromium() -> Option<PathBuf> {
+    let p = PathBuf::from("/usr/bin/chromium");
+    if p.is_file() {
+        return Some(p);
+    }
+    if rlx_ir::env::get("RLX_REQUIRE_CHROMIUM").is_some_and(|v| v == "1") {
+        panic!(
+            "RLX_REQUIRE_CHROMIUM=1 but /usr/bin/chromium is missing (apt-get install chromium)"
+        );
+    }
+    eprintln!("skipping: /usr/bin/chromium not installed");
+    None
+}
+
+fn chromium_cmd(bin: &Path, profile: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1200,800",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    c
+}
+
+/// Decode an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes) into RGB pixels.
+fn decode_png(bytes: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
+    use std::io::Read;
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let (mut w, mut h, mut ch) = (0usize, 0usize, 0usize);
+    let mut idat = vec![];
+    let mut p = 8;
+    while p + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[p..p + 4].try_into().unwrap()) as usize;
+        let kind = &bytes[p + 4..p + 8];
+        let body = &bytes[p + 8..p + 8 + len];
+        match kind {
+            b"IHDR" => {
+                w = u32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
+                h = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
+                assert_eq!(body[8], 8, "bit depth");
+                ch = match body[9] {
+                    2 => 3,
+                    6 => 4,
+                    t => panic!("PNG color type {t}"),
+                };
+                assert_eq!(body[12], 0, "interlaced");
+            }
+            b"IDAT" => idat.extend_from_slice(body),
+            _ => {}
+        }
+        p += 12 + len;
+    }
+    let mut raw = vec![];
+    flate2::read::ZlibDecoder::new(&idat[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let stride = w * ch;
+    let mut prev = vec![0u8; stride];
+    let mut px = Vec::with_capacity(w * h);
+    for y in 0..h {
+        let row = &raw[y * (stride + 1)..(y + 1) * (stride + 1)];
+        let f = row[0];
+        let mut cur = row[1..].to_vec();
+        for i in 0..stride {
+            let a = if i >= ch { cur[i - ch] as i32 } else { 0 };
+            let b = prev[i] as i32;
+            let c = if i >= ch { prev[i - ch] as i32 } else { 0 };
+            let add = match f {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => (a + b) / 2,
+                4 => {
+                    let pp = a + b - c;
+                    let (pa, pb, pc) = ((pp - a).abs(), (pp - b).abs(), (pp - c).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                _ => panic!("PNG filter {f}"),
+            };
+            cur[i] = (cur[i] as i32 + add) as u8;
+        }
+        for x in 0..w {
+            px.push([cur[x * ch], cur[x * ch + 1], cur[x * ch + 2]]);
+        }
+        prev = cur;
+    }
+    (w, h, px)
+}
+
+#[test]
+fn html_report_renders_in_headless_chromium() {
+    let Some(bin) = chromium() else { return };
+    let (dir, j, _) = trace("attention_masked_nan");
+    let html = dir.join("trace.html");
+    let url = format!("file://{}", html.canonicalize().unwrap().display());
+    // screenshot: exists, and is not blank (many non-white pixels, the red NaN marks drawn)
+    let png = dir.join("shot.png");
+    let o = chromium_cmd(&bin, &tmpdir("profile"))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(
+        png.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (w, h, px) = decode_png(&std::fs::read(&png).unwrap());
+    assert_eq!((w, h), (1200, 800));
+    let nonwhite = px.iter().filter(|p| p.iter().any(|&c| c < 235)).count();
+    assert!(
+        nonwhite > w * h / 50,
+        "screenshot looks blank: {nonwhite} non-white pixels"
+    );
+    // the NaN color (#dc2626) is on screen: the first non-finite marker and the NaN bars
+    let red = px
+        .iter()
+        .filter(|p| p[0] > 200 && p[1] < 70 && p[2] < 70)
+        .count();
+    assert!(red > 100, "no red marks in the screenshot ({red} px)");
+    // DOM: the marked first non-finite op is the one trace.json names
+    let o = chromium_cmd(&bin, &tmpdir("profile"))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let label = j["first_nonfinite"]["label"].as_str().unwrap();
+    assert_eq!(label, "layer0.attn.mask_fill");
+    let marker = dom
+        .split(r#"id="first-nonfinite-marker""#)
+        .nth(1)
+        .expect("first non-finite marker in the DOM");
+    assert!(
+        marker[..marker.find("</g>").unwrap()].contains(&format!("\"{label}\"")),
+        "marker does not name {label}"
+    );
+    let row = dom
+        .split(r#"data-first-nonfinite="true""#)
+        .nth(1)
+        .expect("highlighted table row");
+    assert!(row[..row.find("</tr>").unwrap()].contains(label));
+}
