@@ -7,6 +7,8 @@ mod bench;
 /// Debug switches (environment):
 ///   RLX_DEBUG_NANS=1|strict|abort   name the op that created each NaN/Inf (off when unset)
 ///   RLX_LINT_NUMERICS=1             report constant subgraphs that fold to NaN/Inf
+///   RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER=1|2|3  per-op stats (2: values, 3: op name first)
+///   `rlx env` lists every RLX_* variable with its current value
 #[derive(Parser)]
 #[command(name = "rlx", version, about, long_about, verbatim_doc_comment)]
 struct Cli {
@@ -22,6 +24,14 @@ enum Cmd {
     Lint(rlx_cli::run::LintArgs),
     /// Time steady-state runs of a compiled model: median, min, mean ms per run.
     Bench(bench::BenchArgs),
+    /// Compare every live backend with the CPU; tell round-off from a kernel bug (exit 1 if suspect).
+    Diverge(rlx_cli::diverge::DivergeArgs),
+    /// Compile a model into one package file (graph, weights, device type, input guards).
+    Compile(rlx_cli::compile::CompileArgs),
+    /// Run once and write per-op value statistics as trace.json and a self-contained trace.html.
+    Trace(rlx_cli::trace::TraceArgs),
+    /// List every RLX_* environment variable: when it acts, what it catches, its cost, its value.
+    Env(rlx_cli::env_cmd::EnvArgs),
 }
 
 fn main() {
@@ -30,6 +40,10 @@ fn main() {
         Cmd::Run(a) => rlx_cli::run::main_run(a),
         Cmd::Lint(a) => rlx_cli::run::main_lint(a),
         Cmd::Bench(a) => bench::main_bench(a),
+        Cmd::Diverge(a) => rlx_cli::diverge::main_diverge(a),
+        Cmd::Compile(a) => rlx_cli::compile::main_compile(a),
+        Cmd::Trace(a) => rlx_cli::trace::main_trace(a),
+        Cmd::Env(a) => rlx_cli::env_cmd::main_env(a),
     };
     std::process::exit(code);
 }

@@ -23,7 +23,7 @@ pub const EXIT_NAN_ABORT: i32 = 3;
 #[derive(Args, Debug, Clone)]
 #[command(name = "rlx-run", version, verbatim_doc_comment)]
 pub struct RunArgs {
-    /// Model file (.onnx), or a folder holding model.onnx.
+    /// Model file (.onnx), a folder holding model.onnx, or a package (.rlxpkg, from `rlx compile`).
     pub model: PathBuf,
     /// An input as NAME=FILE (.npy or .pb); FILE alone binds the next unnamed input. Repeatable.
     #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
@@ -299,6 +299,10 @@ fn import_with(
 }
 
 fn run_inner(a: &RunArgs) -> Result<i32> {
+    if crate::compile::is_package(&a.model) {
+        let (mut s, feeds) = crate::compile::load_package_for_run(a)?;
+        return run_compiled(a, &mut s, feeds);
+    }
     let dims = parse_dims(&a.dims)?;
     // Read input files first: they may bind symbolic dims.
     let mut given: HashMap<String, Tensor> = HashMap::new();
@@ -373,21 +377,9 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         }
     }
     let g = import_with(&m, &a.model, &dims, &given)?;
-    if let Ok(v) = std::env::var("RLX_DEBUG_NANS") {
-        let v = v.trim().to_ascii_lowercase();
-        if !["", "0", "1", "strict", "abort", "warn"].contains(&v.as_str()) {
-            eprintln!("rlx: note: RLX_DEBUG_NANS={v:?} is not one of 0, 1, strict, abort: scanning in warn mode (unset it or set 0 to turn scanning off)");
-        }
-    }
-    if a.nan_report.is_some() && !rlx_ir::DebugMode::from_env().is_on() {
-        std::env::set_var("RLX_DEBUG_NANS", "1");
-    }
     let mut s = Session::new(Device::Cpu)
         .try_compile(g)
         .map_err(|e| anyhow!("{e}"))?;
-    if a.print_graph {
-        eprint!("{}", s.graph());
-    }
     let mut feeds: Vec<(String, Tensor)> = vec![];
     for (name, shape) in s.inputs() {
         let t = match given.remove(&name) {
@@ -408,6 +400,28 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
             None => generate_input(&name, &shape, a.seed),
         };
         feeds.push((name, t));
+    }
+    run_compiled(a, &mut s, feeds)
+}
+
+/// Run a compiled model (imported, or loaded from a package) on `feeds` (one per input, in
+/// input order), then write the NaN/Inf report and the outputs as `rlx run` does.
+pub(crate) fn run_compiled(
+    a: &RunArgs,
+    s: &mut rlx_runtime::CompiledGraph,
+    feeds: Vec<(String, Tensor)>,
+) -> Result<i32> {
+    if let Some(v) = rlx_ir::env::get("RLX_DEBUG_NANS") {
+        let v = v.trim().to_ascii_lowercase();
+        if !["", "0", "1", "strict", "abort", "warn"].contains(&v.as_str()) {
+            eprintln!("rlx: note: RLX_DEBUG_NANS={v:?} is not one of 0, 1, strict, abort: scanning in warn mode (unset it or set 0 to turn scanning off)");
+        }
+    }
+    if a.nan_report.is_some() && !rlx_ir::DebugMode::from_env().is_on() {
+        std::env::set_var("RLX_DEBUG_NANS", "1");
+    }
+    if a.print_graph {
+        eprint!("{}", s.graph());
     }
     let result = s.run_tensors(feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect());
     if let Some(p) = &a.nan_report {
@@ -432,6 +446,11 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
                 ab.report.node, ab.report.op, ab.report.label
             );
             return Ok(EXIT_NAN_ABORT);
+        }
+        // The input check prints its own lines, one per problem, without a prefix.
+        Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
+            eprintln!("{e}");
+            return Ok(1);
         }
         Err(e) => return Err(anyhow!("{e}")),
     };
