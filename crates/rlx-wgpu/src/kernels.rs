@@ -56,13 +56,18 @@ fn pow_f(a: f32, b: f32) -> f32 {
   if (b == 0.0 && !is_nan(b)) { return 1.0; }
   if (a == 1.0) { return 1.0; }
   if (is_nan(a) || is_nan(b)) { return a + b; }
+  if (a == -1.0 && is_inf(b)) { return 1.0; }
   if (b == 1.0) { return a; }
   if (b == 2.0) { return a * a; }
   if (b == 0.5) { return sqrt(a); }
+  let odd = floor(b) == b && abs(b) < 16777216.0 && (u32(abs(b)) & 1u) == 1u;
+  if (a == 0.0) {
+    let r0 = select(0.0, f32_bits(0x7f800000u), b < 0.0);
+    return select(r0, -r0, odd && (bitcast<u32>(a) >> 31u) == 1u);
+  }
   let r = exp2(b * log2(abs(a)));
   if (a < 0.0) {
-    if (floor(b) != b) { return f32_bits(0x7fc00000u); }
-    let odd = abs(b) < 16777216.0 && (u32(abs(b)) & 1u) == 1u;
+    if (floor(b) != b && !is_inf(a)) { return f32_bits(0x7fc00000u); }
     return select(r, -r, odd);
   }
   return r;
