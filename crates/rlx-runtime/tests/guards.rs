@@ -262,3 +262,29 @@ fn param_with_wrong_element_count_is_an_error() {
         .unwrap_err();
     assert!(e.to_string().contains("\"w\""), "{e}");
 }
+
+#[test]
+fn wgpu_graph_refuses_inputs_declared_on_the_cpu() {
+    // Runs where a wgpu adapter exists (skipped otherwise: the CPU case above covers the
+    // check itself).
+    if !rlx_runtime::available_devices().contains(&Device::Wgpu) {
+        eprintln!("skipping: no wgpu adapter");
+        return;
+    }
+    let mut g = Graph::new("w");
+    let x = g.input("x", Shape::new(&[2, 3], DType::F32));
+    let y = g.mul(x, x, Shape::new(&[2, 3], DType::F32));
+    g.set_outputs(vec![y]);
+    let mut s = Session::new(Device::Wgpu).try_compile(g).unwrap();
+    s.set_check_inputs(Some(true));
+    assert_eq!(s.guards()[0].device_type, "wgpu");
+    let lines = check_lines_on(&mut s, vec![("x", xs(&[2, 3]))], Device::Cpu);
+    assert_eq!(
+        lines,
+        vec![
+            r#"rlx input-check: inputs[0] "x": unmatched device type, expected: wgpu, but got: cpu"#
+        ]
+    );
+    // Host tensors handed to run_tensors are moved by the runtime: no mismatch.
+    s.run_tensors(vec![("x", xs(&[2, 3]))]).unwrap();
+}
