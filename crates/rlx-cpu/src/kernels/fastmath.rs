@@ -7,6 +7,11 @@
 //! `float` (`generic_fast_erf_float`: x·P(x²)/Q(x²) on x clamped to [-4, 4]), a few ulp;
 //! NaN propagates. The loops are compiled twice, plain and with AVX2+FMA, picked at run time.
 
+#![allow(clippy::excessive_precision)] // coefficients as published (Cephes, Eigen)
+
+/// A whole-buffer f32 kernel: `dst[i] = f(src[i])`.
+pub(crate) type SliceKernel = fn(&[f32], &mut [f32]);
+
 const EXP_LO: f32 = -87.0;
 const EXP_HI: f32 = 88.0;
 
@@ -111,7 +116,7 @@ pub(crate) fn erf_slice(src: &[f32], dst: &mut [f32]) {
 }
 
 /// In-place [`exp_slice`] / [`erf_slice`] through a small stack buffer.
-pub(crate) fn map_inplace(v: &mut [f32], f: fn(&[f32], &mut [f32])) {
+pub(crate) fn map_inplace(v: &mut [f32], f: SliceKernel) {
     let mut tmp = [0f32; 256];
     for ch in v.chunks_mut(256) {
         let t = &mut tmp[..ch.len()];
@@ -121,7 +126,7 @@ pub(crate) fn map_inplace(v: &mut [f32], f: fn(&[f32], &mut [f32])) {
 }
 
 /// A buffer-level kernel for `op` on f32, when one exists.
-pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<fn(&[f32], &mut [f32])> {
+pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<SliceKernel> {
     match op {
         rlx_ir::UnaryOp::Exp => Some(exp_slice),
         rlx_ir::UnaryOp::Erf => Some(erf_slice),
@@ -130,7 +135,7 @@ pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<fn(&[f32], &mut [f32])
 }
 
 /// `out = kernel(v)`, split over rayon above the parallel threshold.
-pub(crate) fn map_new(v: &[f32], f: fn(&[f32], &mut [f32])) -> Vec<f32> {
+pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
     let mut out = vec![0f32; v.len()];
     if v.len() >= super::PAR_THRESHOLD {
         use rayon::prelude::*;
@@ -144,7 +149,7 @@ pub(crate) fn map_new(v: &[f32], f: fn(&[f32], &mut [f32])) -> Vec<f32> {
 }
 
 /// `map_inplace`, split over rayon above the parallel threshold.
-pub(crate) fn map_inplace_par(v: &mut [f32], f: fn(&[f32], &mut [f32])) {
+pub(crate) fn map_inplace_par(v: &mut [f32], f: SliceKernel) {
     if v.len() >= super::PAR_THRESHOLD {
         use rayon::prelude::*;
         v.par_chunks_mut(8192).for_each(|c| map_inplace(c, f));
