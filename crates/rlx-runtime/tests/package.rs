@@ -355,3 +355,29 @@ fn an_entry_larger_than_the_file_is_refused_before_reading() {
         "{e}"
     );
 }
+
+#[test]
+fn a_wgpu_package_does_not_load_on_the_cpu() {
+    // The manifest of a package compiled for wgpu (rewritten here: the machine may have no
+    // adapter to compile one).
+    let (_, p, bytes) = saved();
+    let w = p.with_extension("wgpu.rlxpkg");
+    rewrite(&bytes, &w, |n, b| {
+        let b = if n == "manifest.json" {
+            String::from_utf8(b)
+                .unwrap()
+                .replace("\"device_type\": \"cpu\"", "\"device_type\": \"wgpu\"")
+                .into_bytes()
+        } else {
+            b
+        };
+        vec![(n.to_string(), b)]
+    });
+    let e = err_of(load_package(&w, Device::Cpu));
+    assert!(
+        e.contains("compiled for device type wgpu, cannot load on device type cpu")
+            && e.contains("the device index may change")
+            && e.contains(&w.display().to_string()),
+        "{e}"
+    );
+}
