@@ -13,17 +13,19 @@
 //!   wgpu 0 at %17 Relu: the wgpu backend dropped a NaN") and never folded into `max_rel`.
 //!   Both sides NaN, or both the same infinity, count as agreement.
 //! - **Localization**: when a backend is suspect, every node of the compiled graph is read
-//!   back on both backends and compared in topological order; the first node whose error
-//!   exceeds the tolerance while its inputs were within it is named, with the input and
-//!   output errors side by side ("kernel bug candidate"). Intermediate values use a
+//!   back on both backends and compared in topological order. A node whose values differ is
+//!   replayed: its op runs on the CPU with the other backend's own inputs. The first node whose
+//!   kernel still differs on the same inputs is named ("kernel bug candidate"), with the input
+//!   and output errors side by side; a node that merely carries a difference from its inputs
+//!   (Erf or Sub can make a small one large) is passed over. Intermediate values use a
 //!   scale-aware relative error, `|b − cpu| / (|cpu| + max(1e-6, 1e-3 · max|cpu|))`, so a
 //!   value that is near zero only by cancellation does not pose as the culprit.
 //!
 //! `suspect`: the seed contract is `max_rel > tol_rel`. Measured on lavapipe, that alone
 //! calls plain round-off a bug: Qwen3-tiny's logits differ by at most 2.4e-7, but one logit
 //! is 1.5e-5 on the CPU, so `max_rel` is 1.5e-2. So `max_rel > tol_rel` is the cheap first
-//! check, and when it trips, localization decides: a node that exceeds the tolerance while
-//! its inputs agree (a kernel bug candidate) keeps the backend suspect; when no node does,
+//! check, and when it trips, localization decides: a node whose kernel differs from the
+//! CPU's on the same inputs (a kernel bug candidate) keeps the backend suspect; when none does,
 //! the gap is accumulated round-off amplified near zero, `suspect` is false and
 //! `amplified_near_zero` says why. With localization off, `suspect = max_rel > tol_rel`.
 //! Any non-finite mismatch or integer/bool mismatch in an output is always suspect.
@@ -286,7 +288,7 @@ impl fmt::Display for BackendDivergence {
             if self.amplified_near_zero {
                 return write!(
                     f,
-                    "round-off (explainable: max_rel is reached at [{}] where cpu {:.3e}, {} {:.3e}, near zero; no op exceeds tol {:.1e} on its own)",
+                    "round-off (explainable: max_rel is reached at [{}] where cpu {:.3e}, {} {:.3e}, near zero; every op agrees with the CPU on the same inputs to tol {:.1e})",
                     self.worst_index,
                     self.worst_values.0,
                     self.device,
@@ -739,6 +741,14 @@ fn describe(g: &Graph, id: NodeId) -> (String, String, Option<String>) {
 
 /// Find the first node where `other` parts from `cpu` (both indexed by node). Nodes without
 /// a value on either side are skipped.
+///
+/// A node whose values differ beyond `tol_rel` (scale-aware) is **replayed**: its op runs on
+/// the CPU with the other backend's own input values, and that result is compared with the
+/// other backend's output. If they still differ, the kernel itself is wrong (a kernel bug
+/// candidate, or a non-finite divergence such as a dropped NaN); if they agree, the node only
+/// carried a difference that came in through its inputs (an op such as Erf or Sub can turn a
+/// small input difference into a large relative one), and the search goes on. When no kernel
+/// differs on replay, the output gap is accumulated round-off (`kind = "accumulated"`).
 pub fn localize(
     g: &Graph,
     dev: Device,
@@ -747,7 +757,6 @@ pub fn localize(
     tol_rel: f64,
 ) -> Localization {
     let mut errs: Vec<Option<NodeError>> = vec![None; g.len()];
-    let mut first_nonfinite: Option<(NodeId, f64)> = None;
     let mut worst: Option<(NodeId, f64)> = None;
     for n in &g.nodes {
         let (Some(Some(a)), Some(Some(b))) = (cpu.get(n.id.index()), other.get(n.id.index()))
@@ -760,56 +769,88 @@ pub fn localize(
             .iter()
             .filter_map(|i| errs[i.index()].as_ref().map(|e| e.rel))
             .fold(0.0f64, f64::max);
-        let inputs_nonfinite = n.inputs.iter().any(|i| {
-            errs[i.index()]
-                .as_ref()
-                .is_some_and(|e| e.nonfinite.is_some())
-        });
-        if e.nonfinite.is_some() && !inputs_nonfinite && first_nonfinite.is_none() {
-            first_nonfinite = Some((n.id, inputs_rel));
-        }
-        if e.rel > tol_rel && inputs_rel <= tol_rel {
-            let (op, label, source_op) = describe(g, n.id);
-            let ulps = if e.rel.is_infinite() && !is_float(n.shape.dtype) {
-                format!("{} elements differ", e.ulps)
+        let diverges = e.rel > tol_rel || e.nonfinite.is_some();
+        if diverges {
+            let leaf = matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_));
+            // Replay the op on the CPU with the other backend's inputs.
+            let replay = if leaf {
+                None
             } else {
-                format!("{} ULPs of {}", e.ulps, n.shape.dtype)
+                let ins: Option<Vec<&Tensor>> = n
+                    .inputs
+                    .iter()
+                    .map(|i| other.get(i.index()).and_then(|v| v.as_ref()))
+                    .collect();
+                ins.and_then(|ins| rlx_cpu::eval_op(&n.op, &ins, &n.shape).ok())
             };
-            let message = format!(
-                "first divergence at {} {op} \"{label}\"{} (inputs agree to {:.1e}, output differs by {:.1e} rel, {:.1e} abs, {ulps} at [{}]): kernel bug candidate",
-                n.id,
-                source_op
-                    .as_ref()
-                    .map(|s| format!(" (a step of {s})"))
-                    .unwrap_or_default(),
-                inputs_rel,
-                e.rel,
-                e.abs,
-                e.index
-            );
-            return Localization {
-                node: n.id.to_string(),
-                op,
-                label,
-                source_op,
-                inputs_rel,
-                error: e,
-                kind: "kernel_bug_candidate".into(),
-                message,
+            let (k, replayed) = match &replay {
+                Some(r) => (compare_tensors(g, n.id, dev, r, b, true), true),
+                None => (e.clone(), false),
             };
+            let kernel_wrong = if replayed {
+                k.rel > tol_rel || k.nonfinite.is_some()
+            } else {
+                inputs_rel <= tol_rel
+            };
+            if kernel_wrong {
+                return candidate(g, n.id, dev, inputs_rel, k, replayed, leaf);
+            }
         }
         if worst.is_none_or(|w| e.rel > w.1) {
             worst = Some((n.id, e.rel));
         }
         errs[n.id.index()] = Some(e);
     }
-    if let Some((id, inputs_rel)) = first_nonfinite {
-        let e = errs[id.index()].clone().unwrap_or_default();
-        let m = e.nonfinite.clone().expect("nonfinite recorded");
-        let (op, label, source_op) = describe(g, id);
+    let (id, _) = worst.unwrap_or((g.outputs[0], 0.0));
+    let e = errs[id.index()].clone().unwrap_or_default();
+    let (op, label, source_op) = describe(g, id);
+    let message = format!(
+        "no op differs from the CPU when replayed on the {dev} backend's own inputs (largest node difference {:.1e} at {id} {op} \"{label}\", carried in from its inputs): the output gap is accumulated round-off, amplified where an output element is near zero",
+        e.rel
+    );
+    Localization {
+        node: id.to_string(),
+        op,
+        label,
+        source_op,
+        inputs_rel: 0.0,
+        error: e,
+        kind: "accumulated".into(),
+        message,
+    }
+}
+
+/// The localization of a node whose kernel differs from the CPU's on the same inputs.
+fn candidate(
+    g: &Graph,
+    id: NodeId,
+    dev: Device,
+    inputs_rel: f64,
+    e: NodeError,
+    replayed: bool,
+    leaf: bool,
+) -> Localization {
+    let (op, label, source_op) = describe(g, id);
+    let step = source_op
+        .as_ref()
+        .map(|s| format!(" (a step of {s})"))
+        .unwrap_or_default();
+    let how = if replayed {
+        format!("; replayed on the CPU with the {dev} inputs it still")
+    } else if leaf {
+        format!("; the value uploaded to and read back from {dev}")
+    } else {
+        String::new()
+    };
+    if let Some(m) = &e.nonfinite {
         let message = format!(
-            "cpu {}, {dev} {} at {id} {op} \"{label}\" [{}]: {} (inputs agree to {:.1e})",
-            m.cpu, m.other, m.index, m.what, inputs_rel
+            "cpu {}, {dev} {} at {id} {op} \"{label}\"{step} [{}]: {} (inputs agree to {:.1e}{}): kernel bug candidate",
+            m.cpu,
+            m.other,
+            m.index,
+            m.what,
+            inputs_rel,
+            if replayed { format!("; the CPU replayed on the {dev} inputs gives {}", m.cpu) } else { String::new() }
         );
         return Localization {
             node: id.to_string(),
@@ -822,21 +863,31 @@ pub fn localize(
             message,
         };
     }
-    let (id, _) = worst.unwrap_or((g.outputs[0], 0.0));
-    let e = errs[id.index()].clone().unwrap_or_default();
-    let (op, label, source_op) = describe(g, id);
+    let ulps = if !is_float(g.node(id).shape.dtype) {
+        format!("{} elements differ", e.ulps)
+    } else {
+        format!("{} ULPs of {}", e.ulps, g.node(id).shape.dtype)
+    };
     let message = format!(
-        "no node exceeds tol {tol_rel:.1e} on its own (largest node error {:.1e} at {id} {op} \"{label}\"): the output gap is accumulated round-off, amplified where an output element is near zero",
-        e.rel
+        "first divergence at {id} {op} \"{label}\"{step} (inputs agree to {:.1e}{how} differs by {:.1e} rel, {:.1e} abs, {ulps} at [{}]): kernel bug candidate",
+        inputs_rel,
+        e.rel,
+        e.abs,
+        e.index
     );
+    let message = if how.is_empty() {
+        message.replace(" differs by", ", output differs by")
+    } else {
+        message
+    };
     Localization {
         node: id.to_string(),
         op,
         label,
         source_op,
-        inputs_rel: 0.0,
+        inputs_rel,
         error: e,
-        kind: "accumulated".into(),
+        kind: "kernel_bug_candidate".into(),
         message,
     }
 }
