@@ -381,3 +381,30 @@ fn a_wgpu_package_does_not_load_on_the_cpu() {
         "{e}"
     );
 }
+
+#[test]
+fn a_package_compiled_for_wgpu_loads_on_wgpu_only() {
+    if !rlx_runtime::available_devices().contains(&Device::Wgpu) {
+        eprintln!("skipping: no wgpu adapter");
+        return;
+    }
+    let mut g = Graph::new("w");
+    let x = g.input("x", Shape::new(&[2, 2], DType::F32));
+    let c = g.constant(Tensor::from_f32(&[2, 2], vec![1.0, -2.0, 3.0, 0.5]).unwrap());
+    let y = g.mul(x, c, Shape::new(&[2, 2], DType::F32));
+    g.set_outputs(vec![y]);
+    let mut s = Session::new(Device::Wgpu).try_compile(g).unwrap();
+    let want = s.run_tensors(vec![("x", x())]).unwrap();
+    // Hand-derived: x = I times c, elementwise.
+    assert_eq!(want[0].as_f32().unwrap(), &[1.0, 0.0, 0.0, 0.5]);
+    let p = tmp("wgpu.rlxpkg");
+    save_package(&s, &p).unwrap();
+    let mut l = load_package(&p, Device::Wgpu).unwrap();
+    assert_eq!(l.device(), Device::Wgpu);
+    assert_eq!(l.run_tensors(vec![("x", x())]).unwrap(), want);
+    let e = err_of(load_package(&p, Device::Cpu));
+    assert!(
+        e.contains("compiled for device type wgpu, cannot load on device type cpu"),
+        "{e}"
+    );
+}
