@@ -389,9 +389,9 @@ fn a_package_compiled_for_wgpu_loads_on_wgpu_only() {
         return;
     }
     let mut g = Graph::new("w");
-    let x = g.input("x", Shape::new(&[2, 2], DType::F32));
+    let xi = g.input("x", Shape::new(&[2, 2], DType::F32));
     let c = g.constant(Tensor::from_f32(&[2, 2], vec![1.0, -2.0, 3.0, 0.5]).unwrap());
-    let y = g.mul(x, c, Shape::new(&[2, 2], DType::F32));
+    let y = g.mul(xi, c, Shape::new(&[2, 2], DType::F32));
     g.set_outputs(vec![y]);
     let mut s = Session::new(Device::Wgpu).try_compile(g).unwrap();
     let want = s.run_tensors(vec![("x", x())]).unwrap();
