@@ -24,7 +24,8 @@ fn gpu() -> bool {
 fn diverge(args: &[&str], bug: Option<&str>) -> (i32, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
     c.arg("diverge").arg("-q").args(args).current_dir(repo());
-    c.env_remove("RLX_DEBUG_NANS").env_remove("RLX_TEST_PLANTED_BUG");
+    c.env_remove("RLX_DEBUG_NANS")
+        .env_remove("RLX_TEST_PLANTED_BUG");
     if let Some(b) = bug {
         c.env("RLX_TEST_PLANTED_BUG", b);
     }
@@ -45,7 +46,10 @@ fn correct_kernels_are_round_off_on_every_foundation_model() {
     for e in std::fs::read_dir(repo().join("examples")).unwrap() {
         let p = e.unwrap().path();
         if p.join("model.onnx").is_file() {
-            models.push(format!("examples/{}", p.file_name().unwrap().to_string_lossy()));
+            models.push(format!(
+                "examples/{}",
+                p.file_name().unwrap().to_string_lossy()
+            ));
         }
     }
     for m in ["bert_tiny", "qwen3_tiny", "t5_tiny"] {
@@ -75,7 +79,10 @@ fn planted_matmul_bug_is_suspect_and_localized_to_the_first_matmul() {
     // The planted bug drops the last 16-wide k-tile of every MatMul with K > 16. In BERT the
     // first such MatMul is layer 0's query projection (K = hidden = 64); everything before it
     // (embeddings, LayerNorm) runs correct kernels.
-    let (code, out, err) = diverge(&["fixtures/transformers/bert_tiny"], Some("matmul_drop_last_k"));
+    let (code, out, err) = diverge(
+        &["fixtures/transformers/bert_tiny"],
+        Some("matmul_drop_last_k"),
+    );
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("SUSPECT"), "{out}");
     let line = out
@@ -121,7 +128,10 @@ fn planted_reduce_bug_is_localized_to_the_first_layernorm_mean() {
     assert_eq!(b["suspect"], true);
     assert!(b["max_rel"].as_f64().unwrap() > 2e-3);
     assert_eq!(b["localization"]["kind"], "kernel_bug_candidate");
-    assert!(b["localization"]["op"].as_str().unwrap().starts_with("Reduce"));
+    assert!(b["localization"]["op"]
+        .as_str()
+        .unwrap()
+        .starts_with("Reduce"));
 }
 
 #[test]

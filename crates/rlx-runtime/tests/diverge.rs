@@ -35,7 +35,9 @@ fn model() -> (Graph, Vec<f32>, Vec<f32>) {
     g.set_outputs(vec![r]);
     let mut s = 12345u64;
     let mut next = move || {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     };
     let xv: Vec<f32> = (0..256).map(|_| next()).collect();
@@ -56,7 +58,13 @@ fn correct_kernels_are_round_off_and_cpu_is_never_compared_with_itself() {
     assert_eq!(r[0].device, Device::Wgpu);
     assert!(!r[0].suspect, "{}", r[0]);
     assert!(r[0].max_rel <= 2e-3);
-    assert!(!report_backend_divergence("mm", &g, &[("w", &w)], &[("x", &x)], 2e-3));
+    assert!(!report_backend_divergence(
+        "mm",
+        &g,
+        &[("w", &w)],
+        &[("x", &x)],
+        2e-3
+    ));
 }
 
 #[test]
@@ -67,8 +75,14 @@ fn planted_matmul_bug_is_flagged_and_localized() {
     }
     set_planted_bug(Some(PlantedBug::MatMulDropLastK));
     let (g, x, w) = model();
-    let p = vec![("w".to_string(), Tensor::from_f32(&[64, 8], w.clone()).unwrap())];
-    let i = vec![("x".to_string(), Tensor::from_f32(&[4, 64], x.clone()).unwrap())];
+    let p = vec![(
+        "w".to_string(),
+        Tensor::from_f32(&[64, 8], w.clone()).unwrap(),
+    )];
+    let i = vec![(
+        "x".to_string(),
+        Tensor::from_f32(&[4, 64], x.clone()).unwrap(),
+    )];
     let r = backend_divergence_with(&g, &p, &i, &DivergenceOptions::default());
     let flagged = report_backend_divergence("mm", &g, &[("w", &w)], &[("x", &x)], 2e-3);
     set_planted_bug(None);
@@ -80,5 +94,9 @@ fn planted_matmul_bug_is_flagged_and_localized() {
     assert_eq!(l.op, "MatMul");
     assert_eq!(l.label, "layer1.attn.qk");
     assert_eq!(l.inputs_rel, 0.0, "inputs are uploaded unchanged");
-    assert!(l.message.starts_with("first divergence at %"), "{}", l.message);
+    assert!(
+        l.message.starts_with("first divergence at %"),
+        "{}",
+        l.message
+    );
 }

@@ -10,7 +10,10 @@ use rlx_runtime::{available_devices, Device, Session};
 fn no_vulkan_lists_only_cpu() {
     if rlx_ir::env::get_os("RLX_INNER_NO_VULKAN").is_some() {
         assert_eq!(available_devices(), vec![Device::Cpu]);
-        let e = Session::new(Device::Wgpu).try_compile(tiny()).err().expect("wgpu must be unavailable");
+        let e = Session::new(Device::Wgpu)
+            .try_compile(tiny())
+            .err()
+            .expect("wgpu must be unavailable");
         assert!(e.to_string().contains("not available"), "{e}");
         return;
     }
