@@ -62,7 +62,7 @@ pub fn is_package(p: &Path) -> bool {
 
 fn compile_inner(a: &CompileArgs) -> Result<()> {
     let device = parse_device(&a.device)?;
-    if !available_devices().contains(&device) {
+    if !rlx_runtime::device_available(device) {
         bail!(
             "--device {device}: not available on this machine (available: {})",
             available_devices()

@@ -53,6 +53,12 @@ impl fmt::Display for Device {
     }
 }
 
+/// True when `d` can run here. `Device::Cpu` is answered without probing the GPU, so CPU-only
+/// work never loads a Vulkan driver (no start-up cost, no driver messages).
+pub fn device_available(d: Device) -> bool {
+    d == Device::Cpu || available_devices().contains(&d)
+}
+
 /// Devices live on this machine. `Device::Cpu` is always first; `Device::Wgpu` follows when
 /// the `gpu` feature is on and wgpu finds an adapter (probed once per process and cached;
 /// a machine without a Vulkan driver simply has no Wgpu).
@@ -190,7 +196,7 @@ impl Session {
 
     /// Compile `g`: verify, lint, fold, decompose, then prepare the device's executor.
     pub fn try_compile(&self, g: Graph) -> Result<CompiledGraph, RuntimeError> {
-        if !available_devices().contains(&self.device) {
+        if !device_available(self.device) {
             return Err(RuntimeError::DeviceUnavailable(self.device));
         }
         if g.outputs.is_empty() {

@@ -484,7 +484,7 @@ pub fn load_package(path: &Path, device: Device) -> Result<CompiledGraph, Runtim
             requested,
         }));
     }
-    if !crate::available_devices().contains(&device) {
+    if !crate::device_available(device) {
         return Err(RuntimeError::DeviceUnavailable(device));
     }
     let graph_bytes = read_entry(&mut z, path, GRAPH_ENTRY, cap)?;
