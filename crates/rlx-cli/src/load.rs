@@ -81,7 +81,8 @@ pub fn check_dims_exist(decls: &[(String, Shape)], dims: &HashMap<String, usize>
     Ok(())
 }
 
-fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
+/// An error naming `path` once (not twice when the message already names it).
+pub fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
     let msg = e.to_string();
     let file = path.display().to_string();
     if msg.contains(&file) {

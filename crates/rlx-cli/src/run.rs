@@ -1,12 +1,13 @@
 //! `rlx run` and `rlx lint`.
 
+use crate::load::{parse_dims, with_file};
 use crate::npy::{read_npy, write_npy};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::numeric_check::scan_data;
 use rlx_ir::{DType, Graph, Shape, Tensor, TensorData};
 use rlx_onnx_import::{ImportOptions, OnnxModel};
-use rlx_runtime::{Device, Session};
+use rlx_runtime::Session;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +49,10 @@ pub struct RunArgs {
     /// Print only errors and reports, not the output summaries.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Device to run on: cpu, or wgpu (the GPU backend; `rlx env`/`rlx diverge` tell whether
+    /// an adapter is present). A package runs only on the device type it was compiled for.
+    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
+    pub device: String,
 }
 
 /// Lint an ONNX model's constants.
@@ -67,50 +72,6 @@ pub fn model_path(p: &Path) -> PathBuf {
     } else {
         p.to_path_buf()
     }
-}
-
-fn parse_dims(v: &[String]) -> Result<HashMap<String, usize>> {
-    let mut m = HashMap::new();
-    for s in v {
-        let (k, val) = s
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--dim {s}: expected NAME=SIZE"))?;
-        if k.is_empty() {
-            bail!("--dim {s}: the dim NAME is empty");
-        }
-        let n: usize = val
-            .parse()
-            .map_err(|_| anyhow!("--dim {s}: SIZE must be a non-negative integer"))?;
-        if m.insert(k.to_string(), n).is_some() {
-            bail!("--dim {k}: given twice");
-        }
-    }
-    Ok(m)
-}
-
-/// Every `--dim` must name a symbolic dim of the model's inputs.
-fn check_dims_exist(decls: &[(String, Shape)], dims: &HashMap<String, usize>) -> Result<()> {
-    let mut syms: Vec<String> = vec![];
-    for (_, decl) in decls {
-        for d in &decl.dims {
-            if let rlx_ir::Dim::Sym(s) = d {
-                if !syms.contains(s) {
-                    syms.push(s.clone());
-                }
-            }
-        }
-    }
-    for k in dims.keys() {
-        if !syms.contains(k) {
-            let have = if syms.is_empty() {
-                "none".to_string()
-            } else {
-                syms.join(", ")
-            };
-            bail!("--dim {k}: the model's inputs have no symbolic dim named \"{k}\" (they have: {have})");
-        }
-    }
-    Ok(())
 }
 
 /// Largest file `rlx` reads (model, inputs): 64 GiB, and only regular files, so a FIFO or
@@ -259,24 +220,10 @@ pub fn summarize(t: &Tensor) -> String {
     )
 }
 
-fn decl_shape_str(s: &Shape) -> String {
-    s.to_string()
-}
-
 /// Open and decode the model once (errors name the file).
 fn open_model(model: &Path) -> Result<OnnxModel> {
     let path = model_path(model);
     OnnxModel::open(&path).map_err(|e| with_file(&path, e))
-}
-
-fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
-    let msg = e.to_string();
-    let file = path.display().to_string();
-    if msg.contains(&file) {
-        anyhow!("{msg}")
-    } else {
-        anyhow!("{file}: {msg}")
-    }
 }
 
 /// Lower the model with dims bound by `--dim` and by the shapes of the given inputs.
@@ -303,105 +250,20 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         let (mut s, feeds) = crate::compile::load_package_for_run(a)?;
         return run_compiled(a, &mut s, feeds);
     }
-    let dims = parse_dims(&a.dims)?;
-    // Read input files first: they may bind symbolic dims.
-    let mut given: HashMap<String, Tensor> = HashMap::new();
-    let mut positional: Vec<(PathBuf, Tensor)> = vec![];
-    for spec in &a.inputs {
-        match spec.split_once('=') {
-            Some((name, file)) => {
-                if name.is_empty() {
-                    bail!("--input {spec}: the input NAME before '=' is empty");
-                }
-                let t = read_input_file(Path::new(file))
-                    .with_context(|| format!("input \"{name}\""))?;
-                if given.insert(name.to_string(), t).is_some() {
-                    bail!("--input {name}: given twice");
-                }
-            }
-            None => positional.push((
-                PathBuf::from(spec),
-                read_input_file(Path::new(spec)).with_context(|| format!("--input {spec}"))?,
-            )),
-        }
-    }
-    // Decode once; bind every input file against the declared inputs; then import once.
-    let m = open_model(&a.model)?;
-    let decls = m.declared_inputs();
-    check_dims_exist(&decls, &dims)?;
-    // Assign positional inputs to the inputs not named, in order.
-    let free: Vec<String> = decls
-        .iter()
-        .map(|d| d.0.clone())
-        .filter(|n| !given.contains_key(n))
-        .collect();
-    if positional.len() > free.len() {
-        bail!(
-            "{} unnamed --input files but only {} inputs left to bind ({})",
-            positional.len(),
-            free.len(),
-            free.join(", ")
-        );
-    }
-    let mut free = free.into_iter();
-    let mut sources: HashMap<String, PathBuf> = HashMap::new();
-    for spec in &a.inputs {
-        if let Some((name, file)) = spec.split_once('=') {
-            sources.insert(name.to_string(), PathBuf::from(file));
-        }
-    }
-    for ((p, t), name) in positional.into_iter().zip(free.by_ref()) {
-        sources.insert(name.clone(), p);
-        given.insert(name, t);
-    }
-    // A model folder may hold its inputs as input_<name>.npy (as examples/ does).
-    if a.model.is_dir() {
-        for name in free {
-            let p = a.model.join(format!("input_{}.npy", sanitize(&name)));
-            if p.is_file() {
-                if !a.quiet {
-                    eprintln!("rlx: input \"{name}\" from {}", p.display());
-                }
-                given.insert(name.clone(), read_npy(&p)?);
-                sources.insert(name, p);
-            }
-        }
-    }
-    for name in given.keys() {
-        if !decls.iter().any(|d| &d.0 == name) {
-            let names: Vec<&str> = decls.iter().map(|d| d.0.as_str()).collect();
-            bail!(
-                "--input {name}: the model has no input named \"{name}\" (its inputs: {})",
-                names.join(", ")
-            );
-        }
-    }
-    let g = import_with(&m, &a.model, &dims, &given)?;
-    let mut s = Session::new(Device::Cpu)
-        .try_compile(g)
+    let device = crate::compile::parse_device(&a.device)?;
+    let loaded = crate::load::load(
+        &crate::load::ModelArgs {
+            model: a.model.clone(),
+            inputs: a.inputs.clone(),
+            dims: a.dims.clone(),
+            seed: a.seed,
+        },
+        a.quiet,
+    )?;
+    let mut s = Session::new(device)
+        .try_compile(loaded.graph)
         .map_err(|e| anyhow!("{e}"))?;
-    let mut feeds: Vec<(String, Tensor)> = vec![];
-    for (name, shape) in s.inputs() {
-        let t = match given.remove(&name) {
-            Some(t) => {
-                if t.dtype() != shape.dtype || t.dims() != shape.dims_usize().as_slice() {
-                    let src = sources
-                        .get(&name)
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default();
-                    bail!(
-                        "input \"{name}\": the model expects {}, {src} holds {}",
-                        decl_shape_str(&shape),
-                        t.shape()
-                    );
-                }
-                t
-            }
-            None => generate_input(&name, &shape, a.seed),
-        };
-        feeds.push((name, t));
-    }
-    run_compiled(a, &mut s, feeds)
+    run_compiled(a, &mut s, loaded.feeds)
 }
 
 /// Run a compiled model (imported, or loaded from a package) on `feeds` (one per input, in

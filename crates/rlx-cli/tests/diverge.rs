@@ -168,3 +168,38 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn nan_report_on_wgpu_names_the_same_culprit_as_on_cpu() {
+    if !gpu() {
+        return;
+    }
+    let run = |dev: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args([
+                "run",
+                "-q",
+                "--device",
+                dev,
+                "examples/attention_masked_nan",
+            ])
+            .current_dir(repo())
+            .env("RLX_DEBUG_NANS", "1")
+            .output()
+            .expect("run rlx");
+        assert_eq!(o.status.code(), Some(0));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let (cpu, wgpu) = (run("cpu"), run("wgpu"));
+    let culprit = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("rlx nan-check:"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no report: {s}"))
+    };
+    // examples/attention_masked_nan/expect.json: the softmax of a fully masked row.
+    assert!(culprit(&cpu).contains("\"layer0.attn.softmax\""), "{cpu}");
+    assert_eq!(culprit(&cpu), culprit(&wgpu));
+    assert!(wgpu.contains("[wgpu]"), "{wgpu}");
+    assert!(wgpu.contains("layer0.attn.mask_fill"), "{wgpu}");
+}
