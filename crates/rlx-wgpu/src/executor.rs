@@ -868,6 +868,9 @@ fn build_spec(
             let (e, ti, to) = kernels::unary_expr(*op).ok_or("integer-only op")?;
             elementwise(&[ti], to, e)
         }
+        Op::Activation(rlx_ir::Activation::Relu) if bug == Some(PlantedBug::ReluDropsNan) => {
+            elementwise(&[Ty::F32], Ty::F32, "max(x, 0.0)")
+        }
         Op::Activation(a) => elementwise(&[Ty::F32], Ty::F32, &kernels::activation_expr(*a)),
         Op::Binary(b) => {
             let (e, ti, to) = kernels::binary_expr(*b).ok_or("integer-only op")?;

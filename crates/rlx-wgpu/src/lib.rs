@@ -150,6 +150,9 @@ pub mod testing {
         /// MatMul (not Conv) drops its last 16-wide k-tile when K > 16. Name:
         /// `matmul_drop_last_k`.
         MatMulDropLastK,
+        /// Relu written the naive WGSL way, `max(x, 0.0)`, which drivers fold so that a NaN
+        /// comes out as 0 (measured on lavapipe and the H200). Name: `relu_drops_nan`.
+        ReluDropsNan,
     }
 
     impl PlantedBug {
@@ -158,6 +161,7 @@ pub mod testing {
             match s.trim() {
                 "reduce_sum_skip_last" => Some(PlantedBug::ReduceSumSkipLast),
                 "matmul_drop_last_k" => Some(PlantedBug::MatMulDropLastK),
+                "relu_drops_nan" => Some(PlantedBug::ReluDropsNan),
                 _ => None,
             }
         }
@@ -166,6 +170,7 @@ pub mod testing {
                 None => 0,
                 Some(PlantedBug::ReduceSumSkipLast) => 1,
                 Some(PlantedBug::MatMulDropLastK) => 2,
+                Some(PlantedBug::ReluDropsNan) => 3,
             }
         }
     }
@@ -183,6 +188,7 @@ pub mod testing {
         match PLANTED.load(Ordering::SeqCst) {
             1 => Some(PlantedBug::ReduceSumSkipLast),
             2 => Some(PlantedBug::MatMulDropLastK),
+            3 => Some(PlantedBug::ReluDropsNan),
             _ => rlx_ir::env::get("RLX_TEST_PLANTED_BUG").and_then(|s| PlantedBug::parse(&s)),
         }
     }
