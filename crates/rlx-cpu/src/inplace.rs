@@ -92,7 +92,10 @@ pub(crate) fn eval_owned(
         }
         (Op::Activation(a), TensorData::F32(v)) if rest.is_empty() => {
             let a = *a;
-            for_each_mut(v, |x| *x = a.apply_f32(*x));
+            match crate::kernels::fastmath::act_slice_kernel(a) {
+                Some(k) => crate::kernels::fastmath::map_inplace_par(v, k),
+                None => for_each_mut(v, |x| *x = a.apply_f32(*x)),
+            }
             true
         }
         (Op::Activation(a), TensorData::F64(v)) if rest.is_empty() => {

@@ -192,7 +192,10 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
     let data = match x.data() {
         TensorData::F32(v) => TensorData::F32(match act {
             Activation::Relu => map_vec(v, |a| if a < 0.0 { 0.0 } else { a }),
-            _ => map_vec(v, |a| act.apply_f32(a)),
+            _ => match super::fastmath::act_slice_kernel(act) {
+                Some(k) => super::fastmath::map_new(v, k),
+                None => map_vec(v, |a| act.apply_f32(a)),
+            },
         }),
         TensorData::F64(v) => TensorData::F64(map_vec(v, |a| act.apply_f64(a))),
         TensorData::F16(v) => {

@@ -1,4 +1,4 @@
-//! Vectorizable f32 `exp` and `erf` for whole buffers.
+//! Vectorizable f32 `exp`, `erf` and sigmoid for whole buffers.
 //!
 //! `exp`: Cephes `expf` (range reduction `x = n·ln2 + r` with ln2 split in two, a degree-5
 //! polynomial on `r`, `2^n` built in the exponent bits), about 1 ulp on `[-87, 88]`; inputs
@@ -17,8 +17,9 @@ const EXP_HI: f32 = 88.0;
 
 #[inline(always)]
 fn exp_core(x: f32) -> f32 {
-    // Clamp keeps the bit tricks defined for every lane; out-of-range lanes are redone.
-    let xc = x.clamp(EXP_LO, EXP_HI);
+    // max/min (which drop a NaN operand) keep every lane, NaN included, in range, so the
+    // unchecked conversion below is defined; out-of-range lanes are redone by the callers.
+    let xc = x.max(EXP_LO).min(EXP_HI);
     let n = (xc * std::f32::consts::LOG2_E + 0.5).floor();
     let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let mut p = 1.987_569_1e-4f32;
@@ -28,7 +29,10 @@ fn exp_core(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // SAFETY: `n` is finite and within [-126, 127] (from `xc` in [EXP_LO, EXP_HI]), so the
+    // conversion is exact (`as` would add a saturation check per lane and stop vectorizing).
+    let ni: i32 = unsafe { n.to_int_unchecked() };
+    let scale = f32::from_bits(((ni + 127) as u32) << 23);
     y * scale
 }
 
@@ -54,25 +58,80 @@ fn erf_core(a: f32) -> f32 {
 
 #[inline(always)]
 fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
+    let mut bad = false;
     for (d, &x) in dst.iter_mut().zip(src) {
         *d = exp_core(x);
+        bad |= !(EXP_LO..=EXP_HI).contains(&x);
     }
-    for (d, &x) in dst.iter_mut().zip(src) {
-        if !(EXP_LO..=EXP_HI).contains(&x) {
-            *d = x.exp();
+    if bad {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            if !(EXP_LO..=EXP_HI).contains(&x) {
+                *d = x.exp();
+            }
         }
     }
 }
 
 #[inline(always)]
 fn erf_slice_generic(src: &[f32], dst: &mut [f32]) {
+    let mut bad = false;
     for (d, &x) in dst.iter_mut().zip(src) {
         *d = erf_core(x);
+        bad |= x.is_nan();
     }
-    for (d, &x) in dst.iter_mut().zip(src) {
-        if x.is_nan() {
-            *d = x;
+    if bad {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            if x.is_nan() {
+                *d = x;
+            }
         }
+    }
+}
+
+/// Logistic sigmoid, `1/(1+e^-x)` for `x >= 0` and `e^x/(1+e^x)` below (the two forms of
+/// `rlx_ir::Activation::apply_f32`, so no overflow), with `e = exp(-|x|)` from [`exp_core`].
+/// Lanes where `-|x|` is below `EXP_LO` (including NaN and ±inf) are redone with the scalar
+/// `Activation::Sigmoid.apply_f32`.
+#[inline(always)]
+fn sigmoid_slice_generic(src: &[f32], dst: &mut [f32]) {
+    let mut bad = false;
+    for (d, &x) in dst.iter_mut().zip(src) {
+        let e = exp_core(-x.abs());
+        let r = 1.0 / (1.0 + e);
+        *d = if x >= 0.0 { r } else { e * r };
+        bad |= x.is_nan() || x.abs() > -EXP_LO;
+    }
+    if bad {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            if x.is_nan() || x.abs() > -EXP_LO {
+                *d = rlx_ir::Activation::Sigmoid.apply_f32(x);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sigmoid_slice_avx2(src: &[f32], dst: &mut [f32]) {
+    sigmoid_slice_generic(src, dst)
+}
+
+/// `dst[i] = sigmoid(src[i])` (lengths must match; extra elements are left alone); a few
+/// ulp from the correctly rounded value on the exp range, the scalar definition outside it.
+pub(crate) fn sigmoid_slice(src: &[f32], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        return unsafe { sigmoid_slice_avx2(src, dst) };
+    }
+    sigmoid_slice_generic(src, dst)
+}
+
+/// A buffer-level kernel for the activation `act` on f32, when one exists.
+pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
+    match act {
+        rlx_ir::Activation::Sigmoid => Some(sigmoid_slice),
+        _ => None,
     }
 }
 
@@ -191,6 +250,33 @@ mod tests {
         assert_eq!(o[3], f32::INFINITY);
         assert!(ulp_diff(o[4], (-100f64).exp() as f32) <= 1);
         assert!(ulp_diff(o[5], (-88.5f64).exp() as f32) <= 1);
+    }
+
+    #[test]
+    fn sigmoid_matches_f64_definition_and_special_cases() {
+        let xs: Vec<f32> = (-3000..=3000).map(|i| i as f32 * 0.0357).collect();
+        let mut out = vec![0f32; xs.len()];
+        sigmoid_slice(&xs, &mut out);
+        for (&x, &y) in xs.iter().zip(&out) {
+            let r = (1.0 / (1.0 + (-(x as f64)).exp())) as f32; // f64 definition, rounded
+            assert!(ulp_diff(y, r) <= 4, "sigmoid({x}) = {y}, want {r}");
+        }
+        let sp = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            100.0,
+            -100.0,
+            0.0,
+        ];
+        let mut o = [0f32; 6];
+        sigmoid_slice(&sp, &mut o);
+        assert!(o[0].is_nan());
+        assert_eq!(o[1], 1.0);
+        assert_eq!(o[2], 0.0);
+        assert_eq!(o[3], 1.0);
+        assert!(ulp_diff(o[4], (-100f64).exp() as f32) <= 1);
+        assert_eq!(o[5], 0.5);
     }
 
     #[test]
