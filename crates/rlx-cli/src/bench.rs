@@ -90,6 +90,10 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     }
     let threads = match a.threads {
         Some(0) => bail!("--threads 0: need at least one thread"),
+        Some(n) if n > 1024 => bail!(
+            "--threads {n}: at most 1024 (this machine has {} cores)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };

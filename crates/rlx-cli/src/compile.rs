@@ -111,7 +111,14 @@ pub fn load_package_for_run(a: &RunArgs) -> Result<(CompiledGraph, Vec<(String, 
             "--dim: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...`"
         );
     }
-    let s = load_package(&a.model, parse_device(&a.device)?).map_err(|e| anyhow!("{e}"))?;
+    let device = match &a.device {
+        Some(d) => parse_device(d)?,
+        None => {
+            let m = rlx_runtime::package::read_manifest(&a.model).map_err(|e| anyhow!("{e}"))?;
+            parse_device(&m.device_type)?
+        }
+    };
+    let s = load_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
     let decl = s.inputs();
     let mut given: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
     let mut free = decl.iter().map(|d| d.0.clone());

@@ -67,6 +67,9 @@ fn inner(a: &DivergeArgs) -> Result<i32> {
         let mut v = vec![];
         for b in &a.backends {
             let d = parse_device(b)?;
+            if d == Device::Cpu {
+                bail!("--backends cpu: the CPU is the oracle every backend is compared with; name the other backends (e.g. --backends wgpu)");
+            }
             if !available_devices().contains(&d) {
                 bail!(
                     "--backends: {d} is not available on this machine (available: {})",

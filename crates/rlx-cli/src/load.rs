@@ -173,6 +173,8 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
         ..Default::default()
     };
     let graph = m.import(&opts).map_err(|e| with_file(&path, e))?;
+    // Before generating any input: a huge --dim must be refused, not allocated.
+    rlx_runtime::check_sizes(&graph).map_err(|e| anyhow!("{e}"))?;
     let mut feeds = vec![];
     for n in &graph.nodes {
         let Op::Input { name } = &n.op else { continue };

@@ -119,7 +119,7 @@ pub fn write_replacing(path: &Path, write: impl FnOnce(std::fs::File) -> Result<
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
+        .with_context(|| format!("cannot write {}", path.display()))?;
     let r = write(f).and_then(|()| {
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
     });

@@ -49,10 +49,10 @@ pub struct RunArgs {
     /// Print only errors and reports, not the output summaries.
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// Device to run on: cpu, or wgpu (the GPU backend; `rlx env`/`rlx diverge` tell whether
-    /// an adapter is present). A package runs only on the device type it was compiled for.
-    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
-    pub device: String,
+    /// Device to run on: cpu (default for models), or wgpu (the GPU backend). A package runs on
+    /// the device type it was compiled for (the default for packages); another type is refused.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
 }
 
 /// Lint an ONNX model's constants.
@@ -250,7 +250,7 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
         let (mut s, feeds) = crate::compile::load_package_for_run(a)?;
         return run_compiled(a, &mut s, feeds);
     }
-    let device = crate::compile::parse_device(&a.device)?;
+    let device = crate::compile::parse_device(a.device.as_deref().unwrap_or("cpu"))?;
     let loaded = crate::load::load(
         &crate::load::ModelArgs {
             model: a.model.clone(),

@@ -135,4 +135,27 @@ fn bench_rejects_bad_arguments_with_clear_errors() {
     let (code, _, err) = rlx(&["bench", "no/such/model.onnx", "--runs", "1"], None);
     assert_eq!(code, 1);
     assert!(err.contains("no/such/model.onnx"), "{err}");
+    // A thread count that would exhaust the machine is refused, not attempted.
+    let (code, _, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--threads",
+            "100000",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("--threads 100000: at most 1024"), "{err}");
+    let (code, _, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--device",
+            "tpu",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("--device tpu"), "{err}");
 }

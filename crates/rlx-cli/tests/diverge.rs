@@ -158,6 +158,15 @@ fn bad_arguments_are_clear_errors() {
     let (code, _, err) = diverge(&["no/such/model.onnx"], None);
     assert_eq!(code, 2);
     assert!(err.contains("no/such/model.onnx"), "{err}");
+    let (code, _, err) = diverge(&["examples/healthy_mlp", "--backends", "cpu"], None);
+    assert_eq!(code, 2);
+    assert!(err.contains("the CPU is the oracle"), "{err}");
+    let (code, _, err) = diverge(
+        &["examples/healthy_mlp", "--json", "/nonexistent/d/r.json"],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot write /nonexistent/d/r.json"), "{err}");
     let (code, _, err) = diverge(&["examples/healthy_mlp", "--backends", "cuda"], None);
     assert_eq!(code, 2);
     assert!(err.contains("cuda is not available"), "{err}");

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! assert!(rlx_ir::env::lookup("RLX_DEBUG_NANS").is_some());
-//! let on = rlx_ir::env::is_on("RLX_LINT_NUMERICS"); // unset, empty or "0" is off
+//! let on = rlx_ir::env::is_on("RLX_LINT_NUMERICS"); // unset, empty, 0, false, off, no: off
 //! # let _ = on;
 //! ```
 
@@ -249,10 +249,15 @@ pub fn get_os(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 
-/// True when a registered variable is set to something other than empty or `0`
-/// (surrounding whitespace ignored).
+/// True when a registered variable is set to something other than empty, `0`, `false`,
+/// `off` or `no` (case and surrounding whitespace ignored).
 pub fn is_on(name: &str) -> bool {
-    get(name).is_some_and(|v| !matches!(v.trim(), "" | "0"))
+    get(name).is_some_and(|v| {
+        !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "0" | "false" | "off" | "no"
+        )
+    })
 }
 
 #[cfg(test)]

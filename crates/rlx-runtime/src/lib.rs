@@ -596,8 +596,10 @@ fn memory_limit() -> u128 {
     limit.unwrap_or(64 << 30)
 }
 
-/// Refuse a graph with a tensor bigger than the machine's memory before anything allocates.
-fn check_sizes(g: &Graph) -> Result<(), RuntimeError> {
+/// Refuse a graph with a tensor bigger than the memory this process may use, before anything
+/// allocates (`RuntimeError::TooLarge`, naming the node and its shape). Compiling calls it;
+/// tools that build input tensors from a graph's shapes call it first.
+pub fn check_sizes(g: &Graph) -> Result<(), RuntimeError> {
     let limit = memory_limit();
     for n in &g.nodes {
         let bytes = n

@@ -297,9 +297,22 @@ impl PrinterConfig {
     /// Parse the two variables' values (`None` = unset). Levels: unset, empty or `0` off;
     /// `1`, `2`, `3`; any other value (e.g. `true`) means 1; numbers above 3 mean 3.
     pub fn parse(level: Option<&str>, filters: Option<&str>) -> PrinterConfig {
-        let level = match level.map(str::trim) {
-            None | Some("") | Some("0") => 0,
-            Some(v) => v.parse::<u64>().map_or(1, |n| n.min(3) as u8),
+        let level = match level.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            None | Some("" | "0" | "false" | "off" | "no") => 0,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n @ 1..=3) => n as u8,
+                _ => {
+                    eprintln!(
+                        "rlx: note: {RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER}={v:?} is not 0, 1, 2 or 3: printing at level {}",
+                        if v.parse::<u64>().is_ok() { 3 } else { 1 }
+                    );
+                    if v.parse::<u64>().is_ok() {
+                        3
+                    } else {
+                        1
+                    }
+                }
+            },
         };
         PrinterConfig::new(level).with_filters(&[filters.unwrap_or("")])
     }
