@@ -397,8 +397,10 @@ pub(crate) fn run_cpu(
             let _ = e.flush();
         }
     };
+    let mut printed = 0usize;
     let mut observe = |id: NodeId, t: &Tensor| {
         if let Some(l) = cfg.line_after(&g, id, t) {
+            printed += 1;
             let _ = writeln!(std::io::stderr().lock(), "{l}");
         }
     };
@@ -407,7 +409,13 @@ pub(crate) fn run_cpu(
     } else {
         None
     };
-    exec.run_hooked(inputs, scanner, before, Some(&mut observe))
+    let r = exec.run_hooked(inputs, scanner, before, Some(&mut observe));
+    if printed == 0 && r.is_ok() {
+        eprintln!(
+            "rlx: note: {RLX_FILTERED_OPS_TO_PRINT} matched no op (patterns are case-sensitive globs with * and ?, matched against the label, the op name and %id)"
+        );
+    }
+    r
 }
 
 #[cfg(test)]
