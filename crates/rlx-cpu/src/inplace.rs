@@ -123,6 +123,22 @@ pub(crate) fn eval_owned(
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
                             binary_into(x, &od, y, &bd, |p, _| p * p)?
                         }
+                        // Max/Min monomorphized so the loop vectorizes (Clip's two halves);
+                        // same expression as `BinaryOp::apply_f32`.
+                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
+                            if p.is_nan() || q.is_nan() {
+                                f32::NAN
+                            } else {
+                                p.max(q)
+                            }
+                        })?,
+                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
+                            if p.is_nan() || q.is_nan() {
+                                f32::NAN
+                            } else {
+                                p.min(q)
+                            }
+                        })?,
                         _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
                     }
                     true

@@ -262,6 +262,22 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                     BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
                         bin_map(x, ad, y, bd, &od, |p, _| p * p)?
                     }
+                    // Max/Min monomorphized (the op's match hoisted out of the loop, which
+                    // then vectorizes); same expression as `BinaryOp::apply_f32`.
+                    BinaryOp::Max => bin_map(x, ad, y, bd, &od, |p: f32, q: f32| {
+                        if p.is_nan() || q.is_nan() {
+                            f32::NAN
+                        } else {
+                            p.max(q)
+                        }
+                    })?,
+                    BinaryOp::Min => bin_map(x, ad, y, bd, &od, |p: f32, q: f32| {
+                        if p.is_nan() || q.is_nan() {
+                            f32::NAN
+                        } else {
+                            p.min(q)
+                        }
+                    })?,
                     _ => bin_map(x, ad, y, bd, &od, |p, q| op.apply_f32(p, q))?,
                 })
             }
