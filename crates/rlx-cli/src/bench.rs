@@ -20,7 +20,7 @@
 //!
 //! `real:` is the mean seconds per run and is always the last line.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rlx_cli::load::{load, ModelArgs};
 use rlx_cli::npy::write_npy;
@@ -174,7 +174,7 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
         }
     };
     if let Some(dir) = &a.output_dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        rlx_cli::npy::create_output_dir(dir)?;
         let mut used: Vec<String> = vec![];
         for ((name, _), t) in s.outputs().iter().zip(&outs) {
             let base = sanitize(name);

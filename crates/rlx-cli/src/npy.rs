@@ -155,3 +155,11 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
         d @ TensorData::Narrow { .. } => write_vec(path, &dims, &d.to_f32_vec()),
     }
 }
+
+/// Create the output folder `dir` (and its parents); a clear error when `dir` is a file.
+pub fn create_output_dir(dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        bail!("{} is a file, not a directory", dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}

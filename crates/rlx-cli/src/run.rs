@@ -317,7 +317,7 @@ pub(crate) fn run_compiled(
         Err(e) => return Err(anyhow!("{e}")),
     };
     if let Some(dir) = &a.output_dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::npy::create_output_dir(dir)?;
     }
     let mut used: Vec<String> = vec![];
     for ((name, _), t) in s.outputs().iter().zip(&outs) {

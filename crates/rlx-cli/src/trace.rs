@@ -8,7 +8,7 @@
 //! the order the CPU executor runs them.
 
 use crate::load::{load, ModelArgs};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use clap::Args;
 use rlx_ir::provenance::{node_label, source_op_type};
 use rlx_ir::{DType, Graph, NodeId, Op, Tensor};
@@ -663,7 +663,7 @@ tr:target td {{ outline: 2px solid {C_LINE}; }}
 
 /// Write `trace.json` and `trace.html` for `t` into `dir` (created if missing).
 pub fn write_trace(t: &Trace, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::npy::create_output_dir(dir)?;
     for (name, body) in [
         ("trace.json", serde_json::to_string_pretty(&t.to_json())?),
         ("trace.html", t.to_html()),
