@@ -24,7 +24,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rlx_cli::load::{load, ModelArgs};
 use rlx_cli::npy::write_npy;
-use rlx_cli::run::{model_path, sanitize};
+use rlx_cli::run::{model_path, output_files};
 use rlx_ir::{DebugMode, Tensor};
 use rlx_runtime::{Device, Session};
 use std::path::PathBuf;
@@ -175,16 +175,8 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     };
     if let Some(dir) = &a.output_dir {
         rlx_cli::npy::create_output_dir(dir)?;
-        let mut used: Vec<String> = vec![];
-        for ((name, _), t) in s.outputs().iter().zip(&outs) {
-            let base = sanitize(name);
-            let mut file = base.clone();
-            let mut k = 0;
-            while used.contains(&file) {
-                k += 1;
-                file = format!("{base}_{k}");
-            }
-            used.push(file.clone());
+        let names: Vec<String> = s.outputs().into_iter().map(|o| o.0).collect();
+        for (file, t) in output_files(&names).iter().zip(&outs) {
             write_npy(&dir.join(format!("{file}.npy")), t)?;
         }
     }

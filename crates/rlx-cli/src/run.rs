@@ -319,21 +319,12 @@ pub(crate) fn run_compiled(
     if let Some(dir) = &a.output_dir {
         crate::npy::create_output_dir(dir)?;
     }
-    let mut used: Vec<String> = vec![];
-    for ((name, _), t) in s.outputs().iter().zip(&outs) {
+    let names: Vec<String> = s.outputs().into_iter().map(|o| o.0).collect();
+    for ((name, file), t) in names.iter().zip(output_files(&names)).zip(&outs) {
         if !a.quiet {
             println!("{name}: {} {}", t.shape(), summarize(t));
         }
         if let Some(dir) = &a.output_dir {
-            // Distinct outputs whose sanitized names collide get _1, _2, ... suffixes.
-            let base = sanitize(name);
-            let mut file = base.clone();
-            let mut k = 0;
-            while used.contains(&file) {
-                k += 1;
-                file = format!("{base}_{k}");
-            }
-            used.push(file.clone());
             let p = dir.join(format!("{file}.npy"));
             write_npy(&p, t)?;
             if file != *name && !a.quiet {
@@ -342,6 +333,23 @@ pub(crate) fn run_compiled(
         }
     }
     Ok(0)
+}
+
+/// File stems for outputs named `names`: [`sanitize`]d, and distinct outputs whose sanitized
+/// names collide get `_1`, `_2`, ... suffixes.
+pub fn output_files(names: &[String]) -> Vec<String> {
+    let mut used: Vec<String> = vec![];
+    for name in names {
+        let base = sanitize(name);
+        let mut file = base.clone();
+        let mut k = 0;
+        while used.contains(&file) {
+            k += 1;
+            file = format!("{base}_{k}");
+        }
+        used.push(file);
+    }
+    used
 }
 
 /// Entry point of `rlx run` / `rlx-run`; returns the exit status.
