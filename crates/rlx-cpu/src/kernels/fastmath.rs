@@ -16,6 +16,7 @@ const EXP_LO: f32 = -87.0;
 const EXP_HI: f32 = 88.0;
 
 #[inline(always)]
+#[allow(clippy::manual_clamp)] // `clamp` keeps a NaN; the conversion below needs NaN-free lanes
 fn exp_core(x: f32) -> f32 {
     // max/min (which drop a NaN operand) keep every lane, NaN included, in range, so the
     // unchecked conversion below is defined; out-of-range lanes are redone by the callers.
