@@ -105,6 +105,18 @@ fn u(v: usize) -> Result<u32, String> {
 }
 
 /// Strides (in elements) of `ind` broadcast right-aligned to `out` (0 where broadcast).
+/// The copy kernel's per-axis rows for an output of dims `od`: `[out dim, in dim, in stride,
+/// start, step, out stride]`, where `row(i)` gives the middle four for output axis `i`.
+fn axis_rows(od: &[usize], row: impl Fn(usize) -> [i64; 4]) -> Vec<[i64; 6]> {
+    let ost = strides_of(od);
+    (0..od.len())
+        .map(|i| {
+            let [d, st, start, step] = row(i);
+            [od[i] as i64, d, st, start, step, ost[i] as i64]
+        })
+        .collect()
+}
+
 fn bcast_strides(ind: &[usize], out: &[usize]) -> Vec<usize> {
     let st = strides_of(ind);
     let off = out.len() - ind.len();
@@ -906,19 +918,7 @@ fn build_spec(
             }
             let id0 = ind(0);
             let ist = strides_of(&id0);
-            let ost = strides_of(&od);
-            let axes: Vec<[i64; 6]> = (0..od.len())
-                .map(|i| {
-                    [
-                        od[i] as i64,
-                        id0[perm[i]] as i64,
-                        ist[perm[i]] as i64,
-                        0,
-                        1,
-                        ost[i] as i64,
-                    ]
-                })
-                .collect();
+            let axes = axis_rows(&od, |i| [id0[perm[i]] as i64, ist[perm[i]] as i64, 0, 1]);
             copy_spec(node.inputs[0], nout, 0, 0, 0, &axes, maxg)
         }
         Op::Broadcast { .. } => {
@@ -927,19 +927,7 @@ fn build_spec(
             }
             let id0 = ind(0);
             let bst = bcast_strides(&id0, &od);
-            let ost = strides_of(&od);
-            let axes: Vec<[i64; 6]> = (0..od.len())
-                .map(|i| {
-                    [
-                        od[i] as i64,
-                        od[i] as i64,
-                        bst[i] as i64,
-                        0,
-                        1,
-                        ost[i] as i64,
-                    ]
-                })
-                .collect();
+            let axes = axis_rows(&od, |i| [od[i] as i64, bst[i] as i64, 0, 1]);
             copy_spec(node.inputs[0], nout, 0, 0, 0, &axes, maxg)
         }
         Op::Slice { starts, steps, .. } => {
@@ -948,19 +936,9 @@ fn build_spec(
             }
             let id0 = ind(0);
             let ist = strides_of(&id0);
-            let ost = strides_of(&od);
-            let axes: Vec<[i64; 6]> = (0..od.len())
-                .map(|i| {
-                    [
-                        od[i] as i64,
-                        id0[i] as i64,
-                        ist[i] as i64,
-                        starts[i] as i64,
-                        steps[i],
-                        ost[i] as i64,
-                    ]
-                })
-                .collect();
+            let axes = axis_rows(&od, |i| {
+                [id0[i] as i64, ist[i] as i64, starts[i] as i64, steps[i]]
+            });
             copy_spec(node.inputs[0], nout, 0, 0, 0, &axes, maxg)
         }
         Op::Tile { .. } => {
@@ -969,19 +947,7 @@ fn build_spec(
             }
             let id0 = ind(0);
             let ist = strides_of(&id0);
-            let ost = strides_of(&od);
-            let axes: Vec<[i64; 6]> = (0..od.len())
-                .map(|i| {
-                    [
-                        od[i] as i64,
-                        id0[i] as i64,
-                        ist[i] as i64,
-                        0,
-                        1,
-                        ost[i] as i64,
-                    ]
-                })
-                .collect();
+            let axes = axis_rows(&od, |i| [id0[i] as i64, ist[i] as i64, 0, 1]);
             copy_spec(node.inputs[0], nout, 0, 5, 0, &axes, maxg)
         }
         Op::Pad { pads, mode } => {
@@ -1006,19 +972,9 @@ fn build_spec(
                 PadMode::Wrap => (4, 0),
             };
             let ist = strides_of(&id0);
-            let ost = strides_of(&od);
-            let axes: Vec<[i64; 6]> = (0..od.len())
-                .map(|i| {
-                    [
-                        od[i] as i64,
-                        id0[i] as i64,
-                        ist[i] as i64,
-                        -(pads[i].0 as i64),
-                        1,
-                        ost[i] as i64,
-                    ]
-                })
-                .collect();
+            let axes = axis_rows(&od, |i| {
+                [id0[i] as i64, ist[i] as i64, -(pads[i].0 as i64), 1]
+            });
             copy_spec(node.inputs[0], nout, 0, m, bits, &axes, maxg)
         }
         Op::Concat { axis } => {
