@@ -94,19 +94,8 @@ fn im2col_2d<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, col: &mut [T]) {
         let ky = (row / kw) % kh;
         let kx = row % kw;
         let src = &x[ch * h * w..(ch + 1) * h * w];
-        // Output columns whose input column is inside [0, w): ox in [lo, hi).
         let off = kx * dw;
-        let lo = if off >= pl {
-            0
-        } else {
-            (pl - off).div_ceil(sw)
-        };
-        let hi = if w + pl > off {
-            ((w + pl - off - 1) / sw + 1).min(ow)
-        } else {
-            0
-        };
-        let lo = lo.min(hi);
+        let (lo, hi) = inside_cols(off, pl, sw, w, ow);
         for (oy, out_row) in dst.chunks_mut(ow).enumerate() {
             let iy = (oy * sh + ky * dh) as isize - pt as isize;
             if iy < 0 || iy as usize >= h {
@@ -227,17 +216,7 @@ fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<O
             for kx in 0..kw {
                 let wv = w[(c * kh + ky) * kw + kx];
                 let off = kx * dw;
-                let lo = if off >= pl {
-                    0
-                } else {
-                    (pl - off).div_ceil(sw)
-                };
-                let hi = if wd + pl > off {
-                    ((wd + pl - off - 1) / sw + 1).min(ow)
-                } else {
-                    0
-                };
-                let lo = lo.min(hi);
+                let (lo, hi) = inside_cols(off, pl, sw, wd, ow);
                 for (oy, orow) in dst.chunks_mut(ow).enumerate() {
                     let iy = (oy * sh + ky * dh) as isize - pt as isize;
                     if iy < 0 || iy as usize >= h {
@@ -475,4 +454,21 @@ mod tests {
         check([1, 4, 10, 10], [4, 1, 5, 5], 2, 2, 2, 4);
         check([1, 3, 6, 6], [3, 1, 3, 3], 1, 1, 0, 3);
     }
+}
+
+/// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside
+/// `[0, w)`, for a kernel tap at offset `off = kx * dilation`, left padding `pl`, stride `sw`
+/// and `ow` output columns.
+fn inside_cols(off: usize, pl: usize, sw: usize, w: usize, ow: usize) -> (usize, usize) {
+    let lo = if off >= pl {
+        0
+    } else {
+        (pl - off).div_ceil(sw)
+    };
+    let hi = if w + pl > off {
+        ((w + pl - off - 1) / sw + 1).min(ow)
+    } else {
+        0
+    };
+    (lo.min(hi), hi)
 }
