@@ -58,6 +58,44 @@ fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CpuError {
     }
 }
 
+/// Check run inputs against a graph's Input nodes `ids` (in order): their count, and each
+/// tensor's dtype and dims. A symbolic dim matches any size when `symbolic_matches` (the CPU
+/// sizes buffers per run), else it never matches (a backend that planned static buffers).
+/// The error names the input: `input "x" expects f32[2,2], got f32[2,3]`.
+pub fn check_feeds(
+    g: &Graph,
+    ids: &[NodeId],
+    inputs: &[Tensor],
+    symbolic_matches: bool,
+) -> Result<(), String> {
+    if inputs.len() != ids.len() {
+        let names: Vec<String> = ids.iter().map(|&i| node_label(g, i)).collect();
+        return Err(format!(
+            "graph {} takes {} inputs ({}), got {}",
+            g.name,
+            ids.len(),
+            names.join(", "),
+            inputs.len()
+        ));
+    }
+    for (t, &id) in inputs.iter().zip(ids) {
+        let shape = &g.node(id).shape;
+        let dims_ok = t.dims().len() == shape.rank()
+            && t.dims().iter().zip(&shape.dims).all(|(&d, sd)| match sd {
+                Dim::Static(s) => *s == d,
+                Dim::Sym(_) => symbolic_matches,
+            });
+        if t.dtype() != shape.dtype || !dims_ok {
+            return Err(format!(
+                "input \"{}\" expects {shape}, got {}",
+                node_label(g, id),
+                t.shape()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// True when the CPU backend has a kernel for `op` (every non-leaf op today). Written as an
 /// exhaustive match so a new `Op` variant must be considered here.
 pub fn cpu_supports(op: &Op) -> bool {
@@ -375,33 +413,7 @@ impl CpuExecutor {
     }
 
     fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), CpuError> {
-        let g = &self.graph;
-        if inputs.len() != self.inputs.len() {
-            let names: Vec<String> = self.inputs.iter().map(|&i| node_label(g, i)).collect();
-            return Err(CpuError::Input(format!(
-                "graph {} takes {} inputs ({}), got {}",
-                g.name,
-                self.inputs.len(),
-                names.join(", "),
-                inputs.len()
-            )));
-        }
-        for (t, &id) in inputs.iter().zip(&self.inputs) {
-            let shape = &g.node(id).shape;
-            let name = node_label(g, id);
-            let dims_ok = t.dims().len() == shape.rank()
-                && t.dims().iter().zip(&shape.dims).all(|(&d, sd)| match sd {
-                    Dim::Static(s) => *s == d,
-                    Dim::Sym(_) => true,
-                });
-            if t.dtype() != shape.dtype || !dims_ok {
-                return Err(CpuError::Input(format!(
-                    "input \"{name}\" expects {shape}, got {}",
-                    t.shape()
-                )));
-            }
-        }
-        Ok(())
+        check_feeds(&self.graph, &self.inputs, inputs, true).map_err(CpuError::Input)
     }
 
     /// Run one non-leaf node, reusing its first input's buffer when that input dies here.

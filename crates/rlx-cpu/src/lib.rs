@@ -21,7 +21,7 @@ mod executor;
 mod inplace;
 mod kernels;
 
-pub use executor::{cpu_supports, CpuExecutor, Observer};
+pub use executor::{check_feeds, cpu_supports, CpuExecutor, Observer};
 
 /// Evaluate `op` on `inputs`, producing a tensor of type `out` (the node's inferred shape).
 ///

@@ -9,7 +9,7 @@ use crate::{gpu, Gpu, WgpuError};
 use rlx_cpu::eval_op;
 use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::provenance::node_label;
-use rlx_ir::{strides_of, DType, Dim, Graph, NodeId, Op, PadMode, PoolKind, Tensor, TensorData};
+use rlx_ir::{strides_of, DType, Graph, NodeId, Op, PadMode, PoolKind, Tensor, TensorData};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -465,33 +465,7 @@ impl WgpuExecutor {
     }
 
     fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), WgpuError> {
-        let g = &self.graph;
-        if inputs.len() != self.inputs.len() {
-            let names: Vec<String> = self.inputs.iter().map(|&i| node_label(g, i)).collect();
-            return Err(WgpuError::Input(format!(
-                "graph {} takes {} inputs ({}), got {}",
-                g.name,
-                self.inputs.len(),
-                names.join(", "),
-                inputs.len()
-            )));
-        }
-        for (t, &id) in inputs.iter().zip(&self.inputs) {
-            let shape = &g.node(id).shape;
-            let dims_ok = t.dims().len() == shape.rank()
-                && t.dims().iter().zip(&shape.dims).all(|(&d, sd)| match sd {
-                    Dim::Static(s) => *s == d,
-                    Dim::Sym(_) => false,
-                });
-            if t.dtype() != shape.dtype || !dims_ok {
-                return Err(WgpuError::Input(format!(
-                    "input \"{}\" expects {shape}, got {}",
-                    node_label(g, id),
-                    t.shape()
-                )));
-            }
-        }
-        Ok(())
+        rlx_cpu::check_feeds(&self.graph, &self.inputs, inputs, false).map_err(WgpuError::Input)
     }
 
     /// Run with `inputs` in `graph.inputs()` order; returns the outputs in `graph.outputs`
