@@ -30,6 +30,35 @@ pub struct CpuExecutor {
     /// Per leaf whose value does not change between runs (Constant, Param once set): its
     /// NaN/Inf counts, computed once, so the scanner does not re-read weights every run.
     leaf_counts: Vec<Option<NonFiniteCounts>>,
+    /// Some node is large enough for a kernel to split it over threads (see `parallel_work`).
+    parallel_work: bool,
+}
+
+/// True when some node of `g` is big enough that a kernel may split it over rayon: an output
+/// of at least `PAR_THRESHOLD` elements, or a MatMul/Conv of at least 2^20 multiply-adds
+/// (output elements × reduction length). Graphs below that (small transformers) run on the
+/// calling thread even in a multi-thread pool: a hand-off costs more than they gain.
+fn parallel_work(g: &Graph) -> bool {
+    g.nodes.iter().any(|node| {
+        if matches!(node.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_)) {
+            return false;
+        }
+        let numel: usize = node.shape.dims_usize().iter().product();
+        let k = match &node.op {
+            Op::MatMul => node
+                .inputs
+                .first()
+                .and_then(|&i| g.node(i).shape.dims_usize().last().copied())
+                .unwrap_or(1),
+            Op::Conv(_) => node
+                .inputs
+                .get(1)
+                .map(|&w| g.node(w).shape.dims_usize().iter().skip(1).product())
+                .unwrap_or(1),
+            _ => 1,
+        };
+        numel >= crate::kernels::PAR_THRESHOLD || numel.saturating_mul(k) >= 1 << 20
+    })
 }
 
 /// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
@@ -231,6 +260,7 @@ impl CpuExecutor {
             })
             .collect();
         Ok(CpuExecutor {
+            parallel_work: parallel_work(&graph),
             leaf_counts,
             params: vec![None; n],
             param_ids,
@@ -326,10 +356,31 @@ impl CpuExecutor {
         &mut self,
         inputs: &[Tensor],
         scanner: Option<&mut DebugScanner>,
+        before: Option<&mut dyn FnMut(NodeId)>,
+        observe: Option<Observer<'_>>,
+    ) -> Result<Vec<Tensor>, CpuError> {
+        // Called from outside a multi-thread pool: run the whole graph on a pool thread, so
+        // the parallel kernels split work among the pool's threads without one hand-off
+        // from this thread per op. (Hooks are not `Send`; hooked runs stay here.)
+        if before.is_none()
+            && observe.is_none()
+            && rayon::current_thread_index().is_none()
+            && self.parallel_work
+            && rayon::current_num_threads() > 1
+        {
+            return rayon::scope(|_| self.run_inner(inputs, scanner, None, None));
+        }
+        self.run_inner(inputs, scanner, before, observe)
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &[Tensor],
+        scanner: Option<&mut DebugScanner>,
         mut before: Option<&mut dyn FnMut(NodeId)>,
         mut observe: Option<Observer<'_>>,
     ) -> Result<Vec<Tensor>, CpuError> {
-        let this = &*self;
+        let this = self;
         let g = &this.graph;
         this.check_inputs(inputs)?;
         let mut scanner = scanner.filter(|s| s.is_on());

@@ -2,7 +2,7 @@
 //! its data and f32/f64 elementwise ops overwrite it in place. Results are identical to
 //! [`crate::eval_op`] (same scalar functions); anything not handled here falls back to it.
 
-use crate::kernels::{fill_chunks, Bcast, PAR_THRESHOLD};
+use crate::kernels::{fill_chunks, par_worth, Bcast};
 use crate::{check_result, eval_op, KernelError};
 use rayon::prelude::*;
 use rlx_ir::{Op, Shape, Tensor, TensorData};
@@ -18,7 +18,7 @@ pub(crate) fn can_reuse(op: &Op) -> bool {
 }
 
 fn for_each_mut<T: Send>(v: &mut [T], f: impl Fn(&mut T) + Sync + Send) {
-    if v.len() >= PAR_THRESHOLD {
+    if par_worth(v.len()) {
         v.par_iter_mut().with_min_len(4096).for_each(f);
     } else {
         v.iter_mut().for_each(f);
@@ -34,7 +34,7 @@ fn binary_into<T: Copy + Send + Sync>(
     f: impl Fn(T, T) -> T + Sync + Send,
 ) -> Result<(), KernelError> {
     if bd == od {
-        if a.len() >= PAR_THRESHOLD {
+        if par_worth(a.len()) {
             a.par_iter_mut()
                 .with_min_len(4096)
                 .zip(b.par_iter())

@@ -1,7 +1,7 @@
 //! Elementwise kernels: Unary, Activation, Binary (NumPy broadcasting), Select, Cast.
 //! Scalar semantics come from `rlx_ir::op` (`apply_f32` / `apply_f64` / `apply_i64`).
 
-use super::{fill_chunks, invalid, make, out_dims, Bcast, KResult, PAR_THRESHOLD};
+use super::{fill_chunks, invalid, make, out_dims, par_worth, Bcast, KResult};
 use half::{bf16, f16};
 use rayon::prelude::*;
 use rlx_ir::{Activation, BinaryOp, DType, Shape, Tensor, TensorData, UnaryOp};
@@ -12,7 +12,7 @@ pub(crate) fn map_vec<A: Copy + Sync, O: Send>(
     v: &[A],
     f: impl Fn(A) -> O + Sync + Send,
 ) -> Vec<O> {
-    if v.len() >= PAR_THRESHOLD {
+    if par_worth(v.len()) {
         v.par_iter().with_min_len(4096).map(|&x| f(x)).collect()
     } else {
         v.iter().map(|&x| f(x)).collect()
@@ -35,7 +35,7 @@ where
 {
     let n: usize = od.iter().product();
     if ad == od && bd == od {
-        if n >= PAR_THRESHOLD {
+        if par_worth(n) {
             return Ok(a
                 .par_iter()
                 .with_min_len(4096)

@@ -197,7 +197,7 @@ pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<SliceKernel> {
 /// `out = kernel(v)`, split over rayon above the parallel threshold.
 pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
     let mut out = vec![0f32; v.len()];
-    if v.len() >= super::PAR_THRESHOLD {
+    if super::par_worth(v.len()) {
         use rayon::prelude::*;
         out.par_chunks_mut(8192)
             .zip(v.par_chunks(8192))
@@ -210,7 +210,7 @@ pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
 
 /// `map_inplace`, split over rayon above the parallel threshold.
 pub(crate) fn map_inplace_par(v: &mut [f32], f: SliceKernel) {
-    if v.len() >= super::PAR_THRESHOLD {
+    if super::par_worth(v.len()) {
         use rayon::prelude::*;
         v.par_chunks_mut(8192).for_each(|c| map_inplace(c, f));
     } else {

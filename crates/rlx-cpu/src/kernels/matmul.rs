@@ -200,7 +200,11 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
         return gemm_into(nb * m, n, k, va(0), vb(0), &mut out, true).map(|_| out);
     }
     let per = m * n * k;
-    if per < GEMM_PAR_FLOPS && nb * per >= GEMM_PAR_FLOPS && m * n > 0 {
+    if per < GEMM_PAR_FLOPS
+        && nb * per >= GEMM_PAR_FLOPS
+        && m * n > 0
+        && rayon::current_num_threads() > 1
+    {
         // Many small products (attention heads): one task per batch.
         out.par_chunks_mut(m * n)
             .zip(p.offs.par_iter())

@@ -26,6 +26,15 @@ use rlx_ir::{Shape, Tensor, TensorData};
 /// Below this many output elements a kernel runs on the calling thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
 
+/// True when a loop over `work` elements should be split over rayon: at least
+/// [`PAR_THRESHOLD`] and more than one thread in the current pool. With one thread every
+/// loop runs inline: a rayon call made outside the pool hands the work to a pool thread and
+/// blocks on it, a thread switch per op for no parallelism.
+#[inline]
+pub(crate) fn par_worth(work: usize) -> bool {
+    work >= PAR_THRESHOLD && rayon::current_num_threads() > 1
+}
+
 pub(crate) type KResult<T> = Result<T, KernelError>;
 
 pub(crate) fn invalid<T>(msg: impl Into<String>) -> KResult<T> {
@@ -214,7 +223,7 @@ pub(crate) fn fill_chunks<T: Send>(
 ) {
     use rayon::prelude::*;
     let chunk = chunk.max(1);
-    if out.len() >= PAR_THRESHOLD && out.len() / chunk > 1 {
+    if par_worth(out.len()) && out.len() / chunk > 1 {
         // Group rows so each task has at least ~PAR_THRESHOLD/4 elements.
         let rows_per_task = ((PAR_THRESHOLD / 4) / chunk).max(1);
         out.par_chunks_mut(chunk * rows_per_task)

@@ -1,6 +1,6 @@
 //! Reductions and scans: Reduce, ArgReduce, CumSum, Softmax, LogSoftmax.
 
-use super::{fill_chunks, invalid, make, map_float, strides, Elem, KResult, PAR_THRESHOLD};
+use super::{fill_chunks, invalid, make, map_float, par_worth, strides, Elem, KResult};
 use num_traits::Float;
 use rayon::prelude::*;
 use rlx_ir::{ReduceKind, Shape, Tensor, TensorData};
@@ -61,7 +61,7 @@ fn map_bases<O: Send>(
     work: usize,
     f: impl Fn(usize) -> O + Sync + Send,
 ) -> Vec<O> {
-    if work >= PAR_THRESHOLD && bases.len() > 1 {
+    if par_worth(work) && bases.len() > 1 {
         bases.par_iter().map(|&b| f(b)).collect()
     } else {
         bases.iter().map(|&b| f(b)).collect()
