@@ -37,6 +37,19 @@ fn exp_core(x: f32) -> f32 {
     y * scale
 }
 
+/// `exp(x)` for `x` outside [`EXP_LO`, `EXP_HI`]: +0 below -104 (e^-104 < 2^-150, half the
+/// smallest subnormal, so the correctly rounded result is +0, as the C library returns;
+/// that also covers -inf), else `f32::exp` (overflow, subnormal results, NaN). Softmax over
+/// a causal mask sends half its inputs here; libm's underflow path is slow.
+#[inline(always)]
+fn exp_outside(x: f32) -> f32 {
+    if x < -104.0 {
+        0.0
+    } else {
+        x.exp()
+    }
+}
+
 #[inline(always)]
 fn erf_core(a: f32) -> f32 {
     let x = a.clamp(-4.0, 4.0);
@@ -67,7 +80,7 @@ fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
     if bad {
         for (d, &x) in dst.iter_mut().zip(src) {
             if !(EXP_LO..=EXP_HI).contains(&x) {
-                *d = x.exp();
+                *d = exp_outside(x);
             }
         }
     }
@@ -251,6 +264,21 @@ mod tests {
         assert_eq!(o[3], f32::INFINITY);
         assert!(ulp_diff(o[4], (-100f64).exp() as f32) <= 1);
         assert!(ulp_diff(o[5], (-88.5f64).exp() as f32) <= 1);
+    }
+
+    #[test]
+    fn exp_underflow_range_matches_f64_reference() {
+        // The fix-up path: subnormal results, the cut to +0 near -104, and masks such as
+        // -3.4e38 or -1e9 (causal attention) that land far below it.
+        let mut xs: Vec<f32> = (0..=4000).map(|i| -87.0 - i as f32 * 0.0055).collect();
+        xs.extend([-103.27, -103.97, -103.98, -104.0, -1e9, f32::MIN, -f32::MAX / 2.0]);
+        let mut out = vec![1f32; xs.len()];
+        exp_slice(&xs, &mut out);
+        for (&x, &y) in xs.iter().zip(&out) {
+            let r = (x as f64).exp() as f32;
+            assert!(ulp_diff(y, r) <= 1, "exp({x}) = {y:e}, want {r:e}");
+            assert!(y >= 0.0 && y.is_sign_positive(), "exp({x}) = {y:e}");
+        }
     }
 
     #[test]
