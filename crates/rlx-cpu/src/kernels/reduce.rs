@@ -98,15 +98,28 @@ fn reduce_float<T: Float + Send + Sync>(v: &[T], p: &Plan, kind: ReduceKind) -> 
                 ReduceKind::Prod => narrow(row.iter().fold(1.0, |a, &x| a * wide(x))),
                 ReduceKind::Max | ReduceKind::Min => {
                     let max = kind == ReduceKind::Max;
-                    let mut nan = false;
-                    let mut acc = if max {
+                    // 8 independent lanes (a select per lane vectorizes to max/min
+                    // instructions); NaN is tracked on the side, so the lanes never see
+                    // one decide a comparison.
+                    let init = if max {
                         T::neg_infinity()
                     } else {
                         T::infinity()
                     };
-                    for &x in row {
+                    let better = |x: T, a: T| if max { x > a } else { x < a };
+                    let mut nan = false;
+                    let mut lanes = [init; 8];
+                    let mut ch = row.chunks_exact(8);
+                    for c in ch.by_ref() {
+                        for (a, &x) in lanes.iter_mut().zip(c) {
+                            nan |= x.is_nan();
+                            *a = if better(x, *a) { x } else { *a };
+                        }
+                    }
+                    let mut acc = init;
+                    for &x in lanes.iter().chain(ch.remainder()) {
                         nan |= x.is_nan();
-                        acc = if (x > acc) == max && x != acc { x } else { acc };
+                        acc = if better(x, acc) { x } else { acc };
                     }
                     if nan {
                         T::nan()
