@@ -123,6 +123,9 @@ pub(crate) fn eval_owned(
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
                             binary_into(x, &od, y, &bd, |p, _| p * p)?
                         }
+                        rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 3.0 => {
+                            binary_into(x, &od, y, &bd, |p, _| p * p * p)?
+                        }
                         // Max/Min monomorphized so the loop vectorizes (Clip's two halves);
                         // same expression as `BinaryOp::apply_f32`.
                         rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, |p: f32, q: f32| {

@@ -262,6 +262,10 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                     BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
                         bin_map(x, ad, y, bd, &od, |p, _| p * p)?
                     }
+                    // x^3 (GPT-2's tanh GELU): x*x*x, as onnxruntime computes it (bit for bit).
+                    BinaryOp::Pow if y.len() == 1 && y[0] == 3.0 => {
+                        bin_map(x, ad, y, bd, &od, |p, _| p * p * p)?
+                    }
                     // Max/Min monomorphized (the op's match hoisted out of the loop, which
                     // then vectorizes); same expression as `BinaryOp::apply_f32`.
                     BinaryOp::Max => bin_map(x, ad, y, bd, &od, |p: f32, q: f32| {

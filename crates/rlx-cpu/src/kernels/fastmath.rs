@@ -124,6 +124,58 @@ fn sigmoid_slice_generic(src: &[f32], dst: &mut [f32]) {
     }
 }
 
+/// Taylor coefficients of tanh: x^(2k+1) for k = 1..=9 (the odd Bernoulli-number series,
+/// tanh x = x - x^3/3 + 2x^5/15 - 17x^7/315 + ...).
+const TANH_TAYLOR: [f32; 9] = [
+    -1.0 / 3.0,
+    2.0 / 15.0,
+    -17.0 / 315.0,
+    62.0 / 2835.0,
+    -1382.0 / 155925.0,
+    21844.0 / 6081075.0,
+    -929569.0 / 638512875.0,
+    6404582.0 / 10854718875.0,
+    -443861162.0 / 1856156927625.0,
+];
+
+/// tanh: below |x| = 0.625 the Taylor series through x^19 (truncation < 1e-8 relative);
+/// above, `1 - 2/(e^(2|x|) + 1)` with [`exp_core`] (whose clamp at 88 gives exactly 1 for
+/// |x| > 44, where tanh rounds to 1 anyway); the sign is copied back, so tanh(-0) = -0.
+/// NaN lanes return the input NaN.
+#[inline(always)]
+fn tanh_slice_generic(src: &[f32], dst: &mut [f32]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        let a = x.abs();
+        let z = a * a;
+        let mut p = TANH_TAYLOR[8];
+        for &c in TANH_TAYLOR[..8].iter().rev() {
+            p = p * z + c;
+        }
+        let small = a + a * z * p;
+        let e = exp_core(2.0 * a);
+        let large = 1.0 - 2.0 / (e + 1.0);
+        let r = if a < 0.625 { small } else { large };
+        *d = if x.is_nan() { x } else { r.copysign(x) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tanh_slice_avx2(src: &[f32], dst: &mut [f32]) {
+    tanh_slice_generic(src, dst)
+}
+
+/// `dst[i] = tanh(src[i])` (lengths must match); within a few ulp of the correctly rounded
+/// value (tested against f64), exact ±1 saturation, NaN propagated.
+pub(crate) fn tanh_slice(src: &[f32], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        return unsafe { tanh_slice_avx2(src, dst) };
+    }
+    tanh_slice_generic(src, dst)
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn sigmoid_slice_avx2(src: &[f32], dst: &mut [f32]) {
@@ -145,6 +197,7 @@ pub(crate) fn sigmoid_slice(src: &[f32], dst: &mut [f32]) {
 pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
     match act {
         rlx_ir::Activation::Sigmoid => Some(sigmoid_slice),
+        rlx_ir::Activation::Tanh => Some(tanh_slice),
         _ => None,
     }
 }
@@ -279,6 +332,30 @@ mod tests {
             assert!(ulp_diff(y, r) <= 1, "exp({x}) = {y:e}, want {r:e}");
             assert!(y >= 0.0 && y.is_sign_positive(), "exp({x}) = {y:e}");
         }
+    }
+
+    #[test]
+    fn tanh_matches_f64_reference_and_special_cases() {
+        let mut xs: Vec<f32> = (-40000..=40000).map(|i| i as f32 * 0.00025).collect();
+        xs.extend((0..2000).map(|i| 10.0 + i as f32 * 0.05));
+        xs.extend([0.624_999_9, 0.625, 1e-30, -1e-30, 1e-45, 50.0, -50.0, 1e30, -1e30]);
+        let mut out = vec![0f32; xs.len()];
+        tanh_slice(&xs, &mut out);
+        let mut worst = 0;
+        for (&x, &y) in xs.iter().zip(&out) {
+            let r = (x as f64).tanh() as f32;
+            worst = worst.max(ulp_diff(y, r));
+            assert!(ulp_diff(y, r) <= 3, "tanh({x}) = {y}, want {r}");
+        }
+        assert!(worst <= 3);
+        let sp = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+        let mut o = [9f32; 5];
+        tanh_slice(&sp, &mut o);
+        assert!(o[0].is_nan());
+        assert_eq!(o[1], 1.0);
+        assert_eq!(o[2], -1.0);
+        assert_eq!(o[3].to_bits(), 0f32.to_bits());
+        assert_eq!(o[4].to_bits(), (-0f32).to_bits());
     }
 
     #[test]
