@@ -240,6 +240,452 @@ fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<O
     out
 }
 
+/// f32 depthwise 2-D conv with SIMD (x86-64: AVX-512F, else AVX2+FMA; picked at run time),
+/// for 3×3, 5×5 and 7×7 kernels (any stride, dilation, pads). Per output row and chunk of
+/// `N` output columns, all kernel taps accumulate in one register (bias first, then taps in
+/// (ky, kx) order, each a fused multiply-add) and the chunk is stored once: one write pass
+/// over the output instead of one read-modify-write pass per tap. Taps whose input column
+/// is outside the image are masked off per lane (the accumulator keeps its value), rows
+/// outside the image are skipped: the same terms as the generic path, so NaN/Inf propagate
+/// the same way. For column stride `s > 1` each input plane is first split into `s` phase
+/// planes (`x[iy][j*s + r]` at phase `r`), so every tap reads contiguous columns.
+/// `None` where no SIMD path applies (other kernel sizes, no AVX2): the caller falls back
+/// to the generic [`depthwise_2d`].
+fn depthwise_2d_f32(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Geo) -> Option<Vec<f32>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        dw_simd::run(x, w, bias, g)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, w, bias, g);
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod dw_simd {
+    use super::{fill_chunks, inside_cols, Geo};
+    use std::arch::x86_64::*;
+    use std::cell::RefCell;
+
+    /// One SIMD width: `N` f32 lanes, a lane mask type `M`.
+    pub(super) trait Lanes {
+        const N: usize;
+        type V: Copy;
+        type M: Copy + Send + Sync;
+        /// Lanes `l` with `a <= l < b`.
+        fn range(a: usize, b: usize) -> Self::M;
+        unsafe fn splat(v: f32) -> Self::V;
+        unsafe fn load(p: *const f32) -> Self::V;
+        /// Masked-off lanes read as 0 and are not accessed.
+        unsafe fn load_m(p: *const f32, m: Self::M) -> Self::V;
+        /// `w * x + acc` in one rounding.
+        unsafe fn fma(w: Self::V, x: Self::V, acc: Self::V) -> Self::V;
+        /// As [`Lanes::fma`] on the lanes of `m`; the other lanes keep `acc`.
+        unsafe fn fma_m(w: Self::V, x: Self::V, acc: Self::V, m: Self::M) -> Self::V;
+        unsafe fn store(p: *mut f32, v: Self::V);
+        unsafe fn store_m(p: *mut f32, v: Self::V, m: Self::M);
+    }
+
+    pub(super) struct Avx512;
+    impl Lanes for Avx512 {
+        const N: usize = 16;
+        type V = __m512;
+        type M = __mmask16;
+        fn range(a: usize, b: usize) -> u16 {
+            let upto = |n: usize| if n >= 16 { 0xffffu16 } else { (1u16 << n) - 1 };
+            if b <= a {
+                0
+            } else {
+                upto(b) & !upto(a)
+            }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> __m512 {
+            _mm512_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m512 {
+            _mm512_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn load_m(p: *const f32, m: u16) -> __m512 {
+            _mm512_maskz_loadu_ps(m, p)
+        }
+        #[inline(always)]
+        unsafe fn fma(w: __m512, x: __m512, acc: __m512) -> __m512 {
+            _mm512_fmadd_ps(w, x, acc)
+        }
+        #[inline(always)]
+        unsafe fn fma_m(w: __m512, x: __m512, acc: __m512, m: u16) -> __m512 {
+            _mm512_mask3_fmadd_ps(w, x, acc, m)
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m512) {
+            _mm512_storeu_ps(p, v)
+        }
+        #[inline(always)]
+        unsafe fn store_m(p: *mut f32, v: __m512, m: u16) {
+            _mm512_mask_storeu_ps(p, m, v)
+        }
+    }
+
+    pub(super) struct Avx2;
+    impl Lanes for Avx2 {
+        const N: usize = 8;
+        type V = __m256;
+        type M = __m256i;
+        fn range(a: usize, b: usize) -> __m256i {
+            let lanes: [i32; 8] = std::array::from_fn(|l| if a <= l && l < b { -1 } else { 0 });
+            // SAFETY: [i32; 8] and __m256i have the same size; every bit pattern is valid.
+            unsafe { std::mem::transmute::<[i32; 8], __m256i>(lanes) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> __m256 {
+            _mm256_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m256 {
+            _mm256_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn load_m(p: *const f32, m: __m256i) -> __m256 {
+            _mm256_maskload_ps(p, m)
+        }
+        #[inline(always)]
+        unsafe fn fma(w: __m256, x: __m256, acc: __m256) -> __m256 {
+            _mm256_fmadd_ps(w, x, acc)
+        }
+        #[inline(always)]
+        unsafe fn fma_m(w: __m256, x: __m256, acc: __m256, m: __m256i) -> __m256 {
+            _mm256_blendv_ps(acc, _mm256_fmadd_ps(w, x, acc), _mm256_castsi256_ps(m))
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m256) {
+            _mm256_storeu_ps(p, v)
+        }
+        #[inline(always)]
+        unsafe fn store_m(p: *mut f32, v: __m256, m: __m256i) {
+            _mm256_maskstore_ps(p, m, v)
+        }
+    }
+
+    /// Per-call geometry shared by every plane: input/output sizes, where tap `kx` reads
+    /// (offset from the row's phase-plane start plus `ox`), and per chunk of `N` output
+    /// columns the lanes each tap may read.
+    pub(super) struct Plan<M> {
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+        sh: usize,
+        dh: usize,
+        pt: usize,
+        /// Column stride: 1 reads the input plane, `s > 1` its `s` phase planes.
+        s: usize,
+        /// Row pitch of the phase planes (`w` for `s == 1`).
+        pitch: usize,
+        offs: Vec<isize>,
+        nch: usize,
+        /// `masks[c * kw + kx]`: lanes of chunk `c` whose tap `kx` is inside the image and
+        /// whose column is `< ow`.
+        masks: Vec<M>,
+        /// Chunk `c` has every lane of every tap valid (plain loads, no masks).
+        full: Vec<bool>,
+        /// Lanes of the last chunk that are `< ow`.
+        tail: M,
+    }
+
+    pub(super) fn plan<S: Lanes>(g: &Geo) -> Plan<S::M> {
+        let n = S::N;
+        let (h, w) = (g.sp[0], g.sp[1]);
+        let (kw, ow) = (g.ks[1], g.osp[1]);
+        let (s, dw, pl) = (g.strides[1], g.dil[1], g.pads[1].0);
+        let pitch = if s == 1 { w } else { w.div_ceil(s).next_multiple_of(n) };
+        let offs = (0..kw)
+            .map(|kx| {
+                let t = (kx * dw) as isize - pl as isize;
+                let (r, q) = (t.rem_euclid(s as isize), t.div_euclid(s as isize));
+                r * (h * pitch) as isize + q
+            })
+            .collect();
+        let spans: Vec<(usize, usize)> =
+            (0..kw).map(|kx| inside_cols(kx * dw, pl, s, w, ow)).collect();
+        let nch = ow.div_ceil(n);
+        let mut masks = Vec::with_capacity(nch * kw);
+        let mut full = Vec::with_capacity(nch);
+        for c in 0..nch {
+            let ox0 = c * n;
+            let mut all = ox0 + n <= ow;
+            for &(lo, hi) in &spans {
+                let (a, b) = (lo.max(ox0) - ox0, hi.min(ox0 + n).max(ox0) - ox0);
+                masks.push(S::range(a, b));
+                all &= a == 0 && b == n;
+            }
+            full.push(all);
+        }
+        let tail = S::range(0, ow - (nch.max(1) - 1) * n);
+        Plan {
+            h,
+            w,
+            oh: g.osp[0],
+            ow,
+            sh: g.strides[0],
+            dh: g.dil[0],
+            pt: g.pads[0].0,
+            s,
+            pitch,
+            offs,
+            nch,
+            masks,
+            full,
+            tail,
+        }
+    }
+
+    /// One output plane (`dst`, `oh * ow`) of a `KH × KW` kernel `wt` from `src`: the input
+    /// plane (`s == 1`) or its phase planes.
+    #[inline(always)]
+    unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
+        p: &Plan<S::M>,
+        src: *const f32,
+        wt: &[f32],
+        b: f32,
+        dst: &mut [f32],
+    ) {
+        let n = S::N;
+        let wv: [[S::V; KW]; KH] =
+            std::array::from_fn(|ky| std::array::from_fn(|kx| S::splat(wt[ky * KW + kx])));
+        let offs: [isize; KW] = std::array::from_fn(|kx| p.offs[kx]);
+        let bv = S::splat(b);
+        let ow = p.ow;
+        debug_assert_eq!(dst.len(), p.oh * ow);
+        let dp = dst.as_mut_ptr();
+        for oy in 0..p.oh {
+            let iy0 = (oy * p.sh) as isize - p.pt as isize;
+            let ok: [bool; KH] = std::array::from_fn(|ky| {
+                let iy = iy0 + (ky * p.dh) as isize;
+                iy >= 0 && (iy as usize) < p.h
+            });
+            let rows: [*const f32; KH] = std::array::from_fn(|ky| {
+                src.wrapping_offset((iy0 + (ky * p.dh) as isize) * p.pitch as isize)
+            });
+            let orow = dp.add(oy * ow);
+            if ok.iter().all(|&v| v) {
+                // every kernel row inside the image: fully unrolled taps, plain loads on
+                // chunks whose taps are all inside, masked loads on the border chunks
+                for c in 0..p.nch {
+                    let ox0 = c * n;
+                    let mut acc = bv;
+                    if p.full[c] {
+                        for ky in 0..KH {
+                            let r = rows[ky].wrapping_add(ox0);
+                            for kx in 0..KW {
+                                let xv = S::load(r.wrapping_offset(offs[kx]));
+                                acc = S::fma(wv[ky][kx], xv, acc);
+                            }
+                        }
+                    } else {
+                        let ms: [S::M; KW] = std::array::from_fn(|kx| p.masks[c * KW + kx]);
+                        for ky in 0..KH {
+                            let r = rows[ky].wrapping_add(ox0);
+                            for kx in 0..KW {
+                                let xv = S::load_m(r.wrapping_offset(offs[kx]), ms[kx]);
+                                acc = S::fma_m(wv[ky][kx], xv, acc, ms[kx]);
+                            }
+                        }
+                    }
+                    if ox0 + n <= ow {
+                        S::store(orow.add(ox0), acc);
+                    } else {
+                        S::store_m(orow.add(ox0), acc, p.tail);
+                    }
+                }
+            } else {
+                // top/bottom border rows: kernel rows outside the image are skipped
+                for c in 0..p.nch {
+                    let ox0 = c * n;
+                    let mut acc = bv;
+                    let ms = &p.masks[c * KW..(c + 1) * KW];
+                    for ky in 0..KH {
+                        if !ok[ky] {
+                            continue;
+                        }
+                        let r = rows[ky].wrapping_add(ox0);
+                        for kx in 0..KW {
+                            let xv = S::load_m(r.wrapping_offset(offs[kx]), ms[kx]);
+                            acc = S::fma_m(wv[ky][kx], xv, acc, ms[kx]);
+                        }
+                    }
+                    if ox0 + n <= ow {
+                        S::store(orow.add(ox0), acc);
+                    } else {
+                        S::store_m(orow.add(ox0), acc, p.tail);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Split input plane `x` (`h × w`) into its `s` column phases: `buf[r*h*pitch +
+    /// iy*pitch + j] = x[iy*w + j*s + r]`.
+    #[inline(always)]
+    fn phases(x: &[f32], h: usize, w: usize, s: usize, pitch: usize, buf: &mut [f32]) {
+        for iy in 0..h {
+            let row = &x[iy * w..(iy + 1) * w];
+            if s == 2 {
+                let (e, o) = buf.split_at_mut(h * pitch);
+                let e = &mut e[iy * pitch..iy * pitch + w.div_ceil(2)];
+                let o = &mut o[iy * pitch..iy * pitch + w / 2];
+                for ((pair, de), d_o) in row.chunks_exact(2).zip(e.iter_mut()).zip(o.iter_mut()) {
+                    *de = pair[0];
+                    *d_o = pair[1];
+                }
+                if w % 2 == 1 {
+                    e[w / 2] = row[w - 1];
+                }
+            } else {
+                for r in 0..s.min(w) {
+                    let d = &mut buf[r * h * pitch + iy * pitch..];
+                    for (j, &v) in row[r..].iter().step_by(s).enumerate() {
+                        d[j] = v;
+                    }
+                }
+            }
+        }
+    }
+
+    thread_local! {
+        static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// One output plane: `xs` is the input plane; with `scratch` (column stride > 1) it is
+    /// first split into its phase planes there.
+    type PlaneFn<M> = unsafe fn(&Plan<M>, &[f32], Option<&mut [f32]>, &[f32], f32, &mut [f32]);
+
+    /// Every output plane, split over threads by [`fill_chunks`] as the generic path. `f`
+    /// (a `#[target_feature]` function: the SIMD code is compiled inside it, not in this
+    /// closure) does one plane.
+    fn all_planes<M: Copy + Send + Sync>(
+        p: &Plan<M>,
+        f: PlaneFn<M>,
+        kk: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+        out: &mut [f32],
+    ) {
+        let (h, wd) = (p.h, p.w);
+        fill_chunks(out, p.oh * p.ow, |pi, dst| {
+            let c = pi % m;
+            let xs = &x[pi * h * wd..(pi + 1) * h * wd];
+            let wt = &w[c * kk..(c + 1) * kk];
+            let b = bias.map_or(0.0, |b| b[c]);
+            if p.s == 1 {
+                // SAFETY: `f` was picked for a CPU that has its features.
+                unsafe { f(p, xs, None, wt, b, dst) };
+            } else {
+                SCRATCH.with(|sc| {
+                    let mut sc = sc.borrow_mut();
+                    let need = p.s * h * p.pitch;
+                    if sc.len() < need {
+                        sc.resize(need, 0.0);
+                    }
+                    // SAFETY: as above.
+                    unsafe { f(p, xs, Some(&mut sc[..need]), wt, b, dst) };
+                });
+            }
+        });
+    }
+
+    macro_rules! entry {
+        ($plane:ident, $run:ident, $s:ty, $feat:literal) => {
+            #[target_feature(enable = $feat)]
+            unsafe fn $plane<const KH: usize, const KW: usize>(
+                p: &Plan<<$s as Lanes>::M>,
+                xs: &[f32],
+                scratch: Option<&mut [f32]>,
+                wt: &[f32],
+                b: f32,
+                dst: &mut [f32],
+            ) {
+                // SAFETY (both): every lane read through `p` lies in `xs` or in the phase
+                // planes (the others are masked off); the caller checked the CPU features.
+                match scratch {
+                    None => unsafe { plane::<$s, KH, KW>(p, xs.as_ptr(), wt, b, dst) },
+                    Some(buf) => {
+                        phases(xs, p.h, p.w, p.s, p.pitch, buf);
+                        unsafe { plane::<$s, KH, KW>(p, buf.as_ptr(), wt, b, dst) }
+                    }
+                }
+            }
+
+            fn $run(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Geo, out: &mut [f32]) {
+                let p = plan::<$s>(g);
+                let f: PlaneFn<<$s as Lanes>::M> = match (g.ks[0], g.ks[1]) {
+                    (3, 3) => $plane::<3, 3>,
+                    (5, 5) => $plane::<5, 5>,
+                    (7, 7) => $plane::<7, 7>,
+                    _ => unreachable!(),
+                };
+                all_planes(&p, f, g.ks[0] * g.ks[1], x, w, bias, g.m, out);
+            }
+        };
+    }
+    entry!(plane_avx512, run_avx512, Avx512, "avx512f");
+    entry!(plane_avx2, run_avx2, Avx2, "avx2,fma");
+
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    pub(super) enum Isa {
+        Avx512,
+        Avx2,
+    }
+
+    pub(super) fn best_isa() -> Option<Isa> {
+        use std::sync::OnceLock;
+        static ISA: OnceLock<Option<Isa>> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            if is_x86_feature_detected!("avx512f") {
+                Some(Isa::Avx512)
+            } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                Some(Isa::Avx2)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The SIMD path with `isa` (which the CPU must support: [`best_isa`] or weaker).
+    pub(super) fn run_with(
+        isa: Isa,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        g: &Geo,
+    ) -> Option<Vec<f32>> {
+        if !matches!((g.ks[0], g.ks[1]), (3, 3) | (5, 5) | (7, 7)) {
+            return None;
+        }
+        let p = g.osp[0] * g.osp[1];
+        let mut out = vec![0.0f32; g.n * g.m * p];
+        if p == 0 || g.sp[0] == 0 || g.sp[1] == 0 {
+            return None;
+        }
+        // The caller picked an `isa` the CPU supports.
+        match isa {
+            Isa::Avx512 => run_avx512(x, w, bias, g, &mut out),
+            Isa::Avx2 => run_avx2(x, w, bias, g, &mut out),
+        }
+        Some(out)
+    }
+
+    pub(super) fn run(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Geo) -> Option<Vec<f32>> {
+        run_with(best_isa()?, x, w, bias, g)
+    }
+}
+
 fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
     x: &[T],
     w: &[T],
@@ -334,7 +780,12 @@ pub(crate) fn conv(
     use TensorData as D;
     let data = match (x.data(), w.data()) {
         (D::F32(xv), D::F32(wv)) => {
-            D::F32(conv_float(xv, wv, bias.map(|b| values_as(b.data())), &g)?)
+            let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+            let dw = g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1;
+            match dw.then(|| depthwise_2d_f32(xv, wv, b.as_deref(), &g)).flatten() {
+                Some(o) => D::F32(o),
+                None => D::F32(conv_float(xv, wv, b, &g)?),
+            }
         }
         (D::F64(xv), D::F64(wv)) => {
             D::F64(conv_float(xv, wv, bias.map(|b| values_as(b.data())), &g)?)
@@ -453,6 +904,63 @@ mod tests {
         check([1, 5, 12, 11], [5, 1, 3, 3], 2, 1, 1, 5);
         check([1, 4, 10, 10], [4, 1, 5, 5], 2, 2, 2, 4);
         check([1, 3, 6, 6], [3, 1, 3, 3], 1, 1, 0, 3);
+    }
+
+    /// Each SIMD width the CPU has (AVX-512 and AVX2 on an AVX-512 machine) against the
+    /// generic depthwise loop, NaN/Inf included (same NaN positions, values within rounding).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn depthwise_simd_widths_match_generic() {
+        let isas: &[dw_simd::Isa] = match dw_simd::best_isa() {
+            Some(dw_simd::Isa::Avx512) => &[dw_simd::Isa::Avx512, dw_simd::Isa::Avx2],
+            Some(dw_simd::Isa::Avx2) => &[dw_simd::Isa::Avx2],
+            None => &[],
+        };
+        let geos = [
+            // (h, w, k, stride, dil, pads (t, l, b, r))
+            (9, 9, 3, 1, 1, (1, 1, 1, 1)),
+            (7, 7, 3, 2, 1, (0, 0, 1, 1)),
+            (1, 1, 3, 1, 1, (1, 1, 1, 1)),
+            (2, 3, 5, 2, 1, (2, 2, 2, 2)),
+            (20, 37, 5, 2, 2, (3, 4, 2, 1)),
+            (17, 33, 3, 3, 1, (1, 1, 1, 1)),
+            (14, 14, 7, 1, 1, (3, 3, 3, 3)),
+        ];
+        for (gi, &(h, wd, k, s, d, p)) in geos.iter().enumerate() {
+            let c = 3;
+            let span = d * (k - 1) + 1;
+            let (oh, ow) = ((h + p.0 + p.2 - span) / s + 1, (wd + p.1 + p.3 - span) / s + 1);
+            let a = ConvAttrs {
+                strides: vec![s, s],
+                pads: vec![(p.0, p.2), (p.1, p.3)],
+                dilations: vec![d, d],
+                groups: c,
+            };
+            let g = geometry(&[2, c, h, wd], &[c, 1, k, k], &a, &[2, c, oh, ow]).unwrap();
+            let mut x: Vec<f32> = (0..2 * c * h * wd)
+                .map(|i| ((i * 7919 + gi) % 97) as f32 / 48.0 - 1.0)
+                .collect();
+            let mut w: Vec<f32> = (0..c * k * k)
+                .map(|i| ((i * 104729) % 89) as f32 / 44.0 - 1.0)
+                .collect();
+            let n = x.len();
+            x[n / 2] = f32::NAN;
+            x[n / 3] = f32::INFINITY;
+            x[0] = f32::NEG_INFINITY;
+            w[k * k] = f32::INFINITY;
+            let b: Vec<f32> = (0..c).map(|i| i as f32 * 0.25 - 0.5).collect();
+            let want = depthwise_2d(&x, &w, Some(&b), &g);
+            for &isa in isas {
+                let got = dw_simd::run_with(isa, &x, &w, Some(&b), &g).unwrap();
+                assert_eq!(got.len(), want.len());
+                for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
+                    let same = (u.is_nan() && v.is_nan())
+                        || u == v
+                        || (u - v).abs() <= 1e-5 * (1.0 + v.abs());
+                    assert!(same, "{isa:?} geo {gi} at {i}: {u} vs {v}");
+                }
+            }
+        }
     }
 }
 
