@@ -280,6 +280,7 @@ mod dw_simd {
         unsafe fn load(p: *const f32) -> Self::V;
         /// Masked-off lanes read as 0 and are not accessed.
         unsafe fn load_m(p: *const f32, m: Self::M) -> Self::V;
+        unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
         /// `w * x + acc` in one rounding.
         unsafe fn fma(w: Self::V, x: Self::V, acc: Self::V) -> Self::V;
         /// As [`Lanes::fma`] on the lanes of `m`; the other lanes keep `acc`.
@@ -314,6 +315,10 @@ mod dw_simd {
             _mm512_maskz_loadu_ps(m, p)
         }
         #[inline(always)]
+        unsafe fn add(a: __m512, b: __m512) -> __m512 {
+            _mm512_add_ps(a, b)
+        }
+        #[inline(always)]
         unsafe fn fma(w: __m512, x: __m512, acc: __m512) -> __m512 {
             _mm512_fmadd_ps(w, x, acc)
         }
@@ -328,6 +333,55 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn store_m(p: *mut f32, v: __m512, m: u16) {
             _mm512_mask_storeu_ps(p, m, v)
+        }
+    }
+
+    /// AVX-512VL on 8 lanes (ymm): planes at most 8 columns wide (7×7) leave half of a
+    /// 16-lane register idle, and a 512-bit op costs two 256-bit ones on some cores (Zen 4).
+    pub(super) struct Avx512Y;
+    impl Lanes for Avx512Y {
+        const N: usize = 8;
+        type V = __m256;
+        type M = __mmask8;
+        fn range(a: usize, b: usize) -> u8 {
+            let upto = |n: usize| if n >= 8 { 0xffu8 } else { (1u8 << n) - 1 };
+            if b <= a {
+                0
+            } else {
+                upto(b) & !upto(a)
+            }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> __m256 {
+            _mm256_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m256 {
+            _mm256_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn load_m(p: *const f32, m: u8) -> __m256 {
+            _mm256_maskz_loadu_ps(m, p)
+        }
+        #[inline(always)]
+        unsafe fn add(a: __m256, b: __m256) -> __m256 {
+            _mm256_add_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn fma(w: __m256, x: __m256, acc: __m256) -> __m256 {
+            _mm256_fmadd_ps(w, x, acc)
+        }
+        #[inline(always)]
+        unsafe fn fma_m(w: __m256, x: __m256, acc: __m256, m: u8) -> __m256 {
+            _mm256_mask3_fmadd_ps(w, x, acc, m)
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m256) {
+            _mm256_storeu_ps(p, v)
+        }
+        #[inline(always)]
+        unsafe fn store_m(p: *mut f32, v: __m256, m: u8) {
+            _mm256_mask_storeu_ps(p, m, v)
         }
     }
 
@@ -352,6 +406,10 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn load_m(p: *const f32, m: __m256i) -> __m256 {
             _mm256_maskload_ps(p, m)
+        }
+        #[inline(always)]
+        unsafe fn add(a: __m256, b: __m256) -> __m256 {
+            _mm256_add_ps(a, b)
         }
         #[inline(always)]
         unsafe fn fma(w: __m256, x: __m256, acc: __m256) -> __m256 {
@@ -472,18 +530,30 @@ mod dw_simd {
                 src.wrapping_offset((iy0 + (ky * p.dh) as isize) * p.pitch as isize)
             });
             let orow = dp.add(oy * ow);
+            // One accumulator per kernel column (the bias in the first, -0 elsewhere, the
+            // sum's identity), added at the end: chains of KH fused multiply-adds instead
+            // of one chain of KH*KW, which bound small planes (one chunk per row) on latency.
+            let sum = |acc: [S::V; KW]| {
+                let mut t = acc[0];
+                for a in &acc[1..] {
+                    t = S::add(t, *a);
+                }
+                t
+            };
+            let mut init = [S::splat(-0.0); KW];
+            init[0] = bv;
             if ok.iter().all(|&v| v) {
                 // every kernel row inside the image: fully unrolled taps, plain loads on
                 // chunks whose taps are all inside, masked loads on the border chunks
                 for c in 0..p.nch {
                     let ox0 = c * n;
-                    let mut acc = bv;
+                    let mut acc = init;
                     if p.full[c] {
                         for ky in 0..KH {
                             let r = rows[ky].wrapping_add(ox0);
                             for kx in 0..KW {
                                 let xv = S::load(r.wrapping_offset(offs[kx]));
-                                acc = S::fma(wv[ky][kx], xv, acc);
+                                acc[kx] = S::fma(wv[ky][kx], xv, acc[kx]);
                             }
                         }
                     } else {
@@ -492,10 +562,11 @@ mod dw_simd {
                             let r = rows[ky].wrapping_add(ox0);
                             for kx in 0..KW {
                                 let xv = S::load_m(r.wrapping_offset(offs[kx]), ms[kx]);
-                                acc = S::fma_m(wv[ky][kx], xv, acc, ms[kx]);
+                                acc[kx] = S::fma_m(wv[ky][kx], xv, acc[kx], ms[kx]);
                             }
                         }
                     }
+                    let acc = sum(acc);
                     if ox0 + n <= ow {
                         S::store(orow.add(ox0), acc);
                     } else {
@@ -506,8 +577,8 @@ mod dw_simd {
                 // top/bottom border rows: kernel rows outside the image are skipped
                 for c in 0..p.nch {
                     let ox0 = c * n;
-                    let mut acc = bv;
-                    let ms = &p.masks[c * KW..(c + 1) * KW];
+                    let mut acc = init;
+                    let ms: [S::M; KW] = std::array::from_fn(|kx| p.masks[c * KW + kx]);
                     for ky in 0..KH {
                         if !ok[ky] {
                             continue;
@@ -515,9 +586,10 @@ mod dw_simd {
                         let r = rows[ky].wrapping_add(ox0);
                         for kx in 0..KW {
                             let xv = S::load_m(r.wrapping_offset(offs[kx]), ms[kx]);
-                            acc = S::fma_m(wv[ky][kx], xv, acc, ms[kx]);
+                            acc[kx] = S::fma_m(wv[ky][kx], xv, acc[kx], ms[kx]);
                         }
                     }
+                    let acc = sum(acc);
                     if ox0 + n <= ow {
                         S::store(orow.add(ox0), acc);
                     } else {
@@ -635,11 +707,15 @@ mod dw_simd {
         };
     }
     entry!(plane_avx512, run_avx512, Avx512, "avx512f");
+    entry!(plane_avx512y, run_avx512y, Avx512Y, "avx512f,avx512vl");
     entry!(plane_avx2, run_avx2, Avx2, "avx2,fma");
 
     #[derive(Clone, Copy, PartialEq, Debug)]
     pub(super) enum Isa {
+        /// AVX-512F and VL: 16 lanes, or 8 ([`Avx512Y`]) for planes at most 8 wide.
         Avx512,
+        /// AVX-512F and VL on 8 lanes only (for tests: [`run`] picks it by plane width).
+        Avx512Y,
         Avx2,
     }
 
@@ -647,7 +723,7 @@ mod dw_simd {
         use std::sync::OnceLock;
         static ISA: OnceLock<Option<Isa>> = OnceLock::new();
         *ISA.get_or_init(|| {
-            if is_x86_feature_detected!("avx512f") {
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
                 Some(Isa::Avx512)
             } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
                 Some(Isa::Avx2)
@@ -675,7 +751,9 @@ mod dw_simd {
         }
         // The caller picked an `isa` the CPU supports.
         match isa {
+            Isa::Avx512 if g.osp[1] <= 8 => run_avx512y(x, w, bias, g, &mut out),
             Isa::Avx512 => run_avx512(x, w, bias, g, &mut out),
+            Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out),
             Isa::Avx2 => run_avx2(x, w, bias, g, &mut out),
         }
         Some(out)
@@ -912,7 +990,11 @@ mod tests {
     #[test]
     fn depthwise_simd_widths_match_generic() {
         let isas: &[dw_simd::Isa] = match dw_simd::best_isa() {
-            Some(dw_simd::Isa::Avx512) => &[dw_simd::Isa::Avx512, dw_simd::Isa::Avx2],
+            Some(dw_simd::Isa::Avx512 | dw_simd::Isa::Avx512Y) => &[
+                dw_simd::Isa::Avx512,
+                dw_simd::Isa::Avx512Y,
+                dw_simd::Isa::Avx2,
+            ],
             Some(dw_simd::Isa::Avx2) => &[dw_simd::Isa::Avx2],
             None => &[],
         };
