@@ -40,7 +40,10 @@ pub struct CpuExecutor {
 /// calling thread even in a multi-thread pool: a hand-off costs more than they gain.
 fn parallel_work(g: &Graph) -> bool {
     g.nodes.iter().any(|node| {
-        if matches!(node.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_)) {
+        if matches!(
+            node.op,
+            Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
+        ) {
             return false;
         }
         let numel: usize = node.shape.dims_usize().iter().product();

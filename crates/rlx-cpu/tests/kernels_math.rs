@@ -694,7 +694,14 @@ fn pow_three_is_x_times_x_times_x() {
     use rlx_ir::{BinaryOp, Graph};
     let xs: Vec<f32> = (0..4099)
         .map(|i| ((i as f32) * 0.618_034).sin() * 3.7 + (i % 7) as f32)
-        .chain([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 1e13, -1e13])
+        .chain([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e13,
+            -1e13,
+        ])
         .collect();
     let n = xs.len();
     let want: Vec<f32> = xs.iter().map(|&x| x * x * x).collect();
@@ -724,5 +731,93 @@ fn pow_three_is_x_times_x_times_x() {
             "in place: pow({}, 3) = {b}, want {w}",
             -xs[i]
         );
+    }
+}
+
+/// Max/Avg pooling with strides 2 and 3, dilation, asymmetric pads and NaN/±inf inputs,
+/// against the ONNX definition written out directly (each output: the taps of its window
+/// inside the image; Max is NaN when any tap is NaN; Avg divides by the valid or the padded
+/// tap count).
+#[test]
+fn strided_pools_match_the_definition() {
+    let (h, w) = (11usize, 13usize);
+    let mut xs: Vec<f32> = (0..2 * h * w)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
+        .collect();
+    xs[17] = f32::NAN;
+    xs[60] = f32::INFINITY;
+    xs[h * w + 5] = f32::NEG_INFINITY;
+    let x = f32t(&[1, 2, h, w], xs.clone());
+    for (k, s, d, pads) in [
+        (3, 2, 1, [(0, 0), (0, 0)]),
+        (3, 2, 1, [(1, 1), (1, 0)]),
+        (2, 3, 2, [(1, 0), (0, 2)]),
+        (5, 2, 1, [(2, 2), (2, 2)]),
+    ] {
+        let out_len =
+            |n: usize, (pb, pe): (usize, usize)| (n + pb + pe - (d * (k - 1) + 1)) / s + 1;
+        let (oh, ow) = (out_len(h, pads[0]), out_len(w, pads[1]));
+        for kind in [
+            PoolKind::Max,
+            PoolKind::Avg {
+                count_include_pad: false,
+            },
+            PoolKind::Avg {
+                count_include_pad: true,
+            },
+        ] {
+            let attrs = PoolAttrs {
+                kind,
+                kernel: vec![k, k],
+                strides: vec![s, s],
+                pads: pads.to_vec(),
+                dilations: vec![d, d],
+                ceil_mode: false,
+            };
+            let y = f32s(&ev(Op::Pool(attrs), &[&x], &[1, 2, oh, ow], DType::F32));
+            for c in 0..2 {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut taps = vec![];
+                        let mut counted = 0usize;
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let iy = (oy * s + ky * d) as isize - pads[0].0 as isize;
+                                let ix = (ox * s + kx * d) as isize - pads[1].0 as isize;
+                                let in_pad = iy >= -(pads[0].0 as isize)
+                                    && iy < (h + pads[0].1) as isize
+                                    && ix >= -(pads[1].0 as isize)
+                                    && ix < (w + pads[1].1) as isize;
+                                if iy >= 0 && iy < h as isize && ix >= 0 && ix < w as isize {
+                                    taps.push(xs[c * h * w + iy as usize * w + ix as usize] as f64);
+                                }
+                                counted += in_pad as usize;
+                            }
+                        }
+                        let want = match kind {
+                            PoolKind::Max if taps.iter().any(|t| t.is_nan()) => f64::NAN,
+                            PoolKind::Max => taps.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                            PoolKind::Avg { count_include_pad } => {
+                                let n = if count_include_pad {
+                                    counted
+                                } else {
+                                    taps.len()
+                                };
+                                taps.iter().sum::<f64>() / n as f64
+                            }
+                            _ => unreachable!(),
+                        };
+                        let got = y[(c * oh + oy) * ow + ox] as f64;
+                        let ok = (got.is_nan() && want.is_nan())
+                            || got == want
+                            || (got - want).abs() <= 1e-5 * want.abs().max(1.0);
+                        assert!(
+                            ok,
+                            "{kind:?} k{k} s{s} d{d} {pads:?} at {c},{oy},{ox}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -324,7 +324,15 @@ mod tests {
         // The fix-up path: subnormal results, the cut to +0 near -104, and masks such as
         // -3.4e38 or -1e9 (causal attention) that land far below it.
         let mut xs: Vec<f32> = (0..=4000).map(|i| -87.0 - i as f32 * 0.0055).collect();
-        xs.extend([-103.27, -103.97, -103.98, -104.0, -1e9, f32::MIN, -f32::MAX / 2.0]);
+        xs.extend([
+            -103.27,
+            -103.97,
+            -103.98,
+            -104.0,
+            -1e9,
+            f32::MIN,
+            -f32::MAX / 2.0,
+        ]);
         let mut out = vec![1f32; xs.len()];
         exp_slice(&xs, &mut out);
         for (&x, &y) in xs.iter().zip(&out) {
@@ -338,7 +346,17 @@ mod tests {
     fn tanh_matches_f64_reference_and_special_cases() {
         let mut xs: Vec<f32> = (-40000..=40000).map(|i| i as f32 * 0.00025).collect();
         xs.extend((0..2000).map(|i| 10.0 + i as f32 * 0.05));
-        xs.extend([0.624_999_9, 0.625, 1e-30, -1e-30, 1e-45, 50.0, -50.0, 1e30, -1e30]);
+        xs.extend([
+            0.624_999_9,
+            0.625,
+            1e-30,
+            -1e-30,
+            1e-45,
+            50.0,
+            -50.0,
+            1e30,
+            -1e30,
+        ]);
         let mut out = vec![0f32; xs.len()];
         tanh_slice(&xs, &mut out);
         let mut worst = 0;

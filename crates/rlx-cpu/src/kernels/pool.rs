@@ -152,9 +152,12 @@ fn axis_taps(
         .collect()
 }
 
-/// 2-D Max/Avg pooling: a window's valid taps are the product of its per-axis valid rows
-/// and columns (and its counted taps the product of the per-axis counts), so each output
-/// walks two short precomputed lists instead of decoding every tap.
+/// 2-D Max/Avg pooling, one output row at a time: for each valid input row of the window
+/// and each kernel column, the output columns whose input column is inside the image form
+/// one contiguous span (computed once), updated by a loop over that span (which vectorizes
+/// for stride 1). Each output still combines its taps in window order (rows, then columns),
+/// so Avg sums in the same order as the definition. Max propagates NaN (a NaN tap wins and
+/// stays); a window with no valid tap is -inf (Max) or 0/count (Avg).
 fn pool_2d<T: Float + Send + Sync + Default>(
     v: &[T],
     sp: &[usize],
@@ -182,57 +185,93 @@ fn pool_2d<T: Float + Send + Sync + Default>(
         a.pads[1].0,
         a.pads[1].1,
     );
+    let (kw, sw, dw, pl) = (a.kernel[1], a.strides[1], a.dilations[1], a.pads[1].0);
+    // Per kernel column: the output columns [lo, hi) whose input column is inside, and the
+    // input column of `lo`.
+    let inside = |ox: usize, kx: usize| {
+        let c = (ox * sw + kx * dw) as isize - pl as isize;
+        c >= 0 && (c as usize) < w
+    };
+    let spans: Vec<(usize, usize, usize)> = (0..kw)
+        .filter_map(|kx| {
+            let lo = (0..ow).find(|&ox| inside(ox, kx))?;
+            let hi = (lo..ow).find(|&ox| !inside(ox, kx)).unwrap_or(ow);
+            Some((lo, hi, lo * sw + kx * dw - pl))
+        })
+        .collect();
     let p = oh * ow;
     let mut out = vec![T::default(); planes * p];
     if p == 0 {
         return out;
     }
+    // With stride sw > 1, each input row is first split into its sw phases (columns
+    // r, r+sw, r+2sw, ... laid out one after another), so a tap's columns are contiguous.
+    let phase_len = w.div_ceil(sw);
+    let phase_of = |c: usize| (c % sw) * phase_len + c / sw;
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
-        for (oy, (ys, cy)) in ty.iter().enumerate() {
-            for (ox, (xs, cx)) in tx.iter().enumerate() {
-                let r = match a.kind {
-                    PoolKind::Max => {
-                        let mut acc = T::neg_infinity();
-                        let mut nan = false;
-                        for &y in ys {
-                            let row = &src[y * w..(y + 1) * w];
-                            for &x in xs {
-                                let e = row[x];
-                                nan |= e.is_nan();
-                                if e > acc {
-                                    acc = e;
-                                }
+        let mut split = vec![T::zero(); if sw > 1 { sw * phase_len } else { 0 }];
+        for ((ys, cy), orow) in ty.iter().zip(dst.chunks_mut(ow)) {
+            match a.kind {
+                PoolKind::Max => {
+                    orow.fill(T::neg_infinity());
+                    for &y in ys {
+                        let row = phased_row(&src[y * w..(y + 1) * w], sw, &mut split);
+                        for &(lo, hi, c0) in &spans {
+                            let c = phase_of(c0);
+                            // Take the tap when it is larger or NaN, unless the
+                            // accumulator already holds a NaN (then it stays).
+                            for (acc, &e) in orow[lo..hi].iter_mut().zip(&row[c..c + (hi - lo)]) {
+                                *acc = if !(e <= *acc) && !acc.is_nan() {
+                                    e
+                                } else {
+                                    *acc
+                                };
                             }
-                        }
-                        if nan {
-                            T::nan()
-                        } else {
-                            acc
                         }
                     }
-                    PoolKind::Avg { count_include_pad } => {
-                        let mut acc = T::zero();
-                        for &y in ys {
-                            let row = &src[y * w..(y + 1) * w];
-                            for &x in xs {
-                                acc = acc + row[x];
+                }
+                PoolKind::Avg { count_include_pad } => {
+                    orow.fill(T::zero());
+                    for &y in ys {
+                        let row = phased_row(&src[y * w..(y + 1) * w], sw, &mut split);
+                        for &(lo, hi, c0) in &spans {
+                            let c = phase_of(c0);
+                            for (acc, &e) in orow[lo..hi].iter_mut().zip(&row[c..c + (hi - lo)]) {
+                                *acc = *acc + e;
                             }
                         }
+                    }
+                    for (acc, (xs, cx)) in orow.iter_mut().zip(&tx) {
                         let n = if count_include_pad {
                             cy * cx
                         } else {
                             ys.len() * xs.len()
                         };
-                        acc / T::from(n).unwrap_or_else(T::zero)
+                        *acc = *acc / T::from(n).unwrap_or_else(T::zero);
                     }
-                    PoolKind::Lp { .. } => T::nan(), // not routed here
-                };
-                dst[oy * ow + ox] = r;
+                }
+                PoolKind::Lp { .. } => orow.fill(T::nan()), // not routed here
             }
         }
     });
     out
+}
+
+/// `row` itself for stride 1; else `row` split into its `sw` phases in `split`
+/// (phase r holds columns r, r+sw, ...; each phase `split.len() / sw` long).
+fn phased_row<'a, T: Copy>(row: &'a [T], sw: usize, split: &'a mut [T]) -> &'a [T] {
+    if sw == 1 {
+        return row;
+    }
+    let phase_len = split.len() / sw;
+    for (r, dst) in split.chunks_mut(phase_len).enumerate() {
+        let n = dst.len().min((row.len() + sw - 1 - r) / sw);
+        for (i, d) in dst[..n].iter_mut().enumerate() {
+            *d = row[i * sw + r];
+        }
+    }
+    split
 }
 
 fn pool_impl<T: Float + Send + Sync + Default>(
