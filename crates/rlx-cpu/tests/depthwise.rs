@@ -205,7 +205,8 @@ fn cases() -> Vec<Case> {
     });
     // only geometries with a non-empty output
     v.retain(|cs| {
-        cs.h + cs.p.0 + cs.p.2 > cs.d.0 * (cs.k.0 - 1) && cs.w + cs.p.1 + cs.p.3 > cs.d.1 * (cs.k.1 - 1)
+        cs.h + cs.p.0 + cs.p.2 > cs.d.0 * (cs.k.0 - 1)
+            && cs.w + cs.p.1 + cs.p.3 > cs.d.1 * (cs.k.1 - 1)
     });
     v
 }
@@ -231,7 +232,11 @@ fn depthwise_nan_inf_propagate_as_definition() {
         // NaN, +Inf, -Inf and an Inf that meets a 0 weight (NaN) at spread positions,
         // including the image corners (where border taps are masked off).
         let last = nx - 1;
-        for (j, v) in [(0, f32::NAN), (last, f32::INFINITY), (nx / 2, f32::NEG_INFINITY)] {
+        for (j, v) in [
+            (0, f32::NAN),
+            (last, f32::INFINITY),
+            (nx / 2, f32::NEG_INFINITY),
+        ] {
             x[j] = v;
         }
         if nx > 8 {

@@ -460,7 +460,11 @@ mod dw_simd {
         let (h, w) = (g.sp[0], g.sp[1]);
         let (kw, ow) = (g.ks[1], g.osp[1]);
         let (s, dw, pl) = (g.strides[1], g.dil[1], g.pads[1].0);
-        let pitch = if s == 1 { w } else { w.div_ceil(s).next_multiple_of(n) };
+        let pitch = if s == 1 {
+            w
+        } else {
+            w.div_ceil(s).next_multiple_of(n)
+        };
         let offs = (0..kw)
             .map(|kx| {
                 let t = (kx * dw) as isize - pl as isize;
@@ -468,8 +472,9 @@ mod dw_simd {
                 r * (h * pitch) as isize + q
             })
             .collect();
-        let spans: Vec<(usize, usize)> =
-            (0..kw).map(|kx| inside_cols(kx * dw, pl, s, w, ow)).collect();
+        let spans: Vec<(usize, usize)> = (0..kw)
+            .map(|kx| inside_cols(kx * dw, pl, s, w, ow))
+            .collect();
         let nch = ow.div_ceil(n);
         let mut masks = Vec::with_capacity(nch * kw);
         let mut full = Vec::with_capacity(nch);
@@ -639,6 +644,7 @@ mod dw_simd {
     /// Every output plane, split over threads by [`fill_chunks`] as the generic path. `f`
     /// (a `#[target_feature]` function: the SIMD code is compiled inside it, not in this
     /// closure) does one plane.
+    #[allow(clippy::too_many_arguments)]
     fn all_planes<M: Copy + Send + Sync>(
         p: &Plan<M>,
         f: PlaneFn<M>,
@@ -715,6 +721,7 @@ mod dw_simd {
         /// AVX-512F and VL: 16 lanes, or 8 ([`Avx512Y`]) for planes at most 8 wide.
         Avx512,
         /// AVX-512F and VL on 8 lanes only (for tests: [`run`] picks it by plane width).
+        #[cfg_attr(not(test), allow(dead_code))]
         Avx512Y,
         Avx2,
     }
@@ -860,7 +867,10 @@ pub(crate) fn conv(
         (D::F32(xv), D::F32(wv)) => {
             let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
             let dw = g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1;
-            match dw.then(|| depthwise_2d_f32(xv, wv, b.as_deref(), &g)).flatten() {
+            match dw
+                .then(|| depthwise_2d_f32(xv, wv, b.as_deref(), &g))
+                .flatten()
+            {
                 Some(o) => D::F32(o),
                 None => D::F32(conv_float(xv, wv, b, &g)?),
             }
@@ -881,6 +891,23 @@ pub(crate) fn conv(
         (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
     };
     make(od, data)
+}
+
+/// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside
+/// `[0, w)`, for a kernel tap at offset `off = kx * dilation`, left padding `pl`, stride `sw`
+/// and `ow` output columns.
+fn inside_cols(off: usize, pl: usize, sw: usize, w: usize, ow: usize) -> (usize, usize) {
+    let lo = if off >= pl {
+        0
+    } else {
+        (pl - off).div_ceil(sw)
+    };
+    let hi = if w + pl > off {
+        ((w + pl - off - 1) / sw + 1).min(ow)
+    } else {
+        0
+    };
+    (lo.min(hi), hi)
 }
 
 #[cfg(test)]
@@ -1011,7 +1038,10 @@ mod tests {
         for (gi, &(h, wd, k, s, d, p)) in geos.iter().enumerate() {
             let c = 3;
             let span = d * (k - 1) + 1;
-            let (oh, ow) = ((h + p.0 + p.2 - span) / s + 1, (wd + p.1 + p.3 - span) / s + 1);
+            let (oh, ow) = (
+                (h + p.0 + p.2 - span) / s + 1,
+                (wd + p.1 + p.3 - span) / s + 1,
+            );
             let a = ConvAttrs {
                 strides: vec![s, s],
                 pads: vec![(p.0, p.2), (p.1, p.3)],
@@ -1044,21 +1074,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside
-/// `[0, w)`, for a kernel tap at offset `off = kx * dilation`, left padding `pl`, stride `sw`
-/// and `ow` output columns.
-fn inside_cols(off: usize, pl: usize, sw: usize, w: usize, ow: usize) -> (usize, usize) {
-    let lo = if off >= pl {
-        0
-    } else {
-        (pl - off).div_ceil(sw)
-    };
-    let hi = if w + pl > off {
-        ((w + pl - off - 1) / sw + 1).min(ow)
-    } else {
-        0
-    };
-    (lo.min(hi), hi)
 }
