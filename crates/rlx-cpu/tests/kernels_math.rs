@@ -821,3 +821,44 @@ fn strided_pools_match_the_definition() {
         }
     }
 }
+
+/// Transpose against the definition `out[i] = x[perm-permuted i]`, for perms whose adjacent
+/// dims merge (attention heads), unit dims, rows longer than a block, and a full reversal.
+#[test]
+fn transpose_matches_index_definition() {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[2, 16, 4, 8], &[0, 2, 1, 3]),
+        (&[2, 4, 16, 8], &[0, 1, 3, 2]),
+        (&[1, 3, 1, 5, 2], &[4, 2, 0, 3, 1]),
+        (&[3, 5, 7, 2, 4], &[4, 3, 2, 1, 0]),
+        (&[3, 9000], &[1, 0]),
+        (&[2, 3, 4], &[0, 1, 2]),
+        (&[1, 1], &[1, 0]),
+    ];
+    for &(dims, perm) in cases {
+        let n: usize = dims.iter().product();
+        let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let x = f32t(dims, xs.clone());
+        let od: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+        let y = f32s(&ev(
+            Op::Transpose {
+                perm: perm.to_vec(),
+            },
+            &[&x],
+            &od,
+            DType::F32,
+        ));
+        let mut ist = vec![1usize; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            ist[i] = ist[i + 1] * dims[i + 1];
+        }
+        for (o, &got) in y.iter().enumerate() {
+            let (mut rem, mut src) = (o, 0);
+            for k in (0..od.len()).rev() {
+                src += (rem % od[k]) * ist[perm[k]];
+                rem /= od[k];
+            }
+            assert_eq!(got, xs[src], "{dims:?} perm {perm:?} at {o}");
+        }
+    }
+}

@@ -83,21 +83,63 @@ fn transpose_impl<T: Copy + Default + Send + Sync>(
     pst: &[usize],
 ) -> Vec<T> {
     let n: usize = od.iter().product();
-    let r = od.len();
-    if r == 0 {
+    if od.is_empty() {
         return src.to_vec();
     }
     let mut out = vec![T::default(); n];
-    let sl = pst[r - 1];
-    fill_chunks(&mut out, od[r - 1], |row, dst| {
-        let mut rem = row;
+    if n == 0 {
+        return out;
+    }
+    // Drop unit dims and merge output dims that stay adjacent in the source (the
+    // attention-head perm [0, 2, 1, 3] becomes a copy of contiguous rows of head_dim).
+    let (mut d, mut st): (Vec<usize>, Vec<usize>) = (vec![], vec![]);
+    for (&n_i, &s_i) in od.iter().zip(pst).filter(|(&n_i, _)| n_i != 1) {
+        match (d.last_mut(), st.last_mut()) {
+            (Some(dl), Some(sl)) if *sl == s_i * n_i => {
+                *dl *= n_i;
+                *sl = s_i;
+            }
+            _ => {
+                d.push(n_i);
+                st.push(s_i);
+            }
+        }
+    }
+    if d.is_empty() {
+        d.push(1);
+        st.push(1);
+    }
+    let r = d.len();
+    let (inner, sl) = (d[r - 1], st[r - 1]);
+    // Blocks of whole rows: the first row's source offset is decoded once per block, the
+    // next ones follow by an odometer over the outer dims.
+    let rows_per_block = (8192 / inner).max(1);
+    fill_chunks(&mut out, rows_per_block * inner, |b, dst| {
+        let mut idx = vec![0usize; r - 1];
+        let mut rem = b * rows_per_block;
         let mut base = 0;
         for i in (0..r - 1).rev() {
-            base += (rem % od[i]) * pst[i];
-            rem /= od[i];
+            idx[i] = rem % d[i];
+            base += idx[i] * st[i];
+            rem /= d[i];
         }
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = src[base + j * sl];
+        for row in dst.chunks_mut(inner) {
+            if sl == 1 {
+                row.copy_from_slice(&src[base..base + inner]);
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = src[base + j * sl];
+                }
+            }
+            for i in (0..r - 1).rev() {
+                idx[i] += 1;
+                base += st[i];
+                if idx[i] < d[i] {
+                    break;
+                }
+                base -= d[i] * st[i];
+                idx[i] = 0;
+            }
         }
     });
     out
