@@ -15,6 +15,61 @@ pub(crate) type SliceKernel = fn(&[f32], &mut [f32]);
 const EXP_LO: f32 = -87.0;
 const EXP_HI: f32 = 88.0;
 
+/// The widest vector ISA of this CPU that the slice kernels are compiled for (checked once).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, PartialEq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Plain,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn isa() -> Isa {
+    use std::sync::OnceLock;
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
+            Isa::Avx512
+        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            Isa::Avx2
+        } else {
+            Isa::Plain
+        }
+    })
+}
+
+/// Call the `#[inline(always)]` generic loop `$f` compiled for the CPU's widest ISA: each
+/// arm instantiates it inside a `target_feature` function, so it vectorizes 16 (AVX-512),
+/// 8 (AVX2+FMA) or 4 (SSE2) lanes wide. Same arithmetic in each: results differ only where
+/// FMA contraction differs (within the kernels' tested ulp bounds).
+macro_rules! dispatch {
+    ($f:ident, $src:expr, $dst:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            unsafe fn wide(src: &[f32], dst: &mut [f32]) {
+                $f(src, dst)
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2(src: &[f32], dst: &mut [f32]) {
+                $f(src, dst)
+            }
+            match isa() {
+                // SAFETY: the CPU has these features (checked at run time by `isa`).
+                Isa::Avx512 => unsafe { wide($src, $dst) },
+                Isa::Avx2 => unsafe { avx2($src, $dst) },
+                Isa::Plain => $f($src, $dst),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        $f($src, $dst)
+    }};
+}
+
 #[inline(always)]
 #[allow(clippy::manual_clamp)] // `clamp` keeps a NaN; the conversion below needs NaN-free lanes
 fn exp_core(x: f32) -> f32 {
@@ -159,38 +214,16 @@ fn tanh_slice_generic(src: &[f32], dst: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tanh_slice_avx2(src: &[f32], dst: &mut [f32]) {
-    tanh_slice_generic(src, dst)
-}
-
 /// `dst[i] = tanh(src[i])` (lengths must match); within a few ulp of the correctly rounded
 /// value (tested against f64), exact ±1 saturation, NaN propagated.
 pub(crate) fn tanh_slice(src: &[f32], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-        return unsafe { tanh_slice_avx2(src, dst) };
-    }
-    tanh_slice_generic(src, dst)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn sigmoid_slice_avx2(src: &[f32], dst: &mut [f32]) {
-    sigmoid_slice_generic(src, dst)
+    dispatch!(tanh_slice_generic, src, dst)
 }
 
 /// `dst[i] = sigmoid(src[i])` (lengths must match; extra elements are left alone); a few
 /// ulp from the correctly rounded value on the exp range, the scalar definition outside it.
 pub(crate) fn sigmoid_slice(src: &[f32], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-        return unsafe { sigmoid_slice_avx2(src, dst) };
-    }
-    sigmoid_slice_generic(src, dst)
+    dispatch!(sigmoid_slice_generic, src, dst)
 }
 
 /// A buffer-level kernel for the activation `act` on f32, when one exists.
@@ -202,43 +235,15 @@ pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_slice_avx2(src: &[f32], dst: &mut [f32]) {
-    exp_slice_generic(src, dst)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn erf_slice_avx2(src: &[f32], dst: &mut [f32]) {
-    erf_slice_generic(src, dst)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-}
 
 /// `dst[i] = exp(src[i])` (lengths must match; extra elements are left alone).
 pub(crate) fn exp_slice(src: &[f32], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-        return unsafe { exp_slice_avx2(src, dst) };
-    }
-    exp_slice_generic(src, dst)
+    dispatch!(exp_slice_generic, src, dst)
 }
 
 /// `dst[i] = erf(src[i])` (lengths must match; extra elements are left alone).
 pub(crate) fn erf_slice(src: &[f32], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-        return unsafe { erf_slice_avx2(src, dst) };
-    }
-    erf_slice_generic(src, dst)
+    dispatch!(erf_slice_generic, src, dst)
 }
 
 /// In-place [`exp_slice`] / [`erf_slice`] through a small stack buffer.

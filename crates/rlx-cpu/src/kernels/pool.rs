@@ -158,6 +158,7 @@ fn axis_taps(
 /// for stride 1). Each output still combines its taps in window order (rows, then columns),
 /// so Avg sums in the same order as the definition. Max propagates NaN (a NaN tap wins and
 /// stays); a window with no valid tap is -inf (Max) or 0/count (Avg).
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= acc)`: true for a NaN tap, on purpose
 fn pool_2d<T: Float + Send + Sync + Default>(
     v: &[T],
     sp: &[usize],
