@@ -61,6 +61,25 @@ fn binary_into<T: Copy + Send + Sync>(
     Ok(())
 }
 
+/// [`binary_into`] for f32, with a scalar right-hand side (Clip's bounds, scales) as one
+/// flat loop compiled for the widest ISA ([`crate::kernels::fastmath::map_f32_inplace`]).
+fn binary_into_f32(
+    a: &mut [f32],
+    od: &[usize],
+    b: &[f32],
+    bd: &[usize],
+    f: impl Fn(f32, f32) -> f32 + Sync + Send + Copy,
+) -> Result<(), KernelError> {
+    if let [y] = b {
+        if bd.len() <= od.len() && a.len() == od.iter().product::<usize>() {
+            let y = *y;
+            crate::kernels::fastmath::map_f32_inplace(a, move |x| f(x, y));
+            return Ok(());
+        }
+    }
+    binary_into(a, od, b, bd, f)
+}
+
 /// Evaluate `op` with ownership of its first input.
 pub(crate) fn eval_owned(
     op: &Op,
@@ -116,33 +135,37 @@ pub(crate) fn eval_owned(
             let done = match (first.data_mut(), rhs.data()) {
                 (TensorData::F32(x), TensorData::F32(y)) => {
                     match b {
-                        rlx_ir::BinaryOp::Add => binary_into(x, &od, y, &bd, |p, q| p + q)?,
-                        rlx_ir::BinaryOp::Sub => binary_into(x, &od, y, &bd, |p, q| p - q)?,
-                        rlx_ir::BinaryOp::Mul => binary_into(x, &od, y, &bd, |p, q| p * q)?,
-                        rlx_ir::BinaryOp::Div => binary_into(x, &od, y, &bd, |p, q| p / q)?,
+                        rlx_ir::BinaryOp::Add => binary_into_f32(x, &od, y, &bd, |p, q| p + q)?,
+                        rlx_ir::BinaryOp::Sub => binary_into_f32(x, &od, y, &bd, |p, q| p - q)?,
+                        rlx_ir::BinaryOp::Mul => binary_into_f32(x, &od, y, &bd, |p, q| p * q)?,
+                        rlx_ir::BinaryOp::Div => binary_into_f32(x, &od, y, &bd, |p, q| p / q)?,
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
-                            binary_into(x, &od, y, &bd, |p, _| p * p)?
+                            binary_into_f32(x, &od, y, &bd, |p, _| p * p)?
                         }
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 3.0 => {
-                            binary_into(x, &od, y, &bd, |p, _| p * p * p)?
+                            binary_into_f32(x, &od, y, &bd, |p, _| p * p * p)?
                         }
                         // Max/Min monomorphized so the loop vectorizes (Clip's two halves);
                         // same expression as `BinaryOp::apply_f32`.
-                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
-                            if p.is_nan() || q.is_nan() {
-                                f32::NAN
-                            } else {
-                                p.max(q)
-                            }
-                        })?,
-                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
-                            if p.is_nan() || q.is_nan() {
-                                f32::NAN
-                            } else {
-                                p.min(q)
-                            }
-                        })?,
-                        _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
+                        rlx_ir::BinaryOp::Max => {
+                            binary_into_f32(x, &od, y, &bd, |p: f32, q: f32| {
+                                if p.is_nan() || q.is_nan() {
+                                    f32::NAN
+                                } else {
+                                    p.max(q)
+                                }
+                            })?
+                        }
+                        rlx_ir::BinaryOp::Min => {
+                            binary_into_f32(x, &od, y, &bd, |p: f32, q: f32| {
+                                if p.is_nan() || q.is_nan() {
+                                    f32::NAN
+                                } else {
+                                    p.min(q)
+                                }
+                            })?
+                        }
+                        _ => binary_into_f32(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
                     }
                     true
                 }

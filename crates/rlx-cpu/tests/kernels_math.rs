@@ -862,3 +862,40 @@ fn transpose_matches_index_definition() {
         }
     }
 }
+
+/// ONNX Clip as imported (`Min(Max(x, 0), 6)`, ReLU6) on buffers the executor updates in
+/// place through the scalar-operand loop: NaN propagates, ±inf clip to the bounds, and every
+/// other value equals min(max(x, 0), 6) computed here in f64.
+#[test]
+fn in_place_clip_with_scalar_bounds_matches_definition() {
+    use rlx_cpu::CpuExecutor;
+    use rlx_ir::{BinaryOp, Graph, UnaryOp};
+    let mut xs: Vec<f32> = (0..70001).map(|i| (i as f32 - 35000.0) * 0.00031).collect();
+    xs[3] = f32::NAN;
+    xs[40000] = f32::NAN;
+    xs[5] = f32::INFINITY;
+    xs[6] = f32::NEG_INFINITY;
+    xs[7] = -0.0;
+    let n = xs.len();
+    let s = Shape::new(&[1, n], DType::F32);
+    let mut g = Graph::new("t");
+    let xi = g.input("x", s.clone());
+    let neg = g.unary(UnaryOp::Neg, xi, s.clone());
+    let lo = g.constant(Tensor::from_f32(&[], vec![0.0]).unwrap());
+    let hi = g.constant(Tensor::from_f32(&[1, 1], vec![6.0]).unwrap());
+    let mx = g.binary(BinaryOp::Max, neg, lo, s.clone());
+    let mn = g.binary(BinaryOp::Min, mx, hi, s.clone());
+    g.set_outputs(vec![mn]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let y = ex
+        .run(&[Tensor::from_f32(&[1, n], xs.clone()).unwrap()], None)
+        .unwrap();
+    for (i, (&x, &got)) in xs.iter().zip(y[0].as_f32().unwrap()).enumerate() {
+        let v = -(x as f64);
+        if v.is_nan() {
+            assert!(got.is_nan(), "at {i}: clip(NaN) = {got}");
+        } else {
+            assert_eq!(got as f64, v.max(0.0).min(6.0), "at {i}: clip({v})");
+        }
+    }
+}

@@ -42,6 +42,46 @@ fn isa() -> Isa {
     })
 }
 
+/// `v[i] = f(v[i])` with the loop compiled for the CPU's widest ISA (the closure is inlined
+/// into each `target_feature` copy, so a plain expression vectorizes 16 or 8 lanes wide).
+/// Rust never contracts `a * b + c` into an FMA on its own, so every copy gives the same
+/// bits. Split over rayon above the parallel threshold.
+pub(crate) fn map_f32_inplace<F: Fn(f32) -> f32 + Sync + Send + Copy>(v: &mut [f32], f: F) {
+    #[inline(always)]
+    fn plain<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
+        for x in v.iter_mut() {
+            *x = f(*x);
+        }
+    }
+    let run = |c: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            unsafe fn wide<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
+                plain(v, f)
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
+                plain(v, f)
+            }
+            match isa() {
+                // SAFETY: the CPU has these features (checked at run time by `isa`).
+                Isa::Avx512 => unsafe { wide(c, f) },
+                Isa::Avx2 => unsafe { avx2(c, f) },
+                Isa::Plain => plain(c, f),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        plain(c, f)
+    };
+    if super::par_worth(v.len()) {
+        use rayon::prelude::*;
+        v.par_chunks_mut(8192).for_each(run);
+    } else {
+        run(v);
+    }
+}
+
 /// Call the `#[inline(always)]` generic loop `$f` compiled for the CPU's widest ISA: each
 /// arm instantiates it inside a `target_feature` function, so it vectorizes 16 (AVX-512),
 /// 8 (AVX2+FMA) or 4 (SSE2) lanes wide. Same arithmetic in each: results differ only where
@@ -234,7 +274,6 @@ pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
         _ => None,
     }
 }
-
 
 /// `dst[i] = exp(src[i])` (lengths must match; extra elements are left alone).
 pub(crate) fn exp_slice(src: &[f32], dst: &mut [f32]) {
