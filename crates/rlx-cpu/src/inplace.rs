@@ -2,7 +2,7 @@
 //! its data and f32/f64 elementwise ops overwrite it in place. Results are identical to
 //! [`crate::eval_op`] (same scalar functions); anything not handled here falls back to it.
 
-use crate::kernels::{fill_chunks, par_worth, Bcast};
+use crate::kernels::{fill_chunks, par_worth, wide, Bcast};
 use crate::{check_result, eval_op, KernelError};
 use rayon::prelude::*;
 use rlx_ir::{Op, Shape, Tensor, TensorData};
@@ -17,32 +17,40 @@ pub(crate) fn can_reuse(op: &Op) -> bool {
     }
 }
 
-fn for_each_mut<T: Send>(v: &mut [T], f: impl Fn(&mut T) + Sync + Send) {
+/// `v[i] = f(v[i])`, split over rayon above the threshold, each chunk through [`wide`].
+fn for_each_chunk<T: Copy + Send + 'static>(v: &mut [T], f: impl Fn(T) -> T + Sync + Send + Copy) {
     if par_worth(v.len()) {
-        v.par_iter_mut().with_min_len(4096).for_each(f);
+        v.par_chunks_mut(8192).for_each(|c| wide::map_inplace(c, f));
     } else {
-        v.iter_mut().for_each(f);
+        wide::map_inplace(v, f);
     }
 }
 
-/// `a[i] = f(a[i], b[broadcast i])` with `a` already of the output dims.
-fn binary_into<T: Copy + Send + Sync>(
+/// `a[i] = f(a[i], b[broadcast i])` with `a` already of the output dims. Contiguous and
+/// scalar rows run through [`wide`] (AVX-512/AVX2 copies for f32).
+fn binary_into<T: Copy + Send + Sync + 'static>(
     a: &mut [T],
     od: &[usize],
     b: &[T],
     bd: &[usize],
-    f: impl Fn(T, T) -> T + Sync + Send,
+    f: impl Fn(T, T) -> T + Sync + Send + Copy,
 ) -> Result<(), KernelError> {
     if bd == od {
         if par_worth(a.len()) {
-            a.par_iter_mut()
-                .with_min_len(4096)
-                .zip(b.par_iter())
-                .for_each(|(x, &y)| *x = f(*x, y));
+            a.par_chunks_mut(8192)
+                .zip(b.par_chunks(8192))
+                .for_each(|(x, y)| wide::zip_inplace(x, y, f));
         } else {
-            a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+            wide::zip_inplace(a, b, f);
         }
         return Ok(());
+    }
+    if let [y] = b {
+        if bd.len() <= od.len() && a.len() == od.iter().product::<usize>() {
+            let y = *y;
+            for_each_chunk(a, move |x| f(x, y));
+            return Ok(());
+        }
     }
     let plan = Bcast::new(&[bd], od)?;
     let sb = plan.inner_strides[0];
@@ -50,34 +58,13 @@ fn binary_into<T: Copy + Send + Sync>(
         let ob = plan.row_offset(0, row);
         if sb == 0 {
             let y = b[ob];
-            dst.iter_mut().for_each(|x| *x = f(*x, y));
+            wide::map_inplace(dst, move |x| f(x, y));
         } else {
             let m = dst.len();
-            for (x, &y) in dst.iter_mut().zip(&b[ob..ob + m]) {
-                *x = f(*x, y);
-            }
+            wide::zip_inplace(dst, &b[ob..ob + m], f);
         }
     });
     Ok(())
-}
-
-/// [`binary_into`] for f32, with a scalar right-hand side (Clip's bounds, scales) as one
-/// flat loop compiled for the widest ISA ([`crate::kernels::fastmath::map_f32_inplace`]).
-fn binary_into_f32(
-    a: &mut [f32],
-    od: &[usize],
-    b: &[f32],
-    bd: &[usize],
-    f: impl Fn(f32, f32) -> f32 + Sync + Send + Copy,
-) -> Result<(), KernelError> {
-    if let [y] = b {
-        if bd.len() <= od.len() && a.len() == od.iter().product::<usize>() {
-            let y = *y;
-            crate::kernels::fastmath::map_f32_inplace(a, move |x| f(x, y));
-            return Ok(());
-        }
-    }
-    binary_into(a, od, b, bd, f)
 }
 
 /// Evaluate `op` with ownership of its first input.
@@ -100,26 +87,26 @@ pub(crate) fn eval_owned(
             let u = *u;
             match crate::kernels::fastmath::slice_kernel(u) {
                 Some(k) => crate::kernels::fastmath::map_inplace_par(v, k),
-                None => for_each_mut(v, |x| *x = u.apply_f32(*x)),
+                None => for_each_chunk(v, move |x| u.apply_f32(x)),
             }
             true
         }
         (Op::Unary(u), TensorData::F64(v)) if rest.is_empty() && !u.is_predicate() => {
             let u = *u;
-            for_each_mut(v, |x| *x = u.apply_f64(*x));
+            for_each_chunk(v, move |x| u.apply_f64(x));
             true
         }
         (Op::Activation(a), TensorData::F32(v)) if rest.is_empty() => {
             let a = *a;
             match crate::kernels::fastmath::act_slice_kernel(a) {
                 Some(k) => crate::kernels::fastmath::map_inplace_par(v, k),
-                None => for_each_mut(v, |x| *x = a.apply_f32(*x)),
+                None => for_each_chunk(v, move |x| a.apply_f32(x)),
             }
             true
         }
         (Op::Activation(a), TensorData::F64(v)) if rest.is_empty() => {
             let a = *a;
-            for_each_mut(v, |x| *x = a.apply_f64(*x));
+            for_each_chunk(v, move |x| a.apply_f64(x));
             true
         }
         _ => false,
@@ -135,37 +122,33 @@ pub(crate) fn eval_owned(
             let done = match (first.data_mut(), rhs.data()) {
                 (TensorData::F32(x), TensorData::F32(y)) => {
                     match b {
-                        rlx_ir::BinaryOp::Add => binary_into_f32(x, &od, y, &bd, |p, q| p + q)?,
-                        rlx_ir::BinaryOp::Sub => binary_into_f32(x, &od, y, &bd, |p, q| p - q)?,
-                        rlx_ir::BinaryOp::Mul => binary_into_f32(x, &od, y, &bd, |p, q| p * q)?,
-                        rlx_ir::BinaryOp::Div => binary_into_f32(x, &od, y, &bd, |p, q| p / q)?,
+                        rlx_ir::BinaryOp::Add => binary_into(x, &od, y, &bd, |p, q| p + q)?,
+                        rlx_ir::BinaryOp::Sub => binary_into(x, &od, y, &bd, |p, q| p - q)?,
+                        rlx_ir::BinaryOp::Mul => binary_into(x, &od, y, &bd, |p, q| p * q)?,
+                        rlx_ir::BinaryOp::Div => binary_into(x, &od, y, &bd, |p, q| p / q)?,
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
-                            binary_into_f32(x, &od, y, &bd, |p, _| p * p)?
+                            binary_into(x, &od, y, &bd, |p, _| p * p)?
                         }
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 3.0 => {
-                            binary_into_f32(x, &od, y, &bd, |p, _| p * p * p)?
+                            binary_into(x, &od, y, &bd, |p, _| p * p * p)?
                         }
                         // Max/Min monomorphized so the loop vectorizes (Clip's two halves);
                         // same expression as `BinaryOp::apply_f32`.
-                        rlx_ir::BinaryOp::Max => {
-                            binary_into_f32(x, &od, y, &bd, |p: f32, q: f32| {
-                                if p.is_nan() || q.is_nan() {
-                                    f32::NAN
-                                } else {
-                                    p.max(q)
-                                }
-                            })?
-                        }
-                        rlx_ir::BinaryOp::Min => {
-                            binary_into_f32(x, &od, y, &bd, |p: f32, q: f32| {
-                                if p.is_nan() || q.is_nan() {
-                                    f32::NAN
-                                } else {
-                                    p.min(q)
-                                }
-                            })?
-                        }
-                        _ => binary_into_f32(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
+                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
+                            if p.is_nan() || q.is_nan() {
+                                f32::NAN
+                            } else {
+                                p.max(q)
+                            }
+                        })?,
+                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
+                            if p.is_nan() || q.is_nan() {
+                                f32::NAN
+                            } else {
+                                p.min(q)
+                            }
+                        })?,
+                        _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
                     }
                     true
                 }

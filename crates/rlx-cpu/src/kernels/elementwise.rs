@@ -1,57 +1,62 @@
 //! Elementwise kernels: Unary, Activation, Binary (NumPy broadcasting), Select, Cast.
 //! Scalar semantics come from `rlx_ir::op` (`apply_f32` / `apply_f64` / `apply_i64`).
 
-use super::{fill_chunks, invalid, make, out_dims, par_worth, Bcast, KResult};
+use super::{fill_chunks, invalid, make, out_dims, par_worth, wide, Bcast, KResult};
 use half::{bf16, f16};
 use rayon::prelude::*;
 use rlx_ir::{Activation, BinaryOp, DType, Shape, Tensor, TensorData, UnaryOp};
 
-/// `v.map(f)`, in parallel above the threshold.
+/// `v.map(f)`, in parallel above the threshold (f32 loops through [`wide`]).
 #[inline]
-pub(crate) fn map_vec<A: Copy + Sync, O: Send>(
+pub(crate) fn map_vec<A: Copy + Sync + 'static, O: Copy + Default + Send + 'static>(
     v: &[A],
-    f: impl Fn(A) -> O + Sync + Send,
+    f: impl Fn(A) -> O + Sync + Send + Copy,
 ) -> Vec<O> {
+    let mut out = vec![O::default(); v.len()];
     if par_worth(v.len()) {
-        v.par_iter().with_min_len(4096).map(|&x| f(x)).collect()
+        out.par_chunks_mut(8192)
+            .zip(v.par_chunks(8192))
+            .for_each(|(d, s)| wide::map_into(d, s, f));
     } else {
-        v.iter().map(|&x| f(x)).collect()
+        wide::map_into(&mut out, v, f);
     }
+    out
 }
 
-/// Broadcasting binary map: `out[i] = f(a[ia], b[ib])` over `od`.
+/// Broadcasting binary map: `out[i] = f(a[ia], b[ib])` over `od`. Contiguous and
+/// broadcast-scalar rows run through [`wide`] (AVX-512/AVX2 copies for f32).
 pub(crate) fn bin_map<A, B, O>(
     a: &[A],
     ad: &[usize],
     b: &[B],
     bd: &[usize],
     od: &[usize],
-    f: impl Fn(A, B) -> O + Sync + Send,
+    f: impl Fn(A, B) -> O + Sync + Send + Copy,
 ) -> KResult<Vec<O>>
 where
-    A: Copy + Sync,
-    B: Copy + Sync,
-    O: Copy + Default + Send,
+    A: Copy + Send + Sync + 'static,
+    B: Copy + Send + Sync + 'static,
+    O: Copy + Default + Send + 'static,
 {
     let n: usize = od.iter().product();
     if ad == od && bd == od {
+        let mut out = vec![O::default(); n];
         if par_worth(n) {
-            return Ok(a
-                .par_iter()
-                .with_min_len(4096)
-                .zip(b.par_iter())
-                .map(|(&x, &y)| f(x, y))
-                .collect());
+            out.par_chunks_mut(8192)
+                .zip(a.par_chunks(8192).zip(b.par_chunks(8192)))
+                .for_each(|(d, (x, y))| wide::zip_into(d, x, y, f));
+        } else {
+            wide::zip_into(&mut out, a, b, f);
         }
-        return Ok(a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect());
+        return Ok(out);
     }
     if bd.iter().product::<usize>() == 1 && ad == od && !b.is_empty() {
         let y = b[0];
-        return Ok(map_vec(a, |x| f(x, y)));
+        return Ok(map_vec(a, move |x| f(x, y)));
     }
     if ad.iter().product::<usize>() == 1 && bd == od && !a.is_empty() {
         let x = a[0];
-        return Ok(map_vec(b, |y| f(x, y)));
+        return Ok(map_vec(b, move |y| f(x, y)));
     }
     let plan = Bcast::new(&[ad, bd], od)?;
     let mut out = vec![O::default(); n];
@@ -62,22 +67,14 @@ where
         let m = dst.len();
         // Unit/zero inner strides get their own loops so they vectorize.
         match (sa, sb) {
-            (1, 1) => {
-                for ((d, &x), &y) in dst.iter_mut().zip(&a[oa..oa + m]).zip(&b[ob..ob + m]) {
-                    *d = f(x, y);
-                }
-            }
+            (1, 1) => wide::zip_into(dst, &a[oa..oa + m], &b[ob..ob + m], f),
             (1, 0) => {
                 let y = b[ob];
-                for (d, &x) in dst.iter_mut().zip(&a[oa..oa + m]) {
-                    *d = f(x, y);
-                }
+                wide::map_into(dst, &a[oa..oa + m], move |x| f(x, y));
             }
             (0, 1) => {
                 let x = a[oa];
-                for (d, &y) in dst.iter_mut().zip(&b[ob..ob + m]) {
-                    *d = f(x, y);
-                }
+                wide::map_into(dst, &b[ob..ob + m], move |y| f(x, y));
             }
             _ => {
                 for (j, d) in dst.iter_mut().enumerate() {

@@ -18,14 +18,14 @@ const EXP_HI: f32 = 88.0;
 /// The widest vector ISA of this CPU that the slice kernels are compiled for (checked once).
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, PartialEq)]
-enum Isa {
+pub(crate) enum Isa {
     Avx512,
     Avx2,
     Plain,
 }
 
 #[cfg(target_arch = "x86_64")]
-fn isa() -> Isa {
+pub(crate) fn isa() -> Isa {
     use std::sync::OnceLock;
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
@@ -40,46 +40,6 @@ fn isa() -> Isa {
             Isa::Plain
         }
     })
-}
-
-/// `v[i] = f(v[i])` with the loop compiled for the CPU's widest ISA (the closure is inlined
-/// into each `target_feature` copy, so a plain expression vectorizes 16 or 8 lanes wide).
-/// Rust never contracts `a * b + c` into an FMA on its own, so every copy gives the same
-/// bits. Split over rayon above the parallel threshold.
-pub(crate) fn map_f32_inplace<F: Fn(f32) -> f32 + Sync + Send + Copy>(v: &mut [f32], f: F) {
-    #[inline(always)]
-    fn plain<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
-        for x in v.iter_mut() {
-            *x = f(*x);
-        }
-    }
-    let run = |c: &mut [f32]| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f,avx2,fma")]
-            unsafe fn wide<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
-                plain(v, f)
-            }
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2<F: Fn(f32) -> f32>(v: &mut [f32], f: F) {
-                plain(v, f)
-            }
-            match isa() {
-                // SAFETY: the CPU has these features (checked at run time by `isa`).
-                Isa::Avx512 => unsafe { wide(c, f) },
-                Isa::Avx2 => unsafe { avx2(c, f) },
-                Isa::Plain => plain(c, f),
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        plain(c, f)
-    };
-    if super::par_worth(v.len()) {
-        use rayon::prelude::*;
-        v.par_chunks_mut(8192).for_each(run);
-    } else {
-        run(v);
-    }
 }
 
 /// Call the `#[inline(always)]` generic loop `$f` compiled for the CPU's widest ISA: each

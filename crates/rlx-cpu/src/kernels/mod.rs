@@ -18,6 +18,7 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
+pub(crate) mod wide;
 
 use crate::KernelError;
 use half::{bf16, f16};

@@ -1,0 +1,172 @@
+//! Elementwise row loops compiled for the CPU's widest vector ISA.
+//!
+//! Each loop is written once (`plain`), then instantiated inside `#[target_feature]`
+//! functions for AVX-512 and AVX2+FMA and picked at run time ([`super::fastmath::isa`]).
+//! The caller's closure is inlined into each copy, so a plain expression vectorizes 16 or 8
+//! lanes wide instead of SSE2's 4. Rust never contracts `a * b + c` into an FMA on its own,
+//! so every copy returns the same bits as the plain loop.
+//!
+//! The row helpers are generic over element types, like the kernels that call them; the
+//! wide copies are taken when all element types are `f32` (a `TypeId` test, resolved at
+//! compile time), other types run the plain loop.
+
+use super::fastmath::{isa, Isa};
+use std::any::TypeId;
+
+/// Defines `$name`, running `$body` in the widest-ISA copy (see the module docs).
+macro_rules! isa_loop {
+    ($(#[$m:meta])* fn $name:ident[F: $($bound:tt)+]($($a:ident : $t:ty),*) $body:block) => {
+        $(#[$m])*
+        pub(crate) fn $name<F: $($bound)+ + Copy>($($a: $t),*) {
+            #[inline(always)]
+            fn plain<F: $($bound)+ + Copy>($($a: $t),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn wide<F: $($bound)+ + Copy>($($a: $t),*) {
+                    plain($($a),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2<F: $($bound)+ + Copy>($($a: $t),*) {
+                    plain($($a),*)
+                }
+                match isa() {
+                    // SAFETY: the CPU has these features (checked at run time by `isa`).
+                    Isa::Avx512 => unsafe { wide($($a),*) },
+                    Isa::Avx2 => unsafe { avx2($($a),*) },
+                    Isa::Plain => plain($($a),*),
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            plain($($a),*)
+        }
+    };
+}
+
+isa_loop!(
+    /// `v[i] = f(v[i])`.
+    fn map1_inplace[F: Fn(f32) -> f32](v: &mut [f32], f: F) {
+        for x in v.iter_mut() {
+            *x = f(*x);
+        }
+    }
+);
+
+isa_loop!(
+    /// `a[i] = f(a[i], b[i])` over the shorter length.
+    fn map2_inplace[F: Fn(f32, f32) -> f32](a: &mut [f32], b: &[f32], f: F) {
+        for (x, &y) in a.iter_mut().zip(b) {
+            *x = f(*x, y);
+        }
+    }
+);
+
+isa_loop!(
+    /// `dst[i] = f(a[i])` over the shorter length.
+    fn map1_into[F: Fn(f32) -> f32](dst: &mut [f32], a: &[f32], f: F) {
+        for (d, &x) in dst.iter_mut().zip(a) {
+            *d = f(x);
+        }
+    }
+);
+
+isa_loop!(
+    /// `dst[i] = f(a[i], b[i])` over the shortest length.
+    fn map2_into[F: Fn(f32, f32) -> f32](dst: &mut [f32], a: &[f32], b: &[f32], f: F) {
+        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *d = f(x, y);
+        }
+    }
+);
+
+fn is_f32<T: 'static>() -> bool {
+    TypeId::of::<T>() == TypeId::of::<f32>()
+}
+
+/// Reinterpret a slice whose element type is `f32` (checked by the caller through
+/// [`is_f32`]).
+fn as_f32<T: 'static>(s: &[T]) -> &[f32] {
+    debug_assert!(is_f32::<T>());
+    // SAFETY: T is f32 (same type, same layout).
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
+}
+
+fn as_f32_mut<T: 'static>(s: &mut [T]) -> &mut [f32] {
+    debug_assert!(is_f32::<T>());
+    // SAFETY: T is f32 (same type, same layout).
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
+}
+
+/// `f` seen as an `f32` function (identity reinterpretations; T is f32 at the call sites).
+#[inline(always)]
+fn conv1<T: Copy + 'static>(x: f32) -> T {
+    // SAFETY: T is f32 (checked by the callers through `is_f32`).
+    unsafe { std::mem::transmute_copy(&x) }
+}
+
+#[inline(always)]
+fn back<T: Copy + 'static>(x: T) -> f32 {
+    // SAFETY: T is f32 (checked by the callers through `is_f32`).
+    unsafe { std::mem::transmute_copy(&x) }
+}
+
+/// `dst[i] = f(a[i], b[i])`.
+#[inline]
+pub(crate) fn zip_into<A, B, O>(dst: &mut [O], a: &[A], b: &[B], f: impl Fn(A, B) -> O + Copy)
+where
+    A: Copy + 'static,
+    B: Copy + 'static,
+    O: Copy + 'static,
+{
+    if is_f32::<A>() && is_f32::<B>() && is_f32::<O>() {
+        let g = move |x: f32, y: f32| back(f(conv1(x), conv1(y)));
+        return map2_into(as_f32_mut(dst), as_f32(a), as_f32(b), g);
+    }
+    for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        *d = f(x, y);
+    }
+}
+
+/// `dst[i] = f(a[i])`.
+#[inline]
+pub(crate) fn map_into<A, O>(dst: &mut [O], a: &[A], f: impl Fn(A) -> O + Copy)
+where
+    A: Copy + 'static,
+    O: Copy + 'static,
+{
+    if is_f32::<A>() && is_f32::<O>() {
+        let g = move |x: f32| back(f(conv1(x)));
+        return map1_into(as_f32_mut(dst), as_f32(a), g);
+    }
+    for (d, &x) in dst.iter_mut().zip(a) {
+        *d = f(x);
+    }
+}
+
+/// `a[i] = f(a[i], b[i])`.
+#[inline]
+pub(crate) fn zip_inplace<T, B>(a: &mut [T], b: &[B], f: impl Fn(T, B) -> T + Copy)
+where
+    T: Copy + 'static,
+    B: Copy + 'static,
+{
+    if is_f32::<T>() && is_f32::<B>() {
+        let g = move |x: f32, y: f32| back(f(conv1(x), conv1(y)));
+        return map2_inplace(as_f32_mut(a), as_f32(b), g);
+    }
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = f(*x, y);
+    }
+}
+
+/// `a[i] = f(a[i])`.
+#[inline]
+pub(crate) fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + Copy) {
+    if is_f32::<T>() {
+        let g = move |x: f32| back(f(conv1(x)));
+        return map1_inplace(as_f32_mut(a), g);
+    }
+    for x in a.iter_mut() {
+        *x = f(*x);
+    }
+}
