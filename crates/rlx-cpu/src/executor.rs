@@ -32,6 +32,9 @@ pub struct CpuExecutor {
     leaf_counts: Vec<Option<NonFiniteCounts>>,
     /// Some node is large enough for a kernel to split it over threads (see `parallel_work`).
     parallel_work: bool,
+    /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
+    fusions: crate::fuse::Fusions,
+    fuse_on: bool,
 }
 
 /// True when some node of `g` is big enough that a kernel may split it over rayon: an output
@@ -78,6 +81,14 @@ impl Slot<'_> {
             Slot::Borrowed(t) => Some(t),
             Slot::Owned(t) => Some(t),
         }
+    }
+}
+
+/// The counts of a finite value of node `node`'s type.
+fn clean_counts(node: &rlx_ir::Node) -> NonFiniteCounts {
+    NonFiniteCounts {
+        len: node.shape.numel(),
+        ..Default::default()
     }
 }
 
@@ -253,6 +264,13 @@ impl CpuExecutor {
                 None => false,
             })
             .collect();
+        let mut consumers = vec![vec![]; n];
+        for node in &graph.nodes {
+            for i in &node.inputs {
+                consumers[i.index()].push(node.id);
+            }
+        }
+        let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
         let inputs = graph.inputs();
         let leaf_counts = graph
             .nodes
@@ -263,6 +281,8 @@ impl CpuExecutor {
             })
             .collect();
         Ok(CpuExecutor {
+            fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
+            fusions,
             parallel_work: parallel_work(&graph),
             leaf_counts,
             params: vec![None; n],
@@ -272,6 +292,21 @@ impl CpuExecutor {
             can_take0,
             graph,
         })
+    }
+
+    /// Turn Conv epilogue fusion on or off (default: on, unless `RLX_CPU_FUSION=0`). Fused,
+    /// a Conv followed by per-channel Add/Sub/Mul/Div with constants (a decomposed
+    /// BatchNormalization) and an optional Relu runs as one conv with the affine map folded
+    /// into its weights; results differ from the unfused chain by rounding only. Hooked
+    /// runs always run unfused; with a NaN scanner on, a group whose output is not finite
+    /// is replayed unfused, so reports name the same op either way.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fuse_on = on;
+    }
+
+    /// The number of fused Conv groups (0 when fusion found nothing to fuse).
+    pub fn fused_groups(&self) -> usize {
+        self.fusions.groups.len()
     }
 
     /// The graph this executor runs.
@@ -392,8 +427,49 @@ impl CpuExecutor {
         }
         let mut slots: Vec<Slot> = (0..g.len()).map(|_| Slot::Empty).collect();
         let mut next_input = 0;
+        // Fused groups (crate::fuse): off with hooks; `unfused[k]` marks a group replayed
+        // unfused in this run because its fused output was not finite.
+        let fuse =
+            this.fuse_on && before.is_none() && observe.is_none() && !this.fusions.is_empty();
+        let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
         for node in &g.nodes {
             let id = node.id;
+            let i = id.index();
+            if fuse {
+                if let Some(k) = this.fusions.at_conv[i].filter(|&k| !unfused[k]) {
+                    let grp = &this.fusions.groups[k];
+                    let x = slots[node.inputs[0].index()]
+                        .get()
+                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
+                    let (t, clean) = crate::fuse::run_group(g, grp, x, scanner.is_some())
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    if !clean {
+                        // Replay this group op by op (below), so the scan names the op.
+                        unfused[k] = true;
+                    } else {
+                        let last = *grp.members.last().expect("groups are not empty");
+                        slots[last.index()] = Slot::Owned(t);
+                        if let Some(s) = scanner.as_deref_mut() {
+                            s.scan_counts(g, id, clean_counts(node))?;
+                        }
+                        for dead in &this.free_after[i] {
+                            slots[dead.index()] = Slot::Empty;
+                        }
+                        continue;
+                    }
+                }
+                if let Some(k) = this.fusions.member_of[i].filter(|&k| !unfused[k]) {
+                    // Computed with the group's conv; its output is finite when scanned.
+                    if let Some(s) = scanner.as_deref_mut() {
+                        s.scan_counts(g, id, clean_counts(node))?;
+                    }
+                    let _ = k;
+                    for dead in &this.free_after[i] {
+                        slots[dead.index()] = Slot::Empty;
+                    }
+                    continue;
+                }
+            }
             if let Some(b) = before.as_deref_mut() {
                 b(id);
             }
@@ -418,7 +494,6 @@ impl CpuExecutor {
                     Slot::Owned(t)
                 }
             };
-            let i = id.index();
             slots[i] = slot;
             if observe.is_some() || scanner.is_some() {
                 let t = slots[i].get().expect("slot just set");

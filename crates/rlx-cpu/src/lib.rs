@@ -18,6 +18,7 @@ pub enum KernelError {
 }
 
 mod executor;
+mod fuse;
 mod inplace;
 mod kernels;
 

@@ -70,6 +70,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_FUSION",
+        values: "1|0",
+        acts: "when a CPU executor is built",
+        catches: "nothing: 0 turns off Conv+BatchNorm/bias/Relu fusion on the CPU (default on), to rule the fusion out or to time its effect; NaN reports name the same op either way (a fused group with a non-finite output is replayed op by op)",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_RUNTIME_CHECK_INPUTS",
         values: "0|1",
         acts: "each run, before any kernel",
@@ -247,6 +255,17 @@ pub fn get(name: &str) -> Option<String> {
 pub fn get_os(name: &str) -> Option<OsString> {
     check(name);
     std::env::var_os(name)
+}
+
+/// True when a registered variable is set to `0`, `false`, `off` or `no` (case and
+/// surrounding whitespace ignored): an explicit "off" for a switch that defaults to on.
+pub fn is_off(name: &str) -> bool {
+    get(name).is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no"
+        )
+    })
 }
 
 /// True when a registered variable is set to something other than empty, `0`, `false`,

@@ -1,0 +1,220 @@
+//! Conv epilogue fusion for the CPU executor: a 2-D f32 `Conv` with constant weights,
+//! followed by a chain of per-channel affine ops with constant operands (`Add`, `Sub`,
+//! `Mul`, `Div`: a decomposed BatchNormalization, or a separate bias) and an optional
+//! `Relu`, runs as one conv with the affine map folded into its weights and bias
+//! (`W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]`, folded in f64 at plan time) and the
+//! Relu applied in place on its output. This is what onnxruntime does to Conv+BatchNorm at
+//! session creation; the result differs from the unfused chain only by rounding.
+//!
+//! The graph is not rewritten: the group's nodes keep their ids and names, and the executor
+//! decides per run (see `CpuExecutor::run_hooked`):
+//! * no scanner, no hooks: the fused conv; the chain's nodes are skipped;
+//! * a NaN/Inf scanner on: the fused conv, whose value before the Relu is scanned. If it is
+//!   finite, every node of the chain is reported finite (the folded constants are finite
+//!   and the scales non-zero, so a NaN or ±inf inside the affine chain stays non-finite to
+//!   its end); if it is not, the group is replayed unfused from the same inputs and every
+//!   node scanned, so the report names the op that created the value, as with fusion off
+//!   (the approach of JAX's `jax_debug_nans`, which re-runs the failing jitted function op
+//!   by op). One difference remains, the same as in onnxruntime's folding: the conv with
+//!   folded weights may stay finite where the unfused conv overflows (a BatchNorm scale
+//!   below 1 applied before the sum instead of after), and the reverse;
+//! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
+
+use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorData};
+
+/// One fused Conv group.
+#[derive(Debug)]
+pub(crate) struct ConvGroup {
+    /// The Conv node (its input 0 is the activation).
+    pub conv: NodeId,
+    /// The chain after the conv, in order; the last one's value is the group's output.
+    pub members: Vec<NodeId>,
+    /// Folded weights (the conv's weight dims) and bias (`[M]`).
+    pub weight: Tensor,
+    pub bias: Tensor,
+    /// A trailing Relu, applied in place.
+    pub relu: bool,
+}
+
+/// The fusion plan of one graph.
+#[derive(Debug, Default)]
+pub(crate) struct Fusions {
+    pub groups: Vec<ConvGroup>,
+    /// Per node: the group whose conv it is.
+    pub at_conv: Vec<Option<usize>>,
+    /// Per node: the group whose chain it belongs to (not set for the conv itself).
+    pub member_of: Vec<Option<usize>>,
+}
+
+impl Fusions {
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
+
+fn constant(g: &Graph, id: NodeId) -> Option<&Tensor> {
+    match &g.node(id).op {
+        Op::Constant(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// The per-output-channel values of a constant that broadcasts against `[N, M, ...]` along
+/// axis 1 only (or is a scalar), as f64; None otherwise.
+fn per_channel(t: &Tensor, out_rank: usize, m: usize) -> Option<Vec<f64>> {
+    let v = t.as_f32()?;
+    if v.len() == 1 {
+        return Some(vec![v[0] as f64; m]);
+    }
+    let d = t.dims();
+    if v.len() != m || d.len() > out_rank {
+        return None;
+    }
+    let off = out_rank - d.len();
+    let ok = d
+        .iter()
+        .enumerate()
+        .all(|(i, &n)| if i + off == 1 { n == m } else { n == 1 });
+    ok.then(|| v.iter().map(|&x| x as f64).collect())
+}
+
+/// Find the fusable Conv groups of `g`. `consumers[i]` lists the nodes reading node i (one
+/// entry per use), `is_output[i]` marks graph outputs.
+pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> Fusions {
+    let n = g.len();
+    let mut f = Fusions {
+        groups: vec![],
+        at_conv: vec![None; n],
+        member_of: vec![None; n],
+    };
+    for node in &g.nodes {
+        let Op::Conv(_) = &node.op else { continue };
+        if node.shape.dtype != DType::F32 || node.shape.rank() < 3 || !node.shape.is_static() {
+            continue;
+        }
+        let Some(w) = node.inputs.get(1).and_then(|&i| constant(g, i)) else {
+            continue;
+        };
+        let bias = match node.inputs.get(2) {
+            Some(&i) => match constant(g, i).and_then(|t| t.as_f32()) {
+                Some(b) => Some(b),
+                None => continue,
+            },
+            None => None,
+        };
+        let od = node.shape.dims_usize();
+        let (rank, m) = (od.len(), od[1]);
+        let Some(wv) = w.as_f32() else { continue };
+        if w.dims().first() != Some(&m) || bias.is_some_and(|b| b.len() != m) {
+            continue;
+        }
+        // y = a * conv + b, per channel.
+        let (mut a, mut b) = (vec![1f64; m], vec![0f64; m]);
+        let mut members = vec![];
+        let mut relu = false;
+        let mut cur = node.id;
+        while !is_output[cur.index()] && consumers[cur.index()].len() == 1 {
+            let next = g.node(consumers[cur.index()][0]);
+            if next.shape != node.shape {
+                break;
+            }
+            match (&next.op, next.inputs.as_slice()) {
+                (Op::Activation(Activation::Relu), [x]) if *x == cur => {
+                    relu = true;
+                    members.push(next.id);
+                    break;
+                }
+                (Op::Binary(op), &[x, y]) if x != y && (x == cur || y == cur) => {
+                    let other = if x == cur { y } else { x };
+                    let Some(c) = constant(g, other).and_then(|t| per_channel(t, rank, m)) else {
+                        break;
+                    };
+                    let cur_left = x == cur;
+                    match (op, cur_left) {
+                        (BinaryOp::Add, _) => b.iter_mut().zip(&c).for_each(|(b, c)| *b += c),
+                        (BinaryOp::Sub, true) => b.iter_mut().zip(&c).for_each(|(b, c)| *b -= c),
+                        (BinaryOp::Sub, false) => {
+                            // c - y
+                            a.iter_mut().for_each(|a| *a = -*a);
+                            b.iter_mut().zip(&c).for_each(|(b, c)| *b = c - *b);
+                        }
+                        (BinaryOp::Mul, _) => {
+                            for ((a, b), c) in a.iter_mut().zip(b.iter_mut()).zip(&c) {
+                                *a *= c;
+                                *b *= c;
+                            }
+                        }
+                        (BinaryOp::Div, true) => {
+                            for ((a, b), c) in a.iter_mut().zip(b.iter_mut()).zip(&c) {
+                                *a /= c;
+                                *b /= c;
+                            }
+                        }
+                        _ => break,
+                    }
+                    members.push(next.id);
+                    cur = next.id;
+                }
+                _ => break,
+            }
+        }
+        if members.is_empty() {
+            continue;
+        }
+        // Fold; keep the group only if every folded value is finite and no scale is zero
+        // (a zero scale would turn an Inf into NaN in the chain but not in the fold).
+        if a.iter().chain(&b).any(|x| !x.is_finite()) || a.iter().any(|&x| x == 0.0) {
+            continue;
+        }
+        let per = wv.len() / m;
+        let wf: Vec<f32> = wv
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (x as f64 * a[i / per]) as f32)
+            .collect();
+        let bf: Vec<f32> = (0..m)
+            .map(|i| (bias.map_or(0.0, |bb| bb[i] as f64) * a[i] + b[i]) as f32)
+            .collect();
+        if wf.iter().chain(&bf).any(|x| !x.is_finite()) {
+            continue;
+        }
+        let (Ok(weight), Ok(bias)) = (Tensor::from_f32(w.dims(), wf), Tensor::from_f32(&[m], bf))
+        else {
+            continue;
+        };
+        let gi = f.groups.len();
+        f.at_conv[node.id.index()] = Some(gi);
+        for &x in &members {
+            f.member_of[x.index()] = Some(gi);
+        }
+        f.groups.push(ConvGroup {
+            conv: node.id,
+            members,
+            weight,
+            bias,
+            relu,
+        });
+    }
+    f
+}
+
+/// Run group `grp` fused on the activation `x`: the conv with folded weights and bias, then
+/// Relu in place. With `scan`, also says whether the value before the Relu was finite (a
+/// Relu maps -inf to 0, so its output alone would hide an Inf made inside the group); else
+/// the flag is true.
+pub(crate) fn run_group(
+    g: &Graph,
+    grp: &ConvGroup,
+    x: &Tensor,
+    scan: bool,
+) -> Result<(Tensor, bool), crate::KernelError> {
+    let node = g.node(grp.conv);
+    let mut t = crate::eval_op(&node.op, &[x, &grp.weight, &grp.bias], &node.shape)?;
+    let clean = !scan || rlx_ir::numeric_check::scan_data(t.data()).is_clean();
+    if grp.relu {
+        if let TensorData::F32(v) = t.data_mut() {
+            crate::inplace::for_each_chunk(v, |x: f32| Activation::Relu.apply_f32(x));
+        }
+    }
+    Ok((t, clean))
+}

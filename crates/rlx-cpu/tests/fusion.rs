@@ -1,0 +1,196 @@
+//! Conv epilogue fusion (Conv + decomposed BatchNormalization + Relu run as one conv with
+//! folded weights): values against the definition computed here in f64, and NaN/Inf
+//! reports identical to the unfused run (the group is replayed op by op when its output is
+//! not finite). Expected causes are derived by hand from IEEE 754: inf + (-inf) is NaN.
+
+use rlx_cpu::CpuExecutor;
+use rlx_ir::numeric_check::DebugMode;
+use rlx_ir::*;
+
+const C: usize = 2; // input channels
+const M: usize = 3; // output channels
+const H: usize = 6;
+const W: usize = 5;
+
+fn s(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+fn weights() -> Vec<f32> {
+    (0..M * C * 9)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.1)
+        .collect()
+}
+
+// BatchNorm parameters, per output channel; channel 1 has a negative scale.
+const MEAN: [f32; M] = [0.5, -0.25, 1.0];
+const K: [f32; M] = [1.5, -2000.0, 0.75];
+const BIAS: [f32; M] = [0.1, 0.2, -0.3];
+const CONV_B: [f32; M] = [0.05, -0.05, 0.0];
+
+/// Conv(3x3, pad 1) + bias → Sub(mean) → Mul(k) → Add(bias) → Relu, as the BatchNorm
+/// decomposition of rlx-compile lays it out (per-channel constants of dims [M, 1, 1]).
+fn graph() -> (Graph, NodeId, [NodeId; 4]) {
+    let mut g = Graph::new("convbn");
+    let x = g.input("x", s(&[1, C, H, W]));
+    let w = g.constant(Tensor::from_f32(&[M, C, 3, 3], weights()).unwrap());
+    let b = g.constant(Tensor::from_f32(&[M], CONV_B.to_vec()).unwrap());
+    let out = s(&[1, M, H, W]);
+    let conv = g.add_node(
+        Op::Conv(ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(1, 1), (1, 1)],
+            dilations: vec![1, 1],
+            groups: 1,
+        }),
+        vec![x, w, b],
+        out.clone(),
+    );
+    g.set_name(conv, "layer1.conv");
+    let pc =
+        |g: &mut Graph, v: [f32; M]| g.constant(Tensor::from_f32(&[M, 1, 1], v.to_vec()).unwrap());
+    let (mean, k, bias) = (pc(&mut g, MEAN), pc(&mut g, K), pc(&mut g, BIAS));
+    let sub = g.sub(conv, mean, out.clone());
+    let mul = g.mul(sub, k, out.clone());
+    let add = g.add(mul, bias, out.clone());
+    for n in [sub, mul, add] {
+        g.set_name(n, "layer1.bn");
+    }
+    let relu = g.add_node(Op::Activation(Activation::Relu), vec![add], out);
+    g.set_name(relu, "layer1.relu");
+    g.set_outputs(vec![relu]);
+    (g, conv, [sub, mul, add, relu])
+}
+
+/// The definition in f64: relu((conv(x, W) + b - mean) * k + bias), and per element the
+/// magnitude of the terms it sums (for a rounding bound).
+fn reference(x: &[f32]) -> Vec<(f64, f64)> {
+    let w = weights();
+    let mut out = vec![(0f64, 0f64); M * H * W];
+    for m in 0..M {
+        for oy in 0..H {
+            for ox in 0..W {
+                let mut acc = CONV_B[m] as f64;
+                let mut mag = (CONV_B[m] as f64).abs();
+                for c in 0..C {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) =
+                                (oy as isize + ky as isize - 1, ox as isize + kx as isize - 1);
+                            if iy < 0 || ix < 0 || iy >= H as isize || ix >= W as isize {
+                                continue;
+                            }
+                            let p = w[((m * C + c) * 3 + ky) * 3 + kx] as f64
+                                * x[(c * H + iy as usize) * W + ix as usize] as f64;
+                            acc += p;
+                            mag += p.abs();
+                        }
+                    }
+                }
+                let v = (acc - MEAN[m] as f64) * K[m] as f64 + BIAS[m] as f64;
+                let mag =
+                    (mag + (MEAN[m] as f64).abs()) * (K[m] as f64).abs() + (BIAS[m] as f64).abs();
+                out[(m * H + oy) * W + ox] = (if v.is_nan() { v } else { v.max(0.0) }, mag);
+            }
+        }
+    }
+    out
+}
+
+fn input() -> Vec<f32> {
+    (0..C * H * W)
+        .map(|i| ((i * 13 % 17) as f32 - 8.0) * 0.25)
+        .collect()
+}
+
+#[test]
+fn fused_conv_bn_relu_matches_the_definition() {
+    let (g, _, _) = graph();
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!(ex.fused_groups(), 1);
+    let xs = input();
+    let want = reference(&xs);
+    for fuse in [true, false] {
+        ex.set_fusion(fuse);
+        let y = ex
+            .run(
+                &[Tensor::from_f32(&[1, C, H, W], xs.clone()).unwrap()],
+                None,
+            )
+            .unwrap();
+        for (i, (&got, &(w, mag))) in y[0].as_f32().unwrap().iter().zip(&want).enumerate() {
+            // f32 rounding of sums of 19 terms of magnitude `mag`, fused or not.
+            assert!(
+                (got as f64 - w).abs() <= 32.0 * f32::EPSILON as f64 * mag,
+                "fusion {fuse}: at {i}: {got} vs {w} (terms {mag})"
+            );
+        }
+    }
+}
+
+fn reports(fuse: bool, mode: DebugMode, xs: &[f32]) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
+    let (g, _, _) = graph();
+    let mut ex = CpuExecutor::new(g).unwrap();
+    ex.set_fusion(fuse);
+    let mut sc = DebugScanner::new(mode, "cpu");
+    sc.set_print(false);
+    let y = ex
+        .run(
+            &[Tensor::from_f32(&[1, C, H, W], xs.to_vec()).unwrap()],
+            Some(&mut sc),
+        )
+        .unwrap();
+    let r = sc
+        .reports()
+        .iter()
+        .map(|r| (r.node, r.index, r.label.clone()))
+        .collect();
+    (r, y[0].as_f32().unwrap().to_vec())
+}
+
+#[test]
+fn nan_made_inside_a_fused_conv_names_the_conv() {
+    // +inf and -inf under one 3x3 window: the conv sums inf + (-inf) = NaN there.
+    let mut xs = input();
+    xs[2 * W + 2] = f32::INFINITY;
+    xs[2 * W + 3] = f32::NEG_INFINITY;
+    let (g, conv, _) = graph();
+    let _ = g;
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (fused, yf) = reports(true, mode, &xs);
+        let (plain, yp) = reports(false, mode, &xs);
+        assert_eq!(fused, plain, "{mode:?}");
+        assert!(
+            fused
+                .iter()
+                .any(|(n, _, l)| *n == conv && l == "layer1.conv"),
+            "{fused:?}"
+        );
+        assert_eq!(yf.len(), yp.len());
+        for (a, b) in yf.iter().zip(&yp) {
+            assert!(a.is_nan() == b.is_nan(), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn inf_hidden_by_the_relu_is_still_reported_in_strict_mode() {
+    // Input channel 0 zero, channel 1 -1e36: output channel 1's interior sums to
+    // -0.6 * -1e36 = 6e35 (its channel-1 weights sum to -0.6; partial sums stay below
+    // 2.4e36), and its BatchNorm scale -2000 overflows that to -inf in the Mul; the Relu
+    // turns it into 0. Strict mode reports the Inf where it first appears (the Mul), fused
+    // or not: the fused conv (weights scaled by -2000) overflows in its sum instead, so the
+    // group is replayed op by op.
+    let mut xs = vec![0f32; C * H * W];
+    xs[H * W..].iter_mut().for_each(|v| *v = -1e36);
+    let (_, _, [_, mul, _, _]) = graph();
+    let (plain, yp) = reports(false, DebugMode::Strict, &xs);
+    let (fused, yf) = reports(true, DebugMode::Strict, &xs);
+    assert!(
+        plain.iter().any(|(n, _, l)| *n == mul && l == "layer1.bn"),
+        "{plain:?}"
+    );
+    assert_eq!(fused, plain);
+    assert_eq!(yf[H * W + 2 * W + 2], 0.0);
+    assert_eq!(yp[H * W + 2 * W + 2], 0.0);
+}
