@@ -1,11 +1,5 @@
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of the system allocator: a run allocates and frees one buffer per node,
-/// and glibc's malloc/free (with its fastbin consolidation) was ~13% of a small transformer's
-/// run (bert_tiny, `perf`; bench/NOTES.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod bench;
 
 /// RLX: run ML models and find out why their numbers are wrong.

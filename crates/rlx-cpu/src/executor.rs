@@ -503,7 +503,9 @@ impl CpuExecutor {
                 if let Some(s) = scanner.as_deref_mut() {
                     match &this.leaf_counts[i] {
                         Some(c) => s.scan_counts(g, id, *c)?,
-                        None => s.scan_node(g, id, t.data())?,
+                        None => {
+                            s.scan_counts(g, id, crate::kernels::wide::scan_counts(t.data()))?
+                        }
                     }
                 }
             }

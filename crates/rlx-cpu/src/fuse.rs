@@ -29,9 +29,9 @@ pub(crate) struct ConvGroup {
     pub conv: NodeId,
     /// The chain after the conv, in order; the last one's value is the group's output.
     pub members: Vec<NodeId>,
-    /// Folded weights (the conv's weight dims) and bias (`[M]`).
-    pub weight: Tensor,
-    pub bias: Tensor,
+    /// Folded weights (the conv's weight dims) and bias (`[M]`); None when the chain is
+    /// only a Relu (the conv's own constants are used, not copied).
+    pub folded: Option<(Tensor, Tensor)>,
     /// A trailing Relu, applied in place.
     pub relu: bool,
 }
@@ -161,26 +161,17 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         if members.is_empty() {
             continue;
         }
-        // Fold; keep the group only if every folded value is finite and no scale is zero
-        // (a zero scale would turn an Inf into NaN in the chain but not in the fold).
-        if a.iter().chain(&b).any(|x| !x.is_finite()) || a.iter().any(|&x| x == 0.0) {
-            continue;
-        }
-        let per = wv.len() / m;
-        let wf: Vec<f32> = wv
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| (x as f64 * a[i / per]) as f32)
-            .collect();
-        let bf: Vec<f32> = (0..m)
-            .map(|i| (bias.map_or(0.0, |bb| bb[i] as f64) * a[i] + b[i]) as f32)
-            .collect();
-        if wf.iter().chain(&bf).any(|x| !x.is_finite()) {
-            continue;
-        }
-        let (Ok(weight), Ok(bias)) = (Tensor::from_f32(w.dims(), wf), Tensor::from_f32(&[m], bf))
-        else {
-            continue;
+        // Fold (unless the chain is only a Relu); keep the group only if every folded value
+        // is finite and no scale is zero (a zero scale would turn an Inf into NaN in the
+        // chain but not in the fold).
+        let identity = a.iter().all(|&x| x == 1.0) && b.iter().all(|&x| x == 0.0);
+        let folded = if identity {
+            None
+        } else {
+            match fold(w, wv, bias, &a, &b) {
+                Some(f) => Some(f),
+                None => continue,
+            }
         };
         let gi = f.groups.len();
         f.at_conv[node.id.index()] = Some(gi);
@@ -190,12 +181,42 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         f.groups.push(ConvGroup {
             conv: node.id,
             members,
-            weight,
-            bias,
+            folded,
             relu,
         });
     }
     f
+}
+
+/// `W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]` in f64, rounded once to f32; None when a
+/// scale is zero or a folded value is not finite.
+fn fold(
+    w: &Tensor,
+    wv: &[f32],
+    bias: Option<&[f32]>,
+    a: &[f64],
+    b: &[f64],
+) -> Option<(Tensor, Tensor)> {
+    let m = a.len();
+    if a.iter().chain(b).any(|x| !x.is_finite()) || a.contains(&0.0) {
+        return None;
+    }
+    let per = wv.len() / m;
+    let wf: Vec<f32> = wv
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (x as f64 * a[i / per]) as f32)
+        .collect();
+    let bf: Vec<f32> = (0..m)
+        .map(|i| (bias.map_or(0.0, |bb| bb[i] as f64) * a[i] + b[i]) as f32)
+        .collect();
+    if wf.iter().chain(&bf).any(|x| !x.is_finite()) {
+        return None;
+    }
+    Some((
+        Tensor::from_f32(w.dims(), wf).ok()?,
+        Tensor::from_f32(&[m], bf).ok()?,
+    ))
 }
 
 /// Run group `grp` fused on the activation `x`: the conv with folded weights and bias, then
@@ -209,8 +230,15 @@ pub(crate) fn run_group(
     scan: bool,
 ) -> Result<(Tensor, bool), crate::KernelError> {
     let node = g.node(grp.conv);
-    let mut t = crate::eval_op(&node.op, &[x, &grp.weight, &grp.bias], &node.shape)?;
-    let clean = !scan || rlx_ir::numeric_check::scan_data(t.data()).is_clean();
+    let mut t = match &grp.folded {
+        Some((w, b)) => crate::eval_op(&node.op, &[x, w, b], &node.shape)?,
+        None => {
+            let mut ins = vec![x];
+            ins.extend(node.inputs[1..].iter().filter_map(|&i| constant(g, i)));
+            crate::eval_op(&node.op, &ins, &node.shape)?
+        }
+    };
+    let clean = !scan || crate::kernels::wide::scan_counts(t.data()).is_clean();
     if grp.relu {
         if let TensorData::F32(v) = t.data_mut() {
             crate::inplace::for_each_chunk(v, |x: f32| Activation::Relu.apply_f32(x));

@@ -170,3 +170,56 @@ pub(crate) fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + C
         *x = f(*x);
     }
 }
+
+/// True when no element of `v` has all exponent bits set (NaN or ±inf): an OR-reduction over
+/// the raw bits in 256-element blocks, compiled for the widest ISA.
+fn f32_all_finite(v: &[f32]) -> bool {
+    #[inline(always)]
+    fn plain(v: &[f32]) -> bool {
+        const EXP: u32 = 0x7f80_0000;
+        v.chunks(256).all(|ch| {
+            !ch.iter()
+                .fold(false, |a, x| a | ((x.to_bits() & EXP) == EXP))
+        })
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn wide(v: &[f32]) -> bool {
+            plain(v)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(v: &[f32]) -> bool {
+            plain(v)
+        }
+        match isa() {
+            // SAFETY: the CPU has these features (checked at run time by `isa`).
+            Isa::Avx512 => unsafe { wide(v) },
+            Isa::Avx2 => unsafe { avx2(v) },
+            Isa::Plain => plain(v),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    plain(v)
+}
+
+/// The NaN/±inf counts of a buffer, as `rlx_ir::numeric_check::scan_data` gives them: a
+/// clean f32 buffer is recognized by [`f32_all_finite`] (split over rayon when large), every
+/// other buffer goes to `scan_data`. This is the scanner's per-op cost on the CPU.
+pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonFiniteCounts {
+    use rayon::prelude::*;
+    if let rlx_ir::TensorData::F32(v) = d {
+        let clean = if super::par_worth(v.len()) {
+            v.par_chunks(1 << 15).all(f32_all_finite)
+        } else {
+            f32_all_finite(v)
+        };
+        if clean {
+            return rlx_ir::numeric_check::NonFiniteCounts {
+                len: v.len(),
+                ..Default::default()
+            };
+        }
+    }
+    rlx_ir::numeric_check::scan_data(d)
+}
