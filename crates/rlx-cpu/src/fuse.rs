@@ -9,15 +9,18 @@
 //! The graph is not rewritten: the group's nodes keep their ids and names, and the executor
 //! decides per run (see `CpuExecutor::run_hooked`):
 //! * no scanner, no hooks: the fused conv; the chain's nodes are skipped;
-//! * a NaN/Inf scanner on: the fused conv, whose value before the Relu is scanned. If it is
-//!   finite, every node of the chain is reported finite (the folded constants are finite
-//!   and the scales non-zero, so a NaN or ±inf inside the affine chain stays non-finite to
-//!   its end); if it is not, the group is replayed unfused from the same inputs and every
-//!   node scanned, so the report names the op that created the value, as with fusion off
-//!   (the approach of JAX's `jax_debug_nans`, which re-runs the failing jitted function op
-//!   by op). One difference remains, the same as in onnxruntime's folding: the conv with
-//!   folded weights may stay finite where the unfused conv overflows (a BatchNorm scale
-//!   below 1 applied before the sum instead of after), and the reverse;
+//! * a NaN/Inf scanner on: the fused conv, whose value `y` before the Relu is scanned in one
+//!   pass that also finds max|y|. Every value the unfused chain would compute (the conv's
+//!   output and each step's) is an affine map of `y` per channel, so it is bounded by
+//!   `r·max|y| + o` (`ConvGroup::bound`, from the folded constants). If `y` is finite and
+//!   that bound is below half of f32::MAX, no unfused step could have overflowed and every
+//!   node of the chain is reported finite; otherwise the group is replayed unfused from the
+//!   same inputs and every node scanned, so the report names the op that created the value,
+//!   exactly as with fusion off (the approach of JAX's `jax_debug_nans`, which re-runs the
+//!   failing jitted function op by op). With no scanner, the fused result is returned as
+//!   is: like onnxruntime's folding, it can stay finite where the unfused chain overflows
+//!   (a huge scale then its inverse, or a conv sum that a small BatchNorm scale brings back
+//!   into range);
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorData};
@@ -34,6 +37,10 @@ pub(crate) struct ConvGroup {
     pub folded: Option<(Tensor, Tensor)>,
     /// A trailing Relu, applied in place.
     pub relu: bool,
+    /// `(r, o)`: every value the unfused chain computes (the conv's output and each step's)
+    /// is at most `r·max|y| + o` in magnitude, where `y` is the fused value before the Relu
+    /// (each step is `a_k·c + b_k` of the conv output `c = (y - b)/a`).
+    pub bound: (f64, f64),
 }
 
 /// The fusion plan of one graph.
@@ -111,6 +118,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         // y = a * conv + b, per channel.
         let (mut a, mut b) = (vec![1f64; m], vec![0f64; m]);
         let mut members = vec![];
+        let mut steps: Vec<(Vec<f64>, Vec<f64>)> = vec![(a.clone(), b.clone())];
         let mut relu = false;
         let mut cur = node.id;
         while !is_output[cur.index()] && consumers[cur.index()].len() == 1 {
@@ -152,6 +160,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
                         }
                         _ => break,
                     }
+                    steps.push((a.clone(), b.clone()));
                     members.push(next.id);
                     cur = next.id;
                 }
@@ -173,6 +182,14 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
                 None => continue,
             }
         };
+        let mut bound = (0f64, 0f64);
+        for (ak, bk) in &steps {
+            for i in 0..m {
+                let r = (ak[i] / a[i]).abs();
+                bound.0 = bound.0.max(r);
+                bound.1 = bound.1.max(r * b[i].abs() + bk[i].abs());
+            }
+        }
         let gi = f.groups.len();
         f.at_conv[node.id.index()] = Some(gi);
         for &x in &members {
@@ -183,6 +200,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
             members,
             folded,
             relu,
+            bound,
         });
     }
     f
@@ -238,7 +256,18 @@ pub(crate) fn run_group(
             crate::eval_op(&node.op, &ins, &node.shape)?
         }
     };
-    let clean = !scan || crate::kernels::wide::scan_counts(t.data()).is_clean();
+    // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
+    // unfused run cannot overflow where the fused one did not; else the caller replays).
+    let clean = !scan
+        || match t.data() {
+            TensorData::F32(v) => {
+                let bits = crate::kernels::wide::max_abs_bits(v);
+                bits < 0x7f80_0000
+                    && grp.bound.0 * f32::from_bits(bits) as f64 + grp.bound.1
+                        < f32::MAX as f64 / 2.0
+            }
+            _ => false,
+        };
     if grp.relu {
         if let TensorData::F32(v) = t.data_mut() {
             crate::inplace::for_each_chunk(v, |x: f32| Activation::Relu.apply_f32(x));

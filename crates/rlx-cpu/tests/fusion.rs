@@ -194,3 +194,67 @@ fn inf_hidden_by_the_relu_is_still_reported_in_strict_mode() {
     assert_eq!(yf[H * W + 2 * W + 2], 0.0);
     assert_eq!(yp[H * W + 2 * W + 2], 0.0);
 }
+
+/// A chain whose net scale is 1 (`Mul(1e30)` then `Div(1e30)`): the fold is the identity,
+/// but unfused the Mul overflows to ±inf wherever |conv| > 3.4e8. With the scanner on, the
+/// fused value's magnitude bound (1e30 · max|y|) exceeds f32::MAX, so the group is replayed
+/// and the Mul is reported, as with fusion off.
+#[test]
+fn overflow_inside_the_chain_is_reported_as_with_fusion_off() {
+    let mut g = Graph::new("updown");
+    let x = g.input("x", s(&[1, C, H, W]));
+    let w = g.constant(Tensor::from_f32(&[M, C, 3, 3], weights()).unwrap());
+    let out = s(&[1, M, H, W]);
+    let conv = g.add_node(
+        Op::Conv(ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(1, 1), (1, 1)],
+            dilations: vec![1, 1],
+            groups: 1,
+        }),
+        vec![x, w],
+        out.clone(),
+    );
+    let k = g.constant(Tensor::from_f32(&[], vec![1e30]).unwrap());
+    let up = g.mul(conv, k, out.clone());
+    g.set_name(up, "scale_up");
+    let down = g.div(up, k, out);
+    g.set_name(down, "scale_down");
+    g.set_outputs(vec![down]);
+    let xs: Vec<f32> = input().iter().map(|v| v * 1e9).collect();
+    let run = |fuse: bool| {
+        let mut ex = CpuExecutor::new(g.clone()).unwrap();
+        assert_eq!(ex.fused_groups(), 1);
+        ex.set_fusion(fuse);
+        let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
+        sc.set_print(false);
+        let y = ex
+            .run(
+                &[Tensor::from_f32(&[1, C, H, W], xs.clone()).unwrap()],
+                Some(&mut sc),
+            )
+            .unwrap();
+        let r: Vec<(NodeId, String)> = sc
+            .reports()
+            .iter()
+            .map(|r| (r.node, r.label.clone()))
+            .collect();
+        (
+            r,
+            y[0].as_f32()
+                .unwrap()
+                .iter()
+                .filter(|v| v.is_infinite())
+                .count(),
+        )
+    };
+    let (plain, inf_plain) = run(false);
+    let (fused, inf_fused) = run(true);
+    assert!(
+        plain.iter().any(|(n, l)| *n == up && l == "scale_up"),
+        "{plain:?}"
+    );
+    assert!(inf_plain > 0);
+    assert_eq!(fused, plain);
+    assert_eq!(inf_fused, inf_plain);
+}

@@ -71,7 +71,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_FUSION",
-        values: "1|0",
+        values: "1|0 (0, off, false, no: off)",
         acts: "when a CPU executor is built",
         catches: "nothing: 0 turns off Conv+BatchNorm/bias/Relu fusion on the CPU (default on), to rule the fusion out or to time its effect; NaN reports name the same op either way (a fused group with a non-finite output is replayed op by op)",
         cost: "none",

@@ -223,3 +223,41 @@ pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonF
     }
     rlx_ir::numeric_check::scan_data(d)
 }
+
+/// The largest `bits & 0x7fff_ffff` over `v`: below `0x7f80_0000` exactly when every element
+/// is finite, and then `f32::from_bits` of it is max|v| (the order of IEEE bit patterns
+/// without the sign is the order of magnitudes). One integer-max pass at the widest ISA,
+/// split over rayon when large.
+pub(crate) fn max_abs_bits(v: &[f32]) -> u32 {
+    #[inline(always)]
+    fn plain(v: &[f32]) -> u32 {
+        v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff))
+    }
+    fn one(v: &[f32]) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            unsafe fn wide(v: &[f32]) -> u32 {
+                plain(v)
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2(v: &[f32]) -> u32 {
+                plain(v)
+            }
+            match isa() {
+                // SAFETY: the CPU has these features (checked at run time by `isa`).
+                Isa::Avx512 => unsafe { wide(v) },
+                Isa::Avx2 => unsafe { avx2(v) },
+                Isa::Plain => plain(v),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        plain(v)
+    }
+    use rayon::prelude::*;
+    if super::par_worth(v.len()) {
+        v.par_chunks(1 << 15).map(one).max().unwrap_or(0)
+    } else {
+        one(v)
+    }
+}
