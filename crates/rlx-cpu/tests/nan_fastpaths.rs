@@ -81,3 +81,28 @@ fn cached_counts_of_constants_and_params_still_report() {
         );
     }
 }
+
+/// The Inf note names the sign that reached the output: x = [-3e38, 3e38] times 10
+/// overflows to [-inf, +inf] (IEEE 754: |product| > f32::MAX rounds to inf), the Relu maps
+/// -inf to 0 and keeps +inf, so the output holds +inf at index 1 (not the Mul's first
+/// non-finite element, the -inf at index 0).
+#[test]
+fn inf_note_names_the_sign_that_reached_the_output() {
+    let mut g = Graph::new("t");
+    let x = g.input("x", s(&[2]));
+    let ten = g.constant(Tensor::from_f32(&[], vec![10.0]).unwrap());
+    let m = g.mul(x, ten, s(&[2]));
+    let r = g.add_node(Op::Activation(Activation::Relu), vec![m], s(&[2]));
+    g.set_outputs(vec![r]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    let xin = Tensor::from_f32(&[2], vec![-3e38, 3e38]).unwrap();
+    let out = ex.run(&[xin], Some(&mut sc)).unwrap();
+    assert_eq!(out[0].as_f32().unwrap(), &[0.0, f32::INFINITY]);
+    let reps = sc.reports();
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    assert_eq!(reps[0].node, m);
+    assert_eq!(reps[0].kind, numeric_check::BadKind::PosInf);
+    assert_eq!(reps[0].index, 1);
+}

@@ -770,9 +770,16 @@ impl DebugScanner {
                 .get(k)
                 .cloned()
                 .unwrap_or_else(|| o.to_string());
-            let kind = self.states[origin.index()]
-                .inf_kind
-                .unwrap_or(BadKind::PosInf);
+            // The sign that reached the output, when the origin holds an Inf of that sign
+            // (a Relu after it can clamp the origin's first -inf and keep a +inf).
+            let oc = self.counts[origin.index()];
+            let kind = match s.inf_kind {
+                Some(BadKind::PosInf) if oc.pos_inf > 0 => BadKind::PosInf,
+                Some(BadKind::NegInf) if oc.neg_inf > 0 => BadKind::NegInf,
+                _ => self.states[origin.index()]
+                    .inf_kind
+                    .unwrap_or(BadKind::PosInf),
+            };
             if self.mode == DebugMode::Strict {
                 continue; // already reported at creation
             }
