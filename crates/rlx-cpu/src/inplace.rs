@@ -18,7 +18,10 @@ pub(crate) fn can_reuse(op: &Op) -> bool {
 }
 
 /// `v[i] = f(v[i])`, split over rayon above the threshold, each chunk through [`wide`].
-pub(crate) fn for_each_chunk<T: Copy + Send + 'static>(v: &mut [T], f: impl Fn(T) -> T + Sync + Send + Copy) {
+pub(crate) fn for_each_chunk<T: Copy + Send + 'static>(
+    v: &mut [T],
+    f: impl Fn(T) -> T + Sync + Send + Copy,
+) {
     if par_worth(v.len()) {
         v.par_chunks_mut(8192).for_each(|c| wide::map_inplace(c, f));
     } else {
