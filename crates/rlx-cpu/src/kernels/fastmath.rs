@@ -42,34 +42,6 @@ pub(crate) fn isa() -> Isa {
     })
 }
 
-/// Call the `#[inline(always)]` generic loop `$f` compiled for the CPU's widest ISA: each
-/// arm instantiates it inside a `target_feature` function, so it vectorizes 16 (AVX-512),
-/// 8 (AVX2+FMA) or 4 (SSE2) lanes wide. Same arithmetic in each: results differ only where
-/// FMA contraction differs (within the kernels' tested ulp bounds).
-macro_rules! dispatch {
-    ($f:ident, $src:expr, $dst:expr) => {{
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f,avx2,fma")]
-            unsafe fn wide(src: &[f32], dst: &mut [f32]) {
-                $f(src, dst)
-            }
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2(src: &[f32], dst: &mut [f32]) {
-                $f(src, dst)
-            }
-            match isa() {
-                // SAFETY: the CPU has these features (checked at run time by `isa`).
-                Isa::Avx512 => unsafe { wide($src, $dst) },
-                Isa::Avx2 => unsafe { avx2($src, $dst) },
-                Isa::Plain => $f($src, $dst),
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        $f($src, $dst)
-    }};
-}
-
 #[inline(always)]
 #[allow(clippy::manual_clamp)] // `clamp` keeps a NaN; the conversion below needs NaN-free lanes
 fn exp_core(x: f32) -> f32 {
@@ -214,17 +186,21 @@ fn tanh_slice_generic(src: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// `dst[i] = tanh(src[i])` (lengths must match); within a few ulp of the correctly rounded
-/// value (tested against f64), exact ±1 saturation, NaN propagated.
-pub(crate) fn tanh_slice(src: &[f32], dst: &mut [f32]) {
-    dispatch!(tanh_slice_generic, src, dst)
-}
+isa_fn!(
+    /// `dst[i] = tanh(src[i])` (lengths must match); within a few ulp of the correctly rounded
+    /// value (tested against f64), exact ±1 saturation, NaN propagated.
+    pub(crate) fn tanh_slice[](src: &[f32], dst: &mut [f32]) {
+        tanh_slice_generic(src, dst)
+    }
+);
 
-/// `dst[i] = sigmoid(src[i])` (lengths must match; extra elements are left alone); a few
-/// ulp from the correctly rounded value on the exp range, the scalar definition outside it.
-pub(crate) fn sigmoid_slice(src: &[f32], dst: &mut [f32]) {
-    dispatch!(sigmoid_slice_generic, src, dst)
-}
+isa_fn!(
+    /// `dst[i] = sigmoid(src[i])` (lengths must match; extra elements are left alone); a few
+    /// ulp from the correctly rounded value on the exp range, the scalar definition outside it.
+    pub(crate) fn sigmoid_slice[](src: &[f32], dst: &mut [f32]) {
+        sigmoid_slice_generic(src, dst)
+    }
+);
 
 /// A buffer-level kernel for the activation `act` on f32, when one exists.
 pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
@@ -235,15 +211,19 @@ pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
     }
 }
 
-/// `dst[i] = exp(src[i])` (lengths must match; extra elements are left alone).
-pub(crate) fn exp_slice(src: &[f32], dst: &mut [f32]) {
-    dispatch!(exp_slice_generic, src, dst)
-}
+isa_fn!(
+    /// `dst[i] = exp(src[i])` (lengths must match; extra elements are left alone).
+    pub(crate) fn exp_slice[](src: &[f32], dst: &mut [f32]) {
+        exp_slice_generic(src, dst)
+    }
+);
 
-/// `dst[i] = erf(src[i])` (lengths must match; extra elements are left alone).
-pub(crate) fn erf_slice(src: &[f32], dst: &mut [f32]) {
-    dispatch!(erf_slice_generic, src, dst)
-}
+isa_fn!(
+    /// `dst[i] = erf(src[i])` (lengths must match; extra elements are left alone).
+    pub(crate) fn erf_slice[](src: &[f32], dst: &mut [f32]) {
+        erf_slice_generic(src, dst)
+    }
+);
 
 /// In-place [`exp_slice`] / [`erf_slice`] through a small stack buffer.
 pub(crate) fn map_inplace(v: &mut [f32], f: SliceKernel) {

@@ -7,6 +7,42 @@
 //! * integer math goes through the i64 scalar semantics of `rlx_ir`;
 //! * data-parallel loops use rayon only above [`PAR_THRESHOLD`] elements.
 
+/// Defines `$vis fn $name<generics>(args) -> ret` whose `$body` is compiled three times,
+/// for AVX-512 (with AVX2 and FMA), for AVX2+FMA and for the baseline, inside
+/// `#[target_feature]` functions; the copy for the CPU's widest ISA is picked at run time
+/// ([`fastmath::isa`], checked once). Loops in `$body`, and the closures passed in, inline
+/// into each copy and vectorize 16, 8 or 4 lanes wide. Rust never contracts `a * b + c` into
+/// an FMA on its own, so the copies compute the same values.
+macro_rules! isa_fn {
+    ($(#[$m:meta])* $vis:vis fn $name:ident[$($g:tt)*]($($a:ident : $t:ty),*) $(-> $r:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name<$($g)*>($($a: $t),*) $(-> $r)? {
+            #[inline(always)]
+            fn plain<$($g)*>($($a: $t),*) $(-> $r)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                use $crate::kernels::fastmath::{isa, Isa};
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn wide<$($g)*>($($a: $t),*) $(-> $r)? {
+                    plain($($a),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2<$($g)*>($($a: $t),*) $(-> $r)? {
+                    plain($($a),*)
+                }
+                match isa() {
+                    // SAFETY: the CPU has these features (checked at run time by `isa`).
+                    Isa::Avx512 => unsafe { wide($($a),*) },
+                    Isa::Avx2 => unsafe { avx2($($a),*) },
+                    Isa::Plain => plain($($a),*),
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            plain($($a),*)
+        }
+    };
+}
+
 pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;

@@ -1,6 +1,6 @@
 //! Elementwise row loops compiled for the CPU's widest vector ISA.
 //!
-//! Each loop is written once (`plain`), then instantiated inside `#[target_feature]`
+//! Each loop is written once and instantiated by `isa_fn!` (kernels/mod.rs) inside `#[target_feature]`
 //! functions for AVX-512 and AVX2+FMA and picked at run time ([`super::fastmath::isa`]).
 //! The caller's closure is inlined into each copy, so a plain expression vectorizes 16 or 8
 //! lanes wide instead of SSE2's 4. Rust never contracts `a * b + c` into an FMA on its own,
@@ -10,69 +10,38 @@
 //! wide copies are taken when all element types are `f32` (a `TypeId` test, resolved at
 //! compile time), other types run the plain loop.
 
-use super::fastmath::{isa, Isa};
 use std::any::TypeId;
 
-/// Defines `$name`, running `$body` in the widest-ISA copy (see the module docs).
-macro_rules! isa_loop {
-    ($(#[$m:meta])* fn $name:ident[F: $($bound:tt)+]($($a:ident : $t:ty),*) $body:block) => {
-        $(#[$m])*
-        pub(crate) fn $name<F: $($bound)+ + Copy>($($a: $t),*) {
-            #[inline(always)]
-            fn plain<F: $($bound)+ + Copy>($($a: $t),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx2,fma")]
-                unsafe fn wide<F: $($bound)+ + Copy>($($a: $t),*) {
-                    plain($($a),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2<F: $($bound)+ + Copy>($($a: $t),*) {
-                    plain($($a),*)
-                }
-                match isa() {
-                    // SAFETY: the CPU has these features (checked at run time by `isa`).
-                    Isa::Avx512 => unsafe { wide($($a),*) },
-                    Isa::Avx2 => unsafe { avx2($($a),*) },
-                    Isa::Plain => plain($($a),*),
-                }
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            plain($($a),*)
-        }
-    };
-}
-
-isa_loop!(
+isa_fn!(
     /// `v[i] = f(v[i])`.
-    fn map1_inplace[F: Fn(f32) -> f32](v: &mut [f32], f: F) {
+    pub(crate) fn map1_inplace[F: Fn(f32) -> f32 + Copy](v: &mut [f32], f: F) {
         for x in v.iter_mut() {
             *x = f(*x);
         }
     }
 );
 
-isa_loop!(
+isa_fn!(
     /// `a[i] = f(a[i], b[i])` over the shorter length.
-    fn map2_inplace[F: Fn(f32, f32) -> f32](a: &mut [f32], b: &[f32], f: F) {
+    pub(crate) fn map2_inplace[F: Fn(f32, f32) -> f32 + Copy](a: &mut [f32], b: &[f32], f: F) {
         for (x, &y) in a.iter_mut().zip(b) {
             *x = f(*x, y);
         }
     }
 );
 
-isa_loop!(
+isa_fn!(
     /// `dst[i] = f(a[i])` over the shorter length.
-    fn map1_into[F: Fn(f32) -> f32](dst: &mut [f32], a: &[f32], f: F) {
+    pub(crate) fn map1_into[F: Fn(f32) -> f32 + Copy](dst: &mut [f32], a: &[f32], f: F) {
         for (d, &x) in dst.iter_mut().zip(a) {
             *d = f(x);
         }
     }
 );
 
-isa_loop!(
+isa_fn!(
     /// `dst[i] = f(a[i], b[i])` over the shortest length.
-    fn map2_into[F: Fn(f32, f32) -> f32](dst: &mut [f32], a: &[f32], b: &[f32], f: F) {
+    pub(crate) fn map2_into[F: Fn(f32, f32) -> f32 + Copy](dst: &mut [f32], a: &[f32], b: &[f32], f: F) {
         for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
             *d = f(x, y);
         }
@@ -171,50 +140,12 @@ pub(crate) fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + C
     }
 }
 
-/// True when no element of `v` has all exponent bits set (NaN or ±inf): an OR-reduction over
-/// the raw bits in 256-element blocks, compiled for the widest ISA.
-fn f32_all_finite(v: &[f32]) -> bool {
-    #[inline(always)]
-    fn plain(v: &[f32]) -> bool {
-        const EXP: u32 = 0x7f80_0000;
-        v.chunks(256).all(|ch| {
-            !ch.iter()
-                .fold(false, |a, x| a | ((x.to_bits() & EXP) == EXP))
-        })
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx2,fma")]
-        unsafe fn wide(v: &[f32]) -> bool {
-            plain(v)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(v: &[f32]) -> bool {
-            plain(v)
-        }
-        match isa() {
-            // SAFETY: the CPU has these features (checked at run time by `isa`).
-            Isa::Avx512 => unsafe { wide(v) },
-            Isa::Avx2 => unsafe { avx2(v) },
-            Isa::Plain => plain(v),
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    plain(v)
-}
-
 /// The NaN/±inf counts of a buffer, as `rlx_ir::numeric_check::scan_data` gives them: a
-/// clean f32 buffer is recognized by [`f32_all_finite`] (split over rayon when large), every
+/// clean f32 buffer is recognized by [`max_abs_bits`] (split over rayon when large), every
 /// other buffer goes to `scan_data`. This is the scanner's per-op cost on the CPU.
 pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonFiniteCounts {
-    use rayon::prelude::*;
     if let rlx_ir::TensorData::F32(v) = d {
-        let clean = if super::par_worth(v.len()) {
-            v.par_chunks(1 << 15).all(f32_all_finite)
-        } else {
-            f32_all_finite(v)
-        };
-        if clean {
+        if max_abs_bits(v) < 0x7f80_0000 {
             return rlx_ir::numeric_check::NonFiniteCounts {
                 len: v.len(),
                 ..Default::default()
@@ -229,31 +160,11 @@ pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonF
 /// without the sign is the order of magnitudes). One integer-max pass at the widest ISA,
 /// split over rayon when large.
 pub(crate) fn max_abs_bits(v: &[f32]) -> u32 {
-    #[inline(always)]
-    fn plain(v: &[f32]) -> u32 {
-        v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff))
-    }
-    fn one(v: &[f32]) -> u32 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f,avx2,fma")]
-            unsafe fn wide(v: &[f32]) -> u32 {
-                plain(v)
-            }
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2(v: &[f32]) -> u32 {
-                plain(v)
-            }
-            match isa() {
-                // SAFETY: the CPU has these features (checked at run time by `isa`).
-                Isa::Avx512 => unsafe { wide(v) },
-                Isa::Avx2 => unsafe { avx2(v) },
-                Isa::Plain => plain(v),
-            }
+    isa_fn!(
+        fn one[](v: &[f32]) -> u32 {
+            v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff))
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        plain(v)
-    }
+    );
     use rayon::prelude::*;
     if super::par_worth(v.len()) {
         v.par_chunks(1 << 15).map(one).max().unwrap_or(0)
