@@ -28,24 +28,27 @@ const K: [f32; M] = [1.5, -2000.0, 0.75];
 const BIAS: [f32; M] = [0.1, 0.2, -0.3];
 const CONV_B: [f32; M] = [0.05, -0.05, 0.0];
 
+/// Input `x` [1, C, H, W] and a 3x3 pad-1 Conv of it with [`weights`] and bias `b`.
+fn conv3x3(g: &mut Graph, b: Option<NodeId>) -> NodeId {
+    let x = g.input("x", s(&[1, C, H, W]));
+    let w = g.constant(Tensor::from_f32(&[M, C, 3, 3], weights()).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let ins = [x, w].into_iter().chain(b).collect();
+    g.add_node(Op::Conv(attrs), ins, s(&[1, M, H, W]))
+}
+
 /// Conv(3x3, pad 1) + bias → Sub(mean) → Mul(k) → Add(bias) → Relu, as the BatchNorm
 /// decomposition of rlx-compile lays it out (per-channel constants of dims [M, 1, 1]).
 fn graph() -> (Graph, NodeId, [NodeId; 4]) {
     let mut g = Graph::new("convbn");
-    let x = g.input("x", s(&[1, C, H, W]));
-    let w = g.constant(Tensor::from_f32(&[M, C, 3, 3], weights()).unwrap());
     let b = g.constant(Tensor::from_f32(&[M], CONV_B.to_vec()).unwrap());
+    let conv = conv3x3(&mut g, Some(b));
     let out = s(&[1, M, H, W]);
-    let conv = g.add_node(
-        Op::Conv(ConvAttrs {
-            strides: vec![1, 1],
-            pads: vec![(1, 1), (1, 1)],
-            dilations: vec![1, 1],
-            groups: 1,
-        }),
-        vec![x, w, b],
-        out.clone(),
-    );
     g.set_name(conv, "layer1.conv");
     let pc =
         |g: &mut Graph, v: [f32; M]| g.constant(Tensor::from_f32(&[M, 1, 1], v.to_vec()).unwrap());
@@ -202,19 +205,8 @@ fn inf_hidden_by_the_relu_is_still_reported_in_strict_mode() {
 #[test]
 fn overflow_inside_the_chain_is_reported_as_with_fusion_off() {
     let mut g = Graph::new("updown");
-    let x = g.input("x", s(&[1, C, H, W]));
-    let w = g.constant(Tensor::from_f32(&[M, C, 3, 3], weights()).unwrap());
+    let conv = conv3x3(&mut g, None);
     let out = s(&[1, M, H, W]);
-    let conv = g.add_node(
-        Op::Conv(ConvAttrs {
-            strides: vec![1, 1],
-            pads: vec![(1, 1), (1, 1)],
-            dilations: vec![1, 1],
-            groups: 1,
-        }),
-        vec![x, w],
-        out.clone(),
-    );
     let k = g.constant(Tensor::from_f32(&[], vec![1e30]).unwrap());
     let up = g.mul(conv, k, out.clone());
     g.set_name(up, "scale_up");
