@@ -458,12 +458,11 @@ impl CpuExecutor {
                         continue;
                     }
                 }
-                if let Some(k) = this.fusions.member_of[i].filter(|&k| !unfused[k]) {
+                if this.fusions.member_of[i].is_some_and(|k| !unfused[k]) {
                     // Computed with the group's conv; its output is finite when scanned.
                     if let Some(s) = scanner.as_deref_mut() {
                         s.scan_counts(g, id, clean_counts(node))?;
                     }
-                    let _ = k;
                     for dead in &this.free_after[i] {
                         slots[dead.index()] = Slot::Empty;
                     }

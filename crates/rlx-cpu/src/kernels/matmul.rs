@@ -3,7 +3,7 @@
 //! f32 and f64 go to `gemm::gemm`; F16/BF16 are widened to f32 and the result rounded;
 //! integer types use a plain i64 triple loop (wrapping).
 
-use super::{elementwise::map_vec, invalid, make, KResult, PAR_THRESHOLD};
+use super::{elementwise::map_vec, invalid, make, KResult};
 use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -263,6 +263,5 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
             ))
         }
     };
-    let _ = PAR_THRESHOLD;
     make(p.out_dims, data)
 }
