@@ -3,23 +3,11 @@
 //! path), strides 1/2/3, dilations 1/2, asymmetric pads, odd and tiny planes, bias or not,
 //! batch 2, and NaN/Inf in inputs and weights.
 
+mod common;
+
+use common::rnd;
 use rlx_cpu::eval_op;
 use rlx_ir::*;
-
-/// Deterministic pseudo-random values in [-1, 1).
-fn rnd(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Case {

@@ -1,6 +1,9 @@
 //! MatMul, Conv, Pool, Softmax and the normalizations against naive reference loops and
 //! formulas written here from the ONNX definitions.
 
+mod common;
+
+use common::rnd;
 use rlx_cpu::eval_op;
 use rlx_ir::*;
 
@@ -12,20 +15,6 @@ fn ev(op: Op, ins: &[&Tensor], d: &[usize], dt: DType) -> Tensor {
 }
 fn f32s(t: &Tensor) -> Vec<f32> {
     t.as_f32().unwrap().to_vec()
-}
-/// Deterministic pseudo-random values in [-1, 1).
-fn rnd(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 fn close(a: &[f32], b: &[f32], tol: f32) {
     assert_eq!(a.len(), b.len());
