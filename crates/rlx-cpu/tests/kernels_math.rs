@@ -726,22 +726,38 @@ fn pow_three_is_x_times_x_times_x() {
 /// Max/Avg pooling with strides 2 and 3, dilation, asymmetric pads and NaN/±inf inputs,
 /// against the ONNX definition written out directly (each output: the taps of its window
 /// inside the image; Max is NaN when any tap is NaN; Avg divides by the valid or the padded
-/// tap count).
+/// tap count). Widths past 16 outputs take the 16-lane path (with its overlapping last
+/// block); a 7x7 window over a 7x7 image is a global pool.
 #[test]
 fn strided_pools_match_the_definition() {
-    let (h, w) = (11usize, 13usize);
+    for (h, w, specials) in [
+        (11usize, 13usize, true),
+        (9, 71, true),
+        (7, 7, true),
+        (7, 7, false),
+    ] {
+        strided_pools_case(h, w, specials);
+    }
+}
+
+/// `specials`: plant a NaN, +inf and -inf (on a 7x7 image they make every global output NaN).
+fn strided_pools_case(h: usize, w: usize, specials: bool) {
     let mut xs: Vec<f32> = (0..2 * h * w)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
         .collect();
-    xs[17] = f32::NAN;
-    xs[60] = f32::INFINITY;
-    xs[h * w + 5] = f32::NEG_INFINITY;
+    if specials {
+        xs[17] = f32::NAN;
+        xs[60] = f32::INFINITY;
+        xs[h * w + 5] = f32::NEG_INFINITY;
+    }
     let x = f32t(&[1, 2, h, w], xs.clone());
     for (k, s, d, pads) in [
         (3, 2, 1, [(0, 0), (0, 0)]),
         (3, 2, 1, [(1, 1), (1, 0)]),
         (2, 3, 2, [(1, 0), (0, 2)]),
         (5, 2, 1, [(2, 2), (2, 2)]),
+        (3, 1, 1, [(1, 1), (1, 1)]),
+        (7, 1, 1, [(0, 0), (0, 0)]),
     ] {
         let out_len =
             |n: usize, (pb, pe): (usize, usize)| (n + pb + pe - (d * (k - 1) + 1)) / s + 1;
@@ -802,7 +818,7 @@ fn strided_pools_match_the_definition() {
                             || (got - want).abs() <= 1e-5 * want.abs().max(1.0);
                         assert!(
                             ok,
-                            "{kind:?} k{k} s{s} d{d} {pads:?} at {c},{oy},{ox}: {got} vs {want}"
+                            "{h}x{w} {kind:?} k{k} s{s} d{d} {pads:?} at {c},{oy},{ox}: {got} vs {want}"
                         );
                     }
                 }

@@ -7,6 +7,7 @@
 //! valid + padding with `count_include_pad`; Lp is `(Σ|x|^p)^(1/p)` over valid positions.
 //! MaxPool also takes the integer types (ONNX opset 12+: int8, uint8), computed exactly.
 
+use super::wide::fold_taps;
 use super::{fill_chunks, invalid, make, map_float, out_dims, KResult};
 use num_traits::Float;
 use rlx_ir::{PoolAttrs, PoolKind, Shape, Tensor, TensorData};
@@ -159,7 +160,7 @@ fn axis_taps(
 /// so Avg sums in the same order as the definition. Max propagates NaN (a NaN tap wins and
 /// stays); a window with no valid tap is -inf (Max) or 0/count (Avg).
 #[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= acc)`: true for a NaN tap, on purpose
-fn pool_2d<T: Float + Send + Sync + Default>(
+fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     v: &[T],
     sp: &[usize],
     osp: &[usize],
@@ -201,6 +202,11 @@ fn pool_2d<T: Float + Send + Sync + Default>(
         })
         .collect();
     let p = oh * ow;
+    if p == 1 && ty.len() == 1 && ty[0].0.len() == h && tx[0].0.len() == w {
+        // One window over the whole plane (GlobalAveragePool/GlobalMaxPool): the taps in
+        // window order are the plane in memory order.
+        return global_pool(v, h * w, ty[0].1 * tx[0].1, a, planes);
+    }
     let mut out = vec![T::default(); planes * p];
     if p == 0 {
         return out;
@@ -209,73 +215,146 @@ fn pool_2d<T: Float + Send + Sync + Default>(
     // r, r+sw, r+2sw, ... laid out one after another), so a tap's columns are contiguous.
     let phase_len = w.div_ceil(sw);
     let phase_of = |c: usize| (c % sw) * phase_len + c / sw;
+    let row_len = if sw > 1 { sw * phase_len } else { w };
+    // Output columns [in_lo, in_hi) have every kernel column inside the image: there each
+    // output folds the same tap list (one slice per (row, kernel column)) in one pass.
+    // The columns outside it (padding) go tap by tap.
+    let (in_lo, in_hi) = if spans.len() == kw {
+        let lo = spans.iter().map(|s| s.0).max().unwrap_or(0);
+        let hi = spans.iter().map(|s| s.1).min().unwrap_or(0);
+        (lo, hi.max(lo))
+    } else {
+        (ow, ow)
+    };
+    // Max takes the tap when it is larger or NaN, unless the accumulator already holds a
+    // NaN (then it stays). Both are closures (not fn pointers) so that they inline into
+    // the vector loop.
+    let max = |acc: T, e: T| {
+        if !(e <= acc) && !acc.is_nan() {
+            e
+        } else {
+            acc
+        }
+    };
+    let add = |acc: T, e: T| acc + e;
+    let is_max = matches!(a.kind, PoolKind::Max);
+    let init = if is_max { T::neg_infinity() } else { T::zero() };
+    let f = |acc: T, e: T| if is_max { max(acc, e) } else { add(acc, e) };
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
-        let mut split = vec![T::zero(); if sw > 1 { sw * phase_len } else { 0 }];
+        // With sw > 1, every input row split into its stride phases, once per plane.
+        let mut split = vec![T::zero(); if sw > 1 { h * row_len } else { 0 }];
+        if sw > 1 {
+            for (y, buf) in split.chunks_mut(row_len).enumerate() {
+                split_phases(&src[y * w..(y + 1) * w], sw, buf);
+            }
+        }
         for ((ys, cy), orow) in ty.iter().zip(dst.chunks_mut(ow)) {
-            match a.kind {
-                PoolKind::Max => {
-                    orow.fill(T::neg_infinity());
-                    for &y in ys {
-                        let row = phased_row(&src[y * w..(y + 1) * w], sw, &mut split);
-                        for &(lo, hi, c0) in &spans {
-                            let c = phase_of(c0);
-                            // Take the tap when it is larger or NaN, unless the
-                            // accumulator already holds a NaN (then it stays).
-                            for (acc, &e) in orow[lo..hi].iter_mut().zip(&row[c..c + (hi - lo)]) {
-                                *acc = if !(e <= *acc) && !acc.is_nan() {
-                                    e
-                                } else {
-                                    *acc
-                                };
-                            }
+            if let PoolKind::Lp { .. } = a.kind {
+                orow.fill(T::nan()); // not routed here
+                continue;
+            }
+            // The window's t-th input row (phase-split when sw > 1).
+            let row = |t: usize| -> &[T] {
+                if sw > 1 {
+                    &split[ys[t] * row_len..(ys[t] + 1) * row_len]
+                } else {
+                    &src[ys[t] * w..(ys[t] + 1) * w]
+                }
+            };
+            let mut taps: Vec<&[T]> = Vec::with_capacity(ys.len() * spans.len());
+            for t in 0..ys.len() {
+                for &(lo, _, c0) in &spans {
+                    taps.push(&row(t)[phase_of(c0) + in_lo - lo..]);
+                }
+            }
+            if is_max {
+                fold_taps(&mut orow[in_lo..in_hi], &taps, init, max);
+            } else {
+                fold_taps(&mut orow[in_lo..in_hi], &taps, init, add);
+            }
+            for ox in (0..in_lo).chain(in_hi..ow) {
+                let mut acc = init;
+                for t in 0..ys.len() {
+                    for &(lo, hi, c0) in &spans {
+                        if (lo..hi).contains(&ox) {
+                            acc = f(acc, row(t)[phase_of(c0) + ox - lo]);
                         }
                     }
                 }
-                PoolKind::Avg { count_include_pad } => {
-                    orow.fill(T::zero());
-                    for &y in ys {
-                        let row = phased_row(&src[y * w..(y + 1) * w], sw, &mut split);
-                        for &(lo, hi, c0) in &spans {
-                            let c = phase_of(c0);
-                            for (acc, &e) in orow[lo..hi].iter_mut().zip(&row[c..c + (hi - lo)]) {
-                                *acc = *acc + e;
-                            }
-                        }
-                    }
-                    for (acc, (xs, cx)) in orow.iter_mut().zip(&tx) {
-                        let n = if count_include_pad {
-                            cy * cx
-                        } else {
-                            ys.len() * xs.len()
-                        };
-                        *acc = *acc / T::from(n).unwrap_or_else(T::zero);
-                    }
+                orow[ox] = acc;
+            }
+            if let PoolKind::Avg { count_include_pad } = a.kind {
+                for (acc, (xs, cx)) in orow.iter_mut().zip(&tx) {
+                    let n = if count_include_pad {
+                        cy * cx
+                    } else {
+                        ys.len() * xs.len()
+                    };
+                    *acc = *acc / T::from(n).unwrap_or_else(T::zero);
                 }
-                PoolKind::Lp { .. } => orow.fill(T::nan()), // not routed here
             }
         }
     });
     out
 }
 
-/// `row` itself for stride 1; else `row` split into its `sw` phases in `split`
-/// (phase r holds columns r, r+sw, ...; each phase `split.len() / sw` long).
-fn phased_row<'a, T: Copy>(row: &'a [T], sw: usize, split: &'a mut [T]) -> &'a [T] {
-    if sw == 1 {
-        return row;
-    }
+/// One output per plane from every element of the plane, in memory order (the window
+/// order of a window covering the plane). Max: NaN wins and stays; Avg divides by
+/// `count` (the window size; the caller passes the padded size for count_include_pad).
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= acc)`: true for a NaN tap, on purpose
+fn global_pool<T: Float + Send + Sync + Default>(
+    v: &[T],
+    plane: usize,
+    count: usize,
+    a: &PoolAttrs,
+    planes: usize,
+) -> Vec<T> {
+    let mut out = vec![T::default(); planes];
+    fill_chunks(&mut out, 1, |pl, dst| {
+        let src = &v[pl * plane..(pl + 1) * plane];
+        dst[0] = match a.kind {
+            PoolKind::Max => src.iter().fold(T::neg_infinity(), |acc, &e| {
+                if !(e <= acc) && !acc.is_nan() {
+                    e
+                } else {
+                    acc
+                }
+            }),
+            PoolKind::Avg { count_include_pad } => {
+                let n = if count_include_pad { count } else { plane };
+                src.iter().fold(T::zero(), |acc, &e| acc + e) / T::from(n).unwrap_or_else(T::zero)
+            }
+            PoolKind::Lp { .. } => T::nan(), // not routed here
+        };
+    });
+    out
+}
+
+/// `row` split into its `sw` phases in `split` (phase r holds columns r, r+sw, ...; each
+/// phase `split.len() / sw` long).
+fn split_phases<T: Copy>(row: &[T], sw: usize, split: &mut [T]) {
     let phase_len = split.len() / sw;
+    if sw == 2 {
+        let (even, odd) = split.split_at_mut(phase_len);
+        for ((pair, e), o) in row.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+        if row.len() % 2 == 1 {
+            even[row.len() / 2] = row[row.len() - 1];
+        }
+        return;
+    }
     for (r, dst) in split.chunks_mut(phase_len).enumerate() {
         let n = dst.len().min((row.len() + sw - 1 - r) / sw);
         for (i, d) in dst[..n].iter_mut().enumerate() {
             *d = row[i * sw + r];
         }
     }
-    split
 }
 
-fn pool_impl<T: Float + Send + Sync + Default>(
+fn pool_impl<T: Float + Send + Sync + Default + 'static>(
     v: &[T],
     sp: &[usize],
     osp: &[usize],

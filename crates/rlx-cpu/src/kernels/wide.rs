@@ -48,6 +48,59 @@ isa_fn!(
     }
 );
 
+isa_fn!(
+    /// `dst[i] = f(...f(f(init, srcs[0][i]), srcs[1][i])..., srcs[last][i])`: the taps
+    /// combined in list order, 16 outputs at a time in a register (a pass per tap over
+    /// the outputs in memory would reload each output right after a masked store).
+    fn fold_taps_f32[F: Fn(f32, f32) -> f32 + Copy](dst: &mut [f32], srcs: &[&[f32]], init: f32, f: F) {
+        const B: usize = 16;
+        let n = dst.len();
+        if n < B {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = srcs.iter().fold(init, |acc, s| f(acc, s[i]));
+            }
+            return;
+        }
+        // Blocks at 0, 16, 32, ... and a last one ending at n (it may overlap the one
+        // before it: those outputs are computed twice, to the same value).
+        let mut i = 0;
+        loop {
+            let mut acc = [init; B];
+            for s in srcs {
+                let s: &[f32; B] = s[i..i + B].try_into().unwrap();
+                for j in 0..B {
+                    acc[j] = f(acc[j], s[j]);
+                }
+            }
+            dst[i..i + B].copy_from_slice(&acc);
+            if i + B == n {
+                break;
+            }
+            i = (i + B).min(n - B);
+        }
+    }
+);
+
+/// `dst[i]` = `init` combined with `srcs[t][i]` for each tap t in order, through `f`
+/// (a pooling window's taps over one output row). Each `srcs[t]` is at least `dst.len()` long.
+pub(crate) fn fold_taps<T: Copy + 'static>(
+    dst: &mut [T],
+    srcs: &[&[T]],
+    init: T,
+    f: impl Fn(T, T) -> T + Copy,
+) {
+    if is_f32::<T>() {
+        // SAFETY: T is f32, so `&[T]` and `&[f32]` have the same layout.
+        let s32: &[&[f32]] =
+            unsafe { std::slice::from_raw_parts(srcs.as_ptr().cast(), srcs.len()) };
+        let g = move |x: f32, y: f32| back(f(conv1(x), conv1(y)));
+        return fold_taps_f32(as_f32_mut(dst), s32, back(init), g);
+    }
+    for (i, d) in dst.iter_mut().enumerate() {
+        *d = srcs.iter().fold(init, |acc, s| f(acc, s[i]));
+    }
+}
+
 fn is_f32<T: 'static>() -> bool {
     TypeId::of::<T>() == TypeId::of::<f32>()
 }
