@@ -1,10 +1,11 @@
 //! ONNX Conv (NC + 1..=3 spatial dims, groups, dilations, pads, optional bias) as
 //! im2col + gemm. A 1×…×1 kernel with stride 1 and no padding is a plain gemm on the input.
 
-use super::matmul::{gemm_into, GemmElem, View};
+use super::matmul::{gemm_uninit, GemmElem, View};
 use super::{fill_chunks, invalid, make, out_dims, values_as, Elem, KResult};
 use half::{bf16, f16};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
+use std::cell::RefCell;
 
 struct Geo {
     n: usize,
@@ -73,6 +74,38 @@ fn geometry(x: &[usize], w: &[usize], a: &ConvAttrs, od: &[usize]) -> KResult<Ge
         strides,
         pads,
         dil,
+    })
+}
+
+thread_local! {
+    /// im2col's column matrix, kept between calls on each thread (8-byte words, viewed as
+    /// f32 or f64): no allocation, page faults or zeroing per conv.
+    static COL: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Column matrices above this many bytes are allocated per call instead of kept.
+const COL_KEEP_MAX: usize = 64 << 20;
+
+/// Runs `f` on a buffer of `len` elements whose contents are unspecified (left over from
+/// earlier calls, but always initialized): the caller overwrites what it reads.
+fn with_col<T: GemmElem, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    let bytes = len * std::mem::size_of::<T>();
+    if bytes > COL_KEEP_MAX {
+        return f(&mut vec![T::ZERO; len]);
+    }
+    COL.with(|c| match c.try_borrow_mut() {
+        Ok(mut buf) => {
+            let words = bytes.div_ceil(8);
+            if buf.len() < words {
+                buf.resize(words, 0);
+            }
+            // SAFETY: GemmElem is implemented only for f32 and f64: every bit pattern is
+            // a valid value, their alignment (4 or 8) divides u64's, and `words` u64s
+            // hold `len` of them.
+            let s = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<T>(), len) };
+            f(s)
+        }
+        Err(_) => f(&mut vec![T::ZERO; len]),
     })
 }
 
@@ -786,45 +819,48 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
     let kk = cg * ksz;
     let plane: usize = g.sp.iter().product();
     let p: usize = g.osp.iter().product();
-    let mut out = vec![T::ZERO; g.n * g.m * p];
+    let total = g.n * g.m * p;
+    let mut out: Vec<T> = Vec::with_capacity(total);
     let direct = g.ks.iter().all(|&k| k == 1)
         && g.strides.iter().all(|&s| s == 1)
         && g.pads.iter().all(|&(b, e)| b == 0 && e == 0);
-    let mut col = if direct {
-        vec![]
-    } else {
-        vec![T::ZERO; kk * p]
-    };
-    for ni in 0..g.n {
-        for gi in 0..g.groups {
-            let xoff = (ni * g.c + gi * cg) * plane;
-            let xs = &x[xoff..xoff + cg * plane];
-            let bview = if direct {
-                View {
-                    data: xs,
-                    off: 0,
-                    rs: p,
+    let dst = &mut out.spare_capacity_mut()[..total];
+    with_col(if direct { 0 } else { kk * p }, |col: &mut [T]| {
+        for ni in 0..g.n {
+            for gi in 0..g.groups {
+                let xoff = (ni * g.c + gi * cg) * plane;
+                let xs = &x[xoff..xoff + cg * plane];
+                let bview = if direct {
+                    View {
+                        data: xs,
+                        off: 0,
+                        rs: p,
+                        cs: 1,
+                    }
+                } else {
+                    im2col(xs, g, cg, col);
+                    View {
+                        data: &*col,
+                        off: 0,
+                        rs: p,
+                        cs: 1,
+                    }
+                };
+                let ooff = (ni * g.m + gi * mg) * p;
+                let wv = View {
+                    data: w,
+                    off: gi * mg * kk,
+                    rs: kk,
                     cs: 1,
-                }
-            } else {
-                im2col(xs, g, cg, &mut col);
-                View {
-                    data: &col,
-                    off: 0,
-                    rs: p,
-                    cs: 1,
-                }
-            };
-            let ooff = (ni * g.m + gi * mg) * p;
-            let wv = View {
-                data: w,
-                off: gi * mg * kk,
-                rs: kk,
-                cs: 1,
-            };
-            gemm_into(mg, p, kk, wv, bview, &mut out[ooff..ooff + mg * p], true)?;
+                };
+                gemm_uninit(mg, p, kk, wv, bview, &mut dst[ooff..ooff + mg * p], true)?;
+            }
         }
-    }
+        Ok::<(), crate::KernelError>(())
+    })?;
+    // SAFETY: the (image, group) products above wrote [ooff, ooff + mg*p) for every
+    // ooff = (ni*m + gi*mg)*p, which tiles [0, n*m*p) = [0, total).
+    unsafe { out.set_len(total) };
     if let Some(b) = bias {
         for (i, chunk) in out.chunks_mut(p.max(1)).enumerate() {
             if p == 0 {

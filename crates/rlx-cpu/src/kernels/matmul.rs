@@ -8,8 +8,10 @@ use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
 use rlx_ir::{broadcast_dims, Shape, Tensor, TensorData};
+use std::mem::MaybeUninit;
 
-/// Element types `gemm::gemm` handles natively here.
+/// Element types `gemm::gemm` handles natively here: f32 and f64 only (conv's column
+/// buffer relies on every bit pattern of a GemmElem being a valid value).
 pub(crate) trait GemmElem: Copy + Send + Sync + Default + 'static {
     const ZERO: Self;
     const ONE: Self;
@@ -50,6 +52,24 @@ pub(crate) fn gemm_into<T: GemmElem>(
     dst: &mut [T],
     parallel: bool,
 ) -> KResult<()> {
+    // SAFETY: `[T]` and `[MaybeUninit<T>]` have the same layout, and `gemm_uninit` only
+    // writes initialized values.
+    let dst = unsafe { &mut *(dst as *mut [T] as *mut [MaybeUninit<T>]) };
+    gemm_uninit(m, n, k, a, b, dst, parallel)
+}
+
+/// [`gemm_into`] into memory that may be uninitialized: on success the first `m*n`
+/// elements of `dst` are written (never read), so a caller may then treat them as
+/// initialized. This saves zeroing an output that the product overwrites anyway.
+pub(crate) fn gemm_uninit<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<T>,
+    b: View<T>,
+    dst: &mut [MaybeUninit<T>],
+    parallel: bool,
+) -> KResult<()> {
     if dst.len() < m * n || !fits(&a, m, k) || !fits(&b, k, n) {
         return invalid(format!(
             "gemm: operand buffers too small for {m}x{k} · {k}x{n}"
@@ -59,7 +79,9 @@ pub(crate) fn gemm_into<T: GemmElem>(
         return Ok(());
     }
     if k == 0 {
-        dst[..m * n].fill(T::ZERO);
+        for d in &mut dst[..m * n] {
+            d.write(T::ZERO);
+        }
         return Ok(());
     }
     let threads = rayon::current_num_threads();
@@ -69,13 +91,14 @@ pub(crate) fn gemm_into<T: GemmElem>(
         Parallelism::None
     };
     // SAFETY: every pointer stays inside its slice: checked by `fits` and the dst length
-    // above; dst does not alias a or b (it is a distinct &mut slice).
+    // above; dst does not alias a or b (it is a distinct &mut slice). With read_dst false
+    // (the 7th argument) gemm writes dst without reading it.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst.as_mut_ptr().cast::<T>(),
             1,
             n as isize,
             false,
