@@ -99,10 +99,14 @@ fn erf_core(a: f32) -> f32 {
 
 #[inline(always)]
 fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
+    // Lanes below -104 (a softmax's masked entries, -inf included) are +0 by a select in
+    // the vector loop (see `exp_outside`); only the rest of the out-of-range lanes (NaN,
+    // overflow, subnormal results) need the scalar pass.
     let mut bad = false;
     for (d, &x) in dst.iter_mut().zip(src) {
-        *d = exp_core(x);
-        bad |= !(EXP_LO..=EXP_HI).contains(&x);
+        let y = exp_core(x);
+        *d = if x < -104.0 { 0.0 } else { y };
+        bad |= !(x < -104.0 || (EXP_LO..=EXP_HI).contains(&x));
     }
     if bad {
         for (d, &x) in dst.iter_mut().zip(src) {
