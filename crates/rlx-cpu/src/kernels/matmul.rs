@@ -41,26 +41,11 @@ fn fits<T>(v: &View<T>, rows: usize, cols: usize) -> bool {
     rows == 0 || cols == 0 || v.off + (rows - 1) * v.rs + (cols - 1) * v.cs < v.data.len()
 }
 
-/// `dst[m×n] (row-major, contiguous) = a[m×k] · b[k×n]`, overwriting `dst`.
-/// `parallel` lets gemm spread a large product over the rayon pool.
-pub(crate) fn gemm_into<T: GemmElem>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: View<T>,
-    b: View<T>,
-    dst: &mut [T],
-    parallel: bool,
-) -> KResult<()> {
-    // SAFETY: `[T]` and `[MaybeUninit<T>]` have the same layout, and `gemm_uninit` only
-    // writes initialized values.
-    let dst = unsafe { &mut *(dst as *mut [T] as *mut [MaybeUninit<T>]) };
-    gemm_uninit(m, n, k, a, b, dst, parallel)
-}
-
-/// [`gemm_into`] into memory that may be uninitialized: on success the first `m*n`
-/// elements of `dst` are written (never read), so a caller may then treat them as
-/// initialized. This saves zeroing an output that the product overwrites anyway.
+/// `dst[m×n] (row-major, contiguous) = a[m×k] · b[k×n]`, into memory that may be
+/// uninitialized: on success the first `m*n` elements of `dst` are written (never read),
+/// so the caller may then treat them as initialized; this saves zeroing an output that
+/// the product overwrites anyway. `parallel` lets gemm spread a large product over the
+/// rayon pool.
 pub(crate) fn gemm_uninit<T: GemmElem>(
     m: usize,
     n: usize,
@@ -206,7 +191,9 @@ fn plan(ad: &[usize], bd: &[usize]) -> KResult<MmPlan> {
 fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
     let (m, k, n) = (p.m, p.k, p.n);
     let nb: usize = p.batch.iter().product();
-    let mut out = vec![T::ZERO; nb * m * n];
+    let total = nb * m * n;
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    let dst = &mut out.spare_capacity_mut()[..total];
     let va = |off| View {
         data: a,
         off,
@@ -219,24 +206,26 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
         rs: n,
         cs: 1,
     };
-    if p.fold || nb == 1 {
-        return gemm_into(nb * m, n, k, va(0), vb(0), &mut out, true).map(|_| out);
-    }
     let per = m * n * k;
-    if per < GEMM_PAR_FLOPS
+    if p.fold || nb == 1 {
+        gemm_uninit(nb * m, n, k, va(0), vb(0), dst, true)?;
+    } else if per < GEMM_PAR_FLOPS
         && nb * per >= GEMM_PAR_FLOPS
         && m * n > 0
         && rayon::current_num_threads() > 1
     {
         // Many small products (attention heads): one task per batch.
-        out.par_chunks_mut(m * n)
+        dst.par_chunks_mut(m * n)
             .zip(p.offs.par_iter())
-            .try_for_each(|(dst, &(oa, ob))| gemm_into(m, n, k, va(oa), vb(ob), dst, false))?;
+            .try_for_each(|(d, &(oa, ob))| gemm_uninit(m, n, k, va(oa), vb(ob), d, false))?;
     } else if m * n > 0 {
-        for (dst, &(oa, ob)) in out.chunks_mut(m * n).zip(&p.offs) {
-            gemm_into(m, n, k, va(oa), vb(ob), dst, true)?;
+        for (d, &(oa, ob)) in dst.chunks_mut(m * n).zip(&p.offs) {
+            gemm_uninit(m, n, k, va(oa), vb(ob), d, true)?;
         }
     }
+    // SAFETY: the products above wrote all `total` elements: one (nb*m)×n product, or
+    // one m×n product per batch index (`offs` has nb entries), or nothing when m*n == 0.
+    unsafe { out.set_len(total) };
     Ok(out)
 }
 
