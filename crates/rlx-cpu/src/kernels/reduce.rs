@@ -1,5 +1,6 @@
 //! Reductions and scans: Reduce, ArgReduce, CumSum, Softmax, LogSoftmax.
 
+use super::wide::{as_f32, is_f32};
 use super::{fill_chunks, invalid, make, map_float, par_worth, strides, Elem, KResult};
 use num_traits::Float;
 use rayon::prelude::*;
@@ -68,7 +69,73 @@ fn map_bases<O: Send>(
     }
 }
 
-fn reduce_float<T: Float + Send + Sync>(v: &[T], p: &Plan, kind: ReduceKind) -> Vec<T> {
+/// The same 8-lane f64 sum as `reduce_float`'s generic row sum (lane j adds elements
+/// j, j+8, ...; then the lanes, then the tail), compiled for the widest ISA.
+#[inline(always)]
+fn sum_f32_body(row: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut ch = row.chunks_exact(8);
+    for c in ch.by_ref() {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x as f64;
+        }
+    }
+    let tail: f64 = ch.remainder().iter().map(|&x| x as f64).sum();
+    acc.iter().sum::<f64>() + tail
+}
+
+isa_fn!(
+    /// Sum of a row of f32 in f64 ([`sum_f32_body`]).
+    fn sum_f32[](row: &[f32]) -> f64 {
+        sum_f32_body(row)
+    }
+);
+
+/// Max of a row in 16 lanes; NaN if any element is NaN; -inf for an empty row. `neg`
+/// negates each element first (so Min is `-max(-x)`, exact for floats).
+#[inline(always)]
+fn max_f32_body(row: &[f32], neg: bool) -> f32 {
+    let mut nan = false;
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut ch = row.chunks_exact(16);
+    for c in ch.by_ref() {
+        for (a, &x) in lanes.iter_mut().zip(c) {
+            let x = if neg { -x } else { x };
+            nan |= x.is_nan();
+            *a = if x > *a { x } else { *a };
+        }
+    }
+    let mut acc = f32::NEG_INFINITY;
+    for &x in lanes.iter() {
+        acc = if x > acc { x } else { acc };
+    }
+    for &x in ch.remainder() {
+        let x = if neg { -x } else { x };
+        nan |= x.is_nan();
+        acc = if x > acc { x } else { acc };
+    }
+    if nan {
+        f32::NAN
+    } else {
+        acc
+    }
+}
+
+isa_fn!(
+    /// [`max_f32_body`] of `row`.
+    fn max_f32[](row: &[f32]) -> f32 {
+        max_f32_body(row, false)
+    }
+);
+
+isa_fn!(
+    /// [`max_f32_body`] of `-row` (Min is its negation).
+    fn max_f32_neg[](row: &[f32]) -> f32 {
+        max_f32_body(row, true)
+    }
+);
+
+fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: ReduceKind) -> Vec<T> {
     let offs = &p.offs;
     let n = offs.len() as f64;
     // Sum, Mean and Prod accumulate in f64 whatever the dtype, then round once: a running
@@ -80,6 +147,9 @@ fn reduce_float<T: Float + Send + Sync>(v: &[T], p: &Plan, kind: ReduceKind) -> 
         // Reduced axes are the trailing ones (LayerNorm, Softmax rows): each output reads a
         // contiguous run, summed in 8 independent f64 lanes (so the loop vectorizes).
         let sum = |row: &[T]| {
+            if is_f32::<T>() {
+                return sum_f32(as_f32(row));
+            }
             let mut acc = [0f64; 8];
             let mut ch = row.chunks_exact(8);
             for c in ch.by_ref() {
@@ -106,6 +176,19 @@ fn reduce_float<T: Float + Send + Sync>(v: &[T], p: &Plan, kind: ReduceKind) -> 
                     } else {
                         T::infinity()
                     };
+                    if is_f32::<T>() {
+                        let m = if max {
+                            max_f32(as_f32(row))
+                        } else {
+                            -max_f32_neg(as_f32(row))
+                        };
+                        // (a NaN comes back as the canonical NaN, not the negated one)
+                        return if m.is_nan() {
+                            T::nan()
+                        } else {
+                            T::from(m).unwrap_or_else(T::nan)
+                        };
+                    }
                     let better = |x: T, a: T| if max { x > a } else { x < a };
                     let mut nan = false;
                     let mut lanes = [init; 8];

@@ -25,26 +25,56 @@ fn axis_gather<T: Copy + Default + Send + Sync>(
     let r = od.len();
     let last = &maps[r - 1];
     let sl = st[r - 1];
+    // The last axis' map as a run: `src[base + first .. + len]` (Slice with step 1,
+    // no padding) or one element repeated (broadcast along it).
+    let first = last.first().copied().unwrap_or(0);
+    let contiguous = first != FILL
+        && last.iter().enumerate().all(|(j, &m)| m == first + j)
+        && (sl == 1 || last.len() <= 1);
+    let repeated = first != FILL && last.iter().all(|&m| m == first);
     let mut out = vec![T::default(); n];
-    fill_chunks(&mut out, od[r - 1], |row, dst| {
-        let mut rem = row;
-        let mut base = 0usize;
-        let mut filled = false;
-        for i in (0..r - 1).rev() {
-            let m = maps[i][rem % od[i]];
-            rem /= od[i];
+    if n == 0 {
+        return out;
+    }
+    // Each output row's source offset (FILL where an outer map pads), walked once with an
+    // odometer over the outer axes.
+    let rows = n / od[r - 1];
+    let mut bases = Vec::with_capacity(rows);
+    let mut idx = vec![0usize; r - 1];
+    for _ in 0..rows {
+        let mut b = 0usize;
+        for (i, &o) in idx.iter().enumerate() {
+            let m = maps[i][o];
             if m == FILL {
-                filled = true;
+                b = FILL;
                 break;
             }
-            base += m * st[i];
+            b += m * st[i];
         }
-        if filled {
+        bases.push(b);
+        for i in (0..r - 1).rev() {
+            idx[i] += 1;
+            if idx[i] < od[i] {
+                break;
+            }
+            idx[i] = 0;
+        }
+    }
+    fill_chunks(&mut out, od[r - 1], |row, dst| {
+        let base = bases[row];
+        if base == FILL {
             dst.fill(fill);
             return;
         }
-        for (d, &m) in dst.iter_mut().zip(last) {
-            *d = if m == FILL { fill } else { src[base + m * sl] };
+        if contiguous {
+            let b = base + first * sl;
+            dst.copy_from_slice(&src[b..b + dst.len()]);
+        } else if repeated {
+            dst.fill(src[base + first * sl]);
+        } else {
+            for (d, &m) in dst.iter_mut().zip(last) {
+                *d = if m == FILL { fill } else { src[base + m * sl] };
+            }
         }
     });
     out

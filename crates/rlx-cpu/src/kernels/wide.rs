@@ -101,13 +101,13 @@ pub(crate) fn fold_taps<T: Copy + 'static>(
     }
 }
 
-fn is_f32<T: 'static>() -> bool {
+pub(crate) fn is_f32<T: 'static>() -> bool {
     TypeId::of::<T>() == TypeId::of::<f32>()
 }
 
 /// Reinterpret a slice whose element type is `f32` (checked by the caller through
 /// [`is_f32`]).
-fn as_f32<T: 'static>(s: &[T]) -> &[f32] {
+pub(crate) fn as_f32<T: 'static>(s: &[T]) -> &[f32] {
     debug_assert!(is_f32::<T>());
     // SAFETY: T is f32 (same type, same layout).
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
