@@ -904,3 +904,49 @@ fn in_place_clip_with_scalar_bounds_matches_definition() {
         }
     }
 }
+
+/// Broadcasting Sub (not commutative, so a swapped operand shows) against the NumPy rule
+/// written out per output index: each input reads index `o_i` on a dim equal to the
+/// output's and 0 on a dim of 1, right-aligned. The shapes cover merged runs of dims
+/// (`[N,C,H,W] - [N,C,1,1]`), broadcasts in the middle and at the end, size-1 output dims
+/// and rank differences.
+#[test]
+fn broadcast_binary_matches_the_numpy_rule() {
+    let cases: [(&[usize], &[usize]); 8] = [
+        (&[2, 3, 4, 5], &[2, 3, 1, 1]),
+        (&[2, 3, 4, 5], &[1, 3, 1, 5]),
+        (&[2, 1, 4, 5], &[3, 1, 5]),
+        (&[4, 1], &[1, 6]),
+        (&[1, 1, 7], &[2, 3, 1]),
+        (&[2, 3, 4], &[4]),
+        (&[5, 1, 1], &[5, 2, 3]),
+        (&[1], &[2, 1, 3]),
+    ];
+    for (ad, bd) in cases {
+        let r = ad.len().max(bd.len());
+        let pad = |d: &[usize]| [vec![1; r - d.len()], d.to_vec()].concat();
+        let (pa, pb) = (pad(ad), pad(bd));
+        let od: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| x.max(y)).collect();
+        let av = rnd(ad.iter().product(), 5);
+        let bv = rnd(bd.iter().product(), 6);
+        let y = f32s(&ev(
+            Op::Binary(BinaryOp::Sub),
+            &[&f32t(ad, av.clone()), &f32t(bd, bv.clone())],
+            &od,
+            DType::F32,
+        ));
+        let n: usize = od.iter().product();
+        for o in 0..n {
+            let (mut rem, mut ia, mut ib, mut sa, mut sb) = (o, 0, 0, 1, 1);
+            for i in (0..r).rev() {
+                let oi = rem % od[i];
+                rem /= od[i];
+                ia += if pa[i] == 1 { 0 } else { oi } * sa;
+                ib += if pb[i] == 1 { 0 } else { oi } * sb;
+                sa *= pa[i];
+                sb *= pb[i];
+            }
+            assert_eq!(y[o], av[ia] - bv[ib], "{ad:?} - {bd:?} at {o}");
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! im2col + gemm. A 1×…×1 kernel with stride 1 and no padding is a plain gemm on the input.
 
 use super::matmul::{gemm_uninit, GemmElem, View};
+use super::wide::map_inplace;
 use super::{fill_chunks, invalid, make, out_dims, values_as, Elem, KResult};
 use half::{bf16, f16};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
@@ -867,9 +868,7 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
                 break;
             }
             let bv = b[i % g.m];
-            for v in chunk {
-                *v = *v + bv;
-            }
+            map_inplace(chunk, |v| v + bv);
         }
     }
     Ok(out)

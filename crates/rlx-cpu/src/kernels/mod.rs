@@ -277,14 +277,15 @@ pub(crate) fn fill_chunks<T: Send>(
     }
 }
 
-/// Row-broadcast plan: the output is walked as `rows` rows of `inner` elements (its last
-/// dim); for each input, the offset of a row's first element and the stride along the row.
+/// Row-broadcast plan: the output is walked as rows of `inner` elements (its trailing dims
+/// that every input walks contiguously or broadcasts as a whole, merged); for each input,
+/// the offset of a row's first element and the stride along the row (0 or 1).
 pub(crate) struct Bcast {
     pub inner: usize,
     outer_dims: Vec<usize>,
-    /// Per input: strides of the outer (all but last) output dims (0 where broadcast).
+    /// Per input: strides of the outer (merged, all but the row) dims (0 where broadcast).
     outer_strides: Vec<Vec<usize>>,
-    /// Per input: stride along the last dim (0 or 1).
+    /// Per input: stride along the row (0 or 1).
     pub inner_strides: Vec<usize>,
 }
 
@@ -293,8 +294,8 @@ impl Bcast {
     /// neither equal to the output's nor 1.
     pub fn new(ins: &[&[usize]], out: &[usize]) -> KResult<Bcast> {
         let r = out.len();
-        let mut outer_strides = vec![];
-        let mut inner_strides = vec![];
+        // Per input, its stride along each output dim (0 where broadcast).
+        let mut fulls = vec![];
         for d in ins {
             if d.len() > r {
                 return invalid(format!("cannot broadcast {d:?} to {out:?}"));
@@ -314,24 +315,42 @@ impl Bcast {
                     return invalid(format!("cannot broadcast {d:?} to {out:?}"));
                 }
             }
-            if r == 0 {
-                inner_strides.push(0);
-                outer_strides.push(vec![]);
+            fulls.push(full);
+        }
+        // Merge adjacent output dims that every input walks as one (outer stride = inner
+        // stride * inner size, broadcast in both included) and drop size-1 dims, so that
+        // e.g. [N,C,H,W] * [N,C,1,1] is N*C rows of H*W, not N*C*H rows of W.
+        let mut dims: Vec<usize> = vec![];
+        let mut sts: Vec<Vec<usize>> = vec![vec![]; ins.len()];
+        for i in 0..r {
+            if out[i] == 1 {
+                continue;
+            }
+            let merge = !dims.is_empty()
+                && sts
+                    .iter()
+                    .zip(&fulls)
+                    .all(|(s, f)| s.last() == Some(&(f[i] * out[i])));
+            if merge {
+                *dims.last_mut().unwrap() *= out[i];
+                for (s, f) in sts.iter_mut().zip(&fulls) {
+                    *s.last_mut().unwrap() = f[i];
+                }
             } else {
-                inner_strides.push(full[r - 1]);
-                full.pop();
-                outer_strides.push(full);
+                dims.push(out[i]);
+                for (s, f) in sts.iter_mut().zip(&fulls) {
+                    s.push(f[i]);
+                }
             }
         }
-        let (inner, outer_dims) = if r == 0 {
-            (1, vec![])
-        } else {
-            (out[r - 1], out[..r - 1].to_vec())
-        };
+        // The last kept dim is the row: each input's stride along it is 0 or 1 (every
+        // output dim after it has size 1, so the input's dims there are 1 too).
+        let inner = dims.pop().unwrap_or(1);
+        let inner_strides = sts.iter_mut().map(|s| s.pop().unwrap_or(0)).collect();
         Ok(Bcast {
             inner,
-            outer_dims,
-            outer_strides,
+            outer_dims: dims,
+            outer_strides: sts,
             inner_strides,
         })
     }
