@@ -216,6 +216,9 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     let phase_len = w.div_ceil(sw);
     let phase_of = |c: usize| (c % sw) * phase_len + c / sw;
     let row_len = if sw > 1 { sw * phase_len } else { w };
+    let slack = if ow < 16 { 16 } else { 0 };
+    let copy = sw > 1 || slack > 0;
+    let pitch = row_len + slack;
     // Output columns [in_lo, in_hi) have every kernel column inside the image: there each
     // output folds the same tap list (one slice per (row, kernel column)) in one pass.
     // The columns outside it (padding) go tap by tap.
@@ -242,11 +245,13 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     let f = |acc: T, e: T| if is_max { max(acc, e) } else { add(acc, e) };
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
-        // With sw > 1, every input row split into its stride phases, once per plane.
-        let mut split = vec![T::zero(); if sw > 1 { h * row_len } else { 0 }];
-        if sw > 1 {
-            for (y, buf) in split.chunks_mut(row_len).enumerate() {
-                split_phases(&src[y * w..(y + 1) * w], sw, buf);
+        // With sw > 1, every input row split into its stride phases, once per plane. Rows
+        // narrower than a 16-lane block are copied too, with 16 elements of slack after
+        // each, so that `fold_taps` may read a whole block past a row's valid outputs.
+        let mut split = vec![T::zero(); if copy { h * pitch } else { 0 }];
+        if copy {
+            for (y, buf) in split.chunks_mut(pitch).enumerate() {
+                split_phases(&src[y * w..(y + 1) * w], sw, &mut buf[..row_len]);
             }
         }
         for ((ys, cy), orow) in ty.iter().zip(dst.chunks_mut(ow)) {
@@ -254,10 +259,10 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
                 orow.fill(T::nan()); // not routed here
                 continue;
             }
-            // The window's t-th input row (phase-split when sw > 1).
+            // The window's t-th input row (phase-split when sw > 1, with its slack).
             let row = |t: usize| -> &[T] {
-                if sw > 1 {
-                    &split[ys[t] * row_len..(ys[t] + 1) * row_len]
+                if copy {
+                    &split[ys[t] * pitch..(ys[t] + 1) * pitch]
                 } else {
                     &src[ys[t] * w..(ys[t] + 1) * w]
                 }

@@ -55,6 +55,19 @@ isa_fn!(
     fn fold_taps_f32[F: Fn(f32, f32) -> f32 + Copy](dst: &mut [f32], srcs: &[&[f32]], init: f32, f: F) {
         const B: usize = 16;
         let n = dst.len();
+        if n < B && srcs.iter().all(|s| s.len() >= B) {
+            // A short row whose taps have a whole block readable: fold all 16 lanes,
+            // keep the first n.
+            let mut acc = [init; B];
+            for s in srcs {
+                let s: &[f32; B] = s[..B].try_into().unwrap();
+                for j in 0..B {
+                    acc[j] = f(acc[j], s[j]);
+                }
+            }
+            dst.copy_from_slice(&acc[..n]);
+            return;
+        }
         if n < B {
             for (i, d) in dst.iter_mut().enumerate() {
                 *d = srcs.iter().fold(init, |acc, s| f(acc, s[i]));
@@ -82,7 +95,8 @@ isa_fn!(
 );
 
 /// `dst[i]` = `init` combined with `srcs[t][i]` for each tap t in order, through `f`
-/// (a pooling window's taps over one output row). Each `srcs[t]` is at least `dst.len()` long.
+/// (a pooling window's taps over one output row). Each `srcs[t]` is at least `dst.len()`
+/// long; a row shorter than 16 is fastest when every `srcs[t]` has 16 readable elements.
 pub(crate) fn fold_taps<T: Copy + 'static>(
     dst: &mut [T],
     srcs: &[&[T]],
