@@ -3,13 +3,16 @@
 //! `Mul`, `Div`: a decomposed BatchNormalization, or a separate bias) and an optional
 //! `Relu`, runs as one conv with the affine map folded into its weights and bias
 //! (`W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]`, folded in f64 at plan time) and the
-//! Relu applied in place on its output. This is what onnxruntime does to Conv+BatchNorm at
+//! Relu applied in place on its output. Instead of a Relu the chain may end in a SiLU as
+//! exported (`Sigmoid(y)` and `Mul(y, Sigmoid(y))`, EfficientNet's activation), applied in
+//! place with the same sigmoid kernel and product as the unfused ops, so the same bits. This is what onnxruntime does to Conv+BatchNorm at
 //! session creation; the result differs from the unfused chain only by rounding.
 //!
 //! The graph is not rewritten: the group's nodes keep their ids and names, and the executor
 //! decides per run (see `CpuExecutor::run_hooked`):
 //! * no scanner, no hooks: the fused conv; the chain's nodes are skipped;
-//! * a NaN/Inf scanner on: the fused conv, whose value `y` before the Relu is scanned in one
+//! * a NaN/Inf scanner on: the fused conv, whose value `y` before the Relu or SiLU is
+//!   scanned in one
 //!   pass that also finds max|y|. Every value the unfused chain would compute (the conv's
 //!   output and each step's) is an affine map of `y` per channel, so it is bounded by
 //!   `r·max|y| + o` (`ConvGroup::bound`, from the folded constants). If `y` is finite and
@@ -35,12 +38,23 @@ pub(crate) struct ConvGroup {
     /// Folded weights (the conv's weight dims) and bias (`[M]`); None when the chain is
     /// only a Relu (the conv's own constants are used, not copied).
     pub folded: Option<(Tensor, Tensor)>,
-    /// A trailing Relu, applied in place.
-    pub relu: bool,
+    /// A trailing activation, applied in place.
+    pub act: Epilogue,
     /// `(r, o)`: every value the unfused chain computes (the conv's output and each step's)
     /// is at most `r·max|y| + o` in magnitude, where `y` is the fused value before the Relu
     /// (each step is `a_k·c + b_k` of the conv output `c = (y - b)/a`).
     pub bound: (f64, f64),
+}
+
+/// The activation that ends a fused group. Both keep a finite value finite (|SiLU(y)| <=
+/// |y|), so a finite `y` before it means every member's value is finite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    None,
+    /// `Relu(y)`.
+    Relu,
+    /// `Mul(y, Sigmoid(y))`: members are the Sigmoid, then the Mul.
+    Silu,
 }
 
 /// The fusion plan of one graph.
@@ -119,16 +133,24 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         let (mut a, mut b) = (vec![1f64; m], vec![0f64; m]);
         let mut members = vec![];
         let mut steps: Vec<(Vec<f64>, Vec<f64>)> = vec![(a.clone(), b.clone())];
-        let mut relu = false;
+        let mut act = Epilogue::None;
         let mut cur = node.id;
-        while !is_output[cur.index()] && consumers[cur.index()].len() == 1 {
+        while !is_output[cur.index()] {
+            if let Some((sig, mul)) = silu_at(g, cur, consumers, is_output) {
+                act = Epilogue::Silu;
+                members.extend([sig, mul]);
+                break;
+            }
+            if consumers[cur.index()].len() != 1 {
+                break;
+            }
             let next = g.node(consumers[cur.index()][0]);
             if next.shape != node.shape {
                 break;
             }
             match (&next.op, next.inputs.as_slice()) {
                 (Op::Activation(Activation::Relu), [x]) if *x == cur => {
-                    relu = true;
+                    act = Epilogue::Relu;
                     members.push(next.id);
                     break;
                 }
@@ -199,11 +221,40 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
             conv: node.id,
             members,
             folded,
-            relu,
+            act,
             bound,
         });
     }
     f
+}
+
+/// The SiLU read from `cur`: its only consumers are a `Sigmoid(cur)` (itself read only by
+/// the Mul, and not a graph output) and a `Mul(cur, that Sigmoid)` (either order), all of
+/// `cur`'s shape. Returns (Sigmoid, Mul).
+fn silu_at(
+    g: &Graph,
+    cur: NodeId,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<(NodeId, NodeId)> {
+    let [c0, c1] = consumers[cur.index()].as_slice() else {
+        return None;
+    };
+    let shape = &g.node(cur).shape;
+    let is_sig = |id: NodeId| {
+        let n = g.node(id);
+        matches!(&n.op, Op::Activation(Activation::Sigmoid))
+            && n.inputs.as_slice() == [cur]
+            && &n.shape == shape
+    };
+    let (sig, mul) = if is_sig(*c0) { (*c0, *c1) } else { (*c1, *c0) };
+    if !is_sig(sig) || is_output[sig.index()] || consumers[sig.index()].as_slice() != [mul] {
+        return None;
+    }
+    let m = g.node(mul);
+    let operands_ok = m.inputs.as_slice() == [cur, sig] || m.inputs.as_slice() == [sig, cur];
+    (matches!(&m.op, Op::Binary(BinaryOp::Mul)) && operands_ok && &m.shape == shape)
+        .then_some((sig, mul))
 }
 
 /// `W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]` in f64, rounded once to f32; None when a
@@ -268,9 +319,13 @@ pub(crate) fn run_group(
             }
             _ => false,
         };
-    if grp.relu {
-        if let TensorData::F32(v) = t.data_mut() {
-            crate::inplace::for_each_chunk(v, |x: f32| Activation::Relu.apply_f32(x));
+    if let TensorData::F32(v) = t.data_mut() {
+        match grp.act {
+            Epilogue::None => {}
+            Epilogue::Relu => {
+                crate::inplace::for_each_chunk(v, |x: f32| Activation::Relu.apply_f32(x))
+            }
+            Epilogue::Silu => crate::kernels::fastmath::silu_inplace(v),
         }
     }
     Ok((t, clean))

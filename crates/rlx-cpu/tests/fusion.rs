@@ -250,3 +250,98 @@ fn overflow_inside_the_chain_is_reported_as_with_fusion_off() {
     assert_eq!(fused, plain);
     assert_eq!(inf_fused, inf_plain);
 }
+
+/// Conv(3x3, pad 1) → Sigmoid → Mul(conv, sigmoid): the SiLU of a torch export
+/// (EfficientNet). Returns (graph, conv, sigmoid, mul).
+fn silu_graph() -> (Graph, NodeId, NodeId, NodeId) {
+    let mut g = Graph::new("convsilu");
+    let conv = conv3x3(&mut g, None);
+    g.set_name(conv, "stem.conv");
+    let out = s(&[1, M, H, W]);
+    let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![conv], out.clone());
+    g.set_name(sig, "stem.act.sigmoid");
+    let mul = g.mul(conv, sig, out);
+    g.set_name(mul, "stem.act.mul");
+    g.set_outputs(vec![mul]);
+    (g, conv, sig, mul)
+}
+
+fn silu_run(fuse: bool, xs: &[f32]) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
+    let (g, _, _, _) = silu_graph();
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!(ex.fused_groups(), 1);
+    ex.set_fusion(fuse);
+    let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
+    sc.set_print(false);
+    let y = ex
+        .run(
+            &[Tensor::from_f32(&[1, C, H, W], xs.to_vec()).unwrap()],
+            Some(&mut sc),
+        )
+        .unwrap();
+    let r = sc
+        .reports()
+        .iter()
+        .map(|r| (r.node, r.index, r.label.clone()))
+        .collect();
+    (r, y[0].as_f32().unwrap().to_vec())
+}
+
+/// Fused SiLU: against the f64 definition c·σ(c) of the conv c (summed here), and
+/// bit for bit the unfused Sigmoid then Mul (same kernels). With a -inf input under a
+/// window, the conv is -inf there and the Mul makes -inf·σ(-inf) = -inf·0 = NaN: strict
+/// mode names the Conv for the Inf and the Mul for the NaN, fused or not.
+#[test]
+fn fused_silu_matches_the_definition_and_reports_as_unfused() {
+    let xs = input();
+    let (_, yf) = silu_run(true, &xs);
+    let (_, yp) = silu_run(false, &xs);
+    assert_eq!(
+        yf.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        yp.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let w = weights();
+    for m in 0..M {
+        for oy in 0..H {
+            for ox in 0..W {
+                let mut c = 0f64;
+                for ci in 0..C {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy as isize + ky - 1, ox as isize + kx - 1);
+                            if (0..H as isize).contains(&iy) && (0..W as isize).contains(&ix) {
+                                let xv = xs[ci * H * W + iy as usize * W + ix as usize] as f64;
+                                let wv = w[((m * C + ci) * 3 + ky as usize) * 3 + kx as usize];
+                                c += xv * wv as f64;
+                            }
+                        }
+                    }
+                }
+                let want = c / (1.0 + (-c).exp());
+                let got = yf[(m * H + oy) * W + ox] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{got} vs {want}"
+                );
+            }
+        }
+    }
+    // -inf alone under some windows: conv -inf (or +inf for negative weights) there.
+    let mut xs = input();
+    xs[2 * W + 2] = f32::NEG_INFINITY;
+    let (fused, yf) = silu_run(true, &xs);
+    let (plain, yp) = silu_run(false, &xs);
+    let (_, conv, _, mul) = silu_graph();
+    assert_eq!(fused, plain);
+    assert!(fused.iter().any(|(n, _, _)| *n == conv), "{fused:?}");
+    assert!(
+        fused
+            .iter()
+            .any(|(n, _, l)| *n == mul && l == "stem.act.mul"),
+        "{fused:?}"
+    );
+    assert!(yf.iter().any(|v| v.is_nan()));
+    for (a, b) in yf.iter().zip(&yp) {
+        assert_eq!(a.is_nan(), b.is_nan());
+    }
+}

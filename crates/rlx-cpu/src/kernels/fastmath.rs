@@ -262,6 +262,25 @@ pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
     out
 }
 
+/// `v[i] = v[i] * sigmoid(v[i])` (SiLU), with [`sigmoid_slice`] and an f32 product: the
+/// bits of the unfused `Sigmoid` then `Mul`. Split over rayon above the parallel threshold.
+pub(crate) fn silu_inplace(v: &mut [f32]) {
+    fn run(c: &mut [f32]) {
+        let mut tmp = [0f32; 256];
+        for ch in c.chunks_mut(256) {
+            let t = &mut tmp[..ch.len()];
+            sigmoid_slice(ch, t);
+            super::wide::map2_inplace(ch, t, |x, s| x * s);
+        }
+    }
+    if super::par_worth(v.len()) {
+        use rayon::prelude::*;
+        v.par_chunks_mut(8192).for_each(run);
+    } else {
+        run(v);
+    }
+}
+
 /// `map_inplace`, split over rayon above the parallel threshold.
 pub(crate) fn map_inplace_par(v: &mut [f32], f: SliceKernel) {
     if super::par_worth(v.len()) {
