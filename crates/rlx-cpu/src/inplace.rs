@@ -83,7 +83,7 @@ pub(crate) fn eval_owned(
             let t = first
                 .reshaped(od)
                 .map_err(|e| KernelError::Invalid(e.to_string()))?;
-            check_result("Reshape", &t, out)?;
+            check_result(|| "Reshape".into(), &t, out)?;
             return Ok(t);
         }
         (Op::Unary(u), TensorData::F32(v)) if rest.is_empty() && !u.is_predicate() => {
@@ -115,7 +115,7 @@ pub(crate) fn eval_owned(
         _ => false,
     };
     if handled {
-        check_result(&op.name(), &first, out)?;
+        check_result(|| op.name(), &first, out)?;
         return Ok(first);
     }
     if let (Op::Binary(b), [rhs]) = (op, rest) {
@@ -162,7 +162,7 @@ pub(crate) fn eval_owned(
                 _ => false,
             };
             if done {
-                check_result(&op.name(), &first, out)?;
+                check_result(|| op.name(), &first, out)?;
                 return Ok(first);
             }
         }

@@ -37,12 +37,15 @@ pub use executor::{check_feeds, cpu_supports, CpuExecutor, Observer};
 /// bad data.
 pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, KernelError> {
     use kernels::*;
-    let name = op.name();
-    let n = |k: usize| arity(&name, inputs, k, k);
+    // The op's name is formatted only for an error (it is a String; building it per run
+    // was a measurable share of small models).
+    let name = || op.name();
+    let n = |k: usize| arity(op, inputs, k, k);
     let t = match op {
         Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => {
             return Err(KernelError::Unsupported(format!(
-                "{name} (a leaf: its value comes from the graph, not a kernel)"
+                "{} (a leaf: its value comes from the graph, not a kernel)",
+                name()
             )))
         }
         Op::Unary(u) => {
@@ -74,7 +77,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             matmul::matmul(inputs[0], inputs[1], out)?
         }
         Op::Conv(attrs) => {
-            arity(&name, inputs, 2, 3)?;
+            arity(op, inputs, 2, 3)?;
             conv::conv(inputs[0], inputs[1], inputs.get(2).copied(), attrs, out)?
         }
         Op::Reduce {
@@ -119,7 +122,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             shape::broadcast(inputs[0], dims)?
         }
         Op::Concat { axis } => {
-            arity(&name, inputs, 1, usize::MAX)?;
+            arity(op, inputs, 1, usize::MAX)?;
             shape::concat(inputs, *axis, out)?
         }
         Op::Slice {
@@ -189,7 +192,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             reduce::softmax(inputs[0], *axis, true, out)?
         }
         Op::LayerNorm { axis, epsilon } => {
-            arity(&name, inputs, 2, 3)?;
+            arity(op, inputs, 2, 3)?;
             norm::layer_norm(
                 inputs[0],
                 inputs[1],
@@ -212,19 +215,24 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor], out: &Shape) -> Result<Tensor, Kerne
             norm::lrn(inputs[0], *size, *alpha, *beta, *bias)?
         }
     };
-    check_result(&name, &t, out)?;
+    check_result(name, &t, out)?;
     Ok(t)
 }
 
 /// The kernel's result must match the node's declared type (dims where static, dtype).
-pub(crate) fn check_result(name: &str, t: &Tensor, out: &Shape) -> Result<(), KernelError> {
+pub(crate) fn check_result(
+    name: impl FnOnce() -> String,
+    t: &Tensor,
+    out: &Shape,
+) -> Result<(), KernelError> {
     let dims_ok = match out.static_dims() {
         Some(d) => d == t.dims(),
         None => out.rank() == t.dims().len(),
     };
     if !dims_ok || t.dtype() != out.dtype {
         return Err(KernelError::Invalid(format!(
-            "{name} computed {} but the node declares {out}",
+            "{} computed {} but the node declares {out}",
+            name(),
             t.shape()
         )));
     }

@@ -235,13 +235,14 @@ pub(crate) fn make(dims: Vec<usize>, data: TensorData) -> KResult<Tensor> {
 }
 
 /// Check the number of inputs.
-pub(crate) fn arity(op: &str, inputs: &[&Tensor], min: usize, max: usize) -> KResult<()> {
+pub(crate) fn arity(op: &rlx_ir::Op, inputs: &[&Tensor], min: usize, max: usize) -> KResult<()> {
     if inputs.len() < min || inputs.len() > max {
         let want = if min == max {
             format!("{min}")
         } else {
             format!("{min}..={max}")
         };
+        let op = op.name();
         return invalid(format!("{op} takes {want} inputs, got {}", inputs.len()));
     }
     Ok(())
