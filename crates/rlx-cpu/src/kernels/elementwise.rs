@@ -86,10 +86,12 @@ where
     Ok(out)
 }
 
-fn check_out(op: &str, got: DType, out: &Shape) -> KResult<()> {
+/// The kernel's dtype must be the node's. `op` is formatted only for the error.
+fn check_out(op: impl FnOnce() -> String, got: DType, out: &Shape) -> KResult<()> {
     if got != out.dtype {
         return invalid(format!(
-            "{op} produces {got} here but the node declares {}",
+            "{} produces {got} here but the node declares {}",
+            op(),
             out.dtype
         ));
     }
@@ -109,7 +111,6 @@ fn int_unary(op: UnaryOp, x: i64) -> i64 {
 
 /// `Op::Unary`: output dtype = input dtype, Bool for `IsNaN`/`IsInf`/`Not`.
 pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
-    let name = format!("{op:?}");
     let pred = op.is_predicate();
     let data = match x.data() {
         TensorData::F32(v) => {
@@ -149,11 +150,11 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
         TensorData::Bool(v) => match op {
             UnaryOp::Not => TensorData::Bool(map_vec(v, |a| !a)),
             UnaryOp::IsNaN | UnaryOp::IsInf { .. } => TensorData::Bool(vec![false; v.len()]),
-            _ => return invalid(format!("{name} is not defined on bool")),
+            _ => return invalid(format!("{op:?} is not defined on bool")),
         },
         TensorData::Narrow { dtype, .. } => {
             return invalid(format!(
-                "{name} on {dtype} is not supported: it is a storage-only type (Cast it first)"
+                "{op:?} on {dtype} is not supported: it is a storage-only type (Cast it first)"
             ))
         }
         // Unsigned: Abs is the identity and Sign is 0/1 (u64 above i64::MAX included).
@@ -180,7 +181,7 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
             }
         }
     };
-    check_out(&name, data.dtype(), out)?;
+    check_out(|| format!("{op:?}"), data.dtype(), out)?;
     make(x.dims().to_vec(), data)
 }
 
@@ -212,7 +213,7 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
             TensorData::from_f64(int.dtype(), &map_vec(&vals, |a| act.apply_f64(a)))
         }
     };
-    check_out("activation", data.dtype(), out)?;
+    check_out(|| "activation".into(), data.dtype(), out)?;
     make(x.dims().to_vec(), data)
 }
 
@@ -335,12 +336,17 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                 a.dtype()
             ))
         }
-        (D::Bool(x), D::Bool(y)) => D::Bool(bin_map(x, ad, y, bd, &od, |p, q| {
-            op.apply_i64(p as i64, q as i64) != 0
-        })?),
+        (D::Bool(x), D::Bool(y)) => D::Bool(match op {
+            BinaryOp::And => bin_map(x, ad, y, bd, &od, |p: bool, q: bool| p & q)?,
+            BinaryOp::Or => bin_map(x, ad, y, bd, &od, |p: bool, q: bool| p | q)?,
+            BinaryOp::Xor => bin_map(x, ad, y, bd, &od, |p: bool, q: bool| p ^ q)?,
+            _ => bin_map(x, ad, y, bd, &od, |p, q| {
+                op.apply_i64(p as i64, q as i64) != 0
+            })?,
+        }),
         _ => return invalid("binary: mismatched dtypes"),
     };
-    check_out(&format!("{op:?}"), data.dtype(), out)?;
+    check_out(|| format!("{op:?}"), data.dtype(), out)?;
     make(od, data)
 }
 
@@ -421,7 +427,7 @@ pub(crate) fn select(c: &Tensor, t: &Tensor, f: &Tensor, out: &Shape) -> KResult
         (D::Bool(x), D::Bool(y)) => D::Bool(select_impl(cv, cd, x, td, y, fd, &od)?),
         _ => return invalid("select: mismatched dtypes"),
     };
-    check_out("Select", data.dtype(), out)?;
+    check_out(|| "Select".into(), data.dtype(), out)?;
     make(od, data)
 }
 
@@ -438,7 +444,7 @@ pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool, out: &Shape) -> KResul
         (D::F64(v), DType::F32) => D::F32(map_vec(v, |a| a as f32)),
         (d, to) => d.cast_sat(to, saturate),
     };
-    check_out("Cast", data.dtype(), out)?;
+    check_out(|| "Cast".into(), data.dtype(), out)?;
     make(x.dims().to_vec(), data)
 }
 
