@@ -132,8 +132,19 @@ fn fused_conv_bn_relu_matches_the_definition() {
 }
 
 fn reports(fuse: bool, mode: DebugMode, xs: &[f32]) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
-    let (g, _, _) = graph();
+    run_scanned(graph().0, fuse, mode, xs)
+}
+
+/// Run `g` (one fusable group) on `xs` with fusion on or off and a scanner in `mode`: the
+/// scanner's reports (node, element, label) and the output.
+fn run_scanned(
+    g: Graph,
+    fuse: bool,
+    mode: DebugMode,
+    xs: &[f32],
+) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
     let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!(ex.fused_groups(), 1);
     ex.set_fusion(fuse);
     let mut sc = DebugScanner::new(mode, "cpu");
     sc.set_print(false);
@@ -267,24 +278,7 @@ fn silu_graph() -> (Graph, NodeId, NodeId, NodeId) {
 }
 
 fn silu_run(fuse: bool, xs: &[f32]) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
-    let (g, _, _, _) = silu_graph();
-    let mut ex = CpuExecutor::new(g).unwrap();
-    assert_eq!(ex.fused_groups(), 1);
-    ex.set_fusion(fuse);
-    let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
-    sc.set_print(false);
-    let y = ex
-        .run(
-            &[Tensor::from_f32(&[1, C, H, W], xs.to_vec()).unwrap()],
-            Some(&mut sc),
-        )
-        .unwrap();
-    let r = sc
-        .reports()
-        .iter()
-        .map(|r| (r.node, r.index, r.label.clone()))
-        .collect();
-    (r, y[0].as_f32().unwrap().to_vec())
+    run_scanned(silu_graph().0, fuse, DebugMode::Strict, xs)
 }
 
 /// Fused SiLU: against the f64 definition c·σ(c) of the conv c (summed here), and
