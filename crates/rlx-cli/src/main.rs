@@ -35,6 +35,7 @@ enum Cmd {
 }
 
 fn main() {
+    rlx_cli::init_process();
     let cli = Cli::parse();
     let code = match cli.cmd {
         Cmd::Run(a) => rlx_cli::run::main_run(a),

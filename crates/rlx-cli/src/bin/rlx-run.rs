@@ -13,6 +13,7 @@ struct Cli {
 }
 
 fn main() {
+    rlx_cli::init_process();
     let cli = Cli::parse();
     std::process::exit(rlx_cli::run::main_run(cli.args));
 }
