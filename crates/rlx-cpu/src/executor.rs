@@ -38,7 +38,8 @@ pub struct CpuExecutor {
 }
 
 /// True when some node of `g` is big enough that a kernel may split it over rayon: an output
-/// of at least `PAR_THRESHOLD` elements, or a MatMul/Conv of at least 2^20 multiply-adds
+/// of at least `PAR_THRESHOLD` elements, or a MatMul/Conv of at least `GEMM_PAR_FLOPS`
+/// (2^22) multiply-adds
 /// (output elements × reduction length). Graphs below that (small transformers) run on the
 /// calling thread even in a multi-thread pool: a hand-off costs more than they gain.
 fn parallel_work(g: &Graph) -> bool {
@@ -63,7 +64,8 @@ fn parallel_work(g: &Graph) -> bool {
                 .unwrap_or(1),
             _ => 1,
         };
-        numel >= crate::kernels::PAR_THRESHOLD || numel.saturating_mul(k) >= 1 << 20
+        numel >= crate::kernels::PAR_THRESHOLD
+            || numel.saturating_mul(k) >= crate::kernels::matmul::GEMM_PAR_FLOPS
     })
 }
 

@@ -25,8 +25,12 @@ impl GemmElem for f64 {
     const ONE: f64 = 1.0;
 }
 
-/// Products with at least this many multiply-adds let gemm use all rayon threads.
-const GEMM_PAR_FLOPS: usize = 1 << 18;
+/// Products with at least this many multiply-adds let gemm use all rayon threads (about
+/// 35 µs of work at one AVX-512 core). Smaller products ran slower split: waking a sleeping
+/// worker costs several µs (gpt2-tiny's 1M-MAC LM head at 2 threads: 0.133 → 0.077 ms per
+/// run with the graph kept on the calling thread). The executor uses the same bound to
+/// decide whether a graph has parallel work at all.
+pub(crate) const GEMM_PAR_FLOPS: usize = 1 << 22;
 
 /// A strided matrix view: element (i, j) is `data[off + i*rs + j*cs]`.
 #[derive(Clone, Copy)]
