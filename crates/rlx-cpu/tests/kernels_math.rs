@@ -727,7 +727,8 @@ fn pow_three_is_x_times_x_times_x() {
 /// against the ONNX definition written out directly (each output: the taps of its window
 /// inside the image; Max is NaN when any tap is NaN; Avg divides by the valid or the padded
 /// tap count). Widths past 16 outputs take the 16-lane path (with its overlapping last
-/// block); a 7x7 window over a 7x7 image is a global pool.
+/// block); a 7x7 window over a 7x7 image is a global pool; a 20-wide image with dilation
+/// 15 has no output column whose window is wholly inside.
 #[test]
 fn strided_pools_match_the_definition() {
     for (h, w, specials) in [
@@ -735,6 +736,7 @@ fn strided_pools_match_the_definition() {
         (9, 71, true),
         (7, 7, true),
         (7, 7, false),
+        (7, 20, true),
     ] {
         strided_pools_case(h, w, specials);
     }
@@ -758,6 +760,9 @@ fn strided_pools_case(h: usize, w: usize, specials: bool) {
         (5, 2, 1, [(2, 2), (2, 2)]),
         (3, 1, 1, [(1, 1), (1, 1)]),
         (7, 1, 1, [(0, 0), (0, 0)]),
+        // Dilation 15 with pads 15: on a 20-wide row no output column has all three
+        // kernel columns inside (an empty interior).
+        (3, 1, 15, [(15, 15), (15, 15)]),
     ] {
         let out_len =
             |n: usize, (pb, pe): (usize, usize)| (n + pb + pe - (d * (k - 1) + 1)) / s + 1;

@@ -267,16 +267,19 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
                     &src[ys[t] * w..(ys[t] + 1) * w]
                 }
             };
-            let mut taps: Vec<&[T]> = Vec::with_capacity(ys.len() * spans.len());
-            for t in 0..ys.len() {
-                for &(lo, _, c0) in &spans {
-                    taps.push(&row(t)[phase_of(c0) + in_lo - lo..]);
+            if in_lo < in_hi {
+                // Inside every span here, so each tap slice starts within its row.
+                let mut taps: Vec<&[T]> = Vec::with_capacity(ys.len() * spans.len());
+                for t in 0..ys.len() {
+                    for &(lo, _, c0) in &spans {
+                        taps.push(&row(t)[phase_of(c0) + in_lo - lo..]);
+                    }
                 }
-            }
-            if is_max {
-                fold_taps(&mut orow[in_lo..in_hi], &taps, init, max);
-            } else {
-                fold_taps(&mut orow[in_lo..in_hi], &taps, init, add);
+                if is_max {
+                    fold_taps(&mut orow[in_lo..in_hi], &taps, init, max);
+                } else {
+                    fold_taps(&mut orow[in_lo..in_hi], &taps, init, add);
+                }
             }
             for ox in (0..in_lo).chain(in_hi..ow) {
                 let mut acc = init;
