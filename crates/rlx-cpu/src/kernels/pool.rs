@@ -153,12 +153,14 @@ fn axis_taps(
         .collect()
 }
 
-/// 2-D Max/Avg pooling, one output row at a time: for each valid input row of the window
-/// and each kernel column, the output columns whose input column is inside the image form
-/// one contiguous span (computed once), updated by a loop over that span (which vectorizes
-/// for stride 1). Each output still combines its taps in window order (rows, then columns),
-/// so Avg sums in the same order as the definition. Max propagates NaN (a NaN tap wins and
-/// stays); a window with no valid tap is -inf (Max) or 0/count (Avg).
+/// 2-D Max/Avg pooling, one output row at a time: for each kernel column, the output
+/// columns whose input column is inside the image form one contiguous span (computed once).
+/// Where every kernel column is inside (the interior), all taps of the row's window are
+/// folded 16 outputs at a time in registers ([`fold_taps`]); the padded border columns go
+/// tap by tap. With stride > 1 each input row is first split into its stride phases, so a
+/// tap's columns are contiguous. Each output combines its taps in window order (rows, then
+/// columns), so Avg sums in the same order as the definition. Max propagates NaN (a NaN tap
+/// wins and stays); a window with no valid tap is -inf (Max) or 0/count (Avg).
 #[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= acc)`: true for a NaN tap, on purpose
 fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     v: &[T],
