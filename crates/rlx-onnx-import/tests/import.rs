@@ -311,6 +311,32 @@ fn slice_clamps_and_negative_steps() {
     );
 }
 
+/// A negative step over an empty axis takes nothing (ONNX: onnxruntime gives shape [3, 0]);
+/// the start clamp to `[0, dim - 1]` must not run with dim 0.
+#[test]
+fn slice_negative_step_on_an_empty_axis() {
+    let bytes = model(
+        13,
+        vec![node(
+            "Slice",
+            "rev",
+            &["x", "starts", "ends", "axes", "steps"],
+            &["y"],
+            vec![],
+        )],
+        vec![
+            i64_init("starts", &[-1]),
+            i64_init("ends", &[-10]),
+            i64_init("axes", &[1]),
+            i64_init("steps", &[-1]),
+        ],
+        vec![f32_in("x", &[3, 0])],
+        vec![out("y")],
+    );
+    let g = import(&bytes).unwrap();
+    assert_eq!(out_node(&g, 0).shape, Shape::new(&[3, 0], DType::F32));
+}
+
 #[test]
 fn opset9_softmax_unsqueeze_and_constant_of_shape() {
     let big = TensorProto {

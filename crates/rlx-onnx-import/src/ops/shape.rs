@@ -296,6 +296,9 @@ pub fn slice(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
             let s = s.clamp(0, dim);
             let e = e.clamp(0, dim);
             (s, ((e - s).max(0) + step as i128 - 1) / step as i128)
+        } else if dim == 0 {
+            // Nothing to take backwards from an empty axis (and `clamp(0, -1)` would panic).
+            (0, 0)
         } else {
             let s = s.clamp(0, dim - 1);
             let e = e.clamp(-1, dim - 1);
