@@ -49,6 +49,18 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
             path.display()
         ),
     };
+    // The dtype first: an object or unicode array would otherwise fail the size check
+    // below with a byte count that says nothing about the real problem.
+    const SUPPORTED: [&str; 12] = [
+        "<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1",
+    ];
+    if !SUPPORTED.contains(&descr.as_str()) {
+        bail!(
+            "{}: unsupported .npy dtype {descr} (supported: {})",
+            path.display(),
+            SUPPORTED.join(" ")
+        );
+    }
     // Never allocate more than the file holds; refuse trailing bytes too.
     let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let item = descr
@@ -81,10 +93,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
         "<u2" => TensorData::U16(npy.into_vec::<u16>().with_context(ctx)?),
         "<u4" => TensorData::U32(npy.into_vec::<u32>().with_context(ctx)?),
         "<u8" => TensorData::U64(npy.into_vec::<u64>().with_context(ctx)?),
-        d => bail!(
-            "{}: unsupported .npy dtype {d} (supported: <f4 <f8 <f2 <i8 <i4 <i2 |i1 |u1 <u2 <u4 <u8 |b1)",
-            path.display()
-        ),
+        d => bail!("{}: unsupported .npy dtype {d}", path.display()),
     };
     Tensor::new(dims, data).with_context(|| path.display().to_string())
 }

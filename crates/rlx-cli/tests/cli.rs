@@ -154,6 +154,23 @@ fn hostile_files_and_dims_give_clean_errors() {
         err.contains("input \"x\"") && err.contains("runs past the end"),
         "{err}"
     );
+    // A unicode array (NumPy '<U3', 12 bytes per element): named as an unsupported dtype,
+    // not as a size mismatch.
+    let uni = dir.join("unicode.npy");
+    let mut header = "{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }".to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    b.extend_from_slice(header.as_bytes());
+    b.extend_from_slice(&[0u8; 24]);
+    std::fs::write(&uni, &b).unwrap();
+    let spec = format!("x={}", uni.display());
+    let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--input", &spec], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("unsupported .npy dtype <U3"), "{err}");
     // Not a regular file.
     let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--input", "x=/dev/zero"], None);
     assert_eq!(code, 1);
