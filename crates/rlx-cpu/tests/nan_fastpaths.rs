@@ -4,7 +4,7 @@
 //! inf - inf is NaN.
 
 use rlx_cpu::CpuExecutor;
-use rlx_ir::numeric_check::{Cause, DebugMode};
+use rlx_ir::numeric_check::{BadKind, Cause, DebugMode};
 use rlx_ir::*;
 
 fn s(d: &[usize]) -> Shape {
@@ -105,4 +105,44 @@ fn inf_note_names_the_sign_that_reached_the_output() {
     assert_eq!(reps[0].node, m);
     assert_eq!(reps[0].kind, numeric_check::BadKind::PosInf);
     assert_eq!(reps[0].index, 1);
+}
+
+/// An Inf whose sign flips on the way (Neg of a -inf input) then meets a zero: the NaN's
+/// report names the input as the origin and says it entered as -inf (IEEE 754: -(-inf) is
+/// +inf and +inf · 0 is NaN), instead of calling the input the origin of a +inf it never held.
+#[test]
+fn inf_that_changed_sign_names_its_entry_sign() {
+    let mut g = Graph::new("t");
+    let x = g.input("x", s(&[2]));
+    let n = g.unary(UnaryOp::Neg, x, s(&[2]));
+    let z = g.constant(Tensor::from_f32(&[2], vec![0.0, 0.0]).unwrap());
+    let m = g.mul(n, z, s(&[2]));
+    g.set_outputs(vec![m]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let xin = Tensor::from_f32(&[2], vec![1.0, f32::NEG_INFINITY]).unwrap();
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    ex.run(&[xin], Some(&mut sc)).unwrap();
+    let r = sc.reports();
+    let nan = r.iter().find(|r| r.node == m).expect("a report at the Mul");
+    match &nan.cause {
+        Cause::InputsHeldInf {
+            input,
+            input_kind,
+            inf_origin,
+            inf_origin_kind,
+            ..
+        } => {
+            assert_eq!(*input, n);
+            assert_eq!(*input_kind, BadKind::PosInf);
+            assert_eq!(*inf_origin, Some(x));
+            assert_eq!(*inf_origin_kind, Some(BadKind::NegInf));
+        }
+        c => panic!("expected InputsHeldInf, got {c:?}"),
+    }
+    let text = nan.to_string();
+    assert!(
+        text.contains("the infinity entered as -inf at %0 Input \"x\""),
+        "{text}"
+    );
 }

@@ -241,6 +241,11 @@ pub enum Cause {
         inf_origin_label: Option<String>,
         /// The op type of the origin node (`Where`, `Log`, ...).
         inf_origin_op: Option<String>,
+        /// The sign of the Inf at the origin, when it differs from `input_kind` (an op on
+        /// the way flipped it, e.g. a Conv with a negative weight): the report then says
+        /// the infinity entered as that sign.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        inf_origin_kind: Option<BadKind>,
     },
     /// Culprit: a graph input, parameter or constant already holds the value.
     Leaf,
@@ -316,11 +321,18 @@ impl fmt::Display for NanReport {
                 inf_origin,
                 inf_origin_label,
                 inf_origin_op,
+                inf_origin_kind,
             } => {
                 write!(f, "  → inputs held {input_kind} (input {input}")?;
                 if let (Some(o), Some(l)) = (inf_origin, inf_origin_label) {
                     let op = inf_origin_op.as_deref().unwrap_or("");
-                    write!(f, "; the {input_kind} was created at {o} {op} \"{l}\"")?;
+                    match inf_origin_kind {
+                        Some(k) => write!(
+                            f,
+                            "; the infinity entered as {k} at {o} {op} \"{l}\" and changed sign on the way"
+                        )?,
+                        None => write!(f, "; the {input_kind} was created at {o} {op} \"{l}\"")?,
+                    }
                 }
                 writeln!(f, "), this op produced {}", self.kind)?;
             }
@@ -500,9 +512,14 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
     if let Some(i) = with_origin.or_else(|| node.inputs.iter().find(|i| st(i).inf)) {
         // A literal constant holding inf is its own origin here.
         let origin = st(i).inf_origin.or(Some(*i));
+        let input_kind = st(i).inf_kind.unwrap_or(BadKind::PosInf);
+        let inf_origin_kind = origin
+            .and_then(|o| st(&o).inf_kind)
+            .filter(|&k| k != input_kind);
         return Cause::InputsHeldInf {
             input: *i,
-            input_kind: st(i).inf_kind.unwrap_or(BadKind::PosInf),
+            input_kind,
+            inf_origin_kind,
             inf_origin: origin,
             inf_origin_label: origin.map(|o| node_label(g, o)),
             inf_origin_op: origin
