@@ -278,9 +278,16 @@ fn shape_chain_folds_to_a_static_reshape() {
     assert_eq!(g.nodes.len(), 3, "{g}");
 }
 
-#[test]
-fn slice_clamps_and_negative_steps() {
-    let bytes = model(
+/// An opset-13 model of one Slice of f32 input `x` (dims `x_dims`) with constant starts,
+/// ends, axes and steps.
+fn slice_model(
+    starts: &[i64],
+    ends: &[i64],
+    axes: &[i64],
+    steps: &[i64],
+    x_dims: &[i64],
+) -> Vec<u8> {
+    model(
         13,
         vec![node(
             "Slice",
@@ -290,14 +297,19 @@ fn slice_clamps_and_negative_steps() {
             vec![],
         )],
         vec![
-            i64_init("starts", &[-1, 1]),
-            i64_init("ends", &[i64::MIN, i64::MAX]),
-            i64_init("axes", &[0, 1]),
-            i64_init("steps", &[-2, 1]),
+            i64_init("starts", starts),
+            i64_init("ends", ends),
+            i64_init("axes", axes),
+            i64_init("steps", steps),
         ],
-        vec![f32_in("x", &[5, 4])],
+        vec![f32_in("x", x_dims)],
         vec![out("y")],
-    );
+    )
+}
+
+#[test]
+fn slice_clamps_and_negative_steps() {
+    let bytes = slice_model(&[-1, 1], &[i64::MIN, i64::MAX], &[0, 1], &[-2, 1], &[5, 4]);
     let g = import(&bytes).unwrap();
     rlx_compile::verify::verify(&g).unwrap();
     let y = out_node(&g, 0);
@@ -315,24 +327,7 @@ fn slice_clamps_and_negative_steps() {
 /// the start clamp to `[0, dim - 1]` must not run with dim 0.
 #[test]
 fn slice_negative_step_on_an_empty_axis() {
-    let bytes = model(
-        13,
-        vec![node(
-            "Slice",
-            "rev",
-            &["x", "starts", "ends", "axes", "steps"],
-            &["y"],
-            vec![],
-        )],
-        vec![
-            i64_init("starts", &[-1]),
-            i64_init("ends", &[-10]),
-            i64_init("axes", &[1]),
-            i64_init("steps", &[-1]),
-        ],
-        vec![f32_in("x", &[3, 0])],
-        vec![out("y")],
-    );
+    let bytes = slice_model(&[-1], &[-10], &[1], &[-1], &[3, 0]);
     let g = import(&bytes).unwrap();
     assert_eq!(out_node(&g, 0).shape, Shape::new(&[3, 0], DType::F32));
 }
