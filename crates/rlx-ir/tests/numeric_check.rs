@@ -86,8 +86,11 @@ fn nan_from_inf_names_both_ops_and_propagators_are_not_blamed() {
             inf_origin,
             inf_origin_label,
             inf_origin_op,
+            inf_origin_kind,
         } => {
             assert_eq!(inf_origin_op.as_deref(), Some("Log"));
+            // The Inf kept its sign from the Log to here.
+            assert_eq!(*inf_origin_kind, None);
             assert_eq!(
                 (*input, *input_kind, *inf_origin),
                 (l, BadKind::NegInf, Some(l))
