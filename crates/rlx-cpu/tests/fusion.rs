@@ -226,30 +226,9 @@ fn overflow_inside_the_chain_is_reported_as_with_fusion_off() {
     g.set_outputs(vec![down]);
     let xs: Vec<f32> = input().iter().map(|v| v * 1e9).collect();
     let run = |fuse: bool| {
-        let mut ex = CpuExecutor::new(g.clone()).unwrap();
-        assert_eq!(ex.fused_groups(), 1);
-        ex.set_fusion(fuse);
-        let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
-        sc.set_print(false);
-        let y = ex
-            .run(
-                &[Tensor::from_f32(&[1, C, H, W], xs.clone()).unwrap()],
-                Some(&mut sc),
-            )
-            .unwrap();
-        let r: Vec<(NodeId, String)> = sc
-            .reports()
-            .iter()
-            .map(|r| (r.node, r.label.clone()))
-            .collect();
-        (
-            r,
-            y[0].as_f32()
-                .unwrap()
-                .iter()
-                .filter(|v| v.is_infinite())
-                .count(),
-        )
+        let (reports, y) = run_scanned(g.clone(), fuse, DebugMode::Strict, &xs);
+        let r: Vec<(NodeId, String)> = reports.into_iter().map(|(n, _, l)| (n, l)).collect();
+        (r, y.iter().filter(|v| v.is_infinite()).count())
     };
     let (plain, inf_plain) = run(false);
     let (fused, inf_fused) = run(true);
