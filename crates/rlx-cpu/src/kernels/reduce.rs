@@ -69,69 +69,64 @@ fn map_bases<O: Send>(
     }
 }
 
-/// The same 8-lane f64 sum as `reduce_float`'s generic row sum (lane j adds elements
-/// j, j+8, ...; then the lanes, then the tail), compiled for the widest ISA.
+/// Sum of a contiguous row in f64, in 8 independent lanes (lane j adds elements j, j+8,
+/// ...; then the lanes, then the tail), so the loop vectorizes.
 #[inline(always)]
-fn sum_f32_body(row: &[f32]) -> f64 {
+fn lane_sum<T: Copy>(row: &[T], wide: impl Fn(T) -> f64) -> f64 {
     let mut acc = [0f64; 8];
     let mut ch = row.chunks_exact(8);
     for c in ch.by_ref() {
         for (a, &x) in acc.iter_mut().zip(c) {
-            *a += x as f64;
+            *a += wide(x);
         }
     }
-    let tail: f64 = ch.remainder().iter().map(|&x| x as f64).sum();
+    let tail: f64 = ch.remainder().iter().map(|&x| wide(x)).sum();
     acc.iter().sum::<f64>() + tail
 }
 
-isa_fn!(
-    /// Sum of a row of f32 in f64 ([`sum_f32_body`]).
-    fn sum_f32[](row: &[f32]) -> f64 {
-        sum_f32_body(row)
-    }
-);
-
-/// Max of a row in 16 lanes; NaN if any element is NaN; -inf for an empty row. `neg`
-/// negates each element first (so Min is `-max(-x)`, exact for floats).
+/// Max (`max`) or Min of a contiguous row in 8 independent lanes (a select per lane
+/// vectorizes to max/min instructions); NaN is tracked on the side, so the lanes never see
+/// one decide a comparison. NaN if any element is NaN; the identity (∓inf) for an empty row.
 #[inline(always)]
-fn max_f32_body(row: &[f32], neg: bool) -> f32 {
+fn lane_extreme<T: Float>(row: &[T], max: bool) -> T {
+    let init = if max {
+        T::neg_infinity()
+    } else {
+        T::infinity()
+    };
+    let better = |x: T, a: T| if max { x > a } else { x < a };
     let mut nan = false;
-    let mut lanes = [f32::NEG_INFINITY; 16];
-    let mut ch = row.chunks_exact(16);
+    let mut lanes = [init; 8];
+    let mut ch = row.chunks_exact(8);
     for c in ch.by_ref() {
         for (a, &x) in lanes.iter_mut().zip(c) {
-            let x = if neg { -x } else { x };
             nan |= x.is_nan();
-            *a = if x > *a { x } else { *a };
+            *a = if better(x, *a) { x } else { *a };
         }
     }
-    let mut acc = f32::NEG_INFINITY;
-    for &x in lanes.iter() {
-        acc = if x > acc { x } else { acc };
-    }
-    for &x in ch.remainder() {
-        let x = if neg { -x } else { x };
+    let mut acc = init;
+    for &x in lanes.iter().chain(ch.remainder()) {
         nan |= x.is_nan();
-        acc = if x > acc { x } else { acc };
+        acc = if better(x, acc) { x } else { acc };
     }
     if nan {
-        f32::NAN
+        T::nan()
     } else {
         acc
     }
 }
 
 isa_fn!(
-    /// [`max_f32_body`] of `row`.
-    fn max_f32[](row: &[f32]) -> f32 {
-        max_f32_body(row, false)
+    /// [`lane_sum`] of f32, compiled for the widest ISA.
+    fn sum_f32[](row: &[f32]) -> f64 {
+        lane_sum(row, |x| x as f64)
     }
 );
 
 isa_fn!(
-    /// [`max_f32_body`] of `-row` (Min is its negation).
-    fn max_f32_neg[](row: &[f32]) -> f32 {
-        max_f32_body(row, true)
+    /// [`lane_extreme`] of f32, compiled for the widest ISA.
+    fn extreme_f32[](row: &[f32], max: bool) -> f32 {
+        lane_extreme(row, max)
     }
 );
 
@@ -145,20 +140,14 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
     let k = offs.len();
     if k > 0 && offs.iter().enumerate().all(|(i, &o)| o == i) {
         // Reduced axes are the trailing ones (LayerNorm, Softmax rows): each output reads a
-        // contiguous run, summed in 8 independent f64 lanes (so the loop vectorizes).
+        // contiguous run; f32 rows take the copies compiled per ISA.
+        let f32_rows = is_f32::<T>();
         let sum = |row: &[T]| {
-            if is_f32::<T>() {
-                return sum_f32(as_f32(row));
+            if f32_rows {
+                sum_f32(as_f32(row))
+            } else {
+                lane_sum(row, wide)
             }
-            let mut acc = [0f64; 8];
-            let mut ch = row.chunks_exact(8);
-            for c in ch.by_ref() {
-                for (a, &x) in acc.iter_mut().zip(c) {
-                    *a += wide(x);
-                }
-            }
-            let tail: f64 = ch.remainder().iter().map(|&x| wide(x)).sum();
-            acc.iter().sum::<f64>() + tail
         };
         return map_bases(&p.bases, v.len(), |b| {
             let row = &v[b..b + k];
@@ -168,46 +157,10 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
                 ReduceKind::Prod => narrow(row.iter().fold(1.0, |a, &x| a * wide(x))),
                 ReduceKind::Max | ReduceKind::Min => {
                     let max = kind == ReduceKind::Max;
-                    // 8 independent lanes (a select per lane vectorizes to max/min
-                    // instructions); NaN is tracked on the side, so the lanes never see
-                    // one decide a comparison.
-                    let init = if max {
-                        T::neg_infinity()
+                    if f32_rows {
+                        T::from(extreme_f32(as_f32(row), max)).unwrap_or_else(T::nan)
                     } else {
-                        T::infinity()
-                    };
-                    if is_f32::<T>() {
-                        let m = if max {
-                            max_f32(as_f32(row))
-                        } else {
-                            -max_f32_neg(as_f32(row))
-                        };
-                        // (a NaN comes back as the canonical NaN, not the negated one)
-                        return if m.is_nan() {
-                            T::nan()
-                        } else {
-                            T::from(m).unwrap_or_else(T::nan)
-                        };
-                    }
-                    let better = |x: T, a: T| if max { x > a } else { x < a };
-                    let mut nan = false;
-                    let mut lanes = [init; 8];
-                    let mut ch = row.chunks_exact(8);
-                    for c in ch.by_ref() {
-                        for (a, &x) in lanes.iter_mut().zip(c) {
-                            nan |= x.is_nan();
-                            *a = if better(x, *a) { x } else { *a };
-                        }
-                    }
-                    let mut acc = init;
-                    for &x in lanes.iter().chain(ch.remainder()) {
-                        nan |= x.is_nan();
-                        acc = if better(x, acc) { x } else { acc };
-                    }
-                    if nan {
-                        T::nan()
-                    } else {
-                        acc
+                        lane_extreme(row, max)
                     }
                 }
             }
