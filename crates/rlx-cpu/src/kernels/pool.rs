@@ -245,6 +245,16 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     let is_max = matches!(a.kind, PoolKind::Max);
     let init = if is_max { T::neg_infinity() } else { T::zero() };
     let f = |acc: T, e: T| if is_max { max(acc, e) } else { add(acc, e) };
+    if let PoolKind::Lp { .. } = a.kind {
+        out.fill(T::nan()); // not routed here
+        return out;
+    }
+    // Per kernel column: where its taps start in an input row for output column `in_lo`.
+    let tap_cols: Vec<usize> = spans
+        .iter()
+        .map(|&(lo, _, c0)| phase_of(c0) + in_lo - lo)
+        .collect();
+    let kh = a.kernel[0];
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
         // With sw > 1, every input row split into its stride phases, once per plane. Rows
@@ -256,25 +266,22 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
                 split_phases(&src[y * w..(y + 1) * w], sw, &mut buf[..row_len]);
             }
         }
-        for ((ys, cy), orow) in ty.iter().zip(dst.chunks_mut(ow)) {
-            if let PoolKind::Lp { .. } = a.kind {
-                orow.fill(T::nan()); // not routed here
-                continue;
+        // Input row y (phase-split when sw > 1, with its slack).
+        let row = |y: usize| -> &[T] {
+            if copy {
+                &split[y * pitch..(y + 1) * pitch]
+            } else {
+                &src[y * w..(y + 1) * w]
             }
-            // The window's t-th input row (phase-split when sw > 1, with its slack).
-            let row = |t: usize| -> &[T] {
-                if copy {
-                    &split[ys[t] * pitch..(ys[t] + 1) * pitch]
-                } else {
-                    &src[ys[t] * w..(ys[t] + 1) * w]
-                }
-            };
+        };
+        let mut taps: Vec<&[T]> = Vec::with_capacity(kh * spans.len());
+        for ((ys, cy), orow) in ty.iter().zip(dst.chunks_mut(ow)) {
             if in_lo < in_hi {
                 // Inside every span here, so each tap slice starts within its row.
-                let mut taps: Vec<&[T]> = Vec::with_capacity(ys.len() * spans.len());
-                for t in 0..ys.len() {
-                    for &(lo, _, c0) in &spans {
-                        taps.push(&row(t)[phase_of(c0) + in_lo - lo..]);
+                taps.clear();
+                for &y in ys {
+                    for &c in &tap_cols {
+                        taps.push(&row(y)[c..]);
                     }
                 }
                 if is_max {
@@ -285,10 +292,10 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             }
             for ox in (0..in_lo).chain(in_hi..ow) {
                 let mut acc = init;
-                for t in 0..ys.len() {
+                for &y in ys {
                     for &(lo, hi, c0) in &spans {
                         if (lo..hi).contains(&ox) {
-                            acc = f(acc, row(t)[phase_of(c0) + ox - lo]);
+                            acc = f(acc, row(y)[phase_of(c0) + ox - lo]);
                         }
                     }
                 }
