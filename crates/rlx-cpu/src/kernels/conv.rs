@@ -301,7 +301,6 @@ fn depthwise_2d_f32(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Geo) -> Opti
 mod dw_simd {
     use super::{fill_chunks, inside_cols, Geo};
     use std::arch::x86_64::*;
-    use std::cell::RefCell;
 
     /// One SIMD width: `N` f32 lanes, a lane mask type `M`.
     pub(super) trait Lanes {
@@ -667,10 +666,6 @@ mod dw_simd {
         }
     }
 
-    thread_local! {
-        static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    }
-
     /// One output plane: `xs` is the input plane; with `scratch` (column stride > 1) it is
     /// first split into its phase planes there.
     type PlaneFn<M> = unsafe fn(&Plan<M>, &[f32], Option<&mut [f32]>, &[f32], f32, &mut [f32]);
@@ -699,14 +694,12 @@ mod dw_simd {
                 // SAFETY: `f` was picked for a CPU that has its features.
                 unsafe { f(p, xs, None, wt, b, dst) };
             } else {
-                SCRATCH.with(|sc| {
-                    let mut sc = sc.borrow_mut();
-                    let need = p.s * h * p.pitch;
-                    if sc.len() < need {
-                        sc.resize(need, 0.0);
-                    }
+                // The phase planes go in the per-thread column buffer (im2col's; a
+                // depthwise conv does not use it otherwise), whose old contents `f`
+                // overwrites before reading.
+                super::with_col::<f32, _>(p.s * h * p.pitch, |sc| {
                     // SAFETY: as above.
-                    unsafe { f(p, xs, Some(&mut sc[..need]), wt, b, dst) };
+                    unsafe { f(p, xs, Some(sc), wt, b, dst) }
                 });
             }
         });
