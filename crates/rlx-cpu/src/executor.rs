@@ -7,6 +7,7 @@
 //! input's buffer when that input dies at the node.
 
 use crate::{eval_op, CpuError, KernelError};
+use crate::kernels::winograd::WinogradWeights;
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
@@ -35,6 +36,13 @@ pub struct CpuExecutor {
     /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
     fusions: crate::fuse::Fusions,
     fuse_on: bool,
+    /// Per Conv node with constant weights the Winograd path takes: their transform
+    /// (`crate::kernels::winograd`). Not made for a conv whose fused group folds other
+    /// weights in (the group has its own, in `group_wino`).
+    wino: Vec<Option<WinogradWeights>>,
+    /// Per fused group with folded weights: the Winograd transform of those.
+    group_wino: Vec<Option<WinogradWeights>>,
+    wino_on: bool,
 }
 
 /// True when some node of `g` is big enough that a kernel may split it over rayon: an output
@@ -273,6 +281,32 @@ impl CpuExecutor {
             }
         }
         let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
+        let mut folded_conv = vec![false; n];
+        let group_wino = fusions
+            .groups
+            .iter()
+            .map(|grp| {
+                let (w, _) = grp.folded.as_ref()?;
+                folded_conv[grp.conv.index()] = true;
+                match &graph.node(grp.conv).op {
+                    Op::Conv(a) => crate::kernels::conv::winograd_weights(w, a),
+                    _ => None,
+                }
+            })
+            .collect();
+        let wino = graph
+            .nodes
+            .iter()
+            .map(|node| match (&node.op, node.inputs.get(1)) {
+                (Op::Conv(a), Some(w)) if !folded_conv[node.id.index()] => {
+                    match &graph.node(*w).op {
+                        Op::Constant(t) => crate::kernels::conv::winograd_weights(t, a),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
         let inputs = graph.inputs();
         let leaf_counts = graph
             .nodes
@@ -283,6 +317,9 @@ impl CpuExecutor {
             })
             .collect();
         Ok(CpuExecutor {
+            wino,
+            group_wino,
+            wino_on: !rlx_ir::env::is_off("RLX_CPU_WINOGRAD"),
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             fusions,
             parallel_work: parallel_work(&graph),
@@ -443,7 +480,13 @@ impl CpuExecutor {
                     let x = slots[node.inputs[0].index()]
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    let (t, clean) = crate::fuse::run_group(g, grp, x, scanner.is_some())
+                    let wg = if grp.folded.is_some() {
+                        this.group_wino[k].as_ref()
+                    } else {
+                        this.wino[grp.conv.index()].as_ref()
+                    };
+                    let wg = wg.filter(|_| this.wino_on);
+                    let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if !clean {
                         // Replay this group op by op (below), so the scan names the op.
@@ -581,6 +624,17 @@ impl CpuExecutor {
                     .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
             })
             .collect::<Result<_, _>>()?;
-        eval_op(op, &ins, &node.shape).map_err(err)
+        match (op, &self.wino[id.index()]) {
+            (Op::Conv(a), Some(wg)) if self.wino_on => crate::kernels::conv::conv_winograd(
+                ins[0],
+                wg,
+                ins[1],
+                ins.get(2).copied(),
+                a,
+                &node.shape,
+            )
+            .map_err(err),
+            _ => eval_op(op, &ins, &node.shape).map_err(err),
+        }
     }
 }

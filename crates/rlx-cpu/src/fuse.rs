@@ -26,6 +26,7 @@
 //!   into range);
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
+use crate::kernels::winograd::WinogradWeights;
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorData};
 
 /// One fused Conv group.
@@ -296,16 +297,26 @@ pub(crate) fn run_group(
     g: &Graph,
     grp: &ConvGroup,
     x: &Tensor,
+    wino: Option<&WinogradWeights>,
     scan: bool,
 ) -> Result<(Tensor, bool), crate::KernelError> {
     let node = g.node(grp.conv);
-    let mut t = match &grp.folded {
-        Some((w, b)) => crate::eval_op(&node.op, &[x, w, b], &node.shape)?,
-        None => {
-            let mut ins = vec![x];
-            ins.extend(node.inputs[1..].iter().filter_map(|&i| constant(g, i)));
-            crate::eval_op(&node.op, &ins, &node.shape)?
-        }
+    let ins: Vec<&Tensor> = match &grp.folded {
+        Some((w, b)) => vec![x, w, b],
+        None => std::iter::once(x)
+            .chain(node.inputs[1..].iter().filter_map(|&i| constant(g, i)))
+            .collect(),
+    };
+    let mut t = match (&node.op, wino) {
+        (Op::Conv(a), Some(wg)) if ins.len() >= 2 => crate::kernels::conv::conv_winograd(
+            ins[0],
+            wg,
+            ins[1],
+            ins.get(2).copied(),
+            a,
+            &node.shape,
+        )?,
+        _ => crate::eval_op(&node.op, &ins, &node.shape)?,
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).

@@ -3,6 +3,7 @@
 
 use super::matmul::{gemm_uninit, GemmElem, View};
 use super::wide::map_inplace;
+use super::winograd::{self, WinogradWeights};
 use super::{fill_chunks, invalid, make, out_dims, values_as, Elem, KResult};
 use half::{bf16, f16};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
@@ -919,6 +920,71 @@ pub(crate) fn conv(
         (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
     };
     make(od, data)
+}
+
+/// Winograd weights for `Op::Conv` with weights `w` and attributes `a`, when the conv is
+/// one the Winograd path handles ([`super::winograd`]): f32, 2-D, 3×3, stride 1, dilation
+/// 1, one group, and at least [`WINOGRAD_MIN_CH`] input and output channels (below that the
+/// transforms cost more than the product saves).
+pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs) -> Option<WinogradWeights> {
+    let wd = w.dims();
+    let ok = wd.len() == 4
+        && wd[2] == 3
+        && wd[3] == 3
+        && a.groups <= 1
+        && a.strides.iter().all(|&s| s == 1)
+        && a.dilations.iter().all(|&d| d == 1)
+        && wd[0] >= WINOGRAD_MIN_CH
+        && wd[1] >= WINOGRAD_MIN_CH;
+    match w.data() {
+        TensorData::F32(v) if ok => WinogradWeights::new(v, wd[0], wd[1]),
+        _ => None,
+    }
+}
+
+/// Fewest input and output channels for the Winograd path.
+pub(crate) const WINOGRAD_MIN_CH: usize = 16;
+
+/// [`conv`] through the Winograd transform `wg` of `w` (made by [`winograd_weights`]).
+/// Falls back to [`conv`] when the shapes do not fit `wg` or when an output is not finite,
+/// so the result's NaN/Inf are always the direct conv's; errors as [`conv`].
+pub(crate) fn conv_winograd(
+    x: &Tensor,
+    wg: &WinogradWeights,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
+) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    let g = geometry(x.dims(), w.dims(), a, &od)?;
+    let fits = g.sp.len() == 2
+        && g.groups == 1
+        && g.ks == [3, 3]
+        && g.strides == [1, 1]
+        && g.dil == [1, 1]
+        && g.m == wg.m()
+        && g.c == wg.c()
+        && bias.is_none_or(|b| b.numel() == g.m && b.dtype() == rlx_ir::DType::F32);
+    if let (true, TensorData::F32(xv)) = (fits, x.data()) {
+        let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+        let d = winograd::Dims {
+            n: g.n,
+            h: g.sp[0],
+            w: g.sp[1],
+            pt: g.pads[0].0,
+            pl: g.pads[1].0,
+            oh: g.osp[0],
+            ow: g.osp[1],
+        };
+        let ts = g.n * g.osp[0].div_ceil(2) * g.osp[1].div_ceil(2);
+        if let Some(o) = with_col(16 * g.c * ts, |v: &mut [f32]| {
+            winograd::conv(xv, wg, b.as_deref(), d, v)
+        }) {
+            return make(od, TensorData::F32(o));
+        }
+    }
+    conv(x, w, bias, a, out)
 }
 
 /// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside

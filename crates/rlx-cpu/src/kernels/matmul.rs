@@ -59,7 +59,25 @@ pub(crate) fn gemm_uninit<T: GemmElem>(
     dst: &mut [MaybeUninit<T>],
     parallel: bool,
 ) -> KResult<()> {
-    if dst.len() < m * n || !fits(&a, m, k) || !fits(&b, k, n) {
+    gemm_uninit_strided(m, n, k, a, b, dst, (n, 1), parallel)
+}
+
+/// [`gemm_uninit`] with the output element (i, j) at `dst[i*rs + j*cs]` for
+/// `(rs, cs) = dst_strides`: the `m*n` elements at those places are written, no other.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_uninit_strided<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<T>,
+    b: View<T>,
+    dst: &mut [MaybeUninit<T>],
+    dst_strides: (usize, usize),
+    parallel: bool,
+) -> KResult<()> {
+    let (drs, dcs) = dst_strides;
+    let dst_fits = m == 0 || n == 0 || (m - 1) * drs + (n - 1) * dcs < dst.len();
+    if !dst_fits || !fits(&a, m, k) || !fits(&b, k, n) {
         return invalid(format!(
             "gemm: operand buffers too small for {m}x{k} · {k}x{n}"
         ));
@@ -68,10 +86,20 @@ pub(crate) fn gemm_uninit<T: GemmElem>(
         return Ok(());
     }
     if k == 0 {
-        for d in &mut dst[..m * n] {
-            d.write(T::ZERO);
+        for i in 0..m {
+            for j in 0..n {
+                dst[i * drs + j * dcs].write(T::ZERO);
+            }
         }
         return Ok(());
+    }
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            if let Ok(v) = std::env::var("XLPT") { gemm::set_lhs_packing_threshold_single_thread(v.parse().unwrap()); }
+            if let Ok(v) = std::env::var("XLPM") { gemm::set_lhs_packing_threshold_multi_thread(v.parse().unwrap()); }
+            if let Ok(v) = std::env::var("XRPT") { gemm::set_rhs_packing_threshold(v.parse().unwrap()); }
+        });
     }
     let threads = rayon::current_num_threads();
     let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
@@ -79,7 +107,7 @@ pub(crate) fn gemm_uninit<T: GemmElem>(
     } else {
         Parallelism::None
     };
-    // SAFETY: every pointer stays inside its slice: checked by `fits` and the dst length
+    // SAFETY: every pointer stays inside its slice: checked by `fits` and `dst_fits`
     // above; dst does not alias a or b (it is a distinct &mut slice). With read_dst false
     // (the 7th argument) gemm writes dst without reading it.
     unsafe {
@@ -88,8 +116,8 @@ pub(crate) fn gemm_uninit<T: GemmElem>(
             n,
             k,
             dst.as_mut_ptr().cast::<T>(),
-            1,
-            n as isize,
+            dcs as isize,
+            drs as isize,
             false,
             a.data.as_ptr().add(a.off),
             a.cs as isize,

@@ -55,6 +55,7 @@ pub(crate) mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
 pub(crate) mod wide;
+pub(crate) mod winograd;
 
 use crate::KernelError;
 use half::{bf16, f16};

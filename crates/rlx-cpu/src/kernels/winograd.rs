@@ -1,0 +1,321 @@
+//! Winograd F(2×2, 3×3) for f32 2-D Conv with a 3×3 kernel, stride 1, dilation 1 and one
+//! group, any padding (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks",
+//! CVPR 2016, §4.1).
+//!
+//! Each 2×2 output tile is `Aᵀ [ (G g Gᵀ) ⊙ (Bᵀ d B) ] A` of its 4×4 input tile `d`, with
+//!
+//! ```text
+//! Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1]
+//! Aᵀ = [1 1 1 0; 0 1 -1 -1]
+//! ```
+//!
+//! Summed over the input channels, the 16 element-wise products are 16 matrix products
+//! `[M, C]·[C, T]` over the T tiles of the batch, which `gemm` runs: 16 multiply-adds per 4
+//! outputs instead of 36, and no im2col matrix (the transformed input is 16/9 of the
+//! activation per 4 outputs, against im2col's 9). The weights' transform `G g Gᵀ` is made
+//! once, when the executor is built (in f64, rounded once).
+//!
+//! Values differ from the direct sum by round-off only (the transforms add and subtract
+//! neighbours and halve). Non-finite values are another matter: the input transform
+//! subtracts neighbours, so an Inf input can become `Inf − Inf = NaN` where the direct sum
+//! gives ±Inf, and a NaN spreads over a whole tile. So [`conv`] returns `None` when any
+//! output is not finite, and the caller recomputes that conv directly: every NaN/Inf a
+//! model sees is the one im2col + gemm gives.
+
+use super::matmul::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
+use rayon::prelude::*;
+
+/// Transformed weights of one conv: `u[ξ][c][m]` for the 16 positions ξ = 4·i + j of the
+/// 4×4 tile (f32, `16·M·C` values; output channels contiguous, as gemm's vector side).
+#[derive(Debug)]
+pub(crate) struct WinogradWeights {
+    m: usize,
+    c: usize,
+    u: Vec<f32>,
+}
+
+impl WinogradWeights {
+    /// From ONNX weights `w` `[M, C, 3, 3]` (f32, row-major). None unless `w` holds
+    /// `M·C·9` values.
+    pub(crate) fn new(w: &[f32], m: usize, c: usize) -> Option<WinogradWeights> {
+        if w.len() != m * c * 9 {
+            return None;
+        }
+        let mut u = vec![0.0f32; 16 * m * c];
+        // G·v for a 3-vector: [v0, (v0+v1+v2)/2, (v0-v1+v2)/2, v2].
+        let gv = |v: [f64; 3]| {
+            [
+                v[0],
+                (v[0] + v[1] + v[2]) / 2.0,
+                (v[0] - v[1] + v[2]) / 2.0,
+                v[2],
+            ]
+        };
+        for (k, g) in w.chunks_exact(9).enumerate() {
+            let (mi, ci) = (k / c, k % c);
+            // Columns of g (3 rows), each transformed: (G g) is 4×3.
+            let cols: [[f64; 4]; 3] =
+                std::array::from_fn(|x| gv([g[x] as f64, g[3 + x] as f64, g[6 + x] as f64]));
+            for i in 0..4 {
+                // Row i of (G g), transformed by Gᵀ on the right.
+                let row = gv([cols[0][i], cols[1][i], cols[2][i]]);
+                for (j, r) in row.iter().enumerate() {
+                    u[((4 * i + j) * c + ci) * m + mi] = *r as f32;
+                }
+            }
+        }
+        Some(WinogradWeights { m, c, u })
+    }
+
+    /// Output channels M.
+    pub(crate) fn m(&self) -> usize {
+        self.m
+    }
+
+    /// Input channels C.
+    pub(crate) fn c(&self) -> usize {
+        self.c
+    }
+}
+
+/// The geometry of one call: batch `n`, input `h×w`, pads top/left `pt`/`pl`, output
+/// `oh×ow`.
+#[derive(Clone, Copy)]
+pub(crate) struct Dims {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub pt: usize,
+    pub pl: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+isa_fn!(
+    /// `Bᵀ d B` for the tiles of one tile row of one input plane: `rows` holds the 4 input
+    /// rows, zero-padded, each `wp = 2·tw + 2` wide; `e` is scratch of the same size. Tile
+    /// `tx`'s position ξ goes to `v[ξ·ts + tx]`.
+    fn transform_row[](rows: &[f32], e: &mut [f32], wp: usize, tw: usize, v: &mut [f32], ts: usize) {
+        let (d0, rest) = rows.split_at(wp);
+        let (d1, rest) = rest.split_at(wp);
+        let (d2, d3) = rest.split_at(wp);
+        let (e0, rest) = e.split_at_mut(wp);
+        let (e1, rest) = rest.split_at_mut(wp);
+        let (e2, e3) = rest.split_at_mut(wp);
+        for j in 0..wp {
+            let (a, b, c, d) = (d0[j], d1[j], d2[j], d3[j]);
+            e0[j] = a - c;
+            e1[j] = b + c;
+            e2[j] = c - b;
+            e3[j] = b - d;
+        }
+        for (i, er) in [&*e0, &*e1, &*e2, &*e3].into_iter().enumerate() {
+            let er = &er[..2 * tw + 2];
+            let base = 4 * i * ts;
+            let (v0, rest) = v[base..base + 3 * ts + tw].split_at_mut(ts);
+            let (v1, rest) = rest.split_at_mut(ts);
+            let (v2, v3) = rest.split_at_mut(ts);
+            let (v0, v1, v2, v3) = (&mut v0[..tw], &mut v1[..tw], &mut v2[..tw], &mut v3[..tw]);
+            for tx in 0..tw {
+                let (a, b, c, d) = (er[2 * tx], er[2 * tx + 1], er[2 * tx + 2], er[2 * tx + 3]);
+                v0[tx] = a - c;
+                v1[tx] = b + c;
+                v2[tx] = c - b;
+                v3[tx] = b - d;
+            }
+        }
+    }
+);
+
+isa_fn!(
+    /// `Aᵀ m A + bias` of one tile for a run of output channels: `ms[ξ]` holds position ξ
+    /// for each channel, `bias` one value per channel; the tile's outputs (0,0), (0,1),
+    /// (1,0), (1,1) go to `y[0..n]`, `y[n..2n]`, `y[2n..3n]`, `y[3n..4n]` for `n` channels.
+    fn untransform_tile[](ms: &[&[f32]; 16], bias: &[f32], y: &mut [f32]) {
+        let n = bias.len();
+        let [m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15] = *ms;
+        let (m0, m1, m2, m3) = (&m0[..n], &m1[..n], &m2[..n], &m3[..n]);
+        let (m4, m5, m6, m7) = (&m4[..n], &m5[..n], &m6[..n], &m7[..n]);
+        let (m8, m9, m10, m11) = (&m8[..n], &m9[..n], &m10[..n], &m11[..n]);
+        let (m12, m13, m14, m15) = (&m12[..n], &m13[..n], &m14[..n], &m15[..n]);
+        let (y0, rest) = y[..4 * n].split_at_mut(n);
+        let (y1, rest) = rest.split_at_mut(n);
+        let (y2, y3) = rest.split_at_mut(n);
+        for k in 0..n {
+            // Rows of Aᵀ m: s0j = m0j + m1j + m2j, s1j = m1j − m2j − m3j (mij = m[4i + j]).
+            let s00 = m0[k] + m4[k] + m8[k];
+            let s01 = m1[k] + m5[k] + m9[k];
+            let s02 = m2[k] + m6[k] + m10[k];
+            let s03 = m3[k] + m7[k] + m11[k];
+            let s10 = m4[k] - m8[k] - m12[k];
+            let s11 = m5[k] - m9[k] - m13[k];
+            let s12 = m6[k] - m10[k] - m14[k];
+            let s13 = m7[k] - m11[k] - m15[k];
+            y0[k] = s00 + s01 + s02 + bias[k];
+            y1[k] = s01 - s02 - s03 + bias[k];
+            y2[k] = s10 + s11 + s12 + bias[k];
+            y3[k] = s11 - s12 - s13 + bias[k];
+        }
+    }
+);
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's scratch of at least `len` f32 (contents unspecified).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut b) => {
+            if b.len() < len {
+                b.resize(len, 0.0);
+            }
+            f(&mut b[..len])
+        }
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+/// The conv of `x` (`[N, C, H, W]` f32, row-major) with the weights behind `wg` and
+/// optional `bias` (`[M]`): `[N, M, OH, OW]`, or None when an output is not finite (the
+/// caller then computes the conv directly; see the module docs). `d` must match `x` and the
+/// conv's output shape (the caller checked it with the direct conv's geometry).
+pub(crate) fn conv(
+    x: &[f32],
+    wg: &WinogradWeights,
+    bias: Option<&[f32]>,
+    d: Dims,
+    v: &mut [f32],
+) -> Option<Vec<f32>> {
+    let (m, c) = (wg.m, wg.c);
+    let (th, tw) = (d.oh.div_ceil(2), d.ow.div_ceil(2));
+    let ts = d.n * th * tw;
+    let total = d.n * m * d.oh * d.ow;
+    if ts == 0 || m == 0 {
+        return Some(vec![0.0; total]);
+    }
+    let plane = d.h * d.w;
+    let wp = 2 * tw + 2;
+    let par = rayon::current_num_threads() > 1 && m * c * ts * 16 >= GEMM_PAR_FLOPS;
+    // Input transform: v[(ci·16 + ξ)·ts + tile], tile = (ni·th + ty)·tw + tx.
+    let v = &mut v[..16 * c * ts];
+    let in_plane = |ci: usize, vc: &mut [f32]| {
+        let mut buf = vec![0.0f32; 8 * wp];
+        for ni in 0..d.n {
+            let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
+            for ty in 0..th {
+                let (rows, e) = buf.split_at_mut(4 * wp);
+                for (i, r) in rows.chunks_exact_mut(wp).enumerate() {
+                    let iy = (2 * ty + i) as isize - d.pt as isize;
+                    if iy < 0 || iy as usize >= d.h {
+                        r.fill(0.0);
+                        continue;
+                    }
+                    let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
+                    let lo = d.pl.min(wp);
+                    let hi = (d.pl + d.w).min(wp);
+                    r[..lo].fill(0.0);
+                    r[lo..hi].copy_from_slice(&src[..hi - lo]);
+                    r[hi..].fill(0.0);
+                }
+                let t0 = (ni * th + ty) * tw;
+                transform_row(rows, e, wp, tw, &mut vc[t0..], ts);
+            }
+        }
+    };
+    if par {
+        v.par_chunks_mut(16 * ts)
+            .enumerate()
+            .for_each(|(ci, vc)| in_plane(ci, vc));
+    } else {
+        for (ci, vc) in v.chunks_mut(16 * ts).enumerate() {
+            in_plane(ci, vc);
+        }
+    }
+    let v = &*v;
+    with_scratch(16 * m * ts, |mb| {
+        // mb[ξ][tile][m] = (U[ξ] · V[ξ])ᵀ: [M, C]·[C, ts], output channels contiguous so
+        // that gemm's vector side is the channels even for a few tiles.
+        let prod = |xi: usize, dst: &mut [f32]| {
+            let a = View {
+                data: &wg.u,
+                off: xi * m * c,
+                rs: 1,
+                cs: m,
+            };
+            let b = View {
+                data: v,
+                off: xi * ts,
+                rs: 16 * ts,
+                cs: 1,
+            };
+            // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(
+                    dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
+                    dst.len(),
+                )
+            };
+            gemm_uninit_strided(m, ts, c, a, b, dst, (1, m), false).is_ok()
+        };
+        let ok = if par {
+            mb.par_chunks_mut(m * ts)
+                .enumerate()
+                .all(|(xi, dst)| prod(xi, dst))
+        } else {
+            mb.chunks_mut(m * ts)
+                .enumerate()
+                .all(|(xi, dst)| prod(xi, dst))
+        };
+        if !ok {
+            return None;
+        }
+        let mut out = vec![0.0f32; total];
+        let mb = &*mb;
+        let zero = vec![0.0f32; m];
+        let bias = bias.unwrap_or(&zero);
+        let op = d.oh * d.ow;
+        // Output channels [m0, m0 + mc) of every image: out planes of those channels.
+        let out_block = |m0: usize, mc: usize, o: &mut [f32], ni: usize| {
+            let mut y = vec![0.0f32; 4 * mc];
+            for ty in 0..th {
+                for tx in 0..tw {
+                    let t = (ni * th + ty) * tw + tx;
+                    let ms: [&[f32]; 16] = std::array::from_fn(|xi| {
+                        let b = (xi * ts + t) * m + m0;
+                        &mb[b..b + mc]
+                    });
+                    untransform_tile(&ms, &bias[m0..m0 + mc], &mut y);
+                    let (oy, ox) = (2 * ty, 2 * tx);
+                    let right = ox + 1 < d.ow;
+                    let below = oy + 1 < d.oh;
+                    let at = oy * d.ow + ox;
+                    for k in 0..mc {
+                        let p = &mut o[k * op..(k + 1) * op];
+                        p[at] = y[k];
+                        if right {
+                            p[at + 1] = y[mc + k];
+                        }
+                        if below {
+                            p[at + d.ow] = y[2 * mc + k];
+                            if right {
+                                p[at + d.ow + 1] = y[3 * mc + k];
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let blk = if par { m.div_ceil(4 * rayon::current_num_threads()).max(16) } else { m };
+        for (ni, oi) in out.chunks_mut(m * op).enumerate() {
+            if par {
+                oi.par_chunks_mut(blk * op)
+                    .enumerate()
+                    .for_each(|(bi, o)| out_block(bi * blk, o.len() / op, o, ni));
+            } else {
+                out_block(0, m, oi, ni);
+            }
+        }
+        (super::wide::max_abs_bits(&out) < 0x7f80_0000).then_some(out)
+    })
+}
