@@ -6,8 +6,8 @@
 //! copied. Shape-only ops (Reshape) and in-place-capable elementwise ops take over their
 //! input's buffer when that input dies at the node.
 
-use crate::{eval_op, CpuError, KernelError};
 use crate::kernels::winograd::WinogradWeights;
+use crate::{eval_op, CpuError, KernelError};
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
@@ -343,6 +343,25 @@ impl CpuExecutor {
         self.fuse_on = on;
     }
 
+    /// Turn the Winograd convolution on or off (default: on, unless `RLX_CPU_WINOGRAD=0`).
+    /// On, an f32 2-D Conv with a constant 3×3 kernel, stride 1, dilation 1, one group and
+    /// at least 32 input and output channels runs as Winograd F(2×2, 3×3) (16 gemm products
+    /// of transformed tiles instead of im2col + one product; Lavin & Gray 2016), whose values
+    /// differ from the direct sum by round-off only (about 1e-6 relative). An output that is
+    /// not finite is recomputed directly, so NaN/Inf values and reports are the same either
+    /// way. Off, every conv runs as im2col + gemm, as in hooked runs (printer, trace, `rlx
+    /// diverge`'s oracle). A conv whose fused group folds other weights in keeps the
+    /// Winograd path only while fusion is on.
+    pub fn set_winograd(&mut self, on: bool) {
+        self.wino_on = on;
+    }
+
+    /// The number of Conv nodes and fused groups prepared for the Winograd path (whether or
+    /// not it is on).
+    pub fn winograd_convs(&self) -> usize {
+        self.wino.iter().chain(&self.group_wino).flatten().count()
+    }
+
     /// The number of fused Conv groups (0 when fusion found nothing to fuse).
     pub fn fused_groups(&self) -> usize {
         self.fusions.groups.len()
@@ -471,6 +490,8 @@ impl CpuExecutor {
         let fuse =
             this.fuse_on && before.is_none() && observe.is_none() && !this.fusions.is_empty();
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
+        // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
+        let wino = this.wino_on && before.is_none() && observe.is_none();
         for node in &g.nodes {
             let id = node.id;
             let i = id.index();
@@ -485,7 +506,7 @@ impl CpuExecutor {
                     } else {
                         this.wino[grp.conv.index()].as_ref()
                     };
-                    let wg = wg.filter(|_| this.wino_on);
+                    let wg = wg.filter(|_| wino);
                     let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if !clean {
@@ -534,7 +555,7 @@ impl CpuExecutor {
                 },
                 Op::Constant(t) => Slot::Borrowed(t.as_ref()),
                 op => {
-                    let t = this.exec_node(node.id, op, &mut slots)?;
+                    let t = this.exec_node(node.id, op, &mut slots, wino)?;
                     Slot::Owned(t)
                 }
             };
@@ -592,7 +613,13 @@ impl CpuExecutor {
     }
 
     /// Run one non-leaf node, reusing its first input's buffer when that input dies here.
-    fn exec_node(&self, id: NodeId, op: &Op, slots: &mut [Slot]) -> Result<Tensor, CpuError> {
+    fn exec_node(
+        &self,
+        id: NodeId,
+        op: &Op,
+        slots: &mut [Slot],
+        wino: bool,
+    ) -> Result<Tensor, CpuError> {
         let g = &self.graph;
         let node = g.node(id);
         let err = |e: KernelError| kernel_err(g, id, e.to_string());
@@ -625,7 +652,7 @@ impl CpuExecutor {
             })
             .collect::<Result<_, _>>()?;
         match (op, &self.wino[id.index()]) {
-            (Op::Conv(a), Some(wg)) if self.wino_on => crate::kernels::conv::conv_winograd(
+            (Op::Conv(a), Some(wg)) if wino => crate::kernels::conv::conv_winograd(
                 ins[0],
                 wg,
                 ins[1],

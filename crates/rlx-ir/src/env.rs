@@ -78,6 +78,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_WINOGRAD",
+        values: "1|0 (0, off, false, no: off)",
+        acts: "when a CPU executor is built",
+        catches: "nothing: 0 turns off the Winograd F(2x2,3x3) path of f32 3x3 stride-1 convs with >= 32 channels on the CPU (default on; values differ from im2col by round-off, about 1e-6 relative), to rule it out or to time it; NaN/Inf values and reports are the same either way (a conv with a non-finite output is recomputed directly)",
+        cost: "none; on, the transformed weights take 16/9 of those convs' weight memory",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_RUNTIME_CHECK_INPUTS",
         values: "0|1",
         acts: "each run, before any kernel",

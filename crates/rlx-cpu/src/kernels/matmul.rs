@@ -93,14 +93,6 @@ pub(crate) fn gemm_uninit_strided<T: GemmElem>(
         }
         return Ok(());
     }
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            if let Ok(v) = std::env::var("XLPT") { gemm::set_lhs_packing_threshold_single_thread(v.parse().unwrap()); }
-            if let Ok(v) = std::env::var("XLPM") { gemm::set_lhs_packing_threshold_multi_thread(v.parse().unwrap()); }
-            if let Ok(v) = std::env::var("XRPT") { gemm::set_rhs_packing_threshold(v.parse().unwrap()); }
-        });
-    }
     let threads = rayon::current_num_threads();
     let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
         Parallelism::Rayon(threads)

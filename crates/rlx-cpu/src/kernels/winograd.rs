@@ -306,7 +306,11 @@ pub(crate) fn conv(
                 }
             }
         };
-        let blk = if par { m.div_ceil(4 * rayon::current_num_threads()).max(16) } else { m };
+        let blk = if par {
+            m.div_ceil(4 * rayon::current_num_threads()).max(16)
+        } else {
+            m
+        };
         for (ni, oi) in out.chunks_mut(m * op).enumerate() {
             if par {
                 oi.par_chunks_mut(blk * op)

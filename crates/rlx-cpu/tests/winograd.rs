@@ -1,0 +1,187 @@
+//! The Winograd F(2×2, 3×3) conv path through the executor: values against the ONNX Conv
+//! definition computed here in f64, and NaN/Inf values and scanner reports identical to
+//! the im2col path (the Winograd transforms would turn an Inf into Inf − Inf = NaN; the
+//! executor recomputes such a conv directly). Expected values are derived by hand from
+//! IEEE 754: inf · w summed with finite terms is ±inf, inf + (−inf) is NaN.
+
+use rlx_cpu::CpuExecutor;
+use rlx_ir::numeric_check::DebugMode;
+use rlx_ir::*;
+
+const C: usize = 32; // input channels
+const M: usize = 40; // output channels
+const H: usize = 9;
+const W: usize = 7;
+
+fn s(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+/// Weights of both signs, none zero (so inf · w is never NaN).
+fn weights() -> Vec<f32> {
+    (0..M * C * 9)
+        .map(|i| ((i * 7 % 11) as f32 - 5.5) * 0.05)
+        .collect()
+}
+
+fn bias() -> Vec<f32> {
+    (0..M).map(|i| i as f32 * 0.1 - 2.0).collect()
+}
+
+fn input() -> Vec<f32> {
+    (0..C * H * W)
+        .map(|i| ((i * 13 % 17) as f32 - 8.0) * 0.125)
+        .collect()
+}
+
+/// x [1, C, H, W] → Conv(3×3, pad 1, bias) → Relu when `relu` (a fused Relu-only group).
+fn graph(relu: bool) -> (Graph, NodeId) {
+    let mut g = Graph::new("wino");
+    let x = g.input("x", s(&[1, C, H, W]));
+    let w = g.constant(Tensor::from_f32(&[M, C, 3, 3], weights()).unwrap());
+    let b = g.constant(Tensor::from_f32(&[M], bias()).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let conv = g.add_node(Op::Conv(attrs), vec![x, w, b], s(&[1, M, H, W]));
+    g.set_name(conv, "layer1.conv");
+    let mut out = conv;
+    if relu {
+        out = g.add_node(
+            Op::Activation(Activation::Relu),
+            vec![conv],
+            s(&[1, M, H, W]),
+        );
+        g.set_name(out, "layer1.relu");
+    }
+    g.set_outputs(vec![out]);
+    (g, conv)
+}
+
+/// The definition in f64 (ONNX Conv is a cross-correlation, zero outside the image), with
+/// per element the sum of the magnitudes of its terms (for a rounding bound).
+fn reference(x: &[f32]) -> Vec<(f64, f64)> {
+    let (w, b) = (weights(), bias());
+    let mut out = vec![];
+    for m in 0..M {
+        for oy in 0..H {
+            for ox in 0..W {
+                let mut acc = b[m] as f64;
+                let mut mag = acc.abs();
+                for c in 0..C {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy + ky, ox + kx);
+                            if iy < 1 || ix < 1 || iy > H || ix > W {
+                                continue;
+                            }
+                            let t = x[(c * H + iy - 1) * W + ix - 1] as f64
+                                * w[((m * C + c) * 3 + ky) * 3 + kx] as f64;
+                            acc += t;
+                            mag += t.abs();
+                        }
+                    }
+                }
+                out.push((acc, mag));
+            }
+        }
+    }
+    out
+}
+
+/// Run `g` with the Winograd path on or off (fusion on) and a scanner in `mode` when
+/// given: the reports (node, element, label) and the output.
+fn run(
+    g: Graph,
+    wino: bool,
+    mode: Option<DebugMode>,
+    xs: &[f32],
+) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!(
+        ex.winograd_convs(),
+        1,
+        "the 3x3 conv is prepared for Winograd"
+    );
+    ex.set_winograd(wino);
+    let mut sc = mode.map(|m| {
+        let mut sc = DebugScanner::new(m, "cpu");
+        sc.set_print(false);
+        sc
+    });
+    let y = ex
+        .run(
+            &[Tensor::from_f32(&[1, C, H, W], xs.to_vec()).unwrap()],
+            sc.as_mut(),
+        )
+        .unwrap();
+    let r = sc.map_or(vec![], |sc| {
+        sc.reports()
+            .iter()
+            .map(|r| (r.node, r.index, r.label.clone()))
+            .collect()
+    });
+    (r, y[0].as_f32().unwrap().to_vec())
+}
+
+#[test]
+fn winograd_conv_matches_the_definition() {
+    let xs = input();
+    let want = reference(&xs);
+    for relu in [false, true] {
+        let (_, on) = run(graph(relu).0, true, None, &xs);
+        let (_, off) = run(graph(relu).0, false, None, &xs);
+        assert_ne!(on, off, "relu {relu}: the two paths round differently");
+        for (i, ((a, b), &(r, mag))) in on.iter().zip(&off).zip(&want).enumerate() {
+            let r = if relu { r.max(0.0) } else { r };
+            // f32 round-off over C·9 terms: a few ulps of the terms' magnitude.
+            let tol = 1e-6 * mag + 1e-6;
+            assert!((*a as f64 - r).abs() <= tol, "winograd [{i}]: {a} vs {r}");
+            assert!((*b as f64 - r).abs() <= tol, "im2col [{i}]: {b} vs {r}");
+        }
+    }
+}
+
+#[test]
+fn inf_and_nan_from_a_winograd_conv_are_the_direct_conv_ones() {
+    // (a) +inf alone: the conv carries ±inf (inf times weights of both signs plus finite
+    //     terms; no window sees two infinities), where the transform alone would make NaN.
+    // (b) +inf and -inf two columns apart: the windows between them sum inf + (-inf) = NaN,
+    //     which the conv creates and the scanner names.
+    let mut one = input();
+    one[(3 * H + 4) * W + 3] = f32::INFINITY;
+    let mut two = input();
+    two[4 * W + 2] = f32::INFINITY;
+    two[4 * W + 4] = f32::NEG_INFINITY;
+    for (case, xs) in [("inf", one), ("inf and -inf", two)] {
+        for relu in [false, true] {
+            for mode in [DebugMode::Warn, DebugMode::Strict] {
+                let (g, conv) = graph(relu);
+                let (r_on, y_on) = run(g.clone(), true, Some(mode), &xs);
+                let (r_off, y_off) = run(g, false, Some(mode), &xs);
+                assert_eq!(r_on, r_off, "{case} relu {relu} {mode:?}");
+                let on: Vec<u32> = y_on.iter().map(|v| v.to_bits()).collect();
+                let off: Vec<u32> = y_off.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(
+                    on, off,
+                    "{case} relu {relu} {mode:?}: bitwise the direct conv"
+                );
+                let nans = y_on.iter().filter(|v| v.is_nan()).count();
+                let infs = y_on.iter().filter(|v| v.is_infinite()).count();
+                if case == "inf" {
+                    assert_eq!(nans, 0, "{case}: a lone inf is carried, not made NaN");
+                    assert!(relu || infs > 0, "{case}: the conv output holds the inf");
+                } else {
+                    assert!(nans > 0, "{case}: inf + -inf is NaN");
+                    assert!(
+                        r_on.iter().any(|(n, _, _)| *n == conv),
+                        "{case} {mode:?}: the conv is named: {r_on:?}"
+                    );
+                }
+            }
+        }
+    }
+}
