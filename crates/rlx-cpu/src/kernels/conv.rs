@@ -113,6 +113,8 @@ fn with_col<T: GemmElem, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
 
 /// 2-D [`im2col`]: per (channel, ky, kx) row, each output row `oy` copies the valid span of
 /// input row `oy*sh + ky*dh - pt` (stride `sw`, dilation `dw`) and zero-fills the rest.
+/// With a column stride `sw > 1` each input row is first split into its `sw` column phases
+/// (phase `q` holds columns `q, q + sw, …`), so every span is a contiguous copy.
 fn im2col_2d<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, col: &mut [T]) {
     let (h, w) = (g.sp[0], g.sp[1]);
     let (kh, kw) = (g.ks[0], g.ks[1]);
@@ -124,30 +126,43 @@ fn im2col_2d<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, col: &mut [T]) {
     if p == 0 {
         return;
     }
+    let nch = col.len() / (p * kh * kw);
+    // Phase-split rows: row y of channel c at [(c*h + y)*w, +w), phase q first at offset
+    // phase_off(q) = q*(w/sw) + min(q, w%sw), holding ceil((w - q)/sw) columns.
+    let phased: Vec<T> = if sw > 1 {
+        let mut v = Vec::with_capacity(nch * h * w);
+        for row in x[..nch * h * w].chunks_exact(w) {
+            for q in 0..sw {
+                v.extend(row.iter().skip(q).step_by(sw));
+            }
+        }
+        v
+    } else {
+        Vec::new()
+    };
+    let phase_off = |q: usize| q * (w / sw) + q.min(w % sw);
     fill_chunks(col, p, |row, dst| {
         let ch = row / (kh * kw);
         let ky = (row / kw) % kh;
         let kx = row % kw;
-        let src = &x[ch * h * w..(ch + 1) * h * w];
+        let src = if sw > 1 { &phased[..] } else { x };
+        let src = &src[ch * h * w..(ch + 1) * h * w];
         let off = kx * dw;
         let (lo, hi) = inside_cols(off, pl, sw, w, ow);
+        // First valid input column, its phase and index within the phase.
+        let c0 = lo * sw + off - pl.min(lo * sw + off);
+        let (q, j0) = (c0 % sw, c0 / sw);
         for (oy, out_row) in dst.chunks_mut(ow).enumerate() {
             let iy = (oy * sh + ky * dh) as isize - pt as isize;
-            if iy < 0 || iy as usize >= h {
+            if iy < 0 || iy as usize >= h || lo >= hi {
                 out_row.fill(T::default());
                 continue;
             }
             let srow = &src[iy as usize * w..(iy as usize + 1) * w];
             out_row[..lo].fill(T::default());
             out_row[hi..].fill(T::default());
-            if sw == 1 {
-                let ix0 = lo + off - pl;
-                out_row[lo..hi].copy_from_slice(&srow[ix0..ix0 + (hi - lo)]);
-            } else {
-                for (ox, d) in out_row[lo..hi].iter_mut().enumerate() {
-                    *d = srow[(ox + lo) * sw + off - pl];
-                }
-            }
+            let s0 = phase_off(q) + j0;
+            out_row[lo..hi].copy_from_slice(&srow[s0..s0 + (hi - lo)]);
         }
     });
 }
