@@ -96,28 +96,38 @@ isa_fn!(
     /// rows, zero-padded, each `wp = 2·tw + 2` wide; `e` is scratch of the same size. Tile
     /// `tx`'s position ξ goes to `v[ξ·ts + tx]`.
     fn transform_row[](rows: &[f32], e: &mut [f32], wp: usize, tw: usize, v: &mut [f32], ts: usize) {
-        let (d0, rest) = rows.split_at(wp);
-        let (d1, rest) = rest.split_at(wp);
-        let (d2, d3) = rest.split_at(wp);
-        let (e0, rest) = e.split_at_mut(wp);
+        let h = tw + 1;
+        // Each row split into even and odd columns (e[i·wp..][..h] and [h..2h]), so the
+        // tile loop below reads contiguous runs: tile tx spans columns 2tx .. 2tx + 3.
+        for (r, er) in rows.chunks_exact(wp).zip(e.chunks_exact_mut(wp)).take(4) {
+            let (ev, od) = er.split_at_mut(h);
+            for ((e, o), pair) in ev.iter_mut().zip(od).zip(r.chunks_exact(2)) {
+                *e = pair[0];
+                *o = pair[1];
+            }
+        }
+        // Bᵀ on the left: rows d0..d3 → d0 − d2, d1 + d2, d2 − d1, d1 − d3.
+        let (e0, rest) = e[..4 * wp].split_at_mut(wp);
         let (e1, rest) = rest.split_at_mut(wp);
         let (e2, e3) = rest.split_at_mut(wp);
         for j in 0..wp {
-            let (a, b, c, d) = (d0[j], d1[j], d2[j], d3[j]);
+            let (a, b, c, d) = (e0[j], e1[j], e2[j], e3[j]);
             e0[j] = a - c;
             e1[j] = b + c;
             e2[j] = c - b;
             e3[j] = b - d;
         }
+        // B on the right, per tile: columns a b c d → a − c, b + c, c − b, b − d.
         for (i, er) in [&*e0, &*e1, &*e2, &*e3].into_iter().enumerate() {
-            let er = &er[..2 * tw + 2];
+            let (ev0, ev1) = (&er[..tw], &er[1..h]);
+            let (od0, od1) = (&er[h..h + tw], &er[h + 1..2 * h]);
             let base = 4 * i * ts;
             let (v0, rest) = v[base..base + 3 * ts + tw].split_at_mut(ts);
             let (v1, rest) = rest.split_at_mut(ts);
             let (v2, v3) = rest.split_at_mut(ts);
             let (v0, v1, v2, v3) = (&mut v0[..tw], &mut v1[..tw], &mut v2[..tw], &mut v3[..tw]);
             for tx in 0..tw {
-                let (a, b, c, d) = (er[2 * tx], er[2 * tx + 1], er[2 * tx + 2], er[2 * tx + 3]);
+                let (a, b, c, d) = (ev0[tx], od0[tx], ev1[tx], od1[tx]);
                 v0[tx] = a - c;
                 v1[tx] = b + c;
                 v2[tx] = c - b;
