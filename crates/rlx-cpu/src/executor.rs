@@ -659,6 +659,7 @@ impl CpuExecutor {
                 ins.get(2).copied(),
                 a,
                 &node.shape,
+                &crate::kernels::conv::no_post,
             )
             .map_err(err),
             _ => eval_op(op, &ins, &node.shape).map_err(err),

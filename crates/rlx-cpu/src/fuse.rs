@@ -5,13 +5,16 @@
 //! (`W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]`, folded in f64 at plan time) and the
 //! Relu applied in place on its output. Instead of a Relu the chain may end in a SiLU as
 //! exported (`Sigmoid(y)` and `Mul(y, Sigmoid(y))`, EfficientNet's activation), applied in
-//! place with the same sigmoid kernel and product as the unfused ops, so the same bits. This is what onnxruntime does to Conv+BatchNorm at
-//! session creation; the result differs from the unfused chain only by rounding.
+//! place with the same sigmoid kernel and product as the unfused ops, so the same bits, or
+//! in a Clip (`Max(y, lo)` then `Min(·, hi)` with scalar constants, as ONNX Clip imports:
+//! MobileNetV2's ReLU6), applied in place with the unfused Max/Min expression. This is what
+//! onnxruntime does to Conv+BatchNorm at session creation; the result differs from the
+//! unfused chain only by rounding.
 //!
 //! The graph is not rewritten: the group's nodes keep their ids and names, and the executor
 //! decides per run (see `CpuExecutor::run_hooked`):
 //! * no scanner, no hooks: the fused conv; the chain's nodes are skipped;
-//! * a NaN/Inf scanner on: the fused conv, whose value `y` before the Relu or SiLU is
+//! * a NaN/Inf scanner on: the fused conv, whose value `y` before the activation is
 //!   scanned in one
 //!   pass that also finds max|y|. Every value the unfused chain would compute (the conv's
 //!   output and each step's) is an affine map of `y` per channel, so it is bounded by
@@ -47,15 +50,51 @@ pub(crate) struct ConvGroup {
     pub bound: (f64, f64),
 }
 
-/// The activation that ends a fused group. Both keep a finite value finite (|SiLU(y)| <=
-/// |y|), so a finite `y` before it means every member's value is finite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The activation that ends a fused group. Each keeps a finite value finite (|SiLU(y)| <=
+/// |y|; the Clip bounds are never NaN), so a finite `y` before it means every member's
+/// value is finite.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Epilogue {
     None,
     /// `Relu(y)`.
     Relu,
     /// `Mul(y, Sigmoid(y))`: members are the Sigmoid, then the Mul.
     Silu,
+    /// `Min(Max(y, lo), hi)` (a missing half is ∓inf): members are the Max and/or the Min.
+    Clip {
+        lo: f32,
+        hi: f32,
+    },
+}
+
+impl Epilogue {
+    /// Applies the activation in place to `v`, any part of the group's output (each kind
+    /// maps every element on its own), with the unfused ops' kernels and expressions.
+    fn apply(self, v: &mut [f32]) {
+        use crate::kernels::wide::map_inplace;
+        match self {
+            Epilogue::None => {}
+            Epilogue::Relu => map_inplace(v, |x: f32| Activation::Relu.apply_f32(x)),
+            Epilogue::Silu => crate::kernels::fastmath::silu_inplace(v),
+            Epilogue::Clip { lo, hi } => map_inplace(v, |x: f32| clip_f32(x, lo, hi)),
+        }
+    }
+}
+
+/// ONNX Max/Min of f32 as the unfused kernels compute them (`BinaryOp::apply_f32`): NaN if
+/// either operand is NaN.
+#[inline(always)]
+fn clip_f32(x: f32, lo: f32, hi: f32) -> f32 {
+    let y = if x.is_nan() || lo.is_nan() {
+        f32::NAN
+    } else {
+        x.max(lo)
+    };
+    if y.is_nan() || hi.is_nan() {
+        f32::NAN
+    } else {
+        y.min(hi)
+    }
 }
 
 /// The fusion plan of one graph.
@@ -147,6 +186,11 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
             }
             let next = g.node(consumers[cur.index()][0]);
             if next.shape != node.shape {
+                break;
+            }
+            if let Some((lo, hi, ids)) = clip_at(g, cur, consumers, is_output) {
+                act = Epilogue::Clip { lo, hi };
+                members.extend(ids);
                 break;
             }
             match (&next.op, next.inputs.as_slice()) {
@@ -258,6 +302,63 @@ fn silu_at(
         .then_some((sig, mul))
 }
 
+/// A scalar f32 constant that is not NaN.
+fn scalar_bound(g: &Graph, id: NodeId) -> Option<f32> {
+    let v = constant(g, id)?.as_f32()?;
+    match v {
+        [x] if !x.is_nan() => Some(*x),
+        _ => None,
+    }
+}
+
+/// The Clip read from `cur`: its only consumer is `Max(cur, lo)` or `Min(cur, hi)` (either
+/// operand order) with a scalar constant, of `cur`'s shape; a Max whose only consumer is
+/// such a Min (and which is not a graph output) takes it too. Returns (lo, hi, members)
+/// with a missing bound as -inf or +inf.
+fn clip_at(
+    g: &Graph,
+    cur: NodeId,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<(f32, f32, Vec<NodeId>)> {
+    let shape = &g.node(cur).shape;
+    // (Max or Min, its bound) when `id` is that op on `from` and a scalar constant.
+    let step = |from: NodeId, id: NodeId| {
+        let n = g.node(id);
+        let (Op::Binary(op @ (BinaryOp::Max | BinaryOp::Min)), &[x, y]) =
+            (&n.op, n.inputs.as_slice())
+        else {
+            return None;
+        };
+        let other = if x == from && y != from {
+            y
+        } else if y == from && x != from {
+            x
+        } else {
+            return None;
+        };
+        (&n.shape == shape).then_some(())?;
+        Some((*op, scalar_bound(g, other)?))
+    };
+    let [first] = consumers[cur.index()].as_slice() else {
+        return None;
+    };
+    match step(cur, *first)? {
+        (BinaryOp::Min, hi) => Some((f32::NEG_INFINITY, hi, vec![*first])),
+        (_, lo) => {
+            if let (false, [second]) = (
+                is_output[first.index()],
+                consumers[first.index()].as_slice(),
+            ) {
+                if let Some((BinaryOp::Min, hi)) = step(*first, *second) {
+                    return Some((lo, hi, vec![*first, *second]));
+                }
+            }
+            Some((lo, f32::INFINITY, vec![*first]))
+        }
+    }
+}
+
 /// `W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]` in f64, rounded once to f32; None when a
 /// scale is zero or a folded value is not finite.
 fn fold(
@@ -290,9 +391,11 @@ fn fold(
 }
 
 /// Run group `grp` fused on the activation `x`: the conv with folded weights and bias, then
-/// Relu in place. With `scan`, also says whether the value before the Relu was finite (a
-/// Relu maps -inf to 0, so its output alone would hide an Inf made inside the group); else
-/// the flag is true.
+/// its activation in place. Without `scan` the activation runs on each output plane as the
+/// conv finishes it (while it is in cache), and the flag is true. With `scan` it runs after
+/// the check, and the flag says whether the value before the activation was finite and
+/// every unfused step provably in range (a Relu maps -inf to 0, so its output alone would
+/// hide an Inf made inside the group).
 pub(crate) fn run_group(
     g: &Graph,
     grp: &ConvGroup,
@@ -300,6 +403,7 @@ pub(crate) fn run_group(
     wino: Option<&WinogradWeights>,
     scan: bool,
 ) -> Result<(Tensor, bool), crate::KernelError> {
+    use crate::kernels::conv::{conv_post, conv_winograd, no_post};
     let node = g.node(grp.conv);
     let ins: Vec<&Tensor> = match &grp.folded {
         Some((w, b)) => vec![x, w, b],
@@ -307,37 +411,34 @@ pub(crate) fn run_group(
             .chain(node.inputs[1..].iter().filter_map(|&i| constant(g, i)))
             .collect(),
     };
-    let mut t = match (&node.op, wino) {
-        (Op::Conv(a), Some(wg)) if ins.len() >= 2 => crate::kernels::conv::conv_winograd(
-            ins[0],
-            wg,
-            ins[1],
-            ins.get(2).copied(),
-            a,
-            &node.shape,
-        )?,
-        _ => crate::eval_op(&node.op, &ins, &node.shape)?,
+    let act = grp.act;
+    let in_conv = move |v: &mut [f32]| act.apply(v);
+    let post: crate::kernels::conv::Post = if scan { &no_post } else { &in_conv };
+    let (Op::Conv(a), [x, w, rest @ ..]) = (&node.op, ins.as_slice()) else {
+        return Err(crate::KernelError::Invalid(
+            "fused group: not a Conv with constant weights".into(),
+        ));
     };
+    let bias = rest.first().copied();
+    let mut t = match wino {
+        Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, post)?,
+        None => conv_post(x, w, bias, a, &node.shape, post)?,
+    };
+    if !scan {
+        return Ok((t, true));
+    }
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).
-    let clean = !scan
-        || match t.data() {
-            TensorData::F32(v) => {
-                let bits = crate::kernels::wide::max_abs_bits(v);
-                bits < 0x7f80_0000
-                    && grp.bound.0 * f32::from_bits(bits) as f64 + grp.bound.1
-                        < f32::MAX as f64 / 2.0
-            }
-            _ => false,
-        };
-    if let TensorData::F32(v) = t.data_mut() {
-        match grp.act {
-            Epilogue::None => {}
-            Epilogue::Relu => {
-                crate::inplace::for_each_chunk(v, |x: f32| Activation::Relu.apply_f32(x))
-            }
-            Epilogue::Silu => crate::kernels::fastmath::silu_inplace(v),
+    let clean = match t.data() {
+        TensorData::F32(v) => {
+            let bits = crate::kernels::wide::max_abs_bits(v);
+            bits < 0x7f80_0000
+                && grp.bound.0 * f32::from_bits(bits) as f64 + grp.bound.1 < f32::MAX as f64 / 2.0
         }
+        _ => false,
+    };
+    if let TensorData::F32(v) = t.data_mut() {
+        crate::kernels::fill_chunks(v, 8192, |_, c| act.apply(c));
     }
     Ok((t, clean))
 }

@@ -256,6 +256,33 @@ fn silu_graph() -> (Graph, NodeId, NodeId, NodeId) {
     (g, conv, sig, mul)
 }
 
+/// The 3x3 pad-1 conv of `xs` with [`weights`] and no bias, in f64, `[M, H, W]` row-major.
+fn conv_ref(xs: &[f32]) -> Vec<f64> {
+    let w = weights();
+    let mut out = vec![0f64; M * H * W];
+    for m in 0..M {
+        for oy in 0..H {
+            for ox in 0..W {
+                let mut c = 0f64;
+                for ci in 0..C {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy as isize + ky - 1, ox as isize + kx - 1);
+                            if (0..H as isize).contains(&iy) && (0..W as isize).contains(&ix) {
+                                let xv = xs[ci * H * W + iy as usize * W + ix as usize] as f64;
+                                let wv = w[((m * C + ci) * 3 + ky as usize) * 3 + kx as usize];
+                                c += xv * wv as f64;
+                            }
+                        }
+                    }
+                }
+                out[(m * H + oy) * W + ox] = c;
+            }
+        }
+    }
+    out
+}
+
 fn silu_run(fuse: bool, xs: &[f32]) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
     run_scanned(silu_graph().0, fuse, DebugMode::Strict, xs)
 }
@@ -273,31 +300,13 @@ fn fused_silu_matches_the_definition_and_reports_as_unfused() {
         yf.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         yp.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
-    let w = weights();
-    for m in 0..M {
-        for oy in 0..H {
-            for ox in 0..W {
-                let mut c = 0f64;
-                for ci in 0..C {
-                    for ky in 0..3 {
-                        for kx in 0..3 {
-                            let (iy, ix) = (oy as isize + ky - 1, ox as isize + kx - 1);
-                            if (0..H as isize).contains(&iy) && (0..W as isize).contains(&ix) {
-                                let xv = xs[ci * H * W + iy as usize * W + ix as usize] as f64;
-                                let wv = w[((m * C + ci) * 3 + ky as usize) * 3 + kx as usize];
-                                c += xv * wv as f64;
-                            }
-                        }
-                    }
-                }
-                let want = c / (1.0 + (-c).exp());
-                let got = yf[(m * H + oy) * W + ox] as f64;
-                assert!(
-                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                    "{got} vs {want}"
-                );
-            }
-        }
+    for (i, &c) in conv_ref(&xs).iter().enumerate() {
+        let want = c / (1.0 + (-c).exp());
+        let got = yf[i] as f64;
+        assert!(
+            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "{got} vs {want}"
+        );
     }
     // -inf alone under some windows: conv -inf (or +inf for negative weights) there.
     let mut xs = input();
@@ -316,5 +325,63 @@ fn fused_silu_matches_the_definition_and_reports_as_unfused() {
     assert!(yf.iter().any(|v| v.is_nan()));
     for (a, b) in yf.iter().zip(&yp) {
         assert_eq!(a.is_nan(), b.is_nan());
+    }
+}
+
+/// Conv(3x3, pad 1) → Max(·, lo) → Min(·, hi) with scalar constants: ONNX Clip as imported
+/// (MobileNetV2's ReLU6 is lo 0, hi 6). Returns (graph, conv, max, min).
+fn clip_graph(lo: f32, hi: f32) -> (Graph, NodeId, NodeId, NodeId) {
+    let mut g = Graph::new("convclip");
+    let conv = conv3x3(&mut g, None);
+    g.set_name(conv, "features.0.conv");
+    let out = s(&[1, M, H, W]);
+    let lo = g.constant(Tensor::from_f32(&[], vec![lo]).unwrap());
+    let hi = g.constant(Tensor::from_f32(&[], vec![hi]).unwrap());
+    let max = g.add_node(Op::Binary(BinaryOp::Max), vec![conv, lo], out.clone());
+    let min = g.add_node(Op::Binary(BinaryOp::Min), vec![max, hi], out);
+    g.set_name(max, "features.0.clip");
+    g.set_name(min, "features.0.clip");
+    g.set_outputs(vec![min]);
+    (g, conv, max, min)
+}
+
+/// Fused Clip: against the f64 definition min(max(c, lo), hi) of the conv c, and bit for
+/// bit the unfused Max then Min. A window holding +inf and -inf makes the conv NaN there,
+/// and Max/Min carry it (ONNX Max/Min propagate NaN): the scanner names the Conv, fused or
+/// not, and the NaN reaches the output in both.
+#[test]
+fn fused_clip_matches_the_definition_and_reports_as_unfused() {
+    let (lo, hi) = (0.0f32, 0.5f32);
+    let clip_run =
+        |fuse: bool, mode: DebugMode, xs: &[f32]| run_scanned(clip_graph(lo, hi).0, fuse, mode, xs);
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    // Off: the Clip runs inside the conv, per block; Strict: after the scan.
+    for mode in [DebugMode::Off, DebugMode::Strict] {
+        let xs = input();
+        let (_, yf) = clip_run(true, mode, &xs);
+        let (_, yp) = clip_run(false, mode, &xs);
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+        let c = conv_ref(&xs);
+        assert!(c.iter().any(|&v| v < lo as f64) && c.iter().any(|&v| v > hi as f64));
+        for (i, &v) in c.iter().enumerate() {
+            let want = v.max(lo as f64).min(hi as f64);
+            let got = yf[i] as f64;
+            assert!(
+                (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                "[{i}] {got} vs {want}"
+            );
+        }
+        let mut xs = input();
+        xs[2 * W + 2] = f32::INFINITY;
+        xs[2 * W + 3] = f32::NEG_INFINITY;
+        let (fused, yf) = clip_run(true, mode, &xs);
+        let (plain, yp) = clip_run(false, mode, &xs);
+        assert_eq!(fused, plain, "{mode:?}");
+        assert!(yf.iter().any(|v| v.is_nan()), "{mode:?}");
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+        if mode == DebugMode::Strict {
+            let (_, conv, _, _) = clip_graph(lo, hi);
+            assert!(fused.iter().any(|(n, _, _)| *n == conv), "{fused:?}");
+        }
     }
 }

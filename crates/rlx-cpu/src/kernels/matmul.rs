@@ -77,7 +77,43 @@ pub(crate) fn gemm_uninit_strided<T: GemmElem>(
 ) -> KResult<()> {
     let (drs, dcs) = dst_strides;
     let dst_fits = m == 0 || n == 0 || (m - 1) * drs + (n - 1) * dcs < dst.len();
-    if !dst_fits || !fits(&a, m, k) || !fits(&b, k, n) {
+    if !dst_fits {
+        return invalid(format!("gemm: output buffer too small for {m}x{n}"));
+    }
+    // SAFETY: the m*n places lie inside `dst` (checked above), a distinct &mut slice.
+    unsafe {
+        gemm_uninit_ptr(
+            m,
+            n,
+            k,
+            a,
+            b,
+            dst.as_mut_ptr().cast::<T>(),
+            dst_strides,
+            parallel,
+        )
+    }
+}
+
+/// [`gemm_uninit_strided`] through a raw output pointer (for callers whose threads write
+/// disjoint but interleaved ranges of one buffer). Checks the operand views.
+///
+/// # Safety
+/// `dst + i*rs + j*cs` for i < m, j < n must be valid for writes, not read or written by
+/// anyone else during the call, and not alias `a` or `b`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_uninit_ptr<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<T>,
+    b: View<T>,
+    dst: *mut T,
+    dst_strides: (usize, usize),
+    parallel: bool,
+) -> KResult<()> {
+    let (drs, dcs) = dst_strides;
+    if !fits(&a, m, k) || !fits(&b, k, n) {
         return invalid(format!(
             "gemm: operand buffers too small for {m}x{k} · {k}x{n}"
         ));
@@ -88,7 +124,8 @@ pub(crate) fn gemm_uninit_strided<T: GemmElem>(
     if k == 0 {
         for i in 0..m {
             for j in 0..n {
-                dst[i * drs + j * dcs].write(T::ZERO);
+                // SAFETY: a place the caller vouched for.
+                unsafe { dst.add(i * drs + j * dcs).write(T::ZERO) };
             }
         }
         return Ok(());
@@ -99,15 +136,14 @@ pub(crate) fn gemm_uninit_strided<T: GemmElem>(
     } else {
         Parallelism::None
     };
-    // SAFETY: every pointer stays inside its slice: checked by `fits` and `dst_fits`
-    // above; dst does not alias a or b (it is a distinct &mut slice). With read_dst false
+    // SAFETY: a and b: checked by `fits`; dst: the caller's contract. With read_dst false
     // (the 7th argument) gemm writes dst without reading it.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr().cast::<T>(),
+            dst,
             dcs as isize,
             drs as isize,
             false,

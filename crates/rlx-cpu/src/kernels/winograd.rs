@@ -188,7 +188,8 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 
 /// The conv of `x` (`[N, C, H, W]` f32, row-major) with the weights behind `wg` and
 /// optional `bias` (`[M]`): `[N, M, OH, OW]`, or None when an output is not finite (the
-/// caller then computes the conv directly; see the module docs). `d` must match `x` and the
+/// caller then computes the conv directly; see the module docs), with `post` applied to
+/// the finite outputs. `d` must match `x` and the
 /// conv's output shape (the caller checked it with the direct conv's geometry).
 pub(crate) fn conv(
     x: &[f32],
@@ -196,6 +197,7 @@ pub(crate) fn conv(
     bias: Option<&[f32]>,
     d: Dims,
     v: &mut [f32],
+    post: super::conv::Post,
 ) -> Option<Vec<f32>> {
     let (m, c) = (wg.m, wg.c);
     let (th, tw) = (d.oh.div_ceil(2), d.ow.div_ceil(2));
@@ -286,8 +288,10 @@ pub(crate) fn conv(
         let bias = bias.unwrap_or(&zero);
         let op = d.oh * d.ow;
         // Output channels [m0, m0 + mc) of every image: out planes of those channels.
-        let out_block = |m0: usize, mc: usize, o: &mut [f32], ni: usize| {
+        // Whether every output of the block was finite (before `post`).
+        let out_block = |m0: usize, mc: usize, o: &mut [f32], ni: usize| -> bool {
             let mut y = vec![0.0f32; 4 * mc];
+            let mut finite = true;
             for ty in 0..th {
                 for tx in 0..tw {
                     let t = (ni * th + ty) * tw + tx;
@@ -296,6 +300,8 @@ pub(crate) fn conv(
                         &mb[b..b + mc]
                     });
                     untransform_tile(&ms, &bias[m0..m0 + mc], &mut y);
+                    finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
+                    post(&mut y);
                     let (oy, ox) = (2 * ty, 2 * tx);
                     let right = ox + 1 < d.ow;
                     let below = oy + 1 < d.oh;
@@ -315,21 +321,24 @@ pub(crate) fn conv(
                     }
                 }
             }
+            finite
         };
         let blk = if par {
             m.div_ceil(4 * rayon::current_num_threads()).max(16)
         } else {
             m
         };
+        let mut finite = true;
         for (ni, oi) in out.chunks_mut(m * op).enumerate() {
-            if par {
+            finite &= if par {
                 oi.par_chunks_mut(blk * op)
                     .enumerate()
-                    .for_each(|(bi, o)| out_block(bi * blk, o.len() / op, o, ni));
+                    .map(|(bi, o)| out_block(bi * blk, o.len() / op, o, ni))
+                    .reduce(|| true, |a, b| a & b)
             } else {
-                out_block(0, m, oi, ni);
-            }
+                out_block(0, m, oi, ni)
+            };
         }
-        (super::wide::max_abs_bits(&out) < 0x7f80_0000).then_some(out)
+        finite.then_some(out)
     })
 }
