@@ -364,7 +364,11 @@ impl CpuExecutor {
 
     /// The number of fused Conv groups (0 when fusion found nothing to fuse).
     pub fn fused_groups(&self) -> usize {
-        self.fusions.groups.len()
+        self.fusions
+            .groups
+            .iter()
+            .filter(|g| !g.members.is_empty())
+            .count()
     }
 
     /// The graph this executor runs.
@@ -513,7 +517,7 @@ impl CpuExecutor {
                         // Replay this group op by op (below), so the scan names the op.
                         unfused[k] = true;
                     } else {
-                        let last = *grp.members.last().expect("groups are not empty");
+                        let last = grp.members.last().copied().unwrap_or(grp.conv);
                         slots[last.index()] = Slot::Owned(t);
                         if let Some(s) = scanner.as_deref_mut() {
                             s.scan_counts(g, id, clean_counts(node))?;

@@ -30,14 +30,15 @@
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
 use crate::kernels::winograd::WinogradWeights;
-use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorData};
+use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
 
 /// One fused Conv group.
 #[derive(Debug)]
 pub(crate) struct ConvGroup {
     /// The Conv node (its input 0 is the activation).
     pub conv: NodeId,
-    /// The chain after the conv, in order; the last one's value is the group's output.
+    /// The chain after the conv, in order; the last one's value is the group's output (the
+    /// conv's own when the chain is empty).
     pub members: Vec<NodeId>,
     /// Folded weights (the conv's weight dims) and bias (`[M]`); None when the chain is
     /// only a Relu (the conv's own constants are used, not copied).
@@ -234,9 +235,9 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
                 _ => break,
             }
         }
-        if members.is_empty() {
-            continue;
-        }
+        // A conv with no chain after it is a group of its own (no members): it computes
+        // the same, but a scanner's check of its output happens inside the conv, block by
+        // block, instead of in a second pass.
         // Fold (unless the chain is only a Relu); keep the group only if every folded value
         // is finite and no scale is zero (a zero scale would turn an Inf into NaN in the
         // chain but not in the fold).
@@ -390,12 +391,12 @@ fn fold(
     ))
 }
 
-/// Run group `grp` fused on the activation `x`: the conv with folded weights and bias, then
-/// its activation in place. Without `scan` the activation runs on each output plane as the
-/// conv finishes it (while it is in cache), and the flag is true. With `scan` it runs after
-/// the check, and the flag says whether the value before the activation was finite and
-/// every unfused step provably in range (a Relu maps -inf to 0, so its output alone would
-/// hide an Inf made inside the group).
+/// Run group `grp` fused on the activation `x`: the conv with folded weights and bias, and
+/// its activation in place, on each block of output as the conv finishes it (while it is
+/// in cache). With `scan`, the same visit first takes the block's largest magnitude, and
+/// the flag says whether the value before the activation was finite and every unfused step
+/// provably in range (a Relu maps -inf to 0, so its output alone would hide an Inf made
+/// inside the group); else the flag is true.
 pub(crate) fn run_group(
     g: &Graph,
     grp: &ConvGroup,
@@ -403,7 +404,8 @@ pub(crate) fn run_group(
     wino: Option<&WinogradWeights>,
     scan: bool,
 ) -> Result<(Tensor, bool), crate::KernelError> {
-    use crate::kernels::conv::{conv_post, conv_winograd, no_post};
+    use crate::kernels::conv::{conv_post, conv_winograd};
+    use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
     let ins: Vec<&Tensor> = match &grp.folded {
         Some((w, b)) => vec![x, w, b],
@@ -412,33 +414,32 @@ pub(crate) fn run_group(
             .collect(),
     };
     let act = grp.act;
-    let in_conv = move |v: &mut [f32]| act.apply(v);
-    let post: crate::kernels::conv::Post = if scan { &no_post } else { &in_conv };
+    // Largest |y| bits seen before the activation (NaN's bits are above +inf's).
+    let max_bits = AtomicU32::new(0);
+    let post = |v: &mut [f32]| {
+        if scan {
+            max_bits.fetch_max(crate::kernels::wide::max_abs_bits(v), Ordering::Relaxed);
+        }
+        act.apply(v)
+    };
     let (Op::Conv(a), [x, w, rest @ ..]) = (&node.op, ins.as_slice()) else {
         return Err(crate::KernelError::Invalid(
             "fused group: not a Conv with constant weights".into(),
         ));
     };
     let bias = rest.first().copied();
-    let mut t = match wino {
-        Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, post)?,
-        None => conv_post(x, w, bias, a, &node.shape, post)?,
+    let t = match wino {
+        Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
+        None => conv_post(x, w, bias, a, &node.shape, &post)?,
     };
-    if !scan {
-        return Ok((t, true));
-    }
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).
-    let clean = match t.data() {
-        TensorData::F32(v) => {
-            let bits = crate::kernels::wide::max_abs_bits(v);
-            bits < 0x7f80_0000
-                && grp.bound.0 * f32::from_bits(bits) as f64 + grp.bound.1 < f32::MAX as f64 / 2.0
-        }
-        _ => false,
-    };
-    if let TensorData::F32(v) = t.data_mut() {
-        crate::kernels::fill_chunks(v, 8192, |_, c| act.apply(c));
-    }
+    // A Winograd attempt that fell back to the direct conv may have counted a non-finite
+    // value the direct conv does not have: that only costs a replay.
+    let bits = max_bits.into_inner();
+    let clean = !scan
+        || (t.dtype() == DType::F32
+            && bits < 0x7f80_0000
+            && grp.bound.0 * f32::from_bits(bits) as f64 + grp.bound.1 < f32::MAX as f64 / 2.0);
     Ok((t, clean))
 }
