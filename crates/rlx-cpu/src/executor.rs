@@ -45,6 +45,42 @@ pub struct CpuExecutor {
     wino_on: bool,
 }
 
+/// Runs `f` on a thread of the current rayon pool while the pool's other threads stay
+/// awake: each polls for work (`rayon::yield_now`) in a loop until `f` returns, so a kernel
+/// that splits work over the pool does not wait for a sleeping thread to be woken. Idle
+/// rayon workers fall asleep within microseconds; waking one took a large share of a
+/// multi-thread run of a CNN with many small parallel ops (mobilenet_v2 at 2 threads: ~17%
+/// of the profile in the scheduler). The cost: the other threads busy-wait for the length
+/// of the run, as onnxruntime's spinning pool does.
+fn run_with_spinning_workers<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    rayon::scope(|s| {
+        let main = rayon::current_thread_index();
+        let done = &done;
+        s.spawn_broadcast(move |_, ctx| {
+            if Some(ctx.index()) == main {
+                return;
+            }
+            while !done.load(Ordering::Acquire) {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        // Set `done` when `f` returns or unwinds (a panic must not leave the workers
+        // spinning and the scope waiting for them).
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let _done = Done(done);
+        f()
+    })
+}
+
 /// True when some node of `g` is big enough that a kernel may split it over rayon: an output
 /// of at least `PAR_THRESHOLD` elements, or a MatMul/Conv of at least `GEMM_PAR_FLOPS`
 /// (2^22) multiply-adds
@@ -468,7 +504,7 @@ impl CpuExecutor {
             && self.parallel_work
             && rayon::current_num_threads() > 1
         {
-            return rayon::scope(|_| self.run_inner(inputs, scanner, None, None));
+            return run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None));
         }
         self.run_inner(inputs, scanner, before, observe)
     }

@@ -937,7 +937,7 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
             unsafe {
                 gemm_uninit_ptr(mg, pb, kk, wv, bview, dst.0.add(ooff), (p, 1), !par_blocks)?;
             }
-            for i in 0..mg {
+            let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
                 if let Some(b) = &bias {
@@ -947,11 +947,24 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
                 if pb < p {
                     post(seg);
                 }
+            };
+            // Blocks run one after another: split this block's rows over the pool.
+            let split = !par_blocks && super::par_worth(mg * pb);
+            if split {
+                use rayon::prelude::*;
+                (0..mg).into_par_iter().for_each(row);
+            } else {
+                (0..mg).for_each(row);
             }
             if pb == p {
                 // Whole planes: the task's rows are one run (short rows cost `post` calls).
                 // SAFETY: rows ooff + [0, mg*p) are this task's, written above.
-                post(unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), mg * p) });
+                let run = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), mg * p) };
+                if split {
+                    fill_chunks(run, 8192, |_, c| post(c));
+                } else {
+                    post(run);
+                }
             }
             Ok(())
         };
