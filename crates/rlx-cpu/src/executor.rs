@@ -317,6 +317,8 @@ impl CpuExecutor {
             }
         }
         let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
+        // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
+        let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
         let group_wino = fusions
             .groups
@@ -324,6 +326,9 @@ impl CpuExecutor {
             .map(|grp| {
                 let (w, _) = grp.folded.as_ref()?;
                 folded_conv[grp.conv.index()] = true;
+                if !wino_on {
+                    return None;
+                }
                 match &graph.node(grp.conv).op {
                     Op::Conv(a) => crate::kernels::conv::winograd_weights(w, a),
                     _ => None,
@@ -334,7 +339,7 @@ impl CpuExecutor {
             .nodes
             .iter()
             .map(|node| match (&node.op, node.inputs.get(1)) {
-                (Op::Conv(a), Some(w)) if !folded_conv[node.id.index()] => {
+                (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
                     match &graph.node(*w).op {
                         Op::Constant(t) => crate::kernels::conv::winograd_weights(t, a),
                         _ => None,
@@ -355,7 +360,7 @@ impl CpuExecutor {
         Ok(CpuExecutor {
             wino,
             group_wino,
-            wino_on: !rlx_ir::env::is_off("RLX_CPU_WINOGRAD"),
+            wino_on,
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             fusions,
             parallel_work: parallel_work(&graph),
@@ -393,7 +398,8 @@ impl CpuExecutor {
     }
 
     /// The number of Conv nodes and fused groups prepared for the Winograd path (whether or
-    /// not it is on).
+    /// not it is on; none when `RLX_CPU_WINOGRAD=0` at build, so `set_winograd(true)` then
+    /// changes nothing).
     pub fn winograd_convs(&self) -> usize {
         self.wino.iter().chain(&self.group_wino).flatten().count()
     }

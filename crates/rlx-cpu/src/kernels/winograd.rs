@@ -51,16 +51,21 @@ impl WinogradWeights {
                 v[2],
             ]
         };
-        for (k, g) in w.chunks_exact(9).enumerate() {
-            let (mi, ci) = (k / c, k % c);
-            // Columns of g (3 rows), each transformed: (G g) is 4×3.
-            let cols: [[f64; 4]; 3] =
-                std::array::from_fn(|x| gv([g[x] as f64, g[3 + x] as f64, g[6 + x] as f64]));
-            for i in 0..4 {
-                // Row i of (G g), transformed by Gᵀ on the right.
-                let row = gv([cols[0][i], cols[1][i], cols[2][i]]);
-                for (j, r) in row.iter().enumerate() {
-                    u[((4 * i + j) * c + ci) * m + mi] = *r as f32;
+        // Output channels innermost: the 16 rows written advance together (ResNet-18's
+        // 9.4M weights: 110 ms filter by filter, 52 ms this way, the f64 arithmetic being
+        // most of it; 16x16 tiles did no better).
+        for ci in 0..c {
+            for mi in 0..m {
+                let g = &w[(mi * c + ci) * 9..(mi * c + ci + 1) * 9];
+                // Columns of g (3 rows), each transformed: (G g) is 4×3.
+                let cols: [[f64; 4]; 3] =
+                    std::array::from_fn(|x| gv([g[x] as f64, g[3 + x] as f64, g[6 + x] as f64]));
+                for i in 0..4 {
+                    // Row i of (G g), transformed by Gᵀ on the right.
+                    let row = gv([cols[0][i], cols[1][i], cols[2][i]]);
+                    for (j, r) in row.iter().enumerate() {
+                        u[((4 * i + j) * c + ci) * m + mi] = *r as f32;
+                    }
                 }
             }
         }
