@@ -89,21 +89,32 @@ fn lane_sum<T: Copy>(row: &[T], wide: impl Fn(T) -> f64) -> f64 {
 /// one decide a comparison. NaN if any element is NaN; the identity (∓inf) for an empty row.
 #[inline(always)]
 fn lane_extreme<T: Float>(row: &[T], max: bool) -> T {
-    let init = if max {
+    // One loop body per direction, so the comparison is fixed inside the vector loop.
+    if max {
+        lanes_extreme::<T, true>(row)
+    } else {
+        lanes_extreme::<T, false>(row)
+    }
+}
+
+#[inline(always)]
+fn lanes_extreme<T: Float, const MAX: bool>(row: &[T]) -> T {
+    let init = if MAX {
         T::neg_infinity()
     } else {
         T::infinity()
     };
-    let better = |x: T, a: T| if max { x > a } else { x < a };
-    let mut nan = false;
-    let mut lanes = [init; 8];
-    let mut ch = row.chunks_exact(8);
+    let better = |x: T, a: T| if MAX { x > a } else { x < a };
+    let mut lanes = [init; 16];
+    let mut nans = [false; 16];
+    let mut ch = row.chunks_exact(16);
     for c in ch.by_ref() {
-        for (a, &x) in lanes.iter_mut().zip(c) {
-            nan |= x.is_nan();
+        for ((a, n), &x) in lanes.iter_mut().zip(nans.iter_mut()).zip(c) {
+            *n |= x.is_nan();
             *a = if better(x, *a) { x } else { *a };
         }
     }
+    let mut nan = nans.iter().any(|&n| n);
     let mut acc = init;
     for &x in lanes.iter().chain(ch.remainder()) {
         nan |= x.is_nan();
