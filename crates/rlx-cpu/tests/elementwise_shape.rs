@@ -405,3 +405,43 @@ fn bitcast_reinterprets_bits() {
     );
     assert!(bad.is_err());
 }
+
+/// f32 ReduceMax/ReduceMin over rows long enough for the 16-lane loop (and its remainder),
+/// against NumPy's `np.max`/`np.min` rule: NaN if any element is NaN, else the extreme,
+/// infinities included. NaN is planted in the vector part, in the remainder, or nowhere.
+#[test]
+fn reduce_max_min_long_rows_follow_numpy() {
+    for len in [16usize, 37, 160] {
+        for plant in [None, Some(5), Some(len - 1)] {
+            let mut v: Vec<f32> = (0..len)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.5)
+                .collect();
+            v[len / 2] = f32::INFINITY;
+            v[len / 3] = f32::NEG_INFINITY;
+            if let Some(p) = plant {
+                v[p] = f32::NAN;
+            }
+            let x = f32t(&[1, len], &v);
+            for (kind, want) in [
+                (ReduceKind::Max, f32::INFINITY),
+                (ReduceKind::Min, f32::NEG_INFINITY),
+            ] {
+                let got = f32s(&ev(
+                    Op::Reduce {
+                        kind,
+                        axes: vec![1],
+                        keepdims: false,
+                    },
+                    &[&x],
+                    &[1],
+                    DType::F32,
+                ))[0];
+                if plant.is_some() {
+                    assert!(got.is_nan(), "{kind:?} len {len} NaN at {plant:?}: {got}");
+                } else {
+                    assert_eq!(got, want, "{kind:?} len {len}");
+                }
+            }
+        }
+    }
+}
