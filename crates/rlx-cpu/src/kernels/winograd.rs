@@ -96,6 +96,12 @@ pub(crate) struct Dims {
     pub ow: usize,
 }
 
+/// `Bᵀ·[a, b, c, d]`: the input transform along one axis.
+#[inline(always)]
+fn bt(a: f32, b: f32, c: f32, d: f32) -> [f32; 4] {
+    [a - c, b + c, c - b, b - d]
+}
+
 isa_fn!(
     /// `Bᵀ d B` for the tiles of one tile row of one input plane: `rows` holds the 4 input
     /// rows, zero-padded, each `wp = 2·tw + 2` wide; `e` is scratch of the same size. Tile
@@ -116,11 +122,7 @@ isa_fn!(
         let (e1, rest) = rest.split_at_mut(wp);
         let (e2, e3) = rest.split_at_mut(wp);
         for j in 0..wp {
-            let (a, b, c, d) = (e0[j], e1[j], e2[j], e3[j]);
-            e0[j] = a - c;
-            e1[j] = b + c;
-            e2[j] = c - b;
-            e3[j] = b - d;
+            [e0[j], e1[j], e2[j], e3[j]] = bt(e0[j], e1[j], e2[j], e3[j]);
         }
         // B on the right, per tile: columns a b c d → a − c, b + c, c − b, b − d.
         for (i, er) in [&*e0, &*e1, &*e2, &*e3].into_iter().enumerate() {
@@ -132,11 +134,7 @@ isa_fn!(
             let (v2, v3) = rest.split_at_mut(ts);
             let (v0, v1, v2, v3) = (&mut v0[..tw], &mut v1[..tw], &mut v2[..tw], &mut v3[..tw]);
             for tx in 0..tw {
-                let (a, b, c, d) = (ev0[tx], od0[tx], ev1[tx], od1[tx]);
-                v0[tx] = a - c;
-                v1[tx] = b + c;
-                v2[tx] = c - b;
-                v3[tx] = b - d;
+                [v0[tx], v1[tx], v2[tx], v3[tx]] = bt(ev0[tx], od0[tx], ev1[tx], od1[tx]);
             }
         }
     }
