@@ -52,8 +52,8 @@ pub(crate) struct ConvGroup {
 }
 
 /// The activation that ends a fused group. Each keeps a finite value finite (|SiLU(y)| <=
-/// |y|; the Clip bounds are never NaN), so a finite `y` before it means every member's
-/// value is finite.
+/// |y|; the Clip bounds are finite), so a finite `y` before it means every member's value
+/// is finite.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Epilogue {
     None,
@@ -303,19 +303,21 @@ fn silu_at(
         .then_some((sig, mul))
 }
 
-/// A scalar f32 constant that is not NaN.
+/// A scalar f32 constant that is finite (a bound of ±inf could turn a finite value into an
+/// Inf, which the group's scan of the value before the activation would not see).
 fn scalar_bound(g: &Graph, id: NodeId) -> Option<f32> {
     let v = constant(g, id)?.as_f32()?;
     match v {
-        [x] if !x.is_nan() => Some(*x),
+        [x] if x.is_finite() => Some(*x),
         _ => None,
     }
 }
 
-/// The Clip read from `cur`: its only consumer is `Max(cur, lo)` or `Min(cur, hi)` (either
-/// operand order) with a scalar constant, of `cur`'s shape; a Max whose only consumer is
-/// such a Min (and which is not a graph output) takes it too. Returns (lo, hi, members)
-/// with a missing bound as -inf or +inf.
+/// The Clip read from `cur`: its only consumer is `Max(cur, lo)` or `Min(cur, hi)` with a
+/// finite scalar constant second (the operand order ONNX Clip imports with; the other order
+/// can give the other sign of a zero), of `cur`'s shape; a Max whose only consumer is such
+/// a Min (and which is not a graph output) takes it too. Returns (lo, hi, members) with a
+/// missing bound as -inf or +inf.
 fn clip_at(
     g: &Graph,
     cur: NodeId,
@@ -331,15 +333,8 @@ fn clip_at(
         else {
             return None;
         };
-        let other = if x == from && y != from {
-            y
-        } else if y == from && x != from {
-            x
-        } else {
-            return None;
-        };
-        (&n.shape == shape).then_some(())?;
-        Some((*op, scalar_bound(g, other)?))
+        (x == from && y != from && &n.shape == shape).then_some(())?;
+        Some((*op, scalar_bound(g, y)?))
     };
     let [first] = consumers[cur.index()].as_slice() else {
         return None;

@@ -429,10 +429,7 @@ fn reduce_max_min_long_rows_follow_numpy() {
             let x = f32t(&[1, len], &v);
             let finite_max = v.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             let finite_min = v.iter().fold(f32::INFINITY, |a, &b| a.min(b));
-            for (kind, want) in [
-                (ReduceKind::Max, finite_max),
-                (ReduceKind::Min, finite_min),
-            ] {
+            for (kind, want) in [(ReduceKind::Max, finite_max), (ReduceKind::Min, finite_min)] {
                 let got = f32s(&ev(
                     Op::Reduce {
                         kind,

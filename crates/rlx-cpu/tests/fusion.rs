@@ -385,3 +385,32 @@ fn fused_clip_matches_the_definition_and_reports_as_unfused() {
         }
     }
 }
+
+/// Clips that must stay unfused, because fused they would not be bit for bit the unfused
+/// ops or would hide an Inf from the scan: a bound of +inf or -inf (Max(y, +inf) makes
+/// every value +inf after the checked conv output), a NaN bound, and the constant as the
+/// first operand (Max(-0.0, +0.0) keeps the constant's sign of zero).
+#[test]
+fn clips_that_would_change_results_are_not_fused() {
+    let cases: [(&str, f32, bool); 4] = [
+        ("lo +inf", f32::INFINITY, false),
+        ("lo -inf", f32::NEG_INFINITY, false),
+        ("lo NaN", f32::NAN, false),
+        ("constant first", -0.0, true),
+    ];
+    for (name, lo, const_first) in cases {
+        let mut g = Graph::new("convmax");
+        let conv = conv3x3(&mut g, None);
+        let out = s(&[1, M, H, W]);
+        let c = g.constant(Tensor::from_f32(&[], vec![lo]).unwrap());
+        let ins = if const_first {
+            vec![c, conv]
+        } else {
+            vec![conv, c]
+        };
+        let max = g.add_node(Op::Binary(BinaryOp::Max), ins, out);
+        g.set_outputs(vec![max]);
+        let ex = CpuExecutor::new(g).unwrap();
+        assert_eq!(ex.fused_groups(), 0, "{name}");
+    }
+}

@@ -1119,9 +1119,10 @@ pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs) -> Option<WinogradWeig
 pub(crate) const WINOGRAD_MIN_CH: usize = 32;
 
 /// [`conv_post`] through the Winograd transform `wg` of `w` (made by [`winograd_weights`]).
-/// Falls back to [`conv_post`] when the shapes do not fit `wg` or when an output (before
-/// `post`) is not finite, so the result's NaN/Inf are always the direct conv's; errors as
-/// [`conv`].
+/// Falls back to [`conv_post`] when the shapes do not fit `wg`, when the input holds a
+/// NaN/Inf or values large enough that a direct partial sum could overflow
+/// ([`WinogradWeights::direct_stays_finite`]), or when an output (before `post`) is not
+/// finite; so the result's NaN/Inf are always the direct conv's. Errors as [`conv`].
 pub(crate) fn conv_winograd(
     x: &Tensor,
     wg: &WinogradWeights,
@@ -1143,6 +1144,10 @@ pub(crate) fn conv_winograd(
         && bias.is_none_or(|b| b.numel() == g.m && b.dtype() == rlx_ir::DType::F32);
     if let (true, TensorData::F32(xv)) = (fits, x.data()) {
         let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+        let b_max = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs() as f64));
+        if !wg.direct_stays_finite(super::wide::max_abs_bits(xv), b_max) {
+            return conv_post(x, w, bias, a, out, post);
+        }
         let d = winograd::Dims {
             n: g.n,
             h: g.sp[0],
@@ -1421,6 +1426,37 @@ mod tests {
                 check([2, 16, 64, 64], [256, 16, 1, 1], 1, 1, 0, 1);
                 check([1, 64, 47, 41], [128, 32, 3, 3], 1, 1, 1, 2);
             });
+        }
+    }
+
+    /// Finite inputs whose direct partial sums overflow while the transform's cancel:
+    /// +2e38 on channel 0 and -2e38 on channel 1 under the same taps. The direct conv
+    /// (im2col + gemm) makes an Inf there; `conv_winograd` must give exactly its values,
+    /// not the transform's finite ones.
+    #[test]
+    fn winograd_overflow_that_cancels_is_direct_conv() {
+        let (n, c, h, w, m) = (1, 32, 7, 7, 32);
+        let mut x = vec![0.0f32; c * h * w];
+        for (ch, v) in [(0, 2e38f32), (1, -2e38)] {
+            x[ch * h * w + 3 * w + 2] = v;
+            x[ch * h * w + 3 * w + 4] = v;
+        }
+        let mut wv = vec![0.0f32; m * c * 9];
+        for mi in 0..m {
+            for ch in 0..2 {
+                wv[(mi * c + ch) * 9 + 3] = 1.0; // tap (1, 0)
+                wv[(mi * c + ch) * 9 + 5] = 1.0; // tap (1, 2)
+            }
+        }
+        let b = vec![0.1887f32; m];
+        let (_, got, direct) = wino_run(&x, [n, c, h, w], &wv, m, &b, (1, 1, 1, 1));
+        let (g, d) = (got.data().to_f32_vec(), direct.data().to_f32_vec());
+        assert!(
+            d.iter().any(|v| v.is_infinite()),
+            "the direct sum overflows"
+        );
+        for (i, (a, e)) in g.iter().zip(&d).enumerate() {
+            assert!(a.to_bits() == e.to_bits(), "at {i}: {a} vs direct {e}");
         }
     }
 

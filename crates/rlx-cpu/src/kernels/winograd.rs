@@ -32,15 +32,22 @@ pub(crate) struct WinogradWeights {
     m: usize,
     c: usize,
     u: Vec<f32>,
+    /// max over output channels of Σ|w| (f64): with every |x| ≤ X, no partial sum of the
+    /// direct conv exceeds X times this (plus the bias).
+    abs_sum: f64,
 }
 
 impl WinogradWeights {
     /// From ONNX weights `w` `[M, C, 3, 3]` (f32, row-major). None unless `w` holds
-    /// `M·C·9` values.
+    /// `M·C·9` finite values.
     pub(crate) fn new(w: &[f32], m: usize, c: usize) -> Option<WinogradWeights> {
-        if w.len() != m * c * 9 {
+        if w.len() != m * c * 9 || w.iter().any(|x| !x.is_finite()) {
             return None;
         }
+        let abs_sum = w
+            .chunks(c * 9)
+            .map(|f| f.iter().map(|x| x.abs() as f64).sum::<f64>())
+            .fold(0.0, f64::max);
         let mut u = vec![0.0f32; 16 * m * c];
         // G·v for a 3-vector: [v0, (v0+v1+v2)/2, (v0-v1+v2)/2, v2].
         let gv = |v: [f64; 3]| {
@@ -69,7 +76,7 @@ impl WinogradWeights {
                 }
             }
         }
-        Some(WinogradWeights { m, c, u })
+        Some(WinogradWeights { m, c, u, abs_sum })
     }
 
     /// Output channels M.
@@ -80,6 +87,17 @@ impl WinogradWeights {
     /// Input channels C.
     pub(crate) fn c(&self) -> usize {
         self.c
+    }
+
+    /// Whether the direct conv of an input whose largest magnitude has the bits `x_bits`
+    /// (`max_abs_bits`), with biases up to `b_max` in magnitude, provably stays below half
+    /// of f32::MAX in every partial sum. Only then may the transform's result stand in for
+    /// it: where a direct partial sum overflows, the transform's sums can cancel and stay
+    /// finite (+2e38 and -2e38 inputs under one window), so its own finiteness check would
+    /// not see the Inf the direct conv makes. NaN and Inf inputs fail it too.
+    pub(crate) fn direct_stays_finite(&self, x_bits: u32, b_max: f64) -> bool {
+        x_bits < 0x7f80_0000
+            && f32::from_bits(x_bits) as f64 * self.abs_sum + b_max < f32::MAX as f64 / 2.0
     }
 }
 
