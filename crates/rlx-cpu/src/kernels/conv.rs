@@ -80,22 +80,34 @@ fn geometry(x: &[usize], w: &[usize], a: &ConvAttrs, od: &[usize]) -> KResult<Ge
 }
 
 thread_local! {
-    /// im2col's column matrix, kept between calls on each thread (8-byte words, viewed as
-    /// f32 or f64): no allocation, page faults or zeroing per conv.
+    /// im2col's column matrix (and Winograd's transformed input), kept between calls on
+    /// each thread (8-byte words, viewed as f32 or f64): no allocation, page faults or
+    /// zeroing per conv.
     static COL: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// A second such buffer, for Winograd's 16 products while COL holds its input.
+    pub(super) static PRODUCTS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Column matrices above this many bytes are allocated per call instead of kept.
+/// Scratch buffers above this many bytes are allocated per call instead of kept.
 const COL_KEEP_MAX: usize = 64 << 20;
 
 /// Runs `f` on a buffer of `len` elements whose contents are unspecified (left over from
 /// earlier calls, but always initialized): the caller overwrites what it reads.
 fn with_col<T: GemmElem, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    with_scratch(&COL, len, f)
+}
+
+/// [`with_col`] on the thread-local buffer `key`.
+pub(super) fn with_scratch<T: GemmElem, R>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<u64>>>,
+    len: usize,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
     let bytes = len * std::mem::size_of::<T>();
     if bytes > COL_KEEP_MAX {
         return f(&mut vec![T::ZERO; len]);
     }
-    COL.with(|c| match c.try_borrow_mut() {
+    key.with(|c| match c.try_borrow_mut() {
         Ok(mut buf) => {
             let words = bytes.div_ceil(8);
             if buf.len() < words {

@@ -22,6 +22,7 @@
 //! output is not finite, and the caller recomputes that conv directly: every NaN/Inf a
 //! model sees is the one im2col + gemm gives.
 
+use super::conv::with_scratch;
 use super::matmul::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
 use rayon::prelude::*;
 
@@ -190,23 +191,6 @@ isa_fn!(
     }
 );
 
-thread_local! {
-    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on this thread's scratch of at least `len` f32 (contents unspecified).
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    SCRATCH.with(|s| match s.try_borrow_mut() {
-        Ok(mut b) => {
-            if b.len() < len {
-                b.resize(len, 0.0);
-            }
-            f(&mut b[..len])
-        }
-        Err(_) => f(&mut vec![0.0; len]),
-    })
-}
-
 /// The conv of `x` (`[N, C, H, W]` f32, row-major) with the weights behind `wg` and
 /// optional `bias` (`[M]`): `[N, M, OH, OW]`, or None when an output is not finite (the
 /// caller then computes the conv directly; see the module docs), with `post` applied to
@@ -266,7 +250,7 @@ pub(crate) fn conv(
         }
     }
     let v = &*v;
-    with_scratch(16 * m * ts, |mb| {
+    with_scratch(&super::conv::PRODUCTS, 16 * m * ts, |mb: &mut [f32]| {
         // mb[ξ][tile][m] = (U[ξ] · V[ξ])ᵀ: [M, C]·[C, ts], output channels contiguous so
         // that gemm's vector side is the channels even for a few tiles.
         let prod = |xi: usize, dst: &mut [f32]| {
