@@ -72,29 +72,14 @@ impl Epilogue {
     /// Applies the activation in place to `v`, any part of the group's output (each kind
     /// maps every element on its own), with the unfused ops' kernels and expressions.
     fn apply(self, v: &mut [f32]) {
+        use crate::kernels::elementwise::{max_f32, min_f32};
         use crate::kernels::wide::map_inplace;
         match self {
             Epilogue::None => {}
             Epilogue::Relu => map_inplace(v, |x: f32| Activation::Relu.apply_f32(x)),
             Epilogue::Silu => crate::kernels::fastmath::silu_inplace(v),
-            Epilogue::Clip { lo, hi } => map_inplace(v, |x: f32| clip_f32(x, lo, hi)),
+            Epilogue::Clip { lo, hi } => map_inplace(v, |x: f32| min_f32(max_f32(x, lo), hi)),
         }
-    }
-}
-
-/// ONNX Max/Min of f32 as the unfused kernels compute them (`BinaryOp::apply_f32`): NaN if
-/// either operand is NaN.
-#[inline(always)]
-fn clip_f32(x: f32, lo: f32, hi: f32) -> f32 {
-    let y = if x.is_nan() || lo.is_nan() {
-        f32::NAN
-    } else {
-        x.max(lo)
-    };
-    if y.is_nan() || hi.is_nan() {
-        f32::NAN
-    } else {
-        y.min(hi)
     }
 }
 

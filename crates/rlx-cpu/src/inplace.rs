@@ -2,6 +2,7 @@
 //! its data and f32/f64 elementwise ops overwrite it in place. Results are identical to
 //! [`crate::eval_op`] (same scalar functions); anything not handled here falls back to it.
 
+use crate::kernels::elementwise::{max_f32, min_f32};
 use crate::kernels::{fill_chunks, par_worth, wide, Bcast};
 use crate::{check_result, eval_op, KernelError};
 use rayon::prelude::*;
@@ -135,22 +136,9 @@ pub(crate) fn eval_owned(
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 3.0 => {
                             binary_into(x, &od, y, &bd, |p, _| p * p * p)?
                         }
-                        // Max/Min monomorphized so the loop vectorizes (Clip's two halves);
-                        // same expression as `BinaryOp::apply_f32`.
-                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
-                            if p.is_nan() || q.is_nan() {
-                                f32::NAN
-                            } else {
-                                p.max(q)
-                            }
-                        })?,
-                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, &bd, |p: f32, q: f32| {
-                            if p.is_nan() || q.is_nan() {
-                                f32::NAN
-                            } else {
-                                p.min(q)
-                            }
-                        })?,
+                        // Max/Min monomorphized so the loop vectorizes (Clip's two halves).
+                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, max_f32)?,
+                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, &bd, min_f32)?,
                         _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
                     }
                     true

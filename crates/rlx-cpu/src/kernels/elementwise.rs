@@ -217,6 +217,28 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
     make(x.dims().to_vec(), data)
 }
 
+/// ONNX Max of two f32, as `BinaryOp::apply_f32` computes it: NaN if either is NaN. A plain
+/// function (not the op's match) so that the loops calling it vectorize; the Max kernels
+/// and the fused Clip (`crate::fuse`) all use it, so their bits agree.
+#[inline(always)]
+pub(crate) fn max_f32(p: f32, q: f32) -> f32 {
+    if p.is_nan() || q.is_nan() {
+        f32::NAN
+    } else {
+        p.max(q)
+    }
+}
+
+/// ONNX Min of two f32; see [`max_f32`].
+#[inline(always)]
+pub(crate) fn min_f32(p: f32, q: f32) -> f32 {
+    if p.is_nan() || q.is_nan() {
+        f32::NAN
+    } else {
+        p.min(q)
+    }
+}
+
 macro_rules! int_bin {
     ($op:expr, $pred:expr, $x:expr, $y:expr, $ad:expr, $bd:expr, $od:expr, $t:ty, $variant:ident) => {{
         let op = $op;
@@ -265,21 +287,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                         bin_map(x, ad, y, bd, &od, |p, _| p * p * p)?
                     }
                     // Max/Min monomorphized (the op's match hoisted out of the loop, which
-                    // then vectorizes); same expression as `BinaryOp::apply_f32`.
-                    BinaryOp::Max => bin_map(x, ad, y, bd, &od, |p: f32, q: f32| {
-                        if p.is_nan() || q.is_nan() {
-                            f32::NAN
-                        } else {
-                            p.max(q)
-                        }
-                    })?,
-                    BinaryOp::Min => bin_map(x, ad, y, bd, &od, |p: f32, q: f32| {
-                        if p.is_nan() || q.is_nan() {
-                            f32::NAN
-                        } else {
-                            p.min(q)
-                        }
-                    })?,
+                    // then vectorizes).
+                    BinaryOp::Max => bin_map(x, ad, y, bd, &od, max_f32)?,
+                    BinaryOp::Min => bin_map(x, ad, y, bd, &od, min_f32)?,
                     _ => bin_map(x, ad, y, bd, &od, |p, q| op.apply_f32(p, q))?,
                 })
             }
