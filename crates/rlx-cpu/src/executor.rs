@@ -1,8 +1,10 @@
 //! [`CpuExecutor`]: runs a whole graph in topological order on host tensors, with the
 //! per-op NaN/Inf scan epilogue (`DebugScanner::scan_node`) when a scanner is on.
 //!
-//! Memory: every intermediate buffer is dropped right after its last consumer ran
-//! (liveness from `Graph::use_counts`); inputs, params and constants are borrowed, never
+//! Memory: every intermediate buffer is released right after its last consumer ran
+//! (liveness from `Graph::use_counts`); an f32 one goes to the executor's pool, where the
+//! kernels of later nodes and runs take their outputs from (`crate::buffers`). Inputs,
+//! params and constants are borrowed, never
 //! copied. Shape-only ops (Reshape) and in-place-capable elementwise ops take over their
 //! input's buffer when that input dies at the node.
 
@@ -43,6 +45,9 @@ pub struct CpuExecutor {
     /// Per fused group with folded weights: the Winograd transform of those.
     group_wino: Vec<Option<WinogradWeights>>,
     wino_on: bool,
+    /// Free f32 buffers of dead values, reused by the kernels of later nodes and runs
+    /// (`crate::buffers`).
+    pool: crate::buffers::Pool,
 }
 
 /// Runs `f` on a thread of the current rayon pool while the pool's other threads stay
@@ -127,6 +132,13 @@ impl Slot<'_> {
             Slot::Borrowed(t) => Some(t),
             Slot::Owned(t) => Some(t),
         }
+    }
+}
+
+/// Empties a dead value's slot, handing an owned buffer to the active pool.
+fn release(slot: &mut Slot) {
+    if let Slot::Owned(t) = std::mem::replace(slot, Slot::Empty) {
+        crate::buffers::give(t.into_data());
     }
 }
 
@@ -358,6 +370,7 @@ impl CpuExecutor {
             })
             .collect();
         Ok(CpuExecutor {
+            pool: Default::default(),
             wino,
             group_wino,
             wino_on,
@@ -504,15 +517,20 @@ impl CpuExecutor {
         // Called from outside a multi-thread pool: run the whole graph on a pool thread, so
         // the parallel kernels split work among the pool's threads without one hand-off
         // from this thread per op. (Hooks are not `Send`; hooked runs stay here.)
-        if before.is_none()
+        let mut pool = std::mem::take(&mut self.pool);
+        let r = if before.is_none()
             && observe.is_none()
             && rayon::current_thread_index().is_none()
             && self.parallel_work
             && rayon::current_num_threads() > 1
         {
-            return run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None));
-        }
-        self.run_inner(inputs, scanner, before, observe)
+            let pool = &mut pool;
+            run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None, pool))
+        } else {
+            self.run_inner(inputs, scanner, before, observe, &mut pool)
+        };
+        self.pool = pool;
+        r
     }
 
     fn run_inner(
@@ -521,7 +539,11 @@ impl CpuExecutor {
         scanner: Option<&mut DebugScanner>,
         mut before: Option<&mut dyn FnMut(NodeId)>,
         mut observe: Option<Observer<'_>>,
+        pool: &mut crate::buffers::Pool,
     ) -> Result<Vec<Tensor>, CpuError> {
+        // Kernels on this thread take their output buffers from `pool`; dead values'
+        // buffers go back to it (`release`).
+        let _pool = crate::buffers::Active::install(pool);
         let this = self;
         let g = &this.graph;
         this.check_inputs(inputs)?;
@@ -565,7 +587,7 @@ impl CpuExecutor {
                             s.scan_counts(g, id, clean_counts(node))?;
                         }
                         for dead in &this.free_after[i] {
-                            slots[dead.index()] = Slot::Empty;
+                            release(&mut slots[dead.index()]);
                         }
                         continue;
                     }
@@ -576,7 +598,7 @@ impl CpuExecutor {
                         s.scan_counts(g, id, clean_counts(node))?;
                     }
                     for dead in &this.free_after[i] {
-                        slots[dead.index()] = Slot::Empty;
+                        release(&mut slots[dead.index()]);
                     }
                     continue;
                 }
@@ -621,7 +643,7 @@ impl CpuExecutor {
                 }
             }
             for dead in &this.free_after[i] {
-                slots[dead.index()] = Slot::Empty;
+                release(&mut slots[dead.index()]);
             }
         }
         if let Some(s) = scanner {

@@ -285,7 +285,7 @@ fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<O
     let (dh, dw) = (g.dil[0], g.dil[1]);
     let (pt, pl) = (g.pads[0].0, g.pads[1].0);
     let p = oh * ow;
-    let mut out = vec![T::ZERO; g.n * g.m * p];
+    let mut out = crate::buffers::filled(g.n * g.m * p, T::ZERO);
     if p == 0 {
         return out;
     }
@@ -854,7 +854,7 @@ mod dw_simd {
             return None;
         }
         let p = g.osp[0] * g.osp[1];
-        let mut out = vec![0.0f32; g.n * g.m * p];
+        let mut out = crate::buffers::filled(g.n * g.m * p, 0.0f32);
         if p == 0 || g.sp[0] == 0 || g.sp[1] == 0 {
             return None;
         }
@@ -900,7 +900,7 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
     let kk = cg * ksz;
     let plane: usize = g.sp.iter().product();
     let total = g.n * g.m * p;
-    let mut out: Vec<T> = Vec::with_capacity(total);
+    let mut out: Vec<T> = crate::buffers::take(total);
     if total == 0 {
         return Ok(out);
     }

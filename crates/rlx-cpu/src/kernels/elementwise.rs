@@ -12,7 +12,7 @@ pub(crate) fn map_vec<A: Copy + Sync + 'static, O: Copy + Default + Send + 'stat
     v: &[A],
     f: impl Fn(A) -> O + Sync + Send + Copy,
 ) -> Vec<O> {
-    let mut out = vec![O::default(); v.len()];
+    let mut out = crate::buffers::filled(v.len(), O::default());
     if par_worth(v.len()) {
         out.par_chunks_mut(8192)
             .zip(v.par_chunks(8192))
@@ -40,7 +40,7 @@ where
 {
     let n: usize = od.iter().product();
     if ad == od && bd == od {
-        let mut out = vec![O::default(); n];
+        let mut out = crate::buffers::filled(n, O::default());
         if par_worth(n) {
             out.par_chunks_mut(8192)
                 .zip(a.par_chunks(8192).zip(b.par_chunks(8192)))
@@ -59,7 +59,7 @@ where
         return Ok(map_vec(b, move |y| f(x, y)));
     }
     let plan = Bcast::new(&[ad, bd], od)?;
-    let mut out = vec![O::default(); n];
+    let mut out = crate::buffers::filled(n, O::default());
     let (sa, sb) = (plan.inner_strides[0], plan.inner_strides[1]);
     fill_chunks(&mut out, plan.inner, |row, dst| {
         let oa = plan.row_offset(0, row);
@@ -360,7 +360,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
     make(od, data)
 }
 
-fn select_impl<T: Copy + Default + Send + Sync>(
+fn select_impl<T: Copy + Default + Send + Sync + 'static>(
     c: &[bool],
     cd: &[usize],
     t: &[T],
@@ -374,7 +374,7 @@ fn select_impl<T: Copy + Default + Send + Sync>(
         return Ok((0..n).map(|i| if c[i] { t[i] } else { f[i] }).collect());
     }
     let plan = Bcast::new(&[cd, td, fd], od)?;
-    let mut out = vec![T::default(); n];
+    let mut out = crate::buffers::filled(n, T::default());
     let (sc, st, sf) = (
         plan.inner_strides[0],
         plan.inner_strides[1],

@@ -250,7 +250,7 @@ pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<SliceKernel> {
 
 /// `out = kernel(v)`, split over rayon above the parallel threshold.
 pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
-    let mut out = vec![0f32; v.len()];
+    let mut out = crate::buffers::filled(v.len(), 0f32);
     if super::par_worth(v.len()) {
         use rayon::prelude::*;
         out.par_chunks_mut(8192)

@@ -42,7 +42,7 @@ pub(crate) fn gather(data: &Tensor, idx: &Tensor, axis: usize) -> KResult<Tensor
     od.extend_from_slice(idx.dims());
     od.extend_from_slice(&dd[axis + 1..]);
     let out = map_same!(data.data(), v => {
-        let mut o = Vec::with_capacity(outer * ix.len() * inner);
+        let mut o = crate::buffers::take(outer * ix.len() * inner);
         for b in 0..outer {
             for &i in &ix {
                 let s = (b * dim + i) * inner;

@@ -252,7 +252,7 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
     let (m, k, n) = (p.m, p.k, p.n);
     let nb: usize = p.batch.iter().product();
     let total = nb * m * n;
-    let mut out: Vec<T> = Vec::with_capacity(total);
+    let mut out: Vec<T> = crate::buffers::take(total);
     let dst = &mut out.spare_capacity_mut()[..total];
     let va = |off| View {
         data: a,

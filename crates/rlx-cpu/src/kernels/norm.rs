@@ -34,7 +34,7 @@ fn layer_norm_impl<T: Float + Elem + Default>(
     bias: Option<&[T]>,
     eps: f32,
 ) -> Vec<T> {
-    let mut out = vec![T::zero(); v.len()];
+    let mut out = crate::buffers::filled(v.len(), T::zero());
     if d == 0 {
         return out;
     }
@@ -95,7 +95,7 @@ fn batch_norm_impl<T: Float + Elem + Default>(
     let [scale, bias, mean, var] = p;
     let eps = T::from(eps).unwrap_or_else(T::zero);
     let den: Vec<T> = var.iter().map(|&s| (s + eps).sqrt()).collect();
-    let mut out = vec![T::zero(); v.len()];
+    let mut out = crate::buffers::filled(v.len(), T::zero());
     fill_chunks(&mut out, inner.max(1), |r, dst| {
         if inner == 0 {
             return;
@@ -135,7 +135,7 @@ pub(crate) fn batch_norm(inputs: &[&Tensor], eps: f32) -> KResult<Tensor> {
     make(dims.to_vec(), data)
 }
 
-fn lrn_impl<T: Float + Send + Sync>(
+fn lrn_impl<T: Float + Send + Sync + 'static>(
     v: &[T],
     c: usize,
     inner: usize,
@@ -149,7 +149,7 @@ fn lrn_impl<T: Float + Send + Sync>(
     let a = T::from(alpha as f64 / size.max(1) as f64).unwrap_or_else(T::nan);
     let b = T::from(beta).unwrap_or_else(T::nan);
     let k = T::from(bias).unwrap_or_else(T::nan);
-    let mut out = vec![T::zero(); v.len()];
+    let mut out = crate::buffers::filled(v.len(), T::zero());
     fill_chunks(&mut out, (c * inner).max(1), |n, dst| {
         if c * inner == 0 {
             return;

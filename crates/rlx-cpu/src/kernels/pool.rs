@@ -209,7 +209,7 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         // window order are the plane in memory order.
         return global_pool(v, h * w, ty[0].1 * tx[0].1, a, planes);
     }
-    let mut out = vec![T::default(); planes * p];
+    let mut out = crate::buffers::filled(planes * p, T::default());
     if p == 0 {
         return out;
     }
@@ -320,14 +320,14 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
 /// order of a window covering the plane). Max: NaN wins and stays; Avg divides by
 /// `count` (the window size; the caller passes the padded size for count_include_pad).
 #[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= acc)`: true for a NaN tap, on purpose
-fn global_pool<T: Float + Send + Sync + Default>(
+fn global_pool<T: Float + Send + Sync + Default + 'static>(
     v: &[T],
     plane: usize,
     count: usize,
     a: &PoolAttrs,
     planes: usize,
 ) -> Vec<T> {
-    let mut out = vec![T::default(); planes];
+    let mut out = crate::buffers::filled(planes, T::default());
     fill_chunks(&mut out, 1, |pl, dst| {
         let src = &v[pl * plane..(pl + 1) * plane];
         dst[0] = match a.kind {

@@ -406,7 +406,7 @@ pub(crate) fn cumsum(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) ->
     make(d.to_vec(), data)
 }
 
-fn softmax_impl<T: Float + Send + Sync + Default>(
+fn softmax_impl<T: Float + Send + Sync + Default + 'static>(
     v: &[T],
     dims: &[usize],
     axis: usize,
@@ -414,7 +414,7 @@ fn softmax_impl<T: Float + Send + Sync + Default>(
 ) -> Vec<T> {
     let n = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
-    let mut out = vec![T::zero(); v.len()];
+    let mut out = crate::buffers::filled(v.len(), T::zero());
     if n == 0 || inner == 0 {
         return out;
     }

@@ -10,7 +10,7 @@ use rlx_ir::{PadMode, Shape, Tensor, TensorData};
 const FILL: usize = usize::MAX;
 
 /// `out[o] = src[sum_i maps[i][o_i] * stride_i]`, or `fill` where any map entry is FILL.
-fn axis_gather<T: Copy + Default + Send + Sync>(
+fn axis_gather<T: Copy + Default + Send + Sync + 'static>(
     src: &[T],
     in_dims: &[usize],
     maps: &[Vec<usize>],
@@ -32,7 +32,7 @@ fn axis_gather<T: Copy + Default + Send + Sync>(
         && last.iter().enumerate().all(|(j, &m)| m == first + j)
         && (sl == 1 || last.len() <= 1);
     let repeated = first != FILL && last.iter().all(|&m| m == first);
-    let mut out = vec![T::default(); n];
+    let mut out = crate::buffers::filled(n, T::default());
     if n == 0 {
         return out;
     }
@@ -107,7 +107,7 @@ pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> KResult<Tensor> {
     make(od, data)
 }
 
-fn transpose_impl<T: Copy + Default + Send + Sync>(
+fn transpose_impl<T: Copy + Default + Send + Sync + 'static>(
     src: &[T],
     od: &[usize],
     pst: &[usize],
@@ -116,7 +116,7 @@ fn transpose_impl<T: Copy + Default + Send + Sync>(
     if od.is_empty() {
         return src.to_vec();
     }
-    let mut out = vec![T::default(); n];
+    let mut out = crate::buffers::filled(n, T::default());
     if n == 0 {
         return out;
     }
@@ -233,7 +233,7 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor
     let data = map_same!(first, _v => {
         let slices: Vec<&[_]> = xs.iter().map(|x| slice_like(_v, x.data())).collect();
         let blocks: Vec<usize> = xs.iter().map(|x| x.dims()[axis..].iter().product()).collect();
-        let mut o = Vec::with_capacity(od.iter().product());
+        let mut o = crate::buffers::take(od.iter().product());
         for k in 0..outer {
             for (s, &b) in slices.iter().zip(&blocks) {
                 o.extend_from_slice(&s[k * b..(k + 1) * b]);

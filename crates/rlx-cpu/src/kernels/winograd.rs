@@ -287,7 +287,7 @@ pub(crate) fn conv(
         if !ok {
             return None;
         }
-        let mut out = vec![0.0f32; total];
+        let mut out = crate::buffers::filled(total, 0.0f32);
         let mb = &*mb;
         let zero = vec![0.0f32; m];
         let bias = bias.unwrap_or(&zero);
