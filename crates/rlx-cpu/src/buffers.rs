@@ -10,8 +10,9 @@
 //! executor between runs, so a steady-state run allocates only its outputs (which go to
 //! the caller).
 //!
-//! Memory: a buffer not reused during a whole run is released when that run ends, so the
-//! pool never holds more than one run used. Off an executor's thread (constant folding,
+//! Memory: the pool holds at most the graph's peak of live f32 intermediates (computed
+//! from its static shapes when the executor is built), dropping its oldest buffers first,
+//! and a buffer not reused during a whole run is released when that run ends. Off an executor's thread (constant folding,
 //! other threads of a parallel kernel) [`take`] is a plain allocation.
 //!
 //! Only f32 is pooled (every float model's activations); other element types allocate.
@@ -31,6 +32,43 @@ const SLACK_ABS: usize = 1024;
 pub(crate) struct Pool {
     /// Free buffers (length 0), with whether each was given back during the current run.
     free: Vec<(Vec<f32>, bool)>,
+    /// Bytes of capacity in `free`.
+    bytes: usize,
+    /// The most bytes `free` may hold: the graph's peak of live f32 intermediates, so the
+    /// pool never more than doubles a run's working set (0: nothing is kept).
+    limit: usize,
+}
+
+impl Pool {
+    /// An empty pool that holds at most `limit` bytes.
+    pub(crate) fn with_limit(limit: usize) -> Pool {
+        Pool {
+            limit,
+            ..Pool::default()
+        }
+    }
+
+    fn push(&mut self, v: Vec<f32>) {
+        let b = v.capacity() * 4;
+        if b > self.limit {
+            return;
+        }
+        // Oldest first out, until the new buffer fits under the limit.
+        let mut drop_n = 0;
+        while self.bytes + b > self.limit {
+            self.bytes -= self.free[drop_n].0.capacity() * 4;
+            drop_n += 1;
+        }
+        self.free.drain(..drop_n);
+        self.bytes += b;
+        self.free.push((v, true));
+    }
+
+    fn remove(&mut self, i: usize) -> Vec<f32> {
+        let v = self.free.remove(i).0;
+        self.bytes -= v.capacity() * 4;
+        v
+    }
 }
 
 thread_local! {
@@ -61,6 +99,7 @@ impl Drop for Active<'_> {
         let pool = ACTIVE.with(|a| a.replace(self.prev.take()));
         let mut pool = pool.unwrap_or_default();
         pool.free.retain(|e| e.1);
+        pool.bytes = pool.free.iter().map(|e| e.0.capacity() * 4).sum();
         *self.home = pool;
     }
 }
@@ -75,7 +114,7 @@ pub(crate) fn give(data: TensorData) {
         ACTIVE.with(|a| {
             if let Ok(mut a) = a.try_borrow_mut() {
                 if let Some(p) = a.as_mut() {
-                    p.free.push((v, true));
+                    p.push(v);
                 }
             }
         });
@@ -96,7 +135,7 @@ pub(crate) fn take<T: 'static>(n: usize) -> Vec<T> {
             .free
             .iter()
             .rposition(|(b, _)| b.capacity() >= n && b.capacity() <= max)?;
-        Some(p.free.remove(last).0)
+        Some(p.remove(last))
     });
     match hit {
         Some(v) => {
@@ -122,7 +161,7 @@ mod tests {
 
     #[test]
     fn reuses_a_given_buffer_and_releases_unused_ones() {
-        let mut home = Pool::default();
+        let mut home = Pool::with_limit(1 << 30);
         let ptr;
         {
             let _a = Active::install(&mut home);
@@ -150,7 +189,8 @@ mod tests {
                 optr,
                 "the latest one that is not far too large"
             );
-            assert_eq!(take::<f32>(90_000).as_ptr(), bptr);
+            let again: Vec<f32> = take(90_000);
+            assert_eq!(again.as_ptr(), bptr);
             // Other element types never come from the pool.
             let ints: Vec<i32> = take(1000);
             assert_ne!(ints.as_ptr() as *const f32, ptr);
@@ -166,5 +206,23 @@ mod tests {
         give(TensorData::F32(vec![0.0; 8]));
         let v: Vec<f32> = filled(8, 2.0);
         assert_eq!(v, vec![2.0; 8]);
+    }
+
+    #[test]
+    fn holds_at_most_its_limit_dropping_the_oldest() {
+        let mut home = Pool::with_limit(10_000 * 4);
+        let _a = Active::install(&mut home);
+        let (a, b, c): (Vec<f32>, Vec<f32>, Vec<f32>) = (take(4000), take(4000), take(4000));
+        let (pb, pc) = (b.as_ptr(), c.as_ptr());
+        for v in [a, b, c] {
+            give(TensorData::F32(v));
+        }
+        // `a` was dropped to make room for `c`.
+        let (x, y, z): (Vec<f32>, Vec<f32>, Vec<f32>) = (take(4000), take(4000), take(4000));
+        assert_eq!((x.as_ptr(), y.as_ptr()), (pc, pb));
+        assert!(z.as_ptr() != pb && z.as_ptr() != pc);
+        // Larger than the whole limit: never kept.
+        give(TensorData::F32(Vec::with_capacity(20_000)));
+        ACTIVE.with(|p| assert!(p.borrow().as_ref().unwrap().free.is_empty()));
     }
 }

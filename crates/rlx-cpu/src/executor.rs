@@ -369,8 +369,30 @@ impl CpuExecutor {
                 _ => None,
             })
             .collect();
+        // The peak bytes of live f32 intermediates, in this order: the pool's bound.
+        let mut live = 0usize;
+        let mut peak = 0usize;
+        let f32_bytes = |v: usize| {
+            let node = graph.node(NodeId(v as u32));
+            let leaf = matches!(
+                node.op,
+                Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
+            );
+            if leaf || node.shape.dtype != rlx_ir::DType::F32 {
+                0
+            } else {
+                node.shape.numel().saturating_mul(4)
+            }
+        };
+        for (i, dead) in free_after.iter().enumerate() {
+            live = live.saturating_add(f32_bytes(i));
+            peak = peak.max(live);
+            for d in dead {
+                live = live.saturating_sub(f32_bytes(d.index()));
+            }
+        }
         Ok(CpuExecutor {
-            pool: Default::default(),
+            pool: crate::buffers::Pool::with_limit(peak),
             wino,
             group_wino,
             wino_on,
@@ -671,6 +693,11 @@ impl CpuExecutor {
                     .cloned()
                     .ok_or_else(|| kernel_err(g, *o, "output was never computed"))?
             };
+            // A buffer from the pool may have spare capacity: the caller gets a tight one.
+            let mut t = t;
+            if let rlx_ir::TensorData::F32(v) = t.data_mut() {
+                v.shrink_to_fit();
+            }
             outs.push(t);
         }
         Ok(outs)
