@@ -955,3 +955,64 @@ fn broadcast_binary_matches_the_numpy_rule() {
         }
     }
 }
+
+/// MaxPool over planes with and without a NaN (the NaN-free fast path and the NaN-aware
+/// one), wide rows (the 16-lane fold) and signed zeros and -inf: every output equals the
+/// window's max taken tap by tap in window order (a tap replaces the max when larger, or
+/// NaN; a NaN max stays), bit for bit.
+#[test]
+fn max_pool_fast_path_matches_definition_with_and_without_nan() {
+    let (h, w) = (37usize, 41usize);
+    let mut v: Vec<f32> = (0..2 * h * w)
+        .map(|i| match i % 11 {
+            0 => -0.0,
+            1 => 0.0,
+            2 => f32::NEG_INFINITY,
+            _ => ((i * 7919) % 1000) as f32 / 37.0 - 13.0,
+        })
+        .collect();
+    v[h * w + 5 * w + 17] = f32::NAN; // plane 1 only
+    let x = f32t(&[1, 2, h, w], v.clone());
+    for (k, s, p) in [(3, 2, 0), (3, 2, 1), (2, 1, 0), (3, 1, 1)] {
+        let (oh, ow) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+        let attrs = PoolAttrs {
+            kind: PoolKind::Max,
+            kernel: vec![k, k],
+            strides: vec![s, s],
+            pads: vec![(p, p), (p, p)],
+            dilations: vec![1, 1],
+            ceil_mode: false,
+        };
+        let y = f32s(&ev(Op::Pool(attrs), &[&x], &[1, 2, oh, ow], DType::F32));
+        let mut nans = 0;
+        for pl in 0..2 {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut m = f32::NEG_INFINITY;
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let (iy, ix) = (
+                                (oy * s + ky) as isize - p as isize,
+                                (ox * s + kx) as isize - p as isize,
+                            );
+                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                continue;
+                            }
+                            let e = v[pl * h * w + iy as usize * w + ix as usize];
+                            if !m.is_nan() && (e > m || e.is_nan()) {
+                                m = e;
+                            }
+                        }
+                    }
+                    let got = y[(pl * oh + oy) * ow + ox];
+                    nans += m.is_nan() as usize;
+                    assert!(
+                        got.to_bits() == m.to_bits() || (got.is_nan() && m.is_nan()),
+                        "k{k} s{s} p{p} plane {pl} ({oy},{ox}): got {got:?}, want {m:?}"
+                    );
+                }
+            }
+        }
+        assert!(nans > 0, "the NaN reached some window");
+    }
+}

@@ -241,6 +241,9 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             acc
         }
     };
+    // Without a NaN in the plane, `max` is `e > acc ? e : acc` (one vmaxps per tap); it
+    // keeps the same operand as `max` for every pair of non-NaN values, ±0 included.
+    let max_no_nan = |acc: T, e: T| if e > acc { e } else { acc };
     let add = |acc: T, e: T| acc + e;
     let is_max = matches!(a.kind, PoolKind::Max);
     let init = if is_max { T::neg_infinity() } else { T::zero() };
@@ -257,6 +260,13 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     let kh = a.kernel[0];
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
+        let no_nan = is_max
+            && if super::wide::is_f32::<T>() {
+                // Above 0x7f80_0000 (|inf|) only for a NaN: one vector integer-max pass.
+                super::wide::max_abs_bits(super::wide::as_f32(src)) <= 0x7f80_0000
+            } else {
+                !src.iter().any(|x| x.is_nan())
+            };
         // With sw > 1, every input row split into its stride phases, once per plane. Rows
         // narrower than a 16-lane block are copied too, with 16 elements of slack after
         // each, so that `fold_taps` may read a whole block past a row's valid outputs.
@@ -284,7 +294,9 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
                         taps.push(&row(y)[c..]);
                     }
                 }
-                if is_max {
+                if no_nan {
+                    fold_taps(&mut orow[in_lo..in_hi], &taps, init, max_no_nan);
+                } else if is_max {
                     fold_taps(&mut orow[in_lo..in_hi], &taps, init, max);
                 } else {
                     fold_taps(&mut orow[in_lo..in_hi], &taps, init, add);
