@@ -6,6 +6,9 @@
 //! IEEE special case is the C library's. `erf`: the rational approximation Eigen uses for
 //! `float` (`generic_fast_erf_float`: x·P(x²)/Q(x²) on x clamped to [-4, 4]), a few ulp;
 //! NaN propagates. The loops are compiled twice, plain and with AVX2+FMA, picked at run time.
+//! The polynomials are written with `mul_add`, so every copy computes the same fused
+//! multiply-adds (one instruction with FMA; the C library's `fmaf`, same bits but slow, in
+//! the plain copy, which runs only on CPUs without AVX2+FMA).
 
 #![allow(clippy::excessive_precision)] // coefficients as published (Cephes, Eigen)
 
@@ -48,15 +51,16 @@ fn exp_core(x: f32) -> f32 {
     // max/min (which drop a NaN operand) keep every lane, NaN included, in range, so the
     // unchecked conversion below is defined; out-of-range lanes are redone by the callers.
     let xc = x.max(EXP_LO).min(EXP_HI);
-    let n = (xc * std::f32::consts::LOG2_E + 0.5).floor();
-    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let n = xc.mul_add(std::f32::consts::LOG2_E, 0.5).floor();
+    let r = n.mul_add(-0.693_359_4, xc);
+    let r = n.mul_add(2.121_944_4e-4, r);
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
-    let y = p * r * r + r + 1.0;
+    p = p.mul_add(r, 1.398_199_9e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 1.666_666_5e-1);
+    p = p.mul_add(r, 5.000_000_1e-1);
+    let y = (p * r).mul_add(r, r) + 1.0;
     // SAFETY: `n` is finite and within [-126, 127] (from `xc` in [EXP_LO, EXP_HI]), so the
     // conversion is exact (`as` would add a saturation check per lane and stop vectorizing).
     let ni: i32 = unsafe { n.to_int_unchecked() };
@@ -82,18 +86,18 @@ fn erf_core(a: f32) -> f32 {
     let x = a.clamp(-4.0, 4.0);
     let x2 = x * x;
     let mut p = -2.726_142_3e-10f32;
-    p = p * x2 + 2.770_681_4e-8;
-    p = p * x2 + -2.101_024e-6;
-    p = p * x2 + -5.692_506_4e-5;
-    p = p * x2 + -7.349_906_3e-4;
-    p = p * x2 + -2.954_600_5e-3;
-    p = p * x2 + -1.609_603_3e-2;
+    p = p.mul_add(x2, 2.770_681_4e-8);
+    p = p.mul_add(x2, -2.101_024e-6);
+    p = p.mul_add(x2, -5.692_506_4e-5);
+    p = p.mul_add(x2, -7.349_906_3e-4);
+    p = p.mul_add(x2, -2.954_600_5e-3);
+    p = p.mul_add(x2, -1.609_603_3e-2);
     p *= x;
     let mut q = -1.456_607_2e-5f32;
-    q = q * x2 + -2.133_740_6e-4;
-    q = q * x2 + -1.682_827e-3;
-    q = q * x2 + -7.373_329_2e-3;
-    q = q * x2 + -1.426_474e-2;
+    q = q.mul_add(x2, -2.133_740_6e-4);
+    q = q.mul_add(x2, -1.682_827e-3);
+    q = q.mul_add(x2, -7.373_329_2e-3);
+    q = q.mul_add(x2, -1.426_474e-2);
     p / q
 }
 
@@ -180,9 +184,9 @@ fn tanh_slice_generic(src: &[f32], dst: &mut [f32]) {
         let z = a * a;
         let mut p = TANH_TAYLOR[8];
         for &c in TANH_TAYLOR[..8].iter().rev() {
-            p = p * z + c;
+            p = p.mul_add(z, c);
         }
-        let small = a + a * z * p;
+        let small = (a * z).mul_add(p, a);
         let e = exp_core(2.0 * a);
         let large = 1.0 - 2.0 / (e + 1.0);
         let r = if a < 0.625 { small } else { large };
