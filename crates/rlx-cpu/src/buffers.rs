@@ -30,8 +30,9 @@ const SLACK_ABS: usize = 1024;
 /// The free buffers of one executor.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    /// Free buffers (length 0), with whether each was given back during the current run.
-    free: Vec<(Vec<f32>, bool)>,
+    /// Free buffers (length 0), each with whether it was given back during the current
+    /// run and how many of its elements hold values (its length when it was given back).
+    free: Vec<(Vec<f32>, bool, usize)>,
     /// Bytes of capacity in `free`.
     bytes: usize,
     /// The most bytes `free` may hold: the graph's peak of live f32 intermediates, so the
@@ -48,7 +49,7 @@ impl Pool {
         }
     }
 
-    fn push(&mut self, v: Vec<f32>) {
+    fn push(&mut self, v: Vec<f32>, init: usize) {
         let b = v.capacity() * 4;
         if b > self.limit {
             return;
@@ -61,13 +62,13 @@ impl Pool {
         }
         self.free.drain(..drop_n);
         self.bytes += b;
-        self.free.push((v, true));
+        self.free.push((v, true, init));
     }
 
-    fn remove(&mut self, i: usize) -> Vec<f32> {
-        let v = self.free.remove(i).0;
+    fn remove(&mut self, i: usize) -> (Vec<f32>, usize) {
+        let (v, _, init) = self.free.remove(i);
         self.bytes -= v.capacity() * 4;
-        v
+        (v, init)
     }
 }
 
@@ -110,11 +111,12 @@ pub(crate) fn give(data: TensorData) {
         if v.capacity() == 0 {
             return;
         }
+        let init = v.len();
         v.clear();
         ACTIVE.with(|a| {
             if let Ok(mut a) = a.try_borrow_mut() {
                 if let Some(p) = a.as_mut() {
-                    p.push(v);
+                    p.push(v, init);
                 }
             }
         });
@@ -124,8 +126,14 @@ pub(crate) fn give(data: TensorData) {
 /// An empty `Vec<T>` with capacity for at least `n` elements: a pooled buffer when `T` is
 /// f32 and this thread has an active pool with one that fits, else a new allocation.
 pub(crate) fn take<T: 'static>(n: usize) -> Vec<T> {
+    take_init(n).0
+}
+
+/// [`take`], with how many leading elements of the buffer's memory hold values of an earlier
+/// use (0 for a new allocation).
+fn take_init<T: 'static>(n: usize) -> (Vec<T>, usize) {
     if TypeId::of::<T>() != TypeId::of::<f32>() || n == 0 {
-        return Vec::with_capacity(n);
+        return (Vec::with_capacity(n), 0);
     }
     let hit = ACTIVE.with(|a| {
         let mut a = a.try_borrow_mut().ok()?;
@@ -134,18 +142,35 @@ pub(crate) fn take<T: 'static>(n: usize) -> Vec<T> {
         let last = p
             .free
             .iter()
-            .rposition(|(b, _)| b.capacity() >= n && b.capacity() <= max)?;
+            .rposition(|(b, _, _)| b.capacity() >= n && b.capacity() <= max)?;
         Some(p.remove(last))
     });
     match hit {
-        Some(v) => {
+        Some((v, init)) => {
             let mut v = ManuallyDrop::new(v);
             // SAFETY: T is f32 (checked by TypeId above), so the pointer, length (0) and
             // capacity describe an allocation made for T's layout.
-            unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), 0, v.capacity()) }
+            let v = unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), 0, v.capacity()) };
+            (v, init)
         }
-        None => Vec::with_capacity(n),
+        None => (Vec::with_capacity(n), 0),
     }
+}
+
+/// A `Vec<T>` of length `n` that the caller overwrites whole before reading any of it: a
+/// pooled buffer keeps the values of its earlier use (no fill pass), anything else is
+/// `T::default()`. Only for kernels that write every element.
+pub(crate) fn overwritten<T: Copy + Default + 'static>(n: usize) -> Vec<T> {
+    let (mut v, init) = take_init::<T>(n);
+    if init >= n {
+        // SAFETY: the first `init` elements of this allocation were initialized f32 values
+        // when it was given back (`give` records its length; f32 is Copy and every bit
+        // pattern is a valid f32), and nothing has written to it since; `n <= init`.
+        unsafe { v.set_len(n) };
+    } else {
+        v.resize(n, T::default());
+    }
+    v
 }
 
 /// `vec![x; n]` on a buffer from [`take`].
@@ -206,6 +231,26 @@ mod tests {
         give(TensorData::F32(vec![0.0; 8]));
         let v: Vec<f32> = filled(8, 2.0);
         assert_eq!(v, vec![2.0; 8]);
+    }
+
+    #[test]
+    fn overwritten_has_the_length_asked_and_defaults_past_earlier_values() {
+        let mut home = Pool::with_limit(1 << 30);
+        let _a = Active::install(&mut home);
+        let v: Vec<f32> = filled(1000, 3.0);
+        let ptr = v.as_ptr();
+        give(TensorData::F32(v));
+        // Within the 1000 values of its earlier use: no fill.
+        let w: Vec<f32> = overwritten(800);
+        assert_eq!((w.as_ptr(), w.len()), (ptr, 800));
+        give(TensorData::F32(w));
+        // Past the 800 values it held when given back: filled with the default.
+        let x: Vec<f32> = overwritten(900);
+        assert_eq!((x.as_ptr(), x.len()), (ptr, 900));
+        assert!(x.iter().all(|&e| e == 0.0));
+        // Not pooled: the default.
+        let y: Vec<u8> = overwritten(5);
+        assert_eq!(y, vec![0u8; 5]);
     }
 
     #[test]

@@ -229,3 +229,64 @@ fn new_rejects_non_topological_inputs() {
     g.set_outputs(vec![y]);
     assert!(matches!(CpuExecutor::new(g), Err(CpuError::Kernel { .. })));
 }
+
+/// Pooled output buffers (`buffers::overwritten` keeps an earlier output's values instead of
+/// filling): an executor that ran on other inputs (NaN, ±inf, large values) must give the
+/// same bits as a fresh one on every later run. The graph leaves the [32, 128] buffers in
+/// the pool at the end of a run (only [32]-sized values follow them), so the next run's
+/// Exp/Sigmoid/Erf outputs are written into buffers holding the last run's values.
+#[test]
+fn reused_executor_matches_a_fresh_one_bit_for_bit() {
+    let (r, c) = (32usize, 128usize);
+    let build = || {
+        let mut g = Graph::new("pool");
+        let x = g.input("x", s(&[r, c]));
+        let e = g.unary(UnaryOp::Exp, x, s(&[r, c]));
+        let sg = g.activation(Activation::Sigmoid, x, s(&[r, c]));
+        let er = g.unary(UnaryOp::Erf, x, s(&[r, c]));
+        let th = g.activation(Activation::Tanh, x, s(&[r, c]));
+        let m = g.mul(e, sg, s(&[r, c]));
+        let a = g.add(er, th, s(&[r, c]));
+        let t = g.add(m, a, s(&[r, c]));
+        let sum = |g: &mut Graph, v| {
+            g.add_node(
+                Op::Reduce {
+                    kind: ReduceKind::Sum,
+                    axes: vec![1],
+                    keepdims: false,
+                },
+                vec![v],
+                s(&[r]),
+            )
+        };
+        let o = sum(&mut g, t);
+        g.set_outputs(vec![o]);
+        g
+    };
+    let inputs = |seed: u32| {
+        let v: Vec<f32> = (0..r * c)
+            .map(|i| match (i as u32 + seed) % 97 {
+                0 if seed == 1 => f32::NAN,
+                1 if seed == 1 => f32::INFINITY,
+                2 if seed == 1 => 1e30,
+                k => (k as f32 - 48.0) / (10.0 + seed as f32),
+            })
+            .collect();
+        f32t(&[r, c], &v)
+    };
+    let mut reused = CpuExecutor::new(build()).unwrap();
+    for round in 0..3 {
+        for seed in [1u32, 2, 3] {
+            let got = reused.run(&[inputs(seed)], None).unwrap();
+            let want = CpuExecutor::new(build())
+                .unwrap()
+                .run(&[inputs(seed)], None)
+                .unwrap();
+            let (g, w) = (got[0].as_f32().unwrap(), want[0].as_f32().unwrap());
+            assert!(
+                g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "round {round} seed {seed}: a reused executor differs from a fresh one"
+            );
+        }
+    }
+}

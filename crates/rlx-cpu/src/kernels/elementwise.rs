@@ -12,7 +12,8 @@ pub(crate) fn map_vec<A: Copy + Sync + 'static, O: Copy + Default + Send + 'stat
     v: &[A],
     f: impl Fn(A) -> O + Sync + Send + Copy,
 ) -> Vec<O> {
-    let mut out = crate::buffers::filled(v.len(), O::default());
+    // Every element is written below.
+    let mut out = crate::buffers::overwritten(v.len());
     if par_worth(v.len()) {
         out.par_chunks_mut(8192)
             .zip(v.par_chunks(8192))
@@ -40,7 +41,8 @@ where
 {
     let n: usize = od.iter().product();
     if ad == od && bd == od {
-        let mut out = crate::buffers::filled(n, O::default());
+        // Every element is written below (a and b have n elements).
+        let mut out = crate::buffers::overwritten(n);
         if par_worth(n) {
             out.par_chunks_mut(8192)
                 .zip(a.par_chunks(8192).zip(b.par_chunks(8192)))

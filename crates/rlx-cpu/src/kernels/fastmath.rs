@@ -254,7 +254,8 @@ pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<SliceKernel> {
 
 /// `out = kernel(v)`, split over rayon above the parallel threshold.
 pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
-    let mut out = crate::buffers::filled(v.len(), 0f32);
+    // Every element is written below (the slice kernels write all of `dst`).
+    let mut out = crate::buffers::overwritten(v.len());
     if super::par_worth(v.len()) {
         use rayon::prelude::*;
         out.par_chunks_mut(8192)
