@@ -449,3 +449,48 @@ fn reduce_max_min_long_rows_follow_numpy() {
         }
     }
 }
+
+/// Where with each operand either full-size or broadcast along the inner axis (the row
+/// loops specialized per stride pattern, and the general one): every element is
+/// `c ? t : f` read through NumPy broadcasting, computed here index by index.
+#[test]
+fn where_broadcast_patterns_match_numpy_indexing() {
+    let (r, k) = (3usize, 37usize);
+    let full = |seed: usize| -> Vec<f32> { (0..r * k).map(|i| (i * 7 + seed) as f32).collect() };
+    let cfull: Vec<bool> = (0..r * k).map(|i| (i * 5) % 3 == 0).collect();
+    for mask in 0..8u32 {
+        let (c_full, t_full, f_full) = (mask & 1 != 0, mask & 2 != 0, mask & 4 != 0);
+        // A broadcast operand is [r, 1]: one value per row.
+        let cv: Vec<bool> = if c_full {
+            cfull.clone()
+        } else {
+            (0..r).map(|i| i % 2 == 0).collect()
+        };
+        let tv: Vec<f32> = if t_full {
+            full(1)
+        } else {
+            (0..r).map(|i| 1000.0 + i as f32).collect()
+        };
+        let fv: Vec<f32> = if f_full {
+            full(2)
+        } else {
+            (0..r).map(|i| -1000.0 - i as f32).collect()
+        };
+        let dims = |is_full: bool| if is_full { vec![r, k] } else { vec![r, 1] };
+        let c = Tensor::new(dims(c_full), TensorData::Bool(cv.clone())).unwrap();
+        let t = f32t(&dims(t_full), &tv);
+        let f = f32t(&dims(f_full), &fv);
+        let y = f32s(&ev(Op::Select, &[&c, &t, &f], &[r, k], DType::F32));
+        for i in 0..r {
+            for j in 0..k {
+                let at = |is_full: bool| if is_full { i * k + j } else { i };
+                let want = if cv[at(c_full)] {
+                    tv[at(t_full)]
+                } else {
+                    fv[at(f_full)]
+                };
+                assert_eq!(y[i * k + j], want, "pattern {mask} at ({i},{j})");
+            }
+        }
+    }
+}

@@ -388,15 +388,71 @@ fn select_impl<T: Copy + Default + Send + Sync + 'static>(
             plan.row_offset(1, row),
             plan.row_offset(2, row),
         );
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = if c[oc + j * sc] {
-                t[ot + j * st]
-            } else {
-                f[of + j * sf]
-            };
+        let m = dst.len();
+        // Unit or zero inner strides (a broadcast mask, a scalar fill, a mask turned into
+        // an additive bias: attention masks) get loops with the strides as constants,
+        // which vectorize.
+        match (sc, st, sf) {
+            (1, 0, 0) => {
+                select_row::<T, true, false, false>(dst, &c[oc..oc + m], &t[ot..], &f[of..])
+            }
+            (1, 1, 0) => {
+                select_row::<T, true, true, false>(dst, &c[oc..oc + m], &t[ot..], &f[of..])
+            }
+            (1, 0, 1) => {
+                select_row::<T, true, false, true>(dst, &c[oc..oc + m], &t[ot..], &f[of..])
+            }
+            (0, 1, 0) => {
+                select_row::<T, false, true, false>(dst, &c[oc..], &t[ot..ot + m], &f[of..])
+            }
+            (0, 0, 1) => {
+                select_row::<T, false, false, true>(dst, &c[oc..], &t[ot..], &f[of..of + m])
+            }
+            (1, 1, 1) => select_row::<T, true, true, true>(
+                dst,
+                &c[oc..oc + m],
+                &t[ot..ot + m],
+                &f[of..of + m],
+            ),
+            (0, 1, 1) => {
+                select_row::<T, false, true, true>(dst, &c[oc..], &t[ot..ot + m], &f[of..of + m])
+            }
+            _ => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = if c[oc + j * sc] {
+                        t[ot + j * st]
+                    } else {
+                        f[of + j * sf]
+                    };
+                }
+            }
         }
     });
     Ok(out)
+}
+
+/// One output row of [`select_impl`] whose inner strides are 1 (`true`) or 0 (`false`) for
+/// the condition, the true and the false input: `dst[j] = c[j·C] ? t[j·T] : f[j·F]`. A
+/// stride-1 operand holds at least `dst.len()` elements, a stride-0 one at least one.
+#[inline(always)]
+fn select_row<T: Copy, const C: bool, const TS: bool, const FS: bool>(
+    dst: &mut [T],
+    c: &[bool],
+    t: &[T],
+    f: &[T],
+) {
+    let m = dst.len();
+    let (c, t, f) = (
+        &c[..if C { m } else { 1 }],
+        &t[..if TS { m } else { 1 }],
+        &f[..if FS { m } else { 1 }],
+    );
+    for (j, d) in dst.iter_mut().enumerate() {
+        let cj = c[if C { j } else { 0 }];
+        let tj = t[if TS { j } else { 0 }];
+        let fj = f[if FS { j } else { 0 }];
+        *d = if cj { tj } else { fj };
+    }
 }
 
 /// `Op::Select` (ONNX Where): inputs [cond (Bool), on_true, on_false], broadcasting.
