@@ -1,9 +1,5 @@
 use clap::{Parser, Subcommand};
 
-/// Tensor buffers on 64-byte boundaries (faster kernels; see `rlx_runtime::CacheAligned`).
-#[global_allocator]
-static ALLOC: rlx_runtime::CacheAligned = rlx_runtime::CacheAligned;
-
 mod bench;
 
 /// RLX: run ML models and find out why their numbers are wrong.

@@ -17,14 +17,12 @@ pub enum KernelError {
     Invalid(String),
 }
 
-mod alloc;
 mod buffers;
 mod executor;
 mod fuse;
 mod inplace;
 mod kernels;
 
-pub use alloc::CacheAligned;
 pub use executor::{check_feeds, cpu_supports, CpuExecutor, Observer};
 
 /// Evaluate `op` on `inputs`, producing a tensor of type `out` (the node's inferred shape).

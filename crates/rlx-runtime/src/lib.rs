@@ -29,9 +29,6 @@ pub mod dist {
     pub mod diagnostics;
 }
 pub use guards::{GuardDim, InputGuard};
-/// The global allocator that gives RLX's kernels cache-line-aligned tensor buffers
-/// (see its docs); RLX's binaries install it.
-pub use rlx_cpu::CacheAligned;
 pub mod package;
 pub use package::{load_package, save_package, PackageError};
 

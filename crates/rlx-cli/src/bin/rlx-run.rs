@@ -1,9 +1,5 @@
 use clap::Parser;
 
-/// Tensor buffers on 64-byte boundaries (faster kernels; see `rlx_runtime::CacheAligned`).
-#[global_allocator]
-static ALLOC: rlx_runtime::CacheAligned = rlx_runtime::CacheAligned;
-
 /// Run an ONNX model on the CPU (the short form of `rlx run`).
 ///
 /// Debug switches (environment):
