@@ -388,35 +388,18 @@ fn select_impl<T: Copy + Default + Send + Sync + 'static>(
             plan.row_offset(1, row),
             plan.row_offset(2, row),
         );
-        let m = dst.len();
         // Unit or zero inner strides (a broadcast mask, a scalar fill, a mask turned into
         // an additive bias: attention masks) get loops with the strides as constants,
-        // which vectorize.
+        // which vectorize. `select_row` bounds each operand to the row itself.
+        let (cs, ts, fs) = (&c[oc..], &t[ot..], &f[of..]);
         match (sc, st, sf) {
-            (1, 0, 0) => {
-                select_row::<T, true, false, false>(dst, &c[oc..oc + m], &t[ot..], &f[of..])
-            }
-            (1, 1, 0) => {
-                select_row::<T, true, true, false>(dst, &c[oc..oc + m], &t[ot..], &f[of..])
-            }
-            (1, 0, 1) => {
-                select_row::<T, true, false, true>(dst, &c[oc..oc + m], &t[ot..], &f[of..])
-            }
-            (0, 1, 0) => {
-                select_row::<T, false, true, false>(dst, &c[oc..], &t[ot..ot + m], &f[of..])
-            }
-            (0, 0, 1) => {
-                select_row::<T, false, false, true>(dst, &c[oc..], &t[ot..], &f[of..of + m])
-            }
-            (1, 1, 1) => select_row::<T, true, true, true>(
-                dst,
-                &c[oc..oc + m],
-                &t[ot..ot + m],
-                &f[of..of + m],
-            ),
-            (0, 1, 1) => {
-                select_row::<T, false, true, true>(dst, &c[oc..], &t[ot..ot + m], &f[of..of + m])
-            }
+            (1, 0, 0) => select_row::<T, true, false, false>(dst, cs, ts, fs),
+            (1, 1, 0) => select_row::<T, true, true, false>(dst, cs, ts, fs),
+            (1, 0, 1) => select_row::<T, true, false, true>(dst, cs, ts, fs),
+            (0, 1, 0) => select_row::<T, false, true, false>(dst, cs, ts, fs),
+            (0, 0, 1) => select_row::<T, false, false, true>(dst, cs, ts, fs),
+            (1, 1, 1) => select_row::<T, true, true, true>(dst, cs, ts, fs),
+            (0, 1, 1) => select_row::<T, false, true, true>(dst, cs, ts, fs),
             _ => {
                 for (j, d) in dst.iter_mut().enumerate() {
                     *d = if c[oc + j * sc] {
