@@ -12,8 +12,9 @@
 //!
 //! Memory: the pool holds at most the graph's peak of live f32 intermediates (computed
 //! from its static shapes when the executor is built), dropping its oldest buffers first,
-//! and a buffer not reused during a whole run is released when that run ends. Off an executor's thread (constant folding,
-//! other threads of a parallel kernel) [`take`] is a plain allocation.
+//! and a buffer not reused during a whole run is released when that run ends. Off an
+//! executor's thread (constant folding, other threads of a parallel kernel) [`take`] is a
+//! plain allocation.
 //!
 //! Only f32 is pooled (every float model's activations); other element types allocate.
 
@@ -27,13 +28,22 @@ use std::mem::ManuallyDrop;
 const SLACK: usize = 4;
 const SLACK_ABS: usize = 1024;
 
+/// A free buffer of a [`Pool`].
+#[derive(Debug)]
+struct Free {
+    /// Length 0; its memory holds `init` values of its earlier use.
+    buf: Vec<f32>,
+    /// Its length when it was given back.
+    init: usize,
+    /// Given back during the current run (else it is released when the run ends).
+    fresh: bool,
+}
+
 /// The free buffers of one executor.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    /// Free buffers (length 0), each with whether it was given back during the current
-    /// run and how many of its elements hold values (its length when it was given back).
-    free: Vec<(Vec<f32>, bool, usize)>,
-    /// Bytes of capacity in `free`.
+    free: Vec<Free>,
+    /// Bytes of capacity in `free` (kept, so a `give` does not sum the pool).
     bytes: usize,
     /// The most bytes `free` may hold: the graph's peak of live f32 intermediates, so the
     /// pool never more than doubles a run's working set (0: nothing is kept).
@@ -57,18 +67,22 @@ impl Pool {
         // Oldest first out, until the new buffer fits under the limit.
         let mut drop_n = 0;
         while self.bytes + b > self.limit {
-            self.bytes -= self.free[drop_n].0.capacity() * 4;
+            self.bytes -= self.free[drop_n].buf.capacity() * 4;
             drop_n += 1;
         }
         self.free.drain(..drop_n);
         self.bytes += b;
-        self.free.push((v, true, init));
+        self.free.push(Free {
+            buf: v,
+            init,
+            fresh: true,
+        });
     }
 
     fn remove(&mut self, i: usize) -> (Vec<f32>, usize) {
-        let (v, _, init) = self.free.remove(i);
-        self.bytes -= v.capacity() * 4;
-        (v, init)
+        let Free { buf, init, .. } = self.free.remove(i);
+        self.bytes -= buf.capacity() * 4;
+        (buf, init)
     }
 }
 
@@ -88,7 +102,7 @@ impl<'a> Active<'a> {
     pub(crate) fn install(home: &'a mut Pool) -> Active<'a> {
         let mut pool = std::mem::take(home);
         for e in &mut pool.free {
-            e.1 = false;
+            e.fresh = false;
         }
         let prev = ACTIVE.with(|a| a.replace(Some(pool)));
         Active { home, prev }
@@ -99,8 +113,8 @@ impl Drop for Active<'_> {
     fn drop(&mut self) {
         let pool = ACTIVE.with(|a| a.replace(self.prev.take()));
         let mut pool = pool.unwrap_or_default();
-        pool.free.retain(|e| e.1);
-        pool.bytes = pool.free.iter().map(|e| e.0.capacity() * 4).sum();
+        pool.free.retain(|e| e.fresh);
+        pool.bytes = pool.free.iter().map(|e| e.buf.capacity() * 4).sum();
         *self.home = pool;
     }
 }
@@ -142,7 +156,7 @@ fn take_init<T: 'static>(n: usize) -> (Vec<T>, usize) {
         let last = p
             .free
             .iter()
-            .rposition(|(b, _, _)| b.capacity() >= n && b.capacity() <= max)?;
+            .rposition(|e| e.buf.capacity() >= n && e.buf.capacity() <= max)?;
         Some(p.remove(last))
     });
     match hit {
