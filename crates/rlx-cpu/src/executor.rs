@@ -118,6 +118,33 @@ fn parallel_work(g: &Graph) -> bool {
     })
 }
 
+/// The most bytes of f32 intermediates (non-leaf values) alive at once when `g` runs in
+/// order and each value dies after the node listing it in `free_after`: the bound of the
+/// executor's buffer pool.
+fn peak_live_f32_bytes(g: &Graph, free_after: &[Vec<NodeId>]) -> usize {
+    let f32_bytes = |v: usize| {
+        let node = &g.nodes[v];
+        let leaf = matches!(
+            node.op,
+            Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
+        );
+        if leaf || node.shape.dtype != rlx_ir::DType::F32 {
+            0
+        } else {
+            node.shape.numel().saturating_mul(4)
+        }
+    };
+    let (mut live, mut peak) = (0usize, 0usize);
+    for (i, dead) in free_after.iter().enumerate() {
+        live = live.saturating_add(f32_bytes(i));
+        peak = peak.max(live);
+        for d in dead {
+            live = live.saturating_sub(f32_bytes(d.index()));
+        }
+    }
+    peak
+}
+
 /// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
 enum Slot<'a> {
     Empty,
@@ -369,30 +396,8 @@ impl CpuExecutor {
                 _ => None,
             })
             .collect();
-        // The peak bytes of live f32 intermediates, in this order: the pool's bound.
-        let mut live = 0usize;
-        let mut peak = 0usize;
-        let f32_bytes = |v: usize| {
-            let node = graph.node(NodeId(v as u32));
-            let leaf = matches!(
-                node.op,
-                Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
-            );
-            if leaf || node.shape.dtype != rlx_ir::DType::F32 {
-                0
-            } else {
-                node.shape.numel().saturating_mul(4)
-            }
-        };
-        for (i, dead) in free_after.iter().enumerate() {
-            live = live.saturating_add(f32_bytes(i));
-            peak = peak.max(live);
-            for d in dead {
-                live = live.saturating_sub(f32_bytes(d.index()));
-            }
-        }
         Ok(CpuExecutor {
-            pool: crate::buffers::Pool::with_limit(peak),
+            pool: crate::buffers::Pool::with_limit(peak_live_f32_bytes(&graph, &free_after)),
             wino,
             group_wino,
             wino_on,
