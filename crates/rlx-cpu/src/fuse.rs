@@ -410,7 +410,18 @@ pub(crate) fn run_group(
     let bias = rest.first().copied();
     let t = match wino {
         Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
-        None => conv_post(x, w, bias, a, &node.shape, &post)?,
+        None => {
+            // Without a scan, a depthwise conv applies the activation itself, in registers.
+            use crate::kernels::conv::Clamp;
+            let clamp = match act {
+                _ if scan => None,
+                Epilogue::None => Some(Clamp::NONE),
+                Epilogue::Relu => Some(Clamp::RELU),
+                Epilogue::Clip { lo, hi } => Some(Clamp { lo, hi }),
+                Epilogue::Silu => None,
+            };
+            conv_post(x, w, bias, a, &node.shape, &post, clamp)?
+        }
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).

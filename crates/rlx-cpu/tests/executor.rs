@@ -290,3 +290,68 @@ fn reused_executor_matches_a_fresh_one_bit_for_bit() {
         }
     }
 }
+
+/// A depthwise conv's output comes from the pool with the stale values of an earlier run
+/// (NaN among them) and no fill: every element must still be written. The conv is the
+/// first node, so it takes a buffer that the last run's later nodes left in the pool.
+/// Fused with a Relu (the clamp in registers) and alone, stride 1 and 2, planes whose
+/// width is not a multiple of the SIMD width; each run must match a fresh executor's bits.
+#[test]
+fn depthwise_conv_on_pooled_buffers_matches_a_fresh_executor() {
+    let (c, h, wd) = (5usize, 13usize, 11usize);
+    let build = |stride: usize, relu: bool| {
+        let mut g = Graph::new("dw");
+        let x = g.input("x", s(&[1, c, h, wd]));
+        let wv: Vec<f32> = (0..c * 9)
+            .map(|i| ((i * 37) % 11) as f32 / 5.0 - 1.0)
+            .collect();
+        let w = g.constant(f32t(&[c, 1, 3, 3], &wv));
+        let bv: Vec<f32> = (0..c).map(|i| i as f32 - 2.0).collect();
+        let b = g.constant(f32t(&[c], &bv));
+        let (oh, ow) = ((h - 1) / stride + 1, (wd - 1) / stride + 1);
+        let os = s(&[1, c, oh, ow]);
+        let attrs = ConvAttrs {
+            strides: vec![stride, stride],
+            pads: vec![(1, 1), (1, 1)],
+            dilations: vec![1, 1],
+            groups: c,
+        };
+        let mut o = g.add_node(Op::Conv(attrs), vec![x, w, b], os.clone());
+        if relu {
+            o = g.activation(Activation::Relu, o, os.clone());
+        }
+        // Later same-size intermediates: their buffers stay in the pool for the next run.
+        let t = g.activation(Activation::Tanh, o, os.clone());
+        let e = g.unary(UnaryOp::Exp, o, os.clone());
+        let out = g.add(t, e, os);
+        g.set_outputs(vec![out]);
+        g
+    };
+    let inputs = |seed: u32| {
+        let v: Vec<f32> = (0..c * h * wd)
+            .map(|i| match (i as u32 * 7 + seed) % 31 {
+                0 if seed == 1 => f32::NAN,
+                1 if seed == 1 => 1e30,
+                k => (k as f32 - 15.0) / (4.0 + seed as f32),
+            })
+            .collect();
+        f32t(&[1, c, h, wd], &v)
+    };
+    for stride in [1, 2] {
+        for relu in [false, true] {
+            let mut reused = CpuExecutor::new(build(stride, relu)).unwrap();
+            for seed in [1u32, 2, 3, 1, 2] {
+                let got = reused.run(&[inputs(seed)], None).unwrap();
+                let want = CpuExecutor::new(build(stride, relu))
+                    .unwrap()
+                    .run(&[inputs(seed)], None)
+                    .unwrap();
+                let (g, w) = (got[0].as_f32().unwrap(), want[0].as_f32().unwrap());
+                assert!(
+                    g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "stride {stride} relu {relu} seed {seed}: reused executor differs"
+                );
+            }
+        }
+    }
+}

@@ -334,22 +334,49 @@ fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<O
 /// `None` where no SIMD path applies (other kernel sizes, no AVX2): the caller falls back
 /// to the generic [`depthwise_2d`].
 /// `post` runs on each output plane right after it is computed (while it is in cache).
+/// `clamp` is applied to each output value in registers before it is stored, then `post`
+/// runs on each plane.
 fn depthwise_2d_f32(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Geo,
     post: Post,
+    clamp: Clamp,
 ) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
-        dw_simd::run(x, w, bias, g, post)
+        dw_simd::run(x, w, bias, g, post, clamp)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (x, w, bias, g, post);
+        let _ = (x, w, bias, g, post, clamp);
         None
     }
+}
+
+/// A fused activation that a conv kernel applies to each output value in registers, before
+/// its store, in place of a [`Post`] pass: `v ↦ minps(hi, maxps(lo, v))`. With x86's
+/// `maxps`/`minps` operand rules that keeps a NaN `v` and a `v` equal to a bound, so it is
+/// ONNX Relu for `(0, +inf)` (`if v < 0 {0} else {v}`: -0 stays -0), Clip for `(lo, hi)`,
+/// and the identity for `(-inf, +inf)` ([`Clamp::NONE`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Clamp {
+    pub lo: f32,
+    pub hi: f32,
+}
+
+impl Clamp {
+    /// The identity.
+    pub(crate) const NONE: Clamp = Clamp {
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+    };
+    /// ONNX Relu.
+    pub(crate) const RELU: Clamp = Clamp {
+        lo: 0.0,
+        hi: f32::INFINITY,
+    };
 }
 
 /// An elementwise map run in place on output planes (a fused group's activation); it must
@@ -364,7 +391,7 @@ pub(crate) fn no_post(_: &mut [f32]) {}
 
 #[cfg(target_arch = "x86_64")]
 mod dw_simd {
-    use super::{fill_chunks, inside_cols, Geo, Post};
+    use super::{fill_chunks, inside_cols, Clamp, Geo, Post};
     use std::arch::x86_64::*;
 
     /// One SIMD width: `N` f32 lanes, a lane mask type `M`.
@@ -385,6 +412,9 @@ mod dw_simd {
         unsafe fn fma_m(w: Self::V, x: Self::V, acc: Self::V, m: Self::M) -> Self::V;
         unsafe fn store(p: *mut f32, v: Self::V);
         unsafe fn store_m(p: *mut f32, v: Self::V, m: Self::M);
+        /// `Min(Max(v, lo), hi)` per lane as [`super::Clamp`] defines it (`maxps(lo, v)`
+        /// then `minps(hi, ·)`: a NaN `v` comes through, a `v` equal to a bound is kept).
+        unsafe fn clamp(v: Self::V, lo: Self::V, hi: Self::V) -> Self::V;
     }
 
     pub(super) struct Avx512;
@@ -431,6 +461,10 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn store_m(p: *mut f32, v: __m512, m: u16) {
             _mm512_mask_storeu_ps(p, m, v)
+        }
+        #[inline(always)]
+        unsafe fn clamp(v: __m512, lo: __m512, hi: __m512) -> __m512 {
+            _mm512_min_ps(hi, _mm512_max_ps(lo, v))
         }
     }
 
@@ -481,6 +515,10 @@ mod dw_simd {
         unsafe fn store_m(p: *mut f32, v: __m256, m: u8) {
             _mm256_mask_storeu_ps(p, m, v)
         }
+        #[inline(always)]
+        unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
+            _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+        }
     }
 
     pub(super) struct Avx2;
@@ -524,6 +562,10 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn store_m(p: *mut f32, v: __m256, m: __m256i) {
             _mm256_maskstore_ps(p, m, v)
+        }
+        #[inline(always)]
+        unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
+            _mm256_min_ps(hi, _mm256_max_ps(lo, v))
         }
     }
 
@@ -613,11 +655,19 @@ mod dw_simd {
         src: *const f32,
         wt: &[f32],
         b: f32,
+        clamp: Clamp,
         dst: &mut [f32],
     ) {
         let n = S::N;
-        let wv: [[S::V; KW]; KH] =
-            std::array::from_fn(|ky| std::array::from_fn(|kx| S::splat(wt[ky * KW + kx])));
+        let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
+        // Plain loops, not `array::from_fn`: its closures are functions of their own,
+        // compiled without this one's target features, so `splat` would be a call per tap.
+        let mut wv = [[S::splat(0.0); KW]; KH];
+        for (ky, row) in wv.iter_mut().enumerate() {
+            for (kx, v) in row.iter_mut().enumerate() {
+                *v = S::splat(wt[ky * KW + kx]);
+            }
+        }
         let offs: [isize; KW] = std::array::from_fn(|kx| p.offs[kx]);
         let bv = S::splat(b);
         let ow = p.ow;
@@ -660,7 +710,7 @@ mod dw_simd {
                             }
                         }
                     } else {
-                        let ms: [S::M; KW] = std::array::from_fn(|kx| p.masks[c * KW + kx]);
+                        let ms: [S::M; KW] = p.masks[c * KW..][..KW].try_into().expect("KW masks");
                         for ky in 0..KH {
                             let r = rows[ky].wrapping_add(ox0);
                             for kx in 0..KW {
@@ -669,7 +719,7 @@ mod dw_simd {
                             }
                         }
                     }
-                    let acc = sum(acc);
+                    let acc = S::clamp(sum(acc), lo, hi);
                     if ox0 + n <= ow {
                         S::store(orow.add(ox0), acc);
                     } else {
@@ -681,7 +731,7 @@ mod dw_simd {
                 for c in 0..p.nch {
                     let ox0 = c * n;
                     let mut acc = init;
-                    let ms: [S::M; KW] = std::array::from_fn(|kx| p.masks[c * KW + kx]);
+                    let ms: [S::M; KW] = p.masks[c * KW..][..KW].try_into().expect("KW masks");
                     for ky in 0..KH {
                         if !ok[ky] {
                             continue;
@@ -692,7 +742,7 @@ mod dw_simd {
                             acc[kx] = S::fma_m(wv[ky][kx], xv, acc[kx], ms[kx]);
                         }
                     }
-                    let acc = sum(acc);
+                    let acc = S::clamp(sum(acc), lo, hi);
                     if ox0 + n <= ow {
                         S::store(orow.add(ox0), acc);
                     } else {
@@ -733,7 +783,8 @@ mod dw_simd {
 
     /// One output plane: `xs` is the input plane; with `scratch` (column stride > 1) it is
     /// first split into its phase planes there.
-    type PlaneFn<M> = unsafe fn(&Plan<M>, &[f32], Option<&mut [f32]>, &[f32], f32, &mut [f32]);
+    type PlaneFn<M> =
+        unsafe fn(&Plan<M>, &[f32], Option<&mut [f32]>, &[f32], f32, Clamp, &mut [f32]);
 
     /// Every output plane, split over threads by [`fill_chunks`] as the generic path. `f`
     /// (a `#[target_feature]` function: the SIMD code is compiled inside it, not in this
@@ -749,6 +800,7 @@ mod dw_simd {
         m: usize,
         out: &mut [f32],
         post: Post,
+        clamp: Clamp,
     ) {
         let (h, wd) = (p.h, p.w);
         fill_chunks(out, p.oh * p.ow, |pi, dst| {
@@ -758,14 +810,14 @@ mod dw_simd {
             let b = bias.map_or(0.0, |b| b[c]);
             if p.s == 1 {
                 // SAFETY: `f` was picked for a CPU that has its features.
-                unsafe { f(p, xs, None, wt, b, dst) };
+                unsafe { f(p, xs, None, wt, b, clamp, dst) };
             } else {
                 // The phase planes go in the per-thread column buffer (im2col's; a
                 // depthwise conv does not use it otherwise), whose old contents `f`
                 // overwrites before reading.
                 super::with_col::<f32, _>(p.s * h * p.pitch, |sc| {
                     // SAFETY: as above.
-                    unsafe { f(p, xs, Some(sc), wt, b, dst) }
+                    unsafe { f(p, xs, Some(sc), wt, b, clamp, dst) }
                 });
             }
             post(dst);
@@ -781,15 +833,16 @@ mod dw_simd {
                 scratch: Option<&mut [f32]>,
                 wt: &[f32],
                 b: f32,
+                clamp: Clamp,
                 dst: &mut [f32],
             ) {
                 // SAFETY (both): every lane read through `p` lies in `xs` or in the phase
                 // planes (the others are masked off); the caller checked the CPU features.
                 match scratch {
-                    None => unsafe { plane::<$s, KH, KW>(p, xs.as_ptr(), wt, b, dst) },
+                    None => unsafe { plane::<$s, KH, KW>(p, xs.as_ptr(), wt, b, clamp, dst) },
                     Some(buf) => {
                         phases(xs, p.h, p.w, p.s, p.pitch, buf);
-                        unsafe { plane::<$s, KH, KW>(p, buf.as_ptr(), wt, b, dst) }
+                        unsafe { plane::<$s, KH, KW>(p, buf.as_ptr(), wt, b, clamp, dst) }
                     }
                 }
             }
@@ -801,6 +854,7 @@ mod dw_simd {
                 g: &Geo,
                 out: &mut [f32],
                 post: Post,
+                clamp: Clamp,
             ) {
                 let p = plan::<$s>(g);
                 let f: PlaneFn<<$s as Lanes>::M> = match (g.ks[0], g.ks[1]) {
@@ -809,7 +863,7 @@ mod dw_simd {
                     (7, 7) => $plane::<7, 7>,
                     _ => unreachable!(),
                 };
-                all_planes(&p, f, g.ks[0] * g.ks[1], x, w, bias, g.m, out, post);
+                all_planes(&p, f, g.ks[0] * g.ks[1], x, w, bias, g.m, out, post, clamp);
             }
         };
     }
@@ -849,21 +903,23 @@ mod dw_simd {
         bias: Option<&[f32]>,
         g: &Geo,
         post: Post,
+        clamp: Clamp,
     ) -> Option<Vec<f32>> {
         if !matches!((g.ks[0], g.ks[1]), (3, 3) | (5, 5) | (7, 7)) {
             return None;
         }
         let p = g.osp[0] * g.osp[1];
-        let mut out = crate::buffers::filled(g.n * g.m * p, 0.0f32);
+        // Every output element is stored (each row's chunks cover it).
+        let mut out = crate::buffers::overwritten(g.n * g.m * p);
         if p == 0 || g.sp[0] == 0 || g.sp[1] == 0 {
             return None;
         }
         // The caller picked an `isa` the CPU supports.
         match isa {
-            Isa::Avx512 if g.osp[1] <= 8 => run_avx512y(x, w, bias, g, &mut out, post),
-            Isa::Avx512 => run_avx512(x, w, bias, g, &mut out, post),
-            Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post),
-            Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post),
+            Isa::Avx512 if g.osp[1] <= 8 => run_avx512y(x, w, bias, g, &mut out, post, clamp),
+            Isa::Avx512 => run_avx512(x, w, bias, g, &mut out, post, clamp),
+            Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post, clamp),
+            Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post, clamp),
         }
         Some(out)
     }
@@ -874,8 +930,9 @@ mod dw_simd {
         bias: Option<&[f32]>,
         g: &Geo,
         post: Post,
+        clamp: Clamp,
     ) -> Option<Vec<f32>> {
-        run_with(best_isa()?, x, w, bias, g, post)
+        run_with(best_isa()?, x, w, bias, g, post, clamp)
     }
 }
 
@@ -1036,11 +1093,13 @@ pub(crate) fn conv(
     a: &ConvAttrs,
     out: &Shape,
 ) -> KResult<Tensor> {
-    conv_post(x, w, bias, a, out, &no_post)
+    conv_post(x, w, bias, a, out, &no_post, None)
 }
 
 /// [`conv`], then `post` on each f32 output plane while it is in cache (a fused group's
-/// activation; see `crate::fuse`). Other dtypes ignore `post`.
+/// activation; see `crate::fuse`). Other dtypes ignore `post`. `clamp`, when given, must
+/// be the same map as `post`: the depthwise kernel then applies it before each store
+/// instead of calling `post` (other paths call `post`).
 pub(crate) fn conv_post(
     x: &Tensor,
     w: &Tensor,
@@ -1048,6 +1107,7 @@ pub(crate) fn conv_post(
     a: &ConvAttrs,
     out: &Shape,
     post: Post,
+    clamp: Option<Clamp>,
 ) -> KResult<Tensor> {
     let od = out_dims(out)?;
     let g = geometry(x.dims(), w.dims(), a, &od)?;
@@ -1072,13 +1132,18 @@ pub(crate) fn conv_post(
             // (per-plane calls cost more than the cache they save there).
             let p: usize = g.osp.iter().product();
             let per_plane = p >= POST_MIN_RUN;
-            let dw_post = if per_plane { post } else { &no_post };
+            let dw_post = if per_plane && clamp.is_none() {
+                post
+            } else {
+                &no_post
+            };
+            let dw_clamp = clamp.unwrap_or(Clamp::NONE);
             match dw
-                .then(|| depthwise_2d_f32(xv, wv, b.as_deref(), &g, dw_post))
+                .then(|| depthwise_2d_f32(xv, wv, b.as_deref(), &g, dw_post, dw_clamp))
                 .flatten()
             {
                 Some(mut o) => {
-                    if !per_plane {
+                    if !per_plane && clamp.is_none() {
                         fill_chunks(&mut o, 8192, |_, c| post(c));
                     }
                     D::F32(o)
@@ -1158,7 +1223,7 @@ pub(crate) fn conv_winograd(
         let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
         let b_max = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs() as f64));
         if !wg.direct_stays_finite(super::wide::max_abs_bits(xv), b_max) {
-            return conv_post(x, w, bias, a, out, post);
+            return conv_post(x, w, bias, a, out, post, None);
         }
         let d = winograd::Dims {
             n: g.n,
@@ -1176,7 +1241,7 @@ pub(crate) fn conv_winograd(
             return make(od, TensorData::F32(o));
         }
     }
-    conv_post(x, w, bias, a, out, post)
+    conv_post(x, w, bias, a, out, post, None)
 }
 
 /// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside
@@ -1530,15 +1595,29 @@ mod tests {
             x[0] = f32::NEG_INFINITY;
             w[k * k] = f32::INFINITY;
             let b: Vec<f32> = (0..c).map(|i| i as f32 * 0.25 - 0.5).collect();
-            let want = depthwise_2d(&x, &w, Some(&b), &g);
-            for &isa in isas {
-                let got = dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post).unwrap();
-                assert_eq!(got.len(), want.len());
-                for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
-                    let same = (u.is_nan() && v.is_nan())
-                        || u == v
-                        || (u - v).abs() <= 1e-5 * (1.0 + v.abs());
-                    assert!(same, "{isa:?} geo {gi} at {i}: {u} vs {v}");
+            let conv = depthwise_2d(&x, &w, Some(&b), &g);
+            // The clamps against ONNX's definitions of the activations on the generic
+            // path's values: none, Relu (`x < 0 ? 0 : x`), Clip (NaN kept).
+            use crate::kernels::elementwise::{max_f32, min_f32};
+            let relu = |v: f32| if v < 0.0 { 0.0 } else { v };
+            let clip = |v: f32| min_f32(max_f32(v, -0.25), 0.5);
+            let acts: [(Clamp, &dyn Fn(f32) -> f32); 3] = [
+                (Clamp::NONE, &|v| v),
+                (Clamp::RELU, &relu),
+                (Clamp { lo: -0.25, hi: 0.5 }, &clip),
+            ];
+            for (clamp, act) in acts {
+                let want: Vec<f32> = conv.iter().map(|&v| act(v)).collect();
+                for &isa in isas {
+                    let got =
+                        dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post, clamp).unwrap();
+                    assert_eq!(got.len(), want.len());
+                    for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
+                        let same = (u.is_nan() && v.is_nan())
+                            || u == v
+                            || (u - v).abs() <= 1e-5 * (1.0 + v.abs());
+                        assert!(same, "{isa:?} {clamp:?} geo {gi} at {i}: {u} vs {v}");
+                    }
                 }
             }
         }
