@@ -973,15 +973,33 @@ fn max_pool_fast_path_matches_definition_with_and_without_nan() {
         .collect();
     v[h * w + 5 * w + 17] = f32::NAN; // plane 1 only
     let x = f32t(&[1, 2, h, w], v.clone());
-    for (k, s, p) in [(3, 2, 0), (3, 2, 1), (2, 1, 0), (3, 1, 1)] {
-        let (oh, ow) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+    // (kernel, stride, pad, ceil_mode): ceil_mode windows run past the input's end.
+    let cases = [
+        (3, 2, 0, false),
+        (3, 2, 1, false),
+        (2, 1, 0, false),
+        (3, 1, 1, false),
+        (2, 2, 0, true),
+        (3, 2, 1, true),
+        (5, 1, 2, false),
+    ];
+    for (k, s, p, ceil) in cases {
+        let out = |n: usize| {
+            let span = n + 2 * p - k;
+            if ceil {
+                span.div_ceil(s) + 1
+            } else {
+                span / s + 1
+            }
+        };
+        let (oh, ow) = (out(h), out(w));
         let attrs = PoolAttrs {
             kind: PoolKind::Max,
             kernel: vec![k, k],
             strides: vec![s, s],
             pads: vec![(p, p), (p, p)],
             dilations: vec![1, 1],
-            ceil_mode: false,
+            ceil_mode: ceil,
         };
         let y = f32s(&ev(Op::Pool(attrs), &[&x], &[1, 2, oh, ow], DType::F32));
         let mut nans = 0;

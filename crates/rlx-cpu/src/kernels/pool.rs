@@ -258,8 +258,35 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         .map(|&(lo, _, c0)| phase_of(c0) + in_lo - lo)
         .collect();
     let kh = a.kernel[0];
+    #[cfg(target_arch = "x86_64")]
+    let simd_max = is_max
+        && super::wide::is_f32::<T>()
+        && a.dilations.iter().all(|&d| d == 1)
+        && (1..=2).contains(&sw)
+        && std::is_x86_feature_detected!("avx512f");
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
+        #[cfg(target_arch = "x86_64")]
+        if simd_max {
+            let geo = max2d::Geo {
+                h,
+                w,
+                oh,
+                ow,
+                kh,
+                kw,
+                sh: a.strides[0],
+                sw,
+                pt: a.pads[0].0,
+                pl: a.pads[1].0,
+            };
+            let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
+            // SAFETY: AVX-512F was detected above.
+            if unsafe { max2d::plane(s32, d32, &geo) } {
+                return;
+            }
+            // A NaN among the taps: the plane again on the NaN-aware path below.
+        }
         let no_nan = is_max
             && if super::wide::is_f32::<T>() {
                 // Above 0x7f80_0000 (|inf|) only for a NaN: one vector integer-max pass.
@@ -493,4 +520,102 @@ pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
     }
     let data = map_float!(x.data(), "pool", v => pool_impl(v, sp, osp, &a, planes));
     make(od.clone(), data)
+}
+
+/// f32 MaxPool on AVX-512 for 2-D windows with stride 1 or 2 along rows' columns and no
+/// dilation: per output row, 16 output columns at a time in one register. Each tap loads
+/// the 16 input columns it reads (two loads and an even-lane permute for stride 2), with
+/// columns outside the image read as -inf (masked loads: never accessed), and folds them
+/// with `maxps(e, acc)` (`e > acc ? e : acc`) in window order: the same operand as the
+/// generic path's NaN-free max for every pair, ±0 included. A window with no valid tap is
+/// -inf, as there. NaN is not handled here: [`max2d::plane`] reports one among the taps and
+/// the caller redoes the plane on the NaN-aware path.
+#[cfg(target_arch = "x86_64")]
+mod max2d {
+    use std::arch::x86_64::*;
+
+    /// One plane's geometry: input `h × w`, output `oh × ow`, kernel `kh × kw`, strides,
+    /// and the top/left pads.
+    pub(super) struct Geo {
+        pub h: usize,
+        pub w: usize,
+        pub oh: usize,
+        pub ow: usize,
+        pub kh: usize,
+        pub kw: usize,
+        pub sh: usize,
+        pub sw: usize,
+        pub pt: usize,
+        pub pl: usize,
+    }
+
+    /// Lanes `l` of a load at input column `c` with `0 <= c + l < w`.
+    #[inline(always)]
+    fn inside(c: isize, w: usize) -> u16 {
+        let lo = (-c).clamp(0, 16) as u32;
+        let hi = (w as isize - c).clamp(0, 16) as u32;
+        let bits = |n: u32| if n >= 16 { 0xffffu32 } else { (1u32 << n) - 1 };
+        (bits(hi) & !bits(lo)) as u16
+    }
+
+    /// The pooled plane `dst` (`oh*ow`) from `src` (`h*w`). Returns false, with `dst` in
+    /// an unspecified state, when a tap read a NaN.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `g.sw` is 1 or 2.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn plane(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+        assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let abs = _mm512_set1_epi32(0x7fff_ffff);
+        // Largest |tap| bits per lane: above +inf's only where a NaN was read.
+        let mut bits = _mm512_setzero_si512();
+        // Per chunk of 16 output columns and tap column: the load masks of its one
+        // (stride 1) or two (stride 2) loads, the same for every output row.
+        let nch = g.ow.div_ceil(16);
+        let mut masks = vec![(0u16, 0u16); nch * g.kw];
+        for (i, m) in masks.iter_mut().enumerate() {
+            let c = ((i / g.kw) * 16 * g.sw + i % g.kw) as isize - g.pl as isize;
+            *m = (inside(c, g.w), inside(c + 16, g.w));
+        }
+        for oy in 0..g.oh {
+            let iy0 = (oy * g.sh) as isize - g.pt as isize;
+            for (ch, ms) in masks.chunks_exact(g.kw).enumerate() {
+                let ox0 = ch * 16;
+                let mut acc = ninf;
+                for ky in 0..g.kh {
+                    let iy = iy0 + ky as isize;
+                    if iy < 0 || iy >= g.h as isize {
+                        continue;
+                    }
+                    let row = src.as_ptr().wrapping_add(iy as usize * g.w);
+                    for (kx, &(m0, m1)) in ms.iter().enumerate() {
+                        let c = (ox0 * g.sw + kx) as isize - g.pl as isize;
+                        let p = row.wrapping_offset(c);
+                        // SAFETY (loads): only lanes inside the row are read.
+                        let e = if g.sw == 1 {
+                            unsafe { _mm512_mask_loadu_ps(ninf, m0, p) }
+                        } else {
+                            let lo = unsafe { _mm512_mask_loadu_ps(ninf, m0, p) };
+                            let hi = unsafe { _mm512_mask_loadu_ps(ninf, m1, p.wrapping_add(16)) };
+                            _mm512_permutex2var_ps(lo, even, hi)
+                        };
+                        bits =
+                            _mm512_max_epu32(bits, _mm512_and_si512(_mm512_castps_si512(e), abs));
+                        acc = _mm512_max_ps(e, acc);
+                    }
+                }
+                let n = (g.ow - ox0).min(16);
+                let out_m = if n == 16 {
+                    0xffff
+                } else {
+                    ((1u32 << n) - 1) as u16
+                };
+                // SAFETY: columns ox0..ox0+n of output row oy, inside `dst` (checked).
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(oy * g.ow + ox0), out_m, acc) };
+            }
+        }
+        _mm512_cmpgt_epu32_mask(bits, _mm512_set1_epi32(0x7f80_0000)) == 0
+    }
 }

@@ -120,14 +120,14 @@ pub(crate) fn is_f32<T: 'static>() -> bool {
 }
 
 /// Reinterpret a slice whose element type is `f32` (checked by the caller through
-/// [`is_f32`]).
+/// [`is_f32`]; [`as_f32_mut`] likewise).
 pub(crate) fn as_f32<T: 'static>(s: &[T]) -> &[f32] {
     debug_assert!(is_f32::<T>());
     // SAFETY: T is f32 (same type, same layout).
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
 }
 
-fn as_f32_mut<T: 'static>(s: &mut [T]) -> &mut [f32] {
+pub(crate) fn as_f32_mut<T: 'static>(s: &mut [T]) -> &mut [f32] {
     debug_assert!(is_f32::<T>());
     // SAFETY: T is f32 (same type, same layout).
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
