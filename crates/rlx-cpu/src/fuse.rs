@@ -417,7 +417,7 @@ pub(crate) fn run_group(
                 _ if scan => None,
                 Epilogue::None => Some(Clamp::NONE),
                 Epilogue::Relu => Some(Clamp::RELU),
-                Epilogue::Clip { lo, hi } => Some(Clamp { lo, hi }),
+                Epilogue::Clip { lo, hi } => Some(Clamp::clip(lo, hi)),
                 Epilogue::Silu => None,
             };
             conv_post(x, w, bias, a, &node.shape, &post, clamp)?

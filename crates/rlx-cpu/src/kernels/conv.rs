@@ -358,12 +358,15 @@ fn depthwise_2d_f32(
 /// A fused activation that a conv kernel applies to each output value in registers, before
 /// its store, in place of a [`Post`] pass: `v ↦ minps(hi, maxps(lo, v))`. With x86's
 /// `maxps`/`minps` operand rules that keeps a NaN `v` and a `v` equal to a bound, so it is
-/// ONNX Relu for `(0, +inf)` (`if v < 0 {0} else {v}`: -0 stays -0), Clip for `(lo, hi)`,
-/// and the identity for `(-inf, +inf)` ([`Clamp::NONE`]).
+/// ONNX Relu for `(0, +inf)` (`if v < 0 {0} else {v}`: -0 stays -0, a NaN keeps its bits),
+/// Clip for `(lo, hi)` with `nan_out` (RLX's Max/Min give the canonical `f32::NAN` for a
+/// NaN operand), and the identity for `(-inf, +inf)` ([`Clamp::NONE`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Clamp {
     pub lo: f32,
     pub hi: f32,
+    /// A NaN `v` becomes `f32::NAN` (else it is kept as it is).
+    pub nan_out: bool,
 }
 
 impl Clamp {
@@ -371,12 +374,22 @@ impl Clamp {
     pub(crate) const NONE: Clamp = Clamp {
         lo: f32::NEG_INFINITY,
         hi: f32::INFINITY,
+        nan_out: false,
     };
     /// ONNX Relu.
     pub(crate) const RELU: Clamp = Clamp {
         lo: 0.0,
         hi: f32::INFINITY,
+        nan_out: false,
     };
+    /// ONNX Clip as RLX imports it (Max then Min).
+    pub(crate) fn clip(lo: f32, hi: f32) -> Clamp {
+        Clamp {
+            lo,
+            hi,
+            nan_out: true,
+        }
+    }
 }
 
 /// An elementwise map run in place on output planes (a fused group's activation); it must
@@ -415,6 +428,8 @@ mod dw_simd {
         /// `Min(Max(v, lo), hi)` per lane as [`super::Clamp`] defines it (`maxps(lo, v)`
         /// then `minps(hi, ·)`: a NaN `v` comes through, a `v` equal to a bound is kept).
         unsafe fn clamp(v: Self::V, lo: Self::V, hi: Self::V) -> Self::V;
+        /// `f32::NAN` in the NaN lanes of `v`.
+        unsafe fn nan_out(v: Self::V) -> Self::V;
     }
 
     pub(super) struct Avx512;
@@ -465,6 +480,11 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn clamp(v: __m512, lo: __m512, hi: __m512) -> __m512 {
             _mm512_min_ps(hi, _mm512_max_ps(lo, v))
+        }
+        #[inline(always)]
+        unsafe fn nan_out(v: __m512) -> __m512 {
+            let m = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            _mm512_mask_blend_ps(m, v, _mm512_set1_ps(f32::NAN))
         }
     }
 
@@ -519,6 +539,11 @@ mod dw_simd {
         unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
             _mm256_min_ps(hi, _mm256_max_ps(lo, v))
         }
+        #[inline(always)]
+        unsafe fn nan_out(v: __m256) -> __m256 {
+            let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
+            _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
+        }
     }
 
     pub(super) struct Avx2;
@@ -566,6 +591,11 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
             _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+        }
+        #[inline(always)]
+        unsafe fn nan_out(v: __m256) -> __m256 {
+            let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
+            _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
         }
     }
 
@@ -719,7 +749,10 @@ mod dw_simd {
                             }
                         }
                     }
-                    let acc = S::clamp(sum(acc), lo, hi);
+                    let mut acc = S::clamp(sum(acc), lo, hi);
+                    if clamp.nan_out {
+                        acc = S::nan_out(acc);
+                    }
                     if ox0 + n <= ow {
                         S::store(orow.add(ox0), acc);
                     } else {
@@ -742,7 +775,10 @@ mod dw_simd {
                             acc[kx] = S::fma_m(wv[ky][kx], xv, acc[kx], ms[kx]);
                         }
                     }
-                    let acc = S::clamp(sum(acc), lo, hi);
+                    let mut acc = S::clamp(sum(acc), lo, hi);
+                    if clamp.nan_out {
+                        acc = S::nan_out(acc);
+                    }
                     if ox0 + n <= ow {
                         S::store(orow.add(ox0), acc);
                     } else {
@@ -936,12 +972,15 @@ mod dw_simd {
     }
 }
 
-fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+fn conv_float<
+    T: GemmElem + Elem + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+>(
     x: &[T],
     w: &[T],
     bias: Option<Vec<T>>,
     g: &Geo,
     post: &(dyn Fn(&mut [T]) + Sync),
+    clamp: Option<(T, T, bool)>,
 ) -> KResult<Vec<T>> {
     let p: usize = g.osp.iter().product();
     if g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1 {
@@ -1009,11 +1048,45 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
-                if let Some(b) = &bias {
-                    let bv = b[gi * mg + i];
-                    map_inplace(seg, |v| v + bv);
+                let bv = bias.as_ref().map(|b| b[gi * mg + i]);
+                match (clamp, bv) {
+                    // The bias and the activation in one pass (`maxps(lo, ·)` then
+                    // `minps(hi, ·)` as scalar expressions: see `Clamp`).
+                    (Some((lo, hi, nan_out)), bv) => {
+                        let b = bv.unwrap_or(T::ZERO);
+                        let clamp = move |v: T| {
+                            let t = if lo > v { lo } else { v };
+                            if hi < t {
+                                hi
+                            } else {
+                                t
+                            }
+                        };
+                        // Separate loops (selects, no branch out of them: they vectorize).
+                        match (bv.is_some(), nan_out) {
+                            (true, false) => map_inplace(seg, |v| clamp(v + b)),
+                            (false, false) => map_inplace(seg, clamp),
+                            (_, true) => {
+                                let nan = T::from_f64(f64::NAN);
+                                let has_b = bv.is_some();
+                                // `move`: by reference, `nan` was read through a gather.
+                                #[allow(clippy::eq_op)] // t != t: NaN
+                                map_inplace(seg, move |v| {
+                                    let t = if has_b { v + b } else { v };
+                                    let c = clamp(t);
+                                    if t != t {
+                                        nan
+                                    } else {
+                                        c
+                                    }
+                                })
+                            }
+                        }
+                    }
+                    (None, Some(bv)) => map_inplace(seg, |v| v + bv),
+                    (None, None) => {}
                 }
-                if pb < p {
+                if pb < p && clamp.is_none() {
                     post(seg);
                 }
             };
@@ -1025,7 +1098,7 @@ fn conv_float<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<Out
             } else {
                 (0..mg).for_each(row);
             }
-            if pb == p {
+            if pb == p && clamp.is_none() {
                 // Whole planes: the task's rows are one run (short rows cost `post` calls).
                 // SAFETY: rows ooff + [0, mg*p) are this task's, written above.
                 let run = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), mg * p) };
@@ -1098,8 +1171,9 @@ pub(crate) fn conv(
 
 /// [`conv`], then `post` on each f32 output plane while it is in cache (a fused group's
 /// activation; see `crate::fuse`). Other dtypes ignore `post`. `clamp`, when given, must
-/// be the same map as `post`: the depthwise kernel then applies it before each store
-/// instead of calling `post` (other paths call `post`).
+/// be the same map as `post`: the f32 kernels then apply it instead of calling `post` (the
+/// depthwise kernel in registers before each store, the im2col/gemm path in the same pass
+/// as the bias); the Winograd path calls `post`.
 pub(crate) fn conv_post(
     x: &Tensor,
     w: &Tensor,
@@ -1148,17 +1222,21 @@ pub(crate) fn conv_post(
                     }
                     D::F32(o)
                 }
-                None => D::F32(conv_float(xv, wv, b, &g, post)?),
+                None => {
+                    let c = clamp.map(|c| (c.lo, c.hi, c.nan_out));
+                    D::F32(conv_float(xv, wv, b, &g, post, c)?)
+                }
             }
         }
         (D::F64(xv), D::F64(wv)) => {
             let b = bias.map(|b| values_as(b.data()));
-            D::F64(conv_float(xv, wv, b, &g, &|_: &mut [f64]| {})?)
+            D::F64(conv_float(xv, wv, b, &g, &|_: &mut [f64]| {}, None)?)
         }
         (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
             let xv = x.data().to_f32_vec();
             let wv = w.data().to_f32_vec();
-            let r = conv_float(&xv, &wv, bias.map(|b| values_as(b.data())), &g, &no_post)?;
+            let b = bias.map(|b| values_as(b.data()));
+            let r = conv_float(&xv, &wv, b, &g, &no_post, None)?;
             if x.dtype() == rlx_ir::DType::F16 {
                 D::F16(r.into_iter().map(f16::from_f32).collect())
             } else {
@@ -1604,7 +1682,7 @@ mod tests {
             let acts: [(Clamp, &dyn Fn(f32) -> f32); 3] = [
                 (Clamp::NONE, &|v| v),
                 (Clamp::RELU, &relu),
-                (Clamp { lo: -0.25, hi: 0.5 }, &clip),
+                (Clamp::clip(-0.25, 0.5), &clip),
             ];
             for (clamp, act) in acts {
                 let want: Vec<f32> = conv.iter().map(|&v| act(v)).collect();
@@ -1613,7 +1691,9 @@ mod tests {
                         dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post, clamp).unwrap();
                     assert_eq!(got.len(), want.len());
                     for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
-                        let same = (u.is_nan() && v.is_nan())
+                        // Clip's NaN is f32::NAN, bit for bit (as RLX's Max/Min give it).
+                        let nan_ok = !clamp.nan_out || u.to_bits() == v.to_bits();
+                        let same = (u.is_nan() && v.is_nan() && nan_ok)
                             || u == v
                             || (u - v).abs() <= 1e-5 * (1.0 + v.abs());
                         assert!(same, "{isa:?} {clamp:?} geo {gi} at {i}: {u} vs {v}");
