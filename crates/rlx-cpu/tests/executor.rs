@@ -291,22 +291,26 @@ fn reused_executor_matches_a_fresh_one_bit_for_bit() {
     }
 }
 
-/// A depthwise conv's output comes from the pool with the stale values of an earlier run
-/// (NaN among them) and no fill: every element must still be written. The conv is the
-/// first node, so it takes a buffer that the last run's later nodes left in the pool.
-/// Fused with a Relu (the clamp in registers) and alone, stride 1 and 2, planes whose
-/// width is not a multiple of the SIMD width; each run must match a fresh executor's bits.
+/// A depthwise or Winograd conv's output comes from the pool with the stale values of an
+/// earlier run (NaN among them) and no fill: every element must still be written. The conv
+/// is the first node, so it takes a buffer that the last run's later nodes left in the
+/// pool. Fused with a Relu (the clamp in registers) and alone; depthwise at stride 1 and 2
+/// on planes whose width is not a multiple of the SIMD width, Winograd (3×3, 32 channels)
+/// on odd planes (half tiles); each run must match a fresh executor's bits.
 #[test]
-fn depthwise_conv_on_pooled_buffers_matches_a_fresh_executor() {
-    let (c, h, wd) = (5usize, 13usize, 11usize);
-    let build = |stride: usize, relu: bool| {
-        let mut g = Graph::new("dw");
+fn convs_on_pooled_buffers_match_a_fresh_executor() {
+    let (h, wd) = (13usize, 11usize);
+    // (channels, groups, stride)
+    let kinds = [(5usize, 5usize, 1usize), (5, 5, 2), (32, 1, 1)];
+    let build = |(c, groups, stride): (usize, usize, usize), relu: bool| {
+        let mut g = Graph::new("conv");
         let x = g.input("x", s(&[1, c, h, wd]));
-        let wv: Vec<f32> = (0..c * 9)
-            .map(|i| ((i * 37) % 11) as f32 / 5.0 - 1.0)
+        let cg = c / groups;
+        let wv: Vec<f32> = (0..c * cg * 9)
+            .map(|i| ((i * 37) % 11) as f32 / (5.0 * cg as f32) - 0.2)
             .collect();
-        let w = g.constant(f32t(&[c, 1, 3, 3], &wv));
-        let bv: Vec<f32> = (0..c).map(|i| i as f32 - 2.0).collect();
+        let w = g.constant(f32t(&[c, cg, 3, 3], &wv));
+        let bv: Vec<f32> = (0..c).map(|i| (i % 5) as f32 - 2.0).collect();
         let b = g.constant(f32t(&[c], &bv));
         let (oh, ow) = ((h - 1) / stride + 1, (wd - 1) / stride + 1);
         let os = s(&[1, c, oh, ow]);
@@ -314,7 +318,7 @@ fn depthwise_conv_on_pooled_buffers_matches_a_fresh_executor() {
             strides: vec![stride, stride],
             pads: vec![(1, 1), (1, 1)],
             dilations: vec![1, 1],
-            groups: c,
+            groups,
         };
         let mut o = g.add_node(Op::Conv(attrs), vec![x, w, b], os.clone());
         if relu {
@@ -327,7 +331,7 @@ fn depthwise_conv_on_pooled_buffers_matches_a_fresh_executor() {
         g.set_outputs(vec![out]);
         g
     };
-    let inputs = |seed: u32| {
+    let inputs = |c: usize, seed: u32| {
         let v: Vec<f32> = (0..c * h * wd)
             .map(|i| match (i as u32 * 7 + seed) % 31 {
                 0 if seed == 1 => f32::NAN,
@@ -337,21 +341,28 @@ fn depthwise_conv_on_pooled_buffers_matches_a_fresh_executor() {
             .collect();
         f32t(&[1, c, h, wd], &v)
     };
-    for stride in [1, 2] {
+    for kind in kinds {
         for relu in [false, true] {
-            let mut reused = CpuExecutor::new(build(stride, relu)).unwrap();
-            for seed in [1u32, 2, 3, 1, 2] {
-                let got = reused.run(&[inputs(seed)], None).unwrap();
-                let want = CpuExecutor::new(build(stride, relu))
+            let mut reused = CpuExecutor::new(build(kind, relu)).unwrap();
+            // Seeds 2 and 3 have no NaN/Inf: the Winograd path keeps their outputs.
+            for seed in [1u32, 2, 3, 1, 2, 3] {
+                let got = reused.run(&[inputs(kind.0, seed)], None).unwrap();
+                let want = CpuExecutor::new(build(kind, relu))
                     .unwrap()
-                    .run(&[inputs(seed)], None)
+                    .run(&[inputs(kind.0, seed)], None)
                     .unwrap();
                 let (g, w) = (got[0].as_f32().unwrap(), want[0].as_f32().unwrap());
                 assert!(
                     g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "stride {stride} relu {relu} seed {seed}: reused executor differs"
+                    "{kind:?} relu {relu} seed {seed}: reused executor differs"
                 );
             }
         }
     }
+    let e = CpuExecutor::new(build(kinds[2], false)).unwrap();
+    assert_eq!(
+        e.winograd_convs(),
+        1,
+        "the 32-channel conv takes the Winograd path"
+    );
 }

@@ -287,7 +287,9 @@ pub(crate) fn conv(
         if !ok {
             return None;
         }
-        let mut out = crate::buffers::filled(total, 0.0f32);
+        // Every output element is written: the 2×2 tiles cover each plane (the right and
+        // bottom halves of edge tiles are skipped outside it), for every channel block.
+        let mut out = crate::buffers::overwritten(total);
         let mb = &*mb;
         let zero = vec![0.0f32; m];
         let bias = bias.unwrap_or(&zero);
