@@ -264,25 +264,28 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         && a.dilations.iter().all(|&d| d == 1)
         && (1..=2).contains(&sw)
         && std::is_x86_feature_detected!("avx512f");
+    #[cfg(target_arch = "x86_64")]
+    let geo = max2d::Geo {
+        h,
+        w,
+        oh,
+        ow,
+        kh,
+        kw,
+        sh: a.strides[0],
+        sw,
+        pt: a.pads[0].0,
+        pl: a.pads[1].0,
+    };
+    #[cfg(target_arch = "x86_64")]
+    let masks = if simd_max { max2d::masks(&geo) } else { vec![] };
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
         #[cfg(target_arch = "x86_64")]
         if simd_max {
-            let geo = max2d::Geo {
-                h,
-                w,
-                oh,
-                ow,
-                kh,
-                kw,
-                sh: a.strides[0],
-                sw,
-                pt: a.pads[0].0,
-                pl: a.pads[1].0,
-            };
             let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
             // SAFETY: AVX-512F was detected above.
-            if unsafe { max2d::plane(s32, d32, &geo) } {
+            if unsafe { max2d::plane(s32, d32, &geo, &masks) } {
                 return;
             }
             // A NaN among the taps: the plane again on the NaN-aware path below.
@@ -558,27 +561,36 @@ mod max2d {
         (bits(hi) & !bits(lo)) as u16
     }
 
-    /// The pooled plane `dst` (`oh*ow`) from `src` (`h*w`). Returns false, with `dst` in
-    /// an unspecified state, when a tap read a NaN.
+    /// Per chunk of 16 output columns and tap column: the masks of its one (stride 1) or
+    /// two (stride 2) loads, the same for every row and plane.
+    pub(super) fn masks(g: &Geo) -> Vec<(u16, u16)> {
+        (0..g.ow.div_ceil(16) * g.kw)
+            .map(|i| {
+                let c = ((i / g.kw) * 16 * g.sw + i % g.kw) as isize - g.pl as isize;
+                (inside(c, g.w), inside(c + 16, g.w))
+            })
+            .collect()
+    }
+
+    /// The pooled plane `dst` (`oh*ow`) from `src` (`h*w`), with `masks` from [`masks`].
+    /// Returns false, with `dst` in an unspecified state, when a tap read a NaN.
     ///
     /// # Safety
     /// The CPU must have AVX-512F; `g.sw` is 1 or 2.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn plane(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+    pub(super) unsafe fn plane(
+        src: &[f32],
+        dst: &mut [f32],
+        g: &Geo,
+        masks: &[(u16, u16)],
+    ) -> bool {
         assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let abs = _mm512_set1_epi32(0x7fff_ffff);
         // Largest |tap| bits per lane: above +inf's only where a NaN was read.
         let mut bits = _mm512_setzero_si512();
-        // Per chunk of 16 output columns and tap column: the load masks of its one
-        // (stride 1) or two (stride 2) loads, the same for every output row.
-        let nch = g.ow.div_ceil(16);
-        let mut masks = vec![(0u16, 0u16); nch * g.kw];
-        for (i, m) in masks.iter_mut().enumerate() {
-            let c = ((i / g.kw) * 16 * g.sw + i % g.kw) as isize - g.pl as isize;
-            *m = (inside(c, g.w), inside(c + 16, g.w));
-        }
+        assert!(masks.len() == g.ow.div_ceil(16) * g.kw);
         for oy in 0..g.oh {
             let iy0 = (oy * g.sh) as isize - g.pt as isize;
             for (ch, ms) in masks.chunks_exact(g.kw).enumerate() {
