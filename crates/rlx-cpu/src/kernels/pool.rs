@@ -284,11 +284,13 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         #[cfg(target_arch = "x86_64")]
         if simd_max {
             let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
-            // SAFETY: AVX-512F was detected above.
-            if unsafe { max2d::plane(s32, d32, &geo, &masks) } {
+            // Above 0x7f80_0000 (|inf|) only for a NaN: such a plane takes the NaN-aware
+            // path below.
+            if super::wide::max_abs_bits(s32) <= 0x7f80_0000 {
+                // SAFETY: AVX-512F was detected above.
+                unsafe { max2d::plane(s32, d32, &geo, &masks) };
                 return;
             }
-            // A NaN among the taps: the plane again on the NaN-aware path below.
         }
         let no_nan = is_max
             && if super::wide::is_f32::<T>() {
@@ -531,8 +533,9 @@ pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
 /// columns outside the image read as -inf (masked loads: never accessed), and folds them
 /// with `maxps(e, acc)` (`e > acc ? e : acc`) in window order: the same operand as the
 /// generic path's NaN-free max for every pair, ±0 included. A window with no valid tap is
-/// -inf, as there. NaN is not handled here: [`max2d::plane`] reports one among the taps and
-/// the caller redoes the plane on the NaN-aware path.
+/// -inf, as there. Stride 2 takes two taps (kx, kx + 1) from one pair of loads (even and
+/// odd lanes). NaN is not handled here: the caller sends a plane holding one to the
+/// NaN-aware path.
 #[cfg(target_arch = "x86_64")]
 mod max2d {
     use std::arch::x86_64::*;
@@ -572,25 +575,18 @@ mod max2d {
             .collect()
     }
 
-    /// The pooled plane `dst` (`oh*ow`) from `src` (`h*w`), with `masks` from [`masks`].
-    /// Returns false, with `dst` in an unspecified state, when a tap read a NaN.
+    /// The pooled plane `dst` (`oh*ow`) from `src` (`h*w`, without NaN), with `masks` from
+    /// [`masks`].
     ///
     /// # Safety
     /// The CPU must have AVX-512F; `g.sw` is 1 or 2.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn plane(
-        src: &[f32],
-        dst: &mut [f32],
-        g: &Geo,
-        masks: &[(u16, u16)],
-    ) -> bool {
+    pub(super) unsafe fn plane(src: &[f32], dst: &mut [f32], g: &Geo, masks: &[(u16, u16)]) {
         assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
+        assert!(masks.len() == g.ow.div_ceil(16) * g.kw);
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let abs = _mm512_set1_epi32(0x7fff_ffff);
-        // Largest |tap| bits per lane: above +inf's only where a NaN was read.
-        let mut bits = _mm512_setzero_si512();
-        assert!(masks.len() == g.ow.div_ceil(16) * g.kw);
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
         for oy in 0..g.oh {
             let iy0 = (oy * g.sh) as isize - g.pt as isize;
             for (ch, ms) in masks.chunks_exact(g.kw).enumerate() {
@@ -602,20 +598,28 @@ mod max2d {
                         continue;
                     }
                     let row = src.as_ptr().wrapping_add(iy as usize * g.w);
-                    for (kx, &(m0, m1)) in ms.iter().enumerate() {
-                        let c = (ox0 * g.sw + kx) as isize - g.pl as isize;
-                        let p = row.wrapping_offset(c);
-                        // SAFETY (loads): only lanes inside the row are read.
-                        let e = if g.sw == 1 {
-                            unsafe { _mm512_mask_loadu_ps(ninf, m0, p) }
-                        } else {
-                            let lo = unsafe { _mm512_mask_loadu_ps(ninf, m0, p) };
-                            let hi = unsafe { _mm512_mask_loadu_ps(ninf, m1, p.wrapping_add(16)) };
-                            _mm512_permutex2var_ps(lo, even, hi)
-                        };
-                        bits =
-                            _mm512_max_epu32(bits, _mm512_and_si512(_mm512_castps_si512(e), abs));
-                        acc = _mm512_max_ps(e, acc);
+                    let at =
+                        |kx: usize| row.wrapping_offset((ox0 * g.sw + kx) as isize - g.pl as isize);
+                    if g.sw == 1 {
+                        for (kx, &(m0, _)) in ms.iter().enumerate() {
+                            // SAFETY: only lanes inside the row are read.
+                            let e = unsafe { _mm512_mask_loadu_ps(ninf, m0, at(kx)) };
+                            acc = _mm512_max_ps(e, acc);
+                        }
+                    } else {
+                        // Stride 2: columns c..c+32 from two loads give tap kx (even lanes)
+                        // and tap kx + 1 (odd lanes): the same columns, the same masks.
+                        for kx in (0..g.kw).step_by(2) {
+                            let (m0, m1) = ms[kx];
+                            // SAFETY: only lanes inside the row are read.
+                            let lo = unsafe { _mm512_mask_loadu_ps(ninf, m0, at(kx)) };
+                            let hi =
+                                unsafe { _mm512_mask_loadu_ps(ninf, m1, at(kx).wrapping_add(16)) };
+                            acc = _mm512_max_ps(_mm512_permutex2var_ps(lo, even, hi), acc);
+                            if kx + 1 < g.kw {
+                                acc = _mm512_max_ps(_mm512_permutex2var_ps(lo, odd, hi), acc);
+                            }
+                        }
                     }
                 }
                 let n = (g.ow - ox0).min(16);
@@ -628,6 +632,5 @@ mod max2d {
                 unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(oy * g.ow + ox0), out_m, acc) };
             }
         }
-        _mm512_cmpgt_epu32_mask(bits, _mm512_set1_epi32(0x7f80_0000)) == 0
     }
 }
