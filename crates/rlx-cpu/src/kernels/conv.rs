@@ -488,6 +488,19 @@ mod dw_simd {
         }
     }
 
+    /// [`Lanes::clamp`] on 8 lanes (ymm), for [`Avx512Y`] and [`Avx2`].
+    #[inline(always)]
+    unsafe fn clamp_256(v: __m256, lo: __m256, hi: __m256) -> __m256 {
+        _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+    }
+
+    /// [`Lanes::nan_out`] on 8 lanes (ymm), for [`Avx512Y`] and [`Avx2`].
+    #[inline(always)]
+    unsafe fn nan_out_256(v: __m256) -> __m256 {
+        let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
+        _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
+    }
+
     /// AVX-512VL on 8 lanes (ymm): planes at most 8 columns wide (7×7) leave half of a
     /// 16-lane register idle, and a 512-bit op costs two 256-bit ones on some cores (Zen 4).
     pub(super) struct Avx512Y;
@@ -537,12 +550,11 @@ mod dw_simd {
         }
         #[inline(always)]
         unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
-            _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+            clamp_256(v, lo, hi)
         }
         #[inline(always)]
         unsafe fn nan_out(v: __m256) -> __m256 {
-            let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
-            _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
+            nan_out_256(v)
         }
     }
 
@@ -590,12 +602,11 @@ mod dw_simd {
         }
         #[inline(always)]
         unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
-            _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+            clamp_256(v, lo, hi)
         }
         #[inline(always)]
         unsafe fn nan_out(v: __m256) -> __m256 {
-            let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
-            _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
+            nan_out_256(v)
         }
     }
 
