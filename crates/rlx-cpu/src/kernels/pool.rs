@@ -258,40 +258,32 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         .map(|&(lo, _, c0)| phase_of(c0) + in_lo - lo)
         .collect();
     let kh = a.kernel[0];
+    // f32 MaxPool on AVX-512 (stride 1 or 2 along columns, no dilation): its geometry and
+    // load masks, made once for every plane.
     #[cfg(target_arch = "x86_64")]
-    let simd_max = is_max
+    let simd = (is_max
         && super::wide::is_f32::<T>()
         && a.dilations.iter().all(|&d| d == 1)
         && (1..=2).contains(&sw)
-        && std::is_x86_feature_detected!("avx512f");
-    #[cfg(target_arch = "x86_64")]
-    let geo = max2d::Geo {
-        h,
-        w,
-        oh,
-        ow,
-        kh,
-        kw,
-        sh: a.strides[0],
-        sw,
-        pt: a.pads[0].0,
-        pl: a.pads[1].0,
-    };
-    #[cfg(target_arch = "x86_64")]
-    let masks = if simd_max { max2d::masks(&geo) } else { vec![] };
+        && std::is_x86_feature_detected!("avx512f"))
+    .then(|| {
+        let geo = max2d::Geo {
+            h,
+            w,
+            oh,
+            ow,
+            kh,
+            kw,
+            sh: a.strides[0],
+            sw,
+            pt: a.pads[0].0,
+            pl: a.pads[1].0,
+        };
+        let masks = max2d::masks(&geo);
+        (geo, masks)
+    });
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
-        #[cfg(target_arch = "x86_64")]
-        if simd_max {
-            let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
-            // Above 0x7f80_0000 (|inf|) only for a NaN: such a plane takes the NaN-aware
-            // path below.
-            if super::wide::max_abs_bits(s32) <= 0x7f80_0000 {
-                // SAFETY: AVX-512F was detected above.
-                unsafe { max2d::plane(s32, d32, &geo, &masks) };
-                return;
-            }
-        }
         let no_nan = is_max
             && if super::wide::is_f32::<T>() {
                 // Above 0x7f80_0000 (|inf|) only for a NaN: one vector integer-max pass.
@@ -299,6 +291,14 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             } else {
                 !src.iter().any(|x| x.is_nan())
             };
+        // A plane with a NaN takes the NaN-aware path below.
+        #[cfg(target_arch = "x86_64")]
+        if let (Some((geo, masks)), true) = (&simd, no_nan) {
+            let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
+            // SAFETY: AVX-512F was detected above.
+            unsafe { max2d::plane(s32, d32, geo, masks) };
+            return;
+        }
         // With sw > 1, every input row split into its stride phases, once per plane. Rows
         // narrower than a 16-lane block are copied too, with 16 elements of slack after
         // each, so that `fold_taps` may read a whole block past a row's valid outputs.
