@@ -69,6 +69,17 @@ pub(crate) enum Epilogue {
 }
 
 impl Epilogue {
+    /// The same map as [`Epilogue::apply`], as a conv kernel's clamp (not for SiLU).
+    fn clamp(self) -> Option<crate::kernels::conv::Clamp> {
+        use crate::kernels::conv::Clamp;
+        match self {
+            Epilogue::None => Some(Clamp::NONE),
+            Epilogue::Relu => Some(Clamp::RELU),
+            Epilogue::Clip { lo, hi } => Some(Clamp::clip(lo, hi)),
+            Epilogue::Silu => None,
+        }
+    }
+
     /// Applies the activation in place to `v`, any part of the group's output (each kind
     /// maps every element on its own), with the unfused ops' kernels and expressions.
     fn apply(self, v: &mut [f32]) {
@@ -410,18 +421,17 @@ pub(crate) fn run_group(
     let bias = rest.first().copied();
     let t = match wino {
         Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
-        None => {
-            // Without a scan, a depthwise conv applies the activation itself, in registers.
-            use crate::kernels::conv::Clamp;
-            let clamp = match act {
-                _ if scan => None,
-                Epilogue::None => Some(Clamp::NONE),
-                Epilogue::Relu => Some(Clamp::RELU),
-                Epilogue::Clip { lo, hi } => Some(Clamp::clip(lo, hi)),
-                Epilogue::Silu => None,
-            };
-            conv_post(x, w, bias, a, &node.shape, &post, clamp)?
-        }
+        // Without a scan (which needs the value before the activation), the conv kernels
+        // apply a Relu/Clip themselves.
+        None => conv_post(
+            x,
+            w,
+            bias,
+            a,
+            &node.shape,
+            &post,
+            act.clamp().filter(|_| !scan),
+        )?,
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).
