@@ -1059,44 +1059,7 @@ fn conv_float<
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
-                let bv = bias.as_ref().map(|b| b[gi * mg + i]);
-                match (clamp, bv) {
-                    // The bias and the activation in one pass (`maxps(lo, ·)` then
-                    // `minps(hi, ·)` as scalar expressions: see `Clamp`).
-                    (Some((lo, hi, nan_out)), bv) => {
-                        let b = bv.unwrap_or(T::ZERO);
-                        let clamp = move |v: T| {
-                            let t = if lo > v { lo } else { v };
-                            if hi < t {
-                                hi
-                            } else {
-                                t
-                            }
-                        };
-                        // Separate loops (selects, no branch out of them: they vectorize).
-                        match (bv.is_some(), nan_out) {
-                            (true, false) => map_inplace(seg, |v| clamp(v + b)),
-                            (false, false) => map_inplace(seg, clamp),
-                            (_, true) => {
-                                let nan = T::from_f64(f64::NAN);
-                                let has_b = bv.is_some();
-                                // `move`: by reference, `nan` was read through a gather.
-                                #[allow(clippy::eq_op)] // t != t: NaN
-                                map_inplace(seg, move |v| {
-                                    let t = if has_b { v + b } else { v };
-                                    let c = clamp(t);
-                                    if t != t {
-                                        nan
-                                    } else {
-                                        c
-                                    }
-                                })
-                            }
-                        }
-                    }
-                    (None, Some(bv)) => map_inplace(seg, |v| v + bv),
-                    (None, None) => {}
-                }
+                bias_clamp(seg, bias.as_ref().map(|b| b[gi * mg + i]), clamp);
                 if pb < p && clamp.is_none() {
                     post(seg);
                 }
@@ -1154,6 +1117,52 @@ fn conv_float<
     // + [oy0*ow, oy1*ow) over all blocks tile [0, total).
     unsafe { out.set_len(total) };
     Ok(out)
+}
+
+/// One output row's bias `b` and activation `clamp` (`(lo, hi, nan_out)` of a [`Clamp`]),
+/// in one pass: `maxps(lo, ·)` then `minps(hi, ·)` as scalar expressions, a NaN kept or,
+/// with `nan_out`, made the canonical NaN. Each case is its own loop of selects with no
+/// branch out of it, so each vectorizes.
+fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
+    seg: &mut [T],
+    b: Option<T>,
+    clamp: Option<(T, T, bool)>,
+) {
+    let Some((lo, hi, nan_out)) = clamp else {
+        if let Some(b) = b {
+            map_inplace(seg, |v| v + b);
+        }
+        return;
+    };
+    let clamp = move |v: T| {
+        let t = if lo > v { lo } else { v };
+        if hi < t {
+            hi
+        } else {
+            t
+        }
+    };
+    match (b, nan_out) {
+        (Some(b), false) => map_inplace(seg, |v| clamp(v + b)),
+        (None, false) => map_inplace(seg, clamp),
+        (b, true) => {
+            let nan = T::from_f64(f64::NAN);
+            // `move`: captured by reference, `nan` was read through a gather.
+            #[allow(clippy::eq_op)] // t != t: NaN
+            map_inplace(seg, move |v| {
+                let t = match b {
+                    Some(b) => v + b,
+                    None => v,
+                };
+                let c = clamp(t);
+                if t != t {
+                    nan
+                } else {
+                    c
+                }
+            })
+        }
+    }
 }
 
 /// Target bytes of one conv block's column matrix plus output. Smaller blocks lost more to
