@@ -114,7 +114,7 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
             let rs = |g: &mut Graph, v: NodeId| {
                 g.add_node(
                     Op::Reshape {
-                        dims: ps.dims_usize(),
+                        dims: ps.dims_usize().to_vec(),
                     },
                     vec![v],
                     ps.clone(),

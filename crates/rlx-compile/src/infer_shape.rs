@@ -39,6 +39,7 @@ pub fn arity(op: &Op) -> (usize, Option<usize>) {
 
 fn static_dims(s: &Shape, what: &str) -> Result<Vec<usize>, ShapeError> {
     s.static_dims()
+        .map(|d| d.to_vec())
         .ok_or_else(|| ShapeError(format!("{what} has symbolic dims {s}; bind them first")))
 }
 

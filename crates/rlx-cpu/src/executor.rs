@@ -730,7 +730,7 @@ impl CpuExecutor {
                     let Slot::Owned(first) = std::mem::replace(&mut slots[i0], Slot::Empty) else {
                         unreachable!("checked Owned above")
                     };
-                    let rest: Vec<&Tensor> = node.inputs[1..]
+                    let rest: smallvec::SmallVec<[&Tensor; 4]> = node.inputs[1..]
                         .iter()
                         .map(|i| {
                             slots[i.index()]
@@ -742,7 +742,8 @@ impl CpuExecutor {
                 }
             }
         }
-        let ins: Vec<&Tensor> = node
+        // Inline for up to 4 inputs: no heap allocation per node per run.
+        let ins: smallvec::SmallVec<[&Tensor; 4]> = node
             .inputs
             .iter()
             .map(|i| {

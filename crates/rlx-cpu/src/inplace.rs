@@ -122,29 +122,29 @@ pub(crate) fn eval_owned(
     if let (Op::Binary(b), [rhs]) = (op, rest) {
         if !b.is_predicate() && first.dims() == od.as_slice() && first.dtype() == rhs.dtype() {
             let b = *b;
-            let bd = rhs.dims().to_vec();
+            let bd = rhs.dims();
             let done = match (first.data_mut(), rhs.data()) {
                 (TensorData::F32(x), TensorData::F32(y)) => {
                     match b {
-                        rlx_ir::BinaryOp::Add => binary_into(x, &od, y, &bd, |p, q| p + q)?,
-                        rlx_ir::BinaryOp::Sub => binary_into(x, &od, y, &bd, |p, q| p - q)?,
-                        rlx_ir::BinaryOp::Mul => binary_into(x, &od, y, &bd, |p, q| p * q)?,
-                        rlx_ir::BinaryOp::Div => binary_into(x, &od, y, &bd, |p, q| p / q)?,
+                        rlx_ir::BinaryOp::Add => binary_into(x, &od, y, bd, |p, q| p + q)?,
+                        rlx_ir::BinaryOp::Sub => binary_into(x, &od, y, bd, |p, q| p - q)?,
+                        rlx_ir::BinaryOp::Mul => binary_into(x, &od, y, bd, |p, q| p * q)?,
+                        rlx_ir::BinaryOp::Div => binary_into(x, &od, y, bd, |p, q| p / q)?,
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 2.0 => {
-                            binary_into(x, &od, y, &bd, |p, _| p * p)?
+                            binary_into(x, &od, y, bd, |p, _| p * p)?
                         }
                         rlx_ir::BinaryOp::Pow if y.len() == 1 && y[0] == 3.0 => {
-                            binary_into(x, &od, y, &bd, |p, _| p * p * p)?
+                            binary_into(x, &od, y, bd, |p, _| p * p * p)?
                         }
                         // Max/Min monomorphized so the loop vectorizes (Clip's two halves).
-                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, &bd, max_f32)?,
-                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, &bd, min_f32)?,
-                        _ => binary_into(x, &od, y, &bd, |p, q| b.apply_f32(p, q))?,
+                        rlx_ir::BinaryOp::Max => binary_into(x, &od, y, bd, max_f32)?,
+                        rlx_ir::BinaryOp::Min => binary_into(x, &od, y, bd, min_f32)?,
+                        _ => binary_into(x, &od, y, bd, |p, q| b.apply_f32(p, q))?,
                     }
                     true
                 }
                 (TensorData::F64(x), TensorData::F64(y)) => {
-                    binary_into(x, &od, y, &bd, |p, q| b.apply_f64(p, q))?;
+                    binary_into(x, &od, y, bd, |p, q| b.apply_f64(p, q))?;
                     true
                 }
                 _ => false,
@@ -155,7 +155,7 @@ pub(crate) fn eval_owned(
             }
         }
     }
-    let mut ins = vec![&first];
+    let mut ins: smallvec::SmallVec<[&Tensor; 4]> = smallvec::smallvec![&first];
     ins.extend_from_slice(rest);
     eval_op(op, &ins, out)
 }

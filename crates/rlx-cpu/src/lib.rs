@@ -226,10 +226,12 @@ pub(crate) fn check_result(
     t: &Tensor,
     out: &Shape,
 ) -> Result<(), KernelError> {
-    let dims_ok = match out.static_dims() {
-        Some(d) => d == t.dims(),
-        None => out.rank() == t.dims().len(),
-    };
+    // Static dims must match; a symbolic dim matches any size (no `Vec` built per run).
+    let dims_ok = out.rank() == t.dims().len()
+        && out.dims.iter().zip(t.dims()).all(|(d, &n)| match d {
+            rlx_ir::Dim::Static(s) => *s == n,
+            rlx_ir::Dim::Sym(_) => true,
+        });
     if !dims_ok || t.dtype() != out.dtype {
         return Err(KernelError::Invalid(format!(
             "{} computed {} but the node declares {out}",

@@ -24,4 +24,4 @@ pub use op::{
     ReduceKind, ScatterReduction, UnaryOp,
 };
 pub use shape::{broadcast_dims, strides_of, Dim, Shape};
-pub use tensor::{ElementCountError, Tensor, TensorData};
+pub use tensor::{Dims, ElementCountError, Tensor, TensorData};

@@ -656,7 +656,7 @@ impl DebugScanner {
             op,
             kind,
             index,
-            dims: node.shape.dims_usize(),
+            dims: node.shape.dims_usize().to_vec(),
             dtype: node.shape.dtype,
             counts: c,
             cause,

@@ -61,7 +61,7 @@ impl Shape {
     }
 
     /// The static dims, or `None` if any dim is symbolic.
-    pub fn static_dims(&self) -> Option<Vec<usize>> {
+    pub fn static_dims(&self) -> Option<crate::Dims> {
         self.dims
             .iter()
             .map(|d| match d {
@@ -72,7 +72,7 @@ impl Shape {
     }
 
     /// The static dims; symbolic dims count as 0. Use only on inferred shapes.
-    pub fn dims_usize(&self) -> Vec<usize> {
+    pub fn dims_usize(&self) -> crate::Dims {
         self.dims
             .iter()
             .map(|d| match d {
@@ -111,8 +111,8 @@ impl fmt::Display for Shape {
 }
 
 /// Row-major (C-order) strides of `dims`, in elements.
-pub fn strides_of(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; dims.len()];
+pub fn strides_of(dims: &[usize]) -> crate::Dims {
+    let mut s: crate::Dims = smallvec::smallvec![1; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
         s[i] = s[i + 1] * dims[i + 1];
     }

@@ -295,13 +295,18 @@ impl fmt::Debug for TensorData {
     }
 }
 
+/// A tensor's dims: up to 6 are held inline, without a heap allocation (kernels build one
+/// per output, so a `Vec` here was an allocation and a free per op per run); more spill to
+/// the heap.
+pub type Dims = smallvec::SmallVec<[usize; 6]>;
+
 /// A dense row-major host tensor.
 ///
 /// Invariant: `data.len() == dims.iter().product()` (1 for a scalar).
 /// Construct with [`Tensor::new`], which checks it.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Tensor {
-    dims: Vec<usize>,
+    dims: Dims,
     data: TensorData,
 }
 
@@ -316,11 +321,15 @@ pub struct ElementCountError {
 
 impl Tensor {
     /// A tensor with `dims` and `data`; errors if the element count does not match.
-    pub fn new(dims: Vec<usize>, data: TensorData) -> Result<Tensor, ElementCountError> {
+    ///
+    /// `dims` is anything that converts into [`Dims`] (a `Vec<usize>`, a `&[usize]`, or
+    /// `Dims` itself, which kernels build without a heap allocation).
+    pub fn new(dims: impl Into<Dims>, data: TensorData) -> Result<Tensor, ElementCountError> {
+        let dims: Dims = dims.into();
         let expected: usize = dims.iter().product();
         if expected != data.len() {
             return Err(ElementCountError {
-                dims,
+                dims: dims.to_vec(),
                 expected,
                 got: data.len(),
             });
@@ -330,18 +339,18 @@ impl Tensor {
 
     /// An f32 tensor (errors like [`Tensor::new`]).
     pub fn from_f32(dims: &[usize], v: Vec<f32>) -> Result<Tensor, ElementCountError> {
-        Tensor::new(dims.to_vec(), TensorData::F32(v))
+        Tensor::new(dims, TensorData::F32(v))
     }
 
     /// An i64 tensor (errors like [`Tensor::new`]).
     pub fn from_i64(dims: &[usize], v: Vec<i64>) -> Result<Tensor, ElementCountError> {
-        Tensor::new(dims.to_vec(), TensorData::I64(v))
+        Tensor::new(dims, TensorData::I64(v))
     }
 
     /// A scalar f32.
     pub fn scalar_f32(x: f32) -> Tensor {
         Tensor {
-            dims: vec![],
+            dims: Dims::new(),
             data: TensorData::F32(vec![x]),
         }
     }
@@ -349,7 +358,7 @@ impl Tensor {
     /// A scalar of `dtype` holding `x` (rounded/converted to the dtype).
     pub fn scalar(dtype: DType, x: f64) -> Tensor {
         Tensor {
-            dims: vec![],
+            dims: Dims::new(),
             data: TensorData::from_f64(dtype, &[x]),
         }
     }
@@ -358,7 +367,7 @@ impl Tensor {
     pub fn zeros(dims: &[usize], dtype: DType) -> Tensor {
         let n = dims.iter().product();
         Tensor {
-            dims: dims.to_vec(),
+            dims: Dims::from_slice(dims),
             data: TensorData::zeros(dtype, n),
         }
     }
@@ -387,7 +396,7 @@ impl Tensor {
     }
 
     /// Same data, new dims (errors if the element count differs).
-    pub fn reshaped(self, dims: Vec<usize>) -> Result<Tensor, ElementCountError> {
+    pub fn reshaped(self, dims: impl Into<Dims>) -> Result<Tensor, ElementCountError> {
         Tensor::new(dims, self.data)
     }
 

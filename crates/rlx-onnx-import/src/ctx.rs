@@ -69,7 +69,7 @@ impl<'a> Ctx<'a> {
 
     /// Static dims of a node (graph nodes always have static dims after import).
     pub fn dims(&self, id: NodeId) -> Vec<usize> {
-        self.g.node(id).shape.dims_usize()
+        self.g.node(id).shape.dims_usize().to_vec()
     }
 
     pub fn rank(&self, id: NodeId) -> usize {

@@ -306,7 +306,7 @@ pub fn save_package(compiled: &CompiledGraph, path: &Path) -> Result<(), Runtime
             .map(|(name, s)| OutputInfo {
                 name,
                 dtype: s.dtype,
-                dims: s.dims_usize(),
+                dims: s.dims_usize().to_vec(),
             })
             .collect(),
         params,

@@ -1247,7 +1247,7 @@ fn word_elementwise(
 ) -> Result<Option<Vec<Spec>>, String> {
     let node = g.node(id);
     let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
-    let fast = (0..3).all(|k| ind(k) == od);
+    let fast = (0..3).all(|k| ind(k).as_slice() == od);
     let mut meta = vec![u(nout)?, od.len() as u32];
     let mut dims = od.iter().map(|&d| d as u32).collect::<Vec<_>>();
     dims.resize(8, 1);

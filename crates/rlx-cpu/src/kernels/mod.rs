@@ -59,7 +59,8 @@ pub(crate) mod winograd;
 
 use crate::KernelError;
 use half::{bf16, f16};
-use rlx_ir::{Shape, Tensor, TensorData};
+use rlx_ir::{Dims, Shape, Tensor, TensorData};
+use smallvec::SmallVec;
 
 /// Below this many output elements a kernel runs on the calling thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
@@ -225,13 +226,19 @@ fn with_elem<T>(d: &TensorData, f: impl Fn(f64) -> T) -> Vec<T> {
 }
 
 /// The output dims of a node's inferred type (errors on symbolic dims).
-pub(crate) fn out_dims(out: &Shape) -> KResult<Vec<usize>> {
-    out.static_dims()
+pub(crate) fn out_dims(out: &Shape) -> KResult<Dims> {
+    out.dims
+        .iter()
+        .map(|d| match d {
+            rlx_ir::Dim::Static(n) => Some(*n),
+            rlx_ir::Dim::Sym(_) => None,
+        })
+        .collect::<Option<Dims>>()
         .ok_or_else(|| KernelError::Invalid(format!("output type {out} has symbolic dims")))
 }
 
 /// Wrap data into a tensor with `dims`, checking the element count.
-pub(crate) fn make(dims: Vec<usize>, data: TensorData) -> KResult<Tensor> {
+pub(crate) fn make(dims: impl Into<Dims>, data: TensorData) -> KResult<Tensor> {
     Tensor::new(dims, data).map_err(|e| KernelError::Invalid(e.to_string()))
 }
 
@@ -250,7 +257,7 @@ pub(crate) fn arity(op: &rlx_ir::Op, inputs: &[&Tensor], min: usize, max: usize)
 }
 
 /// Row-major strides.
-pub(crate) fn strides(dims: &[usize]) -> Vec<usize> {
+pub(crate) fn strides(dims: &[usize]) -> Dims {
     rlx_ir::strides_of(dims)
 }
 
@@ -284,11 +291,11 @@ pub(crate) fn fill_chunks<T: Send>(
 /// the offset of a row's first element and the stride along the row (0 or 1).
 pub(crate) struct Bcast {
     pub inner: usize,
-    outer_dims: Vec<usize>,
+    outer_dims: Dims,
     /// Per input: strides of the outer (merged, all but the row) dims (0 where broadcast).
-    outer_strides: Vec<Vec<usize>>,
+    outer_strides: SmallVec<[Dims; 3]>,
     /// Per input: stride along the row (0 or 1).
-    pub inner_strides: Vec<usize>,
+    pub inner_strides: SmallVec<[usize; 3]>,
 }
 
 impl Bcast {
@@ -297,13 +304,13 @@ impl Bcast {
     pub fn new(ins: &[&[usize]], out: &[usize]) -> KResult<Bcast> {
         let r = out.len();
         // Per input, its stride along each output dim (0 where broadcast).
-        let mut fulls = vec![];
+        let mut fulls: SmallVec<[Dims; 3]> = SmallVec::new();
         for d in ins {
             if d.len() > r {
                 return invalid(format!("cannot broadcast {d:?} to {out:?}"));
             }
             let st = strides(d);
-            let mut full = vec![0usize; r];
+            let mut full: Dims = smallvec::smallvec![0usize; r];
             for (i, &od) in out.iter().enumerate() {
                 if i + d.len() < r {
                     continue;
@@ -322,8 +329,8 @@ impl Bcast {
         // Merge adjacent output dims that every input walks as one (outer stride = inner
         // stride * inner size, broadcast in both included) and drop size-1 dims, so that
         // e.g. [N,C,H,W] * [N,C,1,1] is N*C rows of H*W, not N*C*H rows of W.
-        let mut dims: Vec<usize> = vec![];
-        let mut sts: Vec<Vec<usize>> = vec![vec![]; ins.len()];
+        let mut dims = Dims::new();
+        let mut sts: SmallVec<[Dims; 3]> = smallvec::smallvec![Dims::new(); ins.len()];
         for i in 0..r {
             if out[i] == 1 {
                 continue;

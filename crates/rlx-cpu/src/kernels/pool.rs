@@ -23,8 +23,8 @@ enum Tap {
 struct Windows {
     /// taps[i][o] = per-tap status on axis i for output index o
     taps: Vec<Vec<Vec<Tap>>>,
-    kst: Vec<usize>,
-    sst: Vec<usize>,
+    kst: rlx_ir::Dims,
+    sst: rlx_ir::Dims,
     ktot: usize,
     osp: Vec<usize>,
 }
