@@ -421,8 +421,8 @@ pub(crate) fn run_group(
     let bias = rest.first().copied();
     let t = match wino {
         Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
-        // Without a scan (which needs the value before the activation), the conv kernels
-        // apply a Relu/Clip themselves.
+        // The conv kernels apply a Relu/Clip themselves; when scanning they also take the
+        // largest |y| before it in the same pass (else `post` does both).
         None => conv_post(
             x,
             w,
@@ -430,7 +430,8 @@ pub(crate) fn run_group(
             a,
             &node.shape,
             &post,
-            act.clamp().filter(|_| !scan),
+            act.clamp(),
+            scan.then_some(&max_bits),
         )?,
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the

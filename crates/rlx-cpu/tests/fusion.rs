@@ -414,3 +414,59 @@ fn clips_that_would_change_results_are_not_fused() {
         assert_eq!(ex.fused_groups(), 0, "{name}");
     }
 }
+
+/// Depthwise Conv(3x3, pad 1, positive weights) → Clip(0, 6), MobileNetV2's ReLU6 after its
+/// depthwise convs. Returns (graph, conv).
+fn depthwise_clip_graph() -> (Graph, NodeId) {
+    let mut g = Graph::new("dwclip");
+    let x = g.input("x", s(&[1, C, H, W]));
+    let wv: Vec<f32> = (0..C * 9).map(|i| (i % 5 + 1) as f32 * 0.1).collect();
+    let w = g.constant(Tensor::from_f32(&[C, 1, 3, 3], wv).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        groups: C,
+    };
+    let out = s(&[1, C, H, W]);
+    let conv = g.add_node(Op::Conv(attrs), vec![x, w], out.clone());
+    g.set_name(conv, "features.1.conv.0");
+    let lo = g.constant(Tensor::from_f32(&[], vec![0.0]).unwrap());
+    let hi = g.constant(Tensor::from_f32(&[], vec![6.0]).unwrap());
+    let max = g.add_node(Op::Binary(BinaryOp::Max), vec![conv, lo], out.clone());
+    let min = g.add_node(Op::Binary(BinaryOp::Min), vec![max, hi], out);
+    g.set_outputs(vec![min]);
+    (g, conv)
+}
+
+/// The depthwise kernel applies the Clip in registers, also while scanning (it takes the
+/// largest |y| before the Clip in the same pass): large finite inputs make the conv
+/// overflow to +inf, which the Clip turns into 6. The scanner must report as unfused (in
+/// strict mode it names the Conv for those Infs), and the outputs must be the same bits.
+#[test]
+fn inf_hidden_by_a_clip_after_a_depthwise_conv_is_reported() {
+    // A 3x3 block of 3e38 in channel 0: the window centred on it sums 3e38 times the
+    // channel's weights (0.1 + 0.2 + ... = 2.5), which overflows to +inf; windows that
+    // hold one 3e38 stay finite (at most 0.5 * 3e38 plus small terms).
+    let mut xs = input();
+    for dy in 1..4 {
+        for dx in 1..4 {
+            xs[dy * W + dx] = 3e38;
+        }
+    }
+    let (_, conv) = depthwise_clip_graph();
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (fused, yf) = run_scanned(depthwise_clip_graph().0, true, mode, &xs);
+        let (plain, yp) = run_scanned(depthwise_clip_graph().0, false, mode, &xs);
+        assert_eq!(fused, plain, "{mode:?}");
+        // Warn reports what reaches the outputs (nothing here); Strict every Inf.
+        if mode == DebugMode::Strict {
+            assert!(fused.iter().any(|(n, _, _)| *n == conv), "{fused:?}");
+        }
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+        // The window centred on the block: +inf, 6 after the Clip.
+        assert_eq!(yf[2 * W + 2], 6.0);
+        assert!(yf.iter().all(|v| v.is_finite()));
+    }
+}

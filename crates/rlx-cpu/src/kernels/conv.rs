@@ -8,6 +8,7 @@ use super::{fill_chunks, invalid, make, out_dims, values_as, Elem, KResult};
 use half::{bf16, f16};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 struct Geo {
     n: usize,
@@ -335,7 +336,8 @@ fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<O
 /// to the generic [`depthwise_2d`].
 /// `post` runs on each output plane right after it is computed (while it is in cache).
 /// `clamp` is applied to each output value in registers before it is stored, then `post`
-/// runs on each plane.
+/// runs on each plane. With `seen`, the largest |y| bits before the clamp (as
+/// [`super::wide::max_abs_bits`] gives them) are folded into it.
 fn depthwise_2d_f32(
     x: &[f32],
     w: &[f32],
@@ -343,14 +345,15 @@ fn depthwise_2d_f32(
     g: &Geo,
     post: Post,
     clamp: Clamp,
+    seen: Option<&AtomicU32>,
 ) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
-        dw_simd::run(x, w, bias, g, post, clamp)
+        dw_simd::run(x, w, bias, g, post, clamp, seen)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (x, w, bias, g, post, clamp);
+        let _ = (x, w, bias, g, post, clamp, seen);
         None
     }
 }
@@ -367,6 +370,9 @@ pub(crate) struct Clamp {
     pub hi: f32,
     /// A NaN `v` becomes `f32::NAN` (else it is kept as it is).
     pub nan_out: bool,
+    /// The kernel also takes the largest |v| bits before the clamp (for the NaN scan; set
+    /// by the kernel's driver when it is given somewhere to put them).
+    pub track: bool,
 }
 
 impl Clamp {
@@ -375,12 +381,14 @@ impl Clamp {
         lo: f32::NEG_INFINITY,
         hi: f32::INFINITY,
         nan_out: false,
+        track: false,
     };
     /// ONNX Relu.
     pub(crate) const RELU: Clamp = Clamp {
         lo: 0.0,
         hi: f32::INFINITY,
         nan_out: false,
+        track: false,
     };
     /// ONNX Clip as RLX imports it (Max then Min).
     pub(crate) fn clip(lo: f32, hi: f32) -> Clamp {
@@ -388,6 +396,7 @@ impl Clamp {
             lo,
             hi,
             nan_out: true,
+            track: false,
         }
     }
 }
@@ -406,6 +415,7 @@ pub(crate) fn no_post(_: &mut [f32]) {}
 mod dw_simd {
     use super::{fill_chunks, inside_cols, Clamp, Geo, Post};
     use std::arch::x86_64::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     /// One SIMD width: `N` f32 lanes, a lane mask type `M`.
     pub(super) trait Lanes {
@@ -430,6 +440,11 @@ mod dw_simd {
         unsafe fn clamp(v: Self::V, lo: Self::V, hi: Self::V) -> Self::V;
         /// `f32::NAN` in the NaN lanes of `v`.
         unsafe fn nan_out(v: Self::V) -> Self::V;
+        /// Per lane, the larger of `acc` and `v`'s bits with the sign cleared, as unsigned
+        /// integers (`acc` holds bits, not a float; a NaN's bits are above +inf's).
+        unsafe fn max_abs_bits(acc: Self::V, v: Self::V) -> Self::V;
+        /// The largest lane of a [`Lanes::max_abs_bits`] accumulator.
+        unsafe fn hmax_bits(acc: Self::V) -> u32;
     }
 
     pub(super) struct Avx512;
@@ -486,6 +501,15 @@ mod dw_simd {
             let m = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
             _mm512_mask_blend_ps(m, v, _mm512_set1_ps(f32::NAN))
         }
+        #[inline(always)]
+        unsafe fn max_abs_bits(acc: __m512, v: __m512) -> __m512 {
+            let abs = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fff_ffff));
+            _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(acc), abs))
+        }
+        #[inline(always)]
+        unsafe fn hmax_bits(acc: __m512) -> u32 {
+            _mm512_reduce_max_epu32(_mm512_castps_si512(acc))
+        }
     }
 
     /// [`Lanes::clamp`] on 8 lanes (ymm), for [`Avx512Y`] and [`Avx2`].
@@ -499,6 +523,20 @@ mod dw_simd {
     unsafe fn nan_out_256(v: __m256) -> __m256 {
         let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
         _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
+    }
+
+    /// [`Lanes::max_abs_bits`] on 8 lanes (ymm), for [`Avx512Y`] and [`Avx2`].
+    #[inline(always)]
+    unsafe fn max_abs_bits_256(acc: __m256, v: __m256) -> __m256 {
+        let abs = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fff_ffff));
+        _mm256_castsi256_ps(_mm256_max_epu32(_mm256_castps_si256(acc), abs))
+    }
+
+    /// [`Lanes::hmax_bits`] on 8 lanes (ymm).
+    #[inline(always)]
+    unsafe fn hmax_bits_256(acc: __m256) -> u32 {
+        let lanes: [u32; 8] = std::mem::transmute(acc);
+        lanes.into_iter().max().unwrap_or(0)
     }
 
     /// AVX-512VL on 8 lanes (ymm): planes at most 8 columns wide (7×7) leave half of a
@@ -556,6 +594,14 @@ mod dw_simd {
         unsafe fn nan_out(v: __m256) -> __m256 {
             nan_out_256(v)
         }
+        #[inline(always)]
+        unsafe fn max_abs_bits(acc: __m256, v: __m256) -> __m256 {
+            max_abs_bits_256(acc, v)
+        }
+        #[inline(always)]
+        unsafe fn hmax_bits(acc: __m256) -> u32 {
+            hmax_bits_256(acc)
+        }
     }
 
     pub(super) struct Avx2;
@@ -607,6 +653,14 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn nan_out(v: __m256) -> __m256 {
             nan_out_256(v)
+        }
+        #[inline(always)]
+        unsafe fn max_abs_bits(acc: __m256, v: __m256) -> __m256 {
+            max_abs_bits_256(acc, v)
+        }
+        #[inline(always)]
+        unsafe fn hmax_bits(acc: __m256) -> u32 {
+            hmax_bits_256(acc)
         }
     }
 
@@ -698,9 +752,14 @@ mod dw_simd {
         b: f32,
         clamp: Clamp,
         dst: &mut [f32],
-    ) {
+    ) -> u32 {
         let n = S::N;
         let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
+        // With `clamp.track`: the largest |y| bits before the clamp. Lanes past the plane's
+        // last column are folded in too: they hold the bias, or values of real input
+        // columns, so the figure can only be larger (which costs the caller a replay, never
+        // a miss).
+        let mut seen = S::splat(0.0);
         // Plain loops, not `array::from_fn`: its closures are functions of their own,
         // compiled without this one's target features, so `splat` would be a call per tap.
         let mut wv = [[S::splat(0.0); KW]; KH];
@@ -760,7 +819,11 @@ mod dw_simd {
                             }
                         }
                     }
-                    let mut acc = S::clamp(sum(acc), lo, hi);
+                    let y = sum(acc);
+                    if clamp.track {
+                        seen = S::max_abs_bits(seen, y);
+                    }
+                    let mut acc = S::clamp(y, lo, hi);
                     if clamp.nan_out {
                         acc = S::nan_out(acc);
                     }
@@ -786,7 +849,11 @@ mod dw_simd {
                             acc[kx] = S::fma_m(wv[ky][kx], xv, acc[kx], ms[kx]);
                         }
                     }
-                    let mut acc = S::clamp(sum(acc), lo, hi);
+                    let y = sum(acc);
+                    if clamp.track {
+                        seen = S::max_abs_bits(seen, y);
+                    }
+                    let mut acc = S::clamp(y, lo, hi);
                     if clamp.nan_out {
                         acc = S::nan_out(acc);
                     }
@@ -798,6 +865,7 @@ mod dw_simd {
                 }
             }
         }
+        S::hmax_bits(seen)
     }
 
     /// Split input plane `x` (`h × w`) into its `s` column phases: `buf[r*h*pitch +
@@ -831,7 +899,7 @@ mod dw_simd {
     /// One output plane: `xs` is the input plane; with `scratch` (column stride > 1) it is
     /// first split into its phase planes there.
     type PlaneFn<M> =
-        unsafe fn(&Plan<M>, &[f32], Option<&mut [f32]>, &[f32], f32, Clamp, &mut [f32]);
+        unsafe fn(&Plan<M>, &[f32], Option<&mut [f32]>, &[f32], f32, Clamp, &mut [f32]) -> u32;
 
     /// Every output plane, split over threads by [`fill_chunks`] as the generic path. `f`
     /// (a `#[target_feature]` function: the SIMD code is compiled inside it, not in this
@@ -848,8 +916,13 @@ mod dw_simd {
         out: &mut [f32],
         post: Post,
         clamp: Clamp,
+        seen: Option<&AtomicU32>,
     ) {
         let (h, wd) = (p.h, p.w);
+        let clamp = Clamp {
+            track: seen.is_some(),
+            ..clamp
+        };
         fill_chunks(out, p.oh * p.ow, |pi, dst| {
             let c = pi % m;
             let xs = &x[pi * h * wd..(pi + 1) * h * wd];
@@ -857,15 +930,21 @@ mod dw_simd {
             let b = bias.map_or(0.0, |b| b[c]);
             if p.s == 1 {
                 // SAFETY: `f` was picked for a CPU that has its features.
-                unsafe { f(p, xs, None, wt, b, clamp, dst) };
+                let m = unsafe { f(p, xs, None, wt, b, clamp, dst) };
+                if let Some(s) = seen {
+                    s.fetch_max(m, Ordering::Relaxed);
+                }
             } else {
                 // The phase planes go in the per-thread column buffer (im2col's; a
                 // depthwise conv does not use it otherwise), whose old contents `f`
                 // overwrites before reading.
-                super::with_col::<f32, _>(p.s * h * p.pitch, |sc| {
+                let m = super::with_col::<f32, _>(p.s * h * p.pitch, |sc| {
                     // SAFETY: as above.
                     unsafe { f(p, xs, Some(sc), wt, b, clamp, dst) }
                 });
+                if let Some(s) = seen {
+                    s.fetch_max(m, Ordering::Relaxed);
+                }
             }
             post(dst);
         });
@@ -882,7 +961,7 @@ mod dw_simd {
                 b: f32,
                 clamp: Clamp,
                 dst: &mut [f32],
-            ) {
+            ) -> u32 {
                 // SAFETY (both): every lane read through `p` lies in `xs` or in the phase
                 // planes (the others are masked off); the caller checked the CPU features.
                 match scratch {
@@ -894,6 +973,7 @@ mod dw_simd {
                 }
             }
 
+            #[allow(clippy::too_many_arguments)]
             fn $run(
                 x: &[f32],
                 w: &[f32],
@@ -902,6 +982,7 @@ mod dw_simd {
                 out: &mut [f32],
                 post: Post,
                 clamp: Clamp,
+                seen: Option<&AtomicU32>,
             ) {
                 let p = plan::<$s>(g);
                 let f: PlaneFn<<$s as Lanes>::M> = match (g.ks[0], g.ks[1]) {
@@ -910,7 +991,19 @@ mod dw_simd {
                     (7, 7) => $plane::<7, 7>,
                     _ => unreachable!(),
                 };
-                all_planes(&p, f, g.ks[0] * g.ks[1], x, w, bias, g.m, out, post, clamp);
+                all_planes(
+                    &p,
+                    f,
+                    g.ks[0] * g.ks[1],
+                    x,
+                    w,
+                    bias,
+                    g.m,
+                    out,
+                    post,
+                    clamp,
+                    seen,
+                );
             }
         };
     }
@@ -943,6 +1036,7 @@ mod dw_simd {
     }
 
     /// The SIMD path with `isa` (which the CPU must support: [`best_isa`] or weaker).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn run_with(
         isa: Isa,
         x: &[f32],
@@ -951,6 +1045,7 @@ mod dw_simd {
         g: &Geo,
         post: Post,
         clamp: Clamp,
+        seen: Option<&AtomicU32>,
     ) -> Option<Vec<f32>> {
         if !matches!((g.ks[0], g.ks[1]), (3, 3) | (5, 5) | (7, 7)) {
             return None;
@@ -963,10 +1058,10 @@ mod dw_simd {
         }
         // The caller picked an `isa` the CPU supports.
         match isa {
-            Isa::Avx512 if g.osp[1] <= 8 => run_avx512y(x, w, bias, g, &mut out, post, clamp),
-            Isa::Avx512 => run_avx512(x, w, bias, g, &mut out, post, clamp),
-            Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post, clamp),
-            Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post, clamp),
+            Isa::Avx512 if g.osp[1] <= 8 => run_avx512y(x, w, bias, g, &mut out, post, clamp, seen),
+            Isa::Avx512 => run_avx512(x, w, bias, g, &mut out, post, clamp, seen),
+            Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post, clamp, seen),
+            Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post, clamp, seen),
         }
         Some(out)
     }
@@ -978,8 +1073,9 @@ mod dw_simd {
         g: &Geo,
         post: Post,
         clamp: Clamp,
+        seen: Option<&AtomicU32>,
     ) -> Option<Vec<f32>> {
-        run_with(best_isa()?, x, w, bias, g, post, clamp)
+        run_with(best_isa()?, x, w, bias, g, post, clamp, seen)
     }
 }
 
@@ -992,6 +1088,7 @@ fn conv_float<
     g: &Geo,
     post: &(dyn Fn(&mut [T]) + Sync),
     clamp: Option<(T, T, bool)>,
+    seen: Option<&AtomicU32>,
 ) -> KResult<Vec<T>> {
     let p: usize = g.osp.iter().product();
     if g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1 {
@@ -1059,7 +1156,15 @@ fn conv_float<
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
-                bias_clamp(seg, bias.as_ref().map(|b| b[gi * mg + i]), clamp);
+                let bits = bias_clamp(
+                    seg,
+                    bias.as_ref().map(|b| b[gi * mg + i]),
+                    clamp,
+                    seen.is_some(),
+                );
+                if let Some(s) = seen {
+                    s.fetch_max(bits, Ordering::Relaxed);
+                }
                 if pb < p && clamp.is_none() {
                     post(seg);
                 }
@@ -1123,17 +1228,28 @@ fn conv_float<
 /// in one pass: `maxps(lo, ·)` then `minps(hi, ·)` as scalar expressions, a NaN kept or,
 /// with `nan_out`, made the canonical NaN. Each case is its own loop of selects with no
 /// branch out of it, so each vectorizes.
+///
+/// With `track` and a clamp, returns the largest |v + b| bits before the clamp (as
+/// [`super::wide::max_abs_bits`] gives them; `u32::MAX`, which reads as "not finite", for a
+/// dtype other than f32); else 0.
 fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
     seg: &mut [T],
     b: Option<T>,
     clamp: Option<(T, T, bool)>,
-) {
+    track: bool,
+) -> u32 {
     let Some((lo, hi, nan_out)) = clamp else {
         if let Some(b) = b {
             map_inplace(seg, |v| v + b);
         }
-        return;
+        return 0;
     };
+    if track && super::wide::is_f32::<T>() {
+        // T is f32: these conversions are exact. No bias adds -0, which changes no value.
+        let f = |x: T| x.to_f64() as f32;
+        let seg = super::wide::as_f32_mut(seg);
+        return super::wide::bias_clamp_bits(seg, b.map_or(-0.0, f), f(lo), f(hi), nan_out);
+    }
     let clamp = move |v: T| {
         let t = if lo > v { lo } else { v };
         if hi < t {
@@ -1163,6 +1279,11 @@ fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
             })
         }
     }
+    if track {
+        u32::MAX
+    } else {
+        0
+    }
 }
 
 /// Target bytes of one conv block's column matrix plus output. Smaller blocks lost more to
@@ -1186,7 +1307,7 @@ pub(crate) fn conv(
     a: &ConvAttrs,
     out: &Shape,
 ) -> KResult<Tensor> {
-    conv_post(x, w, bias, a, out, &no_post, None)
+    conv_post(x, w, bias, a, out, &no_post, None, None)
 }
 
 /// [`conv`], then `post` on each f32 output plane while it is in cache (a fused group's
@@ -1194,6 +1315,12 @@ pub(crate) fn conv(
 /// be the same map as `post`: the f32 kernels then apply it instead of calling `post` (the
 /// depthwise kernel in registers before each store, the im2col/gemm path in the same pass
 /// as the bias); the Winograd path calls `post`.
+///
+/// `seen` is for the NaN scan of a fused group, which needs each value before the
+/// activation: with a `clamp`, the kernels that apply it fold the largest |y| bits before
+/// it (as [`super::wide::max_abs_bits`] gives them) into `seen` in the same pass; the others
+/// call `post`, which must then take that figure itself.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_post(
     x: &Tensor,
     w: &Tensor,
@@ -1202,6 +1329,7 @@ pub(crate) fn conv_post(
     out: &Shape,
     post: Post,
     clamp: Option<Clamp>,
+    seen: Option<&AtomicU32>,
 ) -> KResult<Tensor> {
     let od = out_dims(out)?;
     let g = geometry(x.dims(), w.dims(), a, &od)?;
@@ -1233,7 +1361,10 @@ pub(crate) fn conv_post(
             };
             let dw_clamp = clamp.unwrap_or(Clamp::NONE);
             match dw
-                .then(|| depthwise_2d_f32(xv, wv, b.as_deref(), &g, dw_post, dw_clamp))
+                .then(|| {
+                    let seen = seen.filter(|_| clamp.is_some());
+                    depthwise_2d_f32(xv, wv, b.as_deref(), &g, dw_post, dw_clamp, seen)
+                })
                 .flatten()
             {
                 Some(mut o) => {
@@ -1244,19 +1375,27 @@ pub(crate) fn conv_post(
                 }
                 None => {
                     let c = clamp.map(|c| (c.lo, c.hi, c.nan_out));
-                    D::F32(conv_float(xv, wv, b, &g, post, c)?)
+                    D::F32(conv_float(
+                        xv,
+                        wv,
+                        b,
+                        &g,
+                        post,
+                        c,
+                        seen.filter(|_| c.is_some()),
+                    )?)
                 }
             }
         }
         (D::F64(xv), D::F64(wv)) => {
             let b = bias.map(|b| values_as(b.data()));
-            D::F64(conv_float(xv, wv, b, &g, &|_: &mut [f64]| {}, None)?)
+            D::F64(conv_float(xv, wv, b, &g, &|_: &mut [f64]| {}, None, None)?)
         }
         (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
             let xv = x.data().to_f32_vec();
             let wv = w.data().to_f32_vec();
             let b = bias.map(|b| values_as(b.data()));
-            let r = conv_float(&xv, &wv, b, &g, &no_post, None)?;
+            let r = conv_float(&xv, &wv, b, &g, &no_post, None, None)?;
             if x.dtype() == rlx_ir::DType::F16 {
                 D::F16(r.into_iter().map(f16::from_f32).collect())
             } else {
@@ -1321,7 +1460,7 @@ pub(crate) fn conv_winograd(
         let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
         let b_max = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs() as f64));
         if !wg.direct_stays_finite(super::wide::max_abs_bits(xv), b_max) {
-            return conv_post(x, w, bias, a, out, post, None);
+            return conv_post(x, w, bias, a, out, post, None, None);
         }
         let d = winograd::Dims {
             n: g.n,
@@ -1339,7 +1478,7 @@ pub(crate) fn conv_winograd(
             return make(od, TensorData::F32(o));
         }
     }
-    conv_post(x, w, bias, a, out, post, None)
+    conv_post(x, w, bias, a, out, post, None, None)
 }
 
 /// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside
@@ -1704,11 +1843,18 @@ mod tests {
                 (Clamp::RELU, &relu),
                 (Clamp::clip(-0.25, 0.5), &clip),
             ];
+            // The NaN scan's figure, taken before the clamp: at least the conv's largest |y|
+            // bits (lanes past a row's end may only add to it).
+            let conv_bits = crate::kernels::wide::max_abs_bits(&conv);
+            assert!(conv_bits > 0x7f80_0000, "the data puts a NaN in the conv");
             for (clamp, act) in acts {
                 let want: Vec<f32> = conv.iter().map(|&v| act(v)).collect();
                 for &isa in isas {
+                    let seen = AtomicU32::new(0);
                     let got =
-                        dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post, clamp).unwrap();
+                        dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post, clamp, Some(&seen))
+                            .unwrap();
+                    assert!(seen.into_inner() >= conv_bits, "{isa:?} {clamp:?} geo {gi}");
                     assert_eq!(got.len(), want.len());
                     for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
                         // Clip's NaN is f32::NAN, bit for bit (as RLX's Max/Min give it).
@@ -1719,6 +1865,32 @@ mod tests {
                         assert!(same, "{isa:?} {clamp:?} geo {gi} at {i}: {u} vs {v}");
                     }
                 }
+            }
+            // Finite data: the figure is finite (no false alarm) and at least the conv's
+            // largest |y| (to round-off: the sums are in another order), which here is
+            // above the Clip's bounds.
+            let xf: Vec<f32> = x
+                .iter()
+                .map(|v| if v.is_finite() { *v } else { 3.0 })
+                .collect();
+            let wf: Vec<f32> = w
+                .iter()
+                .map(|v| if v.is_finite() { *v } else { 2.0 })
+                .collect();
+            let conv_max =
+                crate::kernels::wide::max_abs_bits(&depthwise_2d(&xf, &wf, Some(&b), &g));
+            let conv_max = f32::from_bits(conv_max);
+            assert!(conv_max > 0.5);
+            for &isa in isas {
+                let seen = AtomicU32::new(0);
+                let clip = Clamp::clip(-0.25, 0.5);
+                dw_simd::run_with(isa, &xf, &wf, Some(&b), &g, &no_post, clip, Some(&seen))
+                    .unwrap();
+                let got = f32::from_bits(seen.into_inner());
+                assert!(
+                    got.is_finite() && got >= conv_max * (1.0 - 1e-5),
+                    "{isa:?} geo {gi}: {got} vs {conv_max}"
+                );
             }
         }
     }

@@ -222,6 +222,45 @@ pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonF
     rlx_ir::numeric_check::scan_data(d)
 }
 
+/// `v ↦ min(hi, max(lo, v + b))` in place (`maxps`/`minps` operand order: a NaN comes
+/// through; with `nan_out` it becomes `f32::NAN`), returning the largest `bits &
+/// 0x7fff_ffff` of `v + b` before the clamp, as [`max_abs_bits`] gives it: one pass where
+/// the NaN scan of a conv with a fused Relu/Clip took a scan pass and a clamp pass. The
+/// caller passes `b = -0.0` for no bias (`v + -0.0` is `v`, -0 included).
+pub(crate) fn bias_clamp_bits(v: &mut [f32], b: f32, lo: f32, hi: f32, nan_out: bool) -> u32 {
+    isa_fn!(
+        fn one[](v: &mut [f32], b: f32, lo: f32, hi: f32) -> u32 {
+            let mut m = 0u32;
+            for x in v.iter_mut() {
+                let t = *x + b;
+                m = m.max(t.to_bits() & 0x7fff_ffff);
+                let c = if lo > t { lo } else { t };
+                *x = if hi < c { hi } else { c };
+            }
+            m
+        }
+    );
+    isa_fn!(
+        #[allow(clippy::eq_op)] // t != t: NaN
+        fn nan_one[](v: &mut [f32], b: f32, lo: f32, hi: f32) -> u32 {
+            let mut m = 0u32;
+            for x in v.iter_mut() {
+                let t = *x + b;
+                m = m.max(t.to_bits() & 0x7fff_ffff);
+                let c = if lo > t { lo } else { t };
+                let c = if hi < c { hi } else { c };
+                *x = if t != t { f32::NAN } else { c };
+            }
+            m
+        }
+    );
+    if nan_out {
+        nan_one(v, b, lo, hi)
+    } else {
+        one(v, b, lo, hi)
+    }
+}
+
 /// The largest `bits & 0x7fff_ffff` over `v`: below `0x7f80_0000` exactly when every element
 /// is finite, and then `f32::from_bits` of it is max|v| (the order of IEEE bit patterns
 /// without the sign is the order of magnitudes). One integer-max pass at the widest ISA,
