@@ -37,6 +37,8 @@ pub struct CpuExecutor {
     parallel_work: bool,
     /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
     fusions: crate::fuse::Fusions,
+    /// Decomposed Softmaxes run one row at a time (`crate::rowfuse`).
+    rows: crate::rowfuse::RowFusions,
     fuse_on: bool,
     /// Per Conv node with constant weights the Winograd path takes: their transform
     /// (`crate::kernels::winograd`). Not made for a conv whose fused group folds other
@@ -356,6 +358,7 @@ impl CpuExecutor {
             }
         }
         let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
+        let rows = crate::rowfuse::plan(&graph, &consumers, &is_output);
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
@@ -403,6 +406,7 @@ impl CpuExecutor {
             wino_on,
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             fusions,
+            rows,
             parallel_work: parallel_work(&graph),
             leaf_counts,
             params: vec![None; n],
@@ -451,6 +455,12 @@ impl CpuExecutor {
             .iter()
             .filter(|g| !g.members.is_empty())
             .count()
+    }
+
+    /// How many decomposed Softmaxes run fused, one row at a time (`crate::rowfuse`; on
+    /// and off with the conv groups).
+    pub fn fused_softmaxes(&self) -> usize {
+        self.rows.groups.len()
     }
 
     /// The graph this executor runs.
@@ -582,9 +592,13 @@ impl CpuExecutor {
         let mut next_input = 0;
         // Fused groups (crate::fuse): off with hooks; `unfused[k]` marks a group replayed
         // unfused in this run because its fused output was not finite.
-        let fuse =
-            this.fuse_on && before.is_none() && observe.is_none() && !this.fusions.is_empty();
+        let fuse = this.fuse_on
+            && before.is_none()
+            && observe.is_none()
+            && !(this.fusions.is_empty() && this.rows.is_empty());
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
+        // The same for the Softmax row groups (`crate::rowfuse`).
+        let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
         // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
         let wino = this.wino_on && before.is_none() && observe.is_none();
         for node in &g.nodes {
@@ -619,7 +633,30 @@ impl CpuExecutor {
                         continue;
                     }
                 }
-                if this.fusions.member_of[i].is_some_and(|k| !unfused[k]) {
+                if let Some(k) = this.rows.at[i].filter(|&k| !rows_unfused[k]) {
+                    let grp = &this.rows.groups[k];
+                    let x = slots[node.inputs[0].index()]
+                        .get()
+                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
+                    let (t, clean) = crate::rowfuse::softmax_rows(x, scanner.is_some())
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    if !clean {
+                        // Replay op by op (below), so the scan names the op.
+                        rows_unfused[k] = true;
+                    } else {
+                        slots[grp.members[3].index()] = Slot::Owned(t);
+                        if let Some(s) = scanner.as_deref_mut() {
+                            s.scan_counts(g, id, clean_counts(node))?;
+                        }
+                        for dead in &this.free_after[i] {
+                            release(&mut slots[dead.index()]);
+                        }
+                        continue;
+                    }
+                }
+                let member = this.fusions.member_of[i].is_some_and(|k| !unfused[k])
+                    || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k]);
+                if member {
                     // Computed with the group's conv; its output is finite when scanned.
                     if let Some(s) = scanner.as_deref_mut() {
                         s.scan_counts(g, id, clean_counts(node))?;

@@ -22,6 +22,7 @@ mod executor;
 mod fuse;
 mod inplace;
 mod kernels;
+mod rowfuse;
 
 pub use executor::{check_feeds, cpu_supports, CpuExecutor, Observer};
 

@@ -102,7 +102,7 @@ fn erf_core(a: f32) -> f32 {
 }
 
 #[inline(always)]
-fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
+pub(crate) fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
     // Lanes below -104 (a softmax's masked entries, -inf included) are +0 by a select in
     // the vector loop (see `exp_outside`); only the rest of the out-of-range lanes (NaN,
     // overflow, subnormal results) need the scalar pass.

@@ -129,15 +129,45 @@ fn lanes_extreme<T: Float, const MAX: bool>(row: &[T]) -> T {
 
 isa_fn!(
     /// [`lane_sum`] of f32, compiled for the widest ISA.
-    fn sum_f32[](row: &[f32]) -> f64 {
+    pub(crate) fn sum_f32[](row: &[f32]) -> f64 {
         lane_sum(row, |x| x as f64)
     }
 );
 
 isa_fn!(
     /// [`lane_extreme`] of f32, compiled for the widest ISA.
-    fn extreme_f32[](row: &[f32], max: bool) -> f32 {
+    pub(crate) fn extreme_f32[](row: &[f32], max: bool) -> f32 {
         lane_extreme(row, max)
+    }
+);
+
+isa_fn!(
+    /// Softmax over rows of `n` (`src` and `dst` hold whole rows) with the unfused
+    /// primitives' expressions, so their bits: `m` = [`extreme_f32`] of the row, `d = x - m`,
+    /// `e` = `fastmath::exp_slice` of `d`, `s` = [`sum_f32`] of `e` rounded to f32, `e / s`.
+    /// With `scan`, returns the largest `bits & 0x7fff_ffff` over every `d` (below
+    /// `0x7f80_0000` exactly when all are finite), else 0. Used by `crate::rowfuse`.
+    pub(crate) fn softmax_rows_f32[](src: &[f32], dst: &mut [f32], n: usize, scan: bool) -> u32 {
+        let mut bits = 0u32;
+        let mut tmp = [0f32; 256];
+        for (row, out) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
+            let m = lane_extreme(row, true);
+            for (s, d) in row.chunks(256).zip(out.chunks_mut(256)) {
+                let t = &mut tmp[..s.len()];
+                for (t, &x) in t.iter_mut().zip(s) {
+                    *t = x - m;
+                }
+                if scan {
+                    bits = t.iter().fold(bits, |b, x| b.max(x.to_bits() & 0x7fff_ffff));
+                }
+                super::fastmath::exp_slice_generic(t, d);
+            }
+            let sum = lane_sum(out, |x| x as f64) as f32;
+            for e in out.iter_mut() {
+                *e /= sum;
+            }
+        }
+        bits
     }
 );
 
