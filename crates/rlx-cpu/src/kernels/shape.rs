@@ -10,37 +10,59 @@ use rlx_ir::{PadMode, Shape, Tensor, TensorData};
 const FILL: usize = usize::MAX;
 
 /// `out[o] = src[sum_i maps[i][o_i] * stride_i]`, or `fill` where any map entry is FILL.
+///
+/// Trailing axes that are mapped whole and in order (`maps[i] == 0..in_dims[i]`) are taken
+/// as one block of contiguous elements, so an Expand or a Slice of an outer axis copies
+/// long runs instead of one short row at a time (qwen3's KV-head Expand: 512 copies of 16
+/// elements before, 4 of 2048 after).
 fn axis_gather<T: Copy + Default + Send + Sync + 'static>(
     src: &[T],
     in_dims: &[usize],
     maps: &[Vec<usize>],
     fill: T,
 ) -> Vec<T> {
-    let od: Vec<usize> = maps.iter().map(|m| m.len()).collect();
+    let od: rlx_ir::Dims = maps.iter().map(|m| m.len()).collect();
     let n: usize = od.iter().product();
     if od.is_empty() {
         return src.to_vec();
     }
+    // `r` axes stay; the trailing ones, mapped whole and in order, form a block of `blk`.
+    let mut r = od.len();
+    let mut blk = 1;
+    while r > 1
+        && maps[r - 1].len() == in_dims[r - 1]
+        && maps[r - 1].iter().enumerate().all(|(j, &m)| m == j)
+    {
+        blk *= in_dims[r - 1];
+        r -= 1;
+    }
     let st = strides(in_dims);
-    let r = od.len();
     let last = &maps[r - 1];
     let sl = st[r - 1];
-    // The last axis' map as a run: `src[base + first .. + len]` (Slice with step 1,
-    // no padding) or one element repeated (broadcast along it).
+    // The last kept axis' map as a run: `src[base + first*sl ..]` for its whole row (in
+    // order, no padding, and its elements contiguous: stride `blk`, or one element), or
+    // one block repeated (broadcast along it).
     let first = last.first().copied().unwrap_or(0);
     let contiguous = first != FILL
         && last.iter().enumerate().all(|(j, &m)| m == first + j)
-        && (sl == 1 || last.len() <= 1);
+        && (sl == blk || last.len() <= 1);
     let repeated = first != FILL && last.iter().all(|&m| m == first);
-    let mut out = crate::buffers::filled(n, T::default());
+    let padded = maps.iter().any(|m| m.contains(&FILL));
+    // Without padding every element is written below (each row is copied whole).
+    let mut out = if padded {
+        crate::buffers::filled(n, T::default())
+    } else {
+        crate::buffers::overwritten(n)
+    };
     if n == 0 {
         return out;
     }
     // Each output row's source offset (FILL where an outer map pads), walked once with an
     // odometer over the outer axes.
-    let rows = n / od[r - 1];
+    let row_len = od[r - 1] * blk;
+    let rows = n / row_len;
     let mut bases = Vec::with_capacity(rows);
-    let mut idx = vec![0usize; r - 1];
+    let mut idx: rlx_ir::Dims = smallvec::smallvec![0usize; r - 1];
     for _ in 0..rows {
         let mut b = 0usize;
         for (i, &o) in idx.iter().enumerate() {
@@ -60,7 +82,7 @@ fn axis_gather<T: Copy + Default + Send + Sync + 'static>(
             idx[i] = 0;
         }
     }
-    fill_chunks(&mut out, od[r - 1], |row, dst| {
+    fill_chunks(&mut out, row_len, |row, dst| {
         let base = bases[row];
         if base == FILL {
             dst.fill(fill);
@@ -69,11 +91,24 @@ fn axis_gather<T: Copy + Default + Send + Sync + 'static>(
         if contiguous {
             let b = base + first * sl;
             dst.copy_from_slice(&src[b..b + dst.len()]);
-        } else if repeated {
+        } else if repeated && blk == 1 {
             dst.fill(src[base + first * sl]);
-        } else {
+        } else if repeated {
+            let b = base + first * sl;
+            for d in dst.chunks_mut(blk) {
+                d.copy_from_slice(&src[b..b + blk]);
+            }
+        } else if blk == 1 {
             for (d, &m) in dst.iter_mut().zip(last) {
                 *d = if m == FILL { fill } else { src[base + m * sl] };
+            }
+        } else {
+            for (d, &m) in dst.chunks_mut(blk).zip(last) {
+                if m == FILL {
+                    d.fill(fill);
+                } else {
+                    d.copy_from_slice(&src[base + m * sl..base + m * sl + blk]);
+                }
             }
         }
     });
@@ -369,4 +404,80 @@ pub(crate) fn tile(x: &Tensor, repeats: &[usize]) -> KResult<Tensor> {
     let od: Vec<usize> = maps.iter().map(|m| m.len()).collect();
     let data = map_same!(x.data(), v => axis_gather(v, id, &maps, Default::default()));
     make(od, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{axis_gather, FILL};
+
+    /// The definition, element by element: `out[o] = src[sum_i maps[i][o_i] * stride_i]`,
+    /// or `fill` where a map entry is FILL.
+    fn naive(src: &[i64], dims: &[usize], maps: &[Vec<usize>], fill: i64) -> Vec<i64> {
+        let st = rlx_ir::strides_of(dims);
+        let od: Vec<usize> = maps.iter().map(|m| m.len()).collect();
+        let n: usize = od.iter().product();
+        (0..n)
+            .map(|mut o| {
+                let mut off = 0;
+                for i in (0..od.len()).rev() {
+                    let m = maps[i][o % od[i]];
+                    o /= od[i];
+                    if m == FILL {
+                        return fill;
+                    }
+                    off += m * st[i];
+                }
+                src[off]
+            })
+            .collect()
+    }
+
+    /// Maps whose trailing axes are whole and in order (merged into blocks), before an
+    /// axis that is sliced, repeated (Expand), reordered or padded: every branch of the
+    /// block copy, against the definition.
+    #[test]
+    fn merged_trailing_axes_match_the_definition() {
+        let dims = [2, 3, 4, 5];
+        let src: Vec<i64> = (0..120).collect();
+        let whole = |d: usize| (0..d).collect::<Vec<_>>();
+        let cases: Vec<(&str, Vec<Vec<usize>>)> = vec![
+            ("copy", vec![whole(2), whole(3), whole(4), whole(5)]),
+            (
+                "slice axis 1",
+                vec![whole(2), vec![1, 2], whole(4), whole(5)],
+            ),
+            (
+                "expand axis 1",
+                vec![whole(2), vec![0; 3], whole(4), whole(5)],
+            ),
+            (
+                "repeat axis 1",
+                vec![whole(2), vec![2, 2, 2, 2], whole(4), whole(5)],
+            ),
+            (
+                "reorder axis 1",
+                vec![whole(2), vec![2, 0, 1], whole(4), whole(5)],
+            ),
+            (
+                "pad axis 1",
+                vec![whole(2), vec![FILL, 0, 1, 2, FILL], whole(4), whole(5)],
+            ),
+            (
+                "pad axis 0",
+                vec![vec![FILL, 0, 1], whole(3), whole(4), whole(5)],
+            ),
+            (
+                "slice last",
+                vec![whole(2), whole(3), whole(4), vec![1, 2, 3]],
+            ),
+            (
+                "step axis 2",
+                vec![whole(2), whole(3), vec![0, 2], whole(5)],
+            ),
+        ];
+        for (name, maps) in cases {
+            let got = axis_gather(&src, &dims, &maps, -7);
+            assert_eq!(got, naive(&src, &dims, &maps, -7), "{name}");
+        }
+    }
 }
