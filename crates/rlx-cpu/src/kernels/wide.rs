@@ -229,36 +229,35 @@ pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonF
 /// caller passes `b = -0.0` for no bias (`v + -0.0` is `v`, -0 included).
 pub(crate) fn bias_clamp_bits(v: &mut [f32], b: f32, lo: f32, hi: f32, nan_out: bool) -> u32 {
     isa_fn!(
-        fn one[](v: &mut [f32], b: f32, lo: f32, hi: f32) -> u32 {
-            let mut m = 0u32;
-            for x in v.iter_mut() {
-                let t = *x + b;
-                m = m.max(t.to_bits() & 0x7fff_ffff);
-                let c = if lo > t { lo } else { t };
-                *x = if hi < c { hi } else { c };
-            }
-            m
-        }
-    );
-    isa_fn!(
         #[allow(clippy::eq_op)] // t != t: NaN
-        fn nan_one[](v: &mut [f32], b: f32, lo: f32, hi: f32) -> u32 {
+        fn one[](v: &mut [f32], b: f32, lo: f32, hi: f32, nan_out: bool) -> u32 {
             let mut m = 0u32;
-            for x in v.iter_mut() {
-                let t = *x + b;
-                m = m.max(t.to_bits() & 0x7fff_ffff);
+            let clamp = |t: f32| {
                 let c = if lo > t { lo } else { t };
-                let c = if hi < c { hi } else { c };
-                *x = if t != t { f32::NAN } else { c };
+                if hi < c {
+                    hi
+                } else {
+                    c
+                }
+            };
+            // One loop per case, each branch-free inside, so each vectorizes.
+            if nan_out {
+                for x in v.iter_mut() {
+                    let t = *x + b;
+                    m = m.max(t.to_bits() & 0x7fff_ffff);
+                    *x = if t != t { f32::NAN } else { clamp(t) };
+                }
+            } else {
+                for x in v.iter_mut() {
+                    let t = *x + b;
+                    m = m.max(t.to_bits() & 0x7fff_ffff);
+                    *x = clamp(t);
+                }
             }
             m
         }
     );
-    if nan_out {
-        nan_one(v, b, lo, hi)
-    } else {
-        one(v, b, lo, hi)
-    }
+    one(v, b, lo, hi, nan_out)
 }
 
 /// The largest `bits & 0x7fff_ffff` over `v`: below `0x7f80_0000` exactly when every element
