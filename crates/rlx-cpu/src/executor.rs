@@ -37,7 +37,7 @@ pub struct CpuExecutor {
     parallel_work: bool,
     /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
     fusions: crate::fuse::Fusions,
-    /// Decomposed Softmaxes run one row at a time (`crate::rowfuse`).
+    /// Decomposed Softmaxes and RMSNorms run one row at a time (`crate::rowfuse`).
     rows: crate::rowfuse::RowFusions,
     fuse_on: bool,
     /// Per Conv node with constant weights the Winograd path takes: their transform
@@ -457,9 +457,9 @@ impl CpuExecutor {
             .count()
     }
 
-    /// How many decomposed Softmaxes run fused, one row at a time (`crate::rowfuse`; on
-    /// and off with the conv groups).
-    pub fn fused_softmaxes(&self) -> usize {
+    /// How many decomposed Softmaxes and RMSNorms run fused, one row at a time
+    /// (`crate::rowfuse`; on and off with the conv groups).
+    pub fn fused_row_groups(&self) -> usize {
         self.rows.groups.len()
     }
 
@@ -597,7 +597,7 @@ impl CpuExecutor {
             && observe.is_none()
             && !(this.fusions.is_empty() && this.rows.is_empty());
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
-        // The same for the Softmax row groups (`crate::rowfuse`).
+        // The same for the row groups (`crate::rowfuse`).
         let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
         // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
         let wino = this.wino_on && before.is_none() && observe.is_none();
@@ -638,13 +638,13 @@ impl CpuExecutor {
                     let x = slots[node.inputs[0].index()]
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    let (t, clean) = crate::rowfuse::softmax_rows(x, scanner.is_some())
+                    let (t, clean) = crate::rowfuse::run(grp, x, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if !clean {
                         // Replay op by op (below), so the scan names the op.
                         rows_unfused[k] = true;
                     } else {
-                        slots[grp.members[3].index()] = Slot::Owned(t);
+                        slots[grp.output().index()] = Slot::Owned(t);
                         if let Some(s) = scanner.as_deref_mut() {
                             s.scan_counts(g, id, clean_counts(node))?;
                         }

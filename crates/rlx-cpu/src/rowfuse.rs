@@ -1,4 +1,7 @@
-//! Softmax row fusion for the CPU executor. rlx-compile lowers an ONNX Softmax over the
+//! Row fusion for the CPU executor: Softmax and RMSNorm over the last axis, each run as one
+//! pass per row.
+//!
+//! **Softmax.** rlx-compile lowers an ONNX Softmax over the
 //! last axis into five primitives (`rlx_compile::decompose`), each a pass over the whole
 //! tensor with its own buffer:
 //!
@@ -14,6 +17,13 @@
 //! Attention layers spend a large share of a small transformer's time in them (qwen3 at 128
 //! tokens: ~14% of the profile).
 //!
+//! **RMSNorm** as torch exports it (Qwen3, Llama): `Pow(x, 2)`, `ReduceMean(·, [last],
+//! keepdims)`, `Add(·, eps)`, `Sqrt`, `Div(c, ·)` (c = 1), `Mul(x, ·)`, then optionally
+//! `Mul(w, ·)` with a constant weight `w` along the last axis: seven ops per norm, nine norms
+//! in a 2-layer Qwen3. Fused: the row's sum of `x*x` in f64 (`reduce::sum_f32`'s lanes),
+//! then the same f32 expressions per row and per element (`reduce::rms_rows_f32`), so the
+//! same bits (tests/row_fusion.rs).
+//!
 //! As for conv groups (`crate::fuse`), the graph is not rewritten and the executor decides
 //! per run: fused without hooks; with a NaN/Inf scanner, fused when every `d` is finite
 //! (then `x` and `m` are finite, `e` lies in [0, 1], `s` in [1, n] and `y` in [0, 1]: every
@@ -23,18 +33,41 @@
 use rlx_ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceKind, Tensor, TensorData, UnaryOp};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// One decomposed Softmax over the last axis.
+/// One fused row group; it runs at the place of its first node (whose input 0 is `x`), and
+/// its last member's value is its output.
 #[derive(Debug)]
-pub(crate) struct SoftmaxGroup {
-    /// Sub, Exp, ReduceSum, Div, in order, after the ReduceMax (whose input 0 is `x`, and
-    /// at whose place the group runs); the Div's value is the group's output.
-    pub members: [NodeId; 4],
+pub(crate) enum RowGroup {
+    /// A decomposed Softmax: the ReduceMax, then Sub, Exp, ReduceSum, Div.
+    Softmax { members: [NodeId; 4] },
+    /// A decomposed RMSNorm: the `Pow(x, 2)`, then ReduceMean, Add, Sqrt, Div, Mul and
+    /// maybe the weight's Mul (`weight`, one value per element of a row).
+    RmsNorm {
+        members: Vec<NodeId>,
+        eps: f32,
+        num: f32,
+        weight: Option<Vec<f32>>,
+    },
+}
+
+impl RowGroup {
+    /// The nodes after the first one.
+    pub fn members(&self) -> &[NodeId] {
+        match self {
+            RowGroup::Softmax { members } => members,
+            RowGroup::RmsNorm { members, .. } => members,
+        }
+    }
+
+    /// The node whose value the group computes.
+    pub fn output(&self) -> NodeId {
+        *self.members().last().expect("a group has members")
+    }
 }
 
 /// The row fusion plan of one graph.
 #[derive(Debug, Default)]
 pub(crate) struct RowFusions {
-    pub groups: Vec<SoftmaxGroup>,
+    pub groups: Vec<RowGroup>,
     /// Per node: the group whose ReduceMax it is.
     pub at: Vec<Option<usize>>,
     /// Per node: the group whose other members it belongs to.
@@ -58,13 +91,16 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         member_of: vec![None; n],
     };
     for node in &g.nodes {
-        if let Some(members) = softmax_at(g, node.id, consumers, is_output) {
+        let grp = softmax_at(g, node.id, consumers, is_output)
+            .map(|members| RowGroup::Softmax { members })
+            .or_else(|| rms_norm_at(g, node.id, consumers, is_output));
+        if let Some(grp) = grp {
             let k = out.groups.len();
             out.at[node.id.index()] = Some(k);
-            for m in members {
+            for m in grp.members() {
                 out.member_of[m.index()] = Some(k);
             }
-            out.groups.push(SoftmaxGroup { members });
+            out.groups.push(grp);
         }
     }
     out
@@ -139,14 +175,117 @@ fn softmax_at(
     Some([sub, exp, sum, div])
 }
 
-/// The fused Softmax of `x` over its last axis (a group found by [`plan`]): the Div's value,
-/// and whether every member's value is finite (checked only when `scan`; true otherwise).
+/// The scalar value of constant node `id` when it is an f32 of one element.
+fn scalar_f32(g: &Graph, id: NodeId) -> Option<f32> {
+    match &g.node(id).op {
+        Op::Constant(t) if t.numel() == 1 => t.as_f32().map(|v| v[0]),
+        _ => None,
+    }
+}
+
+/// The members of a decomposed RMSNorm whose `Pow(x, 2)` is `pow` (see the module docs).
+fn rms_norm_at(
+    g: &Graph,
+    pow: NodeId,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<RowGroup> {
+    let node = g.node(pow);
+    let &[x, two] = node.inputs.as_slice() else {
+        return None;
+    };
+    let xs = &g.node(x).shape;
+    let rank = xs.rank();
+    let static_dims = xs.dims.iter().all(|d| matches!(d, Dim::Static(_)));
+    if node.op != Op::Binary(BinaryOp::Pow)
+        || scalar_f32(g, two) != Some(2.0)
+        || rank == 0
+        || xs.dtype != DType::F32
+        || !static_dims
+        || node.shape != *xs
+    {
+        return None;
+    }
+    let n = *xs.dims_usize().last()?;
+    // `id`'s single consumer, when `id` is not a graph output.
+    let next = |id: NodeId| match consumers[id.index()].as_slice() {
+        [c] if !is_output[id.index()] => Some(*c),
+        _ => None,
+    };
+    let row = g.node(pow).shape.clone();
+    let mean = next(pow)?;
+    let mn = g.node(mean);
+    let mean_ok = matches!(&mn.op, Op::Reduce { kind: ReduceKind::Mean, axes, keepdims: true }
+        if axes.as_slice() == [rank - 1]);
+    if !mean_ok || mn.inputs.as_slice() != [pow] {
+        return None;
+    }
+    let rs = mn.shape.clone();
+    let add = next(mean)?;
+    let an = g.node(add);
+    let eps = match an.inputs.as_slice() {
+        [m, e] if *m == mean && an.op == Op::Binary(BinaryOp::Add) && an.shape == rs => {
+            scalar_f32(g, *e)?
+        }
+        _ => return None,
+    };
+    let sqrt = next(add)?;
+    let sn = g.node(sqrt);
+    if sn.op != Op::Unary(UnaryOp::Sqrt) || sn.inputs.as_slice() != [add] || sn.shape != rs {
+        return None;
+    }
+    let div = next(sqrt)?;
+    let dn = g.node(div);
+    let num = match dn.inputs.as_slice() {
+        [c, s] if *s == sqrt && dn.op == Op::Binary(BinaryOp::Div) && dn.shape == rs => {
+            scalar_f32(g, *c)?
+        }
+        _ => return None,
+    };
+    let mul = next(div)?;
+    let mu = g.node(mul);
+    if mu.op != Op::Binary(BinaryOp::Mul) || mu.inputs.as_slice() != [x, div] || mu.shape != row {
+        return None;
+    }
+    let mut members = vec![mean, add, sqrt, div, mul];
+    // The weight: `Mul(w, y)` with a constant `w` of one value per row element.
+    let mut weight = None;
+    if let Some(wm) = next(mul) {
+        let wn = g.node(wm);
+        if let (Op::Binary(BinaryOp::Mul), [w, y]) = (&wn.op, wn.inputs.as_slice()) {
+            if let Op::Constant(t) = &g.node(*w).op {
+                let along_last = t.dims().last() == Some(&n)
+                    && t.dims().len() <= rank
+                    && t.dims()[..t.dims().len() - 1].iter().all(|&d| d == 1);
+                if *y == mul && wn.shape == row && along_last {
+                    if let Some(v) = t.as_f32() {
+                        weight = Some(v.to_vec());
+                        members.push(wm);
+                    }
+                }
+            }
+        }
+    }
+    Some(RowGroup::RmsNorm {
+        members,
+        eps,
+        num,
+        weight,
+    })
+}
+
+/// The value of group `grp` (found by [`plan`]) on input `x`, and whether every member's
+/// value is finite (checked only when `scan`; true otherwise).
 ///
 /// Errors: `x` not f32 (the plan admits only f32 groups).
-pub(crate) fn softmax_rows(x: &Tensor, scan: bool) -> Result<(Tensor, bool), crate::KernelError> {
+pub(crate) fn run(
+    grp: &RowGroup,
+    x: &Tensor,
+    scan: bool,
+) -> Result<(Tensor, bool), crate::KernelError> {
     let TensorData::F32(v) = x.data() else {
         return Err(crate::KernelError::Invalid(
-            "fused Softmax: input is not f32".into(),
+            "fused row group: input is not f32".into(),
         ));
     };
     let n = x.dims().last().copied().unwrap_or(1);
@@ -159,7 +298,13 @@ pub(crate) fn softmax_rows(x: &Tensor, scan: bool) -> Result<(Tensor, bool), cra
         let block = n * (4096 / n).max(1);
         crate::kernels::fill_chunks(&mut out, block, |b, dst| {
             let src = &v[b * block..b * block + dst.len()];
-            let bits = crate::kernels::reduce::softmax_rows_f32(src, dst, n, scan);
+            use crate::kernels::reduce::{rms_rows_f32, softmax_rows_f32};
+            let bits = match grp {
+                RowGroup::Softmax { .. } => softmax_rows_f32(src, dst, n, scan),
+                RowGroup::RmsNorm {
+                    eps, num, weight, ..
+                } => rms_rows_f32(src, dst, n, *eps, *num, weight.as_deref(), scan),
+            };
             max_bits.fetch_max(bits, Ordering::Relaxed);
         });
     }

@@ -171,6 +171,57 @@ isa_fn!(
     }
 );
 
+isa_fn!(
+    /// RMSNorm over rows of `n` (`src` and `dst` hold whole rows) with the unfused
+    /// primitives' expressions, so their bits: `m` = the row's [`sum_f32`] of `x*x` over `n`
+    /// (in f64, rounded to f32, as ReduceMean), `r = num / sqrt(m + eps)`, `y = x * r`, and
+    /// with `w`, `w[j] * y`. With `scan`, returns the largest `bits & 0x7fff_ffff` over every
+    /// value the unfused ops compute (`x*x`, `m`, `m + eps`, its root, `r`, `y`, `w*y`), else
+    /// 0. Used by `crate::rowfuse`.
+    pub(crate) fn rms_rows_f32[](
+        src: &[f32],
+        dst: &mut [f32],
+        n: usize,
+        eps: f32,
+        num: f32,
+        w: Option<&[f32]>,
+        scan: bool
+    ) -> u32 {
+        let abs = |v: f32| v.to_bits() & 0x7fff_ffff;
+        let mut bits = 0u32;
+        for (row, out) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
+            let m = (lane_sum(row, |x| (x * x) as f64) / n as f64) as f32;
+            let a = m + eps;
+            let s = a.sqrt();
+            let r = num / s;
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = x * r;
+            }
+            if let Some(w) = w {
+                for (o, &w) in out.iter_mut().zip(w) {
+                    // `w * y` in the unfused Mul's operand order (of two NaNs, x86 keeps
+                    // the first).
+                    let y = *o;
+                    *o = w * y;
+                }
+            }
+            if scan {
+                // x*x finite implies x finite; the last values are in `out`, the ones
+                // before the weight are `x * r` again.
+                bits = row.iter().fold(bits, |b, &x| b.max(abs(x * x)));
+                for v in [m, a, s, r] {
+                    bits = bits.max(abs(v));
+                }
+                bits = out.iter().fold(bits, |b, &v| b.max(abs(v)));
+                if w.is_some() {
+                    bits = row.iter().fold(bits, |b, &x| b.max(abs(x * r)));
+                }
+            }
+        }
+        bits
+    }
+);
+
 fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: ReduceKind) -> Vec<T> {
     let offs = &p.offs;
     let n = offs.len() as f64;

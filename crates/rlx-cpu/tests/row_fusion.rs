@@ -1,0 +1,330 @@
+//! Row fusion (`rlx_cpu`'s rowfuse): the five primitives rlx-compile lowers an ONNX Softmax
+//! over the last axis into (ReduceMax, Sub, Exp, ReduceSum, Div), and the seven of an
+//! RMSNorm as torch exports it (Pow, ReduceMean, Add, Sqrt, Div, Mul, Mul by the weight),
+//! run as one pass per row. Checked here: the fused output is bit for bit the unfused one
+//! and matches the f64 definitions (`exp(x - max) / sum(exp(x - max))`, `w * x /
+//! sqrt(mean(x^2) + eps)`); a value that is not finite makes the scanner report exactly
+//! what the unfused run reports (the group is replayed op by op). Expected non-finite
+//! values are derived by hand from IEEE 754.
+
+use rlx_cpu::CpuExecutor;
+use rlx_ir::numeric_check::DebugMode;
+use rlx_ir::*;
+
+/// `x` [rows..., n] → Softmax over the last axis, laid out as rlx-compile's decomposition.
+/// Returns (graph, [max, sub, exp, sum, div]).
+fn softmax_graph(dims: &[usize]) -> (Graph, [NodeId; 5]) {
+    let mut g = Graph::new("softmax");
+    let s = Shape::new(dims, DType::F32);
+    let mut rd = dims.to_vec();
+    *rd.last_mut().unwrap() = 1;
+    let r = Shape::new(&rd, DType::F32);
+    let last = dims.len() - 1;
+    let x = g.input("x", s.clone());
+    let red = |kind| Op::Reduce {
+        kind,
+        axes: vec![last],
+        keepdims: true,
+    };
+    let m = g.add_node(red(ReduceKind::Max), vec![x], r.clone());
+    let d = g.sub(x, m, s.clone());
+    let e = g.unary(UnaryOp::Exp, d, s.clone());
+    let sum = g.add_node(red(ReduceKind::Sum), vec![e], r);
+    let y = g.div(e, sum, s);
+    for id in [m, d, e, sum, y] {
+        g.set_name(id, "attn.softmax");
+    }
+    g.set_outputs(vec![y]);
+    (g, [m, d, e, sum, y])
+}
+
+fn run(
+    dims: &[usize],
+    xs: &[f32],
+    fuse: bool,
+    mode: DebugMode,
+) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
+    let mut ex = CpuExecutor::new(softmax_graph(dims).0).unwrap();
+    assert_eq!(ex.fused_row_groups(), 1);
+    ex.set_fusion(fuse);
+    let mut sc = DebugScanner::new(mode, "cpu");
+    sc.set_print(false);
+    let y = ex
+        .run(
+            &[Tensor::from_f32(dims, xs.to_vec()).unwrap()],
+            Some(&mut sc),
+        )
+        .unwrap();
+    let r = sc
+        .reports()
+        .iter()
+        .map(|r| (r.node, r.index, r.label.clone()))
+        .collect();
+    (r, y[0].as_f32().unwrap().to_vec())
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
+}
+
+fn data(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919) % 1009) as f32 / 50.0 - 10.0)
+        .collect()
+}
+
+#[test]
+fn fused_softmax_is_the_unfused_bits_and_the_definition() {
+    // Rows shorter than a vector, not a multiple of 16, and longer than the kernel's
+    // 256-element chunks; a causal-mask row (most entries -1e30: exp gives +0 there).
+    for dims in [vec![3, 5], vec![2, 3, 37], vec![2, 300], vec![4, 128]] {
+        let n = *dims.last().unwrap();
+        let mut xs = data(dims.iter().product());
+        if n == 128 {
+            for (i, v) in xs.iter_mut().enumerate() {
+                if i % n > (i / n) * 30 {
+                    *v = -1e30;
+                }
+            }
+        }
+        for mode in [DebugMode::Off, DebugMode::Strict] {
+            let (rf, yf) = run(&dims, &xs, true, mode);
+            let (rp, yp) = run(&dims, &xs, false, mode);
+            assert_eq!(bits(&yf), bits(&yp), "{dims:?} {mode:?}");
+            assert!(rf.is_empty() && rp.is_empty());
+        }
+        let (_, y) = run(&dims, &xs, true, DebugMode::Off);
+        for (row, got) in xs.chunks(n).zip(y.chunks(n)) {
+            let m = row.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
+            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            for (g, e) in got.iter().zip(&e) {
+                let want = e / s;
+                assert!(
+                    (*g as f64 - want).abs() <= 4e-6 * want + 1e-30,
+                    "{dims:?}: {g} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn non_finite_values_are_reported_as_unfused() {
+    let dims = [3, 40];
+    let (_, [_, sub, _, _, _]) = softmax_graph(&dims);
+    // Row 0: +inf and NaN inputs (the max is NaN, d is NaN); row 1: 3e38 and -3e38, whose
+    // difference -6e38 overflows to -inf in the Sub (created there); row 2: -inf entries
+    // (a mask), carried by the Sub as -inf and made +0 by the Exp.
+    let mut xs = data(120);
+    xs[3] = f32::INFINITY;
+    xs[7] = f32::NAN;
+    xs[40 + 1] = 3e38;
+    xs[40 + 2] = -3e38;
+    xs[80 + 5] = f32::NEG_INFINITY;
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (rf, yf) = run(&dims, &xs, true, mode);
+        let (rp, yp) = run(&dims, &xs, false, mode);
+        assert_eq!(rf, rp, "{mode:?}");
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+    }
+    // Without a scanner the fused kernel runs on these values too: still the same bits.
+    let (_, yf) = run(&dims, &xs, true, DebugMode::Off);
+    let (_, yp) = run(&dims, &xs, false, DebugMode::Off);
+    assert_eq!(bits(&yf), bits(&yp));
+    assert!(yf[..40].iter().all(|v| v.is_nan()));
+    assert_eq!(yf[80 + 5], 0.0);
+    // Only row 1's values: the first non-finite value is the Sub's -inf (-3e38 - 3e38),
+    // made there, which strict mode names (the input is finite).
+    let mut xs = data(120);
+    xs[40 + 1] = 3e38;
+    xs[40 + 2] = -3e38;
+    let (rf, yf) = run(&dims, &xs, true, DebugMode::Strict);
+    let (rp, yp) = run(&dims, &xs, false, DebugMode::Strict);
+    assert_eq!(rf, rp);
+    assert_eq!(bits(&yf), bits(&yp));
+    assert!(
+        rf.iter().any(|(n, i, _)| *n == sub && *i == 40 + 2),
+        "{rf:?}"
+    );
+}
+
+/// `x` [rows..., n] → RMSNorm over the last axis as torch exports it (Qwen3RMSNorm), with a
+/// weight of `n` values when `weight`; the intermediate named `output` is also a graph
+/// output when given (then nothing may be fused). Returns (graph, [pow, mean, add, sqrt,
+/// div, mul, (mul_w)]).
+fn rms_graph(
+    dims: &[usize],
+    eps: f32,
+    weight: bool,
+    extra_output: Option<usize>,
+) -> (Graph, Vec<NodeId>) {
+    let mut g = Graph::new("rmsnorm");
+    let s = Shape::new(dims, DType::F32);
+    let mut rd = dims.to_vec();
+    *rd.last_mut().unwrap() = 1;
+    let r = Shape::new(&rd, DType::F32);
+    let n = *dims.last().unwrap();
+    let x = g.input("x", s.clone());
+    let c = |g: &mut Graph, v: f32| g.constant(Tensor::from_f32(&[], vec![v]).unwrap());
+    let two = c(&mut g, 2.0);
+    let pow = g.add_node(Op::Binary(BinaryOp::Pow), vec![x, two], s.clone());
+    let mean = g.add_node(
+        Op::Reduce {
+            kind: ReduceKind::Mean,
+            axes: vec![dims.len() - 1],
+            keepdims: true,
+        },
+        vec![pow],
+        r.clone(),
+    );
+    let e = c(&mut g, eps);
+    let add = g.add(mean, e, r.clone());
+    let sqrt = g.unary(UnaryOp::Sqrt, add, r.clone());
+    let one = c(&mut g, 1.0);
+    let div = g.div(one, sqrt, r);
+    let mul = g.mul(x, div, s.clone());
+    let mut ids = vec![pow, mean, add, sqrt, div, mul];
+    if weight {
+        let wv: Vec<f32> = (0..n).map(|j| 0.5 + j as f32 / n as f32).collect();
+        let w = g.constant(Tensor::from_f32(&[n], wv).unwrap());
+        let mw = g.mul(w, mul, s);
+        ids.push(mw);
+    }
+    let mut outs = vec![*ids.last().unwrap()];
+    if let Some(k) = extra_output {
+        outs.push(ids[k]);
+    }
+    g.set_outputs(outs);
+    (g, ids)
+}
+
+fn rms_run(
+    g: Graph,
+    dims: &[usize],
+    xs: &[f32],
+    fuse: bool,
+    mode: DebugMode,
+) -> (usize, Vec<(NodeId, usize, String)>, Vec<f32>) {
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let groups = ex.fused_row_groups();
+    ex.set_fusion(fuse);
+    let mut sc = DebugScanner::new(mode, "cpu");
+    sc.set_print(false);
+    let y = ex
+        .run(
+            &[Tensor::from_f32(dims, xs.to_vec()).unwrap()],
+            Some(&mut sc),
+        )
+        .unwrap();
+    let r = sc
+        .reports()
+        .iter()
+        .map(|r| (r.node, r.index, r.label.clone()))
+        .collect();
+    (groups, r, y[0].as_f32().unwrap().to_vec())
+}
+
+#[test]
+fn fused_rms_norm_is_the_unfused_bits_and_the_definition() {
+    let eps = 1e-6f32;
+    for dims in [vec![3, 16], vec![2, 4, 64], vec![2, 300], vec![5, 1]] {
+        let n = *dims.last().unwrap();
+        let xs = data(dims.iter().product());
+        for weight in [true, false] {
+            let run = |fuse, mode| {
+                rms_run(
+                    rms_graph(&dims, eps, weight, None).0,
+                    &dims,
+                    &xs,
+                    fuse,
+                    mode,
+                )
+            };
+            for mode in [DebugMode::Off, DebugMode::Strict] {
+                let (groups, rf, yf) = run(true, mode);
+                let (_, rp, yp) = run(false, mode);
+                assert_eq!(groups, 1, "{dims:?}");
+                assert_eq!(bits(&yf), bits(&yp), "{dims:?} weight {weight} {mode:?}");
+                assert!(rf.is_empty() && rp.is_empty());
+            }
+            let (_, _, y) = run(true, DebugMode::Off);
+            for (row, got) in xs.chunks(n).zip(y.chunks(n)) {
+                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n as f64;
+                let r = 1.0 / (ms + eps as f64).sqrt();
+                for (j, (g, &x)) in got.iter().zip(row).enumerate() {
+                    let w = if weight {
+                        0.5 + j as f64 / n as f64
+                    } else {
+                        1.0
+                    };
+                    let want = w * x as f64 * r;
+                    assert!(
+                        (*g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{dims:?}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_norm_with_an_intermediate_output_is_not_fused_past_it() {
+    let dims = [3, 16];
+    let xs = data(48);
+    // Intermediates 0..5 (Pow to Div) being read elsewhere stop the fusion; the Mul by
+    // `r` being an output just ends the group there (the weight's Mul runs on its own).
+    for k in 0..6 {
+        let (groups, _, yf) = rms_run(
+            rms_graph(&dims, 1e-6, true, Some(k)).0,
+            &dims,
+            &xs,
+            true,
+            DebugMode::Off,
+        );
+        assert_eq!(groups, usize::from(k == 5), "intermediate {k} is an output");
+        let (_, _, yp) = rms_run(
+            rms_graph(&dims, 1e-6, true, Some(k)).0,
+            &dims,
+            &xs,
+            false,
+            DebugMode::Off,
+        );
+        assert_eq!(bits(&yf), bits(&yp));
+    }
+}
+
+#[test]
+fn rms_norm_non_finite_values_are_reported_as_unfused() {
+    let dims = [3, 16];
+    let (_, ids) = rms_graph(&dims, 0.0, true, None);
+    let (pow, div) = (ids[0], ids[4]);
+    // Row 0: 1e20 squares to 1e40, +inf in the Pow (made there); row 1: all zeros with eps
+    // 0, so the root is 0 and 1/0 = +inf in the Div (made there), then 0 * inf = NaN.
+    let mut xs = data(48);
+    xs[3] = 1e20;
+    let run = |xs: &[f32], fuse, mode| {
+        rms_run(rms_graph(&dims, 0.0, true, None).0, &dims, xs, fuse, mode)
+    };
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (_, rf, yf) = run(&xs, true, mode);
+        let (_, rp, yp) = run(&xs, false, mode);
+        assert_eq!(rf, rp, "{mode:?}");
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+    }
+    let (_, rf, _) = run(&xs, true, DebugMode::Strict);
+    assert!(rf.iter().any(|(n, i, _)| *n == pow && *i == 3), "{rf:?}");
+    let mut xs = data(48);
+    xs[16..32].iter_mut().for_each(|v| *v = 0.0);
+    let (_, rf, yf) = run(&xs, true, DebugMode::Strict);
+    let (_, rp, yp) = run(&xs, false, DebugMode::Strict);
+    assert_eq!(rf, rp);
+    assert_eq!(bits(&yf), bits(&yp));
+    assert!(rf.iter().any(|(n, i, _)| *n == div && *i == 1), "{rf:?}");
+    // Without a scanner the fused kernel runs on these values: still the unfused bits.
+    let (_, _, yf) = run(&xs, true, DebugMode::Off);
+    let (_, _, yp) = run(&xs, false, DebugMode::Off);
+    assert_eq!(bits(&yf), bits(&yp));
+    assert!(yf[16..32].iter().all(|v| v.is_nan()));
+}
