@@ -418,10 +418,12 @@ impl CpuExecutor {
         })
     }
 
-    /// Turn Conv epilogue fusion on or off (default: on, unless `RLX_CPU_FUSION=0`). Fused,
-    /// a Conv followed by per-channel Add/Sub/Mul/Div with constants (a decomposed
+    /// Turn fusion on or off (default: on, unless `RLX_CPU_FUSION=0`). Fused, a Conv
+    /// followed by per-channel Add/Sub/Mul/Div with constants (a decomposed
     /// BatchNormalization) and an optional Relu runs as one conv with the affine map folded
-    /// into its weights; results differ from the unfused chain by rounding only. Hooked
+    /// into its weights; results differ from the unfused chain by rounding only. Decomposed
+    /// Softmax, LayerNorm and RMSNorm over the last axis run one row at a time
+    /// (`crate::rowfuse`), with the unfused bits. Hooked
     /// runs always run unfused; with a NaN scanner on, a group whose output is not finite
     /// is replayed unfused, so reports name the same op either way.
     pub fn set_fusion(&mut self, on: bool) {

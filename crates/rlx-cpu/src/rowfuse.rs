@@ -1,5 +1,5 @@
-//! Row fusion for the CPU executor: Softmax and RMSNorm over the last axis, each run as one
-//! pass per row.
+//! Row fusion for the CPU executor: Softmax, RMSNorm and LayerNorm over the last axis, each
+//! run as one pass per row.
 //!
 //! **Softmax.** rlx-compile lowers an ONNX Softmax over the
 //! last axis into five primitives (`rlx_compile::decompose`), each a pass over the whole
@@ -13,7 +13,7 @@
 //! Here the five run as one pass per row, on the row while it is in L1, with the same row
 //! kernels and the same f32 expressions as the unfused ops (the max of
 //! `reduce::extreme_f32`, `x - m`, `fastmath::exp_slice`, the f64 row sum of
-//! `reduce::sum_f32` rounded to f32, `e / s`): the same bits (tests/fusion.rs checks them).
+//! `reduce::sum_f32` rounded to f32, `e / s`): the same bits (tests/row_fusion.rs checks them).
 //! Attention layers spend a large share of a small transformer's time in them (qwen3 at 128
 //! tokens: ~14% of the profile).
 //!
@@ -23,6 +23,11 @@
 //! in a 2-layer Qwen3. Fused: the row's sum of `x*x` in f64 (`reduce::sum_f32`'s lanes),
 //! then the same f32 expressions per row and per element (`reduce::rms_rows_f32`), so the
 //! same bits (tests/row_fusion.rs).
+//!
+//! **LayerNorm** as rlx-compile lowers ONNX LayerNormalization over the last axis:
+//! `ReduceMean(x)`, `xc = Sub(x, ·)`, `Mul(xc, xc)`, `ReduceMean`, `Add(·, eps)`, `Sqrt`,
+//! `Div(xc, ·)`, `Mul(·, scale)` and optionally `Add(·, bias)`, with constant scale and bias
+//! along the last axis (`reduce::layer_norm_rows_f32`, same bits).
 //!
 //! As for conv groups (`crate::fuse`), the graph is not rewritten and the executor decides
 //! per run: fused without hooks; with a NaN/Inf scanner, fused when every `d` is finite
@@ -47,6 +52,14 @@ pub(crate) enum RowGroup {
         num: f32,
         weight: Option<Vec<f32>>,
     },
+    /// A decomposed LayerNorm: the ReduceMean of `x`, then Sub, Mul, ReduceMean, Add, Sqrt,
+    /// Div, the scale's Mul and maybe the bias's Add.
+    LayerNorm {
+        members: Vec<NodeId>,
+        eps: f32,
+        scale: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
 }
 
 impl RowGroup {
@@ -55,6 +68,7 @@ impl RowGroup {
         match self {
             RowGroup::Softmax { members } => members,
             RowGroup::RmsNorm { members, .. } => members,
+            RowGroup::LayerNorm { members, .. } => members,
         }
     }
 
@@ -93,7 +107,8 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
     for node in &g.nodes {
         let grp = softmax_at(g, node.id, consumers, is_output)
             .map(|members| RowGroup::Softmax { members })
-            .or_else(|| rms_norm_at(g, node.id, consumers, is_output));
+            .or_else(|| rms_norm_at(g, node.id, consumers, is_output))
+            .or_else(|| layer_norm_at(g, node.id, consumers, is_output));
         if let Some(grp) = grp {
             let k = out.groups.len();
             out.at[node.id.index()] = Some(k);
@@ -104,6 +119,16 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         }
     }
     out
+}
+
+/// Whether `x` can feed a row group: f32 of static dims, rank at least 1, and rows that are
+/// not empty (a reduction over an empty row gives its identity, -inf for ReduceMax and NaN
+/// for ReduceMean, which the fused kernels would neither compute nor report).
+fn row_input(x: &rlx_ir::Shape) -> bool {
+    x.dtype == DType::F32
+        && x.rank() > 0
+        && x.dims.iter().all(|d| matches!(d, Dim::Static(_)))
+        && x.dims.last() != Some(&Dim::Static(0))
 }
 
 /// The Sub, Exp, ReduceSum and Div of a decomposed Softmax whose ReduceMax is `max`.
@@ -123,9 +148,7 @@ fn softmax_at(
         matches!(op, Op::Reduce { kind, axes, keepdims: true }
             if *kind == want && axes.as_slice() == [rank - 1])
     };
-    let static_dims = xs.dims.iter().all(|d| matches!(d, Dim::Static(_)));
-    if rank == 0 || xs.dtype != DType::F32 || !static_dims || !last_axis(&node.op, ReduceKind::Max)
-    {
+    if !row_input(xs) || !last_axis(&node.op, ReduceKind::Max) {
         return None;
     }
     // Each intermediate has exactly the consumers named, and is not a graph output.
@@ -196,12 +219,9 @@ fn rms_norm_at(
     };
     let xs = &g.node(x).shape;
     let rank = xs.rank();
-    let static_dims = xs.dims.iter().all(|d| matches!(d, Dim::Static(_)));
     if node.op != Op::Binary(BinaryOp::Pow)
         || scalar_f32(g, two) != Some(2.0)
-        || rank == 0
-        || xs.dtype != DType::F32
-        || !static_dims
+        || !row_input(xs)
         || node.shape != *xs
     {
         return None;
@@ -274,6 +294,123 @@ fn rms_norm_at(
     })
 }
 
+/// The values of constant node `id` when it is f32 with `n` elements along the last of
+/// `rank` axes (its other dims 1).
+fn row_constant(g: &Graph, id: NodeId, n: usize, rank: usize) -> Option<Vec<f32>> {
+    let Op::Constant(t) = &g.node(id).op else {
+        return None;
+    };
+    let d = t.dims();
+    let along_last =
+        d.last() == Some(&n) && d.len() <= rank && d[..d.len() - 1].iter().all(|&k| k == 1);
+    along_last
+        .then(|| t.as_f32().map(<[f32]>::to_vec))
+        .flatten()
+}
+
+/// The members of a decomposed LayerNorm whose first ReduceMean is `mean` (see the module
+/// docs).
+fn layer_norm_at(
+    g: &Graph,
+    mean: NodeId,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<RowGroup> {
+    let node = g.node(mean);
+    let &[x] = node.inputs.as_slice() else {
+        return None;
+    };
+    let xs = &g.node(x).shape;
+    let rank = xs.rank();
+    let last_mean = |op: &Op| {
+        matches!(op, Op::Reduce { kind: ReduceKind::Mean, axes, keepdims: true }
+            if axes.as_slice() == [rank - 1])
+    };
+    if !row_input(xs) || !last_mean(&node.op) {
+        return None;
+    }
+    let n = *xs.dims_usize().last()?;
+    let rs = node.shape.clone();
+    let users = |id: NodeId| (!is_output[id.index()]).then(|| consumers[id.index()].as_slice());
+    let is = |id: NodeId, op: Op, ins: &[NodeId], shape: &rlx_ir::Shape| {
+        let nd = g.node(id);
+        nd.op == op && nd.inputs.as_slice() == ins && nd.shape == *shape
+    };
+    let &[sub] = users(mean)? else {
+        return None;
+    };
+    if !is(sub, Op::Binary(BinaryOp::Sub), &[x, mean], xs) {
+        return None;
+    }
+    // xc is read twice by its square and once by the Div.
+    let [a, b, c] = users(sub)? else {
+        return None;
+    };
+    let (sq, div) = match (a == b, b == c) {
+        (true, false) => (*a, *c),
+        (false, true) => (*b, *a),
+        _ if a == c => (*a, *b),
+        _ => return None,
+    };
+    if !is(sq, Op::Binary(BinaryOp::Mul), &[sub, sub], xs) {
+        return None;
+    }
+    let &[var] = users(sq)? else {
+        return None;
+    };
+    if !last_mean(&g.node(var).op) || !is(var, g.node(var).op.clone(), &[sq], &rs) {
+        return None;
+    }
+    let &[add] = users(var)? else {
+        return None;
+    };
+    let eps = match g.node(add).inputs.as_slice() {
+        [v, e] if *v == var && is(add, Op::Binary(BinaryOp::Add), &[var, *e], &rs) => {
+            scalar_f32(g, *e)?
+        }
+        _ => return None,
+    };
+    let &[sqrt] = users(add)? else {
+        return None;
+    };
+    let &[d] = users(sqrt)? else {
+        return None;
+    };
+    if !is(sqrt, Op::Unary(UnaryOp::Sqrt), &[add], &rs)
+        || d != div
+        || !is(div, Op::Binary(BinaryOp::Div), &[sub, sqrt], xs)
+    {
+        return None;
+    }
+    let &[mul] = users(div)? else {
+        return None;
+    };
+    let scale = match g.node(mul).inputs.as_slice() {
+        [v, w] if *v == div && is(mul, Op::Binary(BinaryOp::Mul), &[div, *w], xs) => {
+            row_constant(g, *w, n, rank)?
+        }
+        _ => return None,
+    };
+    let mut members = vec![sub, sq, var, add, sqrt, div, mul];
+    let mut bias = None;
+    if let Some(&[ba]) = users(mul) {
+        if let [v, b] = g.node(ba).inputs.as_slice() {
+            if *v == mul && is(ba, Op::Binary(BinaryOp::Add), &[mul, *b], xs) {
+                if let Some(bv) = row_constant(g, *b, n, rank) {
+                    bias = Some(bv);
+                    members.push(ba);
+                }
+            }
+        }
+    }
+    Some(RowGroup::LayerNorm {
+        members,
+        eps,
+        scale,
+        bias,
+    })
+}
+
 /// The value of group `grp` (found by [`plan`]) on input `x`, and whether every member's
 /// value is finite (checked only when `scan`; true otherwise).
 ///
@@ -298,12 +435,15 @@ pub(crate) fn run(
         let block = n * (4096 / n).max(1);
         crate::kernels::fill_chunks(&mut out, block, |b, dst| {
             let src = &v[b * block..b * block + dst.len()];
-            use crate::kernels::reduce::{rms_rows_f32, softmax_rows_f32};
+            use crate::kernels::reduce::{layer_norm_rows_f32, rms_rows_f32, softmax_rows_f32};
             let bits = match grp {
                 RowGroup::Softmax { .. } => softmax_rows_f32(src, dst, n, scan),
                 RowGroup::RmsNorm {
                     eps, num, weight, ..
                 } => rms_rows_f32(src, dst, n, *eps, *num, weight.as_deref(), scan),
+                RowGroup::LayerNorm {
+                    eps, scale, bias, ..
+                } => layer_norm_rows_f32(src, dst, n, *eps, scale, bias.as_deref(), scan),
             };
             max_bits.fetch_max(bits, Ordering::Relaxed);
         });

@@ -328,3 +328,116 @@ fn rms_norm_non_finite_values_are_reported_as_unfused() {
     assert_eq!(bits(&yf), bits(&yp));
     assert!(yf[16..32].iter().all(|v| v.is_nan()));
 }
+
+/// `x` [rows..., n] → LayerNorm over the last axis as rlx-compile lowers ONNX
+/// LayerNormalization (mean, Sub, square, mean, Add eps, Sqrt, Div, Mul scale, Add bias).
+/// Returns (graph, [mean, sub, sq, var, add, sqrt, div, mul, (add bias)]).
+fn ln_graph(dims: &[usize], eps: f32, bias: bool) -> (Graph, Vec<NodeId>) {
+    let mut g = Graph::new("layernorm");
+    let s = Shape::new(dims, DType::F32);
+    let mut rd = dims.to_vec();
+    *rd.last_mut().unwrap() = 1;
+    let r = Shape::new(&rd, DType::F32);
+    let n = *dims.last().unwrap();
+    let x = g.input("x", s.clone());
+    let red = || Op::Reduce {
+        kind: ReduceKind::Mean,
+        axes: vec![dims.len() - 1],
+        keepdims: true,
+    };
+    let mean = g.add_node(red(), vec![x], r.clone());
+    let xc = g.sub(x, mean, s.clone());
+    let sq = g.mul(xc, xc, s.clone());
+    let var = g.add_node(red(), vec![sq], r.clone());
+    let e = g.constant(Tensor::from_f32(&[], vec![eps]).unwrap());
+    let ve = g.add(var, e, r.clone());
+    let den = g.unary(UnaryOp::Sqrt, ve, r);
+    let nrm = g.div(xc, den, s.clone());
+    let sc: Vec<f32> = (0..n).map(|j| 0.5 + j as f32 / n as f32).collect();
+    let sc = g.constant(Tensor::from_f32(&[n], sc).unwrap());
+    let y = g.mul(nrm, sc, s.clone());
+    let mut ids = vec![mean, xc, sq, var, ve, den, nrm, y];
+    if bias {
+        let bv: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.1).collect();
+        let b = g.constant(Tensor::from_f32(&[n], bv).unwrap());
+        ids.push(g.add(y, b, s));
+    }
+    g.set_outputs(vec![*ids.last().unwrap()]);
+    (g, ids)
+}
+
+#[test]
+fn fused_layer_norm_is_the_unfused_bits_and_the_definition() {
+    let eps = 1e-5f32;
+    for dims in [vec![3, 16], vec![2, 4, 64], vec![2, 300], vec![5, 1]] {
+        let n = *dims.last().unwrap();
+        let xs = data(dims.iter().product());
+        for bias in [true, false] {
+            let run = |fuse, mode| rms_run(ln_graph(&dims, eps, bias).0, &dims, &xs, fuse, mode);
+            for mode in [DebugMode::Off, DebugMode::Strict] {
+                let (groups, rf, yf) = run(true, mode);
+                let (_, rp, yp) = run(false, mode);
+                assert_eq!(groups, 1, "{dims:?}");
+                assert_eq!(bits(&yf), bits(&yp), "{dims:?} bias {bias} {mode:?}");
+                assert!(rf.is_empty() && rp.is_empty());
+            }
+            let (_, _, y) = run(true, DebugMode::Off);
+            for (row, got) in xs.chunks(n).zip(y.chunks(n)) {
+                let m = row.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+                let v = row.iter().map(|&x| (x as f64 - m).powi(2)).sum::<f64>() / n as f64;
+                for (j, (g, &x)) in got.iter().zip(row).enumerate() {
+                    let b = if bias { j as f64 * 0.01 - 0.1 } else { 0.0 };
+                    let want =
+                        (x as f64 - m) / (v + eps as f64).sqrt() * (0.5 + j as f64 / n as f64) + b;
+                    assert!(
+                        (*g as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{dims:?}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn layer_norm_non_finite_values_are_reported_as_unfused() {
+    let dims = [3, 16];
+    let (_, ids) = ln_graph(&dims, 0.0, true);
+    let (sq, div) = (ids[2], ids[6]);
+    let run = |xs: &[f32], fuse, mode| rms_run(ln_graph(&dims, 0.0, true).0, &dims, xs, fuse, mode);
+    // Row 0: a 1e20 makes its centred value about 1e20, whose square (1e40) is +inf in the
+    // Mul (made there); row 1 constant with eps 0: variance 0, root 0, 0/0 = NaN in the Div.
+    let mut xs = data(48);
+    xs[3] = 1e20;
+    let (_, rf, yf) = run(&xs, true, DebugMode::Strict);
+    let (_, rp, yp) = run(&xs, false, DebugMode::Strict);
+    assert_eq!(rf, rp);
+    assert_eq!(bits(&yf), bits(&yp));
+    assert!(rf.iter().any(|(n, i, _)| *n == sq && *i == 3), "{rf:?}");
+    let mut xs = data(48);
+    xs[16..32].iter_mut().for_each(|v| *v = 0.25);
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (_, rf, yf) = run(&xs, true, mode);
+        let (_, rp, yp) = run(&xs, false, mode);
+        assert_eq!(rf, rp, "{mode:?}");
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+    }
+    let (_, rf, _) = run(&xs, true, DebugMode::Strict);
+    assert!(rf.iter().any(|(n, i, _)| *n == div && *i == 16), "{rf:?}");
+    let (_, _, yf) = run(&xs, true, DebugMode::Off);
+    let (_, _, yp) = run(&xs, false, DebugMode::Off);
+    assert_eq!(bits(&yf), bits(&yp));
+    assert!(yf[16..32].iter().all(|v| v.is_nan()));
+}
+
+/// Rows of length 0: the reductions give their identities (ReduceMax -inf, ReduceMean NaN),
+/// which the fused kernels would not compute; no group is made and the reports are the
+/// unfused ones.
+#[test]
+fn empty_rows_are_not_fused() {
+    let dims = [5, 0];
+    let count = |g: Graph| CpuExecutor::new(g).unwrap().fused_row_groups();
+    assert_eq!(count(softmax_graph(&dims).0), 0);
+    assert_eq!(count(rms_graph(&dims, 1e-6, false, None).0), 0);
+    assert_eq!(count(ln_graph(&dims, 1e-5, false).0), 0);
+}

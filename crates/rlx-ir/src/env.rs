@@ -73,7 +73,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_FUSION",
         values: "1|0 (0, off, false, no: off)",
         acts: "when a CPU executor is built",
-        catches: "nothing: 0 turns off the fusion of a Conv with a following BatchNorm/bias and Relu, SiLU or Clip on the CPU (default on), to rule the fusion out or to time its effect; NaN reports name the same op either way (a fused group with a non-finite output is replayed op by op)",
+        catches: "nothing: 0 turns off the CPU's fusions (default on): a Conv with a following BatchNorm/bias and Relu, SiLU or Clip, and the decomposed Softmax, LayerNorm and RMSNorm run one row at a time; to rule a fusion out or to time its effect. NaN reports name the same op either way (a fused group with a non-finite value is replayed op by op)",
         cost: "none",
         scope: Scope::Runtime,
     },

@@ -175,9 +175,9 @@ isa_fn!(
     /// RMSNorm over rows of `n` (`src` and `dst` hold whole rows) with the unfused
     /// primitives' expressions, so their bits: `m` = the row's [`sum_f32`] of `x*x` over `n`
     /// (in f64, rounded to f32, as ReduceMean), `r = num / sqrt(m + eps)`, `y = x * r`, and
-    /// with `w`, `w[j] * y`. With `scan`, returns the largest `bits & 0x7fff_ffff` over every
-    /// value the unfused ops compute (`x*x`, `m`, `m + eps`, its root, `r`, `y`, `w*y`), else
-    /// 0. Used by `crate::rowfuse`.
+    /// with `w`, `w[j] * y`. With `scan`, returns a figure that is below `0x7f80_0000`
+    /// exactly when every value the unfused ops compute is finite (the largest `bits &
+    /// 0x7fff_ffff` of enough of them), else 0. Used by `crate::rowfuse`.
     pub(crate) fn rms_rows_f32[](
         src: &[f32],
         dst: &mut [f32],
@@ -206,16 +206,62 @@ isa_fn!(
                 }
             }
             if scan {
-                // x*x finite implies x finite; the last values are in `out`, the ones
-                // before the weight are `x * r` again.
-                bits = row.iter().fold(bits, |b, &x| b.max(abs(x * x)));
+                // Enough to see every value the unfused ops make: a non-finite `x` or `x*x`
+                // makes `m` non-finite (the f64 sum keeps an inf or NaN); a non-finite
+                // `x * r` makes `w * (x * r)` non-finite.
                 for v in [m, a, s, r] {
                     bits = bits.max(abs(v));
                 }
                 bits = out.iter().fold(bits, |b, &v| b.max(abs(v)));
-                if w.is_some() {
-                    bits = row.iter().fold(bits, |b, &x| b.max(abs(x * r)));
+            }
+        }
+        bits
+    }
+);
+
+isa_fn!(
+    /// LayerNorm over rows of `n` (`src` and `dst` hold whole rows) with the unfused
+    /// primitives' expressions, so their bits: `m` = the row's [`sum_f32`] over `n` (f64,
+    /// rounded to f32, as ReduceMean), `xc = x - m`, `v` = the same mean of `xc * xc`,
+    /// `d = sqrt(v + eps)`, `xc / d * scale[j]`, then `+ bias[j]`. With `scan`, returns a
+    /// figure below `0x7f80_0000` exactly when every value the unfused ops compute is finite,
+    /// else 0. Used by `crate::rowfuse`.
+    pub(crate) fn layer_norm_rows_f32[](
+        src: &[f32],
+        dst: &mut [f32],
+        n: usize,
+        eps: f32,
+        scale: &[f32],
+        bias: Option<&[f32]>,
+        scan: bool
+    ) -> u32 {
+        let abs = |v: f32| v.to_bits() & 0x7fff_ffff;
+        let mut bits = 0u32;
+        for (row, out) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
+            let m = (lane_sum(row, |x| x as f64) / n as f64) as f32;
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = x - m;
+            }
+            let v = (lane_sum(out, |c| (c * c) as f64) / n as f64) as f32;
+            let a = v + eps;
+            let d = a.sqrt();
+            for (o, &s) in out.iter_mut().zip(scale) {
+                *o = *o / d * s;
+            }
+            if let Some(bias) = bias {
+                for (o, &b) in out.iter_mut().zip(bias) {
+                    *o += b;
                 }
+            }
+            if scan {
+                // Enough to see every value the unfused ops make: a non-finite `x`, `m` or
+                // `xc*xc` makes `v` non-finite (the f64 sum keeps an inf or NaN); a
+                // non-finite `xc / d` or product makes the output non-finite (inf times or
+                // plus a number is inf or NaN).
+                for s in [m, v, a, d] {
+                    bits = bits.max(abs(s));
+                }
+                bits = out.iter().fold(bits, |b, &o| b.max(abs(o)));
             }
         }
         bits

@@ -6,6 +6,9 @@
 use super::{fill_chunks, invalid, make, map_same, out_dims, strides, Elem, KResult};
 use rlx_ir::{PadMode, Shape, Tensor, TensorData};
 
+/// Longest output row (elements) that [`axis_gather`] makes by merging trailing axes.
+const MERGE_MAX: usize = 1 << 14;
+
 /// Marks an output position that takes the fill value.
 const FILL: usize = usize::MAX;
 
@@ -27,11 +30,14 @@ fn axis_gather<T: Copy + Default + Send + Sync + 'static>(
         return src.to_vec();
     }
     // `r` axes stay; the trailing ones, mapped whole and in order, form a block of `blk`.
+    // Merging stops at rows of MERGE_MAX elements, so that a large tensor keeps rows to
+    // split over threads.
     let mut r = od.len();
     let mut blk = 1;
     while r > 1
         && maps[r - 1].len() == in_dims[r - 1]
         && maps[r - 1].iter().enumerate().all(|(j, &m)| m == j)
+        && od[r - 2] * blk * in_dims[r - 1] <= MERGE_MAX
     {
         blk *= in_dims[r - 1];
         r -= 1;
