@@ -38,29 +38,16 @@ fn softmax_graph(dims: &[usize]) -> (Graph, [NodeId; 5]) {
     (g, [m, d, e, sum, y])
 }
 
+/// Softmax over `dims` (one fused group) on `xs`: the scanner's reports and the output.
 fn run(
     dims: &[usize],
     xs: &[f32],
     fuse: bool,
     mode: DebugMode,
 ) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
-    let mut ex = CpuExecutor::new(softmax_graph(dims).0).unwrap();
-    assert_eq!(ex.fused_row_groups(), 1);
-    ex.set_fusion(fuse);
-    let mut sc = DebugScanner::new(mode, "cpu");
-    sc.set_print(false);
-    let y = ex
-        .run(
-            &[Tensor::from_f32(dims, xs.to_vec()).unwrap()],
-            Some(&mut sc),
-        )
-        .unwrap();
-    let r = sc
-        .reports()
-        .iter()
-        .map(|r| (r.node, r.index, r.label.clone()))
-        .collect();
-    (r, y[0].as_f32().unwrap().to_vec())
+    let (groups, r, y) = run_graph(softmax_graph(dims).0, dims, xs, fuse, mode);
+    assert_eq!(groups, 1);
+    (r, y)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -199,7 +186,9 @@ fn rms_graph(
     (g, ids)
 }
 
-fn rms_run(
+/// Run `g` on `xs` with fusion on or off and a scanner in `mode`: the number of row groups
+/// fused, the scanner's reports (node, element, label) and the output.
+fn run_graph(
     g: Graph,
     dims: &[usize],
     xs: &[f32],
@@ -233,7 +222,7 @@ fn fused_rms_norm_is_the_unfused_bits_and_the_definition() {
         let xs = data(dims.iter().product());
         for weight in [true, false] {
             let run = |fuse, mode| {
-                rms_run(
+                run_graph(
                     rms_graph(&dims, eps, weight, None).0,
                     &dims,
                     &xs,
@@ -276,7 +265,7 @@ fn rms_norm_with_an_intermediate_output_is_not_fused_past_it() {
     // Intermediates 0..5 (Pow to Div) being read elsewhere stop the fusion; the Mul by
     // `r` being an output just ends the group there (the weight's Mul runs on its own).
     for k in 0..6 {
-        let (groups, _, yf) = rms_run(
+        let (groups, _, yf) = run_graph(
             rms_graph(&dims, 1e-6, true, Some(k)).0,
             &dims,
             &xs,
@@ -284,7 +273,7 @@ fn rms_norm_with_an_intermediate_output_is_not_fused_past_it() {
             DebugMode::Off,
         );
         assert_eq!(groups, usize::from(k == 5), "intermediate {k} is an output");
-        let (_, _, yp) = rms_run(
+        let (_, _, yp) = run_graph(
             rms_graph(&dims, 1e-6, true, Some(k)).0,
             &dims,
             &xs,
@@ -305,7 +294,7 @@ fn rms_norm_non_finite_values_are_reported_as_unfused() {
     let mut xs = data(48);
     xs[3] = 1e20;
     let run = |xs: &[f32], fuse, mode| {
-        rms_run(rms_graph(&dims, 0.0, true, None).0, &dims, xs, fuse, mode)
+        run_graph(rms_graph(&dims, 0.0, true, None).0, &dims, xs, fuse, mode)
     };
     for mode in [DebugMode::Warn, DebugMode::Strict] {
         let (_, rf, yf) = run(&xs, true, mode);
@@ -373,7 +362,7 @@ fn fused_layer_norm_is_the_unfused_bits_and_the_definition() {
         let n = *dims.last().unwrap();
         let xs = data(dims.iter().product());
         for bias in [true, false] {
-            let run = |fuse, mode| rms_run(ln_graph(&dims, eps, bias).0, &dims, &xs, fuse, mode);
+            let run = |fuse, mode| run_graph(ln_graph(&dims, eps, bias).0, &dims, &xs, fuse, mode);
             for mode in [DebugMode::Off, DebugMode::Strict] {
                 let (groups, rf, yf) = run(true, mode);
                 let (_, rp, yp) = run(false, mode);
@@ -404,7 +393,8 @@ fn layer_norm_non_finite_values_are_reported_as_unfused() {
     let dims = [3, 16];
     let (_, ids) = ln_graph(&dims, 0.0, true);
     let (sq, div) = (ids[2], ids[6]);
-    let run = |xs: &[f32], fuse, mode| rms_run(ln_graph(&dims, 0.0, true).0, &dims, xs, fuse, mode);
+    let run =
+        |xs: &[f32], fuse, mode| run_graph(ln_graph(&dims, 0.0, true).0, &dims, xs, fuse, mode);
     // Row 0: a 1e20 makes its centred value about 1e20, whose square (1e40) is +inf in the
     // Mul (made there); row 1 constant with eps 0: variance 0, root 0, 0/0 = NaN in the Div.
     let mut xs = data(48);
