@@ -640,26 +640,27 @@ impl CpuExecutor {
                     let x = slots[node.inputs[0].index()]
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    let (t, clean) = crate::rowfuse::run(grp, x, scanner.is_some())
+                    let t = crate::rowfuse::run(grp, x, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    if !clean {
-                        // Replay op by op (below), so the scan names the op.
-                        rows_unfused[k] = true;
-                    } else {
-                        slots[grp.output().index()] = Slot::Owned(t);
-                        if let Some(s) = scanner.as_deref_mut() {
-                            s.scan_counts(g, id, clean_counts(node))?;
+                    match t {
+                        // Not all finite: replay op by op (below), so the scan names the op.
+                        None => rows_unfused[k] = true,
+                        Some(t) => {
+                            slots[grp.output().index()] = Slot::Owned(t);
+                            if let Some(s) = scanner.as_deref_mut() {
+                                s.scan_counts(g, id, clean_counts(node))?;
+                            }
+                            for dead in &this.free_after[i] {
+                                release(&mut slots[dead.index()]);
+                            }
+                            continue;
                         }
-                        for dead in &this.free_after[i] {
-                            release(&mut slots[dead.index()]);
-                        }
-                        continue;
                     }
                 }
                 let member = this.fusions.member_of[i].is_some_and(|k| !unfused[k])
                     || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k]);
                 if member {
-                    // Computed with the group's conv; its output is finite when scanned.
+                    // Computed with its group (a conv's or a row group); finite when scanned.
                     if let Some(s) = scanner.as_deref_mut() {
                         s.scan_counts(g, id, clean_counts(node))?;
                     }

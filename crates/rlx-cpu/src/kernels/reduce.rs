@@ -145,10 +145,8 @@ isa_fn!(
     /// Softmax over rows of `n` (`src` and `dst` hold whole rows) with the unfused
     /// primitives' expressions, so their bits: `m` = [`extreme_f32`] of the row, `d = x - m`,
     /// `e` = `fastmath::exp_slice` of `d`, `s` = [`sum_f32`] of `e` rounded to f32, `e / s`.
-    /// With `scan`, returns the largest `bits & 0x7fff_ffff` over every `d` (below
-    /// `0x7f80_0000` exactly when all are finite), else 0. Used by `crate::rowfuse`.
-    pub(crate) fn softmax_rows_f32[](src: &[f32], dst: &mut [f32], n: usize, scan: bool) -> u32 {
-        let mut bits = 0u32;
+    /// Used by `crate::rowfuse`.
+    pub(crate) fn softmax_rows_f32[](src: &[f32], dst: &mut [f32], n: usize) {
         let mut tmp = [0f32; 256];
         for (row, out) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
             let m = lane_extreme(row, true);
@@ -157,9 +155,6 @@ isa_fn!(
                 for (t, &x) in t.iter_mut().zip(s) {
                     *t = x - m;
                 }
-                if scan {
-                    bits = t.iter().fold(bits, |b, x| b.max(x.to_bits() & 0x7fff_ffff));
-                }
                 super::fastmath::exp_slice_generic(t, d);
             }
             let sum = lane_sum(out, |x| x as f64) as f32;
@@ -167,7 +162,6 @@ isa_fn!(
                 *e /= sum;
             }
         }
-        bits
     }
 );
 
@@ -199,8 +193,8 @@ isa_fn!(
             }
             if let Some(w) = w {
                 for (o, &w) in out.iter_mut().zip(w) {
-                    // `w * y` in the unfused Mul's operand order (of two NaNs, x86 keeps
-                    // the first).
+                    // `w * y`, the unfused Mul's operand order (LLVM may still commute it:
+                    // of two different NaNs, which one survives is not guaranteed).
                     let y = *o;
                     *o = w * y;
                 }
