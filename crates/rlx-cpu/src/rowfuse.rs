@@ -32,8 +32,8 @@
 //! along the last axis (`reduce::layer_norm_rows_f32`, same bits).
 //!
 //! As for conv groups (`crate::fuse`), the graph is not rewritten and the executor decides
-//! per run: fused without hooks; with a NaN/Inf scanner, a Softmax is fused when every
-//! |x| is below 2^127 (then every `d` is finite, `e` lies in [0, 1], `s` in [1, n] and `y` in
+//! per run: fused without hooks; with a NaN/Inf scanner, a Softmax is fused when `max(x) -
+//! min(x)` is finite (then every `d` is finite, `e` lies in [0, 1], `s` in [1, n] and `y` in
 //! [0, 1]: every member's value is finite) and a norm when its kernel saw every value
 //! finite, else the group is replayed op by op so that the report names the op that made
 //! the value; with hooks, unfused.
@@ -429,14 +429,16 @@ pub(crate) fn run(
         ));
     };
     let n = x.dims().last().copied().unwrap_or(1);
-    // A Softmax is checked on its input: with every |x| below 2^127, every `x - max` is
-    // finite (|x - max| <= |x| + |max| rounds below f32::MAX) and then so is every member's
-    // value. One pass over the tensor; a per-row check cost 30% of the kernel on rows of 16.
-    if scan
-        && matches!(grp, RowGroup::Softmax { .. })
-        && crate::kernels::wide::max_abs_bits(v) >= 0x7f00_0000
-    {
-        return Ok(None);
+    // A Softmax is checked on its input: when `max(x) - min(x)` is finite in f32, every
+    // `x - max_row` is (its magnitude is at most that spread), and then so is every
+    // member's value; a NaN or an inf in `x` makes the spread non-finite. Two vector passes
+    // over the tensor (a per-row check cost 30% of the kernel on rows of 16), and masks of
+    // -3.4e38 (torch's finfo.min) stay fused.
+    if scan && matches!(grp, RowGroup::Softmax { .. }) {
+        use crate::kernels::reduce::extreme_f32;
+        if !(extreme_f32(v, true) - extreme_f32(v, false)).is_finite() {
+            return Ok(None);
+        }
     }
     // Every element is written below (the rows cover it).
     let mut out: Vec<f32> = crate::buffers::overwritten(v.len());
