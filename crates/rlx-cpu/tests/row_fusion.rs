@@ -121,6 +121,16 @@ fn non_finite_values_are_reported_as_unfused() {
     assert_eq!(bits(&yf), bits(&yp));
     assert!(yf[..40].iter().all(|v| v.is_nan()));
     assert_eq!(yf[80 + 5], 0.0);
+    // A NaN alone (no inf beside it): the fused kernel must still replay.
+    let mut xs = data(120);
+    xs[50] = f32::NAN;
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (rf, yf) = run(&dims, &xs, true, mode);
+        let (rp, yp) = run(&dims, &xs, false, mode);
+        assert!(!rp.is_empty(), "{mode:?}");
+        assert_eq!(rf, rp, "{mode:?}");
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+    }
     // Only row 1's values: the first non-finite value is the Sub's -inf (-3e38 - 3e38),
     // made there, which strict mode names (the input is finite).
     let mut xs = data(120);

@@ -142,6 +142,38 @@ isa_fn!(
 );
 
 isa_fn!(
+    /// `max(v) - min(v)` in f32: finite exactly when every element is finite and the
+    /// spread does not overflow (NaN when `v` holds a NaN, non-finite when empty). 32
+    /// independent lanes for each bound, so the loop is not bound by one chain of
+    /// compares. Used by `crate::rowfuse` to decide whether a scanned Softmax may run fused.
+    #[allow(clippy::eq_op)] // x != x: NaN
+    pub(crate) fn spread_f32[](v: &[f32]) -> f32 {
+        let mut hi = [f32::NEG_INFINITY; 32];
+        let mut lo = [f32::INFINITY; 32];
+        let mut nan = false;
+        let mut ch = v.chunks_exact(32);
+        for c in ch.by_ref() {
+            for ((h, l), &x) in hi.iter_mut().zip(lo.iter_mut()).zip(c) {
+                *h = if x > *h { x } else { *h };
+                *l = if x < *l { x } else { *l };
+                nan |= x != x;
+            }
+        }
+        for &x in ch.remainder() {
+            hi[0] = if x > hi[0] { x } else { hi[0] };
+            lo[0] = if x < lo[0] { x } else { lo[0] };
+            nan |= x != x;
+        }
+        if nan {
+            return f32::NAN;
+        }
+        let h = hi.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let l = lo.iter().fold(f32::INFINITY, |a, &b| a.min(b));
+        h - l
+    }
+);
+
+isa_fn!(
     /// Softmax over rows of `n` (`src` and `dst` hold whole rows) with the unfused
     /// primitives' expressions, so their bits: `m` = [`extreme_f32`] of the row, `d = x - m`,
     /// `e` = `fastmath::exp_slice` of `d`, `s` = [`sum_f32`] of `e` rounded to f32, `e / s`.
@@ -588,4 +620,33 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, log: bool, out: &Shape) -> KResul
     let _ = out;
     let data = map_float!(x.data(), "softmax", v => softmax_impl(v, d, axis, log));
     make(d.to_vec(), data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread_f32;
+
+    /// `max - min` by hand; a NaN anywhere (in the vector body or the tail) or an inf makes
+    /// it non-finite, as does a spread past f32::MAX.
+    #[test]
+    fn spread_is_max_minus_min_and_sees_every_nan() {
+        let v: Vec<f32> = (0..100).map(|i| (i as f32 - 40.0) * 0.5).collect();
+        assert_eq!(spread_f32(&v), 29.5 - -20.0);
+        for at in [0, 31, 32, 50, 95, 99] {
+            let mut w = v.clone();
+            w[at] = f32::NAN;
+            assert!(spread_f32(&w).is_nan(), "NaN at {at}");
+        }
+        let mut w = v.clone();
+        w[7] = f32::NEG_INFINITY;
+        assert!(!spread_f32(&w).is_finite());
+        let mut w = v.clone();
+        w[3] = 3e38;
+        w[70] = -3e38;
+        assert!(!spread_f32(&w).is_finite());
+        w[70] = -3.4e38 + 3e38; // mask-like values with a small max stay finite
+        w[3] = -3.4e38;
+        assert!(spread_f32(&w).is_finite());
+        assert!(!spread_f32(&[]).is_finite());
+    }
 }
