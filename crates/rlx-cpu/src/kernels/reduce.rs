@@ -146,25 +146,26 @@ isa_fn!(
     /// spread does not overflow (NaN when `v` holds a NaN, non-finite when empty). 32
     /// independent lanes for each bound, so the loop is not bound by one chain of
     /// compares. Used by `crate::rowfuse` to decide whether a scanned Softmax may run fused.
-    #[allow(clippy::eq_op)] // x != x: NaN
     pub(crate) fn spread_f32[](v: &[f32]) -> f32 {
+        // A NaN is seen through the largest |x| bits (an integer max, which vectorizes
+        // without a mask-to-bool round trip per vector).
         let mut hi = [f32::NEG_INFINITY; 32];
         let mut lo = [f32::INFINITY; 32];
-        let mut nan = false;
+        let mut bits = [0u32; 32];
         let mut ch = v.chunks_exact(32);
         for c in ch.by_ref() {
-            for ((h, l), &x) in hi.iter_mut().zip(lo.iter_mut()).zip(c) {
+            for (((h, l), b), &x) in hi.iter_mut().zip(lo.iter_mut()).zip(bits.iter_mut()).zip(c) {
                 *h = if x > *h { x } else { *h };
                 *l = if x < *l { x } else { *l };
-                nan |= x != x;
+                *b = (*b).max(x.to_bits() & 0x7fff_ffff);
             }
         }
         for &x in ch.remainder() {
             hi[0] = if x > hi[0] { x } else { hi[0] };
             lo[0] = if x < lo[0] { x } else { lo[0] };
-            nan |= x != x;
+            bits[0] = bits[0].max(x.to_bits() & 0x7fff_ffff);
         }
-        if nan {
+        if bits.iter().any(|&b| b > 0x7f80_0000) {
             return f32::NAN;
         }
         let h = hi.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
