@@ -276,15 +276,10 @@ fn rms_norm_at(
     if let Some(wm) = next(mul) {
         let wn = g.node(wm);
         if let (Op::Binary(BinaryOp::Mul), [w, y]) = (&wn.op, wn.inputs.as_slice()) {
-            if let Op::Constant(t) = &g.node(*w).op {
-                let along_last = t.dims().last() == Some(&n)
-                    && t.dims().len() <= rank
-                    && t.dims()[..t.dims().len() - 1].iter().all(|&d| d == 1);
-                if *y == mul && wn.shape == row && along_last {
-                    if let Some(v) = t.as_f32() {
-                        weight = Some(v.to_vec());
-                        members.push(wm);
-                    }
+            if *y == mul && wn.shape == row {
+                weight = row_constant(g, *w, n, rank);
+                if weight.is_some() {
+                    members.push(wm);
                 }
             }
         }
