@@ -37,7 +37,8 @@ pub struct CpuExecutor {
     parallel_work: bool,
     /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
     fusions: crate::fuse::Fusions,
-    /// Decomposed Softmaxes and RMSNorms run one row at a time (`crate::rowfuse`).
+    /// Decomposed Softmaxes, LayerNorms and RMSNorms run one row at a time
+    /// (`crate::rowfuse`).
     rows: crate::rowfuse::RowFusions,
     fuse_on: bool,
     /// Per Conv node with constant weights the Winograd path takes: their transform
@@ -459,7 +460,7 @@ impl CpuExecutor {
             .count()
     }
 
-    /// How many decomposed Softmaxes and RMSNorms run fused, one row at a time
+    /// How many decomposed Softmaxes, LayerNorms and RMSNorms run fused, one row at a time
     /// (`crate::rowfuse`; on and off with the conv groups).
     pub fn fused_row_groups(&self) -> usize {
         self.rows.groups.len()
