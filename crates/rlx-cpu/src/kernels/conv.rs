@@ -950,6 +950,345 @@ mod dw_simd {
         });
     }
 
+    /// The flat path (AVX-512, column and row stride 1 or 2, no dilation): each input plane
+    /// is copied once into a zero-padded scratch buffer, as `s × s` phase planes of `r`
+    /// rows and `pitch` columns (phase `(py, px)` holds padded rows `py, py + s, …` and
+    /// columns `px, px + s, …`). Output `(oy, ox)`'s tap `(ky, kx)` is then phase
+    /// `(ky % s, kx % s)` at row `oy + ky / s`, column `ox + kx / s`: with the outputs
+    /// numbered `j = oy * pitch + ox`, every tap is one unmasked 16-lane load at `j` plus a
+    /// fixed offset, whatever the plane's width. The `pitch - ow` lanes per output row
+    /// that are not outputs are dropped by a compress before the store. Small planes (a
+    /// 7×7 plane is 4 vectors here, 7 masked 8-lane rows on the per-row path) and strided
+    /// convs (no per-row phase split) gain most. The sums are the per-row path's: one
+    /// accumulator per kernel column, the bias first; a tap in the padding adds `w · 0`,
+    /// so the path is taken only when every weight is finite (`inf · 0` would be a NaN
+    /// that the definition does not have).
+    pub(super) struct Flat {
+        h: usize,
+        w: usize,
+        s: usize,
+        pt: usize,
+        pl: usize,
+        /// Rows and columns of each phase plane.
+        r: usize,
+        pitch: usize,
+        oh: usize,
+        ow: usize,
+        /// Scratch length: the phase planes, and room for the last vector's loads.
+        len: usize,
+        /// Offset of tap `ky * kw + kx` from `j`.
+        offs: Vec<usize>,
+        /// Per vector of 16 `j`s: the lanes that are outputs, the first one's index in the
+        /// output plane, and the lanes it stores (the outputs, compressed to the front).
+        masks: Vec<u16>,
+        outs: Vec<usize>,
+        stores: Vec<u16>,
+    }
+
+    /// The flat path's geometry, or `None` where it does not apply.
+    pub(super) fn flat_plan(g: &Geo) -> Option<Flat> {
+        let s = g.strides[0];
+        if g.strides[1] != s || !(s == 1 || s == 2) || g.dil.iter().any(|&d| d != 1) {
+            return None;
+        }
+        let (kh, kw) = (g.ks[0], g.ks[1]);
+        let (oh, ow) = (g.osp[0], g.osp[1]);
+        if oh == 0 || ow == 0 || g.sp[0] == 0 || g.sp[1] == 0 {
+            return None;
+        }
+        let (r, pitch) = (oh + (kh - 1) / s, ow + (kw - 1) / s);
+        let phase = r * pitch;
+        let j = (oh - 1) * pitch + ow;
+        let nch = j.div_ceil(16);
+        let offs: Vec<usize> = (0..kh * kw)
+            .map(|t| {
+                let (ky, kx) = (t / kw, t % kw);
+                ((ky % s) * s + kx % s) * phase + (ky / s) * pitch + kx / s
+            })
+            .collect();
+        // Larger input planes run faster on the per-row path (measured: 28×28 with stride
+        // 2 is faster here, 56×56 is not; bench/NOTES.md §13).
+        if g.sp[0] * g.sp[1] > 1024 {
+            return None;
+        }
+        let len = (s * s * phase).max(nch * 16 + offs.iter().max()?);
+        let mut masks = Vec::with_capacity(nch);
+        let mut outs = Vec::with_capacity(nch);
+        let mut stores = Vec::with_capacity(nch);
+        let mut o = 0;
+        for c in 0..nch {
+            let m = (0..16)
+                .filter(|l| {
+                    let jj = c * 16 + l;
+                    jj < j && jj % pitch < ow
+                })
+                .fold(0u16, |m, l| m | 1 << l);
+            masks.push(m);
+            outs.push(o);
+            stores.push(first(m.count_ones() as usize));
+            o += m.count_ones() as usize;
+        }
+        debug_assert_eq!(o, oh * ow);
+        Some(Flat {
+            h: g.sp[0],
+            w: g.sp[1],
+            s,
+            pt: g.pads[0].0,
+            pl: g.pads[1].0,
+            r,
+            pitch,
+            oh,
+            ow,
+            len,
+            offs,
+            masks,
+            outs,
+            stores,
+        })
+    }
+
+    /// Lanes `0..n` (all for `n ≥ 16`).
+    #[inline(always)]
+    fn first(n: usize) -> u16 {
+        if n >= 16 {
+            0xffff
+        } else {
+            (1u16 << n) - 1
+        }
+    }
+
+    /// Copy input plane `x` (`h × w`) into the phase planes in `buf`. The padding positions
+    /// are never written (the same for every plane of a call): the caller zeroes `buf` once.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn flat_fill(f: &Flat, x: &[f32], buf: &mut [f32]) {
+        let (s, p) = (f.s, f.pitch);
+        let phase = f.r * p;
+        debug_assert!(x.len() >= f.h * f.w && buf.len() >= f.len);
+        let bp = buf.as_mut_ptr();
+        for iy in 0..f.h {
+            let prow = iy + f.pt;
+            if prow >= s * f.r {
+                break;
+            }
+            let (py, r) = (prow % s, prow / s);
+            // SAFETY (all pointer arithmetic below): reads stay in row `iy` of `x` (lanes
+            // past `w` are masked off); writes stay in row `r < f.r` of a phase plane
+            // (columns `< p`, masked), inside `buf`.
+            let src = unsafe { x.as_ptr().add(iy * f.w) };
+            if s == 1 {
+                let n = f.w.min(p.saturating_sub(f.pl));
+                let dst = unsafe { bp.add(r * p + f.pl) };
+                for i in (0..n).step_by(16) {
+                    let m = first(n - i);
+                    unsafe {
+                        let v = _mm512_maskz_loadu_ps(m, src.add(i));
+                        _mm512_mask_storeu_ps(dst.add(i), m, v);
+                    }
+                }
+            } else {
+                // Stride 2: input column `ix` is padded column `ix + pl`, phase
+                // `(ix + pl) % 2`, column `(ix + pl) / 2`. From 32 input columns starting
+                // at an even `ix0`, the even ones (16 lanes) go to one phase, the odd ones
+                // to the other.
+                let even =
+                    _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+                let odd =
+                    _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+                let row = |px: usize| unsafe { bp.add((py * 2 + px) * phase + r * p) };
+                let (de, dodd) = (row(f.pl % 2), row((f.pl + 1) % 2));
+                for ix0 in (0..f.w).step_by(32) {
+                    let left = f.w - ix0;
+                    let (ce, co) = ((ix0 + f.pl) / 2, (ix0 + 1 + f.pl) / 2);
+                    let ne = left.div_ceil(2).min(p.saturating_sub(ce));
+                    let no = (left / 2).min(p.saturating_sub(co));
+                    unsafe {
+                        let a = _mm512_maskz_loadu_ps(first(left), src.add(ix0));
+                        let b = _mm512_maskz_loadu_ps(
+                            first(left.saturating_sub(16)),
+                            src.add(ix0 + 16),
+                        );
+                        if ne > 0 {
+                            let v = _mm512_permutex2var_ps(a, even, b);
+                            _mm512_mask_storeu_ps(de.add(ce), first(ne), v);
+                        }
+                        if no > 0 {
+                            let v = _mm512_permutex2var_ps(a, odd, b);
+                            _mm512_mask_storeu_ps(dodd.add(co), first(no), v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One output plane (`dst`, `oh * ow`) of a `KH × KW` kernel `wt` from the phase planes
+    /// in `buf` ([`flat_fill`]). Returns the largest |y| bits before the clamp over the
+    /// plane's outputs when `clamp.track`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn flat_plane<const KH: usize, const KW: usize>(
+        f: &Flat,
+        buf: &[f32],
+        wt: &[f32],
+        b: f32,
+        clamp: Clamp,
+        dst: &mut [f32],
+    ) -> u32 {
+        type S = Avx512;
+        debug_assert!(buf.len() >= f.len && dst.len() == f.oh * f.ow && wt.len() == KH * KW);
+        // SAFETY: AVX-512F is enabled on this function; loads are at `j0 + off <
+        // nch * 16 + max(off) ≤ f.len` (flat_plan); stores write the compressed outputs
+        // at `outs[c]..outs[c] + popcount(masks[c])`, inside `dst`.
+        unsafe {
+            let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
+            let mut seen = S::splat(0.0);
+            let mut wv = [[S::splat(0.0); KW]; KH];
+            let mut offs = [[0usize; KW]; KH];
+            for ky in 0..KH {
+                for kx in 0..KW {
+                    wv[ky][kx] = S::splat(wt[ky * KW + kx]);
+                    offs[ky][kx] = f.offs[ky * KW + kx];
+                }
+            }
+            let mut init = [S::splat(-0.0); KW];
+            init[0] = S::splat(b);
+            let (bp, dp) = (buf.as_ptr(), dst.as_mut_ptr());
+            for (c, ((&m, &o), &st)) in f.masks.iter().zip(&f.outs).zip(&f.stores).enumerate() {
+                let j0 = c * 16;
+                let mut acc = init;
+                for ky in 0..KH {
+                    for kx in 0..KW {
+                        let xv = S::load(bp.add(j0 + offs[ky][kx]));
+                        acc[kx] = S::fma(wv[ky][kx], xv, acc[kx]);
+                    }
+                }
+                let mut y = acc[0];
+                for a in &acc[1..] {
+                    y = S::add(y, *a);
+                }
+                if clamp.track {
+                    seen = S::max_abs_bits(seen, _mm512_maskz_mov_ps(m, y));
+                }
+                let mut v = S::clamp(y, lo, hi);
+                if clamp.nan_out {
+                    v = S::nan_out(v);
+                }
+                // The register form of compress (the memory form is slow on Zen 4), then a
+                // store of the first popcount lanes.
+                let v = _mm512_maskz_compress_ps(m, v);
+                S::store_m(dp.add(o), v, st);
+            }
+            S::hmax_bits(seen)
+        }
+    }
+
+    type FlatFn = unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32]) -> u32;
+
+    /// Every output plane on the flat path, in groups of planes of about 4096 outputs
+    /// (one scratch buffer zeroed per group), split over threads when the multiply-adds
+    /// are many: a depthwise output element costs `kh * kw` of them, so the elementwise
+    /// bound of [`fill_chunks`] would leave a 576-channel 7×7 layer on one thread.
+    #[allow(clippy::too_many_arguments)]
+    fn flat_planes(
+        f: &Flat,
+        plane: FlatFn,
+        kk: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+        out: &mut [f32],
+        post: Post,
+        clamp: Clamp,
+        seen: Option<&AtomicU32>,
+    ) {
+        use rayon::prelude::*;
+        let (hw, op) = (f.h * f.w, f.oh * f.ow);
+        let group = (4096 / op).max(1);
+        let clamp = Clamp {
+            track: seen.is_some(),
+            ..clamp
+        };
+        let run = |t: usize, dst: &mut [f32]| {
+            // Two scratch planes: the next input plane is copied into one while the other
+            // is read, so the reads do not wait on the copy's stores (which they could not
+            // take forwarded: the loads are unaligned, the stores masked).
+            super::with_col::<f32, _>(2 * f.len, |buf| {
+                buf.fill(0.0);
+                let (mut cur, mut next) = buf.split_at_mut(f.len);
+                let src = |k: usize| &x[(t * group + k) * hw..(t * group + k + 1) * hw];
+                let planes = dst.len() / op;
+                // SAFETY: the caller checked AVX-512F; `flat_fill` writes only inside its
+                // buffer (`f.len` long), `plane` reads its buffer and writes `d`.
+                unsafe { flat_fill(f, src(0), cur) };
+                let mut bits = 0;
+                for (k, d) in dst.chunks_mut(op).enumerate() {
+                    if k + 1 < planes {
+                        unsafe { flat_fill(f, src(k + 1), next) };
+                    }
+                    let c = (t * group + k) % m;
+                    let b = bias.map_or(0.0, |b| b[c]);
+                    let wt = &w[c * kk..(c + 1) * kk];
+                    bits = bits.max(unsafe { plane(f, cur, wt, b, clamp, d) });
+                    post(d);
+                    std::mem::swap(&mut cur, &mut next);
+                }
+                if let Some(s) = seen {
+                    s.fetch_max(bits, Ordering::Relaxed);
+                }
+            })
+        };
+        if super::super::par_worth(out.len() * kk) && out.len() > op * group {
+            out.par_chunks_mut(op * group)
+                .enumerate()
+                .for_each(|(t, d)| run(t, d));
+        } else {
+            for (t, d) in out.chunks_mut(op * group).enumerate() {
+                run(t, d);
+            }
+        }
+    }
+
+    /// The flat path for `g`, or false where it does not apply (then nothing is written).
+    #[allow(clippy::too_many_arguments)]
+    fn run_flat(
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        g: &Geo,
+        out: &mut [f32],
+        post: Post,
+        clamp: Clamp,
+        seen: Option<&AtomicU32>,
+    ) -> bool {
+        let Some(f) = flat_plan(g) else {
+            return false;
+        };
+        // A tap in the padding computes w · 0: only finite weights keep the definition.
+        if super::super::wide::max_abs_bits(w) >= 0x7f80_0000 {
+            return false;
+        }
+        let plane: FlatFn = match (g.ks[0], g.ks[1]) {
+            (3, 3) => flat_plane::<3, 3>,
+            (5, 5) => flat_plane::<5, 5>,
+            (7, 7) => flat_plane::<7, 7>,
+            _ => return false,
+        };
+        flat_planes(
+            &f,
+            plane,
+            g.ks[0] * g.ks[1],
+            x,
+            w,
+            bias,
+            g.m,
+            out,
+            post,
+            clamp,
+            seen,
+        );
+        true
+    }
+
     macro_rules! entry {
         ($plane:ident, $run:ident, $s:ty, $feat:literal) => {
             #[target_feature(enable = $feat)]
@@ -1018,6 +1357,9 @@ mod dw_simd {
         /// AVX-512F and VL on 8 lanes only (for tests: [`run`] picks it by plane width).
         #[cfg_attr(not(test), allow(dead_code))]
         Avx512Y,
+        /// [`Isa::Avx512`] without the flat path (for tests).
+        #[cfg_attr(not(test), allow(dead_code))]
+        Avx512Rows,
         Avx2,
     }
 
@@ -1058,8 +1400,11 @@ mod dw_simd {
         }
         // The caller picked an `isa` the CPU supports.
         match isa {
-            Isa::Avx512 if g.osp[1] <= 8 => run_avx512y(x, w, bias, g, &mut out, post, clamp, seen),
-            Isa::Avx512 => run_avx512(x, w, bias, g, &mut out, post, clamp, seen),
+            Isa::Avx512 if run_flat(x, w, bias, g, &mut out, post, clamp, seen) => {}
+            Isa::Avx512 | Isa::Avx512Rows if g.osp[1] <= 8 => {
+                run_avx512y(x, w, bias, g, &mut out, post, clamp, seen)
+            }
+            Isa::Avx512 | Isa::Avx512Rows => run_avx512(x, w, bias, g, &mut out, post, clamp, seen),
             Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post, clamp, seen),
             Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post, clamp, seen),
         }
@@ -1788,8 +2133,9 @@ mod tests {
     #[test]
     fn depthwise_simd_widths_match_generic() {
         let isas: &[dw_simd::Isa] = match dw_simd::best_isa() {
-            Some(dw_simd::Isa::Avx512 | dw_simd::Isa::Avx512Y) => &[
+            Some(dw_simd::Isa::Avx512 | dw_simd::Isa::Avx512Y | dw_simd::Isa::Avx512Rows) => &[
                 dw_simd::Isa::Avx512,
+                dw_simd::Isa::Avx512Rows,
                 dw_simd::Isa::Avx512Y,
                 dw_simd::Isa::Avx2,
             ],
@@ -1805,8 +2151,21 @@ mod tests {
             (20, 37, 5, 2, 2, (3, 4, 2, 1)),
             (17, 33, 3, 3, 1, (1, 1, 1, 1)),
             (14, 14, 7, 1, 1, (3, 3, 3, 3)),
+            // the flat path's cases (AVX-512, stride 1 or 2, planes up to 1024)
+            (14, 14, 3, 2, 1, (1, 1, 1, 1)),
+            (13, 13, 5, 2, 1, (2, 2, 2, 2)),
+            (7, 7, 5, 1, 1, (2, 2, 2, 2)),
+            (32, 31, 3, 2, 1, (1, 0, 1, 1)),
+            (5, 40, 3, 1, 1, (0, 1, 2, 1)),
         ];
-        for (gi, &(h, wd, k, s, d, p)) in geos.iter().enumerate() {
+        // With an infinite weight (`inf · 0` in the padding: the flat path must not be
+        // taken) and with finite weights (it is, where the geometry allows).
+        let mut nan_cases = 0;
+        for (gi, &(h, wd, k, s, d, p), inf_w) in geos
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, geo)| [(gi, geo, true), (gi, geo, false)])
+        {
             let c = 3;
             let span = d * (k - 1) + 1;
             let (oh, ow) = (
@@ -1830,8 +2189,16 @@ mod tests {
             x[n / 2] = f32::NAN;
             x[n / 3] = f32::INFINITY;
             x[0] = f32::NEG_INFINITY;
-            w[k * k] = f32::INFINITY;
+            if inf_w {
+                w[k * k] = f32::INFINITY;
+            }
             let b: Vec<f32> = (0..c).map(|i| i as f32 * 0.25 - 0.5).collect();
+            // The cases meant for the flat path reach it (the comparison below covers it).
+            assert_eq!(
+                dw_simd::flat_plan(&g).is_some(),
+                s <= 2 && d == 1 && h * wd <= 1024,
+                "geo {gi}"
+            );
             let conv = depthwise_2d(&x, &w, Some(&b), &g);
             // The clamps against ONNX's definitions of the activations on the generic
             // path's values: none, Relu (`x < 0 ? 0 : x`), Clip (NaN kept).
@@ -1846,7 +2213,13 @@ mod tests {
             // The NaN scan's figure, taken before the clamp: at least the conv's largest |y|
             // bits (lanes past a row's end may only add to it).
             let conv_bits = crate::kernels::wide::max_abs_bits(&conv);
-            assert!(conv_bits > 0x7f80_0000, "the data puts a NaN in the conv");
+            // (The infinite weight makes a NaN in every case; the input's NaN, Inf and
+            // -Inf reach the output in most, counted below.)
+            assert!(
+                conv_bits > 0x7f80_0000 || !inf_w,
+                "the data puts a NaN in the conv (geo {gi})"
+            );
+            nan_cases += usize::from(!inf_w && conv_bits > 0x7f80_0000);
             for (clamp, act) in acts {
                 let want: Vec<f32> = conv.iter().map(|&v| act(v)).collect();
                 for &isa in isas {
@@ -1854,7 +2227,15 @@ mod tests {
                     let got =
                         dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post, clamp, Some(&seen))
                             .unwrap();
-                    assert!(seen.into_inner() >= conv_bits, "{isa:?} {clamp:?} geo {gi}");
+                    // (Finite: to round-off, as the sums are in another order.)
+                    let seen = seen.into_inner();
+                    assert!(
+                        seen >= conv_bits
+                            || (conv_bits < 0x7f80_0000
+                                && f32::from_bits(seen)
+                                    >= f32::from_bits(conv_bits) * (1.0 - 1e-5)),
+                        "{isa:?} {clamp:?} geo {gi}"
+                    );
                     assert_eq!(got.len(), want.len());
                     for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
                         // Clip's NaN is f32::NAN, bit for bit (as RLX's Max/Min give it).
@@ -1891,6 +2272,64 @@ mod tests {
                     got.is_finite() && got >= conv_max * (1.0 - 1e-5),
                     "{isa:?} geo {gi}: {got} vs {conv_max}"
                 );
+            }
+        }
+        assert!(
+            nan_cases >= 8,
+            "only {nan_cases} finite-weight cases had a NaN output"
+        );
+    }
+
+    /// The NaN scan's figure sees an Inf at every output position: f32::MAX at each input
+    /// position in turn, under a Clip that would hide it, with a centre weight of 2 (so
+    /// the output centred there overflows) and 1e-30 elsewhere (so no other output does).
+    /// Every SIMD path says non-finite exactly when the generic conv's output holds an Inf.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn depthwise_tracking_sees_every_position() {
+        let Some(best) = dw_simd::best_isa() else {
+            return;
+        };
+        let isas = if best == dw_simd::Isa::Avx2 {
+            vec![best]
+        } else {
+            vec![
+                dw_simd::Isa::Avx512,
+                dw_simd::Isa::Avx512Rows,
+                dw_simd::Isa::Avx2,
+            ]
+        };
+        // (h, w, k, stride, pad): flat-path geometries and one per-row one
+        for (h, wd, k, s, p) in [
+            (14, 14, 3, 2, 1),
+            (7, 7, 5, 1, 2),
+            (9, 13, 3, 1, 1),
+            (40, 40, 3, 2, 1),
+        ] {
+            let (oh, ow) = ((h + 2 * p - k) / s + 1, (wd + 2 * p - k) / s + 1);
+            let a = ConvAttrs {
+                strides: vec![s, s],
+                pads: vec![(p, p), (p, p)],
+                dilations: vec![1, 1],
+                groups: 1,
+            };
+            let g = geometry(&[1, 1, h, wd], &[1, 1, k, k], &a, &[1, 1, oh, ow]).unwrap();
+            let mut w = vec![1e-30f32; k * k];
+            w[k * k / 2] = 2.0;
+            for i in 0..h * wd {
+                let mut x = vec![0.1f32; h * wd];
+                x[i] = f32::MAX;
+                let want = crate::kernels::wide::max_abs_bits(&depthwise_2d(&x, &w, None, &g))
+                    >= 0x7f80_0000;
+                for &isa in &isas {
+                    let seen = AtomicU32::new(0);
+                    let clip = Clamp::clip(0.0, 6.0);
+                    let y = dw_simd::run_with(isa, &x, &w, None, &g, &no_post, clip, Some(&seen))
+                        .unwrap();
+                    assert!(y.iter().all(|v| (0.0..=6.0).contains(v)));
+                    let got = seen.into_inner() >= 0x7f80_0000;
+                    assert_eq!(got, want, "{isa:?} {h}x{wd} k{k} s{s}: inf at {i}");
+                }
             }
         }
     }
