@@ -328,6 +328,39 @@ fn rms_norm_non_finite_values_are_reported_as_unfused() {
     assert!(yf[16..32].iter().all(|v| v.is_nan()));
 }
 
+/// The weight's Mul overflows (weights of 1e38 times outputs up to 4): only the fused
+/// kernel's figure over its outputs sees it, as no intermediate is non-finite. Reports
+/// must match the unfused run and name the Mul (made there: its inputs are finite).
+#[test]
+fn rms_norm_overflow_in_the_weight_is_reported_as_unfused() {
+    let dims = [3, 16];
+    let graph = || {
+        let (mut g, ids) = rms_graph(&dims, 1e-6, true, None);
+        let mw = ids[6];
+        let w = g.node(mw).inputs[0];
+        let big = Tensor::from_f32(&[16], vec![1e38; 16]).unwrap();
+        g.node_mut(w).op = Op::Constant(std::sync::Arc::new(big));
+        (g, mw)
+    };
+    // Row 0 is [1, 0, ..., 0]: its output 0 is 1 / sqrt(1/16 + eps) ≈ 4, times 1e38.
+    let mut xs = data(48);
+    xs[..16].iter_mut().for_each(|v| *v = 0.0);
+    xs[0] = 1.0;
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (gf, mw) = graph();
+        let (groups, rf, yf) = run_graph(gf, &dims, &xs, true, mode);
+        let (_, rp, yp) = run_graph(graph().0, &dims, &xs, false, mode);
+        assert_eq!(groups, 1);
+        assert_eq!(rf, rp, "{mode:?}");
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+        assert!(yf.iter().any(|v| v.is_infinite()));
+        assert!(
+            !rf.is_empty() && rf.iter().all(|(n, _, _)| *n == mw),
+            "{rf:?}"
+        );
+    }
+}
+
 /// `x` [rows..., n] → LayerNorm over the last axis as rlx-compile lowers ONNX
 /// LayerNormalization (mean, Sub, square, mean, Add eps, Sqrt, Div, Mul scale, Add bias).
 /// Returns (graph, [mean, sub, sq, var, add, sqrt, div, mul, (add bias)]).

@@ -239,8 +239,12 @@ isa_fn!(
                 for v in [m, a, s, r] {
                     bits = bits.max(abs(v));
                 }
-                bits = out.iter().fold(bits, |b, &v| b.max(abs(v)));
             }
+        }
+        // The outputs in one pass over the block (in L1): per row, the fold ended in a
+        // horizontal max (rows of 16 in Qwen3's q/k norms: 30% of the scanned kernel).
+        if scan {
+            bits = dst.iter().fold(bits, |b, &v| b.max(abs(v)));
         }
         bits
     }
@@ -288,8 +292,11 @@ isa_fn!(
                 for s in [m, v, a, d] {
                     bits = bits.max(abs(s));
                 }
-                bits = out.iter().fold(bits, |b, &o| b.max(abs(o)));
             }
+        }
+        // The outputs in one pass over the block, as in `rms_rows_f32`.
+        if scan {
+            bits = dst.iter().fold(bits, |b, &o| b.max(abs(o)));
         }
         bits
     }
