@@ -33,6 +33,9 @@ pub struct CpuExecutor {
     /// Per leaf whose value does not change between runs (Constant, Param once set): its
     /// NaN/Inf counts, computed once, so the scanner does not re-read weights every run.
     leaf_counts: Vec<Option<NonFiniteCounts>>,
+    /// Per node: its op only moves values (`numeric_check::only_moves_values`); the scanner
+    /// records its output clean without reading it when every input was clean.
+    moves: Vec<bool>,
     /// Some node is large enough for a kernel to split it over threads (see `parallel_work`).
     parallel_work: bool,
     /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
@@ -410,6 +413,11 @@ impl CpuExecutor {
             rows,
             parallel_work: parallel_work(&graph),
             leaf_counts,
+            moves: graph
+                .nodes
+                .iter()
+                .map(|node| rlx_ir::numeric_check::only_moves_values(&node.op))
+                .collect(),
             params: vec![None; n],
             param_ids,
             inputs,
@@ -604,6 +612,8 @@ impl CpuExecutor {
         let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
         // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
         let wino = this.wino_on && before.is_none() && observe.is_none();
+        // With a scanner: per node, its output was found (or is known) clean.
+        let mut finite = vec![false; if scanner.is_some() { g.len() } else { 0 }];
         for node in &g.nodes {
             let id = node.id;
             let i = id.index();
@@ -628,6 +638,7 @@ impl CpuExecutor {
                         let last = grp.members.last().copied().unwrap_or(grp.conv);
                         slots[last.index()] = Slot::Owned(t);
                         if let Some(s) = scanner.as_deref_mut() {
+                            finite[i] = true;
                             s.scan_counts(g, id, clean_counts(node))?;
                         }
                         for dead in &this.free_after[i] {
@@ -649,6 +660,7 @@ impl CpuExecutor {
                         Some(t) => {
                             slots[grp.output().index()] = Slot::Owned(t);
                             if let Some(s) = scanner.as_deref_mut() {
+                                finite[i] = true;
                                 s.scan_counts(g, id, clean_counts(node))?;
                             }
                             for dead in &this.free_after[i] {
@@ -663,6 +675,7 @@ impl CpuExecutor {
                 if member {
                     // Computed with its group (a conv's or a row group); finite when scanned.
                     if let Some(s) = scanner.as_deref_mut() {
+                        finite[i] = true;
                         s.scan_counts(g, id, clean_counts(node))?;
                     }
                     for dead in &this.free_after[i] {
@@ -702,12 +715,19 @@ impl CpuExecutor {
                     o(id, t);
                 }
                 if let Some(s) = scanner.as_deref_mut() {
-                    match &this.leaf_counts[i] {
-                        Some(c) => s.scan_counts(g, id, *c)?,
-                        None => {
-                            s.scan_counts(g, id, crate::kernels::wide::scan_counts(t.data()))?
+                    let c = match &this.leaf_counts[i] {
+                        Some(c) => *c,
+                        // Only moved values, all of them finite: not read again.
+                        None if this.moves[i] && node.inputs.iter().all(|x| finite[x.index()]) => {
+                            NonFiniteCounts {
+                                len: t.data().len(),
+                                ..Default::default()
+                            }
                         }
-                    }
+                        None => crate::kernels::wide::scan_counts(t.data()),
+                    };
+                    finite[i] = c.is_clean();
+                    s.scan_counts(g, id, c)?;
                 }
             }
             for dead in &this.free_after[i] {

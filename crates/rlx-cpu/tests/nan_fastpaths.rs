@@ -146,3 +146,51 @@ fn inf_that_changed_sign_names_its_entry_sign() {
         "{text}"
     );
 }
+
+/// Ops that only move values (Transpose, Slice, Concat) are not read by the scanner when
+/// every input is finite; an Inf they carry must still be seen and keep its origin. Here
+/// exp(100) = +inf at x[1][2], moved by a Transpose, a Slice and a Concat, then inf - inf
+/// = NaN in the Sub: its cause names the Exp as the Inf's origin (derived by hand), as with
+/// a plain per-node scan. A second, all-finite input gives no report.
+#[test]
+fn inf_carried_through_moves_keeps_its_origin() {
+    let mut g = Graph::new("t");
+    let x = g.input("x", s(&[2, 3]));
+    let e = g.unary(UnaryOp::Exp, x, s(&[2, 3]));
+    let t = g.add_node(Op::Transpose { perm: vec![1, 0] }, vec![e], s(&[3, 2]));
+    let sl = g.add_node(
+        Op::Slice {
+            starts: vec![1, 0],
+            steps: vec![1, 1],
+            sizes: vec![2, 2],
+        },
+        vec![t],
+        s(&[2, 2]),
+    );
+    let c = g.add_node(Op::Concat { axis: 0 }, vec![sl, sl], s(&[4, 2]));
+    let d = g.sub(c, c, s(&[4, 2]));
+    g.set_outputs(vec![d]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    // x[1][2] = 100: e[1][2] = inf, t[2][1] = inf, sl[1][1] = inf, c[1][1] and c[3][1].
+    let v = vec![0.5, 0.25, -1.0, 0.0, 2.0, 100.0];
+    let out = ex
+        .run(&[Tensor::from_f32(&[2, 3], v).unwrap()], Some(&mut sc))
+        .unwrap();
+    let o = out[0].as_f32().unwrap();
+    assert!(o[3].is_nan() && o[7].is_nan());
+    assert_eq!(o.iter().filter(|v| v.is_nan()).count(), 2);
+    let r = sc.reports();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].node, d);
+    assert_eq!(r[0].index, 3);
+    match &r[0].cause {
+        Cause::InputsHeldInf { inf_origin, .. } => assert_eq!(*inf_origin, Some(e)),
+        c => panic!("expected InputsHeldInf from the Exp, got {c:?}"),
+    }
+    let v = vec![0.5, 0.25, -1.0, 0.0, 2.0, 1.0];
+    ex.run(&[Tensor::from_f32(&[2, 3], v).unwrap()], Some(&mut sc))
+        .unwrap();
+    assert!(sc.reports().is_empty(), "{:?}", sc.reports());
+}

@@ -459,6 +459,35 @@ pub struct NodeState {
     pub len: usize,
 }
 
+/// True when `op` only moves or selects its inputs' values (Reshape, Transpose, Broadcast,
+/// Concat, Slice, Tile, the Gathers, Trilu's zeros, Select, and Pad with a finite fill):
+/// every output element is an input element or a finite constant, so when every input is
+/// finite the output is too, and a scanner may record it as clean without reading it (the
+/// CPU executor does). Ops that compute anything, even ones finite on finite inputs (Relu,
+/// Max, Sigmoid), are not listed: their outputs are always read.
+pub fn only_moves_values(op: &crate::Op) -> bool {
+    use crate::op::PadMode;
+    use crate::Op;
+    match op {
+        Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Broadcast { .. }
+        | Op::Concat { .. }
+        | Op::Slice { .. }
+        | Op::Tile { .. }
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::GatherND { .. }
+        | Op::Trilu { .. }
+        | Op::Select => true,
+        Op::Pad { mode, .. } => match mode {
+            PadMode::Constant(v) => (*v as f32).is_finite(),
+            _ => true,
+        },
+        _ => false,
+    }
+}
+
 /// Classify a node whose output holds bad values, given the states of its inputs:
 /// culprit (and why) or propagator. `states` is indexed by node id.
 pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeState]) -> Cause {
