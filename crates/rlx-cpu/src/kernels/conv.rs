@@ -1006,8 +1006,8 @@ mod dw_simd {
                 ((ky % s) * s + kx % s) * phase + (ky / s) * pitch + kx / s
             })
             .collect();
-        // Larger input planes run faster on the per-row path (measured: 28×28 with stride
-        // 2 is faster here, 56×56 is not; bench/NOTES.md §13).
+        // Larger input planes run faster on the per-row path (bench/NOTES.md §13): there
+        // the copy into the phase planes costs more than the masks it saves.
         if g.sp[0] * g.sp[1] > 1024 {
             return None;
         }
@@ -1045,6 +1045,14 @@ mod dw_simd {
             outs,
             stores,
         })
+    }
+
+    thread_local! {
+        /// The flat path's scratch planes, and the geometry whose padding they hold as
+        /// zeros (planes of the same geometry write the same positions, so the padding
+        /// stays zero from one call to the next).
+        static FLAT: std::cell::RefCell<([usize; 8], Vec<f32>)> =
+            const { std::cell::RefCell::new(([0; 8], Vec::new())) };
     }
 
     /// Lanes `0..n` (all for `n ≥ 16`).
@@ -1212,9 +1220,8 @@ mod dw_simd {
             // Two scratch planes: the next input plane is copied into one while the other
             // is read, so the reads do not wait on the copy's stores (which they could not
             // take forwarded: the loads are unaligned, the stores masked).
-            super::with_col::<f32, _>(2 * f.len, |buf| {
-                buf.fill(0.0);
-                let (mut cur, mut next) = buf.split_at_mut(f.len);
+            let mut planes = |cur: &mut [f32], next: &mut [f32]| {
+                let (mut cur, mut next) = (cur, next);
                 let src = |k: usize| &x[(t * group + k) * hw..(t * group + k + 1) * hw];
                 let planes = dst.len() / op;
                 // SAFETY: the caller checked AVX-512F; `flat_fill` writes only inside its
@@ -1234,6 +1241,25 @@ mod dw_simd {
                 }
                 if let Some(s) = seen {
                     s.fetch_max(bits, Ordering::Relaxed);
+                }
+            };
+            let key = [f.h, f.w, f.s, f.pt, f.pl, f.r, f.pitch, f.len];
+            FLAT.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut guard) => {
+                    let (k, buf) = &mut *guard;
+                    if *k != key || buf.len() < 2 * f.len {
+                        buf.clear();
+                        buf.resize(2 * f.len, 0.0);
+                        *k = key;
+                    }
+                    let (cur, next) = buf[..2 * f.len].split_at_mut(f.len);
+                    planes(cur, next)
+                }
+                // Re-entered on this thread (a `post` that waited on rayon): fresh zeros.
+                Err(_) => {
+                    let mut buf = vec![0.0; 2 * f.len];
+                    let (cur, next) = buf.split_at_mut(f.len);
+                    planes(cur, next)
                 }
             })
         };
