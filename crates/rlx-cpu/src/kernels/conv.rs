@@ -983,6 +983,25 @@ mod dw_simd {
         masks: Vec<u16>,
         outs: Vec<usize>,
         stores: Vec<u16>,
+        /// Input rows that land in the phase planes (`0..rows_in`).
+        rows_in: usize,
+        /// Per input row, the column segments [`flat_fill`] copies.
+        segs: Vec<FillSeg>,
+    }
+
+    /// One segment of an input row: 16 input columns from `ix0` (stride 1) to offset `ca`
+    /// of the row's phase-plane row, or 32 (stride 2: lanes `lo`, then `hi` from `ix0 +
+    /// 16`) split into the even ones (to `ca`, phase `pl % 2`) and the odd ones (to `cb`,
+    /// the other phase). Offsets count from the row of phase `(py, 0)`; masks keep the
+    /// columns inside the image and the phase planes.
+    struct FillSeg {
+        ix0: usize,
+        lo: u16,
+        hi: u16,
+        ca: usize,
+        ma: u16,
+        cb: usize,
+        mb: u16,
     }
 
     /// The flat path's geometry, or `None` where it does not apply.
@@ -1006,12 +1025,18 @@ mod dw_simd {
                 ((ky % s) * s + kx % s) * phase + (ky / s) * pitch + kx / s
             })
             .collect();
-        // Larger input planes run faster on the per-row path (bench/NOTES.md §13): there
-        // the copy into the phase planes costs more than the masks it saves.
-        if g.sp[0] * g.sp[1] > 1024 {
+        // With stride 1, larger input planes run faster on the per-row path (bench/NOTES.md
+        // §13): there the copy into the padded plane costs more than the masks it saves.
+        // With stride 2 the per-row path splits phases too, and this one is faster at
+        // every size measured (up to 112×112).
+        if s == 1 && g.sp[0] * g.sp[1] > 1024 {
             return None;
         }
         let len = (s * s * phase).max(nch * 16 + offs.iter().max()?);
+        // The two scratch planes stay under 2 MB.
+        if len > 1 << 18 {
+            return None;
+        }
         let mut masks = Vec::with_capacity(nch);
         let mut outs = Vec::with_capacity(nch);
         let mut stores = Vec::with_capacity(nch);
@@ -1029,6 +1054,44 @@ mod dw_simd {
             o += m.count_ones() as usize;
         }
         debug_assert_eq!(o, oh * ow);
+        let (h, w, pt, pl) = (g.sp[0], g.sp[1], g.pads[0].0, g.pads[1].0);
+        let rows_in = h.min((s * r).saturating_sub(pt));
+        let mut segs = Vec::new();
+        if s == 1 {
+            // Columns `ix` with `pl + ix < pitch`.
+            let n = w.min(pitch.saturating_sub(pl));
+            for ix0 in (0..n).step_by(16) {
+                let m = first(n - ix0);
+                segs.push(FillSeg {
+                    ix0,
+                    lo: m,
+                    hi: 0,
+                    ca: pl + ix0,
+                    ma: m,
+                    cb: 0,
+                    mb: 0,
+                });
+            }
+        } else {
+            // Input column `ix` is padded column `ix + pl`: phase `(ix + pl) % 2`, column
+            // `(ix + pl) / 2`. From an even `ix0`, lane `k` of the even columns goes to
+            // column `(ix0 + pl) / 2 + k`, of the odd ones to `(ix0 + 1 + pl) / 2 + k`.
+            for ix0 in (0..w).step_by(32) {
+                let left = w - ix0;
+                let (ce, co) = ((ix0 + pl) / 2, (ix0 + 1 + pl) / 2);
+                let ne = left.div_ceil(2).min(pitch.saturating_sub(ce));
+                let no = (left / 2).min(pitch.saturating_sub(co));
+                segs.push(FillSeg {
+                    ix0,
+                    lo: first(left),
+                    hi: first(left.saturating_sub(16)),
+                    ca: (pl % 2) * phase + ce,
+                    ma: first(ne),
+                    cb: ((pl + 1) % 2) * phase + co,
+                    mb: first(no),
+                });
+            }
+        }
         Some(Flat {
             h: g.sp[0],
             w: g.sp[1],
@@ -1044,6 +1107,8 @@ mod dw_simd {
             masks,
             outs,
             stores,
+            rows_in,
+            segs,
         })
     }
 
@@ -1065,64 +1130,36 @@ mod dw_simd {
         }
     }
 
-    /// Copy input plane `x` (`h × w`) into the phase planes in `buf`. The padding positions
-    /// are never written (the same for every plane of a call): the caller zeroes `buf` once.
+    /// Copy input plane `x` (`h × w`) into the phase planes in `buf`, row by row with the
+    /// column segments of [`Flat::segs`]. The padding positions are never written (the same
+    /// for every plane of a geometry): they hold the zeros the buffer was created with.
     #[target_feature(enable = "avx512f")]
     unsafe fn flat_fill(f: &Flat, x: &[f32], buf: &mut [f32]) {
         let (s, p) = (f.s, f.pitch);
         let phase = f.r * p;
         debug_assert!(x.len() >= f.h * f.w && buf.len() >= f.len);
         let bp = buf.as_mut_ptr();
-        for iy in 0..f.h {
+        let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        for iy in 0..f.rows_in {
             let prow = iy + f.pt;
-            if prow >= s * f.r {
-                break;
-            }
             let (py, r) = (prow % s, prow / s);
             // SAFETY (all pointer arithmetic below): reads stay in row `iy` of `x` (lanes
             // past `w` are masked off); writes stay in row `r < f.r` of a phase plane
-            // (columns `< p`, masked), inside `buf`.
-            let src = unsafe { x.as_ptr().add(iy * f.w) };
-            if s == 1 {
-                let n = f.w.min(p.saturating_sub(f.pl));
-                let dst = unsafe { bp.add(r * p + f.pl) };
-                for i in (0..n).step_by(16) {
-                    let m = first(n - i);
-                    unsafe {
-                        let v = _mm512_maskz_loadu_ps(m, src.add(i));
-                        _mm512_mask_storeu_ps(dst.add(i), m, v);
-                    }
-                }
-            } else {
-                // Stride 2: input column `ix` is padded column `ix + pl`, phase
-                // `(ix + pl) % 2`, column `(ix + pl) / 2`. From 32 input columns starting
-                // at an even `ix0`, the even ones (16 lanes) go to one phase, the odd ones
-                // to the other.
-                let even =
-                    _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-                let odd =
-                    _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-                let row = |px: usize| unsafe { bp.add((py * 2 + px) * phase + r * p) };
-                let (de, dodd) = (row(f.pl % 2), row((f.pl + 1) % 2));
-                for ix0 in (0..f.w).step_by(32) {
-                    let left = f.w - ix0;
-                    let (ce, co) = ((ix0 + f.pl) / 2, (ix0 + 1 + f.pl) / 2);
-                    let ne = left.div_ceil(2).min(p.saturating_sub(ce));
-                    let no = (left / 2).min(p.saturating_sub(co));
-                    unsafe {
-                        let a = _mm512_maskz_loadu_ps(first(left), src.add(ix0));
-                        let b = _mm512_maskz_loadu_ps(
-                            first(left.saturating_sub(16)),
-                            src.add(ix0 + 16),
-                        );
-                        if ne > 0 {
-                            let v = _mm512_permutex2var_ps(a, even, b);
-                            _mm512_mask_storeu_ps(de.add(ce), first(ne), v);
-                        }
-                        if no > 0 {
-                            let v = _mm512_permutex2var_ps(a, odd, b);
-                            _mm512_mask_storeu_ps(dodd.add(co), first(no), v);
-                        }
+            // (columns `< p`, masked: `flat_plan`), inside `buf`.
+            unsafe {
+                let src = x.as_ptr().add(iy * f.w);
+                let row = bp.add(py * s * phase + r * p);
+                for g in &f.segs {
+                    let a = _mm512_maskz_loadu_ps(g.lo, src.add(g.ix0));
+                    if s == 1 {
+                        _mm512_mask_storeu_ps(row.add(g.ca), g.ma, a);
+                    } else {
+                        let b = _mm512_maskz_loadu_ps(g.hi, src.add(g.ix0 + 16));
+                        let v = _mm512_permutex2var_ps(a, even, b);
+                        _mm512_mask_storeu_ps(row.add(g.ca), g.ma, v);
+                        let v = _mm512_permutex2var_ps(a, odd, b);
+                        _mm512_mask_storeu_ps(row.add(g.cb), g.mb, v);
                     }
                 }
             }
@@ -2177,8 +2214,10 @@ mod tests {
             (20, 37, 5, 2, 2, (3, 4, 2, 1)),
             (17, 33, 3, 3, 1, (1, 1, 1, 1)),
             (14, 14, 7, 1, 1, (3, 3, 3, 3)),
-            // the flat path's cases (AVX-512, stride 1 or 2, planes up to 1024)
+            // the flat path's cases (AVX-512; stride 1 on planes up to 1024, stride 2)
             (14, 14, 3, 2, 1, (1, 1, 1, 1)),
+            (57, 70, 3, 2, 1, (1, 1, 1, 1)),
+            (40, 40, 5, 2, 1, (2, 1, 2, 2)),
             (13, 13, 5, 2, 1, (2, 2, 2, 2)),
             (7, 7, 5, 1, 1, (2, 2, 2, 2)),
             (32, 31, 3, 2, 1, (1, 0, 1, 1)),
@@ -2222,7 +2261,7 @@ mod tests {
             // The cases meant for the flat path reach it (the comparison below covers it).
             assert_eq!(
                 dw_simd::flat_plan(&g).is_some(),
-                s <= 2 && d == 1 && h * wd <= 1024,
+                d == 1 && (s == 2 || (s == 1 && h * wd <= 1024)),
                 "geo {gi}"
             );
             let conv = depthwise_2d(&x, &w, Some(&b), &g);
