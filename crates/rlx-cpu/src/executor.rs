@@ -416,7 +416,7 @@ impl CpuExecutor {
             moves: graph
                 .nodes
                 .iter()
-                .map(|node| rlx_ir::numeric_check::only_moves_values(&node.op))
+                .map(|node| rlx_ir::numeric_check::only_moves_values(&node.op, node.shape.dtype))
                 .collect(),
             params: vec![None; n],
             param_ids,

@@ -194,3 +194,37 @@ fn inf_carried_through_moves_keeps_its_origin() {
         .unwrap();
     assert!(sc.reports().is_empty(), "{:?}", sc.reports());
 }
+
+/// A Pad's fill is stored in the tensor's own type: 1e5 is finite in f32 but +inf in f16
+/// (f16::MAX is 65504), so an f16 Pad with that fill creates an Inf and must be read by the
+/// scanner (the value-moving shortcut must not call it clean). Found by a review; opset-10
+/// ONNX Pad takes such a fill as a float attribute for f16 data.
+#[test]
+fn f16_pad_whose_fill_overflows_is_reported() {
+    let mut g = Graph::new("t");
+    let x = g.input("x", Shape::new(&[2, 3], DType::F16));
+    let p = g.add_node(
+        Op::Pad {
+            pads: vec![(0, 0), (1, 1)],
+            mode: PadMode::Constant(1e5),
+        },
+        vec![x],
+        Shape::new(&[2, 5], DType::F16),
+    );
+    g.set_outputs(vec![p]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    for mode in [DebugMode::Strict, DebugMode::Warn] {
+        let mut sc = DebugScanner::new(mode, "cpu");
+        sc.set_print(false);
+        let xin = Tensor::new(vec![2, 3], TensorData::from_f64(DType::F16, &[0.5; 6])).unwrap();
+        let out = ex.run(&[xin], Some(&mut sc)).unwrap();
+        let o = out[0].data().to_f64_vec();
+        assert_eq!(o[0], f64::INFINITY, "the fill is +inf in f16: {o:?}");
+        let r = sc.reports();
+        assert!(!r.is_empty(), "{mode:?}: the Pad's +inf is not reported");
+        assert!(
+            r.iter().all(|r| r.node == p && r.index == 0),
+            "{mode:?}: {r:?}"
+        );
+    }
+}

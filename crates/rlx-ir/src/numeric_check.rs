@@ -459,13 +459,14 @@ pub struct NodeState {
     pub len: usize,
 }
 
-/// True when `op` only moves or selects its inputs' values (Reshape, Transpose, Broadcast,
-/// Concat, Slice, Tile, the Gathers, Trilu's zeros, Select, and Pad with a finite fill):
-/// every output element is an input element or a finite constant, so when every input is
-/// finite the output is too, and a scanner may record it as clean without reading it (the
-/// CPU executor does). Ops that compute anything, even ones finite on finite inputs (Relu,
-/// Max, Sigmoid), are not listed: their outputs are always read.
-pub fn only_moves_values(op: &crate::Op) -> bool {
+/// True when `op`, with output dtype `dtype`, only moves or selects its inputs' values
+/// (Reshape, Transpose, Broadcast, Concat, Slice, Tile, the Gathers, Trilu's zeros, Select,
+/// and Pad with a fill that is finite in `dtype`: 1e5 is +inf in f16): every output element
+/// is an input element or a finite constant, so when every input is finite the output is
+/// too, and a scanner may record it as clean without reading it (the CPU executor does).
+/// Ops that compute anything, even ones finite on finite inputs (Relu, Max, Sigmoid), are
+/// not listed: their outputs are always read.
+pub fn only_moves_values(op: &crate::Op, dtype: DType) -> bool {
     use crate::op::PadMode;
     use crate::Op;
     match op {
@@ -481,7 +482,18 @@ pub fn only_moves_values(op: &crate::Op) -> bool {
         | Op::Trilu { .. }
         | Op::Select => true,
         Op::Pad { mode, .. } => match mode {
-            PadMode::Constant(v) => (*v as f32).is_finite(),
+            // The fill as the kernel stores it, in the tensor's own type.
+            PadMode::Constant(v) => match dtype {
+                DType::F64 => v.is_finite(),
+                DType::F32 => (*v as f32).is_finite(),
+                DType::F16 => f16::from_f64(*v).is_finite(),
+                DType::BF16 => bf16::from_f64(*v).is_finite(),
+                // The float8/float4 types: always read (their conversions saturate or
+                // make a NaN, type by type).
+                _ if dtype.is_float() => false,
+                // Integers and bools hold no NaN or Inf.
+                _ => true,
+            },
             _ => true,
         },
         _ => false,
