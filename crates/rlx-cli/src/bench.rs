@@ -8,6 +8,7 @@
 //!
 //! ```text
 //! model: fixtures/transformers/bert_tiny/model.onnx
+//! device: cpu
 //! threads: 2
 //! nan-check: off
 //! load: 41.210 ms (read+import 30.002 ms, compile 11.208 ms)
@@ -15,7 +16,7 @@
 //! median: 0.8120 ms
 //! min: 0.7901 ms
 //! mean: 0.8354 ms
-//! real: 0.000835
+//! real: 0.000835412
 //! ```
 //!
 //! `real:` is the mean seconds per run and is always the last line.
@@ -191,8 +192,9 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Seconds as milliseconds with at least 4 significant digits under 1 ms (a 0.065 ms run
-/// printed with 3 decimals would carry ±0.8% of rounding into any ratio taken from it).
+/// Seconds as milliseconds: 4 decimals under 1 ms, else 3 (a 0.065 ms run printed with 3
+/// decimals would carry ±0.8% of rounding into any ratio taken from it; with 4, ±0.08%).
+/// Use `real:` (seconds, 9 decimals) for runs of a few microseconds.
 fn fmt_ms(s: f64) -> String {
     let ms = s * 1e3;
     if ms < 1.0 {
