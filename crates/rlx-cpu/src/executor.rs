@@ -12,7 +12,7 @@ use crate::kernels::winograd::WinogradWeights;
 use crate::{eval_op, CpuError, KernelError};
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
-use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
+use rlx_ir::{BinaryOp, DType, DebugScanner, Dim, Graph, NodeId, Op, Tensor};
 use std::collections::HashMap;
 
 /// The per-node value hook of [`CpuExecutor::run_hooked`].
@@ -30,6 +30,9 @@ pub struct CpuExecutor {
     free_after: Vec<Vec<NodeId>>,
     /// Per node: input 0 dies here and is used once by this node (its buffer may be reused).
     can_take0: Vec<bool>,
+    /// Per node: an f32/f64 Add or Mul whose input 1 has the output's dims and dies here,
+    /// used once (torch exports `bias + x`: the big operand second).
+    can_take1: Vec<bool>,
     /// Per leaf whose value does not change between runs (Constant, Param once set): its
     /// NaN/Inf counts, computed once, so the scanner does not re-read weights every run.
     leaf_counts: Vec<Option<NonFiniteCounts>>,
@@ -355,6 +358,19 @@ impl CpuExecutor {
                 None => false,
             })
             .collect();
+        let can_take1 = graph
+            .nodes
+            .iter()
+            .map(|node| match (&node.op, node.inputs.as_slice()) {
+                (Op::Binary(BinaryOp::Add | BinaryOp::Mul), &[i0, i1]) => {
+                    i0 != i1
+                        && free_after[node.id.index()].contains(&i1)
+                        && graph.node(i1).shape == node.shape
+                        && matches!(node.shape.dtype, DType::F32 | DType::F64)
+                }
+                _ => false,
+            })
+            .collect();
         let mut consumers = vec![vec![]; n];
         for node in &graph.nodes {
             for i in &node.inputs {
@@ -423,6 +439,7 @@ impl CpuExecutor {
             inputs,
             free_after,
             can_take0,
+            can_take1,
             graph,
         })
     }
@@ -801,6 +818,19 @@ impl CpuExecutor {
                         .collect::<Result<_, _>>()?;
                     return crate::inplace::eval_owned(op, first, &rest, &node.shape).map_err(err);
                 }
+            }
+        }
+        if self.can_take1[id.index()] {
+            let i1 = node.inputs[1].index();
+            if let Slot::Owned(_) = &slots[i1] {
+                let Slot::Owned(second) = std::mem::replace(&mut slots[i1], Slot::Empty) else {
+                    unreachable!("checked Owned above")
+                };
+                let first = slots[node.inputs[0].index()].get().ok_or_else(|| {
+                    kernel_err(g, id, format!("input {} has no value", node.inputs[0]))
+                })?;
+                return crate::inplace::eval_owned_second(op, first, second, &node.shape)
+                    .map_err(err);
             }
         }
         // Inline for up to 4 inputs: no heap allocation per node per run.

@@ -159,3 +159,44 @@ pub(crate) fn eval_owned(
     ins.extend_from_slice(rest);
     eval_op(op, &ins, out)
 }
+
+/// `first op second` for an Add or Mul into `second`'s buffer (input 1 dies at this node and
+/// has the output's dims; `first` is broadcast). The closures keep `first` as the left
+/// operand, as the out-of-place kernel has it (IEEE addition and multiplication commute;
+/// only which of two NaN payloads survives could differ, as LLVM may commute either).
+/// Other ops, dtypes or dims: the out-of-place kernel.
+pub(crate) fn eval_owned_second(
+    op: &Op,
+    first: &Tensor,
+    mut second: Tensor,
+    out: &Shape,
+) -> Result<Tensor, KernelError> {
+    let od = out.dims_usize();
+    if second.dims() == od.as_slice() && first.dtype() == second.dtype() {
+        let fd = first.dims();
+        let done = match (op, second.data_mut(), first.data()) {
+            (Op::Binary(rlx_ir::BinaryOp::Add), TensorData::F32(x), TensorData::F32(y)) => {
+                binary_into(x, &od, y, fd, |q, p| p + q)?;
+                true
+            }
+            (Op::Binary(rlx_ir::BinaryOp::Mul), TensorData::F32(x), TensorData::F32(y)) => {
+                binary_into(x, &od, y, fd, |q, p| p * q)?;
+                true
+            }
+            (Op::Binary(rlx_ir::BinaryOp::Add), TensorData::F64(x), TensorData::F64(y)) => {
+                binary_into(x, &od, y, fd, |q, p| p + q)?;
+                true
+            }
+            (Op::Binary(rlx_ir::BinaryOp::Mul), TensorData::F64(x), TensorData::F64(y)) => {
+                binary_into(x, &od, y, fd, |q, p| p * q)?;
+                true
+            }
+            _ => false,
+        };
+        if done {
+            check_result(|| op.name(), &second, out)?;
+            return Ok(second);
+        }
+    }
+    eval_op(op, &[first, &second], out)
+}

@@ -366,3 +366,55 @@ fn convs_on_pooled_buffers_match_a_fresh_executor() {
         "the 32-channel conv takes the Winograd path"
     );
 }
+
+/// `bias + x` (torch's operand order: the big operand second) where `x` dies at the Add
+/// reuses `x`'s buffer; the values are the definition's `bias[j] + x[i][j]` (and `w[j] *
+/// x[i][j]` for Mul) in f32, NaN and ±inf positions included, whether `x` dies there or is
+/// still read later (then it must be left as it was).
+#[test]
+fn add_and_mul_into_their_second_input_match_the_definition() {
+    let (r, c) = (3, 5);
+    let xs: Vec<f32> = (0..r * c).map(|i| i as f32 * 0.75 - 4.0).collect();
+    let bias: Vec<f32> = (0..c).map(|j| 0.5 - j as f32 * 1.25).collect();
+    let mut xs = xs;
+    xs[4] = f32::NAN;
+    xs[7] = f32::INFINITY;
+    for op in [BinaryOp::Add, BinaryOp::Mul] {
+        for keep_x in [false, true] {
+            let mut g = Graph::new("t");
+            let x = g.input("x", s(&[r, c]));
+            // An owned intermediate (Neg) so that the Add may take its buffer.
+            let nx = g.unary(UnaryOp::Neg, x, s(&[r, c]));
+            let b = g.constant(f32t(&[c], &bias));
+            let y = g.binary(op, b, nx, s(&[r, c]));
+            let mut outs = vec![y];
+            if keep_x {
+                let z = g.unary(UnaryOp::Abs, nx, s(&[r, c]));
+                outs.push(z);
+            }
+            g.set_outputs(outs);
+            let mut ex = CpuExecutor::new(g).unwrap();
+            let out = ex.run(&[f32t(&[r, c], &xs)], None).unwrap();
+            let got = out[0].as_f32().unwrap();
+            for i in 0..r * c {
+                let (p, q) = (bias[i % c], -xs[i]);
+                let want = if op == BinaryOp::Add { p + q } else { p * q };
+                assert!(
+                    got[i].to_bits() == want.to_bits() || (got[i].is_nan() && want.is_nan()),
+                    "{op:?} keep {keep_x} at {i}: {} vs {want}",
+                    got[i]
+                );
+            }
+            if keep_x {
+                let z = out[1].as_f32().unwrap();
+                for i in 0..r * c {
+                    let want = xs[i].abs();
+                    assert!(
+                        z[i] == want || (z[i].is_nan() && want.is_nan()),
+                        "abs at {i}"
+                    );
+                }
+            }
+        }
+    }
+}
