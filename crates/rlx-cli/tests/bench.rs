@@ -159,3 +159,49 @@ fn bench_rejects_bad_arguments_with_clear_errors() {
     assert_eq!(code, 1);
     assert!(err.contains("--device tpu"), "{err}");
 }
+
+/// The benchmark harness in its smoke mode (`bench/bench.py --smoke`: the bert_tiny
+/// fixture, RLX alone, a few runs; what `bench/run.sh --smoke` runs), with this build's
+/// `rlx`: it exits 0 and prints bert's table row with a median that parses, a NaN-scan
+/// ratio, and outputs that match the fixture's onnxruntime outputs. No time is asserted.
+#[test]
+fn harness_smoke_mode_prints_the_table() {
+    let venv = repo().join(".venv/bin/python");
+    let py = if venv.is_file() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    };
+    let out = Command::new(&py)
+        .arg(repo().join("bench/bench.py"))
+        .arg("--smoke")
+        .env("RLX_BIN", env!("CARGO_BIN_EXE_rlx"))
+        .env_remove("RLX_DEBUG_NANS")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", py.display()));
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{so}\n{se}");
+    let row = so
+        .lines()
+        .find(|l| l.starts_with("| bert | 1 |"))
+        .unwrap_or_else(|| panic!("no bert row in:\n{so}\n{se}"));
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    // model, thr, RLX med, ORT med, tract med, RLX min, ORT min, tract min, RLX/ORT,
+    // RLX/tract, nan on/off, peak RSS, load, max abs RLX-ORT
+    assert_eq!(cells.len(), 14, "{row}");
+    let med: f64 = cells[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("median in {row}"));
+    let nan: f64 = cells[10]
+        .parse()
+        .unwrap_or_else(|_| panic!("nan ratio in {row}"));
+    assert!(med > 0.0 && nan > 0.0, "{row}");
+    let diff = cells[13];
+    if diff != "n/a" {
+        let d: f64 = diff.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(d < 1e-4, "outputs differ from onnxruntime's: {row}");
+    }
+}
