@@ -1228,9 +1228,9 @@ mod dw_simd {
 
     type FlatFn = unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32]) -> u32;
 
-    /// Every output plane on the flat path, in groups of planes of about 4096 outputs
-    /// (one scratch buffer zeroed per group), split over threads when the multiply-adds
-    /// are many: a depthwise output element costs `kh * kw` of them, so the elementwise
+    /// Every output plane on the flat path, in groups of planes of about 4096 outputs (two
+    /// scratch planes per thread, `FLAT`, zeroed when the geometry changes), split over
+    /// threads when the multiply-adds are many: a depthwise output element costs `kh * kw` of them, so the elementwise
     /// bound of [`fill_chunks`] would leave a 576-channel 7×7 layer on one thread.
     #[allow(clippy::too_many_arguments)]
     fn flat_planes(
