@@ -960,9 +960,10 @@ mod dw_simd {
     /// that are not outputs are dropped by a compress before the store. Small planes (a
     /// 7×7 plane is 4 vectors here, 7 masked 8-lane rows on the per-row path) and strided
     /// convs (no per-row phase split) gain most. The sums are the per-row path's: one
-    /// accumulator per kernel column, the bias first; a tap in the padding adds `w · 0`,
-    /// so the path is taken only when every weight is finite (`inf · 0` would be a NaN
-    /// that the definition does not have).
+    /// accumulator per kernel column, the bias first; a tap in the padding adds `w · 0`
+    /// where the per-row path skips it, so the path is taken only when every weight is
+    /// finite (then `w · 0` adds a zero; `conv_post` sends a conv with a non-finite weight
+    /// to im2col, whose `inf · 0 = NaN` is ONNX's zero padding).
     pub(super) struct Flat {
         h: usize,
         w: usize,
@@ -1326,7 +1327,8 @@ mod dw_simd {
         let Some(f) = flat_plan(g) else {
             return false;
         };
-        // A tap in the padding computes w · 0: only finite weights keep the definition.
+        // A tap in the padding computes w · 0, which the per-row path skips: the same
+        // values only with finite weights (`conv_post` routes the others to im2col).
         if super::super::wide::max_abs_bits(w) >= 0x7f80_0000 {
             return false;
         }
@@ -1499,7 +1501,10 @@ fn conv_float<
     seen: Option<&AtomicU32>,
 ) -> KResult<Vec<T>> {
     let p: usize = g.osp.iter().product();
-    if g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1 {
+    // Depthwise directly only with finite weights: it skips the taps in the padding, where
+    // ONNX's zero padding gives `inf · 0 = NaN` (onnxruntime does; im2col below does too).
+    let finite_w = w.iter().all(|&v| v * T::ZERO == T::ZERO);
+    if g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1 && finite_w {
         let mut out = depthwise_2d(x, w, bias.as_deref(), g);
         if p > 0 {
             fill_chunks(&mut out, p, |_, plane| post(plane));
@@ -1757,7 +1762,13 @@ pub(crate) fn conv_post(
     let data = match (x.data(), w.data()) {
         (D::F32(xv), D::F32(wv)) => {
             let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
-            let dw = g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1;
+            // The depthwise kernels skip taps in the padding; with a non-finite weight the
+            // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
+            let dw = g.sp.len() == 2
+                && g.groups == g.c
+                && g.m == g.c
+                && g.groups > 1
+                && super::wide::max_abs_bits(wv) < 0x7f80_0000;
             // Planes below POST_MIN_RUN elements take `post` in one pass after the conv
             // (per-plane calls cost more than the cache they save there).
             let p: usize = g.osp.iter().product();
@@ -1988,6 +1999,50 @@ mod tests {
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{i}: {g} vs {w}");
+        }
+    }
+
+    /// ONNX pads with zeros, so a depthwise conv's infinite weight makes `inf · 0 = NaN`
+    /// where its tap falls in the padding, and +inf where it meets an input of 1 (as
+    /// onnxruntime and RLX's im2col convs give it; the depthwise kernels skip padding taps,
+    /// so such a conv must not take them). f32 and f64, 3×3 (SIMD kernels) and 3×5.
+    #[test]
+    fn depthwise_conv_with_an_infinite_weight_multiplies_the_padding() {
+        for (kh, kw) in [(3, 3), (3, 5)] {
+            let (c, h, wd) = (2, 4, 6);
+            let mut w = vec![0.5f64; c * kh * kw];
+            w[0] = f64::INFINITY; // channel 0, tap (0, 0): reads (oy - 1, ox - kw/2)
+            let a = ConvAttrs {
+                strides: vec![1, 1],
+                pads: vec![(1, 1), (kw / 2, kw / 2)],
+                dilations: vec![1, 1],
+                groups: c,
+            };
+            for dt in [DType::F32, DType::F64] {
+                let xt = Tensor::new(
+                    vec![1, c, h, wd],
+                    TensorData::from_f64(dt, &vec![1.0; c * h * wd]),
+                )
+                .unwrap();
+                let wt = Tensor::new(vec![c, 1, kh, kw], TensorData::from_f64(dt, &w)).unwrap();
+                let out = Shape::new(&[1, c, h, wd], dt);
+                let y = conv(&xt, &wt, None, &a, &out).unwrap().data().to_f64_vec();
+                for oy in 0..h {
+                    for ox in 0..wd {
+                        let v = y[oy * wd + ox];
+                        if oy == 0 || ox < kw / 2 {
+                            assert!(v.is_nan(), "{dt:?} {kh}x{kw} ({oy},{ox}): {v}");
+                        } else {
+                            assert_eq!(v, f64::INFINITY, "{dt:?} {kh}x{kw} ({oy},{ox})");
+                        }
+                        // Channel 1: 0.5 per tap inside the image.
+                        let rows = (oy.max(1) - 1..=(oy + 1).min(h - 1)).count();
+                        let cols = (ox.max(kw / 2) - kw / 2..=(ox + kw / 2).min(wd - 1)).count();
+                        let v1 = y[h * wd + oy * wd + ox];
+                        assert!((v1 - 0.5 * (rows * cols) as f64).abs() < 1e-6, "{v1}");
+                    }
+                }
+            }
         }
     }
 
