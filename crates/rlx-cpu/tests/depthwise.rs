@@ -34,8 +34,10 @@ fn out_hw(cs: &Case) -> (usize, usize) {
 }
 
 /// out[n, c, oy, ox] = b[c] + Σ_{ky, kx} w[c, 0, ky, kx] · x[n, c, oy·sh + ky·dh − pt,
-/// ox·sw + kx·dw − pl], taps outside the image left out (zero padding). Also returns
-/// Σ |w·x| per output, the scale of the rounding error.
+/// ox·sw + kx·dw − pl], with x = 0 outside the image (ONNX's zero padding: a tap there adds
+/// `w · 0`, which is NaN for an infinite or NaN weight, as onnxruntime and the ONNX
+/// reference evaluator's im2col give it). Also returns Σ |w·x| per output, the scale of the
+/// rounding error.
 fn naive(cs: &Case, x: &[f32], w: &[f32], b: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let (oh, ow) = out_hw(cs);
     let (kh, kw) = cs.k;
@@ -50,11 +52,12 @@ fn naive(cs: &Case, x: &[f32], w: &[f32], b: &[f32]) -> (Vec<f64>, Vec<f64>) {
                         for kx in 0..kw {
                             let iy = (oy * cs.s.0 + ky * cs.d.0) as isize - cs.p.0 as isize;
                             let ix = (ox * cs.s.1 + kx * cs.d.1) as isize - cs.p.1 as isize;
+                            let wv = w[(c * kh + ky) * kw + kx];
                             if iy < 0 || ix < 0 || iy >= cs.h as isize || ix >= cs.w as isize {
+                                acc += wv as f64 * 0.0;
                                 continue;
                             }
                             let xv = x[((ni * cs.c + c) * cs.h + iy as usize) * cs.w + ix as usize];
-                            let wv = w[(c * kh + ky) * kw + kx];
                             acc += xv as f64 * wv as f64;
                             m += (xv as f64 * wv as f64).abs();
                         }
