@@ -1503,8 +1503,13 @@ fn conv_float<
     let p: usize = g.osp.iter().product();
     // Depthwise directly only with finite weights: it skips the taps in the padding, where
     // ONNX's zero padding gives `inf · 0 = NaN` (onnxruntime does; im2col below does too).
-    let finite_w = w.iter().all(|&v| v * T::ZERO == T::ZERO);
-    if g.sp.len() == 2 && g.groups == g.c && g.m == g.c && g.groups > 1 && finite_w {
+    // (Checked last: only depthwise convs read their weights for it.)
+    if g.sp.len() == 2
+        && g.groups == g.c
+        && g.m == g.c
+        && g.groups > 1
+        && w.iter().all(|&v| v * T::ZERO == T::ZERO)
+    {
         let mut out = depthwise_2d(x, w, bias.as_deref(), g);
         if p > 0 {
             fill_chunks(&mut out, p, |_, plane| post(plane));
