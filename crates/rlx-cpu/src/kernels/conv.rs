@@ -334,6 +334,7 @@ fn depthwise_2d<T: GemmElem + Elem + std::ops::Add<Output = T> + std::ops::Mul<O
 /// planes (`x[iy][j*s + r]` at phase `r`), so every tap reads contiguous columns.
 /// `None` where no SIMD path applies (other kernel sizes, no AVX2): the caller falls back
 /// to the generic [`depthwise_2d`].
+/// Every weight must be finite (`conv_post` sends other convs to im2col).
 /// `post` runs on each output plane right after it is computed (while it is in cache).
 /// `clamp` is applied to each output value in registers before it is stored, then `post`
 /// runs on each plane. With `seen`, the largest |y| bits before the clamp (as
@@ -1313,6 +1314,8 @@ mod dw_simd {
     }
 
     /// The flat path for `g`, or false where it does not apply (then nothing is written).
+    /// `w` must be finite: a tap in the padding computes `w · 0`, which the per-row path
+    /// skips (the same values only with finite weights).
     #[allow(clippy::too_many_arguments)]
     fn run_flat(
         x: &[f32],
@@ -1327,11 +1330,6 @@ mod dw_simd {
         let Some(f) = flat_plan(g) else {
             return false;
         };
-        // A tap in the padding computes w · 0, which the per-row path skips: the same
-        // values only with finite weights (`conv_post` routes the others to im2col).
-        if super::super::wide::max_abs_bits(w) >= 0x7f80_0000 {
-            return false;
-        }
         let plane: FlatFn = match (g.ks[0], g.ks[1]) {
             (3, 3) => flat_plane::<3, 3>,
             (5, 5) => flat_plane::<5, 5>,
@@ -1443,9 +1441,11 @@ mod dw_simd {
     }
 
     /// The SIMD path with `isa` (which the CPU must support: [`best_isa`] or weaker).
+    /// `finite_w`: every weight is finite (the flat path needs it).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run_with(
         isa: Isa,
+        finite_w: bool,
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
@@ -1465,7 +1465,7 @@ mod dw_simd {
         }
         // The caller picked an `isa` the CPU supports.
         match isa {
-            Isa::Avx512 if run_flat(x, w, bias, g, &mut out, post, clamp, seen) => {}
+            Isa::Avx512 if finite_w && run_flat(x, w, bias, g, &mut out, post, clamp, seen) => {}
             Isa::Avx512 | Isa::Avx512Rows if g.osp[1] <= 8 => {
                 run_avx512y(x, w, bias, g, &mut out, post, clamp, seen)
             }
@@ -1476,6 +1476,7 @@ mod dw_simd {
         Some(out)
     }
 
+    /// [`run_with`] at the best ISA, for finite weights only (`conv_post` checks them).
     pub(super) fn run(
         x: &[f32],
         w: &[f32],
@@ -1485,7 +1486,7 @@ mod dw_simd {
         clamp: Clamp,
         seen: Option<&AtomicU32>,
     ) -> Option<Vec<f32>> {
-        run_with(best_isa()?, x, w, bias, g, post, clamp, seen)
+        run_with(best_isa()?, true, x, w, bias, g, post, clamp, seen)
     }
 }
 
@@ -2349,9 +2350,18 @@ mod tests {
                 let want: Vec<f32> = conv.iter().map(|&v| act(v)).collect();
                 for &isa in isas {
                     let seen = AtomicU32::new(0);
-                    let got =
-                        dw_simd::run_with(isa, &x, &w, Some(&b), &g, &no_post, clamp, Some(&seen))
-                            .unwrap();
+                    let got = dw_simd::run_with(
+                        isa,
+                        !inf_w,
+                        &x,
+                        &w,
+                        Some(&b),
+                        &g,
+                        &no_post,
+                        clamp,
+                        Some(&seen),
+                    )
+                    .unwrap();
                     // (Finite: to round-off, as the sums are in another order.)
                     let seen = seen.into_inner();
                     assert!(
@@ -2390,8 +2400,18 @@ mod tests {
             for &isa in isas {
                 let seen = AtomicU32::new(0);
                 let clip = Clamp::clip(-0.25, 0.5);
-                dw_simd::run_with(isa, &xf, &wf, Some(&b), &g, &no_post, clip, Some(&seen))
-                    .unwrap();
+                dw_simd::run_with(
+                    isa,
+                    true,
+                    &xf,
+                    &wf,
+                    Some(&b),
+                    &g,
+                    &no_post,
+                    clip,
+                    Some(&seen),
+                )
+                .unwrap();
                 let got = f32::from_bits(seen.into_inner());
                 assert!(
                     got.is_finite() && got >= conv_max * (1.0 - 1e-5),
@@ -2449,8 +2469,9 @@ mod tests {
                 for &isa in &isas {
                     let seen = AtomicU32::new(0);
                     let clip = Clamp::clip(0.0, 6.0);
-                    let y = dw_simd::run_with(isa, &x, &w, None, &g, &no_post, clip, Some(&seen))
-                        .unwrap();
+                    let y =
+                        dw_simd::run_with(isa, true, &x, &w, None, &g, &no_post, clip, Some(&seen))
+                            .unwrap();
                     assert!(y.iter().all(|v| (0.0..=6.0).contains(v)));
                     let got = seen.into_inner() >= 0x7f80_0000;
                     assert_eq!(got, want, "{isa:?} {h}x{wd} k{k} s{s}: inf at {i}");
