@@ -635,6 +635,8 @@ impl CpuExecutor {
             let id = node.id;
             let i = id.index();
             if fuse {
+                // Whether a group computed this node's value (here or at its first node).
+                let mut done = false;
                 if let Some(k) = this.fusions.at_conv[i].filter(|&k| !unfused[k]) {
                     let grp = &this.fusions.groups[k];
                     let x = slots[node.inputs[0].index()]
@@ -648,49 +650,36 @@ impl CpuExecutor {
                     let wg = wg.filter(|_| wino);
                     let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    if !clean {
-                        // Replay this group op by op (below), so the scan names the op.
-                        unfused[k] = true;
-                    } else {
+                    if clean {
                         let last = grp.members.last().copied().unwrap_or(grp.conv);
                         slots[last.index()] = Slot::Owned(t);
-                        if let Some(s) = scanner.as_deref_mut() {
-                            finite[i] = true;
-                            s.scan_counts(g, id, clean_counts(node))?;
-                        }
-                        for dead in &this.free_after[i] {
-                            release(&mut slots[dead.index()]);
-                        }
-                        continue;
+                        done = true;
+                    } else {
+                        // Replay this group op by op (below), so the scan names the op.
+                        unfused[k] = true;
                     }
                 }
-                if let Some(k) = this.rows.at[i].filter(|&k| !rows_unfused[k]) {
+                if let Some(k) = this.rows.at[i].filter(|&k| !rows_unfused[k] && !done) {
                     let grp = &this.rows.groups[k];
                     let x = slots[node.inputs[0].index()]
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    let t = crate::rowfuse::run(grp, x, scanner.is_some())
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    match t {
-                        // Not all finite: replay op by op (below), so the scan names the op.
-                        None => rows_unfused[k] = true,
+                    match crate::rowfuse::run(grp, x, scanner.is_some())
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?
+                    {
                         Some(t) => {
                             slots[grp.output().index()] = Slot::Owned(t);
-                            if let Some(s) = scanner.as_deref_mut() {
-                                finite[i] = true;
-                                s.scan_counts(g, id, clean_counts(node))?;
-                            }
-                            for dead in &this.free_after[i] {
-                                release(&mut slots[dead.index()]);
-                            }
-                            continue;
+                            done = true;
                         }
+                        // Not all finite: replay op by op (below), so the scan names the op.
+                        None => rows_unfused[k] = true,
                     }
                 }
-                let member = this.fusions.member_of[i].is_some_and(|k| !unfused[k])
+                done = done
+                    || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
                     || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k]);
-                if member {
-                    // Computed with its group (a conv's or a row group); finite when scanned.
+                if done {
+                    // Computed with its group; finite when scanned (else it was replayed).
                     if let Some(s) = scanner.as_deref_mut() {
                         finite[i] = true;
                         s.scan_counts(g, id, clean_counts(node))?;
