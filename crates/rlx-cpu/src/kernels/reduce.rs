@@ -244,7 +244,7 @@ isa_fn!(
         // The outputs in one pass over the block (in L1): per row, the fold ended in a
         // horizontal max (rows of 16 in Qwen3's q/k norms: 30% of the scanned kernel).
         if scan {
-            bits = dst.iter().fold(bits, |b, &v| b.max(abs(v)));
+            bits = bits.max(super::wide::max_abs_bits(dst));
         }
         bits
     }
@@ -296,7 +296,7 @@ isa_fn!(
         }
         // The outputs in one pass over the block, as in `rms_rows_f32`.
         if scan {
-            bits = dst.iter().fold(bits, |b, &o| b.max(abs(o)));
+            bits = bits.max(super::wide::max_abs_bits(dst));
         }
         bits
     }
