@@ -1539,18 +1539,32 @@ fn conv_float<
         (1, p)
     };
     let per_col = (mg + if direct { 0 } else { kk }) * std::mem::size_of::<T>();
-    let rows = if g.sp.len() == 2 {
+    let mut rows = if g.sp.len() == 2 {
         (CONV_BLOCK_BYTES / per_col.max(1) / ow.max(1)).clamp(1, oh)
     } else {
         1
     };
-    let nblk = oh.div_ceil(rows);
-    let tasks = g.n * g.groups * nblk;
     let threads = rayon::current_num_threads();
+    let flops = g.n * g.m * p * kk;
+    let images = g.n * g.groups;
+    // With several threads, a 2-D conv that runs in several blocks gets a multiple of the
+    // thread count of them, of even size, so that each thread gets the same number of
+    // output rows: 5 blocks of 22 rows and one of 2 (ResNet's stem, 112 rows) left one
+    // thread 66 rows and the other 46. (A conv in one block stays one: gemm splits it, and
+    // a row block's `post` runs per output channel.)
+    let nb0 = oh.div_ceil(rows);
+    if threads > 1 && g.sp.len() == 2 && flops >= GEMM_PAR_FLOPS && nb0 > 1 {
+        let nb = nb0.div_ceil(threads) * threads;
+        let r = oh.div_ceil(nb).max(1);
+        if r * ow >= PAR_MIN_COLS {
+            rows = r;
+        }
+    }
+    let nblk = oh.div_ceil(rows);
+    let tasks = images * nblk;
     // Blocks in parallel (each product on one thread) when there are enough of them and
     // enough work; else blocks in order, each product free to use the pool.
-    let flops = g.n * g.m * p * kk;
-    let par_blocks = threads > 1 && tasks >= 2 * threads && flops >= GEMM_PAR_FLOPS;
+    let par_blocks = threads > 1 && tasks >= threads && flops >= GEMM_PAR_FLOPS;
     let dst = SendPtr(out.spare_capacity_mut().as_mut_ptr().cast::<T>());
     let task = |t: usize| -> KResult<()> {
         let (ni, gi, b) = (t / (g.groups * nblk), (t / nblk) % g.groups, t % nblk);
@@ -1710,6 +1724,11 @@ fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
 /// 10.3 / 9.0 / 8.5 / 8.5 ms at 128 KB / 512 KB / 2 MB / unblocked; resnet50 42.2 / 40.5 /
 /// 40.9 ms at 512 KB / 2 MB / unblocked).
 const CONV_BLOCK_BYTES: usize = 2 << 20;
+
+/// Fewest output columns (pixels) per row block when [`conv_float`] splits a conv's rows
+/// over threads: below this, gemm's product over the block's few columns loses more than
+/// the split gains (the conv runs as one block, gemm splitting it).
+const PAR_MIN_COLS: usize = 192;
 
 /// A raw output pointer shared by conv's block tasks (each writes its own ranges).
 struct SendPtr<T>(*mut T);
