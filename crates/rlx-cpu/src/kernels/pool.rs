@@ -284,6 +284,16 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     });
     fill_chunks(&mut out, p, |pl, dst| {
         let src = &v[pl * h * w..(pl + 1) * h * w];
+        // 3×3 stride 2 watches for NaN in the taps it reads; a plane where it saw one is
+        // redone below.
+        #[cfg(target_arch = "x86_64")]
+        if let Some((geo, _)) = simd.as_ref().filter(|(g, _)| max2d::is_k3s2(g)) {
+            let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
+            // SAFETY: AVX-512F was detected above; the geometry is the one it takes.
+            if unsafe { max2d::plane_k3s2(s32, d32, geo) } {
+                return;
+            }
+        }
         let no_nan = is_max
             && if super::wide::is_f32::<T>() {
                 // Above 0x7f80_0000 (|inf|) only for a NaN: one vector integer-max pass.
@@ -632,5 +642,85 @@ mod max2d {
                 unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(oy * g.ow + ox0), out_m, acc) };
             }
         }
+    }
+
+    /// [`plane`] for 3×3 windows with stride 2 (ResNet's and SqueezeNet's MaxPool), row by
+    /// row: for 16 output columns, each input row's three taps are folded first (its even
+    /// lanes, odd lanes, and even lanes one column on, from three loads), then the window's
+    /// three rows, top to bottom. That is the window order of [`plane`] (a later tap replaces
+    /// the max only when larger), so the same tap wins every tie, ±0 included. Output rows
+    /// share their top and bottom input rows: each row's fold is made once, and the output
+    /// rows are walked down one 16-column strip at a time.
+    ///
+    /// Returns false when a tap it read was NaN: `dst` is then not the definition's (a NaN
+    /// tap may have been dropped) and the caller redoes the plane on the NaN-aware path.
+    /// Every tap of every window is read (each input column of a row fold is a lane of its
+    /// even or odd taps; the third tap's extra column is the next strip's first), so a
+    /// NaN that no window holds is not seen, and does not matter.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `g` is 3×3 with strides 2 ([`is_k3s2`]).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn plane_k3s2(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+        assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
+        assert!((g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2));
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let (h, pt) = (g.h as isize, g.pt as isize);
+        let mut nan: u16 = 0;
+        for ox0 in (0..g.ow).step_by(16) {
+            // Output column ox0 + l reads input columns c + 2l + {0, 1, 2}.
+            let c = (ox0 * 2) as isize - g.pl as isize;
+            let (m0, m1, m2) = (inside(c, g.w), inside(c + 16, g.w), inside(c + 32, g.w) & 1);
+            // Input row iy's taps folded left to right (-inf outside the image).
+            let mut fold = |iy: isize| -> __m512 {
+                if iy < 0 || iy >= h {
+                    return ninf;
+                }
+                let p = src
+                    .as_ptr()
+                    .wrapping_add(iy as usize * g.w)
+                    .wrapping_offset(c);
+                // SAFETY: only lanes inside row iy are read (the masks).
+                let (lo, hi, next) = unsafe {
+                    (
+                        _mm512_mask_loadu_ps(ninf, m0, p),
+                        _mm512_mask_loadu_ps(ninf, m1, p.wrapping_add(16)),
+                        _mm512_mask_loadu_ps(ninf, m2, p.wrapping_add(32)),
+                    )
+                };
+                let t0 = _mm512_permutex2var_ps(lo, even, hi);
+                let t1 = _mm512_permutex2var_ps(lo, odd, hi);
+                let t2 = _mm512_castsi512_ps(_mm512_alignr_epi32(
+                    _mm512_castps_si512(next),
+                    _mm512_castps_si512(t0),
+                    1,
+                ));
+                nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(t0, t1);
+                _mm512_max_ps(t2, _mm512_max_ps(t1, t0))
+            };
+            let n = (g.ow - ox0).min(16);
+            let out_m = if n == 16 {
+                0xffff
+            } else {
+                ((1u32 << n) - 1) as u16
+            };
+            let mut top = fold(-pt);
+            for oy in 0..g.oh {
+                let iy = (oy * 2) as isize - pt;
+                let bottom = fold(iy + 2);
+                let acc = _mm512_max_ps(bottom, _mm512_max_ps(fold(iy + 1), top));
+                // SAFETY: columns ox0..ox0+n of output row oy, inside `dst` (checked).
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(oy * g.ow + ox0), out_m, acc) };
+                top = bottom;
+            }
+        }
+        nan == 0
+    }
+
+    /// Whether [`plane_k3s2`] takes `g`.
+    pub(super) fn is_k3s2(g: &Geo) -> bool {
+        (g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2)
     }
 }
