@@ -275,6 +275,7 @@ pub(crate) fn conv(
             };
             gemm_uninit_strided(m, ts, c, a, b, dst, (1, m), false).is_ok()
         };
+        let _pack = super::conv::ConvLhsPacking::set();
         let ok = if par {
             mb.par_chunks_mut(m * ts)
                 .enumerate()
