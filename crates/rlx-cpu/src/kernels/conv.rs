@@ -87,6 +87,8 @@ thread_local! {
     static COL: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
     /// A second such buffer, for Winograd's 16 products while COL holds its input.
     pub(super) static PRODUCTS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// A third, for [`im2col_2d`]'s column phases of a strided conv's input rows.
+    static PHASES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Scratch buffers above this many bytes are allocated per call instead of kept.
@@ -130,19 +132,13 @@ pub(super) fn with_scratch<T: GemmElem, R>(
 /// stride `sw > 1` the input rows those output rows read are first split into their `sw`
 /// column phases (phase `q` holds columns `q, q + sw, …`), so every span is a contiguous
 /// copy.
-fn im2col_2d<T: Copy + Default + Send + Sync>(
-    x: &[T],
-    g: &Geo,
-    col: &mut [T],
-    (oy0, oy1): (usize, usize),
-) {
+fn im2col_2d<T: GemmElem>(x: &[T], g: &Geo, col: &mut [T], (oy0, oy1): (usize, usize)) {
     let (h, w) = (g.sp[0], g.sp[1]);
     let (kh, kw) = (g.ks[0], g.ks[1]);
-    let ow = g.osp[1];
     let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (dh, dw) = (g.dil[0], g.dil[1]);
-    let (pt, pl) = (g.pads[0].0, g.pads[1].0);
-    let p = (oy1 - oy0) * ow;
+    let dh = g.dil[0];
+    let pt = g.pads[0].0;
+    let p = (oy1 - oy0) * g.osp[1];
     if p == 0 {
         return;
     }
@@ -154,21 +150,56 @@ fn im2col_2d<T: Copy + Default + Send + Sync>(
         .min(h)
         .max(r0);
     let nr = r1 - r0;
+    if sw == 1 {
+        return im2col_rows(x, g, col, (oy0, oy1), (r0, nr), &[]);
+    }
     // Phase-split rows: row r0 + y of channel c at [(c*nr + y)*w, +w), phase q first at
-    // offset phase_off(q) = q*(w/sw) + min(q, w%sw), holding ceil((w - q)/sw) columns.
-    let phased: Vec<T> = if sw > 1 {
-        let mut v = Vec::with_capacity(nch * nr * w);
-        for c in 0..nch {
-            for row in x[(c * h + r0) * w..(c * h + r1) * w].chunks_exact(w) {
+    // offset q*(w/sw) + min(q, w%sw), holding ceil((w - q)/sw) columns.
+    with_scratch(&PHASES, nch * nr * w, |phased: &mut [T]| {
+        let rows_in = (0..nch).flat_map(|c| x[(c * h + r0) * w..(c * h + r1) * w].chunks_exact(w));
+        for (row, out) in rows_in.zip(phased.chunks_exact_mut(w)) {
+            if sw == 2 {
+                // Even columns then odd ones, in one pass (vectorizes as a deinterleave).
+                let (ev, od) = out.split_at_mut(w.div_ceil(2));
+                for ((e, o), pair) in ev.iter_mut().zip(od.iter_mut()).zip(row.chunks_exact(2)) {
+                    *e = pair[0];
+                    *o = pair[1];
+                }
+                if w % 2 == 1 {
+                    ev[w / 2] = row[w - 1];
+                }
+            } else {
+                let mut k = 0;
                 for q in 0..sw {
-                    v.extend(row.iter().skip(q).step_by(sw));
+                    for &v in row.iter().skip(q).step_by(sw) {
+                        out[k] = v;
+                        k += 1;
+                    }
                 }
             }
         }
-        v
-    } else {
-        Vec::new()
-    };
+        im2col_rows(x, g, col, (oy0, oy1), (r0, nr), phased)
+    })
+}
+
+/// [`im2col_2d`]'s copy, from `x` (stride 1) or from `phased`, its input rows `r0..r0+nr`
+/// split into column phases (stride > 1).
+fn im2col_rows<T: GemmElem>(
+    x: &[T],
+    g: &Geo,
+    col: &mut [T],
+    (oy0, oy1): (usize, usize),
+    (r0, nr): (usize, usize),
+    phased: &[T],
+) {
+    let (h, w) = (g.sp[0], g.sp[1]);
+    let (kh, kw) = (g.ks[0], g.ks[1]);
+    let ow = g.osp[1];
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dil[0], g.dil[1]);
+    let (pt, pl) = (g.pads[0].0, g.pads[1].0);
+    let p = (oy1 - oy0) * ow;
+    let r1 = r0 + nr;
     let phase_off = |q: usize| q * (w / sw) + q.min(w % sw);
     fill_chunks(col, p, |row, dst| {
         let ch = row / (kh * kw);
@@ -201,7 +232,7 @@ fn im2col_2d<T: Copy + Default + Send + Sync>(
 }
 
 /// Fill `col` ([cg*KS, P] row-major) from one group's input planes `x` ([cg, *sp]).
-fn im2col<T: Copy + Default + Send + Sync>(x: &[T], g: &Geo, cg: usize, col: &mut [T]) {
+fn im2col<T: GemmElem>(x: &[T], g: &Geo, cg: usize, col: &mut [T]) {
     let nd = g.sp.len();
     if nd == 2 {
         return im2col_2d(x, g, col, (0, g.osp[0]));
@@ -2109,6 +2140,9 @@ mod tests {
         check([1, 3, 11, 10], [5, 3, 3, 3], 2, 1, 1, 1);
         check([1, 4, 10, 9], [4, 2, 3, 2], 2, 2, 2, 2);
         check([1, 3, 7, 7], [2, 3, 7, 7], 2, 1, 3, 1);
+        // Stride 3 (three column phases) on widths 1 and 2 past a multiple of 3.
+        check([1, 3, 13, 13], [4, 3, 3, 3], 3, 1, 1, 1);
+        check([1, 2, 11, 14], [3, 2, 5, 5], 3, 1, 2, 1);
     }
 
     /// Inputs for a Winograd check: x `[n, c, h, w]`, w `[m, c, 3, 3]`, bias `[m]`.
