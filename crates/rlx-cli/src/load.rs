@@ -125,10 +125,13 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
     let m = OnnxModel::open(&path).map_err(|e| with_file(&path, e))?;
     let decls = m.declared_inputs();
     check_dims_exist(&decls, &dims)?;
-    let free: Vec<String> = decls
+    // Every input name, with or without a declared shape (one without takes its shape
+    // from the file given for it).
+    let names = m.input_names();
+    let free: Vec<String> = names
         .iter()
-        .map(|d| d.0.clone())
-        .filter(|n| !given.contains_key(n))
+        .filter(|n| !given.contains_key(*n))
+        .cloned()
         .collect();
     if positional.len() > free.len() {
         bail!(
@@ -156,8 +159,7 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
         }
     }
     for name in given.keys() {
-        if !decls.iter().any(|d| &d.0 == name) {
-            let names: Vec<&str> = decls.iter().map(|d| d.0.as_str()).collect();
+        if !names.contains(name) {
             bail!(
                 "--input {name}: the model has no input named \"{name}\" (its inputs: {})",
                 names.join(", ")

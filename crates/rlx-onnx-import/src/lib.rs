@@ -122,6 +122,23 @@ impl OnnxModel {
         })
     }
 
+    /// Names of the graph inputs that are not initializers, in order: every input a caller
+    /// may feed, including those [`OnnxModel::declared_inputs`] leaves out (no shape, or
+    /// not a tensor).
+    pub fn input_names(&self) -> Vec<String> {
+        let Some(graph) = self.model.graph.as_ref() else {
+            return vec![];
+        };
+        let inits: std::collections::HashSet<&str> =
+            graph.initializer.iter().map(|t| t.name.as_str()).collect();
+        graph
+            .input
+            .iter()
+            .filter(|vi| !inits.contains(vi.name.as_str()))
+            .map(|vi| vi.name.clone())
+            .collect()
+    }
+
     /// Names and declared types (symbolic dims kept) of the graph inputs that are not
     /// initializers, in order. Inputs that are not tensors are left out.
     pub fn declared_inputs(&self) -> Vec<(String, rlx_ir::Shape)> {
@@ -580,10 +597,24 @@ fn input_shape(
             tensor::onnx_type_name(tt.elem_type)
         ))
     })?;
-    let sp = tt
-        .shape
-        .as_ref()
-        .ok_or_else(|| err("has no shape (rank unknown)".into()))?;
+    let given = opts.input_shapes.get(&vi.name).cloned().or_else(|| {
+        opts.constant_inputs
+            .get(&vi.name)
+            .map(|t| t.dims().to_vec())
+    });
+    let Some(sp) = tt.shape.as_ref() else {
+        // No declared shape (rank unknown): the shape of the tensor fed for it, if any.
+        return match given {
+            Some(g) => Ok((
+                Shape::with_dims(g.iter().map(|_| Dim::Sym("?".into())).collect(), dtype),
+                Shape::new(&g, dtype),
+            )),
+            None => Err(err(
+                "has no shape (rank unknown): feed it a tensor (rlx: --input NAME=FILE) to take that tensor's shape"
+                    .into(),
+            )),
+        };
+    };
     let mut decl = Vec::new();
     let mut bound = Vec::new();
     for d in &sp.dim {
@@ -603,11 +634,6 @@ fn input_shape(
             }
         }
     }
-    let given = opts.input_shapes.get(&vi.name).cloned().or_else(|| {
-        opts.constant_inputs
-            .get(&vi.name)
-            .map(|t| t.dims().to_vec())
-    });
     if let Some(g) = given.filter(|g| g.len() == bound.len()) {
         bound = g;
     }

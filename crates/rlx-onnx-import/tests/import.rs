@@ -825,6 +825,48 @@ fn input_shapes_bind_symbolic_dims_and_constant_inputs_freeze() {
     assert!(g.input_by_name("x").is_none());
 }
 
+/// A graph input declared without a shape (rank unknown) takes the shape of the tensor fed
+/// for it; without one, the error names the input and says how to give it. `input_names`
+/// lists it (`declared_inputs` cannot: it has no shape to give).
+#[test]
+fn input_without_a_shape_takes_the_fed_tensors() {
+    let no_shape = ValueInfoProto {
+        name: "x".into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: data_type::FLOAT,
+                shape: None,
+            }),
+            denotation: String::new(),
+        }),
+    };
+    let bytes = model(
+        13,
+        vec![node("Relu", "act", &["x"], &["y"], vec![])],
+        vec![],
+        vec![no_shape],
+        vec![out("y")],
+    );
+    let e = import(&bytes).unwrap_err().to_string();
+    assert!(
+        e.contains("\"x\"") && e.contains("rank unknown") && e.contains("--input"),
+        "{e}"
+    );
+    let mut opts = ImportOptions::default();
+    opts.input_shapes.insert("x".into(), vec![2, 3, 5]);
+    let g = import_onnx_bytes(&bytes, None, &opts).unwrap();
+    let x = g.input_by_name("x").unwrap();
+    assert_eq!(g.node(x).shape, Shape::new(&[2, 3, 5], DType::F32));
+    let dir = std::env::temp_dir().join(format!("rlx-noshape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, &bytes).unwrap();
+    let m = rlx_onnx_import::OnnxModel::open(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(m.input_names(), vec!["x".to_string()]);
+    assert!(m.declared_inputs().is_empty());
+}
+
 /// Cast to FLOAT8E8M0 with each `round_mode`, back to float. Expected values by hand from
 /// onnx's `numpy_helper.to_float8e8m0` rule (float32 exponent `e`, mantissa `m`): `up` bumps
 /// `e` for any `m != 0`, `down` never, `nearest` when the guard bit 0x400000 is set (and a
