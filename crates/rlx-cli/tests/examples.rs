@@ -148,9 +148,15 @@ fn scanning_off_reports_nothing() {
 
 #[test]
 fn strict_mode_reports_inf_where_it_first_appears() {
-    let (reports, _, _) = diagnose("inf_absorbed", DebugMode::Strict);
+    let (reports, _, summary) = diagnose("inf_absorbed", DebugMode::Strict);
     assert!(!reports.is_empty(), "strict reports the intended -inf too");
     assert!(reports.iter().all(|r| r.kind != BadKind::NaN));
+    // The summary line must not claim they went unreported (the warn-mode wording).
+    let summary = summary.expect("a summary of the absorbed Inf");
+    assert!(summary.contains("reported above"), "{summary}");
+    assert!(!summary.contains("not reported"), "{summary}");
+    let (_, _, summary) = diagnose("inf_absorbed", DebugMode::Warn);
+    assert!(summary.unwrap().contains("strict reports it"));
 }
 
 #[test]

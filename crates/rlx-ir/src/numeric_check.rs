@@ -862,8 +862,14 @@ impl DebugScanner {
         }
         let absorbed = self.absorbed_inf_origins(g);
         if let Some(first) = absorbed.first() {
+            // Strict mode reported each of them where it appeared; the other modes did not.
+            let tail = if self.mode == DebugMode::Strict {
+                "each reported above where it appeared"
+            } else {
+                "not reported (RLX_DEBUG_NANS=strict reports it)"
+            };
             let line = format!(
-                "rlx nan-check: note: {} op(s) created ±inf that was absorbed downstream (first: {} {} \"{}\"); not reported (RLX_DEBUG_NANS=strict reports it)",
+                "rlx nan-check: note: {} op(s) created ±inf that was absorbed downstream (first: {} {} \"{}\"); {tail}",
                 absorbed.len(),
                 first,
                 g.node(*first).op.name(),
