@@ -415,8 +415,10 @@ pub fn fix_hint(
         "mul" if from_inf => "0 × inf: an infinite value met a zero; use a large finite fill value instead of inf".into(),
         "add" | "sub" if from_inf => "inf - inf: two infinities of opposite sign met; use finite fill values for masks".into(),
         "cast" => format!("the value exceeds the range of {dtype}: clamp before the cast (f16 max is 65504) or keep this op in f32"),
+        "layernormalization" | "layernorm" | "batchnormalization" | "batchnorm" | "instancenormalization" | "rmsnormalization" | "simplifiedlayernormalization" if kind != BadKind::NaN =>
+            "the normalization's result overflowed: a very large input, scale or bias (x² in the variance, or the scaled output, passed the dtype's range); check those weights and the input's magnitude, and keep the norm in f32 (epsilon 0 on a constant row gives NaN, not inf)".into(),
         "layernormalization" | "layernorm" | "batchnormalization" | "batchnorm" | "instancenormalization" | "rmsnormalization" | "simplifiedlayernormalization" =>
-            "normalizing a constant or zero row with epsilon 0 divides by zero: set epsilon > 0 (1e-5 is usual)".into(),
+            "normalizing a constant or zero row with epsilon 0 divides by zero: set epsilon > 0 (1e-5 is usual); if epsilon is already > 0, the variance overflowed (a very large input)".into(),
         "lrn" => "LRN's denominator went to zero or overflowed: check bias > 0".into(),
         _ if from_inf => "a non-finite input met an operation that turns it into NaN: replace inf fills upstream by large finite values".into(),
         _ if narrow && kind != BadKind::NaN => format!("the result exceeds {dtype}'s range (max {}): compute this op in f32, or scale its inputs down", dtype.max_finite().unwrap_or(0.0)),

@@ -174,6 +174,28 @@ fn fix_hints_by_op() {
     assert!(fix_hint("Cast", None, &c, BadKind::NegInf, DType::F16)
         .unwrap()
         .contains("65504"));
+    // A norm's Inf is an overflow (a huge input or scale), not epsilon 0 (which gives 0/0).
+    let inf = fix_hint(
+        "Mul",
+        Some("LayerNormalization"),
+        &c,
+        BadKind::PosInf,
+        DType::F32,
+    )
+    .unwrap();
+    assert!(
+        inf.contains("overflowed") && !inf.starts_with("normalizing a constant"),
+        "{inf}"
+    );
+    let nan = fix_hint(
+        "Div",
+        Some("LayerNormalization"),
+        &c,
+        BadKind::NaN,
+        DType::F32,
+    )
+    .unwrap();
+    assert!(nan.contains("epsilon 0"), "{nan}");
     assert!(fix_hint(
         "Div",
         None,
