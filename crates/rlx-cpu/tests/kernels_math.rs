@@ -1034,3 +1034,70 @@ fn max_pool_fast_path_matches_definition_with_and_without_nan() {
         assert!(nans > 0, "the NaN reached some window");
     }
 }
+
+/// MaxPool 3×3 stride 2 (the AVX-512 row-fold path on CPUs that have it) with one NaN at
+/// each column of the first and last rows in turn, on widths around multiples of 32 (output
+/// widths that fill their last 16-lane strip, where the last window's third column is read
+/// past the strip), pads 0 and 1, ceil_mode off and on: every window that holds the NaN
+/// gives NaN, and every other output is the window's max.
+#[test]
+fn max_pool_3x3_stride_2_sees_a_nan_in_every_column() {
+    for w in [31usize, 32, 33, 34, 35, 63, 64, 65, 66] {
+        for (p, ceil) in [(0usize, false), (1, false), (0, true), (1, true)] {
+            let h = 5usize;
+            let out = |n: usize| {
+                let span = n + 2 * p - 3;
+                if ceil {
+                    span.div_ceil(2) + 1
+                } else {
+                    span / 2 + 1
+                }
+            };
+            let (oh, ow) = (out(h), out(w));
+            let attrs = PoolAttrs {
+                kind: PoolKind::Max,
+                kernel: vec![3, 3],
+                strides: vec![2, 2],
+                pads: vec![(p, p), (p, p)],
+                dilations: vec![1, 1],
+                ceil_mode: ceil,
+            };
+            for row in [0, h - 1] {
+                for col in 0..w {
+                    let mut v: Vec<f32> = (0..h * w).map(|i| (i % 7) as f32 - 3.0).collect();
+                    v[row * w + col] = f32::NAN;
+                    let x = f32t(&[1, 1, h, w], v.clone());
+                    let y = f32s(&ev(
+                        Op::Pool(attrs.clone()),
+                        &[&x],
+                        &[1, 1, oh, ow],
+                        DType::F32,
+                    ));
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let mut m = f32::NEG_INFINITY;
+                            for ky in 0..3 {
+                                for kx in 0..3 {
+                                    let iy = (oy * 2 + ky) as isize - p as isize;
+                                    let ix = (ox * 2 + kx) as isize - p as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                        continue;
+                                    }
+                                    let e = v[iy as usize * w + ix as usize];
+                                    if !m.is_nan() && (e > m || e.is_nan()) {
+                                        m = e;
+                                    }
+                                }
+                            }
+                            let got = y[oy * ow + ox];
+                            assert!(
+                                got.to_bits() == m.to_bits() || (got.is_nan() && m.is_nan()),
+                                "w{w} p{p} ceil {ceil}, NaN at ({row},{col}): ({oy},{ox}) got {got}, want {m}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -654,9 +654,10 @@ mod max2d {
     ///
     /// Returns false when a tap it read was NaN: `dst` is then not the definition's (a NaN
     /// tap may have been dropped) and the caller redoes the plane on the NaN-aware path.
-    /// Every tap of every window is read (each input column of a row fold is a lane of its
-    /// even or odd taps; the third tap's extra column is the next strip's first), so a
-    /// NaN that no window holds is not seen, and does not matter.
+    /// Every column a row fold reads is checked: its even and odd lanes (one compare), and
+    /// the third tap's extra column, which is the next strip's first even lane, or, in the
+    /// last strip, checked on its own. (A NaN in lanes past the last output column is seen
+    /// too; that only costs a redo.)
     ///
     /// # Safety
     /// The CPU must have AVX-512F; `g` is 3×3 with strides 2 ([`is_k3s2`]).
@@ -673,6 +674,8 @@ mod max2d {
             // Output column ox0 + l reads input columns c + 2l + {0, 1, 2}.
             let c = (ox0 * 2) as isize - g.pl as isize;
             let (m0, m1, m2) = (inside(c, g.w), inside(c + 16, g.w), inside(c + 32, g.w) & 1);
+            // No strip after this one reads column c + 32 as its first even lane.
+            let last = ox0 + 16 >= g.ow;
             // Input row iy's taps folded left to right (-inf outside the image).
             let mut fold = |iy: isize| -> __m512 {
                 if iy < 0 || iy >= h {
@@ -698,6 +701,9 @@ mod max2d {
                     1,
                 ));
                 nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(t0, t1);
+                if last {
+                    nan |= _mm512_mask_cmp_ps_mask::<_CMP_UNORD_Q>(m2, next, next);
+                }
                 _mm512_max_ps(t2, _mm512_max_ps(t1, t0))
             };
             let n = (g.ow - ox0).min(16);
