@@ -1578,11 +1578,14 @@ fn conv_float<
     let threads = rayon::current_num_threads();
     let flops = g.n * g.m * p * kk;
     let images = g.n * g.groups;
-    // With several threads, a 2-D conv that runs in several blocks gets a multiple of the
-    // thread count of them, of even size, so that each thread gets the same number of
-    // output rows: 5 blocks of 22 rows and one of 2 (ResNet's stem, 112 rows) left one
-    // thread 66 rows and the other 46. (A conv in one block stays one: gemm splits it, and
-    // a row block's `post` runs per output channel.)
+    // With several threads, a 2-D conv that runs in several blocks gets blocks of near-equal
+    // rows, about a multiple of the thread count of them (`rows = ceil(oh / nb)` for `nb`
+    // the block count rounded up to that multiple; the rounding can leave fewer blocks and
+    // a shorter last one), so that the threads get near-equal rows: 5 blocks of 22 rows and
+    // one of 2 (ResNet's stem, 112 rows) left one thread 66 rows and the other 46; now 5 of
+    // 19 and one of 17 (57/55). Not when a block would drop under PAR_MIN_COLS pixels (the
+    // blocks stay as they were). A conv in one block stays one: gemm splits it, and a row
+    // block's `post` runs per output channel.
     let nb0 = oh.div_ceil(rows);
     if threads > 1 && g.sp.len() == 2 && flops >= GEMM_PAR_FLOPS && nb0 > 1 {
         let nb = nb0.div_ceil(threads) * threads;
@@ -1757,9 +1760,9 @@ fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
 /// 40.9 ms at 512 KB / 2 MB / unblocked).
 const CONV_BLOCK_BYTES: usize = 2 << 20;
 
-/// Fewest output columns (pixels) per row block when [`conv_float`] splits a conv's rows
-/// over threads: below this, gemm's product over the block's few columns loses more than
-/// the split gains (the conv runs as one block, gemm splitting it).
+/// Fewest output pixels per row block when [`conv_float`] evens out a conv's row blocks for
+/// several threads: below this, gemm's product over a block's few columns loses more than
+/// the balance gains, and the conv keeps its [`CONV_BLOCK_BYTES`] blocks.
 const PAR_MIN_COLS: usize = 192;
 
 /// gemm's packing threshold for its left operand on one thread, while an im2col conv's or
@@ -1774,22 +1777,35 @@ const PAR_MIN_COLS: usize = 192;
 /// slower at 16.
 const CONV_LHS_PACKING: usize = 16;
 
-/// Sets gemm's single-thread lhs packing threshold to [`CONV_LHS_PACKING`] until dropped,
-/// then back to what it was. The setting is process-wide: a product running meanwhile on
-/// another thread (another executor) gets it too, which changes its speed, not its values.
-pub(super) struct ConvLhsPacking(usize);
+/// Sets gemm's single-thread lhs packing threshold to [`CONV_LHS_PACKING`] until dropped.
+/// The setting is process-wide, so guards on several threads (several executors) share it:
+/// the first to start saves the value before and sets [`CONV_LHS_PACKING`], the last to end
+/// puts the saved value back. A product running meanwhile outside a conv (another
+/// executor's MatMul) gets the conv's threshold, which changes its speed, not its values.
+pub(super) struct ConvLhsPacking(());
+
+/// Guards alive, and the threshold saved by the first.
+static CONV_LHS_ACTIVE: std::sync::Mutex<(usize, usize)> = std::sync::Mutex::new((0, 0));
 
 impl ConvLhsPacking {
     pub(super) fn set() -> ConvLhsPacking {
-        let old = gemm::get_lhs_packing_threshold_single_thread();
-        gemm::set_lhs_packing_threshold_single_thread(CONV_LHS_PACKING);
-        ConvLhsPacking(old)
+        let mut a = CONV_LHS_ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        if a.0 == 0 {
+            a.1 = gemm::get_lhs_packing_threshold_single_thread();
+            gemm::set_lhs_packing_threshold_single_thread(CONV_LHS_PACKING);
+        }
+        a.0 += 1;
+        ConvLhsPacking(())
     }
 }
 
 impl Drop for ConvLhsPacking {
     fn drop(&mut self) {
-        gemm::set_lhs_packing_threshold_single_thread(self.0);
+        let mut a = CONV_LHS_ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        a.0 -= 1;
+        if a.0 == 0 {
+            gemm::set_lhs_packing_threshold_single_thread(a.1);
+        }
     }
 }
 

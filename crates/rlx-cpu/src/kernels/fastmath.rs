@@ -149,7 +149,7 @@ fn erf_slice_generic(src: &[f32], dst: &mut [f32]) {
 }
 
 /// Logistic sigmoid, `1/(1+e^-x)` for `x >= 0` and `e^x/(1+e^x)` below (the two forms of
-/// `rlx_ir::Activation::apply_f32`, so no overflow), with `e = exp(-|x|)` from [`exp_core`].
+/// `rlx_ir::Activation::apply_f32`, so no overflow), with `e = exp(-|x|)` from [`exp_core_nonpos`].
 /// Lanes where `-|x|` is below `EXP_LO` (including NaN and ±inf) are redone with the scalar
 /// `Activation::Sigmoid.apply_f32`.
 #[inline(always)]
