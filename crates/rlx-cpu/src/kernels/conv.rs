@@ -1632,7 +1632,7 @@ fn conv_float<
                 if let Some(s) = seen {
                     s.fetch_max(bits, Ordering::Relaxed);
                 }
-                if pb < p && clamp.is_none() {
+                if (pb < p || p >= POST_ROW_MIN) && clamp.is_none() {
                     post(seg);
                 }
             };
@@ -1644,7 +1644,7 @@ fn conv_float<
             } else {
                 (0..mg).for_each(row);
             }
-            if pb == p && clamp.is_none() {
+            if pb == p && p < POST_ROW_MIN && clamp.is_none() {
                 // Whole planes: the task's rows are one run (short rows cost `post` calls).
                 // SAFETY: rows ooff + [0, mg*p) are this task's, written above.
                 let run = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), mg * p) };
@@ -1759,6 +1759,11 @@ fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
 /// 10.3 / 9.0 / 8.5 / 8.5 ms at 128 KB / 512 KB / 2 MB / unblocked; resnet50 42.2 / 40.5 /
 /// 40.9 ms at 512 KB / 2 MB / unblocked).
 const CONV_BLOCK_BYTES: usize = 2 << 20;
+
+/// Plane size from which a conv's `post` (an activation that is not a clamp: SiLU, GELU)
+/// runs on each output channel's row right after its bias, while the row is in cache,
+/// instead of over the whole block after every row's bias.
+const POST_ROW_MIN: usize = 1024;
 
 /// Fewest output pixels per row block when [`conv_float`] evens out a conv's row blocks for
 /// several threads: below this, gemm's product over a block's few columns loses more than
