@@ -470,3 +470,90 @@ fn inf_hidden_by_a_clip_after_a_depthwise_conv_is_reported() {
         assert!(yf.iter().all(|v| v.is_finite()));
     }
 }
+
+/// Conv (1×1, bias) → Sigmoid → Mul on a 40×36 plane (1440 pixels: the SiLU runs per
+/// output-channel row in the conv, `conv::POST_ROW_MIN`), run fused and unfused: the same
+/// bits, within round-off of the f64 definition, and, with a +inf input pixel, the same
+/// strict reports (the Conv for the Inf, the Mul for `-inf·σ(-inf)` NaN where a weight is
+/// negative).
+#[test]
+fn fused_silu_on_a_large_plane_matches_unfused() {
+    const C2: usize = 3;
+    const M2: usize = 4;
+    const H2: usize = 40;
+    const W2: usize = 36;
+    let w: Vec<f32> = (0..M2 * C2)
+        .map(|i| ((i * 5 % 7) as f32 - 3.0) * 0.3)
+        .collect();
+    let b: Vec<f32> = (0..M2).map(|i| i as f32 * 0.1 - 0.15).collect();
+    let build = || {
+        let mut g = Graph::new("convsilu_large");
+        let x = g.input("x", s(&[1, C2, H2, W2]));
+        let wn = g.constant(Tensor::from_f32(&[M2, C2, 1, 1], w.clone()).unwrap());
+        let bn = g.constant(Tensor::from_f32(&[M2], b.clone()).unwrap());
+        let attrs = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(0, 0), (0, 0)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let out = s(&[1, M2, H2, W2]);
+        let conv = g.add_node(Op::Conv(attrs), vec![x, wn, bn], out.clone());
+        g.set_name(conv, "big.conv");
+        let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![conv], out.clone());
+        let mul = g.mul(conv, sig, out);
+        g.set_name(mul, "big.act");
+        g.set_outputs(vec![mul]);
+        (g, conv, mul)
+    };
+    let run = |fuse: bool, xs: &[f32]| {
+        let mut ex = CpuExecutor::new(build().0).unwrap();
+        assert_eq!(ex.fused_groups(), 1);
+        ex.set_fusion(fuse);
+        let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
+        sc.set_print(false);
+        let y = ex
+            .run(
+                &[Tensor::from_f32(&[1, C2, H2, W2], xs.to_vec()).unwrap()],
+                Some(&mut sc),
+            )
+            .unwrap();
+        let r: Vec<(NodeId, usize)> = sc.reports().iter().map(|r| (r.node, r.index)).collect();
+        (r, y[0].as_f32().unwrap().to_vec())
+    };
+    let xs: Vec<f32> = (0..C2 * H2 * W2)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.07)
+        .collect();
+    let (_, yf) = run(true, &xs);
+    let (_, yp) = run(false, &xs);
+    assert_eq!(
+        yf.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        yp.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let p = H2 * W2;
+    for m in 0..M2 {
+        for j in 0..p {
+            let c: f64 = b[m] as f64
+                + (0..C2)
+                    .map(|ci| w[m * C2 + ci] as f64 * xs[ci * p + j] as f64)
+                    .sum::<f64>();
+            let want = c / (1.0 + (-c).exp());
+            let got = yf[m * p + j] as f64;
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{got} vs {want}"
+            );
+        }
+    }
+    let mut xs = xs;
+    xs[700] = f32::INFINITY;
+    let (fused, yf) = run(true, &xs);
+    let (plain, yp) = run(false, &xs);
+    let (_, conv, mul) = build();
+    assert_eq!(fused, plain);
+    assert!(fused.iter().any(|(n, _)| *n == conv), "{fused:?}");
+    assert!(fused.iter().any(|(n, _)| *n == mul), "{fused:?}");
+    for (a, b) in yf.iter().zip(&yp) {
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+}
