@@ -122,35 +122,32 @@ impl OnnxModel {
         })
     }
 
+    /// The graph inputs that are not initializers, in order.
+    fn fed_inputs(&self) -> Vec<&proto::ValueInfoProto> {
+        let Some(graph) = self.model.graph.as_ref() else {
+            return vec![];
+        };
+        let inits: std::collections::HashSet<&str> =
+            graph.initializer.iter().map(|t| t.name.as_str()).collect();
+        graph
+            .input
+            .iter()
+            .filter(|vi| !inits.contains(vi.name.as_str()))
+            .collect()
+    }
+
     /// Names of the graph inputs that are not initializers, in order: every input a caller
     /// may feed, including those [`OnnxModel::declared_inputs`] leaves out (no shape, or
     /// not a tensor).
     pub fn input_names(&self) -> Vec<String> {
-        let Some(graph) = self.model.graph.as_ref() else {
-            return vec![];
-        };
-        let inits: std::collections::HashSet<&str> =
-            graph.initializer.iter().map(|t| t.name.as_str()).collect();
-        graph
-            .input
-            .iter()
-            .filter(|vi| !inits.contains(vi.name.as_str()))
-            .map(|vi| vi.name.clone())
-            .collect()
+        self.fed_inputs().iter().map(|vi| vi.name.clone()).collect()
     }
 
     /// Names and declared types (symbolic dims kept) of the graph inputs that are not
-    /// initializers, in order. Inputs that are not tensors are left out.
+    /// initializers, in order. Inputs without a shape or not tensors are left out.
     pub fn declared_inputs(&self) -> Vec<(String, rlx_ir::Shape)> {
-        let Some(graph) = self.model.graph.as_ref() else {
-            return vec![];
-        };
-        let inits: std::collections::HashSet<&str> =
-            graph.initializer.iter().map(|t| t.name.as_str()).collect();
-        graph
-            .input
-            .iter()
-            .filter(|vi| !inits.contains(vi.name.as_str()))
+        self.fed_inputs()
+            .into_iter()
             .filter_map(|vi| {
                 input_shape(vi, &ImportOptions::default())
                     .ok()
