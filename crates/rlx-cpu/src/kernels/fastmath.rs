@@ -153,6 +153,7 @@ fn erf_slice_generic(src: &[f32], dst: &mut [f32]) {
 /// Lanes where `-|x|` is below `EXP_LO` (including NaN and ±inf) are redone with the scalar
 /// `Activation::Sigmoid.apply_f32`.
 #[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(a <= b)` is the one compare that is true for NaN
 fn sigmoid_slice_generic(src: &[f32], dst: &mut [f32]) {
     let mut bad = false;
     for (d, &x) in dst.iter_mut().zip(src) {
