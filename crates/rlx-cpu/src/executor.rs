@@ -169,6 +169,17 @@ impl Slot<'_> {
             Slot::Owned(t) => Some(t),
         }
     }
+
+    /// The slot's tensor when it owns one (the slot is then empty); else None, slot kept.
+    fn take_owned(&mut self) -> Option<Tensor> {
+        match std::mem::replace(self, Slot::Empty) {
+            Slot::Owned(t) => Some(t),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
 }
 
 /// Empties a dead value's slot, handing an owned buffer to the active pool.
@@ -790,31 +801,21 @@ impl CpuExecutor {
         let g = &self.graph;
         let node = g.node(id);
         let err = |e: KernelError| kernel_err(g, id, e.to_string());
-        if self.can_take0[id.index()] {
-            let i0 = node.inputs[0].index();
-            if let Slot::Owned(_) = &slots[i0] {
-                if crate::inplace::can_reuse(op) {
-                    let Slot::Owned(first) = std::mem::replace(&mut slots[i0], Slot::Empty) else {
-                        unreachable!("checked Owned above")
-                    };
-                    let rest: smallvec::SmallVec<[&Tensor; 4]> = node.inputs[1..]
-                        .iter()
-                        .map(|i| {
-                            slots[i.index()]
-                                .get()
-                                .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
-                        })
-                        .collect::<Result<_, _>>()?;
-                    return crate::inplace::eval_owned(op, first, &rest, &node.shape).map_err(err);
-                }
+        if self.can_take0[id.index()] && crate::inplace::can_reuse(op) {
+            if let Some(first) = slots[node.inputs[0].index()].take_owned() {
+                let rest: smallvec::SmallVec<[&Tensor; 4]> = node.inputs[1..]
+                    .iter()
+                    .map(|i| {
+                        slots[i.index()]
+                            .get()
+                            .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
+                    })
+                    .collect::<Result<_, _>>()?;
+                return crate::inplace::eval_owned(op, first, &rest, &node.shape).map_err(err);
             }
         }
         if self.can_take1[id.index()] {
-            let i1 = node.inputs[1].index();
-            if let Slot::Owned(_) = &slots[i1] {
-                let Slot::Owned(second) = std::mem::replace(&mut slots[i1], Slot::Empty) else {
-                    unreachable!("checked Owned above")
-                };
+            if let Some(second) = slots[node.inputs[1].index()].take_owned() {
                 let first = slots[node.inputs[0].index()].get().ok_or_else(|| {
                     kernel_err(g, id, format!("input {} has no value", node.inputs[0]))
                 })?;

@@ -6,7 +6,7 @@ use crate::kernels::elementwise::{max_f32, min_f32};
 use crate::kernels::{fill_chunks, par_worth, wide, Bcast};
 use crate::{check_result, eval_op, KernelError};
 use rayon::prelude::*;
-use rlx_ir::{Op, Shape, Tensor, TensorData};
+use rlx_ir::{BinaryOp, Op, Shape, Tensor, TensorData};
 
 /// Ops for which [`eval_owned`] may reuse the first input's buffer.
 pub(crate) fn can_reuse(op: &Op) -> bool {
@@ -172,31 +172,39 @@ pub(crate) fn eval_owned_second(
     out: &Shape,
 ) -> Result<Tensor, KernelError> {
     let od = out.dims_usize();
-    if second.dims() == od.as_slice() && first.dtype() == second.dtype() {
-        let fd = first.dims();
-        let done = match (op, second.data_mut(), first.data()) {
-            (Op::Binary(rlx_ir::BinaryOp::Add), TensorData::F32(x), TensorData::F32(y)) => {
-                binary_into(x, &od, y, fd, |q, p| p + q)?;
-                true
+    if let Op::Binary(b @ (BinaryOp::Add | BinaryOp::Mul)) = op {
+        if second.dims() == od.as_slice() && first.dtype() == second.dtype() {
+            let fd = first.dims();
+            let done = match (second.data_mut(), first.data()) {
+                (TensorData::F32(x), TensorData::F32(y)) => add_mul_into(*b, x, &od, y, fd)?,
+                (TensorData::F64(x), TensorData::F64(y)) => add_mul_into(*b, x, &od, y, fd)?,
+                _ => false,
+            };
+            if done {
+                check_result(|| op.name(), &second, out)?;
+                return Ok(second);
             }
-            (Op::Binary(rlx_ir::BinaryOp::Mul), TensorData::F32(x), TensorData::F32(y)) => {
-                binary_into(x, &od, y, fd, |q, p| p * q)?;
-                true
-            }
-            (Op::Binary(rlx_ir::BinaryOp::Add), TensorData::F64(x), TensorData::F64(y)) => {
-                binary_into(x, &od, y, fd, |q, p| p + q)?;
-                true
-            }
-            (Op::Binary(rlx_ir::BinaryOp::Mul), TensorData::F64(x), TensorData::F64(y)) => {
-                binary_into(x, &od, y, fd, |q, p| p * q)?;
-                true
-            }
-            _ => false,
-        };
-        if done {
-            check_result(|| op.name(), &second, out)?;
-            return Ok(second);
         }
     }
     eval_op(op, &[first, &second], out)
+}
+
+/// `x[i] = y[broadcast i] op x[i]` for `op` Add or Mul ([`binary_into`] with `y` kept as the
+/// left operand); false for other ops.
+fn add_mul_into<T>(
+    op: BinaryOp,
+    x: &mut [T],
+    od: &[usize],
+    y: &[T],
+    yd: &[usize],
+) -> Result<bool, KernelError>
+where
+    T: Copy + Send + Sync + 'static + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+{
+    match op {
+        BinaryOp::Add => binary_into(x, od, y, yd, |q, p| p + q)?,
+        BinaryOp::Mul => binary_into(x, od, y, yd, |q, p| p * q)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
