@@ -400,6 +400,16 @@ pub fn fix_hint(
     let from_inf = matches!(cause, Cause::InputsHeldInf { .. });
     let key = source_op.unwrap_or(op).to_ascii_lowercase();
     let narrow = matches!(dtype, DType::F16 | DType::BF16);
+    let norm = matches!(
+        key.as_str(),
+        "layernormalization"
+            | "layernorm"
+            | "batchnormalization"
+            | "batchnorm"
+            | "instancenormalization"
+            | "rmsnormalization"
+            | "simplifiedlayernormalization"
+    );
     let s = match key.as_str() {
         "input" => "the input data already holds this value: check the data pipeline or tokenizer output".into(),
         "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it)".into(),
@@ -415,9 +425,9 @@ pub fn fix_hint(
         "mul" if from_inf => "0 × inf: an infinite value met a zero; use a large finite fill value instead of inf".into(),
         "add" | "sub" if from_inf => "inf - inf: two infinities of opposite sign met; use finite fill values for masks".into(),
         "cast" => format!("the value exceeds the range of {dtype}: clamp before the cast (f16 max is 65504) or keep this op in f32"),
-        "layernormalization" | "layernorm" | "batchnormalization" | "batchnorm" | "instancenormalization" | "rmsnormalization" | "simplifiedlayernormalization" if kind != BadKind::NaN =>
+        _ if norm && kind != BadKind::NaN =>
             "the normalization's result overflowed: a very large input, scale or bias (x² in the variance, or the scaled output, passed the dtype's range); check those weights and the input's magnitude, and keep the norm in f32 (epsilon 0 on a constant row gives NaN, not inf)".into(),
-        "layernormalization" | "layernorm" | "batchnormalization" | "batchnorm" | "instancenormalization" | "rmsnormalization" | "simplifiedlayernormalization" =>
+        _ if norm =>
             "normalizing a constant or zero row with epsilon 0 divides by zero: set epsilon > 0 (1e-5 is usual); if epsilon is already > 0, the variance overflowed (a very large input)".into(),
         "lrn" => "LRN's denominator went to zero or overflowed: check bias > 0".into(),
         _ if from_inf => "a non-finite input met an operation that turns it into NaN: replace inf fills upstream by large finite values".into(),
