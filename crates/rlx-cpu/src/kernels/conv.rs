@@ -1614,6 +1614,10 @@ fn conv_float<
         };
         let ooff = (ni * g.m + gi * mg) * p + j0;
         let dst = &dst;
+        // `post` per output-channel row (a block of part planes, or planes large enough to
+        // be worth a call each), else once over the block's whole planes.
+        let post_rows = clamp.is_none() && (pb < p || p >= POST_ROW_MIN);
+        let post_block = clamp.is_none() && !post_rows;
         let run = |bview: View<T>| -> KResult<()> {
             // SAFETY: task t writes rows (ni*m + gi*mg + i)*p + [j0, j0 + pb) for i < mg,
             // inside [0, total); distinct tasks write distinct (row, column) ranges.
@@ -1632,7 +1636,7 @@ fn conv_float<
                 if let Some(s) = seen {
                     s.fetch_max(bits, Ordering::Relaxed);
                 }
-                if (pb < p || p >= POST_ROW_MIN) && clamp.is_none() {
+                if post_rows {
                     post(seg);
                 }
             };
@@ -1644,7 +1648,7 @@ fn conv_float<
             } else {
                 (0..mg).for_each(row);
             }
-            if pb == p && p < POST_ROW_MIN && clamp.is_none() {
+            if post_block {
                 // Whole planes: the task's rows are one run (short rows cost `post` calls).
                 // SAFETY: rows ooff + [0, mg*p) are this task's, written above.
                 let run = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), mg * p) };
