@@ -182,6 +182,24 @@ impl Slot<'_> {
     }
 }
 
+/// The values of node `id`'s `inputs`, inline for up to 4 (no heap allocation per node per
+/// run); an error naming the input when one has no value.
+fn input_values<'a>(
+    g: &Graph,
+    id: NodeId,
+    slots: &'a [Slot],
+    inputs: &[NodeId],
+) -> Result<smallvec::SmallVec<[&'a Tensor; 4]>, CpuError> {
+    inputs
+        .iter()
+        .map(|i| {
+            slots[i.index()]
+                .get()
+                .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
+        })
+        .collect()
+}
+
 /// Empties a dead value's slot, handing an owned buffer to the active pool.
 fn release(slot: &mut Slot) {
     if let Slot::Owned(t) = std::mem::replace(slot, Slot::Empty) {
@@ -803,36 +821,18 @@ impl CpuExecutor {
         let err = |e: KernelError| kernel_err(g, id, e.to_string());
         if self.can_take0[id.index()] && crate::inplace::can_reuse(op) {
             if let Some(first) = slots[node.inputs[0].index()].take_owned() {
-                let rest: smallvec::SmallVec<[&Tensor; 4]> = node.inputs[1..]
-                    .iter()
-                    .map(|i| {
-                        slots[i.index()]
-                            .get()
-                            .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
-                    })
-                    .collect::<Result<_, _>>()?;
+                let rest = input_values(g, id, slots, &node.inputs[1..])?;
                 return crate::inplace::eval_owned(op, first, &rest, &node.shape).map_err(err);
             }
         }
         if self.can_take1[id.index()] {
             if let Some(second) = slots[node.inputs[1].index()].take_owned() {
-                let first = slots[node.inputs[0].index()].get().ok_or_else(|| {
-                    kernel_err(g, id, format!("input {} has no value", node.inputs[0]))
-                })?;
+                let first = input_values(g, id, slots, &node.inputs[..1])?[0];
                 return crate::inplace::eval_owned_second(op, first, second, &node.shape)
                     .map_err(err);
             }
         }
-        // Inline for up to 4 inputs: no heap allocation per node per run.
-        let ins: smallvec::SmallVec<[&Tensor; 4]> = node
-            .inputs
-            .iter()
-            .map(|i| {
-                slots[i.index()]
-                    .get()
-                    .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
-            })
-            .collect::<Result<_, _>>()?;
+        let ins = input_values(g, id, slots, &node.inputs)?;
         match (op, &self.wino[id.index()]) {
             (Op::Conv(a), Some(wg)) if wino => crate::kernels::conv::conv_winograd(
                 ins[0],
