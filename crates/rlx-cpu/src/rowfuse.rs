@@ -444,10 +444,10 @@ pub(crate) fn run(
         let block = n * (4096 / n).max(1);
         crate::kernels::fill_chunks(&mut out, block, |b, dst| {
             let src = &v[b * block..b * block + dst.len()];
-            use crate::kernels::reduce::{layer_norm_rows_f32, rms_rows_f32, softmax_rows_f32};
+            use crate::kernels::reduce::{layer_norm_rows_f32, rms_rows_f32, softmax_rows};
             let bits = match grp {
                 RowGroup::Softmax { .. } => {
-                    softmax_rows_f32(src, dst, n);
+                    softmax_rows(src, dst, n);
                     0
                 }
                 RowGroup::RmsNorm {

@@ -97,6 +97,53 @@ fn fused_softmax_is_the_unfused_bits_and_the_definition() {
 }
 
 #[test]
+fn softmax_rows_of_16s_redo_only_the_rows_that_leave_the_vector_range() {
+    // Rows a multiple of 16 long take the AVX-512 row kernel (four rows at a time, then
+    // one by one); a row where some `x - max` is neither in [-87, 88] nor below -104 is
+    // redone by the reference kernel. Rows here, in groups of four plus three: a NaN (row
+    // 1), +inf (row 2), a value 95 below the max (exp of -95 is subnormal: libm's path,
+    // row 5), -inf and -3e38 masks (rows 4 and 8, which stay on the vector path), and
+    // plain rows. Without fusion the same rows go through the five unfused ops.
+    for n in [16, 48, 128] {
+        let dims = [11, n];
+        let mut xs = data(11 * n);
+        xs[n + 3] = f32::NAN;
+        xs[2 * n + n - 1] = f32::INFINITY;
+        let row5 = &mut xs[5 * n..6 * n];
+        let m = row5.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        row5[n / 2] = m - 95.0;
+        xs[4 * n + 1] = f32::NEG_INFINITY;
+        xs[8 * n + 7] = -3e38;
+        let (_, yf) = run(&dims, &xs, true, DebugMode::Off);
+        let (_, yp) = run(&dims, &xs, false, DebugMode::Off);
+        assert_eq!(bits(&yf), bits(&yp), "n = {n}");
+        assert!(yf[n..2 * n].iter().all(|v| v.is_nan()));
+        // +inf: the max; inf - inf = NaN enters the sum, so the whole row is NaN.
+        assert!(yf[2 * n..3 * n].iter().all(|v| v.is_nan()));
+        // The f64 definition on every row without NaN or inf.
+        for (r, (row, got)) in xs.chunks(n).zip(yf.chunks(n)).enumerate() {
+            if r == 1 || r == 2 {
+                continue;
+            }
+            let m = row.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
+            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            for (g, e) in got.iter().zip(&e) {
+                let want = e / s;
+                assert!(
+                    (*g as f64 - want).abs() <= 4e-6 * want + 1e-37,
+                    "n = {n}, row {r}: {g} vs {want}"
+                );
+            }
+        }
+        assert!(
+            yf[5 * n + n / 2] > 0.0 && yf[5 * n + n / 2] < 1e-38,
+            "subnormal kept"
+        );
+    }
+}
+
+#[test]
 fn non_finite_values_are_reported_as_unfused() {
     let dims = [3, 40];
     let (_, [_, sub, _, _, _]) = softmax_graph(&dims);

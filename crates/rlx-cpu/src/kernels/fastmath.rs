@@ -15,8 +15,8 @@
 /// A whole-buffer f32 kernel: `dst[i] = f(src[i])`.
 pub(crate) type SliceKernel = fn(&[f32], &mut [f32]);
 
-const EXP_LO: f32 = -87.0;
-const EXP_HI: f32 = 88.0;
+pub(crate) const EXP_LO: f32 = -87.0;
+pub(crate) const EXP_HI: f32 = 88.0;
 
 /// The widest vector ISA of this CPU that the slice kernels are compiled for (checked once).
 #[cfg(target_arch = "x86_64")]

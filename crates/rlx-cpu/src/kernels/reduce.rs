@@ -198,6 +198,156 @@ isa_fn!(
     }
 );
 
+/// [`softmax_rows_f32`]'s values, by the AVX-512 row kernel where the CPU has it and rows are
+/// a multiple of 16 long, else by [`softmax_rows_f32`] itself. `src` and `dst` hold whole
+/// rows of `n`.
+pub(crate) fn softmax_rows(src: &[f32], dst: &mut [f32], n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if n > 0 && n % 16 == 0 && std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above); rows are a multiple of 16 long.
+        unsafe { softmax512::rows(src, dst, n) };
+        return;
+    }
+    softmax_rows_f32(src, dst, n)
+}
+
+/// The Softmax row kernel on AVX-512: four rows at a time, each step (max, `x - m` and exp,
+/// the f64 sum, the division) over the four rows in turn, so the max and sum chains of one
+/// row overlap the others'. The same operations as [`softmax_rows_f32`] in the same order
+/// per element (the exp polynomial of `fastmath::exp_clamped`, fused multiply-adds
+/// included; the f64 sum in 8 lanes, chunk after chunk, then lane after lane), so the same
+/// bits. A row whose `x - m` leaves the exp's vector range anywhere other than below -104
+/// (a NaN or an inf in the row, a subnormal result) is redone by [`softmax_rows_f32`].
+#[cfg(target_arch = "x86_64")]
+mod softmax512 {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must have AVX-512F; `n` is a positive multiple of 16 and `src`, `dst` hold
+    /// whole rows of `n`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn rows(src: &[f32], dst: &mut [f32], n: usize) {
+        assert!(n > 0 && n % 16 == 0 && src.len() == dst.len() && src.len() % n == 0);
+        let rows = src.len() / n;
+        let mut r = 0;
+        while r + 4 <= rows {
+            let bad = unsafe { group::<4>(src, dst, n, r) };
+            redo(src, dst, n, r, bad);
+            r += 4;
+        }
+        while r < rows {
+            let bad = unsafe { group::<1>(src, dst, n, r) };
+            redo(src, dst, n, r, bad);
+            r += 1;
+        }
+    }
+
+    /// Rows `r..r + R` whose bit is set in `bad`, by the reference row kernel.
+    fn redo(src: &[f32], dst: &mut [f32], n: usize, r: usize, bad: u32) {
+        for k in (0..32).filter(|k| bad >> k & 1 == 1) {
+            let at = (r + k) * n..(r + k + 1) * n;
+            super::softmax_rows_f32(&src[at.clone()], &mut dst[at], n);
+        }
+    }
+
+    /// Softmax of rows `r..r + R`; bit k of the result is set when row `r + k` must be redone.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn group<const R: usize>(src: &[f32], dst: &mut [f32], n: usize, r: usize) -> u32 {
+        let s = &src[r * n..(r + R) * n];
+        let d = &mut dst[r * n..(r + R) * n];
+        let sp = s.as_ptr();
+        let dp = d.as_mut_ptr();
+        let nv = n / 16;
+        // SAFETY (every load and store below): vector k of row j is at j*n + 16k, inside
+        // the R rows of `s` and `d` (k < nv = n / 16).
+        let at = |j: usize, k: usize| j * n + 16 * k;
+        // The row maxima (vmaxps is order-free: a NaN or inf in the row makes some `x - m`
+        // leave the range below, and the row is redone).
+        let mut mx = [_mm512_set1_ps(f32::NEG_INFINITY); R];
+        for k in 0..nv {
+            for (j, m) in mx.iter_mut().enumerate() {
+                *m = _mm512_max_ps(*m, unsafe { _mm512_loadu_ps(sp.add(at(j, k))) });
+            }
+        }
+        let m: [__m512; R] = std::array::from_fn(|j| _mm512_set1_ps(_mm512_reduce_max_ps(mx[j])));
+        // d = x - m, e = exp(d) (+0 below -104), stored in `dst`.
+        let mut out_of_range = [0u16; R];
+        for (j, bad) in out_of_range.iter_mut().enumerate() {
+            for k in 0..nv {
+                let x = unsafe { _mm512_loadu_ps(sp.add(at(j, k))) };
+                let dv = _mm512_sub_ps(x, m[j]);
+                let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(dv, _mm512_set1_ps(-104.0));
+                let inside = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(
+                    dv,
+                    _mm512_set1_ps(super::super::fastmath::EXP_LO),
+                ) & _mm512_cmp_ps_mask::<_CMP_LE_OQ>(
+                    dv,
+                    _mm512_set1_ps(super::super::fastmath::EXP_HI),
+                );
+                *bad |= !(low | inside);
+                let e = _mm512_maskz_mov_ps(!low, exp(dv));
+                unsafe { _mm512_storeu_ps(dp.add(at(j, k)), e) };
+            }
+        }
+        // The f64 sums: 8 lanes, chunk after chunk (`lane_sum`'s order).
+        let mut acc = [_mm512_setzero_pd(); R];
+        for k in 0..nv {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let p = unsafe { dp.add(at(j, k)) };
+                *a = _mm512_add_pd(*a, _mm512_cvtps_pd(unsafe { _mm256_loadu_ps(p) }));
+                *a = _mm512_add_pd(*a, _mm512_cvtps_pd(unsafe { _mm256_loadu_ps(p.add(8)) }));
+            }
+        }
+        let sum: [__m512; R] = std::array::from_fn(|j| {
+            let mut lanes = [0f64; 8];
+            unsafe { _mm512_storeu_pd(lanes.as_mut_ptr(), acc[j]) };
+            // `lane_sum`: the lanes in order, then its (empty) tail.
+            let s = lanes.iter().sum::<f64>() + std::iter::empty::<f64>().sum::<f64>();
+            _mm512_set1_ps(s as f32)
+        });
+        for (j, s) in sum.iter().enumerate() {
+            for k in 0..nv {
+                let p = unsafe { dp.add(at(j, k)) };
+                unsafe { _mm512_storeu_ps(p, _mm512_div_ps(_mm512_loadu_ps(p), *s)) };
+            }
+        }
+        out_of_range
+            .iter()
+            .enumerate()
+            .fold(0, |b, (j, &m)| b | (u32::from(m != 0) << j))
+    }
+
+    /// `fastmath::exp_clamped` of `x` clamped to [EXP_LO, EXP_HI], op for op.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp(x: __m512) -> __m512 {
+        use super::super::fastmath::{EXP_HI, EXP_LO};
+        let xc = _mm512_min_ps(
+            _mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
+            _mm512_set1_ps(EXP_HI),
+        );
+        let f = |a: __m512, b: f32, c: __m512| _mm512_fmadd_ps(a, _mm512_set1_ps(b), c);
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(f(
+            xc,
+            std::f32::consts::LOG2_E,
+            _mm512_set1_ps(0.5),
+        ));
+        let r = f(n, -0.693_359_4, xc);
+        let r = f(n, 2.121_944_4e-4, r);
+        let c = |v: f32| _mm512_set1_ps(v);
+        let mut p = c(1.987_569_1e-4);
+        p = _mm512_fmadd_ps(p, r, c(1.398_199_9e-3));
+        p = _mm512_fmadd_ps(p, r, c(8.333_452e-3));
+        p = _mm512_fmadd_ps(p, r, c(4.166_579_6e-2));
+        p = _mm512_fmadd_ps(p, r, c(1.666_666_5e-1));
+        p = _mm512_fmadd_ps(p, r, c(5.000_000_1e-1));
+        let y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), c(1.0));
+        let ni = _mm512_cvttps_epi32(n);
+        let scale = _mm512_slli_epi32::<23>(_mm512_add_epi32(ni, _mm512_set1_epi32(127)));
+        _mm512_mul_ps(y, _mm512_castsi512_ps(scale))
+    }
+}
+
 isa_fn!(
     /// RMSNorm over rows of `n` (`src` and `dst` hold whole rows) with the unfused
     /// primitives' expressions, so their bits: `m` = the row's [`sum_f32`] of `x*x` over `n`
