@@ -47,6 +47,12 @@ pub struct CpuExecutor {
     /// (`crate::rowfuse`).
     rows: crate::rowfuse::RowFusions,
     fuse_on: bool,
+    /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
+    /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
+    /// the MatMul reads its input in place (`matmul::matmul_perm`).
+    mm_views: Vec<[Option<MmView>; 2]>,
+    /// Per node: a Transpose that a MatMul reads in place (`mm_views`).
+    viewed: Vec<bool>,
     /// Per Conv node with constant weights the Winograd path takes: their transform
     /// (`crate::kernels::winograd`). Not made for a conv whose fused group folds other
     /// weights in (the group has its own, in `group_wino`).
@@ -155,6 +161,72 @@ fn peak_live_f32_bytes(g: &Graph, free_after: &[Vec<NodeId>]) -> usize {
 }
 
 /// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
+/// A MatMul operand read through a Transpose's perm (`CpuExecutor::mm_views`).
+#[derive(Debug, Clone)]
+struct MmView {
+    transpose: NodeId,
+    src: NodeId,
+    perm: Vec<usize>,
+}
+
+/// Per MatMul node, its operands that are a Transpose of f32/f64 whose only use is that
+/// MatMul (and not a graph output): `CpuExecutor::mm_views`.
+fn plan_mm_views(
+    g: &Graph,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Vec<[Option<MmView>; 2]> {
+    g.nodes
+        .iter()
+        .map(|node| {
+            let view = |t: NodeId| {
+                let tn = g.node(t);
+                match (&tn.op, tn.inputs.as_slice()) {
+                    (Op::Transpose { perm }, &[src])
+                        if node.op == Op::MatMul
+                            && matches!(tn.shape.dtype, DType::F32 | DType::F64)
+                            && perm.len() >= 2
+                            && consumers[t.index()].as_slice() == [node.id]
+                            && !is_output[t.index()] =>
+                    {
+                        Some(MmView {
+                            transpose: t,
+                            src,
+                            perm: perm.to_vec(),
+                        })
+                    }
+                    _ => None,
+                }
+            };
+            match node.inputs.as_slice() {
+                &[a, b] if node.op == Op::MatMul => [view(a), view(b)],
+                _ => [None, None],
+            }
+        })
+        .collect()
+}
+
+/// MatMul `id`'s operand `j`: the input itself, or, when it is a Transpose that was not
+/// run (`view`, its slot empty), that Transpose's input and perm.
+fn mm_operand<'a>(
+    g: &Graph,
+    id: NodeId,
+    slots: &'a [Slot],
+    j: usize,
+    view: &'a Option<MmView>,
+) -> Result<(&'a Tensor, Option<&'a [usize]>), CpuError> {
+    match view {
+        Some(v) if slots[v.transpose.index()].get().is_none() => {
+            let t = input_values(g, v.transpose, slots, &[v.src])?[0];
+            Ok((t, Some(v.perm.as_slice())))
+        }
+        _ => Ok((
+            input_values(g, id, slots, &g.node(id).inputs[j..=j])?[0],
+            None,
+        )),
+    }
+}
+
 enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
@@ -370,6 +442,22 @@ impl CpuExecutor {
         for o in &graph.outputs {
             is_output[o.index()] = true;
         }
+        let mut consumers = vec![vec![]; n];
+        for node in &graph.nodes {
+            for i in &node.inputs {
+                consumers[i.index()].push(node.id);
+            }
+        }
+        // A Transpose that a MatMul reads in place: its input lives until the MatMul.
+        let mm_views = plan_mm_views(&graph, &consumers, &is_output);
+        let mut viewed = vec![false; n];
+        for (i, v) in mm_views.iter().enumerate() {
+            for v in v.iter().flatten() {
+                viewed[v.transpose.index()] = true;
+                let lu = &mut last_use[v.src.index()];
+                *lu = Some(lu.map_or(i, |u| u.max(i)));
+            }
+        }
         let mut free_after = vec![vec![]; n];
         for (v, lu) in last_use.iter().enumerate() {
             if let (Some(u), false) = (lu, is_output[v]) {
@@ -400,12 +488,6 @@ impl CpuExecutor {
                 _ => false,
             })
             .collect();
-        let mut consumers = vec![vec![]; n];
-        for node in &graph.nodes {
-            for i in &node.inputs {
-                consumers[i.index()].push(node.id);
-            }
-        }
         let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
         let rows = crate::rowfuse::plan(&graph, &consumers, &is_output);
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
@@ -456,6 +538,8 @@ impl CpuExecutor {
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             fusions,
             rows,
+            mm_views,
+            viewed,
             parallel_work: parallel_work(&graph),
             leaf_counts,
             moves: graph
@@ -518,6 +602,14 @@ impl CpuExecutor {
     /// (`crate::rowfuse`; on and off with the conv groups).
     pub fn fused_row_groups(&self) -> usize {
         self.rows.groups.len()
+    }
+
+    /// How many Transposes a MatMul reads in place, through strides, instead of running
+    /// them (a Transpose of f32/f64 whose only use is a MatMul operand, and not a graph
+    /// output; on and off with the other fusions). With a scanner, such a Transpose still
+    /// runs when its input is not all finite, so reports give the transposed positions.
+    pub fn transposes_read_in_place(&self) -> usize {
+        self.viewed.iter().filter(|&&v| v).count()
     }
 
     /// The graph this executor runs.
@@ -649,10 +741,7 @@ impl CpuExecutor {
         let mut next_input = 0;
         // Fused groups (crate::fuse): off with hooks; `unfused[k]` marks a group replayed
         // unfused in this run because its fused output was not finite.
-        let fuse = this.fuse_on
-            && before.is_none()
-            && observe.is_none()
-            && !(this.fusions.is_empty() && this.rows.is_empty());
+        let fuse = this.fuse_on && before.is_none() && observe.is_none();
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
         // The same for the row groups (`crate::rowfuse`).
         let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
@@ -704,7 +793,11 @@ impl CpuExecutor {
                         None => rows_unfused[k] = true,
                     }
                 }
+                // A Transpose that its MatMul reads in place: not run. With a scanner, only
+                // when its input is clean (its counts are then the input's, all zero);
+                // else it runs, so the report gives the transposed value's positions.
                 done = done
+                    || (this.viewed[i] && (scanner.is_none() || finite[node.inputs[0].index()]))
                     || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
                     || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k]);
                 if done {
@@ -831,6 +924,12 @@ impl CpuExecutor {
                 return crate::inplace::eval_owned_second(op, first, second, &node.shape)
                     .map_err(err);
             }
+        }
+        let [va, vb] = &self.mm_views[id.index()];
+        if va.is_some() || vb.is_some() {
+            let (a, ap) = mm_operand(g, id, slots, 0, va)?;
+            let (b, bp) = mm_operand(g, id, slots, 1, vb)?;
+            return crate::kernels::matmul::matmul_perm(a, ap, b, bp, &node.shape).map_err(err);
         }
         let ins = input_values(g, id, slots, &node.inputs)?;
         match (op, &self.wino[id.index()]) {

@@ -104,12 +104,6 @@ pub(crate) struct Fusions {
     pub member_of: Vec<Option<usize>>,
 }
 
-impl Fusions {
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
-}
-
 fn constant(g: &Graph, id: NodeId) -> Option<&Tensor> {
     match &g.node(id).op {
         Op::Constant(t) => Some(t),

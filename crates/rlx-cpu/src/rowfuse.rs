@@ -91,12 +91,6 @@ pub(crate) struct RowFusions {
     pub member_of: Vec<Option<usize>>,
 }
 
-impl RowFusions {
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
-}
-
 /// Find the decomposed Softmaxes of `g` over the last axis of a static f32 tensor whose
 /// intermediates are read by nothing else and are not graph outputs. `consumers[i]` lists
 /// the nodes reading node i (one entry per use).

@@ -173,24 +173,71 @@ struct MmPlan {
     batch: Vec<usize>,
     /// Per output batch index: (a matrix offset, b matrix offset) in elements.
     offs: Vec<(usize, usize)>,
+    /// Element strides of a's rows and columns, and of b's.
+    a_rc: (usize, usize),
+    b_rc: (usize, usize),
     out_dims: Vec<usize>,
     /// b has a single matrix and a is contiguous: fold a's batch into M.
     fold: bool,
 }
 
-fn plan(ad: &[usize], bd: &[usize]) -> KResult<MmPlan> {
+/// One operand of [`matmul_perm`]: its logical dims and the element stride of each (a
+/// contiguous tensor, or a transposed view of one).
+struct Operand {
+    dims: Vec<usize>,
+    strides: Vec<usize>,
+}
+
+impl Operand {
+    /// `t` itself, or `Transpose(t, perm)` read in place: logical axis j is t's axis
+    /// `perm[j]`.
+    fn new(t: &Tensor, perm: Option<&[usize]>) -> KResult<Operand> {
+        let (d, s) = (t.dims(), rlx_ir::strides_of(t.dims()));
+        match perm {
+            None => Ok(Operand {
+                dims: d.to_vec(),
+                strides: s.to_vec(),
+            }),
+            Some(p) => {
+                let mut seen = vec![false; d.len()];
+                if p.len() != d.len()
+                    || p.iter()
+                        .any(|&a| a >= d.len() || std::mem::replace(&mut seen[a], true))
+                {
+                    return invalid(format!(
+                        "matmul: perm {p:?} is not a permutation of {d:?}'s axes"
+                    ));
+                }
+                Ok(Operand {
+                    dims: p.iter().map(|&a| d[a]).collect(),
+                    strides: p.iter().map(|&a| s[a]).collect(),
+                })
+            }
+        }
+    }
+
+    /// Whether the elements lie in row-major order of `dims` (a plain tensor).
+    fn contiguous(&self) -> bool {
+        self.strides.as_slice() == rlx_ir::strides_of(&self.dims).as_slice()
+    }
+}
+
+fn plan(a: &Operand, b: &Operand) -> KResult<MmPlan> {
+    let (ad, bd) = (&a.dims, &b.dims);
     if ad.is_empty() || bd.is_empty() {
         return invalid("matmul: scalar operands are not allowed");
     }
-    let mut a2 = ad.to_vec();
-    let mut b2 = bd.to_vec();
+    let (mut a2, mut as2) = (ad.clone(), a.strides.clone());
+    let (mut b2, mut bs2) = (bd.clone(), b.strides.clone());
     let a_vec = a2.len() == 1;
     let b_vec = b2.len() == 1;
     if a_vec {
         a2.insert(0, 1);
+        as2.insert(0, 0);
     }
     if b_vec {
         b2.push(1);
+        bs2.push(0);
     }
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (kb, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
@@ -206,27 +253,27 @@ fn plan(ad: &[usize], bd: &[usize]) -> KResult<MmPlan> {
     })?;
     let nb: usize = batch.iter().product();
     let r = batch.len();
-    let full = |d: &[usize]| {
-        let mut f = vec![1usize; r - d.len()];
-        f.extend_from_slice(d);
+    // Batch dims and strides right-aligned to the output's; a broadcast axis has stride 0.
+    let full = |d: &[usize], s: &[usize]| {
+        let mut f = vec![(1usize, 0usize); r - d.len()];
+        f.extend(
+            d.iter()
+                .zip(s)
+                .map(|(&d, &s)| (d, if d == 1 { 0 } else { s })),
+        );
         f
     };
-    let (fa, fb) = (full(ab), full(bb));
-    let (sa, sb) = (rlx_ir::strides_of(&fa), rlx_ir::strides_of(&fb));
+    let (fa, fb) = (full(ab, &as2[..ab.len()]), full(bb, &bs2[..bb.len()]));
     let mut offs = Vec::with_capacity(nb);
     for bi in 0..nb {
         let (mut rem, mut oa, mut ob) = (bi, 0, 0);
         for i in (0..r).rev() {
             let c = rem % batch[i];
             rem /= batch[i];
-            if fa[i] != 1 {
-                oa += c * sa[i];
-            }
-            if fb[i] != 1 {
-                ob += c * sb[i];
-            }
+            oa += c * fa[i].1;
+            ob += c * fb[i].1;
         }
-        offs.push((oa * m * k, ob * k * n));
+        offs.push((oa, ob));
     }
     let mut out_dims = batch.clone();
     if !a_vec {
@@ -237,14 +284,18 @@ fn plan(ad: &[usize], bd: &[usize]) -> KResult<MmPlan> {
     }
     let b_single = bb.iter().product::<usize>() == 1;
     let a_full = ab.iter().product::<usize>() == nb;
+    let (ar, br) = (a2.len(), b2.len());
     Ok(MmPlan {
         m,
         k,
         n,
         batch,
         offs,
+        // A promoted 1-D operand's unit axis is never stepped along: any stride does.
+        a_rc: (if a_vec { k } else { as2[ar - 2] }, as2[ar - 1]),
+        b_rc: (bs2[br - 2], if b_vec { 1 } else { bs2[br - 1] }),
         out_dims,
-        fold: b_single && a_full,
+        fold: b_single && a_full && a.contiguous(),
     })
 }
 
@@ -257,18 +308,20 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
     let va = |off| View {
         data: a,
         off,
-        rs: k,
-        cs: 1,
+        rs: p.a_rc.0,
+        cs: p.a_rc.1,
     };
     let vb = |off| View {
         data: b,
         off,
-        rs: n,
-        cs: 1,
+        rs: p.b_rc.0,
+        cs: p.b_rc.1,
     };
     let per = m * n * k;
     if p.fold || nb == 1 {
-        gemm_uninit(nb * m, n, k, va(0), vb(0), dst, true)?;
+        let off = |o: Option<&(usize, usize)>, f: fn(&(usize, usize)) -> usize| o.map_or(0, f);
+        let (oa, ob) = (off(p.offs.first(), |o| o.0), off(p.offs.first(), |o| o.1));
+        gemm_uninit(nb * m, n, k, va(oa), vb(ob), dst, true)?;
     } else if per < GEMM_PAR_FLOPS
         && nb * per >= GEMM_PAR_FLOPS
         && m * n > 0
@@ -291,13 +344,15 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
 
 fn matmul_int(a: &[i64], b: &[i64], p: &MmPlan) -> Vec<i64> {
     let (m, k, n) = (p.m, p.k, p.n);
+    let ((ars, acs), (brs, bcs)) = (p.a_rc, p.b_rc);
     let mut out = Vec::with_capacity(p.offs.len() * m * n);
     for &(oa, ob) in &p.offs {
         for i in 0..m {
             for j in 0..n {
                 let mut s = 0i64;
                 for t in 0..k {
-                    s = s.wrapping_add(a[oa + i * k + t].wrapping_mul(b[ob + t * n + j]));
+                    let (x, y) = (a[oa + i * ars + t * acs], b[ob + t * brs + j * bcs]);
+                    s = s.wrapping_add(x.wrapping_mul(y));
                 }
                 out.push(s);
             }
@@ -309,7 +364,22 @@ fn matmul_int(a: &[i64], b: &[i64], p: &MmPlan) -> Vec<i64> {
 /// `Op::MatMul` (ONNX MatMul / `np.matmul`): batch dims broadcast, a 1-D `a` is a row
 /// vector and a 1-D `b` a column vector, their unit dims dropped from the output.
 pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
-    let p = plan(a.dims(), b.dims())?;
+    matmul_perm(a, None, b, None, out)
+}
+
+/// [`matmul`] of `Transpose(a, a_perm)` and `Transpose(b, b_perm)` (either perm `None`: the
+/// tensor itself), with the transposed operands read in place through strides: no copy.
+/// The same products as transposing first; gemm may pack and sum a strided operand in
+/// another order, so values can differ from the copied layout's by rounding. Errors: a perm that is not a permutation of its tensor's axes, and
+/// [`matmul`]'s.
+pub(crate) fn matmul_perm(
+    a: &Tensor,
+    a_perm: Option<&[usize]>,
+    b: &Tensor,
+    b_perm: Option<&[usize]>,
+    out: &Shape,
+) -> KResult<Tensor> {
+    let p = plan(&Operand::new(a, a_perm)?, &Operand::new(b, b_perm)?)?;
     let _ = out;
     use TensorData as D;
     let data = match (a.data(), b.data()) {
