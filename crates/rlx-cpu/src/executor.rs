@@ -46,6 +46,8 @@ pub struct CpuExecutor {
     /// Decomposed Softmaxes, LayerNorms and RMSNorms run one row at a time
     /// (`crate::rowfuse`).
     rows: crate::rowfuse::RowFusions,
+    /// Elementwise chains run block by block (`crate::ewfuse`).
+    ew: crate::ewfuse::EwFusions,
     fuse_on: bool,
     /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
     /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
@@ -490,6 +492,15 @@ impl CpuExecutor {
             .collect();
         let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
         let rows = crate::rowfuse::plan(&graph, &consumers, &is_output);
+        let taken: Vec<bool> = (0..n)
+            .map(|i| {
+                fusions.at_conv[i].is_some()
+                    || fusions.member_of[i].is_some()
+                    || rows.at[i].is_some()
+                    || rows.member_of[i].is_some()
+            })
+            .collect();
+        let ew = crate::ewfuse::plan(&graph, &consumers, &is_output, &taken);
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
@@ -538,6 +549,7 @@ impl CpuExecutor {
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             fusions,
             rows,
+            ew,
             mm_views,
             viewed,
             parallel_work: parallel_work(&graph),
@@ -602,6 +614,13 @@ impl CpuExecutor {
     /// (`crate::rowfuse`; on and off with the conv groups).
     pub fn fused_row_groups(&self) -> usize {
         self.rows.groups.len()
+    }
+
+    /// How many elementwise chains run block by block (`crate::ewfuse`: connected f32
+    /// Unary/Activation/Binary ops with a Unary or Activation among them, such as GELU;
+    /// on and off with the other fusions).
+    pub fn fused_chains(&self) -> usize {
+        self.ew.groups.len()
     }
 
     /// How many Transposes a MatMul reads in place, through strides, instead of running
@@ -745,6 +764,8 @@ impl CpuExecutor {
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
         // The same for the row groups (`crate::rowfuse`).
         let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
+        // The same for the elementwise chains (`crate::ewfuse`).
+        let mut ew_unfused = vec![false; if fuse { this.ew.groups.len() } else { 0 }];
         // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
         let wino = this.wino_on && before.is_none() && observe.is_none();
         // With a scanner: per node, its output was found (or is known) clean.
@@ -793,13 +814,45 @@ impl CpuExecutor {
                         None => rows_unfused[k] = true,
                     }
                 }
+                if let Some(k) = this.ew.at[i].filter(|&k| !ew_unfused[k] && !done) {
+                    let grp = &this.ew.groups[k];
+                    // Without a scanner (no replay), an operand that dies in the chain
+                    // gives its buffer for the output.
+                    let own = grp
+                        .reusable()
+                        .filter(|_| scanner.is_none())
+                        .and_then(|k| Some((k, slots[grp.externals()[k].index()].take_owned()?)));
+                    let own_k = own.as_ref().map(|o| o.0);
+                    let ext = grp
+                        .externals()
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &x)| match &g.node(x).op {
+                            _ if Some(k) == own_k => Ok(None),
+                            Op::Constant(t) => Ok(Some(t.as_ref())),
+                            _ => input_values(g, id, &slots, &[x]).map(|v| Some(v[0])),
+                        })
+                        .collect::<Result<smallvec::SmallVec<[Option<&Tensor>; 4]>, _>>()?;
+                    let r = crate::ewfuse::run(grp, &ext, own, scanner.is_some())
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    drop(ext);
+                    match r {
+                        Some(t) => {
+                            slots[grp.output().index()] = Slot::Owned(t);
+                            done = true;
+                        }
+                        // Not all finite: replay op by op (below), so the scan names the op.
+                        None => ew_unfused[k] = true,
+                    }
+                }
                 // A Transpose that its MatMul reads in place: not run. With a scanner, only
                 // when its input is clean (its counts are then the input's, all zero);
                 // else it runs, so the report gives the transposed value's positions.
                 done = done
                     || (this.viewed[i] && (scanner.is_none() || finite[node.inputs[0].index()]))
                     || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
-                    || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k]);
+                    || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k])
+                    || this.ew.member_of[i].is_some_and(|k| !ew_unfused[k]);
                 if done {
                     // Computed with its group; finite when scanned (else it was replayed).
                     if let Some(s) = scanner.as_deref_mut() {

@@ -18,6 +18,7 @@ pub enum KernelError {
 }
 
 mod buffers;
+mod ewfuse;
 mod executor;
 mod fuse;
 mod inplace;

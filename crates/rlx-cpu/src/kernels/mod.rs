@@ -43,6 +43,7 @@ macro_rules! isa_fn {
     };
 }
 
+pub(crate) mod chain;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;

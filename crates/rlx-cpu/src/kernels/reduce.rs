@@ -203,7 +203,7 @@ isa_fn!(
 /// rows of `n`.
 pub(crate) fn softmax_rows(src: &[f32], dst: &mut [f32], n: usize) {
     #[cfg(target_arch = "x86_64")]
-    if n > 0 && n % 16 == 0 && std::is_x86_feature_detected!("avx512f") {
+    if n > 0 && n.is_multiple_of(16) && std::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU has AVX-512F (checked above); rows are a multiple of 16 long.
         unsafe { softmax512::rows(src, dst, n) };
         return;
@@ -227,7 +227,9 @@ mod softmax512 {
     /// whole rows of `n`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn rows(src: &[f32], dst: &mut [f32], n: usize) {
-        assert!(n > 0 && n % 16 == 0 && src.len() == dst.len() && src.len() % n == 0);
+        assert!(
+            n > 0 && n.is_multiple_of(16) && src.len() == dst.len() && src.len().is_multiple_of(n)
+        );
         let rows = src.len() / n;
         let mut r = 0;
         while r + 4 <= rows {

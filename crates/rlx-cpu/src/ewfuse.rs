@@ -1,0 +1,480 @@
+//! Elementwise chains for the CPU executor: connected f32 Unary, Activation and Binary ops
+//! of one output shape whose intermediate values are read only inside the chain, run block
+//! by block instead of op by op.
+//!
+//! BERT's exact GELU as torch exports it is six such ops over the FFN's [tokens, 4·hidden]
+//! tensor (`x + b`, `/ √2`, Erf, `+ 1`, `x·`, `· 0.5`): each unfused op is a pass over a
+//! tensor larger than L2 (all-MiniLM-L6 at 3×128 tokens: 2.4 MB, six passes per layer).
+//! Fused, each block of a few thousand elements goes through every op while it is in L1.
+//!
+//! Each op runs on a block with the element function of its unfused kernel
+//! (`kernels::elementwise::{unary, activation, binary}`: the same `fastmath` slice kernels,
+//! the same `p + q`, `p * p` for `Pow(·, 2)`, `max_f32`, ...), so the chain's output is
+//! the unfused one bit for bit (tests/ew_fusion.rs).
+//!
+//! Operands from outside the chain: a tensor of the chain's shape, a one-element tensor,
+//! or a tensor broadcast along the leading axes (`[n]` or `[1, n]` into `[.., n]`, a bias).
+//! Every one of them is computed before the chain's first op (else the chain is not
+//! fused), since the chain runs there. As for the other groups (`crate::fuse`,
+//! `crate::rowfuse`), the graph is not rewritten and the executor decides per run: fused
+//! without hooks; with a NaN/Inf scanner, fused while every member's value is finite
+//! (checked per block), else replayed op by op so the report names the op; with hooks,
+//! unfused.
+
+use crate::kernels::chain::{binary_part, map_part, Src, StepOp};
+use rlx_ir::{Activation, DType, Dim, Graph, NodeId, Op, Shape, Tensor, TensorData};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Elements per block (rounded to whole rows of a broadcast operand): 8 KB of f32 per
+/// member, so a chain of six fits L1 and L2 with its operands.
+const BLOCK: usize = 2048;
+/// The longest broadcast row a chain takes (a block holds at least one whole row).
+const MAX_ROW: usize = 16384;
+
+/// Where an op of a chain reads an operand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Arg {
+    /// The value of step `j` of the chain.
+    Step(usize),
+    /// External operand `k`, of the chain's shape.
+    Full(usize),
+    /// External operand `k`, one element.
+    Scalar(usize),
+    /// External operand `k`: a row of `row_len` elements repeated along the leading axes.
+    Row(usize),
+}
+
+#[derive(Debug)]
+struct Step {
+    op: StepOp,
+    args: [Arg; 2],
+}
+
+/// One chain: its nodes in order (the last one's value leaves the chain), the ops, and the
+/// external operands they read.
+#[derive(Debug)]
+pub(crate) struct EwGroup {
+    members: Vec<NodeId>,
+    steps: Vec<Step>,
+    externals: Vec<NodeId>,
+    /// Length of the broadcast rows (`Arg::Row`), 1 without any.
+    row_len: usize,
+    /// An external operand of the chain's shape that nothing reads after the chain's first
+    /// op but the chain (and not a graph output): its buffer can take the output.
+    reusable: Option<usize>,
+    dims: Vec<usize>,
+}
+
+impl EwGroup {
+    /// The nodes whose values the chain reads, in the order `run` takes them (a Constant's
+    /// value is its tensor in the graph: its node may come after the chain's first op).
+    pub(crate) fn externals(&self) -> &[NodeId] {
+        &self.externals
+    }
+    /// See the field: the index in `externals` of an operand whose buffer may take the
+    /// output.
+    pub(crate) fn reusable(&self) -> Option<usize> {
+        self.reusable
+    }
+    /// The node whose value the chain computes (its last op).
+    pub(crate) fn output(&self) -> NodeId {
+        *self.members.last().expect("a chain has members")
+    }
+}
+
+/// The chains of a graph: `at[i]`, the chain whose first op is node i (run there);
+/// `member_of[i]`, the chain that computes node i's value at another node.
+#[derive(Debug, Default)]
+pub(crate) struct EwFusions {
+    pub groups: Vec<EwGroup>,
+    pub at: Vec<Option<usize>>,
+    pub member_of: Vec<Option<usize>>,
+}
+
+fn static_dims(s: &Shape) -> Option<Vec<usize>> {
+    s.dims
+        .iter()
+        .map(|d| match d {
+            Dim::Static(n) => Some(*n),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How an operand of dims `d` broadcasts into `out`: the same dims, one element, or a row
+/// of the trailing dims (leading dims 1); `None` for any other broadcast.
+fn operand_kind(d: &[usize], out: &[usize]) -> Option<(u8, usize)> {
+    if d == out {
+        return Some((0, 0));
+    }
+    let n: usize = d.iter().product();
+    if n == 1 && d.len() <= out.len() {
+        return Some((1, 1));
+    }
+    let lead = d.iter().take_while(|&&x| x == 1).count();
+    let tail = &d[lead..];
+    (d.len() <= out.len() && out.ends_with(tail) && n <= MAX_ROW && n > 0).then_some((2, n))
+}
+
+/// Whether node `id` can be an op of a chain: an f32 Unary (not a predicate), Activation or
+/// Binary (not a predicate) with static dims, each operand f32 and of a kind
+/// `operand_kind` takes (a Unary's or Activation's operand of the output's dims).
+fn eligible(g: &Graph, id: NodeId) -> bool {
+    let node = g.node(id);
+    let Some(out) = static_dims(&node.shape) else {
+        return false;
+    };
+    if node.shape.dtype != DType::F32 || out.iter().product::<usize>() == 0 {
+        return false;
+    }
+    let f32_ins = node
+        .inputs
+        .iter()
+        .all(|x| g.node(*x).shape.dtype == DType::F32);
+    let kinds_ok = |full_only: bool| {
+        node.inputs.iter().all(|x| {
+            static_dims(&g.node(*x).shape)
+                .and_then(|d| operand_kind(&d, &out))
+                .is_some_and(|(k, _)| !full_only || k == 0)
+        })
+    };
+    f32_ins
+        && match &node.op {
+            Op::Unary(u) => !u.is_predicate() && node.inputs.len() == 1 && kinds_ok(true),
+            Op::Activation(_) => node.inputs.len() == 1 && kinds_ok(true),
+            Op::Binary(b) => !b.is_predicate() && node.inputs.len() == 2 && kinds_ok(false),
+            _ => false,
+        }
+}
+
+fn find(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+/// Find the chains of `g`, skipping nodes in `taken` (members of other groups).
+/// `consumers[i]` lists the nodes reading node i (one entry per use).
+pub(crate) fn plan(
+    g: &Graph,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+    taken: &[bool],
+) -> EwFusions {
+    let n = g.len();
+    let mut out = EwFusions {
+        groups: vec![],
+        at: vec![None; n],
+        member_of: vec![None; n],
+    };
+    let ok: Vec<bool> = (0..n)
+        .map(|i| !taken[i] && eligible(g, NodeId(i as u32)))
+        .collect();
+    // A value stays inside a chain when every reader is a chain op of its shape and it is
+    // not a graph output; then it is joined to its readers.
+    let mut parent: Vec<usize> = (0..n).collect();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let inner = ok[i]
+            && !is_output[i]
+            && !consumers[i].is_empty()
+            && consumers[i]
+                .iter()
+                .all(|c| ok[c.index()] && g.node(*c).shape == node.shape);
+        if inner {
+            for c in &consumers[i] {
+                let (a, b) = (find(&mut parent, i), find(&mut parent, c.index()));
+                parent[a] = b;
+            }
+        }
+    }
+    let mut comps: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for i in (0..n).filter(|&i| ok[i]) {
+        let r = find(&mut parent, i);
+        comps.entry(r).or_default().push(i);
+    }
+    // Only chains with a Unary or Activation: a chain of Add/Mul/... alone is bound by
+    // memory either way, and the unfused ops run in place (qwen3's attention scale and mask,
+    // [1,4,128,128]: 5.6 µs unfused, 7.5 µs fused, with a copy per block).
+    let has_map = |m: &Vec<usize>| {
+        m.iter()
+            .any(|&i| matches!(g.nodes[i].op, Op::Unary(_) | Op::Activation(_)))
+    };
+    for members in comps.into_values().filter(|m| m.len() >= 2 && has_map(m)) {
+        if let Some(grp) = group(g, &members, consumers, is_output) {
+            let k = out.groups.len();
+            out.at[members[0]] = Some(k);
+            for &m in &members[1..] {
+                out.member_of[m] = Some(k);
+            }
+            out.groups.push(grp);
+        }
+    }
+    out
+}
+
+/// The chain of `members` (ascending node order), when exactly one of them is read outside
+/// (or is an output), it is the last, and every external operand comes before the first.
+fn group(
+    g: &Graph,
+    members: &[usize],
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<EwGroup> {
+    let inside = |x: NodeId| members.binary_search(&x.index()).is_ok();
+    let leaves = |i: usize| is_output[i] || consumers[i].iter().any(|c| !inside(*c));
+    let last = *members.last()?;
+    if members[..members.len() - 1].iter().any(|&i| leaves(i)) {
+        return None;
+    }
+    let dims = static_dims(&g.node(NodeId(last as u32)).shape)?;
+    let first = members[0];
+    let mut externals: Vec<NodeId> = vec![];
+    let mut row_len = 1;
+    let mut steps = Vec::with_capacity(members.len());
+    for &i in members {
+        let node = g.node(NodeId(i as u32));
+        let mut args = [Arg::Step(0); 2];
+        for (j, &x) in node.inputs.iter().enumerate() {
+            args[j] = if inside(x) {
+                Arg::Step(members.binary_search(&x.index()).ok()?)
+            } else {
+                // Constants are read from the graph; any other operand must be computed
+                // before the chain's first op, where the chain runs.
+                if x.index() >= first && !matches!(g.node(x).op, Op::Constant(_)) {
+                    return None;
+                }
+                let k = externals.iter().position(|&e| e == x).unwrap_or_else(|| {
+                    externals.push(x);
+                    externals.len() - 1
+                });
+                match operand_kind(&static_dims(&g.node(x).shape)?, &dims)? {
+                    (0, _) => Arg::Full(k),
+                    (1, _) => Arg::Scalar(k),
+                    (_, len) => {
+                        // One row length per chain (blocks are whole rows of it).
+                        if row_len != 1 && row_len != len {
+                            return None;
+                        }
+                        row_len = len;
+                        Arg::Row(k)
+                    }
+                }
+            };
+        }
+        let op = match &node.op {
+            Op::Unary(u) => StepOp::Unary(*u),
+            Op::Activation(a) => StepOp::Act(*a),
+            Op::Binary(b) => StepOp::Bin(*b),
+            _ => return None,
+        };
+        steps.push(Step { op, args });
+    }
+    let reusable = (0..externals.len()).find(|&k| {
+        let x = externals[k];
+        steps.iter().any(|st| st.args.contains(&Arg::Full(k)))
+            && !is_output[x.index()]
+            && !matches!(g.node(x).op, Op::Constant(_))
+            && consumers[x.index()]
+                .iter()
+                .all(|c| inside(*c) || c.index() < first)
+    });
+    Some(EwGroup {
+        members: members.iter().map(|&i| NodeId(i as u32)).collect(),
+        steps,
+        externals,
+        row_len,
+        reusable,
+        dims,
+    })
+}
+
+/// A Unary or Activation over a block part, with the element function of
+/// `kernels::elementwise::{unary, activation}` (their `fastmath` slice kernels where they
+/// have one).
+fn unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
+    use crate::kernels::fastmath::{act_slice_kernel, slice_kernel};
+    let k = match op {
+        StepOp::Unary(u) => slice_kernel(u),
+        // Relu has its own loop in `activation`, before the slice kernels.
+        StepOp::Act(Activation::Relu) => None,
+        StepOp::Act(a) => act_slice_kernel(a),
+        StepOp::Bin(_) => None,
+    };
+    match k {
+        Some(k) => k(x, dst),
+        None => map_part(op, dst, x),
+    }
+}
+
+thread_local! {
+    /// Per-thread block values of a chain's steps (all but the last).
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run chain `grp` on its external operands `ext` (in `EwGroup::externals` order). With
+/// `own`, the operand of that index is handed over (`EwGroup::reusable`): its buffer
+/// becomes the output (each block is read by every step, then overwritten), and its entry
+/// in `ext` is `None`. With `scan`, `Ok(None)` when some step's value is not finite
+/// somewhere (the executor then replays the chain op by op; a handed-over operand's
+/// buffer then holds the output of some blocks, so `own` is only given without `scan`).
+pub(crate) fn run(
+    grp: &EwGroup,
+    ext: &[Option<&Tensor>],
+    own: Option<(usize, Tensor)>,
+    scan: bool,
+) -> Result<Option<Tensor>, crate::KernelError> {
+    fn f32s(t: &Tensor) -> Result<&[f32], crate::KernelError> {
+        match t.data() {
+            TensorData::F32(v) => Ok(v.as_slice()),
+            _ => Err(crate::KernelError::Invalid(
+                "fused elementwise chain: an operand is not f32".into(),
+            )),
+        }
+    }
+    let own_k = own.as_ref().map(|o| o.0);
+    let data: Vec<&[f32]> = ext
+        .iter()
+        .enumerate()
+        .map(|(k, t)| match t {
+            Some(t) if Some(k) != own_k => f32s(t),
+            None if Some(k) == own_k => Ok(&[][..]),
+            _ => Err(crate::KernelError::Invalid(format!(
+                "fused elementwise chain: operand {k} given twice or not at all"
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    let numel: usize = grp.dims.iter().product();
+    let rl = grp.row_len;
+    // Whole rows per block when they fit, else blocks of BLOCK (a row then spans blocks).
+    let block = if rl <= BLOCK {
+        rl * (BLOCK / rl)
+    } else {
+        BLOCK
+    };
+    // The operands' lengths, as the plan found them (a wrong-sized feed is an error here,
+    // not a read out of bounds).
+    for st in &grp.steps {
+        for a in &st.args {
+            let want = match *a {
+                Arg::Full(k) if Some(k) != own_k => Some((k, numel)),
+                Arg::Scalar(k) => Some((k, 1)),
+                Arg::Row(k) => Some((k, rl)),
+                _ => None,
+            };
+            if let Some((k, len)) = want {
+                if data[k].len() != len {
+                    return Err(crate::KernelError::Invalid(format!(
+                        "fused elementwise chain: operand {k} holds {} elements, expected {len}",
+                        data[k].len()
+                    )));
+                }
+            }
+        }
+    }
+    let mut out: Vec<f32> =
+        match own {
+            Some((_, t)) => match t.into_data() {
+                TensorData::F32(v) if v.len() == numel => v,
+                _ => return Err(crate::KernelError::Invalid(
+                    "fused elementwise chain: the reused operand is not f32 of the output's size"
+                        .into(),
+                )),
+            },
+            None => crate::buffers::overwritten(numel),
+        };
+    let max_bits = AtomicU32::new(0);
+    let nsteps = grp.steps.len();
+    crate::kernels::fill_chunks(&mut out, block, |b, dst| {
+        let base = b * block;
+        let len = dst.len();
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            // One block per step, and with a reused operand the last step's block too
+            // (copied over the operand's block after every step has read it).
+            let need = (nsteps - usize::from(own_k.is_none())) * block;
+            if s.len() < need {
+                s.resize(need, 0.0);
+            }
+            let mut bits = 0u32;
+            {
+                // With a reused operand, its block (read by the steps); else the last step
+                // writes the output block directly.
+                let (own_block, mut dst_direct): (&[f32], Option<&mut [f32]>) = if own_k.is_some() {
+                    (&*dst, None)
+                } else {
+                    (&[], Some(&mut *dst))
+                };
+                let (steps_buf, last_buf) = s.split_at_mut((nsteps - 1) * block);
+                for (j, st) in grp.steps.iter().enumerate() {
+                    let (done, rest) = steps_buf.split_at_mut(j * block);
+                    let target: &mut [f32] = if j + 1 < nsteps {
+                        &mut rest[..len]
+                    } else if let Some(d) = dst_direct.take() {
+                        d
+                    } else {
+                        &mut last_buf[..len]
+                    };
+                    // Operand `a` over elements [lo, lo + n) of the block.
+                    // (A part never crosses a broadcast row's end: see the parts below.)
+                    let src = |a: Arg, lo: usize, n: usize| match a {
+                        Arg::Step(i) => Src::S(&done[i * block + lo..i * block + lo + n]),
+                        Arg::Full(k) if Some(k) == own_k => Src::S(&own_block[lo..lo + n]),
+                        Arg::Full(k) => Src::S(&data[k][base + lo..base + lo + n]),
+                        Arg::Scalar(k) => Src::C(data[k][0]),
+                        Arg::Row(k) => {
+                            let off = (base + lo) % rl;
+                            Src::S(&data[k][off..off + n])
+                        }
+                    };
+                    match st.op {
+                        StepOp::Bin(op) => {
+                            let q_one = match st.args[1] {
+                                Arg::Scalar(k) => Some(data[k][0]),
+                                _ => None,
+                            };
+                            // With a broadcast row, parts that end where a row ends;
+                            // else the whole block.
+                            let rows = st.args.iter().any(|a| matches!(a, Arg::Row(_)));
+                            let mut lo = 0;
+                            while lo < len {
+                                let n = if rows {
+                                    (rl - (base + lo) % rl).min(len - lo)
+                                } else {
+                                    len
+                                };
+                                let p = src(st.args[0], lo, n);
+                                let q = src(st.args[1], lo, n);
+                                binary_part(op, &mut target[lo..lo + n], p, q, q_one);
+                                lo += n;
+                            }
+                        }
+                        op => {
+                            let Src::S(x) = src(st.args[0], 0, len) else {
+                                unreachable!("a unary step's operand has the chain's shape")
+                            };
+                            unary_part(op, target, x);
+                        }
+                    }
+                    if scan {
+                        bits = bits.max(crate::kernels::wide::max_abs_bits(target));
+                    }
+                }
+            }
+            if own_k.is_some() {
+                dst.copy_from_slice(&s[(nsteps - 1) * block..(nsteps - 1) * block + len]);
+            }
+            max_bits.fetch_max(bits, Ordering::Relaxed);
+        });
+    });
+    if scan && max_bits.into_inner() >= 0x7f80_0000 {
+        crate::buffers::give(TensorData::F32(out));
+        return Ok(None);
+    }
+    Ok(Some(crate::kernels::make(
+        grp.dims.clone(),
+        TensorData::F32(out),
+    )?))
+}

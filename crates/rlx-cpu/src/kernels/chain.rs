@@ -1,0 +1,84 @@
+//! Block loops of the fused elementwise chains (`crate::ewfuse`): each op over part of a
+//! block with the element function of its unfused kernel, compiled for the widest ISA.
+
+use rlx_ir::{Activation, BinaryOp};
+
+/// An op of a chain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StepOp {
+    Unary(rlx_ir::UnaryOp),
+    Act(Activation),
+    Bin(BinaryOp),
+}
+
+/// An operand over part of a block: a slice, or one value for every element.
+#[derive(Clone, Copy)]
+pub(crate) enum Src<'a> {
+    S(&'a [f32]),
+    C(f32),
+}
+
+/// `dst[i] = f(p[i], q[i])`, each loop with `f` inlined (vectorized like `bin_map`'s).
+#[inline(always)]
+fn zip2(dst: &mut [f32], p: Src, q: Src, f: impl Fn(f32, f32) -> f32) {
+    match (p, q) {
+        (Src::S(p), Src::S(q)) => {
+            for ((d, &p), &q) in dst.iter_mut().zip(p).zip(q) {
+                *d = f(p, q);
+            }
+        }
+        (Src::S(p), Src::C(q)) => {
+            for (d, &p) in dst.iter_mut().zip(p) {
+                *d = f(p, q);
+            }
+        }
+        (Src::C(p), Src::S(q)) => {
+            for (d, &q) in dst.iter_mut().zip(q) {
+                *d = f(p, q);
+            }
+        }
+        (Src::C(p), Src::C(q)) => dst.fill(f(p, q)),
+    }
+}
+
+isa_fn!(
+    /// `Op::Binary` `b` of f32 over a block part, with the element function of
+    /// `kernels::elementwise::binary` (its `Pow(·, 2)` and `Pow(·, 3)` by products when the
+    /// exponent is one element), compiled for the widest ISA as the unfused kernels are.
+    pub(crate) fn binary_part[](b: BinaryOp, dst: &mut [f32], p: Src, q: Src, q_one: Option<f32>) {
+        use crate::kernels::elementwise::{max_f32, min_f32};
+        match b {
+            BinaryOp::Add => zip2(dst, p, q, |p, q| p + q),
+            BinaryOp::Sub => zip2(dst, p, q, |p, q| p - q),
+            BinaryOp::Mul => zip2(dst, p, q, |p, q| p * q),
+            BinaryOp::Div => zip2(dst, p, q, |p, q| p / q),
+            BinaryOp::Pow if q_one == Some(2.0) => zip2(dst, p, q, |p, _| p * p),
+            BinaryOp::Pow if q_one == Some(3.0) => zip2(dst, p, q, |p, _| p * p * p),
+            BinaryOp::Max => zip2(dst, p, q, max_f32),
+            BinaryOp::Min => zip2(dst, p, q, min_f32),
+            _ => zip2(dst, p, q, |p, q| b.apply_f32(p, q)),
+        }
+    }
+);
+
+isa_fn!(
+    /// `dst[i] = f(x[i])` for the element functions of the Unary and Activation kernels
+    /// that have no slice kernel, compiled for the widest ISA.
+    pub(crate) fn map_part[](op: StepOp, dst: &mut [f32], x: &[f32]) {
+        use rlx_ir::UnaryOp;
+        #[inline(always)]
+        fn map(dst: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32) {
+            for (d, &x) in dst.iter_mut().zip(x) {
+                *d = f(x);
+            }
+        }
+        match op {
+            StepOp::Unary(UnaryOp::Neg) => map(dst, x, |a| -a),
+            StepOp::Unary(UnaryOp::Sqrt) => map(dst, x, |a| a.sqrt()),
+            StepOp::Unary(u) => map(dst, x, |a| u.apply_f32(a)),
+            StepOp::Act(Activation::Relu) => map(dst, x, |v| if v < 0.0 { 0.0 } else { v }),
+            StepOp::Act(a) => map(dst, x, |v| a.apply_f32(v)),
+            StepOp::Bin(_) => unreachable!("binary steps go through binary_part"),
+        }
+    }
+);
