@@ -77,6 +77,14 @@ impl EwGroup {
     pub(crate) fn reusable(&self) -> Option<usize> {
         self.reusable
     }
+    /// Whether node `id` is an op of the chain.
+    pub(crate) fn has(&self, id: NodeId) -> bool {
+        self.members.contains(&id)
+    }
+    /// The chain's first op, where it runs.
+    pub(crate) fn first(&self) -> NodeId {
+        self.members[0]
+    }
     /// The node whose value the chain computes (its last op).
     pub(crate) fn output(&self) -> NodeId {
         *self.members.last().expect("a chain has members")

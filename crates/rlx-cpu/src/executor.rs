@@ -48,6 +48,9 @@ pub struct CpuExecutor {
     rows: crate::rowfuse::RowFusions,
     /// Elementwise chains run block by block (`crate::ewfuse`).
     ew: crate::ewfuse::EwFusions,
+    /// Per chain: the operand whose buffer may take its output (`EwGroup::reusable`, unless
+    /// a MatMul reads that operand in place later).
+    ew_reuse: Vec<Option<usize>>,
     fuse_on: bool,
     /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
     /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
@@ -501,6 +504,21 @@ impl CpuExecutor {
             })
             .collect();
         let ew = crate::ewfuse::plan(&graph, &consumers, &is_output, &taken);
+        // A chain's dying operand gives its buffer only when no MatMul reads it through a
+        // Transpose (`mm_views`) after the chain's first op: that read is not a graph edge.
+        let ew_reuse = ew
+            .groups
+            .iter()
+            .map(|grp| {
+                grp.reusable().filter(|&k| {
+                    let x = grp.externals()[k];
+                    mm_views.iter().enumerate().all(|(i, v)| {
+                        let id = NodeId(i as u32);
+                        id < grp.first() || grp.has(id) || !v.iter().flatten().any(|v| v.src == x)
+                    })
+                })
+            })
+            .collect();
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
@@ -550,6 +568,7 @@ impl CpuExecutor {
             fusions,
             rows,
             ew,
+            ew_reuse,
             mm_views,
             viewed,
             parallel_work: parallel_work(&graph),
@@ -818,8 +837,7 @@ impl CpuExecutor {
                     let grp = &this.ew.groups[k];
                     // Without a scanner (no replay), an operand that dies in the chain
                     // gives its buffer for the output.
-                    let own = grp
-                        .reusable()
+                    let own = this.ew_reuse[k]
                         .filter(|_| scanner.is_none())
                         .and_then(|k| Some((k, slots[grp.externals()[k].index()].take_owned()?)));
                     let own_k = own.as_ref().map(|o| o.0);

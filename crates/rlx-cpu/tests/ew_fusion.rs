@@ -213,3 +213,47 @@ fn non_finite_values_in_a_chain_are_reported_as_unfused() {
         Some((5, "dense.add"))
     );
 }
+
+#[test]
+fn an_operand_a_matmul_reads_later_keeps_its_buffer() {
+    // x feeds a chain (Exp, Add) and, through a Transpose the MatMul reads in place, a
+    // MatMul that runs after the chain: x's buffer must not take the chain's output.
+    let s = f32s(&[8, 8]);
+    let mut g = Graph::new("shared");
+    let a = g.input("a", s.clone());
+    let b = g.input("b", s.clone());
+    let c = g.input("c", s.clone());
+    let x = g.add(a, b, s.clone());
+    let t = g.add_node(Op::Transpose { perm: vec![1, 0] }, vec![x], s.clone());
+    let e = g.unary(UnaryOp::Exp, x, s.clone());
+    let y1 = g.add(e, x, s.clone());
+    let m = g.matmul(c, t, s.clone());
+    g.set_outputs(vec![m, y1]);
+    let (xa, xb, xc) = (data(64, 5), data(64, 6), data(64, 7));
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!((ex.fused_chains(), ex.transposes_read_in_place()), (1, 1));
+    let ins: Vec<Tensor> = [&xa, &xb, &xc]
+        .iter()
+        .map(|v| Tensor::from_f32(&[8, 8], v.to_vec()).unwrap())
+        .collect();
+    let out = ex.run(&ins, None).unwrap();
+    let got = out[0].as_f32().unwrap();
+    // m = c · xᵀ, x = a + b.
+    for i in 0..8 {
+        for j in 0..8 {
+            let want: f64 = (0..8)
+                .map(|k| xc[i * 8 + k] as f64 * (xa[j * 8 + k] + xb[j * 8 + k]) as f64)
+                .sum();
+            let g = got[i * 8 + j] as f64;
+            assert!(
+                (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{i},{j}: {g} vs {want}"
+            );
+        }
+    }
+    let y = out[1].as_f32().unwrap();
+    for i in 0..64 {
+        let xv = (xa[i] + xb[i]) as f64;
+        assert!((y[i] as f64 - (xv.exp() + xv)).abs() <= 1e-5 * (1.0 + xv.exp()));
+    }
+}
