@@ -10,7 +10,11 @@
 //! Each op runs on a block with the element function of its unfused kernel
 //! (`kernels::elementwise::{unary, activation, binary}`: the same `fastmath` slice kernels,
 //! the same `p + q`, `p * p` for `Pow(·, 2)`, `max_f32`, ...), so the chain's output is
-//! the unfused one bit for bit (tests/ew_fusion.rs).
+//! the unfused one bit for bit (tests/ew_fusion.rs), NaN aside: where both operands of an
+//! op are NaN, which one's payload and sign survive may differ, as between the unfused
+//! kernels themselves (an Add or Mul into its second operand's buffer,
+//! `inplace::eval_owned_second`, may keep the other NaN than the out-of-place loop; x86
+//! keeps the first source's). NaN positions are the same.
 //!
 //! Operands from outside the chain: a tensor of the chain's shape, a one-element tensor,
 //! or a tensor broadcast along the leading axes (`[n]` or `[1, n]` into `[.., n]`, a bias).
