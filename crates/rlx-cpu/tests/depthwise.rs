@@ -173,6 +173,11 @@ fn cases() -> Vec<Case> {
         ((4, 4), (2, 2), (1, 1), (1, 1, 2, 2), 9, 9),
         ((3, 3), (3, 3), (1, 1), (1, 1, 1, 1), 17, 35),
         ((5, 5), (3, 3), (2, 2), (2, 4, 2, 0), 16, 29),
+        // Stride 2 straight from the input (`s2_plane`): rows wider than two strips, odd
+        // widths, pads on one side only.
+        ((3, 3), (2, 2), (1, 1), (0, 1, 2, 1), 13, 70),
+        ((5, 5), (2, 2), (1, 1), (2, 0, 1, 2), 21, 67),
+        ((3, 3), (2, 2), (1, 1), (1, 0, 1, 0), 6, 33),
     ];
     for (i, &(k, s, d, p, h, w)) in more.iter().enumerate() {
         v.push(Case {
