@@ -60,6 +60,26 @@ fn data(len: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Each row of `y` is `exp(x - max) / sum(exp(x - max))` of the same row of `x` in f64
+/// (within 4e-6 relative, plus 1e-37 for subnormal results), rows in `skip` aside.
+fn assert_softmax_definition(xs: &[f32], y: &[f32], n: usize, skip: &[usize]) {
+    for (r, (row, got)) in xs.chunks(n).zip(y.chunks(n)).enumerate() {
+        if skip.contains(&r) {
+            continue;
+        }
+        let m = row.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
+        let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        for (g, e) in got.iter().zip(&e) {
+            let want = e / s;
+            assert!(
+                (*g as f64 - want).abs() <= 4e-6 * want + 1e-37,
+                "n = {n}, row {r}: {g} vs {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn fused_softmax_is_the_unfused_bits_and_the_definition() {
     // Rows shorter than a vector, not a multiple of 16, and longer than the kernel's
@@ -81,18 +101,7 @@ fn fused_softmax_is_the_unfused_bits_and_the_definition() {
             assert!(rf.is_empty() && rp.is_empty());
         }
         let (_, y) = run(&dims, &xs, true, DebugMode::Off);
-        for (row, got) in xs.chunks(n).zip(y.chunks(n)) {
-            let m = row.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
-            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
-            let s: f64 = e.iter().sum();
-            for (g, e) in got.iter().zip(&e) {
-                let want = e / s;
-                assert!(
-                    (*g as f64 - want).abs() <= 4e-6 * want + 1e-30,
-                    "{dims:?}: {g} vs {want}"
-                );
-            }
-        }
+        assert_softmax_definition(&xs, &y, n, &[]);
     }
 }
 
@@ -121,21 +130,7 @@ fn softmax_rows_of_16s_redo_only_the_rows_that_leave_the_vector_range() {
         // +inf: the max; inf - inf = NaN enters the sum, so the whole row is NaN.
         assert!(yf[2 * n..3 * n].iter().all(|v| v.is_nan()));
         // The f64 definition on every row without NaN or inf.
-        for (r, (row, got)) in xs.chunks(n).zip(yf.chunks(n)).enumerate() {
-            if r == 1 || r == 2 {
-                continue;
-            }
-            let m = row.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
-            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
-            let s: f64 = e.iter().sum();
-            for (g, e) in got.iter().zip(&e) {
-                let want = e / s;
-                assert!(
-                    (*g as f64 - want).abs() <= 4e-6 * want + 1e-37,
-                    "n = {n}, row {r}: {g} vs {want}"
-                );
-            }
-        }
+        assert_softmax_definition(&xs, &yf, n, &[1, 2]);
         assert!(
             yf[5 * n + n / 2] > 0.0 && yf[5 * n + n / 2] < 1e-38,
             "subnormal kept"

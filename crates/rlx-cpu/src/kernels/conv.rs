@@ -1367,64 +1367,12 @@ mod dw_simd {
         }
     }
 
-    type S2Fn = unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32]) -> u32;
-
-    /// Every output plane by [`s2_plane`], in groups of planes of about 4096 outputs, split
-    /// over threads as [`flat_planes`] splits them.
-    #[allow(clippy::too_many_arguments)]
-    fn s2_planes(
-        f: &Flat,
-        plane: S2Fn,
-        kk: usize,
-        x: &[f32],
-        w: &[f32],
-        bias: Option<&[f32]>,
-        m: usize,
-        out: &mut [f32],
-        post: Post,
-        clamp: Clamp,
-        seen: Option<&AtomicU32>,
-    ) {
-        use rayon::prelude::*;
-        let (hw, op) = (f.h * f.w, f.oh * f.ow);
-        let group = (4096 / op).max(1);
-        let clamp = Clamp {
-            track: seen.is_some(),
-            ..clamp
-        };
-        let run = |t: usize, dst: &mut [f32]| {
-            let mut bits = 0;
-            for (k, d) in dst.chunks_mut(op).enumerate() {
-                let i = t * group + k;
-                let c = i % m;
-                let b = bias.map_or(0.0, |b| b[c]);
-                // SAFETY: the caller checked AVX-512F; `plane` reads the input plane and
-                // writes `d`.
-                bits = bits.max(unsafe {
-                    plane(
-                        f,
-                        &x[i * hw..(i + 1) * hw],
-                        &w[c * kk..(c + 1) * kk],
-                        b,
-                        clamp,
-                        d,
-                    )
-                });
-                post(d);
-            }
-            if let Some(s) = seen {
-                s.fetch_max(bits, Ordering::Relaxed);
-            }
-        };
-        if super::super::par_worth(out.len() * kk) && out.len() > op * group {
-            out.par_chunks_mut(op * group)
-                .enumerate()
-                .for_each(|(t, d)| run(t, d));
-        } else {
-            for (t, d) in out.chunks_mut(op * group).enumerate() {
-                run(t, d);
-            }
-        }
+    /// How [`flat_planes`] makes a plane: [`flat_plane`] on the plane copied into phase
+    /// planes, or [`s2_plane`] straight from the input plane.
+    #[derive(Clone, Copy)]
+    enum FlatKind {
+        Copy(FlatFn),
+        Direct(FlatFn),
     }
 
     /// Every output plane on the flat path, in groups of planes of about 4096 outputs (two
@@ -1434,7 +1382,7 @@ mod dw_simd {
     #[allow(clippy::too_many_arguments)]
     fn flat_planes(
         f: &Flat,
-        plane: FlatFn,
+        plane: FlatKind,
         kk: usize,
         x: &[f32],
         w: &[f32],
@@ -1453,6 +1401,26 @@ mod dw_simd {
             ..clamp
         };
         let run = |t: usize, dst: &mut [f32]| {
+            let plane = match plane {
+                FlatKind::Copy(p) => p,
+                FlatKind::Direct(p) => {
+                    let mut bits = 0;
+                    for (k, d) in dst.chunks_mut(op).enumerate() {
+                        let i = t * group + k;
+                        let c = i % m;
+                        let b = bias.map_or(0.0, |b| b[c]);
+                        let (xi, wt) = (&x[i * hw..(i + 1) * hw], &w[c * kk..(c + 1) * kk]);
+                        // SAFETY: the caller checked AVX-512F; `p` reads the input plane
+                        // and writes `d`.
+                        bits = bits.max(unsafe { p(f, xi, wt, b, clamp, d) });
+                        post(d);
+                    }
+                    if let Some(s) = seen {
+                        s.fetch_max(bits, Ordering::Relaxed);
+                    }
+                    return;
+                }
+            };
             // Two scratch planes: the next input plane is copied into one while the other
             // is read, so the reads do not wait on the copy's stores (which they could not
             // take forwarded: the loads are unaligned, the stores masked).
@@ -1528,20 +1496,13 @@ mod dw_simd {
             return false;
         };
         // Stride 2: straight from the input planes (`RLX_CPU_DW_S2=0`: the phase copy).
-        let s2: Option<S2Fn> = match (f.s, g.ks[0], g.ks[1]) {
-            (2, 3, 3) => Some(s2_plane::<3>),
-            (2, 5, 5) => Some(s2_plane::<5>),
-            _ => None,
-        };
-        if let Some(plane) = s2.filter(|_| !rlx_ir::env::is_off("RLX_CPU_DW_S2")) {
-            let kk = g.ks[0] * g.ks[1];
-            s2_planes(&f, plane, kk, x, w, bias, g.m, out, post, clamp, seen);
-            return true;
-        }
-        let plane: FlatFn = match (g.ks[0], g.ks[1]) {
-            (3, 3) => flat_plane::<3, 3>,
-            (5, 5) => flat_plane::<5, 5>,
-            (7, 7) => flat_plane::<7, 7>,
+        let direct = f.s == 2 && !rlx_ir::env::is_off("RLX_CPU_DW_S2");
+        let plane = match (g.ks[0], g.ks[1]) {
+            (3, 3) if direct => FlatKind::Direct(s2_plane::<3>),
+            (5, 5) if direct => FlatKind::Direct(s2_plane::<5>),
+            (3, 3) => FlatKind::Copy(flat_plane::<3, 3>),
+            (5, 5) => FlatKind::Copy(flat_plane::<5, 5>),
+            (7, 7) => FlatKind::Copy(flat_plane::<7, 7>),
             _ => return false,
         };
         flat_planes(
