@@ -81,14 +81,6 @@ impl EwGroup {
     pub(crate) fn reusable(&self) -> Option<usize> {
         self.reusable
     }
-    /// Whether node `id` is an op of the chain.
-    pub(crate) fn has(&self, id: NodeId) -> bool {
-        self.members.contains(&id)
-    }
-    /// The chain's first op, where it runs.
-    pub(crate) fn first(&self) -> NodeId {
-        self.members[0]
-    }
     /// The node whose value the chain computes (its last op).
     pub(crate) fn output(&self) -> NodeId {
         *self.members.last().expect("a chain has members")
@@ -169,7 +161,8 @@ fn find(parent: &mut [usize], mut x: usize) -> usize {
 }
 
 /// Find the chains of `g`, skipping nodes in `taken` (members of other groups).
-/// `consumers[i]` lists the nodes reading node i (one entry per use).
+/// `consumers[i]` lists the nodes reading node i (one entry per use; the executor adds the
+/// MatMuls that read a value through a Transpose they read in place).
 pub(crate) fn plan(
     g: &Graph,
     consumers: &[Vec<NodeId>],

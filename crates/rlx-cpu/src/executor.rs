@@ -48,9 +48,6 @@ pub struct CpuExecutor {
     rows: crate::rowfuse::RowFusions,
     /// Elementwise chains run block by block (`crate::ewfuse`).
     ew: crate::ewfuse::EwFusions,
-    /// Per chain: the operand whose buffer may take its output (`EwGroup::reusable`, unless
-    /// a MatMul reads that operand in place later).
-    ew_reuse: Vec<Option<usize>>,
     fuse_on: bool,
     /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
     /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
@@ -165,7 +162,6 @@ fn peak_live_f32_bytes(g: &Graph, free_after: &[Vec<NodeId>]) -> usize {
     peak
 }
 
-/// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
 /// A MatMul operand read through a Transpose's perm (`CpuExecutor::mm_views`).
 #[derive(Debug, Clone)]
 struct MmView {
@@ -232,6 +228,7 @@ fn mm_operand<'a>(
     }
 }
 
+/// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
 enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
@@ -436,13 +433,6 @@ impl CpuExecutor {
         if let Some(o) = graph.outputs.iter().find(|o| o.index() >= n) {
             return Err(CpuError::Input(format!("graph output {o} is not a node")));
         }
-        // Liveness: a node's buffer dies after its last consumer, unless it is an output.
-        let mut last_use: Vec<Option<usize>> = vec![None; n];
-        for node in &graph.nodes {
-            for i in &node.inputs {
-                last_use[i.index()] = Some(node.id.index());
-            }
-        }
         let mut is_output = vec![false; n];
         for o in &graph.outputs {
             is_output[o.index()] = true;
@@ -453,16 +443,23 @@ impl CpuExecutor {
                 consumers[i.index()].push(node.id);
             }
         }
-        // A Transpose that a MatMul reads in place: its input lives until the MatMul.
+        // A Transpose that a MatMul reads in place: the MatMul reads the Transpose's input.
         let mm_views = plan_mm_views(&graph, &consumers, &is_output);
         let mut viewed = vec![false; n];
+        // Per value, the nodes that read it when fused: its consumers, and a MatMul that
+        // reads it through a Transpose (`mm_views`), which is not a graph edge.
+        let mut readers = consumers.clone();
         for (i, v) in mm_views.iter().enumerate() {
             for v in v.iter().flatten() {
                 viewed[v.transpose.index()] = true;
-                let lu = &mut last_use[v.src.index()];
-                *lu = Some(lu.map_or(i, |u| u.max(i)));
+                readers[v.src.index()].push(NodeId(i as u32));
             }
         }
+        // Liveness: a value's buffer dies after its last reader, unless it is an output.
+        let last_use: Vec<Option<usize>> = readers
+            .iter()
+            .map(|r| r.iter().map(|x| x.index()).max())
+            .collect();
         let mut free_after = vec![vec![]; n];
         for (v, lu) in last_use.iter().enumerate() {
             if let (Some(u), false) = (lu, is_output[v]) {
@@ -503,22 +500,9 @@ impl CpuExecutor {
                     || rows.member_of[i].is_some()
             })
             .collect();
-        let ew = crate::ewfuse::plan(&graph, &consumers, &is_output, &taken);
-        // A chain's dying operand gives its buffer only when no MatMul reads it through a
-        // Transpose (`mm_views`) after the chain's first op: that read is not a graph edge.
-        let ew_reuse = ew
-            .groups
-            .iter()
-            .map(|grp| {
-                grp.reusable().filter(|&k| {
-                    let x = grp.externals()[k];
-                    mm_views.iter().enumerate().all(|(i, v)| {
-                        let id = NodeId(i as u32);
-                        id < grp.first() || grp.has(id) || !v.iter().flatten().any(|v| v.src == x)
-                    })
-                })
-            })
-            .collect();
+        // Chains see the in-place MatMul reads too: an operand such a MatMul reads later
+        // does not give its buffer to a chain's output.
+        let ew = crate::ewfuse::plan(&graph, &readers, &is_output, &taken);
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
@@ -568,7 +552,6 @@ impl CpuExecutor {
             fusions,
             rows,
             ew,
-            ew_reuse,
             mm_views,
             viewed,
             parallel_work: parallel_work(&graph),
@@ -837,7 +820,8 @@ impl CpuExecutor {
                     let grp = &this.ew.groups[k];
                     // Without a scanner (no replay), an operand that dies in the chain
                     // gives its buffer for the output.
-                    let own = this.ew_reuse[k]
+                    let own = grp
+                        .reusable()
                         .filter(|_| scanner.is_none())
                         .and_then(|k| Some((k, slots[grp.externals()[k].index()].take_owned()?)));
                     let own_k = own.as_ref().map(|o| o.0);
