@@ -26,7 +26,7 @@
 //! unfused.
 
 use crate::kernels::chain::{binary_part, map_part, Src, StepOp};
-use rlx_ir::{Activation, DType, Dim, Graph, NodeId, Op, Shape, Tensor, TensorData};
+use rlx_ir::{Activation, DType, Graph, NodeId, Op, Tensor, TensorData};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -96,29 +96,28 @@ pub(crate) struct EwFusions {
     pub member_of: Vec<Option<usize>>,
 }
 
-fn static_dims(s: &Shape) -> Option<Vec<usize>> {
-    s.dims
-        .iter()
-        .map(|d| match d {
-            Dim::Static(n) => Some(*n),
-            _ => None,
-        })
-        .collect()
+/// How an operand broadcasts into a chain's output (`operand_kind`).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Full,
+    Scalar,
+    /// A row of this many elements along the trailing dims.
+    Row(usize),
 }
 
 /// How an operand of dims `d` broadcasts into `out`: the same dims, one element, or a row
 /// of the trailing dims (leading dims 1); `None` for any other broadcast.
-fn operand_kind(d: &[usize], out: &[usize]) -> Option<(u8, usize)> {
+fn operand_kind(d: &[usize], out: &[usize]) -> Option<Kind> {
     if d == out {
-        return Some((0, 0));
+        return Some(Kind::Full);
     }
     let n: usize = d.iter().product();
     if n == 1 && d.len() <= out.len() {
-        return Some((1, 1));
+        return Some(Kind::Scalar);
     }
     let lead = d.iter().take_while(|&&x| x == 1).count();
     let tail = &d[lead..];
-    (d.len() <= out.len() && out.ends_with(tail) && n <= MAX_ROW && n > 0).then_some((2, n))
+    (d.len() <= out.len() && out.ends_with(tail) && n <= MAX_ROW && n > 0).then_some(Kind::Row(n))
 }
 
 /// Whether node `id` can be an op of a chain: an f32 Unary (not a predicate), Activation or
@@ -126,7 +125,7 @@ fn operand_kind(d: &[usize], out: &[usize]) -> Option<(u8, usize)> {
 /// `operand_kind` takes (a Unary's or Activation's operand of the output's dims).
 fn eligible(g: &Graph, id: NodeId) -> bool {
     let node = g.node(id);
-    let Some(out) = static_dims(&node.shape) else {
+    let Some(out) = node.shape.static_dims() else {
         return false;
     };
     if node.shape.dtype != DType::F32 || out.iter().product::<usize>() == 0 {
@@ -138,9 +137,11 @@ fn eligible(g: &Graph, id: NodeId) -> bool {
         .all(|x| g.node(*x).shape.dtype == DType::F32);
     let kinds_ok = |full_only: bool| {
         node.inputs.iter().all(|x| {
-            static_dims(&g.node(*x).shape)
+            g.node(*x)
+                .shape
+                .static_dims()
                 .and_then(|d| operand_kind(&d, &out))
-                .is_some_and(|(k, _)| !full_only || k == 0)
+                .is_some_and(|k| !full_only || k == Kind::Full)
         })
     };
     f32_ins
@@ -234,7 +235,7 @@ fn group(
     if members[..members.len() - 1].iter().any(|&i| leaves(i)) {
         return None;
     }
-    let dims = static_dims(&g.node(NodeId(last as u32)).shape)?;
+    let dims = g.node(NodeId(last as u32)).shape.static_dims()?.to_vec();
     let first = members[0];
     let mut externals: Vec<NodeId> = vec![];
     let mut row_len = 1;
@@ -255,11 +256,12 @@ fn group(
                     externals.push(x);
                     externals.len() - 1
                 });
-                match operand_kind(&static_dims(&g.node(x).shape)?, &dims)? {
-                    (0, _) => Arg::Full(k),
-                    (1, _) => Arg::Scalar(k),
-                    (_, len) => {
-                        // One row length per chain (blocks are whole rows of it).
+                match operand_kind(&g.node(x).shape.static_dims()?, &dims)? {
+                    Kind::Full => Arg::Full(k),
+                    Kind::Scalar => Arg::Scalar(k),
+                    Kind::Row(len) => {
+                        // One row length per chain (a row operand is read at the element
+                        // index modulo it).
                         if row_len != 1 && row_len != len {
                             return None;
                         }
