@@ -192,28 +192,11 @@ impl Operand {
     /// `t` itself, or `Transpose(t, perm)` read in place: logical axis j is t's axis
     /// `perm[j]`.
     fn new(t: &Tensor, perm: Option<&[usize]>) -> KResult<Operand> {
-        let (d, s) = (t.dims(), rlx_ir::strides_of(t.dims()));
-        match perm {
-            None => Ok(Operand {
-                dims: d.to_vec(),
-                strides: s.to_vec(),
-            }),
-            Some(p) => {
-                let mut seen = vec![false; d.len()];
-                if p.len() != d.len()
-                    || p.iter()
-                        .any(|&a| a >= d.len() || std::mem::replace(&mut seen[a], true))
-                {
-                    return invalid(format!(
-                        "matmul: perm {p:?} is not a permutation of {d:?}'s axes"
-                    ));
-                }
-                Ok(Operand {
-                    dims: p.iter().map(|&a| d[a]).collect(),
-                    strides: p.iter().map(|&a| s[a]).collect(),
-                })
-            }
-        }
+        let (dims, strides) = match perm {
+            None => (t.dims().to_vec(), rlx_ir::strides_of(t.dims()).to_vec()),
+            Some(p) => super::shape::permuted(t.dims(), p)?,
+        };
+        Ok(Operand { dims, strides })
     }
 
     /// Whether the elements lie in row-major order of `dims` (a plain tensor).
@@ -319,8 +302,7 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
     };
     let per = m * n * k;
     if p.fold || nb == 1 {
-        let off = |o: Option<&(usize, usize)>, f: fn(&(usize, usize)) -> usize| o.map_or(0, f);
-        let (oa, ob) = (off(p.offs.first(), |o| o.0), off(p.offs.first(), |o| o.1));
+        let (oa, ob) = p.offs.first().copied().unwrap_or((0, 0));
         gemm_uninit(nb * m, n, k, va(oa), vb(ob), dst, true)?;
     } else if per < GEMM_PAR_FLOPS
         && nb * per >= GEMM_PAR_FLOPS
@@ -370,8 +352,8 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
 /// [`matmul`] of `Transpose(a, a_perm)` and `Transpose(b, b_perm)` (either perm `None`: the
 /// tensor itself), with the transposed operands read in place through strides: no copy.
 /// The same products as transposing first; gemm may pack and sum a strided operand in
-/// another order, so values can differ from the copied layout's by rounding. Errors: a perm that is not a permutation of its tensor's axes, and
-/// [`matmul`]'s.
+/// another order, so values can differ from the copied layout's by rounding. Errors: a
+/// perm that is not a permutation of its tensor's axes, and [`matmul`]'s.
 pub(crate) fn matmul_perm(
     a: &Tensor,
     a_perm: Option<&[usize]>,

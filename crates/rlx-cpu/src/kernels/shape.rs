@@ -127,10 +127,11 @@ pub(crate) fn reshape(x: &Tensor, out: &Shape) -> KResult<Tensor> {
     make(od, x.data().clone())
 }
 
-/// `Op::Transpose`: output dim i = input dim perm[i].
-pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> KResult<Tensor> {
-    let id = x.dims();
-    let r = id.len();
+/// The dims and element strides of `Transpose(x, perm)` read in place from a row-major `x`
+/// of dims `dims`: axis j is x's axis `perm[j]`. Errors: `perm` not a permutation of
+/// `0..dims.len()`.
+pub(crate) fn permuted(dims: &[usize], perm: &[usize]) -> KResult<(Vec<usize>, Vec<usize>)> {
+    let r = dims.len();
     let mut seen = vec![false; r];
     if perm.len() != r
         || perm
@@ -141,9 +142,16 @@ pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> KResult<Tensor> {
             "transpose: perm {perm:?} is not a permutation of rank {r}"
         ));
     }
-    let od: Vec<usize> = perm.iter().map(|&p| id[p]).collect();
-    let ist = strides(id);
-    let pst: Vec<usize> = perm.iter().map(|&p| ist[p]).collect();
+    let st = strides(dims);
+    Ok((
+        perm.iter().map(|&p| dims[p]).collect(),
+        perm.iter().map(|&p| st[p]).collect(),
+    ))
+}
+
+/// `Op::Transpose`: output dim i = input dim perm[i].
+pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> KResult<Tensor> {
+    let (od, pst) = permuted(x.dims(), perm)?;
     let data = map_same!(x.data(), v => transpose_impl(v, &od, &pst));
     make(od, data)
 }
