@@ -1199,48 +1199,6 @@ mod dw_simd {
         }
     }
 
-    /// `wt` (`KH × KW`, row-major) as one broadcast vector per tap.
-    #[inline(always)]
-    unsafe fn tap_vectors<const KH: usize, const KW: usize>(wt: &[f32]) -> [[__m512; KW]; KH] {
-        let mut wv = [[_mm512_setzero_ps(); KW]; KH];
-        for (ky, row) in wv.iter_mut().enumerate() {
-            for (kx, v) in row.iter_mut().enumerate() {
-                // SAFETY (of the call): the caller's function enables AVX-512F.
-                *v = unsafe { Avx512::splat(wt[ky * KW + kx]) };
-            }
-        }
-        wv
-    }
-
-    /// The flat paths' output vector from the per-column accumulators: their sum left to
-    /// right, its largest |y| bits over lanes `m` folded into `seen` (with `clamp.track`),
-    /// then the clamp.
-    #[inline(always)]
-    unsafe fn finish<const KW: usize>(
-        acc: [__m512; KW],
-        m: u16,
-        clamp: Clamp,
-        seen: &mut __m512,
-    ) -> __m512 {
-        type S = Avx512;
-        // SAFETY (of the calls): the caller's function enables AVX-512F.
-        unsafe {
-            let mut y = acc[0];
-            for a in &acc[1..] {
-                y = S::add(y, *a);
-            }
-            if clamp.track {
-                *seen = S::max_abs_bits(*seen, _mm512_maskz_mov_ps(m, y));
-            }
-            let v = S::clamp(y, S::splat(clamp.lo), S::splat(clamp.hi));
-            if clamp.nan_out {
-                S::nan_out(v)
-            } else {
-                v
-            }
-        }
-    }
-
     /// One output plane (`dst`, `oh * ow`) of a `KH × KW` kernel `wt` from the phase planes
     /// in `buf` ([`flat_fill`]). Returns the largest |y| bits before the clamp over the
     /// plane's outputs when `clamp.track`.
@@ -1259,11 +1217,15 @@ mod dw_simd {
         // nch * 16 + max(off) ≤ f.len` (flat_plan); stores write the compressed outputs
         // at `outs[c]..outs[c] + popcount(masks[c])`, inside `dst`.
         unsafe {
+            let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
             let mut seen = S::splat(0.0);
-            let wv = tap_vectors::<KH, KW>(wt);
+            let mut wv = [[S::splat(0.0); KW]; KH];
             let mut offs = [[0usize; KW]; KH];
-            for (t, o) in offs.iter_mut().flatten().enumerate() {
-                *o = f.offs[t];
+            for ky in 0..KH {
+                for kx in 0..KW {
+                    wv[ky][kx] = S::splat(wt[ky * KW + kx]);
+                    offs[ky][kx] = f.offs[ky * KW + kx];
+                }
             }
             let mut init = [S::splat(-0.0); KW];
             init[0] = S::splat(b);
@@ -1277,7 +1239,17 @@ mod dw_simd {
                         acc[kx] = S::fma(wv[ky][kx], xv, acc[kx]);
                     }
                 }
-                let v = finish(acc, m, clamp, &mut seen);
+                let mut y = acc[0];
+                for a in &acc[1..] {
+                    y = S::add(y, *a);
+                }
+                if clamp.track {
+                    seen = S::max_abs_bits(seen, _mm512_maskz_mov_ps(m, y));
+                }
+                let mut v = S::clamp(y, lo, hi);
+                if clamp.nan_out {
+                    v = S::nan_out(v);
+                }
                 // The register form of compress (the memory form is slow on Zen 4), then a
                 // store of the first popcount lanes.
                 let v = _mm512_maskz_compress_ps(m, v);
@@ -1321,8 +1293,14 @@ mod dw_simd {
         // row in [0, h) of `x` (lanes outside are not read), every store to the `n` outputs
         // of its row inside `dst`.
         unsafe {
+            let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
             let mut seen = S::splat(0.0);
-            let wv = tap_vectors::<K, K>(wt);
+            let mut wv = [[S::splat(0.0); K]; K];
+            for (ky, row) in wv.iter_mut().enumerate() {
+                for (kx, v) in row.iter_mut().enumerate() {
+                    *v = S::splat(wt[ky * K + kx]);
+                }
+            }
             let zero = _mm512_setzero_ps();
             // Lanes l with 0 <= c + l < w.
             let inside = |c: isize| {
@@ -1370,8 +1348,18 @@ mod dw_simd {
                             acc[kx] = S::fma(wk, t, acc[kx]);
                         }
                     }
+                    let mut y = acc[0];
+                    for a in &acc[1..] {
+                        y = S::add(y, *a);
+                    }
                     let m = first(n);
-                    let v = finish(acc, m, clamp, &mut seen);
+                    if clamp.track {
+                        seen = S::max_abs_bits(seen, _mm512_maskz_mov_ps(m, y));
+                    }
+                    let mut v = S::clamp(y, lo, hi);
+                    if clamp.nan_out {
+                        v = S::nan_out(v);
+                    }
                     S::store_m(dst.as_mut_ptr().add(oy * f.ow + ox0), v, m);
                 }
             }
