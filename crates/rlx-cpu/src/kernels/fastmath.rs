@@ -17,6 +17,20 @@ pub(crate) type SliceKernel = fn(&[f32], &mut [f32]);
 
 pub(crate) const EXP_LO: f32 = -87.0;
 pub(crate) const EXP_HI: f32 = 88.0;
+/// Below this, `exp` is +0 (see [`exp_outside`]).
+pub(crate) const EXP_ZERO_BELOW: f32 = -104.0;
+/// Cephes `expf`'s constants: `r = x + n·EXP_LN2[0] + n·EXP_LN2[1]` (−ln 2 in two parts,
+/// Cephes' C1 and C2 negated) and the degree-5 polynomial on `r`, highest power first.
+/// Shared with the AVX-512 Softmax kernel (`reduce::softmax512`).
+pub(crate) const EXP_LN2: [f32; 2] = [-0.693_359_4, 2.121_944_4e-4];
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
 
 /// The widest vector ISA of this CPU that the slice kernels are compiled for (checked once).
 #[cfg(target_arch = "x86_64")]
@@ -63,14 +77,12 @@ fn exp_core_nonpos(x: f32) -> f32 {
 #[inline(always)]
 fn exp_clamped(xc: f32) -> f32 {
     let n = xc.mul_add(std::f32::consts::LOG2_E, 0.5).floor();
-    let r = n.mul_add(-0.693_359_4, xc);
-    let r = n.mul_add(2.121_944_4e-4, r);
-    let mut p = 1.987_569_1e-4f32;
-    p = p.mul_add(r, 1.398_199_9e-3);
-    p = p.mul_add(r, 8.333_452e-3);
-    p = p.mul_add(r, 4.166_579_6e-2);
-    p = p.mul_add(r, 1.666_666_5e-1);
-    p = p.mul_add(r, 5.000_000_1e-1);
+    let r = n.mul_add(EXP_LN2[0], xc);
+    let r = n.mul_add(EXP_LN2[1], r);
+    let mut p = EXP_POLY[0];
+    for &c in &EXP_POLY[1..] {
+        p = p.mul_add(r, c);
+    }
     let y = (p * r).mul_add(r, r) + 1.0;
     // SAFETY: `n` is finite and within [-126, 127] (from `xc` in [EXP_LO, EXP_HI]), so the
     // conversion is exact (`as` would add a saturation check per lane and stop vectorizing).
@@ -85,7 +97,7 @@ fn exp_clamped(xc: f32) -> f32 {
 /// a causal mask sends half its inputs here; libm's underflow path is slow.
 #[inline(always)]
 fn exp_outside(x: f32) -> f32 {
-    if x < -104.0 {
+    if x < EXP_ZERO_BELOW {
         0.0
     } else {
         x.exp()
@@ -120,8 +132,8 @@ pub(crate) fn exp_slice_generic(src: &[f32], dst: &mut [f32]) {
     let mut bad = false;
     for (d, &x) in dst.iter_mut().zip(src) {
         let y = exp_core(x);
-        *d = if x < -104.0 { 0.0 } else { y };
-        bad |= !(x < -104.0 || (EXP_LO..=EXP_HI).contains(&x));
+        *d = if x < EXP_ZERO_BELOW { 0.0 } else { y };
+        bad |= !(x < EXP_ZERO_BELOW || (EXP_LO..=EXP_HI).contains(&x));
     }
     if bad {
         for (d, &x) in dst.iter_mut().zip(src) {

@@ -278,7 +278,10 @@ mod softmax512 {
             for k in 0..nv {
                 let x = unsafe { _mm512_loadu_ps(sp.add(at(j, k))) };
                 let dv = _mm512_sub_ps(x, m[j]);
-                let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(dv, _mm512_set1_ps(-104.0));
+                let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(
+                    dv,
+                    _mm512_set1_ps(super::super::fastmath::EXP_ZERO_BELOW),
+                );
                 let inside = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(
                     dv,
                     _mm512_set1_ps(super::super::fastmath::EXP_LO),
@@ -319,30 +322,23 @@ mod softmax512 {
             .fold(0, |b, (j, &m)| b | (u32::from(m != 0) << j))
     }
 
-    /// `fastmath::exp_clamped` of `x` clamped to [EXP_LO, EXP_HI], op for op.
+    /// `fastmath::exp_clamped` of `x` clamped to [EXP_LO, EXP_HI], op for op (its
+    /// constants: `EXP_LN2`, `EXP_POLY`).
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn exp(x: __m512) -> __m512 {
-        use super::super::fastmath::{EXP_HI, EXP_LO};
-        let xc = _mm512_min_ps(
-            _mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
-            _mm512_set1_ps(EXP_HI),
-        );
-        let f = |a: __m512, b: f32, c: __m512| _mm512_fmadd_ps(a, _mm512_set1_ps(b), c);
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(f(
-            xc,
-            std::f32::consts::LOG2_E,
-            _mm512_set1_ps(0.5),
-        ));
-        let r = f(n, -0.693_359_4, xc);
-        let r = f(n, 2.121_944_4e-4, r);
+        use super::super::fastmath::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
         let c = |v: f32| _mm512_set1_ps(v);
-        let mut p = c(1.987_569_1e-4);
-        p = _mm512_fmadd_ps(p, r, c(1.398_199_9e-3));
-        p = _mm512_fmadd_ps(p, r, c(8.333_452e-3));
-        p = _mm512_fmadd_ps(p, r, c(4.166_579_6e-2));
-        p = _mm512_fmadd_ps(p, r, c(1.666_666_5e-1));
-        p = _mm512_fmadd_ps(p, r, c(5.000_000_1e-1));
+        let xc = _mm512_min_ps(_mm512_max_ps(x, c(EXP_LO)), c(EXP_HI));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(
+            _mm512_fmadd_ps(xc, c(std::f32::consts::LOG2_E), c(0.5)),
+        );
+        let r = _mm512_fmadd_ps(n, c(EXP_LN2[0]), xc);
+        let r = _mm512_fmadd_ps(n, c(EXP_LN2[1]), r);
+        let mut p = c(EXP_POLY[0]);
+        for &k in &EXP_POLY[1..] {
+            p = _mm512_fmadd_ps(p, r, c(k));
+        }
         let y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), c(1.0));
         let ni = _mm512_cvttps_epi32(n);
         let scale = _mm512_slli_epi32::<23>(_mm512_add_epi32(ni, _mm512_set1_epi32(127)));
