@@ -5,6 +5,8 @@
 //! op, an intermediate read outside); and that the scanner reports exactly what the unfused
 //! run reports when a value in the chain is not finite.
 
+mod common;
+
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -43,7 +45,7 @@ fn gelu_graph(n: usize, rows: usize) -> Graph {
     g
 }
 
-type Reports = Vec<(NodeId, usize, String)>;
+type Reports = Vec<common::Report>;
 
 fn run(
     g: Graph,
@@ -54,19 +56,12 @@ fn run(
     let mut ex = CpuExecutor::new(g).unwrap();
     let chains = ex.fused_chains();
     ex.set_fusion(fuse);
-    let mut sc = DebugScanner::new(mode, "cpu");
-    sc.set_print(false);
     let ts: Vec<Tensor> = ins
         .iter()
         .map(|(d, v)| Tensor::from_f32(d, v.clone()).unwrap())
         .collect();
-    let y = ex.run(&ts, Some(&mut sc)).unwrap();
-    let r = sc
-        .reports()
-        .iter()
-        .map(|r| (r.node, r.index, r.label.clone()))
-        .collect();
-    (chains, r, y[0].as_f32().unwrap().to_vec())
+    let (r, y) = common::run_scanned(&mut ex, &ts, mode);
+    (chains, r, y)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

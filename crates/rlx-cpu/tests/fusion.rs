@@ -3,6 +3,8 @@
 //! reports identical to the unfused run (the group is replayed op by op when its output is
 //! not finite). Expected causes are derived by hand from IEEE 754: inf + (-inf) is NaN.
 
+mod common;
+
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -142,24 +144,12 @@ fn run_scanned(
     fuse: bool,
     mode: DebugMode,
     xs: &[f32],
-) -> (Vec<(NodeId, usize, String)>, Vec<f32>) {
+) -> (Vec<common::Report>, Vec<f32>) {
     let mut ex = CpuExecutor::new(g).unwrap();
     assert_eq!(ex.fused_groups(), 1);
     ex.set_fusion(fuse);
-    let mut sc = DebugScanner::new(mode, "cpu");
-    sc.set_print(false);
-    let y = ex
-        .run(
-            &[Tensor::from_f32(&[1, C, H, W], xs.to_vec()).unwrap()],
-            Some(&mut sc),
-        )
-        .unwrap();
-    let r = sc
-        .reports()
-        .iter()
-        .map(|r| (r.node, r.index, r.label.clone()))
-        .collect();
-    (r, y[0].as_f32().unwrap().to_vec())
+    let x = Tensor::from_f32(&[1, C, H, W], xs.to_vec()).unwrap();
+    common::run_scanned(&mut ex, &[x], mode)
 }
 
 #[test]
@@ -510,16 +500,10 @@ fn fused_silu_on_a_large_plane_matches_unfused() {
         let mut ex = CpuExecutor::new(build().0).unwrap();
         assert_eq!(ex.fused_groups(), 1);
         ex.set_fusion(fuse);
-        let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
-        sc.set_print(false);
-        let y = ex
-            .run(
-                &[Tensor::from_f32(&[1, C2, H2, W2], xs.to_vec()).unwrap()],
-                Some(&mut sc),
-            )
-            .unwrap();
-        let r: Vec<(NodeId, usize)> = sc.reports().iter().map(|r| (r.node, r.index)).collect();
-        (r, y[0].as_f32().unwrap().to_vec())
+        let x = Tensor::from_f32(&[1, C2, H2, W2], xs.to_vec()).unwrap();
+        let (r, y) = common::run_scanned(&mut ex, &[x], DebugMode::Strict);
+        let r: Vec<(NodeId, usize)> = r.iter().map(|r| (r.0, r.1)).collect();
+        (r, y)
     };
     let xs: Vec<f32> = (0..C2 * H2 * W2)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.07)

@@ -4,6 +4,8 @@
 //! operands (computed here by index arithmetic), against the unfused run (Transpose, then
 //! MatMul), and the scanner's reports with a NaN in the transposed tensor.
 
+mod common;
+
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -124,7 +126,7 @@ fn graph(a: &Arg, b: &Arg, extra_use: bool) -> Graph {
     g
 }
 
-type Reports = Vec<(NodeId, usize, String)>;
+type Reports = Vec<common::Report>;
 
 fn run(
     g: Graph,
@@ -138,19 +140,12 @@ fn run(
     let mut ex = CpuExecutor::new(g).unwrap();
     let views = ex.transposes_read_in_place();
     ex.set_fusion(fuse);
-    let mut sc = DebugScanner::new(mode, "cpu");
-    sc.set_print(false);
     let ins = [
         Tensor::from_f32(&a.dims, xa.to_vec()).unwrap(),
         Tensor::from_f32(&b.dims, xb.to_vec()).unwrap(),
     ];
-    let y = ex.run(&ins, Some(&mut sc)).unwrap();
-    let r = sc
-        .reports()
-        .iter()
-        .map(|r| (r.node, r.index, r.label.clone()))
-        .collect();
-    (views, r, y[0].as_f32().unwrap().to_vec())
+    let (r, y) = common::run_scanned(&mut ex, &ins, mode);
+    (views, r, y)
 }
 
 fn cases() -> Vec<(Arg, Arg, usize)> {

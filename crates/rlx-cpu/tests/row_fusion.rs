@@ -7,6 +7,8 @@
 //! what the unfused run reports (the group is replayed op by op). Expected non-finite
 //! values are derived by hand from IEEE 754.
 
+mod common;
+
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -246,24 +248,13 @@ fn run_graph(
     xs: &[f32],
     fuse: bool,
     mode: DebugMode,
-) -> (usize, Vec<(NodeId, usize, String)>, Vec<f32>) {
+) -> (usize, Vec<common::Report>, Vec<f32>) {
     let mut ex = CpuExecutor::new(g).unwrap();
     let groups = ex.fused_row_groups();
     ex.set_fusion(fuse);
-    let mut sc = DebugScanner::new(mode, "cpu");
-    sc.set_print(false);
-    let y = ex
-        .run(
-            &[Tensor::from_f32(dims, xs.to_vec()).unwrap()],
-            Some(&mut sc),
-        )
-        .unwrap();
-    let r = sc
-        .reports()
-        .iter()
-        .map(|r| (r.node, r.index, r.label.clone()))
-        .collect();
-    (groups, r, y[0].as_f32().unwrap().to_vec())
+    let x = Tensor::from_f32(dims, xs.to_vec()).unwrap();
+    let (r, y) = common::run_scanned(&mut ex, &[x], mode);
+    (groups, r, y)
 }
 
 #[test]
