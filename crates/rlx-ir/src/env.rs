@@ -80,7 +80,7 @@ pub const VARS: &[EnvVar] = &[
     EnvVar {
         name: "RLX_CPU_DW_S2",
         values: "1|0 (0, off, false, no: off)",
-        acts: "at each depthwise conv on the CPU",
+        acts: "at the process's first stride-2 depthwise conv on the CPU (read once)",
         catches: "nothing: 0 makes f32 stride-2 3x3/5x5 depthwise convs copy each input plane into phase planes first (the older flat path) instead of reading it in place (default on); both give the same bits, so it is only for timing one against the other",
         cost: "none",
         scope: Scope::Runtime,

@@ -1496,7 +1496,9 @@ mod dw_simd {
             return false;
         };
         // Stride 2: straight from the input planes (`RLX_CPU_DW_S2=0`: the phase copy).
-        let direct = f.s == 2 && !rlx_ir::env::is_off("RLX_CPU_DW_S2");
+        // Read once per process (this runs per depthwise conv call).
+        static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let direct = f.s == 2 && *DIRECT.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_DW_S2"));
         let plane = match (g.ks[0], g.ks[1]) {
             (3, 3) if direct => FlatKind::Direct(s2_plane::<3>),
             (5, 5) if direct => FlatKind::Direct(s2_plane::<5>),
