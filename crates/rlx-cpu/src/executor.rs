@@ -49,6 +49,8 @@ pub struct CpuExecutor {
     /// Elementwise chains run block by block (`crate::ewfuse`).
     ew: crate::ewfuse::EwFusions,
     fuse_on: bool,
+    /// 1×1 convs interleaved with their depthwise reader (`Fusions::then_dw`), with fusion.
+    pairs_on: bool,
     /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
     /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
     /// the MatMul reads its input in place (`matmul::matmul_perm`).
@@ -549,6 +551,7 @@ impl CpuExecutor {
             group_wino,
             wino_on,
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
+            pairs_on: !rlx_ir::env::is_off("RLX_CPU_PWDW"),
             fusions,
             rows,
             ew,
@@ -581,6 +584,13 @@ impl CpuExecutor {
     /// is replayed unfused, so reports name the same op either way.
     pub fn set_fusion(&mut self, on: bool) {
         self.fuse_on = on;
+    }
+
+    /// Turn the interleaving of a 1×1 conv and its depthwise reader on or off (default: on,
+    /// unless `RLX_CPU_PWDW=0`; see [`CpuExecutor::paired_convs`]). It applies only while
+    /// fusion is on; either way the values are the same bits, so this is for timing.
+    pub fn set_pairing(&mut self, on: bool) {
+        self.pairs_on = on;
     }
 
     /// Turn the Winograd convolution on or off (default: on, unless `RLX_CPU_WINOGRAD=0`).
@@ -616,6 +626,15 @@ impl CpuExecutor {
     /// (`crate::rowfuse`; on and off with the conv groups).
     pub fn fused_row_groups(&self) -> usize {
         self.rows.groups.len()
+    }
+
+    /// How many 1×1 convs run interleaved with the depthwise conv that alone reads their
+    /// output (`crate::fuse::run_pair`: bands of rows, so the depthwise conv reads the 1×1
+    /// conv's output from cache; on and off with the other fusions, off with a scanner;
+    /// [`CpuExecutor::set_pairing`]). A pair whose kernels do not apply at run time (no
+    /// AVX-512, another kernel size) runs apart.
+    pub fn paired_convs(&self) -> usize {
+        self.fusions.then_dw.iter().flatten().count() * self.pairs_on as usize
     }
 
     /// How many elementwise chains run block by block (`crate::ewfuse`: connected f32
@@ -764,6 +783,8 @@ impl CpuExecutor {
         // unfused in this run because its fused output was not finite.
         let fuse = this.fuse_on && before.is_none() && observe.is_none();
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
+        // Depthwise groups already run with the pointwise group before them (`run_pair`).
+        let mut paired = vec![false; unfused.len()];
         // The same for the row groups (`crate::rowfuse`).
         let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
         // The same for the elementwise chains (`crate::ewfuse`).
@@ -778,7 +799,27 @@ impl CpuExecutor {
             if fuse {
                 // Whether a group computed this node's value (here or at its first node).
                 let mut done = false;
-                if let Some(k) = this.fusions.at_conv[i].filter(|&k| !unfused[k]) {
+                let pair = this.fusions.at_conv[i]
+                    .filter(|&k| !unfused[k] && scanner.is_none() && this.pairs_on)
+                    .and_then(|k| Some((k, this.fusions.then_dw[k]?)))
+                    .filter(|&(_, kb)| !unfused[kb]);
+                if let Some((k, kb)) = pair {
+                    let (grp, dw) = (&this.fusions.groups[k], &this.fusions.groups[kb]);
+                    let x = slots[node.inputs[0].index()]
+                        .get()
+                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
+                    if let Some(t) = crate::fuse::run_pair(g, grp, dw, x)
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?
+                    {
+                        let last = dw.members.last().copied().unwrap_or(dw.conv);
+                        slots[last.index()] = Slot::Owned(t);
+                        paired[kb] = true;
+                        done = true;
+                    }
+                }
+                if let Some(k) =
+                    this.fusions.at_conv[i].filter(|&k| !unfused[k] && !paired[k] && !done)
+                {
                     let grp = &this.fusions.groups[k];
                     let x = slots[node.inputs[0].index()]
                         .get()
@@ -853,6 +894,7 @@ impl CpuExecutor {
                 done = done
                     || (this.viewed[i] && (scanner.is_none() || finite[node.inputs[0].index()]))
                     || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
+                    || this.fusions.at_conv[i].is_some_and(|k| paired[k])
                     || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k])
                     || this.ew.member_of[i].is_some_and(|k| !ew_unfused[k]);
                 if done {

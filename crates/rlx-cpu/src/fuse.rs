@@ -102,6 +102,9 @@ pub(crate) struct Fusions {
     pub at_conv: Vec<Option<usize>>,
     /// Per node: the group whose chain it belongs to (not set for the conv itself).
     pub member_of: Vec<Option<usize>>,
+    /// Per group: the depthwise group whose conv alone reads this pointwise group's output
+    /// ([`run_pair`] runs the two interleaved).
+    pub then_dw: Vec<Option<usize>>,
 }
 
 fn constant(g: &Graph, id: NodeId) -> Option<&Tensor> {
@@ -138,6 +141,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         groups: vec![],
         at_conv: vec![None; n],
         member_of: vec![None; n],
+        then_dw: vec![],
     };
     for node in &g.nodes {
         let Op::Conv(_) = &node.op else { continue };
@@ -261,7 +265,96 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
             bound,
         });
     }
+    f.then_dw = f
+        .groups
+        .iter()
+        .map(|a| pair_at(g, &f, a, consumers, is_output))
+        .collect();
     f
+}
+
+/// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is
+/// 1×1 with stride 1, no padding and one group, on one image of more than 1024 pixels
+/// per plane, and its output (not a graph output) is read only, as input 0, by the conv of
+/// a group with one filter per channel. `crate::kernels::conv::pw_dw` checks the rest
+/// (kernel size, stride, finite weights, the CPU) each run.
+fn pair_at(
+    g: &Graph,
+    f: &Fusions,
+    a: &ConvGroup,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<usize> {
+    let last = a.members.last().copied().unwrap_or(a.conv);
+    let [reader] = consumers[last.index()].as_slice() else {
+        return None;
+    };
+    let kb = f.at_conv[reader.index()]?;
+    let (na, nb) = (g.node(a.conv), g.node(*reader));
+    let (Op::Conv(aa), Op::Conv(ab)) = (&na.op, &nb.op) else {
+        return None;
+    };
+    let od = na.shape.dims_usize();
+    let wd = na.inputs.get(1).map(|&w| g.node(w).shape.dims_usize())?;
+    let pointwise = od.len() == 4
+        && od[0] == 1
+        && aa.groups <= 1
+        && wd.len() == 4
+        && wd[2..] == [1, 1]
+        && aa.strides.iter().all(|&s| s == 1)
+        && aa.dilations.iter().all(|&d| d == 1)
+        && aa.pads.iter().all(|&p| p == (0, 0));
+    let depthwise = od.len() == 4 && od[1] > 1 && ab.groups == od[1];
+    (!is_output[last.index()]
+        && nb.inputs.iter().position(|&i| i == last) == Some(0)
+        && !nb.inputs[1..].contains(&last)
+        && pointwise
+        && depthwise
+        && od[2] * od[3] > 1024)
+        .then_some(kb)
+}
+
+/// The weights and bias a group's conv runs with: the folded ones, or the conv's constants.
+fn weights<'g>(g: &'g Graph, grp: &'g ConvGroup) -> Option<(&'g Tensor, Option<&'g Tensor>)> {
+    match &grp.folded {
+        Some((w, b)) => Some((w, Some(b))),
+        None => {
+            let node = g.node(grp.conv);
+            let w = constant(g, *node.inputs.get(1)?)?;
+            let b = match node.inputs.get(2) {
+                Some(&i) => Some(constant(g, i)?),
+                None => None,
+            };
+            Some((w, b))
+        }
+    }
+}
+
+/// Pointwise group `a` and depthwise group `b` (`Fusions::then_dw`) on `x`, interleaved by
+/// bands of rows (`crate::kernels::conv::pw_dw`): `b`'s output, the same bits as
+/// [`run_group`] on each in turn; None where the interleaved kernel does not apply (then
+/// nothing was computed and the groups run on their own). Only without a scanner: the
+/// pointwise output is never whole, so it is not scanned.
+pub(crate) fn run_pair(
+    g: &Graph,
+    a: &ConvGroup,
+    b: &ConvGroup,
+    x: &Tensor,
+) -> Result<Option<Tensor>, crate::KernelError> {
+    let (na, nb) = (g.node(a.conv), g.node(b.conv));
+    let (Op::Conv(aa), Op::Conv(ab), Some((wa, ba)), Some((wb, bb))) =
+        (&na.op, &nb.op, weights(g, a), weights(g, b))
+    else {
+        return Ok(None);
+    };
+    let (act_a, act_b) = (a.act, b.act);
+    let post_a = |v: &mut [f32]| act_a.apply(v);
+    let post_b = |v: &mut [f32]| act_b.apply(v);
+    crate::kernels::conv::pw_dw(
+        x,
+        (wa, ba, aa, &na.shape, (act_a.clamp(), &post_a)),
+        (wb, bb, ab, &nb.shape, (act_b.clamp(), &post_b)),
+    )
 }
 
 /// The SiLU read from `cur`: its only consumers are a `Sigmoid(cur)` (itself read only by

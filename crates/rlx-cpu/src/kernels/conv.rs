@@ -774,8 +774,9 @@ mod dw_simd {
         }
     }
 
-    /// One output plane (`dst`, `oh * ow`) of a `KH × KW` kernel `wt` from `src`: the input
-    /// plane (`s == 1`) or its phase planes.
+    /// Output rows `rows` of one output plane (`dst`, `oh * ow`; other rows are left alone)
+    /// of a `KH × KW` kernel `wt` from `src`: the input plane (`s == 1`) or its phase
+    /// planes. Only the input rows those output rows read are read.
     #[inline(always)]
     unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
         p: &Plan<S::M>,
@@ -784,6 +785,7 @@ mod dw_simd {
         b: f32,
         clamp: Clamp,
         dst: &mut [f32],
+        rows: std::ops::Range<usize>,
     ) -> u32 {
         let n = S::N;
         let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
@@ -805,7 +807,7 @@ mod dw_simd {
         let ow = p.ow;
         debug_assert_eq!(dst.len(), p.oh * ow);
         let dp = dst.as_mut_ptr();
-        for oy in 0..p.oh {
+        for oy in rows {
             let iy0 = (oy * p.sh) as isize - p.pt as isize;
             let ok: [bool; KH] = std::array::from_fn(|ky| {
                 let iy = iy0 + (ky * p.dh) as isize;
@@ -1260,6 +1262,9 @@ mod dw_simd {
     }
 
     type FlatFn = unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32]) -> u32;
+    /// [`s2_plane`]: a [`FlatFn`] for output rows `rows` of the plane.
+    type S2Fn =
+        unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32], std::ops::Range<usize>) -> u32;
 
     /// [`flat_plane`] for stride 2 read straight from input plane `x` (`h × w`), without
     /// the copy into phase planes: per output row and 16 outputs, each input row of the
@@ -1281,9 +1286,10 @@ mod dw_simd {
         b: f32,
         clamp: Clamp,
         dst: &mut [f32],
+        rows: std::ops::Range<usize>,
     ) -> u32 {
         type S = Avx512;
-        assert!(f.s == 2 && (K == 3 || K == 5));
+        assert!(f.s == 2 && (K == 3 || K == 5) && rows.end <= f.oh);
         assert!(x.len() >= f.h * f.w && dst.len() == f.oh * f.ow && wt.len() == K * K);
         let (h, w) = (f.h as isize, f.w as isize);
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -1308,7 +1314,7 @@ mod dw_simd {
                 _mm512_cmpge_epi32_mask(l, _mm512_setzero_si512())
                     & _mm512_cmplt_epi32_mask(l, _mm512_set1_epi32(w as i32))
             };
-            for oy in 0..f.oh {
+            for oy in rows {
                 for ox0 in (0..f.ow).step_by(16) {
                     let n = (f.ow - ox0).min(16);
                     let c0 = (2 * ox0) as isize - f.pl as isize;
@@ -1372,7 +1378,7 @@ mod dw_simd {
     #[derive(Clone, Copy)]
     enum FlatKind {
         Copy(FlatFn),
-        Direct(FlatFn),
+        Direct(S2Fn),
     }
 
     /// Every output plane on the flat path, in groups of planes of about 4096 outputs (two
@@ -1412,7 +1418,7 @@ mod dw_simd {
                         let (xi, wt) = (&x[i * hw..(i + 1) * hw], &w[c * kk..(c + 1) * kk]);
                         // SAFETY: the caller checked AVX-512F; `p` reads the input plane
                         // and writes `d`.
-                        bits = bits.max(unsafe { p(f, xi, wt, b, clamp, d) });
+                        bits = bits.max(unsafe { p(f, xi, wt, b, clamp, d, 0..f.oh) });
                         post(d);
                     }
                     if let Some(s) = seen {
@@ -1538,10 +1544,12 @@ mod dw_simd {
                 // SAFETY (both): every lane read through `p` lies in `xs` or in the phase
                 // planes (the others are masked off); the caller checked the CPU features.
                 match scratch {
-                    None => unsafe { plane::<$s, KH, KW>(p, xs.as_ptr(), wt, b, clamp, dst) },
+                    None => unsafe {
+                        plane::<$s, KH, KW>(p, xs.as_ptr(), wt, b, clamp, dst, 0..p.oh)
+                    },
                     Some(buf) => {
                         phases(xs, p.h, p.w, p.s, p.pitch, buf);
-                        unsafe { plane::<$s, KH, KW>(p, buf.as_ptr(), wt, b, clamp, dst) }
+                        unsafe { plane::<$s, KH, KW>(p, buf.as_ptr(), wt, b, clamp, dst, 0..p.oh) }
                     }
                 }
             }
@@ -1645,6 +1653,193 @@ mod dw_simd {
             Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post, clamp, seen),
         }
         Some(out)
+    }
+
+    /// [`plane`] on 16 lanes for output rows `rows`, compiled with AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rows_avx512<const K: usize>(
+        p: &Plan<u16>,
+        src: &[f32],
+        wt: &[f32],
+        b: f32,
+        clamp: Clamp,
+        dst: &mut [f32],
+        rows: std::ops::Range<usize>,
+    ) -> u32 {
+        // SAFETY: the caller checked AVX-512F; `plane` reads inside `src` (the plan's
+        // masks) and writes rows `rows` of `dst`.
+        unsafe { plane::<Avx512, K, K>(p, src.as_ptr(), wt, b, clamp, dst, rows) }
+    }
+
+    /// Target bytes of one band of the pointwise output in [`pw_dw`] (all of a thread's
+    /// channels, a few rows): inside Zen 4's 1 MB L2, where the depthwise conv then reads
+    /// it. MobileNetV2's first pair (16→96 at 112², then stride 2), 1 thread, per-node
+    /// profile: 602 / 514 / 523 / 456 / 451 µs at 64 / 128 / 256 / 512 / 768 KB bands,
+    /// 459–517 at 1–1.5 MB (noisy; the two convs apart: 638–846).
+    const BAND_BYTES: usize = 512 << 10;
+
+    /// [`rows_avx512`]: output rows `rows` of one plane on the per-row path.
+    type RowsFn = unsafe fn(
+        &Plan<u16>,
+        &[f32],
+        &[f32],
+        f32,
+        Clamp,
+        &mut [f32],
+        std::ops::Range<usize>,
+    ) -> u32;
+
+    /// The depthwise kernel of [`pw_dw`]: output rows of one plane.
+    enum RowKernel {
+        /// Stride 1, planes over 1024 pixels (where the unfused conv takes the per-row path too).
+        Rows(Plan<u16>, RowsFn),
+        /// Stride 2, 3×3 or 5×5 ([`s2_plane`], as the unfused conv).
+        S2(Flat, S2Fn),
+    }
+
+    /// A pointwise conv and the depthwise conv that reads its output, interleaved by bands
+    /// of rows (MobileNet's and EfficientNet's expansion then depthwise): per band, the
+    /// pointwise conv's product (gemm), bias and activation for those rows of every
+    /// channel, then every depthwise output row whose window rows are all computed. The
+    /// depthwise conv reads the pointwise output while it is in L2, not after the whole
+    /// tensor (4.8 MB in MobileNetV2's first block) has gone out to L3 or memory.
+    ///
+    /// `x`: one image `[c, h, w]`; `wa`: `[m, c]`; `bias_a`, `clamp_a`, `post_a` (called only
+    /// without a clamp): as the pointwise conv's group applies them. `g`: the depthwise
+    /// conv (`m` channels of `h × w`, finite weights `wb`); `clamp_b`, `post_b` likewise.
+    /// `mid` (`m·h·w`) receives the pointwise output, `out` (`m·oh·ow`) the depthwise one.
+    /// Each value is computed by the same kernels, in the same order, as the two convs
+    /// unfused ([`super::conv_float`]'s per-row bias and clamp after gemm, [`plane`] or
+    /// [`s2_plane`] per output row). Channels are split over threads, each thread
+    /// banding its own. Returns false (nothing written) where no row kernel applies:
+    /// not AVX-512, other kernel sizes, dilation, small planes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pw_dw(
+        x: &[f32],
+        c: usize,
+        wa: &[f32],
+        bias_a: Option<&[f32]>,
+        clamp_a: Option<(f32, f32, bool)>,
+        post_a: Option<Post>,
+        g: &Geo,
+        wb: &[f32],
+        bias_b: Option<&[f32]>,
+        clamp_b: Clamp,
+        post_b: Option<Post>,
+        mid: &mut [f32],
+        out: &mut [f32],
+    ) -> super::KResult<bool> {
+        use rayon::prelude::*;
+        let (h, w, m) = (g.sp[0], g.sp[1], g.m);
+        let (oh, ow) = (g.osp[0], g.osp[1]);
+        let (k, s) = (g.ks[0], g.strides[0]);
+        let square = g.ks[1] == k && g.strides[1] == s && g.dil.iter().all(|&d| d == 1);
+        if best_isa() != Some(Isa::Avx512) || !square || ow <= 8 || h * w <= 1024 {
+            return Ok(false);
+        }
+        let kern = match (s, k) {
+            (1, 3) => RowKernel::Rows(plan::<Avx512>(g), rows_avx512::<3>),
+            (1, 5) => RowKernel::Rows(plan::<Avx512>(g), rows_avx512::<5>),
+            (1, 7) => RowKernel::Rows(plan::<Avx512>(g), rows_avx512::<7>),
+            (2, 3 | 5) => match flat_plan(g) {
+                Some(f) => RowKernel::S2(f, if k == 3 { s2_plane::<3> } else { s2_plane::<5> }),
+                None => return Ok(false),
+            },
+            _ => return Ok(false),
+        };
+        let (hw, op, kk) = (h * w, oh * ow, k * k);
+        debug_assert!(x.len() == c * hw && mid.len() == m * hw && out.len() == m * op);
+        let pt = g.pads[0].0;
+        // Output rows whose window rows are all below `r1` (all rows at the bottom).
+        let ready = |r1: usize| {
+            if r1 == h {
+                oh
+            } else if r1 + pt >= k {
+                ((r1 + pt - k) / s + 1).min(oh)
+            } else {
+                0
+            }
+        };
+        let nt = if super::super::par_worth(m * hw) {
+            rayon::current_num_threads().min(m)
+        } else {
+            1
+        };
+        let per = m.div_ceil(nt);
+        let chunk = |(t, (mid, out)): (usize, (&mut [f32], &mut [f32]))| -> super::KResult<()> {
+            let (m0, mc) = (t * per, mid.len() / hw);
+            let band = (BAND_BYTES / (mc * w * 4)).max(1);
+            let mut done = 0;
+            for r0 in (0..h).step_by(band) {
+                let r1 = (r0 + band).min(h);
+                let a = super::View {
+                    data: wa,
+                    off: m0 * c,
+                    rs: c,
+                    cs: 1,
+                };
+                let b = super::View {
+                    data: x,
+                    off: r0 * w,
+                    rs: hw,
+                    cs: 1,
+                };
+                // SAFETY: rows i < mc, columns [r0*w, r1*w) of this thread's `mid` planes.
+                unsafe {
+                    super::gemm_uninit_ptr(
+                        mc,
+                        (r1 - r0) * w,
+                        c,
+                        a,
+                        b,
+                        mid.as_mut_ptr().add(r0 * w),
+                        (hw, 1),
+                        false,
+                    )?;
+                }
+                for i in 0..mc {
+                    let seg = &mut mid[i * hw + r0 * w..i * hw + r1 * w];
+                    super::bias_clamp(seg, bias_a.map(|b| b[m0 + i]), clamp_a, false);
+                    if let Some(p) = post_a {
+                        p(seg);
+                    }
+                }
+                let hi = ready(r1);
+                if hi == done {
+                    continue;
+                }
+                for i in 0..mc {
+                    let (src, dst) = (&mid[i * hw..(i + 1) * hw], &mut out[i * op..(i + 1) * op]);
+                    let wt = &wb[(m0 + i) * kk..(m0 + i + 1) * kk];
+                    let b = bias_b.map_or(0.0, |b| b[m0 + i]);
+                    // SAFETY: AVX-512F checked above; the kernels read `src` (a whole input
+                    // plane, rows below `r1` computed) and write rows done..hi of `dst`.
+                    unsafe {
+                        match &kern {
+                            RowKernel::Rows(p, f) => f(p, src, wt, b, clamp_b, dst, done..hi),
+                            RowKernel::S2(f, k) => k(f, src, wt, b, clamp_b, dst, done..hi),
+                        };
+                    }
+                    if let Some(p) = post_b {
+                        p(&mut dst[done * ow..hi * ow]);
+                    }
+                }
+                done = hi;
+            }
+            Ok(())
+        };
+        if nt > 1 {
+            mid.par_chunks_mut(per * hw)
+                .zip(out.par_chunks_mut(per * op))
+                .enumerate()
+                .try_for_each(chunk)?;
+        } else {
+            mid.chunks_mut(per * hw)
+                .zip(out.chunks_mut(per * op))
+                .enumerate()
+                .try_for_each(chunk)?;
+        }
+        Ok(true)
     }
 
     /// [`run_with`] at the best ISA, for finite weights only (`conv_post` checks them).
@@ -2077,6 +2272,98 @@ pub(crate) fn conv_post(
         (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
     };
     make(od, data)
+}
+
+/// A fused group's activation as a conv kernel takes it: a clamp applied in registers, or
+/// (None) a [`Post`] pass over each output run.
+pub(crate) type Act<'a> = (Option<Clamp>, Post<'a>);
+
+/// The pointwise conv `a` (1×1, stride 1, no padding, one group, dilation 1; weights `wa`
+/// `[M, C, 1, 1]`, bias `ba` `[M]`) on one f32 image `x` `[1, C, H, W]`, then the depthwise
+/// conv `b` (`M` groups; weights `wb` `[M, 1, k, k]`, all finite, bias `bb`) on its output,
+/// interleaved by bands of rows (`dw_simd::pw_dw`) so that the depthwise conv reads the
+/// pointwise output from L2. `act_a`, `act_b`: each conv's activation, as [`conv_post`]
+/// applies it. Returns the depthwise conv's output `[1, M, OH, OW]` (`out_b`), the same
+/// bits as the two convs run one after the other; None, with nothing computed, where the
+/// interleaved path does not apply (another shape, dtype or kernel; no AVX-512; planes of
+/// 1024 pixels or fewer, which stay in L2 anyway).
+///
+/// # Errors
+/// A shape that does not fit its conv (as [`conv`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pw_dw(
+    x: &Tensor,
+    (wa, ba, attrs_a, out_a, act_a): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
+    (wb, bb, attrs_b, out_b, act_b): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
+) -> KResult<Option<Tensor>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use TensorData as D;
+        let od_a = out_dims(out_a)?;
+        let od_b = out_dims(out_b)?;
+        let ga = geometry(x.dims(), wa.dims(), attrs_a, &od_a)?;
+        let gb = geometry(&od_a, wb.dims(), attrs_b, &od_b)?;
+        let pointwise = ga.n == 1
+            && ga.sp.len() == 2
+            && ga.groups == 1
+            && ga.ks.iter().all(|&k| k == 1)
+            && ga.strides.iter().all(|&s| s == 1)
+            && ga.pads.iter().all(|&p| p == (0, 0));
+        let depthwise = gb.sp.len() == 2 && gb.groups == gb.c && gb.m == gb.c && gb.c > 1;
+        fn f32s(b: Option<&Tensor>, n: usize) -> Option<Option<&[f32]>> {
+            match b.map(|b| b.data()) {
+                None => Some(None),
+                Some(TensorData::F32(v)) if v.len() == n => Some(Some(v.as_slice())),
+                _ => None,
+            }
+        }
+        fn post<'a>(a: Act<'a>) -> Option<Post<'a>> {
+            a.0.is_none().then_some(a.1)
+        }
+        let (D::F32(xv), D::F32(wav), D::F32(wbv), Some(bav), Some(bbv)) = (
+            x.data(),
+            wa.data(),
+            wb.data(),
+            f32s(ba, ga.m),
+            f32s(bb, gb.m),
+        ) else {
+            return Ok(None);
+        };
+        if !pointwise || !depthwise || super::wide::max_abs_bits(wbv) >= 0x7f80_0000 {
+            return Ok(None);
+        }
+        let (hw, op) = (ga.sp[0] * ga.sp[1], gb.osp[0] * gb.osp[1]);
+        let mut mid = crate::buffers::overwritten::<f32>(ga.m * hw);
+        let mut out = crate::buffers::overwritten::<f32>(gb.m * op);
+        let ok = dw_simd::pw_dw(
+            xv,
+            ga.c,
+            wav,
+            bav,
+            act_a.0.map(|c| (c.lo, c.hi, c.nan_out)),
+            post(act_a),
+            &gb,
+            wbv,
+            bbv,
+            act_b.0.unwrap_or(Clamp::NONE),
+            post(act_b),
+            &mut mid,
+            &mut out,
+        )?;
+        crate::buffers::give(D::F32(mid));
+        if !ok {
+            crate::buffers::give(D::F32(out));
+            return Ok(None);
+        }
+        make(od_b, D::F32(out)).map(Some)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (
+            x, wa, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b,
+        );
+        Ok(None)
+    }
 }
 
 /// Winograd weights for `Op::Conv` with weights `w` and attributes `a`, when the conv is

@@ -1,0 +1,336 @@
+//! A 1×1 conv and the depthwise conv that reads its output, run interleaved by bands of
+//! rows (`CpuExecutor::paired_convs`): values against the ONNX Conv definition computed here
+//! in f64 (zero padding, per-channel BatchNorm, Relu/Clip/SiLU as their formulas), bits
+//! against the same fused graph with the pair run apart (`set_pairing(false)`: the pair's
+//! kernels are the two convs' kernels), at 1 and 3 threads; and NaN/Inf reports as with
+//! fusion off (a scanner runs the pair apart).
+
+mod common;
+
+use common::{rnd, run_scanned};
+use rlx_cpu::CpuExecutor;
+use rlx_ir::numeric_check::DebugMode;
+use rlx_ir::*;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Act {
+    None,
+    Relu,
+    /// Max(·, 0) then Min(·, 6), as ONNX Clip imports (MobileNetV2's ReLU6).
+    Relu6,
+    /// x · Sigmoid(x), as exported (EfficientNet).
+    Silu,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    c: usize,
+    m: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    s: usize,
+    /// (top, left, bottom, right)
+    p: (usize, usize, usize, usize),
+    /// The 1×1 conv: a BatchNorm (Mul, Add per channel) after it, and its activation.
+    bn: bool,
+    act_a: Act,
+    bias_b: bool,
+    act_b: Act,
+}
+
+impl Case {
+    fn out_hw(&self) -> (usize, usize) {
+        let o = |i: usize, pb: usize, pe: usize| (i + pb + pe - self.k) / self.s + 1;
+        (o(self.h, self.p.0, self.p.2), o(self.w, self.p.1, self.p.3))
+    }
+}
+
+fn sh(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+struct Params {
+    wa: Vec<f32>,
+    ba: Vec<f32>,
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    wb: Vec<f32>,
+    bb: Vec<f32>,
+}
+
+fn params(cs: &Case) -> Params {
+    let scale = rnd(cs.m, 3).iter().map(|v| 0.5 + v.abs()).collect();
+    Params {
+        wa: rnd(cs.m * cs.c, 1),
+        ba: rnd(cs.m, 2),
+        scale,
+        shift: rnd(cs.m, 4),
+        wb: rnd(cs.m * cs.k * cs.k, 5),
+        bb: rnd(cs.m, 6),
+    }
+}
+
+fn act(g: &mut Graph, x: NodeId, a: Act, shape: &Shape) -> NodeId {
+    match a {
+        Act::None => x,
+        Act::Relu => g.add_node(Op::Activation(Activation::Relu), vec![x], shape.clone()),
+        Act::Relu6 => {
+            let lo = g.constant(Tensor::from_f32(&[], vec![0.0]).unwrap());
+            let hi = g.constant(Tensor::from_f32(&[], vec![6.0]).unwrap());
+            let mx = g.add_node(Op::Binary(BinaryOp::Max), vec![x, lo], shape.clone());
+            g.add_node(Op::Binary(BinaryOp::Min), vec![mx, hi], shape.clone())
+        }
+        Act::Silu => {
+            let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![x], shape.clone());
+            g.mul(x, sig, shape.clone())
+        }
+    }
+}
+
+fn act_ref(a: Act, v: f64) -> f64 {
+    match a {
+        Act::None => v,
+        Act::Relu => v.max(0.0),
+        Act::Relu6 => v.clamp(0.0, 6.0),
+        Act::Silu => v / (1.0 + (-v).exp()),
+    }
+}
+
+/// x → Conv 1×1 (+ bias) → [Mul, Add per channel] → act_a → depthwise Conv → act_b.
+/// Returns the graph and the 1×1 conv's node.
+fn graph(cs: &Case, p: &Params) -> (Graph, NodeId) {
+    let mut g = Graph::new("pw_dw");
+    let x = g.input("x", sh(&[1, cs.c, cs.h, cs.w]));
+    let mid = sh(&[1, cs.m, cs.h, cs.w]);
+    let wa = g.constant(Tensor::from_f32(&[cs.m, cs.c, 1, 1], p.wa.clone()).unwrap());
+    let ba = g.constant(Tensor::from_f32(&[cs.m], p.ba.clone()).unwrap());
+    let one = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let pw = g.add_node(Op::Conv(one), vec![x, wa, ba], mid.clone());
+    g.set_name(pw, "block.expand");
+    let mut y = pw;
+    if cs.bn {
+        let k = g.constant(Tensor::from_f32(&[cs.m, 1, 1], p.scale.clone()).unwrap());
+        let b = g.constant(Tensor::from_f32(&[cs.m, 1, 1], p.shift.clone()).unwrap());
+        y = g.mul(y, k, mid.clone());
+        y = g.add(y, b, mid.clone());
+    }
+    y = act(&mut g, y, cs.act_a, &mid);
+    let (oh, ow) = cs.out_hw();
+    let out = sh(&[1, cs.m, oh, ow]);
+    let wb = g.constant(Tensor::from_f32(&[cs.m, 1, cs.k, cs.k], p.wb.clone()).unwrap());
+    let dw = ConvAttrs {
+        strides: vec![cs.s, cs.s],
+        pads: vec![(cs.p.0, cs.p.2), (cs.p.1, cs.p.3)],
+        dilations: vec![1, 1],
+        groups: cs.m,
+    };
+    let mut ins = vec![y, wb];
+    if cs.bias_b {
+        ins.push(g.constant(Tensor::from_f32(&[cs.m], p.bb.clone()).unwrap()));
+    }
+    let d = g.add_node(Op::Conv(dw), ins, out.clone());
+    g.set_name(d, "block.depthwise");
+    let z = act(&mut g, d, cs.act_b, &out);
+    g.set_outputs(vec![z]);
+    (g, pw)
+}
+
+/// The definition in f64, `[M, OH, OW]`.
+fn reference(cs: &Case, p: &Params, x: &[f32]) -> Vec<f64> {
+    let hw = cs.h * cs.w;
+    let mut mid = vec![0f64; cs.m * hw];
+    for m in 0..cs.m {
+        for j in 0..hw {
+            let mut v = p.ba[m] as f64;
+            for c in 0..cs.c {
+                v += p.wa[m * cs.c + c] as f64 * x[c * hw + j] as f64;
+            }
+            if cs.bn {
+                v = v * p.scale[m] as f64 + p.shift[m] as f64;
+            }
+            mid[m * hw + j] = act_ref(cs.act_a, v);
+        }
+    }
+    let (oh, ow) = cs.out_hw();
+    let mut out = vec![0f64; cs.m * oh * ow];
+    for m in 0..cs.m {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut v = if cs.bias_b { p.bb[m] as f64 } else { 0.0 };
+                for ky in 0..cs.k {
+                    for kx in 0..cs.k {
+                        let iy = (oy * cs.s + ky) as isize - cs.p.0 as isize;
+                        let ix = (ox * cs.s + kx) as isize - cs.p.1 as isize;
+                        if iy >= 0 && ix >= 0 && (iy as usize) < cs.h && (ix as usize) < cs.w {
+                            let wv = p.wb[(m * cs.k + ky) * cs.k + kx] as f64;
+                            v += wv * mid[m * hw + iy as usize * cs.w + ix as usize];
+                        }
+                    }
+                }
+                out[(m * oh + oy) * ow + ox] = act_ref(cs.act_b, v);
+            }
+        }
+    }
+    out
+}
+
+/// Planes over 1024 pixels and enough channels that a thread's channels take several
+/// bands of rows (512 KB each), so rows finish at band edges inside the image.
+fn cases() -> Vec<Case> {
+    let base = Case {
+        c: 8,
+        m: 150,
+        h: 40,
+        w: 64,
+        k: 3,
+        s: 1,
+        p: (1, 1, 1, 1),
+        bn: true,
+        act_a: Act::Relu6,
+        bias_b: true,
+        act_b: Act::Relu6,
+    };
+    vec![
+        // MobileNetV2's block: ReLU6, 3×3 stride 1.
+        base,
+        // Stride 2 with TF-style padding (bottom/right only), SiLU both (EfficientNet).
+        Case {
+            c: 6,
+            m: 130,
+            h: 45,
+            w: 47,
+            s: 2,
+            p: (0, 0, 1, 1),
+            act_a: Act::Silu,
+            act_b: Act::Silu,
+            ..base
+        },
+        // 5×5 stride 2, Relu then nothing, no BatchNorm.
+        Case {
+            c: 4,
+            m: 97,
+            h: 50,
+            w: 70,
+            k: 5,
+            s: 2,
+            p: (2, 2, 2, 2),
+            bn: false,
+            act_a: Act::Relu,
+            act_b: Act::None,
+            ..base
+        },
+        // 7×7 stride 1, no activation before, no depthwise bias.
+        Case {
+            c: 5,
+            m: 120,
+            h: 36,
+            w: 60,
+            k: 7,
+            p: (3, 3, 3, 3),
+            act_a: Act::None,
+            bias_b: false,
+            act_b: Act::Relu,
+            ..base
+        },
+        // 5×5 stride 1, one-sided pads (output rows finish late at the bottom).
+        Case {
+            c: 3,
+            m: 140,
+            h: 33,
+            w: 66,
+            k: 5,
+            p: (1, 3, 3, 1),
+            ..base
+        },
+    ]
+}
+
+fn run(ex: &mut CpuExecutor, cs: &Case, x: &[f32], threads: usize) -> Vec<f32> {
+    let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x.to_vec()).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let y = pool.install(|| ex.run(&[t], None)).unwrap();
+    y[0].as_f32().unwrap().to_vec()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn pointwise_then_depthwise_matches_the_definition_and_the_unfused_bits() {
+    for (i, cs) in cases().iter().enumerate() {
+        let p = params(cs);
+        let (g, _) = graph(cs, &p);
+        let mut ex = CpuExecutor::new(g).unwrap();
+        assert_eq!(ex.paired_convs(), 1, "case {i}: {cs:?}");
+        let x: Vec<f32> = rnd(cs.c * cs.h * cs.w, 7 + i as u64)
+            .iter()
+            .map(|v| v * 3.0)
+            .collect();
+        let want = reference(cs, &p, &x);
+        ex.set_pairing(false);
+        let plain = run(&mut ex, cs, &x, 1);
+        ex.set_pairing(true);
+        // A run on other values first: buffers the pair takes from the executor's pool then
+        // hold other values than this run's, so a row read before it is computed shows.
+        let other: Vec<f32> = x.iter().map(|v| 2.0 - v).collect();
+        for threads in [1, 3] {
+            run(&mut ex, cs, &other, threads);
+            let y = run(&mut ex, cs, &x, threads);
+            let diff: Vec<usize> = (0..y.len())
+                .filter(|&j| y[j].to_bits() != plain[j].to_bits())
+                .collect();
+            assert!(
+                diff.is_empty(),
+                "case {i}, {threads} threads: {} of {} differ from the convs apart, first at {}: {} vs {}",
+                diff.len(),
+                y.len(),
+                diff[0],
+                y[diff[0]],
+                plain[diff[0]]
+            );
+            for (j, (&got, &r)) in y.iter().zip(&want).enumerate() {
+                assert!(
+                    (got as f64 - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                    "case {i}, {threads} threads, element {j}: {got} vs {r}"
+                );
+            }
+        }
+    }
+}
+
+/// 3e38 at one pixel of every input channel: the 1×1 conv's sums overflow to ±inf there
+/// (in the channels whose weights add up past f32::MAX / 3e38), the SiLU keeps them, the
+/// depthwise conv spreads them (and makes NaN where +inf meets -inf). With a scanner the
+/// pair runs apart, so strict mode names the 1×1 conv as fusion off does, and the outputs
+/// agree. (Run as a pair, the 1×1 conv's output would never be scanned.)
+#[test]
+fn a_scanned_run_reports_as_with_fusion_off() {
+    let cs = cases()[1];
+    let p = params(&cs);
+    let mut x = rnd(cs.c * cs.h * cs.w, 11);
+    for c in 0..cs.c {
+        x[c * cs.h * cs.w + 5 * cs.w + 9] = 3e38;
+    }
+    let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x).unwrap();
+    let mut out = vec![];
+    for fuse in [true, false] {
+        let (g, pw) = graph(&cs, &p);
+        let mut ex = CpuExecutor::new(g).unwrap();
+        ex.set_fusion(fuse);
+        let (r, y) = run_scanned(&mut ex, std::slice::from_ref(&t), DebugMode::Strict);
+        assert!(r.iter().any(|(n, _, _)| *n == pw), "{r:?}");
+        assert!(y.iter().any(|v| !v.is_finite()));
+        out.push((r, bits(&y)));
+    }
+    assert_eq!(out[0], out[1]);
+}
