@@ -448,13 +448,21 @@ impl CpuExecutor {
         // A Transpose that a MatMul reads in place: the MatMul reads the Transpose's input.
         let mm_views = plan_mm_views(&graph, &consumers, &is_output);
         let mut viewed = vec![false; n];
-        // Per value, the nodes that read it when fused: its consumers, and a MatMul that
-        // reads it through a Transpose (`mm_views`), which is not a graph edge.
+        let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
+        // Per value, the nodes that read it when fused: its consumers, a MatMul that reads
+        // it through a Transpose (`mm_views`), and a conv that takes a scale Mul's operands
+        // (`fuse::Scaled`); those are not graph edges.
         let mut readers = consumers.clone();
         for (i, v) in mm_views.iter().enumerate() {
             for v in v.iter().flatten() {
                 viewed[v.transpose.index()] = true;
                 readers[v.src.index()].push(NodeId(i as u32));
+            }
+        }
+        for (grp, sc) in fusions.groups.iter().zip(&fusions.scaled) {
+            if let Some(sc) = sc {
+                readers[sc.x.index()].push(grp.conv);
+                readers[sc.s.index()].push(grp.conv);
             }
         }
         // Liveness: a value's buffer dies after its last reader, unless it is an output.
@@ -492,12 +500,12 @@ impl CpuExecutor {
                 _ => false,
             })
             .collect();
-        let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
         let rows = crate::rowfuse::plan(&graph, &consumers, &is_output);
         let taken: Vec<bool> = (0..n)
             .map(|i| {
                 fusions.at_conv[i].is_some()
                     || fusions.member_of[i].is_some()
+                    || fusions.scale_mul[i].is_some()
                     || rows.at[i].is_some()
                     || rows.member_of[i].is_some()
             })
@@ -635,6 +643,15 @@ impl CpuExecutor {
     /// AVX-512, another kernel size) runs apart.
     pub fn paired_convs(&self) -> usize {
         self.fusions.then_dw.iter().flatten().count() * self.pairs_on as usize
+    }
+
+    /// How many 1×1 convs take the per-channel scale Mul before them into their weights
+    /// at run time (`crate::fuse::Scaled`: a Squeeze-and-Excitation block's `x · s`, `s`
+    /// of dims `[1, C, 1, 1]`, read only by the conv, where the conv has fewer output
+    /// channels than pixels). The Mul is not run; on and off with the other fusions, off
+    /// with a scanner (the Mul then runs, so reports name it).
+    pub fn scaled_convs(&self) -> usize {
+        self.fusions.scaled.iter().flatten().count()
     }
 
     /// How many elementwise chains run block by block (`crate::ewfuse`: connected f32
@@ -799,6 +816,8 @@ impl CpuExecutor {
             if fuse {
                 // Whether a group computed this node's value (here or at its first node).
                 let mut done = false;
+                // A scale Mul folded into its conv's weights (`fuse::Scaled`): not run.
+                let scaling = |k: usize| scanner.is_none() && this.fusions.scaled[k].is_some();
                 let pair = this.fusions.at_conv[i]
                     .filter(|&k| !unfused[k] && scanner.is_none() && this.pairs_on)
                     .and_then(|k| Some((k, this.fusions.then_dw[k]?)))
@@ -816,6 +835,19 @@ impl CpuExecutor {
                         paired[kb] = true;
                         done = true;
                     }
+                }
+                let scaled = this.fusions.at_conv[i].filter(|&k| !unfused[k] && scaling(k));
+                if let Some(k) = scaled {
+                    let (grp, sc) = (&this.fusions.groups[k], this.fusions.scaled[k]);
+                    let sc = sc.expect("scaling(k)");
+                    let [x, s] = input_values(g, id, &slots, &[sc.x, sc.s])?[..] else {
+                        unreachable!("two inputs asked")
+                    };
+                    let t = crate::fuse::run_scaled(g, grp, x, s)
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    let last = grp.members.last().copied().unwrap_or(grp.conv);
+                    slots[last.index()] = Slot::Owned(t);
+                    done = true;
                 }
                 if let Some(k) =
                     this.fusions.at_conv[i].filter(|&k| !unfused[k] && !paired[k] && !done)
@@ -895,6 +927,7 @@ impl CpuExecutor {
                     || (this.viewed[i] && (scanner.is_none() || finite[node.inputs[0].index()]))
                     || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
                     || this.fusions.at_conv[i].is_some_and(|k| paired[k])
+                    || this.fusions.scale_mul[i].is_some_and(|k| !unfused[k] && scaling(k))
                     || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k])
                     || this.ew.member_of[i].is_some_and(|k| !ew_unfused[k]);
                 if done {

@@ -105,6 +105,24 @@ pub(crate) struct Fusions {
     /// Per group: the depthwise group whose conv alone reads this pointwise group's output
     /// ([`run_pair`] runs the two interleaved).
     pub then_dw: Vec<Option<usize>>,
+    /// Per group: the per-channel scale Mul before its 1×1 conv, folded into the weights
+    /// at run time ([`run_scaled`]).
+    pub scaled: Vec<Option<Scaled>>,
+    /// Per node: the group whose conv a scale Mul is folded into (`scaled`).
+    pub scale_mul: Vec<Option<usize>>,
+}
+
+/// `Mul(x, s)` (either order) with `s` of dims `[1, C, 1, 1]`, computed at run time (a
+/// Squeeze-and-Excitation block's scale), read only by a 1×1 conv `W` `[O, C, 1, 1]`:
+/// `W · (x ⊙ s) = (W ⊙ s) · x`, so the conv runs on `x` with `W'[o, c] = W[o, c] · s[c]`
+/// (the folded weights when the group has them), `O·C` products instead of the Mul's pass
+/// over `C·H·W` elements. Planned only where `O < H·W` (EfficientNet-B0: every block but
+/// the 7×7 ones).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scaled {
+    pub mul: NodeId,
+    pub x: NodeId,
+    pub s: NodeId,
 }
 
 fn constant(g: &Graph, id: NodeId) -> Option<&Tensor> {
@@ -142,6 +160,8 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         at_conv: vec![None; n],
         member_of: vec![None; n],
         then_dw: vec![],
+        scaled: vec![],
+        scale_mul: vec![None; n],
     };
     for node in &g.nodes {
         let Op::Conv(_) = &node.op else { continue };
@@ -265,12 +285,112 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
             bound,
         });
     }
+    f.scaled = f
+        .groups
+        .iter()
+        .map(|a| scale_at(g, a, consumers, is_output))
+        .collect();
+    for (k, sc) in f.scaled.iter().enumerate() {
+        if let Some(sc) = sc {
+            f.scale_mul[sc.mul.index()] = Some(k);
+        }
+    }
     f.then_dw = f
         .groups
         .iter()
-        .map(|a| pair_at(g, &f, a, consumers, is_output))
+        .zip(&f.scaled)
+        .map(|(a, sc)| pair_at(g, &f, a, consumers, is_output).filter(|_| sc.is_none()))
         .collect();
     f
+}
+
+/// The scale Mul ([`Scaled`]) that group `grp`'s conv can take into its weights.
+fn scale_at(
+    g: &Graph,
+    grp: &ConvGroup,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<Scaled> {
+    let conv = g.node(grp.conv);
+    let Op::Conv(a) = &conv.op else { return None };
+    let &mul = conv.inputs.first()?;
+    let wd = g.node(*conv.inputs.get(1)?).shape.dims_usize();
+    let m = g.node(mul);
+    let (Op::Binary(BinaryOp::Mul), &[p, q]) = (&m.op, m.inputs.as_slice()) else {
+        return None;
+    };
+    let xd = m.shape.dims_usize();
+    let pointwise = a.groups <= 1
+        && wd.len() == 4
+        && wd[2..] == [1, 1]
+        && a.strides.iter().all(|&s| s == 1)
+        && a.dilations.iter().all(|&d| d == 1)
+        && a.pads.iter().all(|&p| p == (0, 0));
+    let ok = pointwise
+        && m.shape.dtype == DType::F32
+        && m.shape.is_static()
+        && xd.len() == 4
+        && xd[0] == 1
+        && wd[1] == xd[1]
+        && wd[0] < xd[2] * xd[3]
+        && p != q
+        && !is_output[mul.index()]
+        && consumers[mul.index()].as_slice() == [grp.conv]
+        && conv.inputs[1..].iter().all(|&i| i != mul);
+    if !ok {
+        return None;
+    }
+    let is = |id: NodeId, d: &[usize]| {
+        let n = g.node(id);
+        n.shape.is_static() && n.shape.dtype == DType::F32 && n.shape.dims_usize().as_slice() == d
+    };
+    let per_channel = [1, xd[1], 1, 1];
+    let (x, s) = if is(p, &xd) && is(q, &per_channel) {
+        (p, q)
+    } else if is(q, &xd) && is(p, &per_channel) {
+        (q, p)
+    } else {
+        return None;
+    };
+    // A constant scale belongs in the plan-time fold, not here.
+    (constant(g, s).is_none()).then_some(Scaled { mul, x, s })
+}
+
+/// Group `grp`'s conv on `x` with its weights scaled per input channel by `s`
+/// ([`Scaled`]): `W'[o, c] = W[o, c] · s[c]` (one f32 product each), then the conv and the
+/// group's activation. The result differs from `Mul` then the conv by rounding only; a
+/// NaN or Inf in `s` or `x` reaches the output as it would unfused. Only without a
+/// scanner (the Mul's value is never made, so it could not be scanned).
+pub(crate) fn run_scaled(
+    g: &Graph,
+    grp: &ConvGroup,
+    x: &Tensor,
+    s: &Tensor,
+) -> Result<Tensor, crate::KernelError> {
+    let node = g.node(grp.conv);
+    let bad = |m: &str| crate::KernelError::Invalid(format!("scaled conv: {m}"));
+    let (Op::Conv(a), Some((w, b))) = (&node.op, weights(g, grp)) else {
+        return Err(bad("not a Conv with constant weights"));
+    };
+    let (Some(wv), Some(sv)) = (w.as_f32(), s.as_f32()) else {
+        return Err(bad("weights or scale not f32"));
+    };
+    let c = sv.len();
+    if c == 0 || w.dims().get(1) != Some(&c) || wv.len() % c != 0 {
+        return Err(bad("the scale's length is not the weights' input channels"));
+    }
+    let mut ws = crate::buffers::overwritten::<f32>(wv.len());
+    for (o, row) in ws.chunks_mut(c).zip(wv.chunks(c)) {
+        for ((o, &w), &s) in o.iter_mut().zip(row).zip(sv) {
+            *o = w * s;
+        }
+    }
+    let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
+    let act = grp.act;
+    let post = |v: &mut [f32]| act.apply(v);
+    let t = crate::kernels::conv::conv_post(x, &wt, b, a, &node.shape, &post, act.clamp(), None);
+    crate::buffers::give(wt.into_data());
+    t
 }
 
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is

@@ -1,0 +1,183 @@
+//! A Squeeze-and-Excitation scale folded into the next 1×1 conv (`CpuExecutor::
+//! scaled_convs`): `Conv(x · s)` runs as a conv of `x` with `W'[o, c] = W[o, c] · s[c]`.
+//! Values against the definition computed here in f64 (sigmoid, per-channel product, 1×1
+//! conv, BatchNorm, SiLU), both operand orders, a later reader of `x` (its buffer must
+//! outlive the skipped Mul); NaN reports as with fusion off (a scanner runs the Mul);
+//! and where the fold is not planned.
+
+mod common;
+
+use common::{rnd, run_scanned};
+use rlx_cpu::CpuExecutor;
+use rlx_ir::numeric_check::DebugMode;
+use rlx_ir::*;
+
+const C: usize = 24;
+const O: usize = 16;
+
+fn sh(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+struct Built {
+    g: Graph,
+    mul: NodeId,
+}
+
+/// x [1, C, h, w], z [1, C, 1, 1] → s = Sigmoid(z) → Mul (s first when `s_first`) → Conv
+/// 1×1 (O outputs, bias) → BatchNorm (Mul, Add) → SiLU; with `residual` (needs O == C) the
+/// output adds x back, so x is read after the conv.
+fn build(h: usize, w: usize, o: usize, s_first: bool, residual: bool) -> Built {
+    let mut g = Graph::new("se");
+    let x = g.input("x", sh(&[1, C, h, w]));
+    let z = g.input("z", sh(&[1, C, 1, 1]));
+    let s = g.add_node(
+        Op::Activation(Activation::Sigmoid),
+        vec![z],
+        sh(&[1, C, 1, 1]),
+    );
+    let full = sh(&[1, C, h, w]);
+    let ins = if s_first { vec![s, x] } else { vec![x, s] };
+    let mul = g.add_node(Op::Binary(BinaryOp::Mul), ins, full);
+    g.set_name(mul, "se.scale");
+    let wt = g.constant(Tensor::from_f32(&[o, C, 1, 1], rnd(o * C, 1)).unwrap());
+    let b = g.constant(Tensor::from_f32(&[o], rnd(o, 2)).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let out = sh(&[1, o, h, w]);
+    let conv = g.add_node(Op::Conv(attrs), vec![mul, wt, b], out.clone());
+    g.set_name(conv, "project.conv");
+    let k = g.constant(Tensor::from_f32(&[o, 1, 1], bn_scale(o)).unwrap());
+    let sh_ = g.constant(Tensor::from_f32(&[o, 1, 1], rnd(o, 4)).unwrap());
+    let y = g.mul(conv, k, out.clone());
+    let y = g.add(y, sh_, out.clone());
+    let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![y], out.clone());
+    let mut y = g.mul(y, sig, out.clone());
+    if residual {
+        y = g.add(y, x, out);
+    }
+    g.set_outputs(vec![y]);
+    Built { g, mul }
+}
+
+fn bn_scale(o: usize) -> Vec<f32> {
+    rnd(o, 3).iter().map(|v| 0.5 + v.abs()).collect()
+}
+
+fn reference(h: usize, w: usize, o: usize, residual: bool, x: &[f32], z: &[f32]) -> Vec<f64> {
+    let (wt, b, k, sh_) = (rnd(o * C, 1), rnd(o, 2), bn_scale(o), rnd(o, 4));
+    let hw = h * w;
+    let s: Vec<f64> = z
+        .iter()
+        .map(|&v| 1.0 / (1.0 + (-(v as f64)).exp()))
+        .collect();
+    let mut out = vec![0f64; o * hw];
+    for m in 0..o {
+        for j in 0..hw {
+            let mut v = b[m] as f64;
+            for c in 0..C {
+                v += wt[m * C + c] as f64 * (x[c * hw + j] as f64 * s[c]);
+            }
+            let v = v * k[m] as f64 + sh_[m] as f64;
+            let mut y = v / (1.0 + (-v).exp());
+            if residual {
+                y += x[m * hw + j] as f64;
+            }
+            out[m * hw + j] = y;
+        }
+    }
+    out
+}
+
+fn feeds(h: usize, w: usize, x: Vec<f32>, z: Vec<f32>) -> [Tensor; 2] {
+    [
+        Tensor::from_f32(&[1, C, h, w], x).unwrap(),
+        Tensor::from_f32(&[1, C, 1, 1], z).unwrap(),
+    ]
+}
+
+#[test]
+fn scale_folded_into_the_conv_matches_the_definition() {
+    let (h, w) = (9, 11);
+    for (s_first, residual) in [(true, false), (false, false), (true, true)] {
+        let o = if residual { C } else { O };
+        let mut ex = CpuExecutor::new(build(h, w, o, s_first, residual).g).unwrap();
+        assert_eq!(
+            ex.scaled_convs(),
+            1,
+            "s_first {s_first}, residual {residual}"
+        );
+        let x: Vec<f32> = rnd(C * h * w, 5).iter().map(|v| v * 4.0).collect();
+        let z: Vec<f32> = rnd(C, 6).iter().map(|v| v * 6.0).collect();
+        let want = reference(h, w, o, residual, &x, &z);
+        for fuse in [true, false] {
+            ex.set_fusion(fuse);
+            let y = ex.run(&feeds(h, w, x.clone(), z.clone()), None).unwrap();
+            let y = y[0].as_f32().unwrap();
+            for (i, (&got, &r)) in y.iter().zip(&want).enumerate() {
+                assert!(
+                    (got as f64 - r).abs() <= 2e-5 * (1.0 + r.abs()),
+                    "fuse {fuse}, s_first {s_first}, residual {residual}, at {i}: {got} vs {r}"
+                );
+            }
+        }
+    }
+}
+
+/// x = +inf at one pixel and s = 0 in its channel (z = -inf): the Mul makes inf · 0 = NaN.
+/// With a scanner the Mul runs, so strict mode names it ("se.scale") as with fusion off;
+/// without one the folded weight is 0 and the conv's 0 · inf gives NaN at the same pixels.
+#[test]
+fn a_nan_made_by_the_scale_is_reported_at_the_mul() {
+    let (h, w) = (9, 11);
+    let mut x = rnd(C * h * w, 7);
+    x[3 * h * w + 20] = f32::INFINITY;
+    let mut z = rnd(C, 8);
+    z[3] = f32::NEG_INFINITY;
+    let mut seen = vec![];
+    for fuse in [true, false] {
+        let b = build(h, w, O, true, false);
+        let mut ex = CpuExecutor::new(b.g).unwrap();
+        ex.set_fusion(fuse);
+        let (r, y) = run_scanned(
+            &mut ex,
+            &feeds(h, w, x.clone(), z.clone()),
+            DebugMode::Strict,
+        );
+        assert!(
+            r.iter().any(|(n, _, l)| *n == b.mul && l == "se.scale"),
+            "fuse {fuse}: {r:?}"
+        );
+        let nan: Vec<bool> = y.iter().map(|v| v.is_nan()).collect();
+        seen.push((r, nan));
+        // Unscanned (folded when fused): NaN at the same outputs.
+        let y2 = ex.run(&feeds(h, w, x.clone(), z.clone()), None).unwrap();
+        let nan2: Vec<bool> = y2[0].as_f32().unwrap().iter().map(|v| v.is_nan()).collect();
+        assert_eq!(nan2, seen.last().unwrap().1, "fuse {fuse}");
+        assert!(nan2.iter().any(|&v| v));
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
+/// Not folded where scaling the weights costs more than the Mul (O ≥ H·W), nor for a
+/// constant scale or a Mul read by another node too.
+#[test]
+fn folds_only_where_it_saves_a_pass() {
+    let small = CpuExecutor::new(build(3, 4, O, true, false).g).unwrap();
+    assert_eq!(small.scaled_convs(), 0, "O = 16 >= H·W = 12");
+    let mut b = build(9, 11, O, true, false);
+    let extra = b.g.add_node(
+        Op::Activation(Activation::Relu),
+        vec![b.mul],
+        sh(&[1, C, 9, 11]),
+    );
+    let mut outs = b.g.outputs.clone();
+    outs.push(extra);
+    b.g.set_outputs(outs);
+    let two_readers = CpuExecutor::new(b.g).unwrap();
+    assert_eq!(two_readers.scaled_convs(), 0, "the Mul is read twice");
+}
