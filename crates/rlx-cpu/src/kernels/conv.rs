@@ -1264,7 +1264,7 @@ mod dw_simd {
     type FlatFn = unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32]) -> u32;
     /// [`s2_plane`]: a [`FlatFn`] for output rows `rows` of the plane.
     type S2Fn =
-        unsafe fn(&Flat, &[f32], &[f32], f32, Clamp, &mut [f32], std::ops::Range<usize>) -> u32;
+        unsafe fn(&Flat, *const f32, &[f32], f32, Clamp, &mut [f32], std::ops::Range<usize>) -> u32;
 
     /// [`flat_plane`] for stride 2 read straight from input plane `x` (`h × w`), without
     /// the copy into phase planes: per output row and 16 outputs, each input row of the
@@ -1277,11 +1277,14 @@ mod dw_simd {
     /// time as the product (96 ch 112→56: 100 µs each).
     ///
     /// # Safety
-    /// The CPU must have AVX-512F; `f` is a stride-2 plan of `K × K` taps, `K` 3 or 5.
+    /// The CPU must have AVX-512F; `f` is a stride-2 plan of `K × K` taps, `K` 3 or 5;
+    /// `x + iy·w` must be readable for `w` floats for every image row `iy` in `[0, h)` that
+    /// output rows `rows` read (`x` is the plane's row 0, which need not itself exist: a
+    /// window of rows is enough).
     #[target_feature(enable = "avx512f")]
     unsafe fn s2_plane<const K: usize>(
         f: &Flat,
-        x: &[f32],
+        x: *const f32,
         wt: &[f32],
         b: f32,
         clamp: Clamp,
@@ -1290,14 +1293,15 @@ mod dw_simd {
     ) -> u32 {
         type S = Avx512;
         assert!(f.s == 2 && (K == 3 || K == 5) && rows.end <= f.oh);
-        assert!(x.len() >= f.h * f.w && dst.len() == f.oh * f.ow && wt.len() == K * K);
+        assert!(dst.len() == f.oh * f.ow && wt.len() == K * K);
         let (h, w) = (f.h as isize, f.w as isize);
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
         let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         // SAFETY: AVX-512F is enabled here; every load is masked to columns [0, w) of a
-        // row in [0, h) of `x` (lanes outside are not read), every store to the `n` outputs
-        // of its row inside `dst`.
+        // row in [0, h) that output rows `rows` read (lanes outside are not read; those
+        // rows are readable: the caller's contract), every store to the `n` outputs of its
+        // row inside `dst`.
         unsafe {
             let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
             let mut seen = S::splat(0.0);
@@ -1325,7 +1329,7 @@ mod dw_simd {
                         let (e, o, e2, o2) = if iy < 0 || iy >= h {
                             (zero, zero, zero, zero)
                         } else {
-                            let row = x.as_ptr().wrapping_offset(iy * w);
+                            let row = x.wrapping_offset(iy * w);
                             let ld =
                                 |c: isize| _mm512_maskz_loadu_ps(inside(c), row.wrapping_offset(c));
                             let (v0, v1, v2) = (ld(c0), ld(c0 + 16), ld(c0 + 32));
@@ -1418,7 +1422,7 @@ mod dw_simd {
                         let (xi, wt) = (&x[i * hw..(i + 1) * hw], &w[c * kk..(c + 1) * kk]);
                         // SAFETY: the caller checked AVX-512F; `p` reads the input plane
                         // and writes `d`.
-                        bits = bits.max(unsafe { p(f, xi, wt, b, clamp, d, 0..f.oh) });
+                        bits = bits.max(unsafe { p(f, xi.as_ptr(), wt, b, clamp, d, 0..f.oh) });
                         post(d);
                     }
                     if let Some(s) = seen {
@@ -1655,33 +1659,35 @@ mod dw_simd {
         Some(out)
     }
 
-    /// [`plane`] on 16 lanes for output rows `rows`, compiled with AVX-512F.
+    /// [`plane`] on 16 lanes for output rows `rows`, compiled with AVX-512F; `src` is the
+    /// input plane's row 0, and the rows those output rows read must be readable from it
+    /// (as for [`s2_plane`]).
     #[target_feature(enable = "avx512f")]
     unsafe fn rows_avx512<const K: usize>(
         p: &Plan<u16>,
-        src: &[f32],
+        src: *const f32,
         wt: &[f32],
         b: f32,
         clamp: Clamp,
         dst: &mut [f32],
         rows: std::ops::Range<usize>,
     ) -> u32 {
-        // SAFETY: the caller checked AVX-512F; `plane` reads inside `src` (the plan's
-        // masks) and writes rows `rows` of `dst`.
-        unsafe { plane::<Avx512, K, K>(p, src.as_ptr(), wt, b, clamp, dst, rows) }
+        // SAFETY: the caller checked AVX-512F; `plane` reads the rows the output rows need
+        // (inside the image, masked to its columns) and writes rows `rows` of `dst`.
+        unsafe { plane::<Avx512, K, K>(p, src, wt, b, clamp, dst, rows) }
     }
 
     /// Target bytes of one band of the pointwise output in [`pw_dw`] (all of a thread's
-    /// channels, a few rows): inside Zen 4's 1 MB L2, where the depthwise conv then reads
-    /// it. MobileNetV2's first pair (16→96 at 112², then stride 2), 1 thread, per-node
-    /// profile: 602 / 514 / 523 / 456 / 451 µs at 64 / 128 / 256 / 512 / 768 KB bands,
-    /// 459–517 at 1–1.5 MB (noisy; the two convs apart: 638–846).
+    /// channels, a few rows): with the rows kept for later outputs, inside Zen 4's 1 MB
+    /// L2. MobileNetV2's first pair (16→96 at 112², then stride 2), 1 thread, per-node
+    /// profile, two runs each: 400–404 / 382–388 / 379–396 / 366–371 / 375–381 µs at 128 /
+    /// 256 / 384 / 512 / 768 KB bands (the two convs apart: 638–846).
     const BAND_BYTES: usize = 512 << 10;
 
     /// [`rows_avx512`]: output rows `rows` of one plane on the per-row path.
     type RowsFn = unsafe fn(
         &Plan<u16>,
-        &[f32],
+        *const f32,
         &[f32],
         f32,
         Clamp,
@@ -1701,13 +1707,15 @@ mod dw_simd {
     /// of rows (MobileNet's and EfficientNet's expansion then depthwise): per band, the
     /// pointwise conv's product (gemm), bias and activation for those rows of every
     /// channel, then every depthwise output row whose window rows are all computed. The
-    /// depthwise conv reads the pointwise output while it is in L2, not after the whole
-    /// tensor (4.8 MB in MobileNetV2's first block) has gone out to L3 or memory.
+    /// pointwise output lives only in a window of rows per thread (the band and the few
+    /// rows later outputs still read), which stays in L2: the depthwise conv reads it
+    /// there, and the whole tensor (4.8 MB in MobileNetV2's first block) is never written
+    /// out to L3 or memory.
     ///
     /// `x`: one image `[c, h, w]`; `wa`: `[m, c]`; `bias_a`, `clamp_a`, `post_a` (called only
     /// without a clamp): as the pointwise conv's group applies them. `g`: the depthwise
     /// conv (`m` channels of `h × w`, finite weights `wb`); `clamp_b`, `post_b` likewise.
-    /// `mid` (`m·h·w`) receives the pointwise output, `out` (`m·oh·ow`) the depthwise one.
+    /// `out` (`m·oh·ow`) receives the depthwise output.
     /// Each value is computed by the same kernels, in the same order, as the two convs
     /// unfused ([`super::conv_float`]'s per-row bias and clamp after gemm, [`plane`] or
     /// [`s2_plane`] per output row). Channels are split over threads, each thread
@@ -1726,7 +1734,6 @@ mod dw_simd {
         bias_b: Option<&[f32]>,
         clamp_b: Clamp,
         post_b: Option<Post>,
-        mid: &mut [f32],
         out: &mut [f32],
     ) -> super::KResult<bool> {
         use rayon::prelude::*;
@@ -1748,7 +1755,7 @@ mod dw_simd {
             _ => return Ok(false),
         };
         let (hw, op, kk) = (h * w, oh * ow, k * k);
-        debug_assert!(x.len() == c * hw && mid.len() == m * hw && out.len() == m * op);
+        debug_assert!(x.len() == c * hw && out.len() == m * op);
         let pt = g.pads[0].0;
         // Output rows whose window rows are all below `r1` (all rows at the bottom).
         let ready = |r1: usize| {
@@ -1766,78 +1773,96 @@ mod dw_simd {
             1
         };
         let per = m.div_ceil(nt);
-        let chunk = |(t, (mid, out)): (usize, (&mut [f32], &mut [f32]))| -> super::KResult<()> {
-            let (m0, mc) = (t * per, mid.len() / hw);
-            let band = (BAND_BYTES / (mc * w * 4)).max(1);
-            let mut done = 0;
-            for r0 in (0..h).step_by(band) {
-                let r1 = (r0 + band).min(h);
-                let a = super::View {
-                    data: wa,
-                    off: m0 * c,
-                    rs: c,
-                    cs: 1,
-                };
-                let b = super::View {
-                    data: x,
-                    off: r0 * w,
-                    rs: hw,
-                    cs: 1,
-                };
-                // SAFETY: rows i < mc, columns [r0*w, r1*w) of this thread's `mid` planes.
-                unsafe {
-                    super::gemm_uninit_ptr(
-                        mc,
-                        (r1 - r0) * w,
-                        c,
-                        a,
-                        b,
-                        mid.as_mut_ptr().add(r0 * w),
-                        (hw, 1),
-                        false,
-                    )?;
-                }
-                for i in 0..mc {
-                    let seg = &mut mid[i * hw + r0 * w..i * hw + r1 * w];
-                    super::bias_clamp(seg, bias_a.map(|b| b[m0 + i]), clamp_a, false);
-                    if let Some(p) = post_a {
-                        p(seg);
-                    }
-                }
-                let hi = ready(r1);
-                if hi == done {
-                    continue;
-                }
-                for i in 0..mc {
-                    let (src, dst) = (&mid[i * hw..(i + 1) * hw], &mut out[i * op..(i + 1) * op]);
-                    let wt = &wb[(m0 + i) * kk..(m0 + i + 1) * kk];
-                    let b = bias_b.map_or(0.0, |b| b[m0 + i]);
-                    // SAFETY: AVX-512F checked above; the kernels read `src` (a whole input
-                    // plane, rows below `r1` computed) and write rows done..hi of `dst`.
+        let chunk = |(t, out): (usize, &mut [f32])| -> super::KResult<()> {
+            let (m0, mc) = (t * per, out.len() / op);
+            // A window of `cap` rows per channel holds the pointwise output from image row
+            // `base` on: each band is computed below the rows kept, and after the depthwise
+            // rows it completes, the rows later outputs still read (fewer than `k`) move to
+            // the top. The window stays in this thread's L2 and is never written out whole.
+            let band = (BAND_BYTES / (mc * w * 4)).max(k + s);
+            let cap = band + k;
+            super::with_col::<f32, _>(mc * cap * w, |win| -> super::KResult<()> {
+                let (mut done, mut base) = (0, 0);
+                for r0 in (0..h).step_by(band) {
+                    let r1 = (r0 + band).min(h);
+                    debug_assert!(base <= r0 && r1 - base <= cap);
+                    let a = super::View {
+                        data: wa,
+                        off: m0 * c,
+                        rs: c,
+                        cs: 1,
+                    };
+                    let b = super::View {
+                        data: x,
+                        off: r0 * w,
+                        rs: hw,
+                        cs: 1,
+                    };
+                    // SAFETY: rows i < mc, columns [(r0 - base)·w, (r1 - base)·w) of the
+                    // window's `cap·w` per channel, inside `win`.
                     unsafe {
-                        match &kern {
-                            RowKernel::Rows(p, f) => f(p, src, wt, b, clamp_b, dst, done..hi),
-                            RowKernel::S2(f, k) => k(f, src, wt, b, clamp_b, dst, done..hi),
-                        };
+                        super::gemm_uninit_ptr(
+                            mc,
+                            (r1 - r0) * w,
+                            c,
+                            a,
+                            b,
+                            win.as_mut_ptr().add((r0 - base) * w),
+                            (cap * w, 1),
+                            false,
+                        )?;
                     }
-                    if let Some(p) = post_b {
-                        p(&mut dst[done * ow..hi * ow]);
+                    for i in 0..mc {
+                        let at = i * cap * w;
+                        let seg = &mut win[at + (r0 - base) * w..at + (r1 - base) * w];
+                        super::bias_clamp(seg, bias_a.map(|b| b[m0 + i]), clamp_a, false);
+                        if let Some(p) = post_a {
+                            p(seg);
+                        }
+                    }
+                    let hi = ready(r1);
+                    for i in 0..mc {
+                        if hi == done {
+                            break;
+                        }
+                        // Image row 0 of channel i's window (outside it for base > 0: only
+                        // the rows in [base, r1) are read, by the readiness rule).
+                        let src = win[i * cap * w..].as_ptr().wrapping_sub(base * w);
+                        let dst = &mut out[i * op..(i + 1) * op];
+                        let wt = &wb[(m0 + i) * kk..(m0 + i + 1) * kk];
+                        let b = bias_b.map_or(0.0, |b| b[m0 + i]);
+                        // SAFETY: AVX-512F checked above; output rows done..hi read image
+                        // rows in [done·s − pt, hi·s − pt + k) ∩ [0, h), all in [base, r1)
+                        // (`ready`, and `base` below), so inside the window; they write
+                        // rows done..hi of `dst`.
+                        unsafe {
+                            match &kern {
+                                RowKernel::Rows(p, f) => f(p, src, wt, b, clamp_b, dst, done..hi),
+                                RowKernel::S2(f, k) => k(f, src, wt, b, clamp_b, dst, done..hi),
+                            };
+                        }
+                        if let Some(p) = post_b {
+                            p(&mut dst[done * ow..hi * ow]);
+                        }
+                    }
+                    done = hi;
+                    // Keep the rows from the next output row's window on.
+                    let keep = (done * s).saturating_sub(pt).clamp(base, r1);
+                    if keep > base {
+                        for i in 0..mc {
+                            let at = i * cap * w;
+                            win.copy_within(at + (keep - base) * w..at + (r1 - base) * w, at);
+                        }
+                        base = keep;
                     }
                 }
-                done = hi;
-            }
-            Ok(())
+                Ok(())
+            })
         };
         if nt > 1 {
-            mid.par_chunks_mut(per * hw)
-                .zip(out.par_chunks_mut(per * op))
-                .enumerate()
-                .try_for_each(chunk)?;
+            out.par_chunks_mut(per * op).enumerate().try_for_each(chunk)?;
         } else {
-            mid.chunks_mut(per * hw)
-                .zip(out.chunks_mut(per * op))
-                .enumerate()
-                .try_for_each(chunk)?;
+            out.chunks_mut(per * op).enumerate().try_for_each(chunk)?;
         }
         Ok(true)
     }
@@ -2332,8 +2357,7 @@ pub(crate) fn pw_dw(
         if !pointwise || !depthwise || super::wide::max_abs_bits(wbv) >= 0x7f80_0000 {
             return Ok(None);
         }
-        let (hw, op) = (ga.sp[0] * ga.sp[1], gb.osp[0] * gb.osp[1]);
-        let mut mid = crate::buffers::overwritten::<f32>(ga.m * hw);
+        let op = gb.osp[0] * gb.osp[1];
         let mut out = crate::buffers::overwritten::<f32>(gb.m * op);
         let ok = dw_simd::pw_dw(
             xv,
@@ -2347,10 +2371,8 @@ pub(crate) fn pw_dw(
             bbv,
             act_b.0.unwrap_or(Clamp::NONE),
             post(act_b),
-            &mut mid,
             &mut out,
         )?;
-        crate::buffers::give(D::F32(mid));
         if !ok {
             crate::buffers::give(D::F32(out));
             return Ok(None);
