@@ -89,7 +89,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_PWDW",
         values: "1|0 (0, off, false, no: off)",
         acts: "when a CPU executor is built",
-        catches: "nothing: 0 runs a 1x1 conv and the depthwise conv that alone reads its output one after the other instead of interleaved by bands of rows (default on; MobileNet/EfficientNet blocks). Both give the same bits, and with a NaN scanner on they always run apart; only for timing",
+        catches: "nothing: 0 runs a 1x1 conv and the depthwise conv that alone reads its output one after the other instead of interleaved by bands of rows through a per-thread window that stays in L2 (default on; MobileNet/EfficientNet blocks). Both give the same bits, and with a NaN scanner on they always run apart; only for timing",
         cost: "none",
         scope: Scope::Runtime,
     },
