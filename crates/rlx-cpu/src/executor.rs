@@ -836,15 +836,15 @@ impl CpuExecutor {
                         done = true;
                     }
                 }
-                let scaled = this.fusions.at_conv[i].filter(|&k| !unfused[k] && scaling(k));
-                if let Some(k) = scaled {
-                    let (grp, sc) = (&this.fusions.groups[k], this.fusions.scaled[k]);
-                    let sc = sc.expect("scaling(k)");
-                    let [x, s] = input_values(g, id, &slots, &[sc.x, sc.s])?[..] else {
-                        unreachable!("two inputs asked")
-                    };
-                    let t = crate::fuse::run_scaled(g, grp, x, s)
+                let scaled = this.fusions.at_conv[i]
+                    .filter(|&k| !unfused[k] && scaling(k))
+                    .and_then(|k| Some((k, this.fusions.scaled[k]?)));
+                if let Some((k, sc)) = scaled {
+                    let grp = &this.fusions.groups[k];
+                    let xs = input_values(g, id, &slots, &[sc.x, sc.s])?;
+                    let t = crate::fuse::run_scaled(g, grp, xs[0], xs[1])
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    drop(xs);
                     let last = grp.members.last().copied().unwrap_or(grp.conv);
                     slots[last.index()] = Slot::Owned(t);
                     done = true;

@@ -359,8 +359,9 @@ fn scale_at(
 /// Group `grp`'s conv on `x` with its weights scaled per input channel by `s`
 /// ([`Scaled`]): `W'[o, c] = W[o, c] · s[c]` (one f32 product each), then the conv and the
 /// group's activation. The result differs from `Mul` then the conv by rounding only; a
-/// NaN or Inf in `s` or `x` reaches the output as it would unfused. Only without a
-/// scanner (the Mul's value is never made, so it could not be scanned).
+/// NaN in `s` or `x`, or an Inf times a zero, still gives NaN at the outputs it reaches
+/// (where infinities from both meet, the two orders can differ, as with any fold). Only
+/// without a scanner (the Mul's value is never made, so it could not be scanned).
 pub(crate) fn run_scaled(
     g: &Graph,
     grp: &ConvGroup,

@@ -1860,7 +1860,9 @@ mod dw_simd {
             })
         };
         if nt > 1 {
-            out.par_chunks_mut(per * op).enumerate().try_for_each(chunk)?;
+            out.par_chunks_mut(per * op)
+                .enumerate()
+                .try_for_each(chunk)?;
         } else {
             out.chunks_mut(per * op).enumerate().try_for_each(chunk)?;
         }
