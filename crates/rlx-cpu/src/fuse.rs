@@ -358,10 +358,12 @@ fn scale_at(
 
 /// Group `grp`'s conv on `x` with its weights scaled per input channel by `s`
 /// ([`Scaled`]): `W'[o, c] = W[o, c] · s[c]` (one f32 product each), then the conv and the
-/// group's activation. The result differs from `Mul` then the conv by rounding only; a
-/// NaN in `s` or `x`, or an Inf times a zero, still gives NaN at the outputs it reaches
-/// (where infinities from both meet, the two orders can differ, as with any fold). Only
-/// without a scanner (the Mul's value is never made, so it could not be scanned).
+/// group's activation, when every `s[c]` is at most 1 in magnitude (a Sigmoid's range, as
+/// in every SE block). Then neither `W·s` nor `x·s` can overflow, and the result differs
+/// from `Mul` then the conv by rounding only (a NaN in `x`, or an Inf times a zero, still
+/// gives NaN where it reaches). Any other `s` (larger, Inf or NaN; the two orders
+/// overflow in different places) runs the `Mul`, then the group. Only without a scanner
+/// (the Mul's value is not made here unless needed, so it could not be scanned).
 pub(crate) fn run_scaled(
     g: &Graph,
     grp: &ConvGroup,
@@ -370,6 +372,16 @@ pub(crate) fn run_scaled(
 ) -> Result<Tensor, crate::KernelError> {
     let node = g.node(grp.conv);
     let bad = |m: &str| crate::KernelError::Invalid(format!("scaled conv: {m}"));
+    if s.as_f32()
+        .is_none_or(|v| crate::kernels::wide::max_abs_bits(v) > 1f32.to_bits())
+    {
+        let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
+        let xs = crate::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
+            .map_err(|e| bad(&e.to_string()))?;
+        let (t, _) = run_group(g, grp, &xs, None, false)?;
+        crate::buffers::give(xs.into_data());
+        return Ok(t);
+    }
     let (Op::Conv(a), Some((w, b))) = (&node.op, weights(g, grp)) else {
         return Err(bad("not a Conv with constant weights"));
     };

@@ -28,14 +28,23 @@ struct Built {
 /// 1×1 (O outputs, bias) → BatchNorm (Mul, Add) → SiLU; with `residual` (needs O == C) the
 /// output adds x back, so x is read after the conv.
 fn build(h: usize, w: usize, o: usize, s_first: bool, residual: bool) -> Built {
+    build_with(h, w, o, s_first, residual, true)
+}
+
+/// [`build`], with `s = z` itself (any value) unless `sigmoid`.
+fn build_with(h: usize, w: usize, o: usize, s_first: bool, residual: bool, sigmoid: bool) -> Built {
     let mut g = Graph::new("se");
     let x = g.input("x", sh(&[1, C, h, w]));
     let z = g.input("z", sh(&[1, C, 1, 1]));
-    let s = g.add_node(
-        Op::Activation(Activation::Sigmoid),
-        vec![z],
-        sh(&[1, C, 1, 1]),
-    );
+    let s = if sigmoid {
+        g.add_node(
+            Op::Activation(Activation::Sigmoid),
+            vec![z],
+            sh(&[1, C, 1, 1]),
+        )
+    } else {
+        z
+    };
     let full = sh(&[1, C, h, w]);
     let ins = if s_first { vec![s, x] } else { vec![x, s] };
     let mul = g.add_node(Op::Binary(BinaryOp::Mul), ins, full);
@@ -180,4 +189,37 @@ fn folds_only_where_it_saves_a_pass() {
     b.g.set_outputs(outs);
     let two_readers = CpuExecutor::new(b.g).unwrap();
     assert_eq!(two_readers.scaled_convs(), 0, "the Mul is read twice");
+}
+
+/// A scale above 1 (here 3e38, not from a Sigmoid): `W · s` and `x · s` overflow in
+/// different places, so the conv runs on the Mul's value instead of folding. x = 4 in
+/// channel 1 and s[1] = 3e38: the Mul gives +inf there for every pixel, and each output is
+/// ±inf (or NaN after the SiLU of -inf), fused as unfused; folded, `W[o,1]·3e38·4` stays
+/// finite for |W[o,1]| < 0.28.
+#[test]
+fn a_scale_above_one_runs_the_mul_first() {
+    let (h, w) = (9, 11);
+    let mut x = rnd(C * h * w, 9);
+    x[h * w..2 * h * w].fill(4.0);
+    let mut z: Vec<f32> = rnd(C, 10).iter().map(|v| v.abs()).collect();
+    z[1] = 3e38;
+    let mut outs = vec![];
+    for fuse in [true, false] {
+        let mut ex = CpuExecutor::new(build_with(h, w, O, true, false, false).g).unwrap();
+        assert_eq!(ex.scaled_convs(), 1);
+        ex.set_fusion(fuse);
+        let y = ex.run(&feeds(h, w, x.clone(), z.clone()), None).unwrap();
+        outs.push(y[0].as_f32().unwrap().to_vec());
+    }
+    let kind = |v: f32| {
+        (
+            v.is_nan(),
+            v.is_infinite(),
+            v.is_sign_negative() && !v.is_nan(),
+        )
+    };
+    for (i, (&a, &b)) in outs[0].iter().zip(&outs[1]).enumerate() {
+        assert_eq!(kind(a), kind(b), "at {i}: fused {a}, unfused {b}");
+        assert!(!a.is_finite(), "at {i}: {a}, want ±inf or NaN");
+    }
 }
