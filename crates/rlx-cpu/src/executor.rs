@@ -830,8 +830,7 @@ impl CpuExecutor {
                     if let Some(t) = crate::fuse::run_pair(g, grp, dw, x)
                         .map_err(|e| kernel_err(g, id, e.to_string()))?
                     {
-                        let last = dw.members.last().copied().unwrap_or(dw.conv);
-                        slots[last.index()] = Slot::Owned(t);
+                        slots[dw.output().index()] = Slot::Owned(t);
                         paired[kb] = true;
                         done = true;
                     }
@@ -845,8 +844,7 @@ impl CpuExecutor {
                     let t = crate::fuse::run_scaled(g, grp, xs[0], xs[1])
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     drop(xs);
-                    let last = grp.members.last().copied().unwrap_or(grp.conv);
-                    slots[last.index()] = Slot::Owned(t);
+                    slots[grp.output().index()] = Slot::Owned(t);
                     done = true;
                 }
                 if let Some(k) =
@@ -865,8 +863,7 @@ impl CpuExecutor {
                     let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {
-                        let last = grp.members.last().copied().unwrap_or(grp.conv);
-                        slots[last.index()] = Slot::Owned(t);
+                        slots[grp.output().index()] = Slot::Owned(t);
                         done = true;
                     } else {
                         // Replay this group op by op (below), so the scan names the op.

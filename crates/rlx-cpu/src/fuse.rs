@@ -68,6 +68,24 @@ pub(crate) enum Epilogue {
     },
 }
 
+impl ConvGroup {
+    /// The node whose value the group computes: its chain's last, or the conv's own.
+    pub(crate) fn output(&self) -> NodeId {
+        self.members.last().copied().unwrap_or(self.conv)
+    }
+}
+
+/// A 1×1 conv with stride 1, dilation 1, no padding and one group (`a` its attributes,
+/// `wd` its weight dims): a product over channels per pixel.
+fn pointwise(a: &rlx_ir::ConvAttrs, wd: &[usize]) -> bool {
+    a.groups <= 1
+        && wd.len() == 4
+        && wd[2..] == [1, 1]
+        && a.strides.iter().all(|&s| s == 1)
+        && a.dilations.iter().all(|&d| d == 1)
+        && a.pads.iter().all(|&p| p == (0, 0))
+}
+
 impl Epilogue {
     /// The same map as [`Epilogue::apply`], as a conv kernel's clamp (not for SiLU).
     fn clamp(self) -> Option<crate::kernels::conv::Clamp> {
@@ -320,13 +338,7 @@ fn scale_at(
         return None;
     };
     let xd = m.shape.dims_usize();
-    let pointwise = a.groups <= 1
-        && wd.len() == 4
-        && wd[2..] == [1, 1]
-        && a.strides.iter().all(|&s| s == 1)
-        && a.dilations.iter().all(|&d| d == 1)
-        && a.pads.iter().all(|&p| p == (0, 0));
-    let ok = pointwise
+    let ok = pointwise(a, &wd)
         && m.shape.dtype == DType::F32
         && m.shape.is_static()
         && xd.len() == 4
@@ -418,7 +430,7 @@ fn pair_at(
     consumers: &[Vec<NodeId>],
     is_output: &[bool],
 ) -> Option<usize> {
-    let last = a.members.last().copied().unwrap_or(a.conv);
+    let last = a.output();
     let [reader] = consumers[last.index()].as_slice() else {
         return None;
     };
@@ -429,14 +441,7 @@ fn pair_at(
     };
     let od = na.shape.dims_usize();
     let wd = na.inputs.get(1).map(|&w| g.node(w).shape.dims_usize())?;
-    let pointwise = od.len() == 4
-        && od[0] == 1
-        && aa.groups <= 1
-        && wd.len() == 4
-        && wd[2..] == [1, 1]
-        && aa.strides.iter().all(|&s| s == 1)
-        && aa.dilations.iter().all(|&d| d == 1)
-        && aa.pads.iter().all(|&p| p == (0, 0));
+    let pointwise = od.len() == 4 && od[0] == 1 && pointwise(aa, &wd);
     let depthwise = od.len() == 4 && od[1] > 1 && ab.groups == od[1];
     (!is_output[last.index()]
         && nb.inputs.iter().position(|&i| i == last) == Some(0)
@@ -618,12 +623,6 @@ pub(crate) fn run_group(
     use crate::kernels::conv::{conv_post, conv_winograd};
     use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
-    let ins: Vec<&Tensor> = match &grp.folded {
-        Some((w, b)) => vec![x, w, b],
-        None => std::iter::once(x)
-            .chain(node.inputs[1..].iter().filter_map(|&i| constant(g, i)))
-            .collect(),
-    };
     let act = grp.act;
     // Largest |y| bits seen before the activation (NaN's bits are above +inf's).
     let max_bits = AtomicU32::new(0);
@@ -633,12 +632,11 @@ pub(crate) fn run_group(
         }
         act.apply(v)
     };
-    let (Op::Conv(a), [x, w, rest @ ..]) = (&node.op, ins.as_slice()) else {
+    let (Op::Conv(a), Some((w, bias))) = (&node.op, weights(g, grp)) else {
         return Err(crate::KernelError::Invalid(
             "fused group: not a Conv with constant weights".into(),
         ));
     };
-    let bias = rest.first().copied();
     let t = match wino {
         Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
         // The conv kernels apply a Relu/Clip themselves; when scanning they also take the

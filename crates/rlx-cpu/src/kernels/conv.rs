@@ -23,6 +23,21 @@ struct Geo {
     dil: Vec<usize>,
 }
 
+impl Geo {
+    /// Every kernel dim 1, stride 1, no padding: the conv is a product of the weights and
+    /// the input planes as they are (no im2col).
+    fn direct(&self) -> bool {
+        self.ks.iter().all(|&k| k == 1)
+            && self.strides.iter().all(|&s| s == 1)
+            && self.pads.iter().all(|&p| p == (0, 0))
+    }
+
+    /// 2-D with one filter per channel (groups == C == M > 1).
+    fn depthwise_2d(&self) -> bool {
+        self.sp.len() == 2 && self.groups == self.c && self.m == self.c && self.groups > 1
+    }
+}
+
 fn geometry(x: &[usize], w: &[usize], a: &ConvAttrs, od: &[usize]) -> KResult<Geo> {
     if x.len() < 3 || w.len() != x.len() || od.len() != x.len() {
         return invalid(format!(
@@ -1898,12 +1913,7 @@ fn conv_float<
     // Depthwise directly only with finite weights: it skips the taps in the padding, where
     // ONNX's zero padding gives `inf · 0 = NaN` (onnxruntime does; im2col below does too).
     // (Checked last: only depthwise convs read their weights for it.)
-    if g.sp.len() == 2
-        && g.groups == g.c
-        && g.m == g.c
-        && g.groups > 1
-        && w.iter().all(|&v| v * T::ZERO == T::ZERO)
-    {
+    if g.depthwise_2d() && w.iter().all(|&v| v * T::ZERO == T::ZERO) {
         let mut out = depthwise_2d(x, w, bias.as_deref(), g);
         if p > 0 {
             fill_chunks(&mut out, p, |_, plane| post(plane));
@@ -1920,9 +1930,7 @@ fn conv_float<
     if total == 0 {
         return Ok(out);
     }
-    let direct = g.ks.iter().all(|&k| k == 1)
-        && g.strides.iter().all(|&s| s == 1)
-        && g.pads.iter().all(|&(b, e)| b == 0 && e == 0);
+    let direct = g.direct();
     // 2-D convs run in blocks of whole output rows (CONV_BLOCK_BYTES of column matrix and
     // output): the column matrix is a block, not the whole image, and bias and `post` run
     // on each block as gemm leaves it.
@@ -2239,11 +2247,7 @@ pub(crate) fn conv_post(
             let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
             // The depthwise kernels skip taps in the padding; with a non-finite weight the
             // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
-            let dw = g.sp.len() == 2
-                && g.groups == g.c
-                && g.m == g.c
-                && g.groups > 1
-                && super::wide::max_abs_bits(wv) < 0x7f80_0000;
+            let dw = g.depthwise_2d() && super::wide::max_abs_bits(wv) < 0x7f80_0000;
             // Planes below POST_MIN_RUN elements take `post` in one pass after the conv
             // (per-plane calls cost more than the cache they save there).
             let p: usize = g.osp.iter().product();
@@ -2330,13 +2334,8 @@ pub(crate) fn pw_dw(
         let od_b = out_dims(out_b)?;
         let ga = geometry(x.dims(), wa.dims(), attrs_a, &od_a)?;
         let gb = geometry(&od_a, wb.dims(), attrs_b, &od_b)?;
-        let pointwise = ga.n == 1
-            && ga.sp.len() == 2
-            && ga.groups == 1
-            && ga.ks.iter().all(|&k| k == 1)
-            && ga.strides.iter().all(|&s| s == 1)
-            && ga.pads.iter().all(|&p| p == (0, 0));
-        let depthwise = gb.sp.len() == 2 && gb.groups == gb.c && gb.m == gb.c && gb.c > 1;
+        let pointwise = ga.n == 1 && ga.sp.len() == 2 && ga.groups == 1 && ga.direct();
+        let depthwise = gb.depthwise_2d();
         fn f32s(b: Option<&Tensor>, n: usize) -> Option<Option<&[f32]>> {
             match b.map(|b| b.data()) {
                 None => Some(None),
