@@ -94,6 +94,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_DCONV",
+        values: "1|0 (0, off, false, no: off)",
+        acts: "at the first f32 conv of the process",
+        catches: "nothing: 0 runs 2-D convs larger than 1x1 with one group and stride 1 or 2 through im2col and gemm instead of the direct kernel (default on where the CPU has AVX-512). Values differ by rounding only (another summation order); only for timing",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CPU_WINOGRAD",
         values: "1|0 (0, off, false, no: off)",
         acts: "when a CPU executor is built",

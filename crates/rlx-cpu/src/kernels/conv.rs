@@ -1964,13 +1964,31 @@ fn conv_float<
             rows = r;
         }
     }
+    // A conv in one block below GEMM_PAR_FLOPS, whose product gemm would run on one thread,
+    // gets one block of rows per thread instead; a 1×1 conv whose rows would be too short
+    // for that, a range of output channels per thread.
+    let small = (CONV_SPLIT_FLOPS..GEMM_PAR_FLOPS).contains(&flops);
+    let mut mparts = 1;
+    if threads > 1 && g.sp.len() == 2 && small && nb0 == 1 {
+        let r = oh.div_ceil(threads);
+        if r * ow >= PAR_MIN_COLS {
+            rows = r;
+        } else if direct && mg >= 16 {
+            mparts = threads.min(mg / 8);
+        }
+    }
+    // Output channels per part, a multiple of 8 (gemm's vector side).
+    let mc = mg.div_ceil(mparts).div_ceil(8) * 8;
+    let mparts = mg.div_ceil(mc);
     let nblk = oh.div_ceil(rows);
-    let tasks = images * nblk;
+    let tasks = images * nblk * mparts;
     // Blocks in parallel (each product on one thread) when there are enough of them and
     // enough work; else blocks in order, each product free to use the pool.
-    let par_blocks = threads > 1 && tasks >= threads && flops >= GEMM_PAR_FLOPS;
+    let par_blocks = threads > 1 && tasks >= threads && (flops >= GEMM_PAR_FLOPS || small);
     let dst = SendPtr(out.spare_capacity_mut().as_mut_ptr().cast::<T>());
     let task = |t: usize| -> KResult<()> {
+        let (t, mp) = (t / mparts, t % mparts);
+        let (m0, m1) = (mp * mc, ((mp + 1) * mc).min(mg));
         let (ni, gi, b) = (t / (g.groups * nblk), (t / nblk) % g.groups, t % nblk);
         let (oy0, oy1) = (b * rows, ((b + 1) * rows).min(oh));
         let (j0, pb) = (oy0 * ow, (oy1 - oy0) * ow);
@@ -1978,28 +1996,37 @@ fn conv_float<
         let xs = &x[xoff..xoff + cg * plane];
         let wv = View {
             data: w,
-            off: gi * mg * kk,
+            off: (gi * mg + m0) * kk,
             rs: kk,
             cs: 1,
         };
-        let ooff = (ni * g.m + gi * mg) * p + j0;
+        let ooff = (ni * g.m + gi * mg + m0) * p + j0;
         let dst = &dst;
         // `post` per output-channel row (a block of part planes, or planes large enough to
         // be worth a call each), else once over the block's whole planes.
         let post_rows = clamp.is_none() && (pb < p || p >= POST_ROW_MIN);
         let post_block = clamp.is_none() && !post_rows;
         let run = |bview: View<T>| -> KResult<()> {
-            // SAFETY: task t writes rows (ni*m + gi*mg + i)*p + [j0, j0 + pb) for i < mg,
-            // inside [0, total); distinct tasks write distinct (row, column) ranges.
+            // SAFETY: task t writes rows (ni*m + gi*mg + i)*p + [j0, j0 + pb) for i in
+            // m0..m1, inside [0, total); distinct tasks write distinct (row, column) ranges.
             unsafe {
-                gemm_uninit_ptr(mg, pb, kk, wv, bview, dst.0.add(ooff), (p, 1), !par_blocks)?;
+                gemm_uninit_ptr(
+                    m1 - m0,
+                    pb,
+                    kk,
+                    wv,
+                    bview,
+                    dst.0.add(ooff),
+                    (p, 1),
+                    !par_blocks,
+                )?;
             }
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
                 let bits = bias_clamp(
                     seg,
-                    bias.as_ref().map(|b| b[gi * mg + i]),
+                    bias.as_ref().map(|b| b[gi * mg + m0 + i]),
                     clamp,
                     seen.is_some(),
                 );
@@ -2011,17 +2038,18 @@ fn conv_float<
                 }
             };
             // Blocks run one after another: split this block's rows over the pool.
-            let split = !par_blocks && super::par_worth(mg * pb);
+            let nm = m1 - m0;
+            let split = !par_blocks && super::par_worth(nm * pb);
             if split {
                 use rayon::prelude::*;
-                (0..mg).into_par_iter().for_each(row);
+                (0..nm).into_par_iter().for_each(row);
             } else {
-                (0..mg).for_each(row);
+                (0..nm).for_each(row);
             }
             if post_block {
                 // Whole planes: the task's rows are one run (short rows cost `post` calls).
-                // SAFETY: rows ooff + [0, mg*p) are this task's, written above.
-                let run = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), mg * p) };
+                // SAFETY: rows ooff + [0, nm*p) are this task's, written above.
+                let run = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff), nm * p) };
                 if split {
                     fill_chunks(run, 8192, |_, c| post(c));
                 } else {
@@ -2064,6 +2092,89 @@ fn conv_float<
     // + [oy0*ow, oy1*ow) over all blocks tile [0, total).
     unsafe { out.set_len(total) };
     Ok(out)
+}
+
+/// A 2-D f32 conv with one group, dilation 1, the same stride (1 or 2) on both axes and a
+/// kernel larger than 1×1 through the direct kernel ([`super::dconv`]), with the bias and
+/// activation applied per output channel as [`conv_float`] applies them. None, with
+/// nothing computed, for other convs, or without AVX-512.
+fn conv_direct_f32(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Geo,
+    post: Post,
+    clamp: Option<(f32, f32, bool)>,
+    seen: Option<&AtomicU32>,
+) -> Option<Vec<f32>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let fits = g.sp.len() == 2
+            && g.groups == 1
+            && g.dil == [1, 1]
+            && g.strides[0] == g.strides[1]
+            && (1..=2).contains(&g.strides[0])
+            && g.ks[0] * g.ks[1] > 1
+            && super::dconv::enabled();
+        if !fits {
+            return None;
+        }
+        let d = super::dconv::Dims {
+            c: g.c,
+            h: g.sp[0],
+            w: g.sp[1],
+            m: g.m,
+            kh: g.ks[0],
+            kw: g.ks[1],
+            s: g.strides[0],
+            pt: g.pads[0].0,
+            pl: g.pads[1].0,
+            oh: g.osp[0],
+            ow: g.osp[1],
+        };
+        let (plane_in, plane_out) = (g.c * d.h * d.w, g.m * d.oh * d.ow);
+        let mut out = crate::buffers::overwritten::<f32>(g.n * plane_out);
+        let zeros;
+        let b = match bias {
+            Some(b) => b,
+            None => {
+                zeros = vec![0f32; g.m];
+                &zeros
+            }
+        };
+        // The bias is the sums' start. A clamp without NaN canonicalization and without a
+        // scan is applied in registers; else it (and the scan) take a pass per block.
+        let in_regs = clamp.filter(|c| !c.2 && seen.is_none()).map(|c| (c.0, c.1));
+        let epi = |_: usize, seg: &mut [f32]| {
+            if in_regs.is_some() {
+                return;
+            }
+            let bits = bias_clamp(seg, None, clamp, seen.is_some());
+            if let Some(s) = seen {
+                s.fetch_max(bits, Ordering::Relaxed);
+            }
+            if clamp.is_none() {
+                post(seg);
+            }
+        };
+        let ok = with_scratch(&PHASES, d.phase_len(), |ph: &mut [f32]| {
+            (0..g.n).all(|i| {
+                let xi = &x[i * plane_in..][..plane_in];
+                let oi = &mut out[i * plane_out..][..plane_out];
+                super::dconv::conv(xi, w, b, in_regs, &d, oi, ph, &epi)
+            })
+        });
+        if ok {
+            return Some(out);
+        }
+        crate::buffers::give(TensorData::F32(out));
+        None
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, w, bias, g, post, clamp, seen);
+        None
+    }
 }
 
 /// One output row's bias `b` and activation `clamp` (`(lo, hi, nan_out)` of a [`Clamp`]),
@@ -2143,6 +2254,10 @@ const POST_ROW_MIN: usize = 1024;
 /// several threads: below this, gemm's product over a block's few columns loses more than
 /// the balance gains, and the conv keeps its [`CONV_BLOCK_BYTES`] blocks.
 const PAR_MIN_COLS: usize = 192;
+
+/// Fewest multiply-adds for which [`conv_float`] splits a conv in one row block over the
+/// threads (below [`GEMM_PAR_FLOPS`], gemm runs its product on one thread).
+const CONV_SPLIT_FLOPS: usize = 1 << 20;
 
 /// gemm's packing threshold for its left operand on one thread, while an im2col conv's or
 /// a Winograd conv's products run (`gemm::set_lhs_packing_threshold_single_thread`, in
@@ -2273,6 +2388,10 @@ pub(crate) fn conv_post(
                 }
                 None => {
                     let c = clamp.map(|c| (c.lo, c.hi, c.nan_out));
+                    let seen = seen.filter(|_| c.is_some());
+                    if let Some(o) = conv_direct_f32(xv, wv, b.as_deref(), &g, post, c, seen) {
+                        return make(od, D::F32(o));
+                    }
                     D::F32(conv_float(
                         xv,
                         wv,
