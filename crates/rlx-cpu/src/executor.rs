@@ -106,9 +106,9 @@ fn run_with_spinning_workers<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 }
 
 /// True when some node of `g` is big enough that a kernel may split it over rayon: an output
-/// of at least `PAR_THRESHOLD` elements, or a MatMul/Conv of at least `GEMM_PAR_FLOPS`
-/// (2^22) multiply-adds
-/// (output elements × reduction length). Graphs below that (small transformers) run on the
+/// of at least `PAR_THRESHOLD` elements, a MatMul of at least `GEMM_PAR_FLOPS` (2^22) or a
+/// Conv of at least `CONV_SPLIT_FLOPS` (2^20) multiply-adds (output elements × reduction
+/// length). Graphs below that (small transformers) run on the
 /// calling thread even in a multi-thread pool: a hand-off costs more than they gain.
 fn parallel_work(g: &Graph) -> bool {
     g.nodes.iter().any(|node| {
@@ -132,8 +132,13 @@ fn parallel_work(g: &Graph) -> bool {
                 .unwrap_or(1),
             _ => 1,
         };
-        numel >= crate::kernels::PAR_THRESHOLD
-            || numel.saturating_mul(k) >= crate::kernels::matmul::GEMM_PAR_FLOPS
+        // A conv from CONV_SPLIT_FLOPS is split over the threads (`conv_float`).
+        let flops = if matches!(node.op, Op::Conv(_)) {
+            crate::kernels::conv::CONV_SPLIT_FLOPS
+        } else {
+            crate::kernels::matmul::GEMM_PAR_FLOPS
+        };
+        numel >= crate::kernels::PAR_THRESHOLD || numel.saturating_mul(k) >= flops
     })
 }
 

@@ -2257,7 +2257,7 @@ const PAR_MIN_COLS: usize = 192;
 
 /// Fewest multiply-adds for which [`conv_float`] splits a conv in one row block over the
 /// threads (below [`GEMM_PAR_FLOPS`], gemm runs its product on one thread).
-const CONV_SPLIT_FLOPS: usize = 1 << 20;
+pub(crate) const CONV_SPLIT_FLOPS: usize = 1 << 20;
 
 /// gemm's packing threshold for its left operand on one thread, while an im2col conv's or
 /// a Winograd conv's products run (`gemm::set_lhs_packing_threshold_single_thread`, in
