@@ -27,6 +27,20 @@ mod rowfuse;
 
 pub use executor::{check_feeds, cpu_supports, CpuExecutor, Observer};
 
+/// How many images this process has convolved through the direct conv kernel (f32, one
+/// group, stride 1 or 2, kernels larger than 1×1, AVX-512; `RLX_CPU_DCONV=0` turns it off):
+/// for tests and benchmarks that must know which path a conv took.
+pub fn direct_conv_images() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kernels::dconv::images()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
 /// Evaluate `op` on `inputs`, producing a tensor of type `out` (the node's inferred shape).
 ///
 /// Inputs are listed per op in `rlx_ir::Op`'s docs. Numerics: F32 in f32, F64 in f64,

@@ -73,6 +73,14 @@ fn available() -> bool {
     is_x86_feature_detected!("avx512f")
 }
 
+/// Images convolved by [`conv`] (see [`images`]).
+static IMAGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many images [`conv`] has convolved in this process.
+pub(crate) fn images() -> u64 {
+    IMAGES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// True when convs take the direct path: AVX-512F, and `RLX_CPU_DCONV` not off (read once
 /// per process).
 pub(super) fn enabled() -> bool {
@@ -323,6 +331,7 @@ pub(super) fn conv(
     {
         return false;
     }
+    IMAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if d.m == 0 || d.oh == 0 || d.ow == 0 {
         return true;
     }

@@ -46,7 +46,7 @@ macro_rules! isa_fn {
 pub(crate) mod chain;
 pub(crate) mod conv;
 #[cfg(target_arch = "x86_64")]
-mod dconv;
+pub(crate) mod dconv;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;
 pub(crate) mod grid;
