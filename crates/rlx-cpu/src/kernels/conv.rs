@@ -173,28 +173,35 @@ fn im2col_2d<T: GemmElem>(x: &[T], g: &Geo, col: &mut [T], (oy0, oy1): (usize, u
     with_scratch(&PHASES, nch * nr * w, |phased: &mut [T]| {
         let rows_in = (0..nch).flat_map(|c| x[(c * h + r0) * w..(c * h + r1) * w].chunks_exact(w));
         for (row, out) in rows_in.zip(phased.chunks_exact_mut(w)) {
-            if sw == 2 {
-                // Even columns then odd ones, in one pass (vectorizes as a deinterleave).
-                let (ev, od) = out.split_at_mut(w.div_ceil(2));
-                for ((e, o), pair) in ev.iter_mut().zip(od.iter_mut()).zip(row.chunks_exact(2)) {
-                    *e = pair[0];
-                    *o = pair[1];
-                }
-                if w % 2 == 1 {
-                    ev[w / 2] = row[w - 1];
-                }
-            } else {
-                let mut k = 0;
-                for q in 0..sw {
-                    for &v in row.iter().skip(q).step_by(sw) {
-                        out[k] = v;
-                        k += 1;
-                    }
-                }
-            }
+            split_columns(row, sw, out);
         }
         im2col_rows(x, g, col, (oy0, oy1), (r0, nr), phased)
     })
+}
+
+/// Splits `row` (W values) into its `s` column phases, one after another in `out` (W
+/// values): phase `q` holds columns `q, q + s, …` and starts at `q·(W/s) + min(q, W mod s)`.
+pub(super) fn split_columns<T: Copy>(row: &[T], s: usize, out: &mut [T]) {
+    let w = row.len();
+    if s == 2 {
+        // Even columns then odd ones, in one pass (vectorizes as a deinterleave).
+        let (ev, od) = out.split_at_mut(w.div_ceil(2));
+        for ((e, o), pair) in ev.iter_mut().zip(od.iter_mut()).zip(row.chunks_exact(2)) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+        if w % 2 == 1 {
+            ev[w / 2] = row[w - 1];
+        }
+    } else {
+        let mut k = 0;
+        for q in 0..s {
+            for &v in row.iter().skip(q).step_by(s) {
+                out[k] = v;
+                k += 1;
+            }
+        }
+    }
 }
 
 /// [`im2col_2d`]'s copy, from `x` (stride 1) or from `phased`, its input rows `r0..r0+nr`

@@ -132,24 +132,7 @@ unsafe fn fill_rows(x: &[f32], d: &Dims, buf: *mut f32, ci: usize, rows: std::op
         let src: &[f32] = match row {
             Some(r) if s == 1 => r,
             Some(r) => {
-                if s == 2 {
-                    let (ev, od) = tmp.split_at_mut(d.w.div_ceil(2));
-                    for ((e, o), pair) in ev.iter_mut().zip(od.iter_mut()).zip(r.chunks_exact(2)) {
-                        *e = pair[0];
-                        *o = pair[1];
-                    }
-                    if d.w % 2 == 1 {
-                        ev[d.w / 2] = r[d.w - 1];
-                    }
-                } else {
-                    let mut k = 0;
-                    for q in 0..s {
-                        for &v in r.iter().skip(q).step_by(s) {
-                            tmp[k] = v;
-                            k += 1;
-                        }
-                    }
-                }
+                super::conv::split_columns(r, s, &mut tmp);
                 &tmp
             }
             None => &[],
@@ -205,6 +188,21 @@ fn stores(q: usize, end: usize, wq: usize, ow: usize) -> Stores {
     r
 }
 
+/// A tile's operands: the phase buffer at the tile's first position (`src`), the taps'
+/// offsets from it (`koff`), the first weight row (`w`, rows `kk` apart) and bias value, the
+/// clamp, and the first output channel's plane (`dst`, planes `plane` apart).
+#[derive(Clone, Copy)]
+struct Tile<'a> {
+    src: *const f32,
+    koff: &'a [u32],
+    w: *const f32,
+    kk: usize,
+    bias: *const f32,
+    clamp: Option<(f32, f32)>,
+    dst: *mut f32,
+    plane: usize,
+}
+
 /// One tile: `R` output channels (weights rows `w + i·kk`, bias `bias[i]`) × `V` vectors of
 /// positions from `src` (the phase buffer at the tile's first position), taps at offsets
 /// `koff`, summed in registers from the bias; with `clamp`, `min(hi, max(lo, ·))` (a NaN
@@ -214,18 +212,17 @@ fn stores(q: usize, end: usize, wq: usize, ow: usize) -> Stores {
 /// AVX-512F; every `src + koff[k] + 16·V` and `w + (R−1)·kk + koff.len()` in bounds;
 /// `bias` holds `R` values; every stored lane inside `dst`'s allocation.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const R: usize, const V: usize>(
-    src: *const f32,
-    koff: &[u32],
-    w: *const f32,
-    kk: usize,
-    bias: *const f32,
-    clamp: Option<(f32, f32)>,
-    dst: *mut f32,
-    plane: usize,
-    st: &[Stores; NV],
-) {
+unsafe fn tile<const R: usize, const V: usize>(t: &Tile, st: &[Stores; NV]) {
+    let Tile {
+        src,
+        koff,
+        w,
+        kk,
+        bias,
+        clamp,
+        dst,
+        plane,
+    } = *t;
     let mut acc = [[_mm512_setzero_ps(); V]; R];
     for (i, a) in acc.iter_mut().enumerate() {
         *a = [_mm512_set1_ps(*bias.add(i)); V];
@@ -269,23 +266,11 @@ unsafe fn tile<const R: usize, const V: usize>(
 /// # Safety
 /// As [`tile`].
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_n<const R: usize>(
-    v: usize,
-    src: *const f32,
-    koff: &[u32],
-    w: *const f32,
-    kk: usize,
-    bias: *const f32,
-    clamp: Option<(f32, f32)>,
-    dst: *mut f32,
-    plane: usize,
-    st: &[Stores; NV],
-) {
+unsafe fn tile_n<const R: usize>(v: usize, t: &Tile, st: &[Stores; NV]) {
     match v {
-        3 => tile::<R, 3>(src, koff, w, kk, bias, clamp, dst, plane, st),
-        2 => tile::<R, 2>(src, koff, w, kk, bias, clamp, dst, plane, st),
-        _ => tile::<R, 1>(src, koff, w, kk, bias, clamp, dst, plane, st),
+        3 => tile::<R, 3>(t, st),
+        2 => tile::<R, 2>(t, st),
+        _ => tile::<R, 1>(t, st),
     }
 }
 
@@ -394,23 +379,29 @@ pub(super) fn conv(
             // (checked above); the stores write positions [q, q1) of channels m..m+R,
             // rows oy0..oy1: this task's alone (tasks split rows and channels).
             unsafe {
-                let s0 = src.add(q);
+                let mut t = Tile {
+                    src: src.add(q),
+                    koff: &koff,
+                    w: w.as_ptr(),
+                    kk,
+                    bias: b.as_ptr(),
+                    clamp,
+                    dst: dst.0,
+                    plane,
+                };
+                let at = |t: &mut Tile, m: usize| {
+                    t.w = w.as_ptr().add(m * kk);
+                    t.bias = b.as_ptr().add(m);
+                    t.dst = dst.0.add(m * plane);
+                };
                 while m + MR <= m1 {
-                    let (wp, bp, o) = (
-                        w.as_ptr().add(m * kk),
-                        b.as_ptr().add(m),
-                        dst.0.add(m * plane),
-                    );
-                    tile_n::<MR>(v, s0, &koff, wp, kk, bp, clamp, o, plane, &st);
+                    at(&mut t, m);
+                    tile_n::<MR>(v, &t, &st);
                     m += MR;
                 }
                 while m < m1 {
-                    let (wp, bp, o) = (
-                        w.as_ptr().add(m * kk),
-                        b.as_ptr().add(m),
-                        dst.0.add(m * plane),
-                    );
-                    tile_n::<1>(v, s0, &koff, wp, kk, bp, clamp, o, plane, &st);
+                    at(&mut t, m);
+                    tile_n::<1>(v, &t, &st);
                     m += 1;
                 }
             }
