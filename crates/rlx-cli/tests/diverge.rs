@@ -172,10 +172,42 @@ fn bad_arguments_are_clear_errors() {
     assert!(err.contains("cuda is not available"), "{err}");
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("rlx-diverge-test-{}", std::process::id()));
+/// A folder under the temp dir, removed with its contents when dropped (also when a test
+/// fails and unwinds), so test runs leave nothing behind.
+struct TmpDir(std::path::PathBuf);
+
+impl TmpDir {
+    fn join(&self, p: impl AsRef<std::path::Path>) -> std::path::PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl std::ops::Deref for TmpDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TmpDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A folder of its own per call (tests run in parallel threads of one process).
+fn tempdir() -> TmpDir {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("rlx-diverge-test-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 #[test]

@@ -12,17 +12,46 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
+/// A folder under the temp dir, removed with its contents when dropped (also when a test
+/// fails and unwinds), so test runs leave nothing behind.
+struct TmpDir(PathBuf);
+
+impl TmpDir {
+    fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TmpDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(tag: &str) -> TmpDir {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let d = std::env::temp_dir().join(format!("rlx-trace-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 /// Run `rlx trace examples/<name> -o DIR`; returns (DIR, trace.json, stdout).
-fn trace(name: &str) -> (PathBuf, Value, String) {
+fn trace(name: &str) -> (TmpDir, Value, String) {
     let dir = tmpdir(name);
     let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
         .args(["trace", "-o"])

@@ -7,10 +7,37 @@ use rlx_runtime::{load_package, save_package, CompiledGraph, Device, RuntimeErro
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rlx-package-test-{}", std::process::id()));
+/// A file path `name` in a folder of its own under the temp dir; the folder and what the
+/// test wrote in it are removed when this is dropped (also when the test fails).
+struct TmpFile(PathBuf);
+
+impl std::ops::Deref for TmpFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TmpFile {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn tmp(name: &str) -> TmpFile {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("rlx-package-test-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    TmpFile(d.join(name))
 }
 
 /// `y = pad(x @ w + c, fill -inf)` and `z = f16(x @ w)`; `x: f32[batch=2, 2]`.
@@ -62,7 +89,7 @@ fn err_of(r: Result<CompiledGraph, RuntimeError>) -> String {
     }
 }
 
-fn saved() -> (CompiledGraph, PathBuf, Vec<u8>) {
+fn saved() -> (CompiledGraph, TmpFile, Vec<u8>) {
     let s = compiled();
     let p = tmp(&format!("m{:?}.rlxpkg", std::thread::current().id()).replace(['(', ')'], ""));
     save_package(&s, &p).unwrap();
