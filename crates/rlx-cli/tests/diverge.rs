@@ -6,7 +6,7 @@
 //! `RLX_REQUIRE_GPU=1` (CI), where they fail.
 
 mod common;
-use common::{fixture, repo};
+use common::{fixture, repo, TmpDir};
 use rlx_runtime::{available_devices, Device};
 use std::process::Command;
 
@@ -170,35 +170,6 @@ fn bad_arguments_are_clear_errors() {
     let (code, _, err) = diverge(&["examples/healthy_mlp", "--backends", "cuda"], None);
     assert_eq!(code, 2);
     assert!(err.contains("cuda is not available"), "{err}");
-}
-
-/// A folder under the temp dir, removed with its contents when dropped (also when a test
-/// fails and unwinds), so test runs leave nothing behind.
-struct TmpDir(std::path::PathBuf);
-
-impl TmpDir {
-    fn join(&self, p: impl AsRef<std::path::Path>) -> std::path::PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl std::ops::Deref for TmpDir {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TmpDir {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
-impl Drop for TmpDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A folder of its own per call (tests run in parallel threads of one process).

@@ -3,6 +3,9 @@
 //! trace.html rendered in headless Chromium (skipped when chromium is missing unless
 //! RLX_REQUIRE_CHROMIUM=1).
 
+mod common;
+
+use common::TmpDir;
 use rlx_cli::npy::read_npy;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -10,35 +13,6 @@ use std::process::Command;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A folder under the temp dir, removed with its contents when dropped (also when a test
-/// fails and unwinds), so test runs leave nothing behind.
-struct TmpDir(PathBuf);
-
-impl TmpDir {
-    fn join(&self, p: impl AsRef<Path>) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl std::ops::Deref for TmpDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TmpDir {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
-impl Drop for TmpDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn tmpdir(tag: &str) -> TmpDir {

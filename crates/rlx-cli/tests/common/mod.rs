@@ -119,3 +119,32 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
         .filter(|d| d.is_finite())
         .fold(0.0, f64::max)
 }
+
+/// A folder under the temp dir, removed with its contents when dropped (also when a test
+/// fails and unwinds), so test runs leave nothing behind.
+pub struct TmpDir(pub PathBuf);
+
+impl TmpDir {
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TmpDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
