@@ -2139,16 +2139,7 @@ fn conv_direct_f32(
             oh: g.osp[0],
             ow: g.osp[1],
         };
-        let (plane_in, plane_out) = (g.c * d.h * d.w, g.m * d.oh * d.ow);
-        let mut out = crate::buffers::overwritten::<f32>(g.n * plane_out);
-        let zeros;
-        let b = match bias {
-            Some(b) => b,
-            None => {
-                zeros = vec![0f32; g.m];
-                &zeros
-            }
-        };
+        let mut out = crate::buffers::overwritten::<f32>(g.n * g.m * d.oh * d.ow);
         // The bias is the sums' start. A clamp without NaN canonicalization and without a
         // scan is applied in registers; else it (and the scan) take a pass per block.
         let in_regs = clamp.filter(|c| !c.2 && seen.is_none()).map(|c| (c.0, c.1));
@@ -2165,11 +2156,7 @@ fn conv_direct_f32(
             }
         };
         let ok = with_scratch(&PHASES, d.phase_len(), |ph: &mut [f32]| {
-            (0..g.n).all(|i| {
-                let xi = &x[i * plane_in..][..plane_in];
-                let oi = &mut out[i * plane_out..][..plane_out];
-                super::dconv::conv(xi, w, b, in_regs, &d, oi, ph, &epi)
-            })
+            super::dconv::conv(g.n, x, w, bias, in_regs, &d, &mut out, ph, &epi)
         });
         if ok {
             return Some(out);

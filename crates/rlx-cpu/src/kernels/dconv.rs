@@ -51,9 +51,14 @@ impl Dims {
     fn slack(&self) -> usize {
         64 + self.kw
     }
-    /// Length of the phase buffer.
-    pub fn phase_len(&self) -> usize {
+    /// Elements of the phase planes and the zeros after them.
+    fn planes_len(&self) -> usize {
         self.s * self.s * self.c * self.cs() + self.slack()
+    }
+    /// Length of the scratch buffer [`conv`] takes: the phase planes, then one input row
+    /// split into its column phases (stride > 1).
+    pub fn phase_len(&self) -> usize {
+        self.planes_len() + if self.s > 1 { self.w } else { 0 }
     }
 }
 
@@ -73,6 +78,11 @@ fn available() -> bool {
     is_x86_feature_detected!("avx512f")
 }
 
+thread_local! {
+    /// [`conv`]'s tap offsets, kept between calls on each thread.
+    static KOFF: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Images convolved by [`conv`] (see [`images`]).
 static IMAGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -88,74 +98,46 @@ pub(super) fn enabled() -> bool {
     *ON.get_or_init(|| available() && !rlx_ir::env::is_off("RLX_CPU_DCONV"))
 }
 
-/// Fills `buf` (`d.phase_len()` elements) with the phase planes of one image `x`
-/// (`[C, H, W]`), zeros in the padding and after the last plane. With `par`, the channels'
-/// rows are split over rayon.
-fn fill_phases(x: &[f32], d: &Dims, buf: &mut [f32], par: bool) {
-    let (s, hq) = (d.s, d.hq());
-    let body = s * s * d.c * d.cs();
-    let (main, tail) = buf.split_at_mut(body);
-    tail.fill(0.0);
-    // Padded input rows per task: about 16K elements of each.
-    let per = (16384 / (s * d.wq()).max(1)).clamp(1, hq * s);
-    let chunks = (hq * s).div_ceil(per);
-    let out = Out(main.as_mut_ptr());
-    let task = |t: usize| {
-        let (ci, k) = (t / chunks, t % chunks);
-        let out = &out;
-        let rows = k * per..((k + 1) * per).min(hq * s);
-        // SAFETY: each (channel, padded row) writes its own `s` phase rows, inside `main`.
-        unsafe { fill_rows(x, d, out.0, ci, rows) };
-    };
-    if par {
-        use rayon::prelude::*;
-        (0..d.c * chunks).into_par_iter().for_each(task);
-    } else {
-        (0..d.c * chunks).for_each(task);
-    }
-}
-
-/// [`fill_phases`] for channel `ci`'s padded rows `rows` (`yp`, in the padded input), each
-/// written to its phase row `yp / s` of phases `(yp mod s, px)` for every `px`.
+/// Fills `buf` (`d.planes_len()` elements) with the phase planes of one image `x`
+/// (`[C, H, W]`), zeros in the padding and after the last plane; `tmp` (W elements at
+/// stride > 1) holds each input row split into its column phases. Each padded row `yp`
+/// goes to row `yp / s` of phases `(yp mod s, px)` for every `px`.
 ///
-/// # Safety
-/// `buf` points to `s·s·C·cs` writable elements, and no other thread writes these rows.
-unsafe fn fill_rows(x: &[f32], d: &Dims, buf: *mut f32, ci: usize, rows: std::ops::Range<usize>) {
+/// On the calling thread: split over rayon, a 2-thread run under `perf record` hung (see
+/// bench/NOTES.md §17); the copy is about 10% of a stem.
+fn fill_phases(x: &[f32], d: &Dims, buf: &mut [f32], tmp: &mut [f32]) {
     let (s, wq, cs) = (d.s, d.wq(), d.cs());
-    let mut tmp = vec![0f32; if s > 1 { d.w } else { 0 }];
+    buf[s * s * d.c * cs..].fill(0.0);
     // Start of column phase q in a row split into phases (q, q + s, …).
     let phase_off = |q: usize| q * (d.w / s) + q.min(d.w % s);
-    for yp in rows {
-        let (py, i) = (yp % s, yp / s);
-        let y = yp.wrapping_sub(d.pt);
-        let row = (y < d.h).then(|| &x[(ci * d.h + y) * d.w..][..d.w]);
-        let src: &[f32] = match row {
-            Some(r) if s == 1 => r,
-            Some(r) => {
-                super::conv::split_columns(r, s, &mut tmp);
-                &tmp
-            }
-            None => &[],
-        };
-        for px in 0..s {
-            // SAFETY: row i of phase (py, px), channel ci: inside the buffer (caller).
-            let dst = std::slice::from_raw_parts_mut(
-                buf.add(((py * s + px) * d.c + ci) * cs + i * wq),
-                wq,
-            );
-            if src.is_empty() {
-                dst.fill(0.0);
-                continue;
-            }
-            // Columns j whose input column j·s + px − pl lies in [0, W).
-            let j0 = d.pl.saturating_sub(px).div_ceil(s).min(wq);
-            let j1 = (d.w + d.pl).saturating_sub(px).div_ceil(s).min(wq).max(j0);
-            dst[..j0].fill(0.0);
-            dst[j1..].fill(0.0);
-            if j1 > j0 {
-                let x0 = j0 * s + px - d.pl;
-                let from = phase_off(x0 % s) + x0 / s;
-                dst[j0..j1].copy_from_slice(&src[from..from + (j1 - j0)]);
+    for ci in 0..d.c {
+        for yp in 0..d.hq() * s {
+            let (py, i) = (yp % s, yp / s);
+            let y = yp.wrapping_sub(d.pt);
+            let src: &[f32] = match (y < d.h).then(|| &x[(ci * d.h + y) * d.w..][..d.w]) {
+                Some(r) if s == 1 => r,
+                Some(r) => {
+                    super::conv::split_columns(r, s, tmp);
+                    tmp
+                }
+                None => &[],
+            };
+            for px in 0..s {
+                let dst = &mut buf[((py * s + px) * d.c + ci) * cs + i * wq..][..wq];
+                if src.is_empty() {
+                    dst.fill(0.0);
+                    continue;
+                }
+                // Columns j whose input column j·s + px − pl lies in [0, W).
+                let j0 = d.pl.saturating_sub(px).div_ceil(s).min(wq);
+                let j1 = (d.w + d.pl).saturating_sub(px).div_ceil(s).min(wq).max(j0);
+                dst[..j0].fill(0.0);
+                dst[j1..].fill(0.0);
+                if j1 > j0 {
+                    let x0 = j0 * s + px - d.pl;
+                    let from = phase_off(x0 % s) + x0 / s;
+                    dst[j0..j1].copy_from_slice(&src[from..from + (j1 - j0)]);
+                }
             }
         }
     }
@@ -189,7 +171,8 @@ fn stores(q: usize, end: usize, wq: usize, ow: usize) -> Stores {
 }
 
 /// A tile's operands: the phase buffer at the tile's first position (`src`), the taps'
-/// offsets from it (`koff`), the first weight row (`w`, rows `kk` apart) and bias value, the
+/// offsets from it (`koff`), the first weight row (`w`, rows `kk` apart) and bias value
+/// (null: no bias), the
 /// clamp, and the first output channel's plane (`dst`, planes `plane` apart).
 #[derive(Clone, Copy)]
 struct Tile<'a> {
@@ -210,7 +193,7 @@ struct Tile<'a> {
 ///
 /// # Safety
 /// AVX-512F; every `src + koff[k] + 16·V` and `w + (R−1)·kk + koff.len()` in bounds;
-/// `bias` holds `R` values; every stored lane inside `dst`'s allocation.
+/// `bias` null or holding `R` values; every stored lane inside `dst`'s allocation.
 #[target_feature(enable = "avx512f")]
 unsafe fn tile<const R: usize, const V: usize>(t: &Tile, st: &[Stores; NV]) {
     let Tile {
@@ -224,8 +207,10 @@ unsafe fn tile<const R: usize, const V: usize>(t: &Tile, st: &[Stores; NV]) {
         plane,
     } = *t;
     let mut acc = [[_mm512_setzero_ps(); V]; R];
-    for (i, a) in acc.iter_mut().enumerate() {
-        *a = [_mm512_set1_ps(*bias.add(i)); V];
+    if !bias.is_null() {
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = [_mm512_set1_ps(*bias.add(i)); V];
+        }
     }
     for (k, &o) in koff.iter().enumerate() {
         let p = src.add(o as usize);
@@ -279,12 +264,12 @@ struct Out(*mut f32);
 // SAFETY: tasks write disjoint element ranges through it (see `conv`).
 unsafe impl Sync for Out {}
 
-/// The conv of one image `x` (`[C, H, W]`) with weights `w` (`[M, C, KH, KW]`) and bias `b`
-/// (`[M]`) into `out` (`[M, OH, OW]`), every element written; with `clamp` (`(lo, hi)`),
-/// each value clamped in registers before its store. Then `epi(m, seg)` on each output
-/// channel `m`'s rows of a block (`seg`, contiguous, written just before), for what
-/// remains of the activation. Splits row blocks and channel ranges over rayon when the
-/// pool has several threads and the work is worth it. `phases`: a scratch buffer of
+/// The conv of `n` images `x` (`[N, C, H, W]`) with weights `w` (`[M, C, KH, KW]`) and
+/// optional bias `b` (`[M]`) into `out` (`[N, M, OH, OW]`), every element written; with
+/// `clamp` (`(lo, hi)`), each value clamped in registers before its store. Then `epi(m,
+/// seg)` on each output channel `m`'s rows of a block (`seg`, contiguous, written just
+/// before), for what remains of the activation. Splits row blocks and channel ranges over
+/// rayon when the pool has several threads and the work is worth it. `scratch`: a buffer of
 /// `d.phase_len()` elements.
 ///
 /// Returns false, with nothing written, when the CPU lacks AVX-512F, the output rows are
@@ -292,44 +277,49 @@ unsafe impl Sync for Out {}
 /// buffer would need offsets past `u32`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
+    n: usize,
     x: &[f32],
     w: &[f32],
-    b: &[f32],
+    b: Option<&[f32]>,
     clamp: Option<(f32, f32)>,
     d: &Dims,
     out: &mut [f32],
-    phases: &mut [f32],
+    scratch: &mut [f32],
     epi: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) -> bool {
     let kt = d.kh * d.kw;
     let kk = d.c * kt;
+    let (plane_in, plane_out) = (d.c * d.h * d.w, d.m * d.oh * d.ow);
     if !available()
         || d.s == 0
         || kt == 0
         || d.wq() < 8
         || d.phase_len() > u32::MAX as usize
-        || x.len() < d.c * d.h * d.w
+        || x.len() < n * plane_in
         || w.len() < d.m * kk
-        || b.len() < d.m
-        || out.len() < d.m * d.oh * d.ow
-        || phases.len() < d.phase_len()
+        || b.is_some_and(|b| b.len() < d.m)
+        || out.len() < n * plane_out
+        || scratch.len() < d.phase_len()
     {
         return false;
     }
-    IMAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if d.m == 0 || d.oh == 0 || d.ow == 0 {
+    IMAGES.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    if n == 0 || d.m == 0 || d.oh == 0 || d.ow == 0 {
         return true;
     }
     let (s, wq, cs) = (d.s, d.wq(), d.cs());
     // Tap offsets, k = (c·KH + ky)·KW + kx as the weights are laid out.
-    let koff: Vec<u32> = (0..kk)
-        .map(|k| {
-            let (c, t) = (k / kt, k % kt);
-            let (ky, kx) = (t / d.kw, t % d.kw);
-            let phase = (ky % s) * s + kx % s;
-            ((phase * d.c + c) * cs + (ky / s) * wq + kx / s) as u32
-        })
-        .collect();
+    let tap = |k: usize| {
+        let (c, t) = (k / kt, k % kt);
+        let (ky, kx) = (t / d.kw, t % d.kw);
+        let phase = (ky % s) * s + kx % s;
+        ((phase * d.c + c) * cs + (ky / s) * wq + kx / s) as u32
+    };
+    // Kept between calls on this thread (taken out, so no borrow spans the work).
+    let mut koff_buf = KOFF.with(|k| std::mem::take(&mut *k.borrow_mut()));
+    koff_buf.clear();
+    koff_buf.extend((0..kk).map(tap));
+    let koff = &koff_buf[..];
     // Row blocks of about BLOCK_BYTES of output (all channels), then, with threads, more
     // blocks or channel ranges so that each thread gets about two tasks.
     let mut rows = (BLOCK_BYTES / 4 / (d.m * wq).max(1)).clamp(1, d.oh);
@@ -351,80 +341,83 @@ pub(super) fn conv(
             mchunk = d.m.div_ceil(noc).div_ceil(MR) * MR;
         }
     }
-    fill_phases(
-        x,
-        d,
-        phases,
-        false && par && super::par_worth(d.phase_len()),
-    );
     let nrb = d.oh.div_ceil(rows);
     let noc = d.m.div_ceil(mchunk);
     let plane = d.oh * d.ow;
-    let dst = Out(out.as_mut_ptr());
-    let src = phases.as_ptr() as usize;
-    let task = |t: usize| {
-        let (rb, oc) = (t / noc, t % noc);
-        let (oy0, oy1) = (rb * rows, ((rb + 1) * rows).min(d.oh));
-        let (m0, m1) = (oc * mchunk, ((oc + 1) * mchunk).min(d.m));
-        let (q0, q1) = (oy0 * wq, oy1 * wq);
-        let src = src as *const f32;
-        let dst = &dst;
-        let mut q = q0;
-        while q < q1 {
-            let v = (q1 - q).div_ceil(16).min(NV);
-            let st: [Stores; NV] = std::array::from_fn(|j| stores(q + 16 * j, q1, wq, d.ow));
-            let mut m = m0;
-            // SAFETY: AVX-512F checked above; loads stay inside the phase buffer
-            // (`Dims::slack`); weight rows m..m+R of kk values and R bias values exist
-            // (checked above); the stores write positions [q, q1) of channels m..m+R,
-            // rows oy0..oy1: this task's alone (tasks split rows and channels).
-            unsafe {
-                let mut t = Tile {
-                    src: src.add(q),
-                    koff: &koff,
-                    w: w.as_ptr(),
-                    kk,
-                    bias: b.as_ptr(),
-                    clamp,
-                    dst: dst.0,
-                    plane,
-                };
-                let at = |t: &mut Tile, m: usize| {
-                    t.w = w.as_ptr().add(m * kk);
-                    t.bias = b.as_ptr().add(m);
-                    t.dst = dst.0.add(m * plane);
-                };
-                while m + MR <= m1 {
-                    at(&mut t, m);
-                    tile_n::<MR>(v, &t, &st);
-                    m += MR;
+    let (phases, tmp) = scratch.split_at_mut(d.planes_len());
+    for (xi, oi) in x
+        .chunks_exact(plane_in)
+        .zip(out.chunks_exact_mut(plane_out))
+        .take(n)
+    {
+        fill_phases(xi, d, phases, tmp);
+        let dst = Out(oi.as_mut_ptr());
+        let src = phases.as_ptr() as usize;
+        let task = |t: usize| {
+            let (rb, oc) = (t / noc, t % noc);
+            let (oy0, oy1) = (rb * rows, ((rb + 1) * rows).min(d.oh));
+            let (m0, m1) = (oc * mchunk, ((oc + 1) * mchunk).min(d.m));
+            let (q0, q1) = (oy0 * wq, oy1 * wq);
+            let src = src as *const f32;
+            let dst = &dst;
+            let mut q = q0;
+            while q < q1 {
+                let v = (q1 - q).div_ceil(16).min(NV);
+                let st: [Stores; NV] = std::array::from_fn(|j| stores(q + 16 * j, q1, wq, d.ow));
+                let mut m = m0;
+                // SAFETY: AVX-512F checked above; loads stay inside the phase buffer
+                // (`Dims::slack`); weight rows m..m+R of kk values and R bias values (if any) exist
+                // (checked above); the stores write positions [q, q1) of channels m..m+R,
+                // rows oy0..oy1: this task's alone (tasks split rows and channels).
+                unsafe {
+                    let mut t = Tile {
+                        src: src.add(q),
+                        koff,
+                        w: w.as_ptr(),
+                        kk,
+                        bias: std::ptr::null(),
+                        clamp,
+                        dst: dst.0,
+                        plane,
+                    };
+                    let at = |t: &mut Tile, m: usize| {
+                        t.w = w.as_ptr().add(m * kk);
+                        t.bias = b.map_or(std::ptr::null(), |b| b.as_ptr().add(m));
+                        t.dst = dst.0.add(m * plane);
+                    };
+                    while m + MR <= m1 {
+                        at(&mut t, m);
+                        tile_n::<MR>(v, &t, &st);
+                        m += MR;
+                    }
+                    while m < m1 {
+                        at(&mut t, m);
+                        tile_n::<1>(v, &t, &st);
+                        m += 1;
+                    }
                 }
-                while m < m1 {
-                    at(&mut t, m);
-                    tile_n::<1>(v, &t, &st);
-                    m += 1;
-                }
+                q += TILE;
             }
-            q += TILE;
+            for m in m0..m1 {
+                // SAFETY: channel m's rows oy0..oy1, this task's alone, written above.
+                let seg = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        dst.0.add(m * plane + oy0 * d.ow),
+                        (oy1 - oy0) * d.ow,
+                    )
+                };
+                epi(m, seg);
+            }
+        };
+        let tasks = nrb * noc;
+        if par && tasks > 1 {
+            use rayon::prelude::*;
+            (0..tasks).into_par_iter().for_each(task);
+        } else {
+            (0..tasks).for_each(task);
         }
-        for m in m0..m1 {
-            // SAFETY: channel m's rows oy0..oy1, this task's alone, written above.
-            let seg = unsafe {
-                std::slice::from_raw_parts_mut(
-                    dst.0.add(m * plane + oy0 * d.ow),
-                    (oy1 - oy0) * d.ow,
-                )
-            };
-            epi(m, seg);
-        }
-    };
-    let tasks = nrb * noc;
-    if par && tasks > 1 {
-        use rayon::prelude::*;
-        (0..tasks).into_par_iter().for_each(task);
-    } else {
-        (0..tasks).for_each(task);
     }
+    KOFF.with(|k| *k.borrow_mut() = koff_buf);
     true
 }
 
@@ -501,9 +494,10 @@ mod tests {
         let seen = std::sync::Mutex::new(vec![0usize; m]);
         let clamp = Some((-0.25, 0.5));
         assert!(conv(
+            1,
             &x,
             &wt,
-            &bias,
+            Some(&bias),
             clamp,
             &d,
             &mut out,
