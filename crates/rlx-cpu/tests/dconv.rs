@@ -7,20 +7,10 @@
 
 mod common;
 
-use common::{rnd, run_scanned};
+use common::{act, act_ref, bits, rnd, scanned_fusion_on_off, sh, Act};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Act {
-    None,
-    Relu,
-    /// Max(·, 0) then Min(·, 6): ONNX Clip as imported (MobileNetV2's ReLU6).
-    Relu6,
-    /// x · Sigmoid(x) (EfficientNet).
-    Silu,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -48,10 +38,6 @@ impl Case {
     }
 }
 
-fn sh(d: &[usize]) -> Shape {
-    Shape::new(d, DType::F32)
-}
-
 /// x → Conv (+ bias) → act, the conv named "stem.conv".
 fn graph(cs: &Case, w: &[f32], b: &[f32]) -> (Graph, NodeId) {
     let mut g = Graph::new("dconv");
@@ -71,20 +57,7 @@ fn graph(cs: &Case, w: &[f32], b: &[f32]) -> (Graph, NodeId) {
     };
     let conv = g.add_node(Op::Conv(a), ins, out.clone());
     g.set_name(conv, "stem.conv");
-    let y = match cs.act {
-        Act::None => conv,
-        Act::Relu => g.add_node(Op::Activation(Activation::Relu), vec![conv], out.clone()),
-        Act::Relu6 => {
-            let lo = g.constant(Tensor::from_f32(&[], vec![0.0]).unwrap());
-            let hi = g.constant(Tensor::from_f32(&[], vec![6.0]).unwrap());
-            let mx = g.add_node(Op::Binary(BinaryOp::Max), vec![conv, lo], out.clone());
-            g.add_node(Op::Binary(BinaryOp::Min), vec![mx, hi], out.clone())
-        }
-        Act::Silu => {
-            let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![conv], out.clone());
-            g.mul(conv, sig, out.clone())
-        }
-    };
+    let y = act(&mut g, conv, cs.act, &out);
     g.set_outputs(vec![y]);
     (g, conv)
 }
@@ -118,12 +91,7 @@ fn reference(cs: &Case, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
                             }
                         }
                     }
-                    out[((n * cs.m + m) * oh + oy) * ow + ox] = match cs.act {
-                        Act::None => v,
-                        Act::Relu => v.max(0.0),
-                        Act::Relu6 => v.clamp(0.0, 6.0),
-                        Act::Silu => v / (1.0 + (-v).exp()),
-                    };
+                    out[((n * cs.m + m) * oh + oy) * ow + ox] = act_ref(cs.act, v);
                 }
             }
         }
@@ -330,14 +298,10 @@ fn a_scanned_run_names_the_conv_as_with_fusion_off() {
         x[c * cs.h * cs.w + 6 * cs.w + 9] = 3e38;
     }
     let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x).unwrap();
-    let mut out = vec![];
-    for fuse in [true, false] {
-        let (g, conv) = graph(&cs, &w, &b);
-        let mut ex = CpuExecutor::new(g).unwrap();
-        ex.set_fusion(fuse);
-        let (r, y) = run_scanned(&mut ex, std::slice::from_ref(&t), DebugMode::Strict);
-        assert_eq!(r.first().map(|r| r.0), Some(conv), "fusion {fuse}: {r:?}");
-        out.push((r, y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()));
+    let runs = scanned_fusion_on_off(|| graph(&cs, &w, &b), &[t], DebugMode::Strict);
+    for (fuse, conv, r, _) in &runs {
+        assert_eq!(r.first().map(|r| r.0), Some(*conv), "fusion {fuse}: {r:?}");
     }
+    let out: Vec<_> = runs.iter().map(|(_, _, r, y)| (r, bits(y))).collect();
     assert_eq!(out[0], out[1]);
 }

@@ -7,20 +7,10 @@
 
 mod common;
 
-use common::{rnd, run_scanned};
+use common::{act, act_ref, bits, rnd, scanned_fusion_on_off, sh, Act};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Act {
-    None,
-    Relu,
-    /// Max(·, 0) then Min(·, 6), as ONNX Clip imports (MobileNetV2's ReLU6).
-    Relu6,
-    /// x · Sigmoid(x), as exported (EfficientNet).
-    Silu,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -46,10 +36,6 @@ impl Case {
     }
 }
 
-fn sh(d: &[usize]) -> Shape {
-    Shape::new(d, DType::F32)
-}
-
 struct Params {
     wa: Vec<f32>,
     ba: Vec<f32>,
@@ -68,32 +54,6 @@ fn params(cs: &Case) -> Params {
         shift: rnd(cs.m, 4),
         wb: rnd(cs.m * cs.k * cs.k, 5),
         bb: rnd(cs.m, 6),
-    }
-}
-
-fn act(g: &mut Graph, x: NodeId, a: Act, shape: &Shape) -> NodeId {
-    match a {
-        Act::None => x,
-        Act::Relu => g.add_node(Op::Activation(Activation::Relu), vec![x], shape.clone()),
-        Act::Relu6 => {
-            let lo = g.constant(Tensor::from_f32(&[], vec![0.0]).unwrap());
-            let hi = g.constant(Tensor::from_f32(&[], vec![6.0]).unwrap());
-            let mx = g.add_node(Op::Binary(BinaryOp::Max), vec![x, lo], shape.clone());
-            g.add_node(Op::Binary(BinaryOp::Min), vec![mx, hi], shape.clone())
-        }
-        Act::Silu => {
-            let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![x], shape.clone());
-            g.mul(x, sig, shape.clone())
-        }
-    }
-}
-
-fn act_ref(a: Act, v: f64) -> f64 {
-    match a {
-        Act::None => v,
-        Act::Relu => v.max(0.0),
-        Act::Relu6 => v.clamp(0.0, 6.0),
-        Act::Silu => v / (1.0 + (-v).exp()),
     }
 }
 
@@ -261,10 +221,6 @@ fn run(ex: &mut CpuExecutor, cs: &Case, x: &[f32], threads: usize) -> Vec<f32> {
     y[0].as_f32().unwrap().to_vec()
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
 #[test]
 fn pointwise_then_depthwise_matches_the_definition_and_the_unfused_bits() {
     for (i, cs) in cases().iter().enumerate() {
@@ -322,15 +278,11 @@ fn a_scanned_run_reports_as_with_fusion_off() {
         x[c * cs.h * cs.w + 5 * cs.w + 9] = 3e38;
     }
     let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x).unwrap();
-    let mut out = vec![];
-    for fuse in [true, false] {
-        let (g, pw) = graph(&cs, &p);
-        let mut ex = CpuExecutor::new(g).unwrap();
-        ex.set_fusion(fuse);
-        let (r, y) = run_scanned(&mut ex, std::slice::from_ref(&t), DebugMode::Strict);
-        assert!(r.iter().any(|(n, _, _)| *n == pw), "{r:?}");
+    let runs = scanned_fusion_on_off(|| graph(&cs, &p), &[t], DebugMode::Strict);
+    for (_, pw, r, y) in &runs {
+        assert!(r.iter().any(|(n, _, _)| n == pw), "{r:?}");
         assert!(y.iter().any(|v| !v.is_finite()));
-        out.push((r, bits(&y)));
     }
+    let out: Vec<_> = runs.iter().map(|(_, _, r, y)| (r, bits(y))).collect();
     assert_eq!(out[0], out[1]);
 }

@@ -1,5 +1,8 @@
 //! Helpers shared by the rlx-cpu integration tests.
 
+#[allow(unused_imports)]
+use rlx_ir::{Activation, BinaryOp, Graph, NodeId, Op, Shape, Tensor};
+
 /// Deterministic pseudo-random values in [-1, 1) (a 64-bit LCG, top 24 bits).
 #[allow(dead_code)] // not every test file that includes `common` uses it
 pub fn rnd(n: usize, seed: u64) -> Vec<f32> {
@@ -37,4 +40,77 @@ pub fn run_scanned(
         .map(|r| (r.node, r.index, r.label.clone()))
         .collect();
     (r, y[0].as_f32().unwrap().to_vec())
+}
+
+/// A fused conv group's activation, as the fusion tests build it.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Act {
+    None,
+    Relu,
+    /// Max(·, 0) then Min(·, 6), as ONNX Clip imports (MobileNetV2's ReLU6).
+    Relu6,
+    /// x · Sigmoid(x), as exported (EfficientNet).
+    Silu,
+}
+
+#[allow(dead_code)]
+pub fn sh(d: &[usize]) -> rlx_ir::Shape {
+    rlx_ir::Shape::new(d, rlx_ir::DType::F32)
+}
+
+/// `a` applied to `x` in `g` (as ONNX exports it), output `shape`.
+#[allow(dead_code)]
+pub fn act(g: &mut Graph, x: NodeId, a: Act, shape: &Shape) -> NodeId {
+    match a {
+        Act::None => x,
+        Act::Relu => g.add_node(Op::Activation(Activation::Relu), vec![x], shape.clone()),
+        Act::Relu6 => {
+            let lo = g.constant(Tensor::from_f32(&[], vec![0.0]).unwrap());
+            let hi = g.constant(Tensor::from_f32(&[], vec![6.0]).unwrap());
+            let mx = g.add_node(Op::Binary(BinaryOp::Max), vec![x, lo], shape.clone());
+            g.add_node(Op::Binary(BinaryOp::Min), vec![mx, hi], shape.clone())
+        }
+        Act::Silu => {
+            let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![x], shape.clone());
+            g.mul(x, sig, shape.clone())
+        }
+    }
+}
+
+#[allow(dead_code)]
+pub fn act_ref(a: Act, v: f64) -> f64 {
+    match a {
+        Act::None => v,
+        Act::Relu => v.max(0.0),
+        Act::Relu6 => v.clamp(0.0, 6.0),
+        Act::Silu => v / (1.0 + (-v).exp()),
+    }
+}
+
+/// Bit patterns of `v`, for exact comparisons.
+#[allow(dead_code)]
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The graph `make` builds, run with a scanner in `mode` on `ins`, fusion on then off: the
+/// node `make` names with each run's reports and first output, as (fusion, node, reports,
+/// output).
+#[allow(dead_code)]
+pub fn scanned_fusion_on_off(
+    make: impl Fn() -> (rlx_ir::Graph, rlx_ir::NodeId),
+    ins: &[rlx_ir::Tensor],
+    mode: rlx_ir::numeric_check::DebugMode,
+) -> Vec<(bool, rlx_ir::NodeId, Vec<Report>, Vec<f32>)> {
+    [true, false]
+        .into_iter()
+        .map(|fuse| {
+            let (g, node) = make();
+            let mut ex = rlx_cpu::CpuExecutor::new(g).unwrap();
+            ex.set_fusion(fuse);
+            let (r, y) = run_scanned(&mut ex, ins, mode);
+            (fuse, node, r, y)
+        })
+        .collect()
 }
