@@ -43,6 +43,10 @@ pub struct CpuExecutor {
     parallel_work: bool,
     /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
     fusions: crate::fuse::Fusions,
+    /// Per fused group: its residual operand's buffer may become the conv's output (every
+    /// other reader of the operand comes before the conv, and the Add is its last reader:
+    /// `fuse::Skip::Owned`).
+    res_take: Vec<bool>,
     /// Decomposed Softmaxes, LayerNorms and RMSNorms run one row at a time
     /// (`crate::rowfuse`).
     rows: crate::rowfuse::RowFusions,
@@ -481,6 +485,20 @@ impl CpuExecutor {
                 free_after[*u].push(NodeId(v as u32));
             }
         }
+        let res_take = fusions
+            .groups
+            .iter()
+            .map(|grp| {
+                grp.residual.is_some_and(|r| {
+                    let s = r.skip.index();
+                    !is_output[s]
+                        && last_use[s] == Some(r.add.index())
+                        && readers[s]
+                            .iter()
+                            .all(|u| *u == r.add || u.index() < grp.conv.index())
+                })
+            })
+            .collect();
         let can_take0 = graph
             .nodes
             .iter()
@@ -511,6 +529,7 @@ impl CpuExecutor {
                 fusions.at_conv[i].is_some()
                     || fusions.member_of[i].is_some()
                     || fusions.scale_mul[i].is_some()
+                    || fusions.residual_of[i].is_some()
                     || rows.at[i].is_some()
                     || rows.member_of[i].is_some()
             })
@@ -566,6 +585,7 @@ impl CpuExecutor {
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             pairs_on: !rlx_ir::env::is_off("RLX_CPU_PWDW"),
             fusions,
+            res_take,
             rows,
             ew,
             mm_views,
@@ -632,6 +652,17 @@ impl CpuExecutor {
             .groups
             .iter()
             .filter(|g| !g.members.is_empty())
+            .count()
+    }
+
+    /// How many fused Conv groups take the residual Add after them (and its Relu) into the
+    /// conv's epilogue on runs without a scanner or hooks (`RLX_CPU_RESIDUAL=0`: none); a
+    /// group on the Winograd path still runs its Add apart.
+    pub fn fused_residuals(&self) -> usize {
+        self.fusions
+            .groups
+            .iter()
+            .filter(|g| g.residual.is_some())
             .count()
     }
 
@@ -807,6 +838,9 @@ impl CpuExecutor {
         let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
         // Depthwise groups already run with the pointwise group before them (`run_pair`).
         let mut paired = vec![false; unfused.len()];
+        // Groups that applied their residual Add (and Relu) in this run (`fuse::Residual`:
+        // only without a scanner, whose report must name the unfused Add).
+        let mut res_done = vec![false; unfused.len()];
         // The same for the row groups (`crate::rowfuse`).
         let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
         // The same for the elementwise chains (`crate::ewfuse`).
@@ -845,30 +879,57 @@ impl CpuExecutor {
                     .and_then(|k| Some((k, this.fusions.scaled[k]?)));
                 if let Some((k, sc)) = scaled {
                     let grp = &this.fusions.groups[k];
+                    // (Scaled runs have no scanner.)
+                    let res = grp.residual;
+                    let owned = res
+                        .filter(|_| this.res_take[k])
+                        .and_then(|r| slots[r.skip.index()].take_owned());
                     let xs = input_values(g, id, &slots, &[sc.x, sc.s])?;
-                    let t = crate::fuse::run_scaled(g, grp, xs[0], xs[1])
+                    let skip = match (res, owned) {
+                        (_, Some(t)) => Some(crate::fuse::Skip::Owned(t)),
+                        (Some(r), None) => Some(crate::fuse::Skip::Borrowed(
+                            input_values(g, id, &slots, &[r.skip])?[0],
+                        )),
+                        (None, None) => None,
+                    };
+                    let t = crate::fuse::run_scaled(g, grp, xs[0], xs[1], skip)
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     drop(xs);
-                    slots[grp.output().index()] = Slot::Owned(t);
+                    slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
+                    res_done[k] = res.is_some();
                     done = true;
                 }
                 if let Some(k) =
                     this.fusions.at_conv[i].filter(|&k| !unfused[k] && !paired[k] && !done)
                 {
                     let grp = &this.fusions.groups[k];
-                    let x = slots[node.inputs[0].index()]
-                        .get()
-                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
                     let wg = if grp.folded.is_some() {
                         this.group_wino[k].as_ref()
                     } else {
                         this.wino[grp.conv.index()].as_ref()
                     };
                     let wg = wg.filter(|_| wino);
-                    let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some())
+                    // The residual: not while scanning, nor on the Winograd path (whose
+                    // tiles would read it scattered, slower than the Add's own pass).
+                    let res = grp.residual.filter(|_| scanner.is_none() && wg.is_none());
+                    let owned = res
+                        .filter(|_| this.res_take[k])
+                        .and_then(|r| slots[r.skip.index()].take_owned());
+                    let x = slots[node.inputs[0].index()]
+                        .get()
+                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
+                    let skip = match (res, owned) {
+                        (_, Some(t)) => Some(crate::fuse::Skip::Owned(t)),
+                        (Some(r), None) => Some(crate::fuse::Skip::Borrowed(
+                            input_values(g, id, &slots, &[r.skip])?[0],
+                        )),
+                        (None, None) => None,
+                    };
+                    let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some(), skip)
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {
-                        slots[grp.output().index()] = Slot::Owned(t);
+                        slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
+                        res_done[k] = res.is_some();
                         done = true;
                     } else {
                         // Replay this group op by op (below), so the scan names the op.
@@ -929,6 +990,7 @@ impl CpuExecutor {
                     || (this.viewed[i] && (scanner.is_none() || finite[node.inputs[0].index()]))
                     || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
                     || this.fusions.at_conv[i].is_some_and(|k| paired[k])
+                    || this.fusions.residual_of[i].is_some_and(|k| res_done[k])
                     || this.fusions.scale_mul[i].is_some_and(|k| !unfused[k] && scaling(k))
                     || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k])
                     || this.ew.member_of[i].is_some_and(|k| !ew_unfused[k]);

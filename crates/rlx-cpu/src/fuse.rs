@@ -49,6 +49,38 @@ pub(crate) struct ConvGroup {
     /// is at most `r·max|y| + o` in magnitude, where `y` is the fused value before the Relu
     /// (each step is `a_k·c + b_k` of the conv output `c = (y - b)/a`).
     pub bound: (f64, f64),
+    /// A residual Add (and Relu) after a chain that ends without an activation, applied
+    /// in the conv's epilogue on runs without a scanner or hooks.
+    pub residual: Option<Residual>,
+}
+
+/// `Add(y, r)` (either order) that reads a group's value `y` and a value `r` of the same
+/// shape made before the conv (a ResNet shortcut), then optionally `Relu`: run without a
+/// scanner, the conv adds `r` to each output value right after its bias, while the block
+/// is in cache, `(conv + bias) + r` as the unfused Add rounds it, then the Relu (one pass
+/// over the output less, and no read of `y` back from memory). With a scanner the group
+/// stops before the Add and the Add runs as a node, so its report is the unfused one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Residual {
+    pub add: NodeId,
+    pub skip: NodeId,
+    pub relu: Option<NodeId>,
+}
+
+impl Residual {
+    /// The node whose value the group computes with its residual.
+    pub(crate) fn output(&self) -> NodeId {
+        self.relu.unwrap_or(self.add)
+    }
+
+    /// The group's activation with the residual: the Relu, if any.
+    fn act(&self) -> Epilogue {
+        if self.relu.is_some() {
+            Epilogue::Relu
+        } else {
+            Epilogue::None
+        }
+    }
 }
 
 /// The activation that ends a fused group. Each keeps a finite value finite (|SiLU(y)| <=
@@ -128,6 +160,8 @@ pub(crate) struct Fusions {
     pub scaled: Vec<Option<Scaled>>,
     /// Per node: the group whose conv a scale Mul is folded into (`scaled`).
     pub scale_mul: Vec<Option<usize>>,
+    /// Per node: the group whose [`Residual`] (the Add or its Relu) it is.
+    pub residual_of: Vec<Option<usize>>,
 }
 
 /// `Mul(x, s)` (either order) with `s` of dims `[1, C, 1, 1]`, computed at run time (a
@@ -180,7 +214,9 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         then_dw: vec![],
         scaled: vec![],
         scale_mul: vec![None; n],
+        residual_of: vec![None; n],
     };
+    let residual_on = !rlx_ir::env::is_off("RLX_CPU_RESIDUAL");
     for node in &g.nodes {
         let Op::Conv(_) = &node.op else { continue };
         if node.shape.dtype != DType::F32 || node.shape.rank() < 3 || !node.shape.is_static() {
@@ -295,12 +331,23 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         for &x in &members {
             f.member_of[x.index()] = Some(gi);
         }
+        let residual = if act == Epilogue::None && residual_on {
+            residual_at(g, node.id, cur, consumers, is_output)
+        } else {
+            None
+        };
+        if let Some(r) = residual {
+            for x in [Some(r.add), r.relu].into_iter().flatten() {
+                f.residual_of[x.index()] = Some(gi);
+            }
+        }
         f.groups.push(ConvGroup {
             conv: node.id,
             members,
             folded,
             act,
             bound,
+            residual,
         });
     }
     f.scaled = f
@@ -320,6 +367,53 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         .map(|(a, sc)| pair_at(g, &f, a, consumers, is_output).filter(|_| sc.is_none()))
         .collect();
     f
+}
+
+/// The [`Residual`] after the value `y` that a group of `conv` (one group, f32) computes:
+/// `y` (not a graph output) is read only by an `Add` with another value `r` of `y`'s shape
+/// whose node comes before the conv (the executor runs nodes in order, so `r` is there when
+/// the conv runs, and stays until the Add reads it), then by a `Relu` if that is the Add's
+/// only reader and not a graph output.
+fn residual_at(
+    g: &Graph,
+    conv: NodeId,
+    y: NodeId,
+    consumers: &[Vec<NodeId>],
+    is_output: &[bool],
+) -> Option<Residual> {
+    let Op::Conv(a) = &g.node(conv).op else {
+        return None;
+    };
+    if a.groups > 1 || is_output[y.index()] || consumers[y.index()].len() != 1 {
+        return None;
+    }
+    let add = g.node(consumers[y.index()][0]);
+    let skip = match (&add.op, add.inputs.as_slice()) {
+        (Op::Binary(BinaryOp::Add), &[p, q]) if p != q && (p == y || q == y) => {
+            if p == y {
+                q
+            } else {
+                p
+            }
+        }
+        _ => return None,
+    };
+    let shape = &g.node(y).shape;
+    if add.shape != *shape || g.node(skip).shape != *shape || skip.index() >= conv.index() {
+        return None;
+    }
+    let relu = match consumers[add.id.index()].as_slice() {
+        [r] if !is_output[add.id.index()] => {
+            let r = g.node(*r);
+            matches!(r.op, Op::Activation(Activation::Relu)).then_some(r.id)
+        }
+        _ => None,
+    };
+    Some(Residual {
+        add: add.id,
+        skip,
+        relu,
+    })
 }
 
 /// The scale Mul ([`Scaled`]) that group `grp`'s conv can take into its weights.
@@ -375,12 +469,14 @@ fn scale_at(
 /// from `Mul` then the conv by rounding only (a NaN in `x`, or an Inf times a zero, still
 /// gives NaN where it reaches). Any other `s` (larger, Inf or NaN; the two orders
 /// overflow in different places) runs the `Mul`, then the group. Only without a scanner
-/// (the Mul's value is not made here unless needed, so it could not be scanned).
+/// (the Mul's value is not made here unless needed, so it could not be scanned). `skip`:
+/// the group's [`Residual`] operand, to apply it (see [`run_group`]).
 pub(crate) fn run_scaled(
     g: &Graph,
     grp: &ConvGroup,
     x: &Tensor,
     s: &Tensor,
+    skip: Option<Skip>,
 ) -> Result<Tensor, crate::KernelError> {
     let node = g.node(grp.conv);
     let bad = |m: &str| crate::KernelError::Invalid(format!("scaled conv: {m}"));
@@ -390,7 +486,7 @@ pub(crate) fn run_scaled(
         let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
         let xs = crate::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
             .map_err(|e| bad(&e.to_string()))?;
-        let (t, _) = run_group(g, grp, &xs, None, false)?;
+        let (t, _) = run_group(g, grp, &xs, None, false, skip)?;
         crate::buffers::give(xs.into_data());
         return Ok(t);
     }
@@ -411,9 +507,10 @@ pub(crate) fn run_scaled(
         }
     }
     let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
-    let act = grp.act;
+    let (act, res) = with_residual(grp, skip)?;
     let post = |v: &mut [f32]| act.apply(v);
-    let t = crate::kernels::conv::conv_post(x, &wt, b, a, &node.shape, &post, act.clamp(), None);
+    let t =
+        crate::kernels::conv::conv_post(x, &wt, b, a, &node.shape, &post, act.clamp(), None, res);
     crate::buffers::give(wt.into_data());
     t
 }
@@ -607,23 +704,70 @@ fn fold(
     ))
 }
 
+/// The value of a group's [`Residual`] operand, as the executor hands it over: borrowed
+/// (read), or owned when the Add was its last reader (the conv then takes its buffer for
+/// the output; see `crate::kernels::conv::Residual`).
+pub(crate) enum Skip<'a> {
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+}
+
+/// The activation and residual with which group `grp` runs: its own activation and none,
+/// or with `skip` (its [`Residual`]'s operand) the residual's activation and `skip`.
+fn with_residual<'a>(
+    grp: &ConvGroup,
+    skip: Option<Skip<'a>>,
+) -> Result<(Epilogue, Option<crate::kernels::conv::Residual<'a>>), crate::KernelError> {
+    use crate::kernels::conv::Residual as R;
+    let Some(skip) = skip else {
+        return Ok((grp.act, None));
+    };
+    let bad = || {
+        crate::KernelError::Invalid(
+            "fused group: a residual operand for a group without one, or not f32".into(),
+        )
+    };
+    let r = grp.residual.ok_or_else(bad)?;
+    let res = match skip {
+        Skip::Borrowed(t) => R::Read(t.as_f32().ok_or_else(bad)?),
+        Skip::Owned(t) => match t.into_data() {
+            rlx_ir::TensorData::F32(v) => R::Into(v),
+            d => {
+                crate::buffers::give(d);
+                return Err(bad());
+            }
+        },
+    };
+    Ok((r.act(), Some(res)))
+}
+
 /// Run group `grp` fused on the activation `x`: the conv with folded weights and bias, and
 /// its activation in place, on each block of output as the conv finishes it (while it is
 /// in cache). With `scan`, the same visit first takes the block's largest magnitude, and
 /// the flag says whether the value before the activation was finite and every unfused step
 /// provably in range (a Relu maps -inf to 0, so its output alone would hide an Inf made
 /// inside the group); else the flag is true.
+///
+/// `skip`: the value of the group's [`Residual`] operand, to compute the residual's output
+/// instead of the group's own (then the activation is the residual's Relu, if any). Not with
+/// `scan`. Error: a `skip` for a group without a residual, or not f32.
 pub(crate) fn run_group(
     g: &Graph,
     grp: &ConvGroup,
     x: &Tensor,
     wino: Option<&WinogradWeights>,
     scan: bool,
+    skip: Option<Skip>,
 ) -> Result<(Tensor, bool), crate::KernelError> {
     use crate::kernels::conv::{conv_post, conv_winograd};
     use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
-    let act = grp.act;
+    if scan && skip.is_some() {
+        return Err(crate::KernelError::Invalid(
+            "fused group: a residual is not applied while scanning".into(),
+        ));
+    }
+    let (act, res) = with_residual(grp, skip)?;
     // Largest |y| bits seen before the activation (NaN's bits are above +inf's).
     let max_bits = AtomicU32::new(0);
     let post = |v: &mut [f32]| {
@@ -638,6 +782,11 @@ pub(crate) fn run_group(
         ));
     };
     let t = match wino {
+        Some(_) if res.is_some() => {
+            return Err(crate::KernelError::Invalid(
+                "fused group: a residual is not applied on the Winograd path".into(),
+            ))
+        }
         Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
         // The conv kernels apply a Relu/Clip themselves; when scanning they also take the
         // largest |y| before it in the same pass (else `post` does both).
@@ -650,6 +799,7 @@ pub(crate) fn run_group(
             &post,
             act.clamp(),
             scan.then_some(&max_bits),
+            res,
         )?,
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the

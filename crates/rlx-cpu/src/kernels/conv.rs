@@ -1832,6 +1832,7 @@ mod dw_simd {
                             win.as_mut_ptr().add((r0 - base) * w),
                             (cap * w, 1),
                             false,
+                            false,
                         )?;
                     }
                     for i in 0..mc {
@@ -1905,6 +1906,7 @@ mod dw_simd {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn conv_float<
     T: GemmElem + Elem + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
 >(
@@ -1915,12 +1917,15 @@ fn conv_float<
     post: &(dyn Fn(&mut [T]) + Sync),
     clamp: Option<(T, T, bool)>,
     seen: Option<&AtomicU32>,
+    res: Option<&[T]>,
+    into: Option<Vec<T>>,
 ) -> KResult<Vec<T>> {
     let p: usize = g.osp.iter().product();
     // Depthwise directly only with finite weights: it skips the taps in the padding, where
     // ONNX's zero padding gives `inf · 0 = NaN` (onnxruntime does; im2col below does too).
     // (Checked last: only depthwise convs read their weights for it.)
-    if g.depthwise_2d() && w.iter().all(|&v| v * T::ZERO == T::ZERO) {
+    let plain = res.is_none() && into.is_none();
+    if g.depthwise_2d() && plain && w.iter().all(|&v| v * T::ZERO == T::ZERO) {
         let mut out = depthwise_2d(x, w, bias.as_deref(), g);
         if p > 0 {
             fill_chunks(&mut out, p, |_, plane| post(plane));
@@ -1955,7 +1960,7 @@ fn conv_float<
                 dil: g.dil.clone(),
                 ..*g
             };
-            conv_float(xs, w, bias, &g1, post, clamp, seen)
+            conv_float(xs, w, bias, &g1, post, clamp, seen, res, into)
         });
     }
     let cg = g.c / g.groups;
@@ -1964,7 +1969,19 @@ fn conv_float<
     let kk = cg * ksz;
     let plane: usize = g.sp.iter().product();
     let total = g.n * g.m * p;
-    let mut out: Vec<T> = crate::buffers::take(total);
+    // With `into` (a residual whose buffer the conv may take), the products accumulate
+    // onto it: gemm reads each tile of it as it writes the tile.
+    let acc = into.is_some();
+    let mut out: Vec<T> = match into {
+        Some(v) if v.len() == total => v,
+        Some(v) => {
+            return invalid(format!(
+                "conv: a residual of {} values for an output of {total}",
+                v.len()
+            ))
+        }
+        None => crate::buffers::take(total),
+    };
     if total == 0 {
         return Ok(out);
     }
@@ -2023,7 +2040,8 @@ fn conv_float<
     // Blocks in parallel (each product on one thread) when there are enough of them and
     // enough work; else blocks in order, each product free to use the pool.
     let par_blocks = threads > 1 && tasks >= threads && (flops >= GEMM_PAR_FLOPS || small);
-    let dst = SendPtr(out.spare_capacity_mut().as_mut_ptr().cast::<T>());
+    // `out` has `total` elements of capacity (initialized with `acc`, else length 0).
+    let dst = SendPtr(out.as_mut_ptr());
     let task = |t: usize| -> KResult<()> {
         let (t, mp) = (t / mparts, t % mparts);
         let (m0, m1) = (mp * mc, ((mp + 1) * mc).min(mg));
@@ -2057,17 +2075,18 @@ fn conv_float<
                     dst.0.add(ooff),
                     (p, 1),
                     !par_blocks,
+                    acc,
                 )?;
             }
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
-                let bits = bias_clamp(
-                    seg,
-                    bias.as_ref().map(|b| b[gi * mg + m0 + i]),
-                    clamp,
-                    seen.is_some(),
-                );
+                let mut b = bias.as_ref().map(|b| b[gi * mg + m0 + i]);
+                if let Some(r) = res {
+                    let at = ooff + i * p;
+                    add_bias_residual(seg, b.take(), &r[at..at + pb]);
+                }
+                let bits = bias_clamp(seg, b, clamp, seen.is_some());
                 if let Some(s) = seen {
                     s.fetch_max(bits, Ordering::Relaxed);
                 }
@@ -2136,6 +2155,7 @@ fn conv_float<
 /// kernel larger than 1×1 through the direct kernel ([`super::dconv`]), with the bias and
 /// activation applied per output channel as [`conv_float`] applies them. None, with
 /// nothing computed, for other convs, or without AVX-512.
+#[allow(clippy::too_many_arguments)]
 fn conv_direct_f32(
     x: &[f32],
     w: &[f32],
@@ -2144,6 +2164,7 @@ fn conv_direct_f32(
     post: Post,
     clamp: Option<(f32, f32, bool)>,
     seen: Option<&AtomicU32>,
+    res: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -2173,10 +2194,19 @@ fn conv_direct_f32(
         let mut out = crate::buffers::overwritten::<f32>(g.n * g.m * d.oh * d.ow);
         // The bias is the sums' start. A clamp without NaN canonicalization and without a
         // scan is applied in registers; else it (and the scan) take a pass per block.
-        let in_regs = clamp.filter(|c| !c.2 && seen.is_none()).map(|c| (c.0, c.1));
+        // A residual is added before the clamp, so then the clamp takes the pass too.
+        let in_regs = clamp
+            .filter(|c| !c.2 && seen.is_none() && res.is_none())
+            .map(|c| (c.0, c.1));
+        let base = out.as_ptr() as usize;
         let epi = |_: usize, seg: &mut [f32]| {
             if in_regs.is_some() {
                 return;
+            }
+            if let Some(r) = res {
+                // `seg` lies in `out`: its offset there is the residual's.
+                let at = (seg.as_ptr() as usize - base) / std::mem::size_of::<f32>();
+                add_bias_residual(seg, None, &r[at..at + seg.len()]);
             }
             let bits = bias_clamp(seg, None, clamp, seen.is_some());
             if let Some(s) = seen {
@@ -2197,8 +2227,42 @@ fn conv_direct_f32(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (x, w, bias, g, post, clamp, seen);
+        let _ = (x, w, bias, g, post, clamp, seen, res);
         None
+    }
+}
+
+/// A fused conv's residual operand `r` ([`conv_post`]). Values differ from the unfused
+/// `Add(conv, r)` by rounding only, in the order of the sums.
+pub(crate) enum Residual<'a> {
+    /// Read: `(conv + bias) + r`, added in the pass that adds the bias, as the unfused ops
+    /// round it.
+    Read(&'a [f32]),
+    /// A buffer (`r`'s values) the conv takes for its output: gemm's products accumulate
+    /// onto it as it writes each tile, `(conv + r) + bias`, and no pass reads `r` again.
+    /// The direct kernel reads it as [`Residual::Read`] and gives it back to the pool.
+    Into(Vec<f32>),
+}
+
+impl Residual<'_> {
+    fn values(&self) -> &[f32] {
+        match self {
+            Residual::Read(r) => r,
+            Residual::Into(v) => v,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.values().len()
+    }
+}
+
+/// `seg[j] = (seg[j] + b) + r[j]` (the bias, if any, then the residual `r`, in the unfused
+/// ops' order: the conv's Add of its bias, then the graph's Add of the residual).
+fn add_bias_residual<T: Copy + std::ops::Add<Output = T>>(seg: &mut [T], b: Option<T>, r: &[T]) {
+    match b {
+        Some(b) => seg.iter_mut().zip(r).for_each(|(v, &r)| *v = (*v + b) + r),
+        None => seg.iter_mut().zip(r).for_each(|(v, &r)| *v = *v + r),
     }
 }
 
@@ -2343,7 +2407,7 @@ pub(crate) fn conv(
     a: &ConvAttrs,
     out: &Shape,
 ) -> KResult<Tensor> {
-    conv_post(x, w, bias, a, out, &no_post, None, None)
+    conv_post(x, w, bias, a, out, &no_post, None, None, None)
 }
 
 /// [`conv`], then `post` on each f32 output plane while it is in cache (a fused group's
@@ -2356,6 +2420,11 @@ pub(crate) fn conv(
 /// activation: with a `clamp`, the kernels that apply it fold the largest |y| bits before
 /// it (as [`super::wide::max_abs_bits`] gives them) into `seen` in the same pass; the others
 /// call `post`, which must then take that figure itself.
+///
+/// `res`: a residual (f32, as many values as the output, laid out as it) added to each
+/// output value before `clamp`/`post` ([`Residual`]; a ResNet shortcut fused into the conv,
+/// see `crate::fuse::Residual`). Not with `seen`. Error: `res` of another length, or an
+/// input that is not f32.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_post(
     x: &Tensor,
@@ -2366,9 +2435,19 @@ pub(crate) fn conv_post(
     post: Post,
     clamp: Option<Clamp>,
     seen: Option<&AtomicU32>,
+    res: Option<Residual>,
 ) -> KResult<Tensor> {
     let od = out_dims(out)?;
     let g = geometry(x.dims(), w.dims(), a, &od)?;
+    if let Some(r) = &res {
+        if r.len() != od.iter().product::<usize>() || x.dtype() != rlx_ir::DType::F32 {
+            return invalid(format!(
+                "conv: a residual of {} f32 values does not fit the output {od:?} ({})",
+                r.len(),
+                x.dtype()
+            ));
+        }
+    }
     if let Some(b) = bias {
         if b.numel() != g.m {
             return invalid(format!(
@@ -2387,7 +2466,8 @@ pub(crate) fn conv_post(
             let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
             // The depthwise kernels skip taps in the padding; with a non-finite weight the
             // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
-            let dw = g.depthwise_2d() && super::wide::max_abs_bits(wv) < 0x7f80_0000;
+            let dw =
+                g.depthwise_2d() && res.is_none() && super::wide::max_abs_bits(wv) < 0x7f80_0000;
             // Planes below POST_MIN_RUN elements take `post` in one pass after the conv
             // (per-plane calls cost more than the cache they save there).
             let p: usize = g.osp.iter().product();
@@ -2414,9 +2494,19 @@ pub(crate) fn conv_post(
                 None => {
                     let c = clamp.map(|c| (c.lo, c.hi, c.nan_out));
                     let seen = seen.filter(|_| c.is_some());
-                    if let Some(o) = conv_direct_f32(xv, wv, b.as_deref(), &g, post, c, seen) {
+                    let read = res.as_ref().map(|r| r.values());
+                    if let Some(o) = conv_direct_f32(xv, wv, b.as_deref(), &g, post, c, seen, read)
+                    {
+                        if let Some(Residual::Into(v)) = res {
+                            crate::buffers::give(D::F32(v));
+                        }
                         return make(od, D::F32(o));
                     }
+                    let (read, into) = match res {
+                        Some(Residual::Read(r)) => (Some(r), None),
+                        Some(Residual::Into(v)) => (None, Some(v)),
+                        None => (None, None),
+                    };
                     D::F32(conv_float(
                         xv,
                         wv,
@@ -2425,19 +2515,31 @@ pub(crate) fn conv_post(
                         post,
                         c,
                         seen.filter(|_| c.is_some()),
+                        read,
+                        into,
                     )?)
                 }
             }
         }
         (D::F64(xv), D::F64(wv)) => {
             let b = bias.map(|b| values_as(b.data()));
-            D::F64(conv_float(xv, wv, b, &g, &|_: &mut [f64]| {}, None, None)?)
+            D::F64(conv_float(
+                xv,
+                wv,
+                b,
+                &g,
+                &|_: &mut [f64]| {},
+                None,
+                None,
+                None,
+                None,
+            )?)
         }
         (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
             let xv = x.data().to_f32_vec();
             let wv = w.data().to_f32_vec();
             let b = bias.map(|b| values_as(b.data()));
-            let r = conv_float(&xv, &wv, b, &g, &no_post, None, None)?;
+            let r = conv_float(&xv, &wv, b, &g, &no_post, None, None, None, None)?;
             if x.dtype() == rlx_ir::DType::F16 {
                 D::F16(r.into_iter().map(f16::from_f32).collect())
             } else {
@@ -2586,7 +2688,7 @@ pub(crate) fn conv_winograd(
         let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
         let b_max = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs() as f64));
         if !wg.direct_stays_finite(super::wide::max_abs_bits(xv), b_max) {
-            return conv_post(x, w, bias, a, out, post, None, None);
+            return conv_post(x, w, bias, a, out, post, None, None, None);
         }
         let d = winograd::Dims {
             n: g.n,
@@ -2604,7 +2706,7 @@ pub(crate) fn conv_winograd(
             return make(od, TensorData::F32(o));
         }
     }
-    conv_post(x, w, bias, a, out, post, None, None)
+    conv_post(x, w, bias, a, out, post, None, None, None)
 }
 
 /// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside

@@ -91,6 +91,7 @@ pub(crate) fn gemm_uninit_strided<T: GemmElem>(
             dst.as_mut_ptr().cast::<T>(),
             dst_strides,
             parallel,
+            false,
         )
     }
 }
@@ -98,9 +99,13 @@ pub(crate) fn gemm_uninit_strided<T: GemmElem>(
 /// [`gemm_uninit_strided`] through a raw output pointer (for callers whose threads write
 /// disjoint but interleaved ranges of one buffer). Checks the operand views.
 ///
+/// With `accumulate`, the products are added to the values already there (`dst += a·b`,
+/// as gemm writes each tile), which must then be initialized.
+///
 /// # Safety
-/// `dst + i*rs + j*cs` for i < m, j < n must be valid for writes, not read or written by
-/// anyone else during the call, and not alias `a` or `b`.
+/// `dst + i*rs + j*cs` for i < m, j < n must be valid for writes (and initialized reads
+/// with `accumulate`), not read or written by anyone else during the call, and not alias
+/// `a` or `b`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_uninit_ptr<T: GemmElem>(
     m: usize,
@@ -111,6 +116,7 @@ pub(crate) unsafe fn gemm_uninit_ptr<T: GemmElem>(
     dst: *mut T,
     dst_strides: (usize, usize),
     parallel: bool,
+    accumulate: bool,
 ) -> KResult<()> {
     let (drs, dcs) = dst_strides;
     if !fits(&a, m, k) || !fits(&b, k, n) {
@@ -122,6 +128,9 @@ pub(crate) unsafe fn gemm_uninit_ptr<T: GemmElem>(
         return Ok(());
     }
     if k == 0 {
+        if accumulate {
+            return Ok(());
+        }
         for i in 0..m {
             for j in 0..n {
                 // SAFETY: a place the caller vouched for.
@@ -137,7 +146,7 @@ pub(crate) unsafe fn gemm_uninit_ptr<T: GemmElem>(
         Parallelism::None
     };
     // SAFETY: a and b: checked by `fits`; dst: the caller's contract. With read_dst false
-    // (the 7th argument) gemm writes dst without reading it.
+    // (the 7th argument) gemm writes dst without reading it; true: dst = 1·dst + a·b.
     unsafe {
         gemm::gemm(
             m,
@@ -146,14 +155,14 @@ pub(crate) unsafe fn gemm_uninit_ptr<T: GemmElem>(
             dst,
             dcs as isize,
             drs as isize,
-            false,
+            accumulate,
             a.data.as_ptr().add(a.off),
             a.cs as isize,
             a.rs as isize,
             b.data.as_ptr().add(b.off),
             b.cs as isize,
             b.rs as isize,
-            T::ZERO,
+            if accumulate { T::ONE } else { T::ZERO },
             T::ONE,
             false,
             false,
