@@ -56,10 +56,13 @@ pub(crate) struct ConvGroup {
 
 /// `Add(y, r)` (either order) that reads a group's value `y` and a value `r` of the same
 /// shape made before the conv (a ResNet shortcut), then optionally `Relu`: run without a
-/// scanner, the conv adds `r` to each output value right after its bias, while the block
-/// is in cache, `(conv + bias) + r` as the unfused Add rounds it, then the Relu (one pass
-/// over the output less, and no read of `y` back from memory). With a scanner the group
-/// stops before the Add and the Add runs as a node, so its report is the unfused one.
+/// scanner, the conv adds `r` to its outputs before the activation, and the Add's pass
+/// over the output is gone (`crate::kernels::conv::Residual`: when the Add is `r`'s last
+/// reader, gemm accumulates the products onto `r`'s buffer, `(conv + r) + bias`; else the
+/// bias pass reads `r`, `(conv + bias) + r`; values differ from the unfused Add by rounding
+/// only). With a scanner the group stops before the Add and the Add runs as a node, so its
+/// report is the unfused one; on the Winograd path too (its 2×2 tiles would read `r`
+/// scattered, slower than the Add's own pass).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Residual {
     pub add: NodeId,

@@ -97,7 +97,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_RESIDUAL",
         values: "1|0 (0, off, false, no: off)",
         acts: "when a CPU executor is built",
-        catches: "nothing: 0 runs a residual Add (and its Relu) after a fused conv as separate ops instead of in the conv's epilogue (default on; ResNet shortcuts). The same bits either way, and with a NaN scanner on the Add always runs apart; only for timing",
+        catches: "nothing: 0 runs a residual Add (and its Relu) after a fused conv as separate ops instead of in the conv's epilogue (default on; ResNet shortcuts). Values differ by rounding only (the shortcut can be summed before the bias), and with a NaN scanner on the Add always runs apart; only for timing",
         cost: "none",
         scope: Scope::Runtime,
     },
