@@ -58,9 +58,10 @@ pub(crate) struct ConvGroup {
 /// shape made before the conv (a ResNet shortcut), then optionally `Relu`: run without a
 /// scanner, the conv adds `r` to its outputs before the activation, and the Add's pass
 /// over the output is gone (`crate::kernels::conv::Residual`: when the Add is `r`'s last
-/// reader, gemm accumulates the products onto `r`'s buffer, `(conv + r) + bias`; else the
-/// bias pass reads `r`, `(conv + bias) + r`; values differ from the unfused Add by rounding
-/// only). With a scanner the group stops before the Add and the Add runs as a node, so its
+/// reader, gemm accumulates the products onto `r`'s buffer, `(conv + r) + bias`, unless a
+/// |bias| exceeds 2^64, where that order could overflow elsewhere; else the bias pass
+/// reads `r`, `(conv + bias) + r`, the unfused order; values differ from the unfused Add
+/// by rounding only). With a scanner the group stops before the Add and the Add runs as a node, so its
 /// report is the unfused one; on the Winograd path too (its 2×2 tiles would read `r`
 /// scattered, slower than the Add's own pass).
 #[derive(Debug, Clone, Copy)]

@@ -344,3 +344,24 @@ fn a_scanned_run_names_the_add_as_with_fusion_off() {
     let y = ex.run(&ins, None).unwrap();
     assert_eq!(y[0].as_f32().unwrap(), &runs[1].3[..]);
 }
+
+/// A bias of -1e38, inputs 2e38, a shortcut of 2e38 that the conv may take: the unfused
+/// order gives `(2e38 - 1e38) + 2e38 = 3e38`; summing the shortcut before the bias would
+/// overflow to +inf. A bias this large goes first (as onnxruntime's unfused ops give it).
+#[test]
+fn a_huge_bias_is_added_before_the_residual() {
+    let cs = Case {
+        c: 1,
+        m: 1,
+        bn: false,
+        ..cases()[0]
+    };
+    let (oh, ow) = cs.out_hw();
+    let (g, _) = graph(&cs, &[1.0], &[-1e38], &[], &[]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    let x = vec![2e38f32; cs.h * cs.w];
+    let s0 = vec![2e38f32; oh * ow];
+    let y = ex.run(&inputs(&cs, &x, &s0), None).unwrap();
+    let y = y[0].as_f32().unwrap();
+    assert!(y.iter().all(|&v| v == 3e38), "{:?}", &y[..4]);
+}

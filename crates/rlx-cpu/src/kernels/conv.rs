@@ -2236,6 +2236,10 @@ fn conv_direct_f32(
     }
 }
 
+/// The largest |bias| with which a [`Residual::Into`] accumulates onto `r` before the
+/// bias (see [`conv_post`]).
+const BIAS_BEFORE_RESIDUAL: f32 = 18446744073709551616.0; // 2^64
+
 /// A fused conv's residual operand `r` ([`conv_post`]). Values differ from the unfused
 /// `Add(conv, r)` by rounding only, in the order of the sums.
 pub(crate) enum Residual<'a> {
@@ -2244,7 +2248,9 @@ pub(crate) enum Residual<'a> {
     Read(&'a [f32]),
     /// A buffer (`r`'s values) the conv takes for its output: gemm's products accumulate
     /// onto it as it writes each tile, `(conv + r) + bias`, and no pass reads `r` again.
-    /// The direct kernel reads it as [`Residual::Read`] and gives it back to the pool.
+    /// The direct kernel reads it as [`Residual::Read`] and gives it back to the pool, and
+    /// so does a conv with a bias above 2^64 in magnitude (the orders could then overflow
+    /// in different places).
     Into(Vec<f32>),
 }
 
@@ -2472,6 +2478,22 @@ pub(crate) fn conv_post(
     let data = match (x.data(), w.data()) {
         (D::F32(xv), D::F32(wv)) => {
             let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+            // `(conv + r) + b` against the unfused `(conv + b) + r`: with every |b| at most
+            // 2^64, far below half a unit in the last place at f32::MAX (2^103), the two can
+            // overflow differently only by a last-place rounding there. A larger (or
+            // non-finite) bias goes first, the unfused order: `r` is then read.
+            let spare;
+            let res = match res {
+                Some(Residual::Into(v))
+                    if b.iter()
+                        .flatten()
+                        .any(|x| !(x.abs() <= BIAS_BEFORE_RESIDUAL)) =>
+                {
+                    spare = v;
+                    Some(Residual::Read(&spare))
+                }
+                r => r,
+            };
             // The depthwise kernels skip taps in the padding; with a non-finite weight the
             // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
             let dw =
