@@ -286,6 +286,25 @@ def loadavg() -> str:
         return "?"
 
 
+def cross_core_ns(scratch: Path) -> str:
+    """Round trip of one cache line between CPUs 0 and 1 (bench/tools/pingpong.c), in ns, or
+    "?" (no C compiler, one CPU). This VM's two vCPUs sit close (about 110 ns) or far apart
+    (about 400 ns); in the far state 2-thread runs of models with many small ops lose most
+    of their gain, for onnxruntime less than for RLX (bench/NOTES.md section 18)."""
+    if (os.cpu_count() or 1) < 2:
+        return "?"
+    exe = scratch / "pingpong"
+    try:
+        if not exe.exists():
+            subprocess.run(["cc", "-O2", "-pthread", str(BENCH / "tools" / "pingpong.c"), "-o",
+                            str(exe)], check=True, capture_output=True, timeout=60)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=20).stdout
+        m = re.search(r"round trip ([\d.]+) ns", out)
+        return f"{float(m.group(1)):.0f}" if m else "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
 def versions() -> str:
     parts = []
     try:
@@ -343,6 +362,7 @@ def main() -> int:
     out_root = BENCH / "out"
     scratch = Path(tempfile.mkdtemp(prefix="rlx-bench-"))
     load_before = loadavg()
+    pp_before = cross_core_ns(scratch)
     started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     rows, notes, baselines = [], [], []
     for m, d in model_dirs.items():
@@ -396,6 +416,7 @@ def main() -> int:
     print(text)
     for n in notes:
         print("note:", n)
+    pp_after = cross_core_ns(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     if a.results:
         cmd = a.command or " ".join(shlex.quote(x) for x in sys.argv)
@@ -405,6 +426,9 @@ def main() -> int:
             f"- date: {started}",
             f"- CPU: {cpu_model()}",
             f"- load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
+            f"- cross-core round trip (CPU 0 and 1, bench/tools/pingpong.c) before: {pp_before} ns;"
+            f" after: {pp_after} ns (this VM: about 110 ns normally; near 400 ns its vCPUs sit far"
+            " apart and 2-thread runs of models with many small ops lose most of their gain)",
             f"- versions: {versions()}",
             f"- command: `{cmd}`",
             f"- per process: warmup {a.warmup}, then "
