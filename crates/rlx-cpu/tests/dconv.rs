@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{act, act_ref, bits, rnd, scanned_fusion_on_off, sh, Act};
+use common::{act, act_ref, bits, pool, rnd, scanned_fusion_on_off, sh, Act};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -166,20 +166,6 @@ fn cases() -> Vec<Case> {
             ..base
         },
     ]
-}
-
-/// A rayon pool of `threads` threads, one per count for the whole test binary: the kernels'
-/// per-thread scratch buffers then carry values from earlier cases (other geometries), so
-/// a padding column or output element left unwritten shows.
-fn pool(threads: usize) -> &'static rayon::ThreadPool {
-    use std::sync::OnceLock;
-    static POOLS: [OnceLock<rayon::ThreadPool>; 4] = [const { OnceLock::new() }; 4];
-    POOLS[threads].get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-    })
 }
 
 fn run(ex: &mut CpuExecutor, cs: &Case, x: &[f32], threads: usize) -> Vec<f32> {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{rnd, scanned_fusion_on_off, sh};
+use common::{pool, rnd, scanned_fusion_on_off, sh};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -234,17 +234,6 @@ fn reference(
         }
     }
     out
-}
-
-fn pool(threads: usize) -> &'static rayon::ThreadPool {
-    use std::sync::OnceLock;
-    static POOLS: [OnceLock<rayon::ThreadPool>; 4] = [const { OnceLock::new() }; 4];
-    POOLS[threads].get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-    })
 }
 
 fn inputs(cs: &Case, x: &[f32], s0: &[f32]) -> Vec<Tensor> {

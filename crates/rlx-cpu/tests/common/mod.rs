@@ -114,3 +114,18 @@ pub fn scanned_fusion_on_off(
         })
         .collect()
 }
+
+/// A rayon pool of `threads` threads, one per count for the whole test binary: the kernels'
+/// per-thread scratch buffers then carry values from earlier cases (other geometries), so
+/// a padding column or output element left unwritten shows.
+#[allow(dead_code)]
+pub fn pool(threads: usize) -> &'static rayon::ThreadPool {
+    use std::sync::OnceLock;
+    static POOLS: [OnceLock<rayon::ThreadPool>; 4] = [const { OnceLock::new() }; 4];
+    POOLS[threads].get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+    })
+}
