@@ -285,6 +285,23 @@ fn input_values<'a>(
         .collect()
 }
 
+/// The operand of a fused group's residual `res` for this run: `owned`, its buffer already
+/// taken from its slot (`CpuExecutor::res_take`), or else its value borrowed from there.
+fn skip_operand<'a>(
+    g: &Graph,
+    id: NodeId,
+    slots: &'a [Slot],
+    res: Option<crate::fuse::Residual>,
+    owned: Option<Tensor>,
+) -> Result<Option<crate::fuse::Skip<'a>>, CpuError> {
+    use crate::fuse::Skip;
+    Ok(match (res, owned) {
+        (_, Some(t)) => Some(Skip::Owned(t)),
+        (Some(r), None) => Some(Skip::Borrowed(input_values(g, id, slots, &[r.skip])?[0])),
+        (None, None) => None,
+    })
+}
+
 /// Empties a dead value's slot, handing an owned buffer to the active pool.
 fn release(slot: &mut Slot) {
     if let Slot::Owned(t) = std::mem::replace(slot, Slot::Empty) {
@@ -885,13 +902,7 @@ impl CpuExecutor {
                         .filter(|_| this.res_take[k])
                         .and_then(|r| slots[r.skip.index()].take_owned());
                     let xs = input_values(g, id, &slots, &[sc.x, sc.s])?;
-                    let skip = match (res, owned) {
-                        (_, Some(t)) => Some(crate::fuse::Skip::Owned(t)),
-                        (Some(r), None) => Some(crate::fuse::Skip::Borrowed(
-                            input_values(g, id, &slots, &[r.skip])?[0],
-                        )),
-                        (None, None) => None,
-                    };
+                    let skip = skip_operand(g, id, &slots, res, owned)?;
                     let t = crate::fuse::run_scaled(g, grp, xs[0], xs[1], skip)
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     drop(xs);
@@ -918,13 +929,7 @@ impl CpuExecutor {
                     let x = slots[node.inputs[0].index()]
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    let skip = match (res, owned) {
-                        (_, Some(t)) => Some(crate::fuse::Skip::Owned(t)),
-                        (Some(r), None) => Some(crate::fuse::Skip::Borrowed(
-                            input_values(g, id, &slots, &[r.skip])?[0],
-                        )),
-                        (None, None) => None,
-                    };
+                    let skip = skip_operand(g, id, &slots, res, owned)?;
                     let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some(), skip)
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {

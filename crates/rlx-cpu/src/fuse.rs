@@ -61,9 +61,9 @@ pub(crate) struct ConvGroup {
 /// reader, gemm accumulates the products onto `r`'s buffer, `(conv + r) + bias`, unless a
 /// |bias| exceeds 2^64, where that order could overflow elsewhere; else the bias pass
 /// reads `r`, `(conv + bias) + r`, the unfused order; values differ from the unfused Add
-/// by rounding only). With a scanner the group stops before the Add and the Add runs as a node, so its
-/// report is the unfused one; on the Winograd path too (its 2×2 tiles would read `r`
-/// scattered, slower than the Add's own pass).
+/// by rounding only). With a scanner the group stops before the Add and the Add runs as a
+/// node, so its report is the unfused one; on the Winograd path too (its 2×2 tiles would
+/// read `r` scattered, slower than the Add's own pass).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Residual {
     pub add: NodeId,

@@ -1917,15 +1917,13 @@ fn conv_float<
     post: &(dyn Fn(&mut [T]) + Sync),
     clamp: Option<(T, T, bool)>,
     seen: Option<&AtomicU32>,
-    res: Option<&[T]>,
-    into: Option<Vec<T>>,
+    res: Option<Residual<T>>,
 ) -> KResult<Vec<T>> {
     let p: usize = g.osp.iter().product();
     // Depthwise directly only with finite weights: it skips the taps in the padding, where
     // ONNX's zero padding gives `inf · 0 = NaN` (onnxruntime does; im2col below does too).
     // (Checked last: only depthwise convs read their weights for it.)
-    let plain = res.is_none() && into.is_none();
-    if g.depthwise_2d() && plain && w.iter().all(|&v| v * T::ZERO == T::ZERO) {
+    if g.depthwise_2d() && res.is_none() && w.iter().all(|&v| v * T::ZERO == T::ZERO) {
         let mut out = depthwise_2d(x, w, bias.as_deref(), g);
         if p > 0 {
             fill_chunks(&mut out, p, |_, plane| post(plane));
@@ -1960,7 +1958,7 @@ fn conv_float<
                 dil: g.dil.clone(),
                 ..*g
             };
-            conv_float(xs, w, bias, &g1, post, clamp, seen, res, into)
+            conv_float(xs, w, bias, &g1, post, clamp, seen, res)
         });
     }
     let cg = g.c / g.groups;
@@ -1969,18 +1967,19 @@ fn conv_float<
     let kk = cg * ksz;
     let plane: usize = g.sp.iter().product();
     let total = g.n * g.m * p;
-    // With `into` (a residual whose buffer the conv may take), the products accumulate
-    // onto it: gemm reads each tile of it as it writes the tile.
-    let acc = into.is_some();
-    let mut out: Vec<T> = match into {
-        Some(v) if v.len() == total => v,
-        Some(v) => {
-            return invalid(format!(
-                "conv: a residual of {} values for an output of {total}",
-                v.len()
-            ))
-        }
-        None => crate::buffers::take(total),
+    if let Some(r) = res.as_ref().filter(|r| r.len() != total) {
+        return invalid(format!(
+            "conv: a residual of {} values for an output of {total}",
+            r.len()
+        ));
+    }
+    // A residual whose buffer the conv takes: the products accumulate onto it (gemm reads
+    // each tile of it as it writes the tile). A read residual: added in the bias pass.
+    let acc = matches!(res, Some(Residual::Into(_)));
+    let (mut out, read): (Vec<T>, Option<&[T]>) = match res {
+        Some(Residual::Into(v)) => (v, None),
+        Some(Residual::Read(r)) => (crate::buffers::take(total), Some(r)),
+        None => (crate::buffers::take(total), None),
     };
     if total == 0 {
         return Ok(out);
@@ -2082,7 +2081,7 @@ fn conv_float<
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
                 let mut b = bias.as_ref().map(|b| b[gi * mg + m0 + i]);
-                if let Some(r) = res {
+                if let Some(r) = read {
                     let at = ooff + i * p;
                     add_bias_residual(seg, b.take(), &r[at..at + pb]);
                 }
@@ -2242,20 +2241,20 @@ const BIAS_BEFORE_RESIDUAL: f32 = 18446744073709551616.0; // 2^64
 
 /// A fused conv's residual operand `r` ([`conv_post`]). Values differ from the unfused
 /// `Add(conv, r)` by rounding only, in the order of the sums.
-pub(crate) enum Residual<'a> {
+pub(crate) enum Residual<'a, T = f32> {
     /// Read: `(conv + bias) + r`, added in the pass that adds the bias, as the unfused ops
     /// round it.
-    Read(&'a [f32]),
+    Read(&'a [T]),
     /// A buffer (`r`'s values) the conv takes for its output: gemm's products accumulate
     /// onto it as it writes each tile, `(conv + r) + bias`, and no pass reads `r` again.
     /// The direct kernel reads it as [`Residual::Read`] and gives it back to the pool, and
     /// so does a conv with a bias above 2^64 in magnitude (the orders could then overflow
     /// in different places).
-    Into(Vec<f32>),
+    Into(Vec<T>),
 }
 
-impl Residual<'_> {
-    fn values(&self) -> &[f32] {
+impl<T> Residual<'_, T> {
+    fn values(&self) -> &[T] {
         match self {
             Residual::Read(r) => r,
             Residual::Into(v) => v,
@@ -2487,7 +2486,7 @@ pub(crate) fn conv_post(
                 Some(Residual::Into(v))
                     if b.iter()
                         .flatten()
-                        .any(|x| !(x.abs() <= BIAS_BEFORE_RESIDUAL)) =>
+                        .any(|x| x.is_nan() || x.abs() > BIAS_BEFORE_RESIDUAL) =>
                 {
                     spare = v;
                     Some(Residual::Read(&spare))
@@ -2532,11 +2531,6 @@ pub(crate) fn conv_post(
                         }
                         return make(od, D::F32(o));
                     }
-                    let (read, into) = match res {
-                        Some(Residual::Read(r)) => (Some(r), None),
-                        Some(Residual::Into(v)) => (None, Some(v)),
-                        None => (None, None),
-                    };
                     D::F32(conv_float(
                         xv,
                         wv,
@@ -2545,8 +2539,7 @@ pub(crate) fn conv_post(
                         post,
                         c,
                         seen.filter(|_| c.is_some()),
-                        read,
-                        into,
+                        res,
                     )?)
                 }
             }
@@ -2562,14 +2555,13 @@ pub(crate) fn conv_post(
                 None,
                 None,
                 None,
-                None,
             )?)
         }
         (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
             let xv = x.data().to_f32_vec();
             let wv = w.data().to_f32_vec();
             let b = bias.map(|b| values_as(b.data()));
-            let r = conv_float(&xv, &wv, b, &g, &no_post, None, None, None, None)?;
+            let r = conv_float(&xv, &wv, b, &g, &no_post, None, None, None)?;
             if x.dtype() == rlx_ir::DType::F16 {
                 D::F16(r.into_iter().map(f16::from_f32).collect())
             } else {
