@@ -62,6 +62,17 @@ pub struct BenchArgs {
     /// Write the last run's outputs to DIR/<output name>.npy (to compare with another runtime).
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+    /// After the timed runs, time as many runs again with a clock read around every node
+    /// (CPU only) and print the source ops (ONNX node names) that took the most time.
+    #[arg(long)]
+    pub profile: bool,
+    /// How many source ops the --profile table lists (0: all).
+    #[arg(long, default_value_t = 25, value_name = "N", requires = "profile")]
+    pub profile_top: usize,
+    /// Also write every IR node's time to FILE as CSV (node,label,op,shape,mean_us), in
+    /// execution order (numpy.genfromtxt(FILE, delimiter=",", names=True, dtype=None)).
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    pub profile_csv: Option<PathBuf>,
 }
 
 const MAX_TIMED_RUNS: usize = 100_000;
@@ -181,6 +192,25 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
             write_npy(&dir.join(format!("{file}.npy")), t)?;
         }
     }
+    if a.profile {
+        s.set_profiling(true)
+            .map_err(|e| anyhow!("--profile: {e}"))?;
+        let t0 = Instant::now();
+        for _ in 0..times.len() {
+            one_run(&mut s)?;
+        }
+        let per_run = t0.elapsed().as_secs_f64() / times.len() as f64;
+        let p = s
+            .profile()
+            .ok_or_else(|| anyhow!("--profile: no profile was recorded"))?;
+        s.set_profiling(false)
+            .map_err(|e| anyhow!("--profile: {e}"))?;
+        print_profile(&p, per_run, a.profile_top);
+        if let Some(f) = &a.profile_csv {
+            write_profile_csv(&p, f)?;
+            println!("profile-csv: {}", f.display());
+        }
+    }
     let mean = times.iter().sum::<f64>() / times.len() as f64;
     let mut sorted = times.clone();
     sorted.sort_by(|x, y| x.total_cmp(y));
@@ -190,6 +220,100 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     println!("mean: {} ms", fmt_ms(mean));
     println!("real: {mean:.9}");
     Ok(())
+}
+
+/// One source op of the --profile table: its IR nodes' times summed.
+struct SourceOp<'a> {
+    label: &'a str,
+    op: &'a str,
+    shape: &'a str,
+    us: f64,
+    nodes: usize,
+}
+
+/// Prints the --profile table: source ops (IR nodes grouped by label) by time, largest first.
+fn print_profile(p: &rlx_runtime::Profile, per_run_s: f64, top: usize) {
+    let mut ops: Vec<SourceOp> = vec![];
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for n in &p.nodes {
+        match at.get(n.label.as_str()) {
+            Some(&k) => {
+                ops[k].us += n.mean_us;
+                ops[k].nodes += 1;
+                ops[k].shape = &n.shape;
+            }
+            None => {
+                at.insert(&n.label, ops.len());
+                ops.push(SourceOp {
+                    label: &n.label,
+                    op: &n.op,
+                    shape: &n.shape,
+                    us: n.mean_us,
+                    nodes: 1,
+                });
+            }
+        }
+    }
+    let total: f64 = ops.iter().map(|o| o.us).sum();
+    ops.sort_by(|x, y| y.us.total_cmp(&x.us));
+    let shown = if top == 0 {
+        ops.len()
+    } else {
+        top.min(ops.len())
+    };
+    println!(
+        "profile: {} runs; nodes sum to {:.3} ms of a {:.3} ms run (the rest: clock reads, leaves, the run's setup); top {shown} of {} source ops",
+        p.runs,
+        total / 1e3,
+        per_run_s * 1e3,
+        ops.len()
+    );
+    println!(
+        "{:>10} {:>6} {:>6}  {:<22} {:<24} node",
+        "us/run", "%", "cum%", "op", "output"
+    );
+    let mut cum = 0.0;
+    for o in &ops[..shown] {
+        cum += o.us;
+        let pct = |x: f64| if total > 0.0 { 100.0 * x / total } else { 0.0 };
+        let ir = if o.nodes > 1 {
+            format!(" ({} IR nodes)", o.nodes)
+        } else {
+            String::new()
+        };
+        println!(
+            "{:>10.1} {:>5.1}% {:>5.1}%  {:<22} {:<24} {}{ir}",
+            o.us,
+            pct(o.us),
+            pct(cum),
+            o.op,
+            o.shape,
+            o.label
+        );
+    }
+}
+
+/// Writes every IR node's time as CSV: node,label,op,shape,mean_us (fields quoted as CSV needs).
+fn write_profile_csv(p: &rlx_runtime::Profile, path: &std::path::Path) -> Result<()> {
+    fn field(s: &str) -> String {
+        if s.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    }
+    let mut out = String::from("node,label,op,shape,mean_us\n");
+    for n in &p.nodes {
+        out += &format!(
+            "{},{},{},{},{:.3}\n",
+            n.node.index(),
+            field(&n.label),
+            field(&n.op),
+            field(&n.shape),
+            n.mean_us
+        );
+    }
+    std::fs::write(path, out).map_err(|e| anyhow!("--profile-csv {}: {e}", path.display()))
 }
 
 /// Seconds as milliseconds: 4 decimals under 1 ms, else 3 (a 0.065 ms run printed with 3

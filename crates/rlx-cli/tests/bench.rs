@@ -205,3 +205,74 @@ fn harness_smoke_mode_prints_the_table() {
         assert!(d < 1e-4, "outputs differ from onnxruntime's: {row}");
     }
 }
+
+/// `--profile`: the table names the model's own ONNX nodes, the CSV has one row per IR node
+/// with a parseable time, and `real:` stays the last line.
+#[test]
+fn bench_profile_names_onnx_nodes_and_writes_csv() {
+    let csv = std::env::temp_dir().join(format!("rlx-bench-prof-{}.csv", std::process::id()));
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--profile",
+            "--profile-top",
+            "5",
+            "--profile-csv",
+            csv.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("profile: 3 runs"), "{out}");
+    assert!(out.lines().last().unwrap().starts_with("real: "), "{out}");
+    // The header, then 5 rows: time, %, cum%, op, output, node.
+    let head = out
+        .lines()
+        .position(|l| l.starts_with("profile: "))
+        .unwrap();
+    let rows: Vec<&str> = out.lines().skip(head + 2).take(5).collect();
+    let mut last = f64::INFINITY;
+    for r in &rows {
+        let us: f64 = r.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(us >= 0.0 && us <= last, "not sorted by time: {out}");
+        last = us;
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("node,label,op,shape,mean_us"));
+    let body: Vec<&str> = lines.collect();
+    assert!(body.len() > 50, "{text}");
+    // Node names of the fixture's ONNX graph (torch.onnx.export of a BERT-style encoder).
+    for name in [
+        "/encoder/layer.0/attention/self/MatMul",
+        "/encoder/layer.1/intermediate/dense/MatMul",
+    ] {
+        let row = body
+            .iter()
+            .find(|l| l.split(',').nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{text}"));
+        assert!(row.contains(",MatMul,"), "{row}");
+        let us: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
+        assert!(us > 0.0, "{row}");
+    }
+    std::fs::remove_file(&csv).ok();
+    // --profile-top without --profile: a clear error.
+    let (code, _, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--profile-top",
+            "3",
+        ],
+        None,
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("--profile"), "{err}");
+}

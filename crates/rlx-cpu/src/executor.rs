@@ -71,6 +71,24 @@ pub struct CpuExecutor {
     /// Free f32 buffers of dead values, reused by the kernels of later nodes and runs
     /// (`crate::buffers`).
     pool: crate::buffers::Pool,
+    /// Per-node wall time of the runs since [`CpuExecutor::set_profiling`] (None: off).
+    profile: Option<NodeTimes>,
+}
+
+/// Wall time per node, summed over the runs made while profiling was on
+/// ([`CpuExecutor::set_profiling`], [`CpuExecutor::profile`]).
+///
+/// A node's time is the wall time from the start of its turn in the run loop to the start
+/// of the next node's: its kernel, the release of the values that die there, and (with a
+/// scanner) its scan. A fused group's time is on the node that runs it (the conv of a conv
+/// epilogue group, the first node of a row group or elementwise chain); the group's other
+/// nodes read about zero. Leaves (inputs, params, constants) cost only the loop's step.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeTimes {
+    /// Runs summed.
+    pub runs: u64,
+    /// Nanoseconds per node, indexed by [`NodeId::index`] of [`CpuExecutor::graph`].
+    pub ns: Vec<u64>,
 }
 
 /// Runs `f` on a thread of the current rayon pool while the pool's other threads stay
@@ -596,6 +614,7 @@ impl CpuExecutor {
             .collect();
         Ok(CpuExecutor {
             pool: crate::buffers::Pool::with_limit(peak_live_f32_bytes(&graph, &free_after)),
+            profile: None,
             wino,
             group_wino,
             wino_on,
@@ -622,6 +641,22 @@ impl CpuExecutor {
             can_take1,
             graph,
         })
+    }
+
+    /// Turn per-node timing on (resetting the sums) or off (the default). While on, each run
+    /// reads the clock once per node (about 20-40 ns each) and adds to [`NodeTimes`]; off,
+    /// runs read no clock. Hooked runs ([`CpuExecutor::run_hooked`] with hooks) are timed
+    /// too, hooks included.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(|| NodeTimes {
+            runs: 0,
+            ns: vec![0; self.graph.len()],
+        });
+    }
+
+    /// The per-node times summed since profiling was turned on (None when off).
+    pub fn profile(&self) -> Option<&NodeTimes> {
+        self.profile.as_ref()
     }
 
     /// Turn fusion on or off (default: on, unless `RLX_CPU_FUSION=0`). Fused, a Conv
@@ -814,18 +849,20 @@ impl CpuExecutor {
         // the parallel kernels split work among the pool's threads without one hand-off
         // from this thread per op. (Hooks are not `Send`; hooked runs stay here.)
         let mut pool = std::mem::take(&mut self.pool);
+        let mut prof = self.profile.take();
         let r = if before.is_none()
             && observe.is_none()
             && rayon::current_thread_index().is_none()
             && self.parallel_work
             && rayon::current_num_threads() > 1
         {
-            let pool = &mut pool;
-            run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None, pool))
+            let (pool, prof) = (&mut pool, prof.as_mut());
+            run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None, pool, prof))
         } else {
-            self.run_inner(inputs, scanner, before, observe, &mut pool)
+            self.run_inner(inputs, scanner, before, observe, &mut pool, prof.as_mut())
         };
         self.pool = pool;
+        self.profile = prof;
         r
     }
 
@@ -836,6 +873,7 @@ impl CpuExecutor {
         mut before: Option<&mut dyn FnMut(NodeId)>,
         mut observe: Option<Observer<'_>>,
         pool: &mut crate::buffers::Pool,
+        mut prof: Option<&mut NodeTimes>,
     ) -> Result<Vec<Tensor>, CpuError> {
         // Kernels on this thread take their output buffers from `pool`; dead values'
         // buffers go back to it (`release`).
@@ -866,9 +904,18 @@ impl CpuExecutor {
         let wino = this.wino_on && before.is_none() && observe.is_none();
         // With a scanner: per node, its output was found (or is known) clean.
         let mut finite = vec![false; if scanner.is_some() { g.len() } else { 0 }];
+        // Profiling: the node whose turn started at `clock.1` (its time is added when the
+        // next node's turn starts, so no `continue` below needs to stop the clock).
+        let mut clock =
+            (prof.is_some() && !g.nodes.is_empty()).then(|| (0usize, std::time::Instant::now()));
         for node in &g.nodes {
             let id = node.id;
             let i = id.index();
+            if let (Some((last, t0)), Some(p)) = (clock.as_mut(), prof.as_deref_mut()) {
+                let now = std::time::Instant::now();
+                p.ns[*last] += (now - *t0).as_nanos() as u64;
+                (*last, *t0) = (i, now);
+            }
             if fuse {
                 // Whether a group computed this node's value (here or at its first node).
                 let mut done = false;
@@ -1060,6 +1107,12 @@ impl CpuExecutor {
             for dead in &this.free_after[i] {
                 release(&mut slots[dead.index()]);
             }
+        }
+        if let Some(p) = prof {
+            if let Some((last, t0)) = clock {
+                p.ns[last] += t0.elapsed().as_nanos() as u64;
+            }
+            p.runs += 1;
         }
         if let Some(s) = scanner {
             s.finish_run(g)?;

@@ -418,3 +418,58 @@ fn add_and_mul_into_their_second_input_match_the_definition() {
         }
     }
 }
+
+/// Per-node profiling: off by default; on, it counts runs, sums per node of the executor's
+/// graph, puts a large product's time on its MatMul (not on the tiny op after it), keeps
+/// the values bit-identical, and resets when turned on again.
+#[test]
+fn profiling_counts_runs_and_times_each_node() {
+    let n = 192;
+    let mut g = Graph::new("prof");
+    let a = g.input("a", s(&[n, n]));
+    let b = g.input("b", s(&[n, n]));
+    let m = g.matmul(a, b, s(&[n, n]));
+    let sl = g.add_node(
+        Op::Slice {
+            starts: vec![0, 0],
+            steps: vec![1, 1],
+            sizes: vec![1, 2],
+        },
+        vec![m],
+        s(&[1, 2]),
+    );
+    let neg = g.add_node(Op::Unary(UnaryOp::Neg), vec![sl], s(&[1, 2]));
+    g.set_outputs(vec![neg]);
+    let av: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 3.0).collect();
+    let bv: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.5).collect();
+    // Hand-derived: -(sum_k a[0][k] b[k][j]) for j = 0, 1.
+    let want: Vec<f32> = (0..2)
+        .map(|j| -(0..n).map(|k| av[k] * bv[k * n + j]).sum::<f32>())
+        .collect();
+    let ins = [f32t(&[n, n], &av), f32t(&[n, n], &bv)];
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert!(ex.profile().is_none(), "off by default");
+    ex.run(&ins, None).unwrap();
+    assert!(ex.profile().is_none());
+    ex.set_profiling(true);
+    assert_eq!(ex.profile().unwrap().runs, 0);
+    for _ in 0..3 {
+        let out = ex.run(&ins, None).unwrap();
+        assert_eq!(out[0].as_f32().unwrap(), &want[..]);
+    }
+    let p = ex.profile().unwrap().clone();
+    assert_eq!(p.runs, 3);
+    assert_eq!(p.ns.len(), ex.graph().len());
+    // 7 M multiply-adds against a 2-element negation: the product's node holds the time.
+    let (mi, ni) = (m.index(), neg.index());
+    assert!(p.ns[mi] > 0, "{p:?}");
+    assert!(p.ns[mi] > 10 * p.ns[ni], "{p:?}");
+    let top = (0..p.ns.len()).max_by_key(|&i| p.ns[i]).unwrap();
+    assert_eq!(top, mi, "{p:?}");
+    // On again: the sums restart; off: gone.
+    ex.set_profiling(true);
+    assert_eq!(ex.profile().unwrap().runs, 0);
+    assert!(ex.profile().unwrap().ns.iter().all(|&t| t == 0));
+    ex.set_profiling(false);
+    assert!(ex.profile().is_none());
+}

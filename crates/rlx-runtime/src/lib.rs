@@ -222,6 +222,33 @@ impl Session {
     }
 }
 
+/// One node's share of a per-node profile ([`CompiledGraph::profile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeProfile {
+    /// The node in [`CompiledGraph::graph`] (after the compiler's passes).
+    pub node: NodeId,
+    /// The source op's name in the user's model (ONNX node name, FX name, ...), as NaN
+    /// reports name it ([`rlx_ir::provenance::node_label`]); several IR nodes share it when
+    /// the importer decomposed one source op.
+    pub label: String,
+    /// The source op type (ONNX `op_type`) when the importer recorded it, else the IR op.
+    pub op: String,
+    /// The node's output type, e.g. `f32[1,64,112,112]`.
+    pub shape: String,
+    /// Mean wall time per run, in microseconds (a fused group's time is on the node that
+    /// runs it; see [`rlx_cpu::NodeTimes`]).
+    pub mean_us: f64,
+}
+
+/// Per-node wall times of the runs made since [`CompiledGraph::set_profiling`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// Runs averaged.
+    pub runs: u64,
+    /// Every non-leaf node, in graph (execution) order.
+    pub nodes: Vec<NodeProfile>,
+}
+
 /// A graph compiled for a device: set parameters, then run.
 pub struct CompiledGraph {
     device: Device,
@@ -306,6 +333,50 @@ impl CompiledGraph {
         } else {
             Err(RuntimeError::InputCheck { lines })
         }
+    }
+
+    /// Time every node of the following runs (`true`, resetting earlier sums) or stop
+    /// (`false`, the default). CPU only: on another device this returns
+    /// [`RuntimeError::Backend`]. Profiled runs read the clock once per node (tens of
+    /// nanoseconds each), so time the model with profiling off and profile separately.
+    pub fn set_profiling(&mut self, on: bool) -> Result<(), RuntimeError> {
+        match &mut self.exec {
+            Exec::Cpu(e) => {
+                e.set_profiling(on);
+                Ok(())
+            }
+            #[cfg(feature = "gpu")]
+            Exec::Wgpu(_) => Err(RuntimeError::Backend(
+                "wgpu: per-node profiling runs on the CPU backend only (--device cpu)".into(),
+            )),
+        }
+    }
+
+    /// The per-node times since profiling was turned on: None when it is off or no run
+    /// was made since.
+    pub fn profile(&self) -> Option<Profile> {
+        let Exec::Cpu(e) = &self.exec else {
+            return None;
+        };
+        let t = e.profile().filter(|t| t.runs > 0)?;
+        let g = e.graph();
+        let nodes = g
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_)))
+            .map(|n| NodeProfile {
+                node: n.id,
+                label: rlx_ir::provenance::node_label(g, n.id),
+                op: rlx_ir::provenance::source_op_type(g, n.id)
+                    .map_or_else(|| n.op.name(), str::to_string),
+                shape: n.shape.to_string(),
+                mean_us: t.ns[n.id.index()] as f64 / 1e3 / t.runs as f64,
+            })
+            .collect();
+        Some(Profile {
+            runs: t.runs,
+            nodes,
+        })
     }
 
     /// Override `RLX_DEBUG_NANS` for this graph (`None` returns to reading the variable at
