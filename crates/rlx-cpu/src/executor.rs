@@ -91,6 +91,19 @@ pub struct NodeTimes {
     pub ns: Vec<u64>,
 }
 
+/// Whether a 2-D conv with weights `w` (`[M, C, kh, kw]`) and output type `out`
+/// (`[N, M, OH, OW]`) gains from the Winograd path ([`crate::kernels::conv::winograd_pays`]);
+/// true when the dims are not those (the path's own checks then decide).
+fn wino_pays(w: &Tensor, out: &rlx_ir::Shape) -> bool {
+    let (wd, od) = (w.dims(), out.static_dims());
+    match (wd, od.as_deref()) {
+        ([m, c, _, _], Some([_, _, oh, ow])) => {
+            crate::kernels::conv::winograd_pays(*m, *c, *oh, *ow)
+        }
+        _ => true,
+    }
+}
+
 /// Runs `f` on a thread of the current rayon pool while the pool's other threads stay
 /// awake: each polls for work (`rayon::yield_now`) in a loop until `f` returns, so a kernel
 /// that splits work over the pool does not wait for a sleeping thread to be woken. Idle
@@ -584,8 +597,11 @@ impl CpuExecutor {
                 if !wino_on {
                     return None;
                 }
-                match &graph.node(grp.conv).op {
-                    Op::Conv(a) => crate::kernels::conv::winograd_weights(w, a),
+                let conv = graph.node(grp.conv);
+                match &conv.op {
+                    Op::Conv(a) if wino_pays(w, &conv.shape) => {
+                        crate::kernels::conv::winograd_weights(w, a)
+                    }
                     _ => None,
                 }
             })
@@ -596,7 +612,9 @@ impl CpuExecutor {
             .map(|node| match (&node.op, node.inputs.get(1)) {
                 (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
                     match &graph.node(*w).op {
-                        Op::Constant(t) => crate::kernels::conv::winograd_weights(t, a),
+                        Op::Constant(t) if wino_pays(t, &node.shape) => {
+                            crate::kernels::conv::winograd_weights(t, a)
+                        }
                         _ => None,
                     }
                 }

@@ -185,3 +185,76 @@ fn inf_and_nan_from_a_winograd_conv_are_the_direct_conv_ones() {
         }
     }
 }
+
+/// The Winograd path is skipped for a plane of under 32 2×2 tiles whose transformed
+/// weights exceed 1 MiB (`conv::winograd_pays`: in a model those weights come from memory
+/// each run, and are used only a few times per run) and taken for the same weights on a
+/// larger plane or for small weights on the small plane; every case matches the ONNX
+/// Conv definition computed here in f64.
+#[test]
+fn winograd_is_skipped_on_small_planes_with_large_weights() {
+    // (output channels, input channels, plane, Winograd expected)
+    let cases = [
+        (128, 160, 7, false), // 16 tiles, 16·128·160·4 B = 1.25 MiB transformed
+        (128, 160, 12, true), // 36 tiles
+        (64, 64, 7, true),    // 16 tiles, 0.25 MiB
+    ];
+    for (m, c, hw, wino) in cases {
+        let mut g = Graph::new("wino-plane");
+        let x = g.input("x", s(&[1, c, hw, hw]));
+        let wv: Vec<f32> = (0..m * c * 9)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01)
+            .collect();
+        let xv: Vec<f32> = (0..c * hw * hw)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
+            .collect();
+        let w = g.constant(Tensor::from_f32(&[m, c, 3, 3], wv.clone()).unwrap());
+        let attrs = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(1, 1), (1, 1)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let y = g.add_node(Op::Conv(attrs), vec![x, w], s(&[1, m, hw, hw]));
+        g.set_outputs(vec![y]);
+        let mut ex = CpuExecutor::new(g).unwrap();
+        assert_eq!(
+            ex.winograd_convs(),
+            wino as usize,
+            "{m}x{c} channels at {hw}x{hw}"
+        );
+        let out = ex
+            .run(
+                &[Tensor::from_f32(&[1, c, hw, hw], xv.clone()).unwrap()],
+                None,
+            )
+            .unwrap();
+        let got = out[0].as_f32().unwrap();
+        for o in 0..m {
+            for oy in 0..hw {
+                for ox in 0..hw {
+                    let (mut acc, mut mag) = (0f64, 0f64);
+                    for ci in 0..c {
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                let (iy, ix) = (oy + ky, ox + kx);
+                                if iy < 1 || ix < 1 || iy > hw || ix > hw {
+                                    continue;
+                                }
+                                let t = xv[(ci * hw + iy - 1) * hw + ix - 1] as f64
+                                    * wv[((o * c + ci) * 3 + ky) * 3 + kx] as f64;
+                                acc += t;
+                                mag += t.abs();
+                            }
+                        }
+                    }
+                    let v = got[(o * hw + oy) * hw + ox] as f64;
+                    assert!(
+                        (v - acc).abs() <= 1e-5 * mag + 1e-6,
+                        "{m}x{c} at {hw}: [{o},{oy},{ox}] {v} vs {acc}"
+                    );
+                }
+            }
+        }
+    }
+}
