@@ -427,8 +427,9 @@ def main() -> int:
             f"- CPU: {cpu_model()}",
             f"- load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
             f"- cross-core round trip (CPU 0 and 1, bench/tools/pingpong.c) before: {pp_before} ns;"
-            f" after: {pp_after} ns (this VM: about 110 ns normally; near 400 ns its vCPUs sit far"
-            " apart and 2-thread runs of models with many small ops lose most of their gain)",
+            f" after: {pp_after} ns (the AMD EPYC VM of stops 11-20 read 75-110 ns, and near 400 ns"
+            " when its vCPUs sat far apart, where 2-thread runs lost most of their gain; the Intel"
+            " Xeon VM of stop 21 reads 120-170 ns; bench/README.md)",
             f"- versions: {versions()}",
             f"- command: `{cmd}`",
             f"- per process: warmup {a.warmup}, then "
