@@ -73,6 +73,8 @@ pub struct CpuExecutor {
     pool: crate::buffers::Pool,
     /// Per-node wall time of the runs since [`CpuExecutor::set_profiling`] (None: off).
     profile: Option<NodeTimes>,
+    /// Interleaved pair results used so far ([`CpuExecutor::paired_runs`]).
+    pair_runs: u64,
 }
 
 /// Wall time per node, summed over the runs made while profiling was on
@@ -633,6 +635,7 @@ impl CpuExecutor {
         Ok(CpuExecutor {
             pool: crate::buffers::Pool::with_limit(peak_live_f32_bytes(&graph, &free_after)),
             profile: None,
+            pair_runs: 0,
             wino,
             group_wino,
             wino_on,
@@ -659,6 +662,14 @@ impl CpuExecutor {
             can_take1,
             graph,
         })
+    }
+
+    /// How many times the runs of this executor used the interleaved result of a 1×1 conv
+    /// and its depthwise reader ([`CpuExecutor::paired_convs`] plans them), with or without
+    /// a NaN scan; a scanned pair whose values were not all finite is replayed op by op
+    /// and not counted.
+    pub fn paired_runs(&self) -> u64 {
+        self.pair_runs
     }
 
     /// Turn per-node timing on (resetting the sums) or off (the default). While on, each run
@@ -744,7 +755,7 @@ impl CpuExecutor {
 
     /// How many 1×1 convs run interleaved with the depthwise conv that alone reads their
     /// output (`crate::fuse::run_pair`: bands of rows, so the depthwise conv reads the 1×1
-    /// conv's output from cache; on and off with the other fusions, off with a scanner;
+    /// conv's output from cache; on and off with the other fusions; with a scanner too, each conv's largest |y| taken in the kernels, the pair replayed op by op when not finite;
     /// [`CpuExecutor::set_pairing`]). A pair whose kernels do not apply at run time (no
     /// AVX-512, another kernel size) runs apart.
     pub fn paired_convs(&self) -> usize {
@@ -868,19 +879,31 @@ impl CpuExecutor {
         // from this thread per op. (Hooks are not `Send`; hooked runs stay here.)
         let mut pool = std::mem::take(&mut self.pool);
         let mut prof = self.profile.take();
+        let mut pairs = 0u64;
         let r = if before.is_none()
             && observe.is_none()
             && rayon::current_thread_index().is_none()
             && self.parallel_work
             && rayon::current_num_threads() > 1
         {
-            let (pool, prof) = (&mut pool, prof.as_mut());
-            run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None, pool, prof))
+            let (pool, prof, pairs) = (&mut pool, prof.as_mut(), &mut pairs);
+            run_with_spinning_workers(|| {
+                self.run_inner(inputs, scanner, None, None, pool, prof, pairs)
+            })
         } else {
-            self.run_inner(inputs, scanner, before, observe, &mut pool, prof.as_mut())
+            self.run_inner(
+                inputs,
+                scanner,
+                before,
+                observe,
+                &mut pool,
+                prof.as_mut(),
+                &mut pairs,
+            )
         };
         self.pool = pool;
         self.profile = prof;
+        self.pair_runs += pairs;
         r
     }
 
@@ -892,6 +915,7 @@ impl CpuExecutor {
         mut observe: Option<Observer<'_>>,
         pool: &mut crate::buffers::Pool,
         mut prof: Option<&mut NodeTimes>,
+        pairs_used: &mut u64,
     ) -> Result<Vec<Tensor>, CpuError> {
         // Kernels on this thread take their output buffers from `pool`; dead values'
         // buffers go back to it (`release`).
@@ -940,7 +964,7 @@ impl CpuExecutor {
                 // A scale Mul folded into its conv's weights (`fuse::Scaled`): not run.
                 let scaling = |k: usize| scanner.is_none() && this.fusions.scaled[k].is_some();
                 let pair = this.fusions.at_conv[i]
-                    .filter(|&k| !unfused[k] && scanner.is_none() && this.pairs_on)
+                    .filter(|&k| !unfused[k] && this.pairs_on)
                     .and_then(|k| Some((k, this.fusions.then_dw[k]?)))
                     .filter(|&(_, kb)| !unfused[kb]);
                 if let Some((k, kb)) = pair {
@@ -948,12 +972,23 @@ impl CpuExecutor {
                     let x = slots[node.inputs[0].index()]
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    if let Some(t) = crate::fuse::run_pair(g, grp, dw, x)
+                    match crate::fuse::run_pair(g, grp, dw, x, scanner.is_some())
                         .map_err(|e| kernel_err(g, id, e.to_string()))?
                     {
-                        slots[dw.output().index()] = Slot::Owned(t);
-                        paired[kb] = true;
-                        done = true;
+                        Some((t, true)) => {
+                            slots[dw.output().index()] = Slot::Owned(t);
+                            paired[kb] = true;
+                            done = true;
+                            *pairs_used += 1;
+                        }
+                        // Not clean (scanning): both groups op by op (below), so the scan
+                        // names the op.
+                        Some((t, false)) => {
+                            crate::buffers::give(t.into_data());
+                            unfused[k] = true;
+                            unfused[kb] = true;
+                        }
+                        None => {}
                     }
                 }
                 let scaled = this.fusions.at_conv[i]

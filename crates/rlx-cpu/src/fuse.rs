@@ -571,15 +571,20 @@ fn weights<'g>(g: &'g Graph, grp: &'g ConvGroup) -> Option<(&'g Tensor, Option<&
 
 /// Pointwise group `a` and depthwise group `b` (`Fusions::then_dw`) on `x`, interleaved by
 /// bands of rows (`crate::kernels::conv::pw_dw`): `b`'s output, the same bits as
-/// [`run_group`] on each in turn; None where the interleaved kernel does not apply (then
-/// nothing was computed and the groups run on their own). Only without a scanner: the
-/// pointwise output is never whole, so it is not scanned.
+/// [`run_group`] on each in turn, and whether both groups are clean as [`run_group`]
+/// judges it (always true without `scan`); None where the interleaved kernel does not
+/// apply (then nothing was computed and the groups run on their own). With `scan`, each
+/// conv's largest |y| before its activation is taken as the kernels write it (the
+/// pointwise output is never whole, so it could not be scanned after); a group that is not
+/// clean makes the caller replay both groups op by op, so the report names the op.
 pub(crate) fn run_pair(
     g: &Graph,
     a: &ConvGroup,
     b: &ConvGroup,
     x: &Tensor,
-) -> Result<Option<Tensor>, crate::KernelError> {
+    scan: bool,
+) -> Result<Option<(Tensor, bool)>, crate::KernelError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
     let (na, nb) = (g.node(a.conv), g.node(b.conv));
     let (Op::Conv(aa), Op::Conv(ab), Some((wa, ba)), Some((wb, bb))) =
         (&na.op, &nb.op, weights(g, a), weights(g, b))
@@ -587,13 +592,36 @@ pub(crate) fn run_pair(
         return Ok(None);
     };
     let (act_a, act_b) = (a.act, b.act);
-    let post_a = |v: &mut [f32]| act_a.apply(v);
-    let post_b = |v: &mut [f32]| act_b.apply(v);
-    crate::kernels::conv::pw_dw(
+    // Largest |y| bits before each activation (NaN's bits are above +inf's): the kernels
+    // take them with a clamp; without one, `post` does (as in `run_group`).
+    let bits = [AtomicU32::new(0), AtomicU32::new(0)];
+    let post_a = |v: &mut [f32]| {
+        if scan {
+            bits[0].fetch_max(crate::kernels::wide::max_abs_bits(v), Ordering::Relaxed);
+        }
+        act_a.apply(v)
+    };
+    let post_b = |v: &mut [f32]| {
+        if scan {
+            bits[1].fetch_max(crate::kernels::wide::max_abs_bits(v), Ordering::Relaxed);
+        }
+        act_b.apply(v)
+    };
+    let t = crate::kernels::conv::pw_dw(
         x,
         (wa, ba, aa, &na.shape, (act_a.clamp(), &post_a)),
         (wb, bb, ab, &nb.shape, (act_b.clamp(), &post_b)),
-    )
+        [scan.then_some(&bits[0]), scan.then_some(&bits[1])],
+    )?;
+    let clean = |grp: &ConvGroup, bits: &AtomicU32| {
+        let m = bits.load(Ordering::Relaxed);
+        m < 0x7f80_0000
+            && grp.bound.0 * f32::from_bits(m) as f64 + grp.bound.1 < f32::MAX as f64 / 2.0
+    };
+    Ok(t.map(|t| {
+        let ok = !scan || (clean(a, &bits[0]) && clean(b, &bits[1]));
+        (t, ok)
+    }))
 }
 
 /// The SiLU read from `cur`: its only consumers are a `Sigmoid(cur)` (itself read only by

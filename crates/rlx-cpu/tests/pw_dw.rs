@@ -3,7 +3,8 @@
 //! in f64 (zero padding, per-channel BatchNorm, Relu/Clip/SiLU as their formulas), bits
 //! against the same fused graph with the pair run apart (`set_pairing(false)`: the pair's
 //! kernels are the two convs' kernels), at 1 and 3 threads; and NaN/Inf reports as with
-//! fusion off (a scanner runs the pair apart).
+//! fusion off (a scanned pair takes each conv's largest |y| in its kernels and, when one is
+//! not finite, is replayed op by op).
 
 mod common;
 
@@ -266,9 +267,9 @@ fn pointwise_then_depthwise_matches_the_definition_and_the_unfused_bits() {
 
 /// 3e38 at one pixel of every input channel: the 1×1 conv's sums overflow to ±inf there
 /// (in the channels whose weights add up past f32::MAX / 3e38), the SiLU keeps them, the
-/// depthwise conv spreads them (and makes NaN where +inf meets -inf). With a scanner the
-/// pair runs apart, so strict mode names the 1×1 conv as fusion off does, and the outputs
-/// agree. (Run as a pair, the 1×1 conv's output would never be scanned.)
+/// depthwise conv spreads them (and makes NaN where +inf meets -inf). The scanned pair sees
+/// the Inf in the 1×1 conv's sums and is replayed op by op, so strict mode names the 1×1
+/// conv as fusion off does, and the outputs agree.
 #[test]
 fn a_scanned_run_reports_as_with_fusion_off() {
     let cs = cases()[1];
@@ -285,4 +286,42 @@ fn a_scanned_run_reports_as_with_fusion_off() {
     }
     let out: Vec<_> = runs.iter().map(|(_, _, r, y)| (r, bits(y))).collect();
     assert_eq!(out[0], out[1]);
+}
+
+/// With a scanner and finite values, the pair still runs interleaved (`paired_runs`), with
+/// no report and the same bits as the unscanned run; with an Inf in the input it is not
+/// used (replayed op by op), in every case's geometry and activation.
+#[test]
+fn a_clean_scanned_run_keeps_the_pair() {
+    for (i, cs) in cases().iter().enumerate() {
+        let p = params(cs);
+        let x = rnd(cs.c * cs.h * cs.w, 21);
+        let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x.clone()).unwrap();
+        let mut ex = CpuExecutor::new(graph(cs, &p).0).unwrap();
+        let plain = ex.run(&[t.clone()], None).unwrap()[0]
+            .as_f32()
+            .unwrap()
+            .to_vec();
+        let before = ex.paired_runs();
+        assert_eq!(before, 1, "case {i}: the unscanned run is paired");
+        let (r, y) = common::run_scanned(&mut ex, &[t], DebugMode::Strict);
+        assert!(r.is_empty(), "case {i}: {r:?}");
+        assert_eq!(
+            ex.paired_runs(),
+            2,
+            "case {i}: the scanned run is paired too"
+        );
+        assert_eq!(bits(&y), bits(&plain), "case {i}");
+        let mut bad = x;
+        bad[cs.w + 3] = f32::INFINITY;
+        let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], bad).unwrap();
+        // Strict mode reports where an Inf appears: the 1×1 conv's sums.
+        let (r, _) = common::run_scanned(&mut ex, &[t], DebugMode::Strict);
+        assert!(!r.is_empty(), "case {i}: the Inf is reported");
+        assert_eq!(
+            ex.paired_runs(),
+            2,
+            "case {i}: the replayed run is not paired"
+        );
+    }
 }

@@ -1757,8 +1757,14 @@ mod dw_simd {
         clamp_b: Clamp,
         post_b: Option<Post>,
         out: &mut [f32],
+        seen: [Option<&AtomicU32>; 2],
     ) -> super::KResult<bool> {
         use rayon::prelude::*;
+        // The dw kernels take the largest |y| before the clamp when asked to.
+        let clamp_b = Clamp {
+            track: seen[1].is_some(),
+            ..clamp_b
+        };
         let (h, w, m) = (g.sp[0], g.sp[1], g.m);
         let (oh, ow) = (g.osp[0], g.osp[1]);
         let (k, s) = (g.ks[0], g.strides[0]);
@@ -1838,7 +1844,15 @@ mod dw_simd {
                     for i in 0..mc {
                         let at = i * cap * w;
                         let seg = &mut win[at + (r0 - base) * w..at + (r1 - base) * w];
-                        super::bias_clamp(seg, bias_a.map(|b| b[m0 + i]), clamp_a, false);
+                        let bits = super::bias_clamp(
+                            seg,
+                            bias_a.map(|b| b[m0 + i]),
+                            clamp_a,
+                            seen[0].is_some(),
+                        );
+                        if let Some(sa) = seen[0] {
+                            sa.fetch_max(bits, Ordering::Relaxed);
+                        }
                         if let Some(p) = post_a {
                             p(seg);
                         }
@@ -1858,11 +1872,14 @@ mod dw_simd {
                         // rows in [done·s − pt, hi·s − pt + k) ∩ [0, h), all in [base, r1)
                         // (`ready`, and `base` below), so inside the window; they write
                         // rows done..hi of `dst`.
-                        unsafe {
+                        let bits = unsafe {
                             match &kern {
                                 RowKernel::Rows(p, f) => f(p, src, wt, b, clamp_b, dst, done..hi),
                                 RowKernel::S2(f, k) => k(f, src, wt, b, clamp_b, dst, done..hi),
-                            };
+                            }
+                        };
+                        if let Some(sb) = seen[1] {
+                            sb.fetch_max(bits, Ordering::Relaxed);
                         }
                         if let Some(p) = post_b {
                             p(&mut dst[done * ow..hi * ow]);
@@ -2594,6 +2611,7 @@ pub(crate) fn pw_dw(
     x: &Tensor,
     (wa, ba, attrs_a, out_a, act_a): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
     (wb, bb, attrs_b, out_b, act_b): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
+    seen: [Option<&AtomicU32>; 2],
 ) -> KResult<Option<Tensor>> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -2641,6 +2659,7 @@ pub(crate) fn pw_dw(
             act_b.0.unwrap_or(Clamp::NONE),
             post(act_b),
             &mut out,
+            seen,
         )?;
         if !ok {
             crate::buffers::give(D::F32(out));
@@ -2651,7 +2670,7 @@ pub(crate) fn pw_dw(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (
-            x, wa, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b,
+            x, wa, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b, seen,
         );
         Ok(None)
     }
