@@ -64,22 +64,32 @@ fn graph(relu: bool) -> (Graph, NodeId) {
 /// The definition in f64 (ONNX Conv is a cross-correlation, zero outside the image), with
 /// per element the sum of the magnitudes of its terms (for a rounding bound).
 fn reference(x: &[f32]) -> Vec<(f64, f64)> {
-    let (w, b) = (weights(), bias());
+    conv3x3_ref(x, &weights(), Some(&bias()), (C, M, H, W))
+}
+
+/// [`reference`] for any 3×3, pad 1, stride 1 conv: `x` `[c, h, w]`, `w` `[m, c, 3, 3]`,
+/// `b` `[m]`; one (value, sum of |terms|) per output element, `[m, h, w]` order.
+fn conv3x3_ref(
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    (c, m, h, wd): (usize, usize, usize, usize),
+) -> Vec<(f64, f64)> {
     let mut out = vec![];
-    for m in 0..M {
-        for oy in 0..H {
-            for ox in 0..W {
-                let mut acc = b[m] as f64;
+    for o in 0..m {
+        for oy in 0..h {
+            for ox in 0..wd {
+                let mut acc = b.map_or(0.0, |b| b[o] as f64);
                 let mut mag = acc.abs();
-                for c in 0..C {
+                for ci in 0..c {
                     for ky in 0..3 {
                         for kx in 0..3 {
                             let (iy, ix) = (oy + ky, ox + kx);
-                            if iy < 1 || ix < 1 || iy > H || ix > W {
+                            if iy < 1 || ix < 1 || iy > h || ix > wd {
                                 continue;
                             }
-                            let t = x[(c * H + iy - 1) * W + ix - 1] as f64
-                                * w[((m * C + c) * 3 + ky) * 3 + kx] as f64;
+                            let t = x[(ci * h + iy - 1) * wd + ix - 1] as f64
+                                * w[((o * c + ci) * 3 + ky) * 3 + kx] as f64;
                             acc += t;
                             mag += t.abs();
                         }
@@ -230,31 +240,12 @@ fn winograd_is_skipped_on_small_planes_with_large_weights() {
             )
             .unwrap();
         let got = out[0].as_f32().unwrap();
-        for o in 0..m {
-            for oy in 0..hw {
-                for ox in 0..hw {
-                    let (mut acc, mut mag) = (0f64, 0f64);
-                    for ci in 0..c {
-                        for ky in 0..3 {
-                            for kx in 0..3 {
-                                let (iy, ix) = (oy + ky, ox + kx);
-                                if iy < 1 || ix < 1 || iy > hw || ix > hw {
-                                    continue;
-                                }
-                                let t = xv[(ci * hw + iy - 1) * hw + ix - 1] as f64
-                                    * wv[((o * c + ci) * 3 + ky) * 3 + kx] as f64;
-                                acc += t;
-                                mag += t.abs();
-                            }
-                        }
-                    }
-                    let v = got[(o * hw + oy) * hw + ox] as f64;
-                    assert!(
-                        (v - acc).abs() <= 1e-5 * mag + 1e-6,
-                        "{m}x{c} at {hw}: [{o},{oy},{ox}] {v} vs {acc}"
-                    );
-                }
-            }
+        let want = conv3x3_ref(&xv, &wv, None, (c, m, hw, hw));
+        for (i, (&v, &(r, mag))) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (v as f64 - r).abs() <= 1e-5 * mag + 1e-6,
+                "{m}x{c} at {hw}: [{i}] {v} vs {r}"
+            );
         }
     }
 }
