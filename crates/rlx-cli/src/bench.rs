@@ -69,8 +69,10 @@ pub struct BenchArgs {
     /// How many source ops the --profile table lists (0: all).
     #[arg(long, default_value_t = 25, value_name = "N", requires = "profile")]
     pub profile_top: usize,
-    /// Also write every IR node's time to FILE as CSV (node,label,op,shape,mean_us), in
-    /// execution order (numpy.genfromtxt(FILE, delimiter=",", names=True, dtype=None)).
+    /// Also write every IR node's time to FILE as CSV (node,label,op,shape,mean_us; a shape
+    /// reads `f32[1x64x112x112]`), in execution order. pandas.read_csv(FILE) reads it; so
+    /// does numpy.genfromtxt(FILE, delimiter=",", names=True, dtype=None, encoding=None,
+    /// comments=None) when no node name holds a comma (such names are quoted, as CSV does).
     #[arg(long, value_name = "FILE", requires = "profile")]
     pub profile_csv: Option<PathBuf>,
 }
@@ -117,6 +119,15 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
         "cpu" => Device::Cpu,
         "wgpu" | "gpu" => Device::Wgpu,
         other => bail!("--device {other}: unknown device (known: cpu, wgpu)"),
+    };
+    if a.profile && device != Device::Cpu {
+        bail!("--profile: per-node profiling runs on the CPU backend only (--device cpu)");
+    }
+    // The CSV goes to a temporary file beside FILE, renamed when written: a bad path fails
+    // here, before any run, and a failed write leaves no partial FILE.
+    let csv_tmp = match &a.profile_csv {
+        Some(f) => Some(CsvOut::create(f)?),
+        None => None,
     };
     let path = model_path(&a.model.model);
     let t_load = Instant::now();
@@ -206,8 +217,8 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
         s.set_profiling(false)
             .map_err(|e| anyhow!("--profile: {e}"))?;
         print_profile(&p, per_run, a.profile_top);
-        if let Some(f) = &a.profile_csv {
-            write_profile_csv(&p, f)?;
+        if let Some(out) = csv_tmp {
+            let f = out.finish(&profile_csv(&p))?;
             println!("profile-csv: {}", f.display());
         }
     }
@@ -254,7 +265,7 @@ fn print_profile(p: &rlx_runtime::Profile, per_run_s: f64, top: usize) {
             }
         }
     }
-    let total: f64 = ops.iter().map(|o| o.us).sum();
+    let total = ops.iter().fold(0.0, |t, o| t + o.us);
     ops.sort_by(|x, y| y.us.total_cmp(&x.us));
     let shown = if top == 0 {
         ops.len()
@@ -262,10 +273,11 @@ fn print_profile(p: &rlx_runtime::Profile, per_run_s: f64, top: usize) {
         top.min(ops.len())
     };
     println!(
-        "profile: {} runs; nodes sum to {:.3} ms of a {:.3} ms run (the rest: clock reads, leaves, the run's setup); top {shown} of {} source ops",
+        "profile: {} run{}; nodes sum to {} ms of a {} ms run (the rest: clock reads, leaves, the run's setup); top {shown} of {} source ops",
         p.runs,
-        total / 1e3,
-        per_run_s * 1e3,
+        if p.runs == 1 { "" } else { "s" },
+        fmt_ms(total / 1e6),
+        fmt_ms(per_run_s),
         ops.len()
     );
     println!(
@@ -293,8 +305,9 @@ fn print_profile(p: &rlx_runtime::Profile, per_run_s: f64, top: usize) {
     }
 }
 
-/// Writes every IR node's time as CSV: node,label,op,shape,mean_us (fields quoted as CSV needs).
-fn write_profile_csv(p: &rlx_runtime::Profile, path: &std::path::Path) -> Result<()> {
+/// Every IR node's time as CSV: node,label,op,shape,mean_us (a field with a comma, quote
+/// or line break quoted as CSV does; shapes written `f32[1x64x112x112]`, without commas).
+fn profile_csv(p: &rlx_runtime::Profile) -> String {
     fn field(s: &str) -> String {
         if s.contains([',', '"', '\n', '\r']) {
             format!("\"{}\"", s.replace('"', "\"\""))
@@ -309,11 +322,56 @@ fn write_profile_csv(p: &rlx_runtime::Profile, path: &std::path::Path) -> Result
             n.node.index(),
             field(&n.label),
             field(&n.op),
-            field(&n.shape),
+            field(&n.shape.replace(',', "x")),
             n.mean_us
         );
     }
-    std::fs::write(path, out).map_err(|e| anyhow!("--profile-csv {}: {e}", path.display()))
+    out
+}
+
+/// `--profile-csv FILE`: a temporary file beside FILE, made before the runs (so a bad path
+/// fails first) and renamed to FILE once written (so a failed write leaves no partial FILE).
+struct CsvOut {
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+impl CsvOut {
+    fn create(dest: &std::path::Path) -> Result<CsvOut> {
+        if dest.is_dir() {
+            bail!("--profile-csv {}: is a directory", dest.display());
+        }
+        let name = dest
+            .file_name()
+            .ok_or_else(|| anyhow!("--profile-csv {}: not a file name", dest.display()))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".rlx-tmp-{}", std::process::id()));
+        let tmp = dest.with_file_name(tmp_name);
+        std::fs::File::create(&tmp)
+            .map_err(|e| anyhow!("--profile-csv {}: {e}", dest.display()))?;
+        Ok(CsvOut {
+            tmp,
+            dest: dest.to_path_buf(),
+        })
+    }
+
+    fn finish(self, text: &str) -> Result<PathBuf> {
+        let r =
+            std::fs::write(&self.tmp, text).and_then(|()| std::fs::rename(&self.tmp, &self.dest));
+        if let Err(e) = r {
+            std::fs::remove_file(&self.tmp).ok();
+            bail!("--profile-csv {}: {e}", self.dest.display());
+        }
+        Ok(self.dest.clone())
+    }
+}
+
+impl Drop for CsvOut {
+    /// An error before `finish` (a failed run): the temporary file goes.
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.tmp).ok();
+    }
 }
 
 /// Seconds as milliseconds: 4 decimals under 1 ms, else 3 (a 0.065 ms run printed with 3

@@ -17,7 +17,17 @@ pub mod trace;
 /// all-MiniLM-L6-v2 at 2 threads took 39.7 ms (1.2 s of system time in 3 s) and 26.6 ms
 /// with one arena, peak RSS unchanged (bench/NOTES.md §8). Library users who run many
 /// threads can set `MALLOC_ARENA_MAX=1` in the environment for the same effect.
+///
+/// On Unix, SIGPIPE's default action (end the process) is restored, so `rlx ... | head`
+/// stops quietly instead of panicking at the next write to the closed stdout.
 pub fn init_process() {
+    // `rlx bench ... | head`: a closed stdout ends the process quietly, as for other Unix
+    // tools, instead of a panic at the next println.
+    #[cfg(unix)]
+    // SAFETY: resets one signal's disposition to the default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         // SAFETY: mallopt only sets an allocator parameter; it is called before any

@@ -249,6 +249,14 @@ fn bench_profile_names_onnx_nodes_and_writes_csv() {
     assert_eq!(lines.next(), Some("node,label,op,shape,mean_us"));
     let body: Vec<&str> = lines.collect();
     assert!(body.len() > 50, "{text}");
+    // Five plain fields per row (this model's node names hold no comma; shapes are written
+    // `f32[2x16x64]`), so numpy.genfromtxt reads it as documented.
+    for l in &body {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(f.len(), 5, "{l}");
+        assert!(f[3].contains('[') && f[3].ends_with(']'), "{l}");
+        assert!(f[4].parse::<f64>().is_ok_and(|t| t >= 0.0), "{l}");
+    }
     // Node names of the fixture's ONNX graph (torch.onnx.export of a BERT-style encoder).
     for name in [
         "/encoder/layer.0/attention/self/MatMul",
@@ -275,4 +283,57 @@ fn bench_profile_names_onnx_nodes_and_writes_csv() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("--profile"), "{err}");
+}
+
+/// A --profile-csv path that cannot be written fails before any run (no `runs:` line, exit
+/// 1, the path named, nothing left behind); --profile on a non-CPU device likewise.
+#[test]
+fn bench_profile_rejects_a_bad_csv_path_or_device_before_running() {
+    let dir = std::env::temp_dir().join(format!("rlx-prof-missing-{}", std::process::id()));
+    let bad = dir.join("p.csv");
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--runs",
+            "3",
+            "--profile",
+            "--profile-csv",
+            bad.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("--profile-csv") && err.contains("p.csv"),
+        "{err}"
+    );
+    assert!(!out.contains("runs:"), "ran before failing: {out}");
+    assert!(!dir.exists());
+    let d = std::env::temp_dir();
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--profile",
+            "--profile-csv",
+            d.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "fixtures/transformers/bert_tiny",
+            "--device",
+            "wgpu",
+            "--profile",
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("CPU backend only"), "{err}");
+    assert!(!out.contains("runs:"), "{out}");
 }

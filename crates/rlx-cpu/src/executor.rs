@@ -83,8 +83,10 @@ pub struct CpuExecutor {
 /// A node's time is the wall time from the start of its turn in the run loop to the start
 /// of the next node's: its kernel, the release of the values that die there, and (with a
 /// scanner) its scan. A fused group's time is on the node that runs it (the conv of a conv
-/// epilogue group, the first node of a row group or elementwise chain); the group's other
-/// nodes read about zero. Leaves (inputs, params, constants) cost only the loop's step.
+/// epilogue group, the first node of a row group or elementwise chain, the 1×1 conv of a
+/// 1×1 + depthwise pair, which carries the depthwise conv's time too); the group's other
+/// nodes read about zero. Leaves (inputs, params, constants) cost only the loop's step. A
+/// run that fails adds nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeTimes {
     /// Runs summed.
@@ -99,8 +101,8 @@ pub struct NodeTimes {
 fn wino_pays(w: &Tensor, out: &rlx_ir::Shape) -> bool {
     let (wd, od) = (w.dims(), out.static_dims());
     match (wd, od.as_deref()) {
-        ([m, c, _, _], Some([_, _, oh, ow])) => {
-            crate::kernels::conv::winograd_pays(*m, *c, *oh, *ow)
+        ([m, c, _, _], Some([n, _, oh, ow])) => {
+            crate::kernels::conv::winograd_pays(*m, *c, *n, *oh, *ow)
         }
         _ => true,
     }
@@ -715,7 +717,9 @@ impl CpuExecutor {
     /// not finite is recomputed directly, so NaN/Inf values and reports are the same either
     /// way. Off, every conv runs as im2col + gemm, as in hooked runs (printer, trace, `rlx
     /// diverge`'s oracle). A conv whose fused group folds other weights in keeps the
-    /// Winograd path only while fusion is on.
+    /// Winograd path only while fusion is on. Not taken (at build) on a plane of few tiles
+    /// with large weights (`kernels::conv::winograd_pays`: images × 2×2 tiles under 32 and
+    /// over 1 MiB of transformed weights).
     pub fn set_winograd(&mut self, on: bool) {
         self.wino_on = on;
     }
@@ -755,7 +759,8 @@ impl CpuExecutor {
 
     /// How many 1×1 convs run interleaved with the depthwise conv that alone reads their
     /// output (`crate::fuse::run_pair`: bands of rows, so the depthwise conv reads the 1×1
-    /// conv's output from cache; on and off with the other fusions; with a scanner too, each conv's largest |y| taken in the kernels, the pair replayed op by op when not finite;
+    /// conv's output from cache; on and off with the other fusions; with a scanner too, each
+    /// conv's largest |y| taken in the kernels, the pair replayed op by op when not finite;
     /// [`CpuExecutor::set_pairing`]). A pair whose kernels do not apply at run time (no
     /// AVX-512, another kernel size) runs apart.
     pub fn paired_convs(&self) -> usize {
@@ -879,6 +884,8 @@ impl CpuExecutor {
         // from this thread per op. (Hooks are not `Send`; hooked runs stay here.)
         let mut pool = std::mem::take(&mut self.pool);
         let mut prof = self.profile.take();
+        // A failed run adds nothing to the profile (its partial times are undone).
+        let prof_before = prof.as_ref().map(|p| p.ns.clone());
         let mut pairs = 0u64;
         let r = if before.is_none()
             && observe.is_none()
@@ -902,8 +909,13 @@ impl CpuExecutor {
             )
         };
         self.pool = pool;
+        if let (Err(_), Some(p), Some(ns)) = (&r, prof.as_mut(), prof_before) {
+            p.ns = ns;
+        }
         self.profile = prof;
-        self.pair_runs += pairs;
+        if r.is_ok() {
+            self.pair_runs += pairs;
+        }
         r
     }
 

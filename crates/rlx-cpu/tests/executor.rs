@@ -473,3 +473,36 @@ fn profiling_counts_runs_and_times_each_node() {
     ex.set_profiling(false);
     assert!(ex.profile().is_none());
 }
+
+/// A run that fails part way (a Param not set, met after a product) adds nothing to the
+/// profile: neither a run nor the product's time.
+#[test]
+fn a_failed_run_adds_nothing_to_the_profile() {
+    let n = 64;
+    let mut g = Graph::new("prof-fail");
+    let a = g.input("a", s(&[n, n]));
+    let m = g.matmul(a, a, s(&[n, n]));
+    let p = g.param("p", s(&[n, n]));
+    let y = g.add(m, p, s(&[n, n]));
+    g.set_outputs(vec![y]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    ex.set_profiling(true);
+    let x = f32t(&[n, n], &vec![0.5; n * n]);
+    for _ in 0..3 {
+        assert!(matches!(
+            ex.run(&[x.clone()], None),
+            Err(CpuError::Param(_))
+        ));
+    }
+    let prof = ex.profile().unwrap();
+    assert_eq!(prof.runs, 0);
+    assert!(prof.ns.iter().all(|&t| t == 0), "{prof:?}");
+    // Then a good run counts once: 0.5 · 0.5 · 64 + 1 = 17 per element.
+    ex.set_param("p", f32t(&[n * n], &vec![1.0; n * n]))
+        .unwrap();
+    let out = ex.run(&[x], None).unwrap();
+    assert!(out[0].as_f32().unwrap().iter().all(|&v| v == 17.0));
+    let prof = ex.profile().unwrap();
+    assert_eq!(prof.runs, 1);
+    assert!(prof.ns[m.index()] > 0);
+}

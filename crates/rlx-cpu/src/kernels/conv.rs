@@ -2696,9 +2696,9 @@ pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs) -> Option<WinogradWeig
     }
 }
 
-/// Whether the Winograd path pays for a conv with `m` output and `c` input channels whose
-/// output plane is `oh × ow`: not when the plane has fewer than [`WINOGRAD_MIN_TILES`]
-/// 2×2 tiles and the transformed weights (16·m·c f32, 16/9 of the plain ones) exceed
+/// Whether the Winograd path pays for a conv with `m` output and `c` input channels on `n`
+/// images whose output plane is `oh × ow`: not when the batch has fewer than
+/// [`WINOGRAD_MIN_TILES`] 2×2 tiles in all and the transformed weights (16·m·c f32, 16/9 of the plain ones) exceed
 /// [`WINOGRAD_SMALL_WEIGHTS`]. Each transformed weight is then used only a few times per
 /// run, and in a model whose weights do not stay in cache between runs it is read from
 /// memory: ResNet-50's 512-channel 3×3 convs at 7² (16 tiles, 16.8 MB transformed) took
@@ -2708,8 +2708,8 @@ pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs) -> Option<WinogradWeig
 /// (1.40-1.48 against 1.69-1.72 ms). Whole models, 3 interleaved pairs, medians: resnet18
 /// 28.9-31.3 → 23.7-24.8 ms at 1 thread (min 17.7-18.3 → 15.3-15.7 at 2), resnet50
 /// 59.3-62.7 → 56.1-58.6 (min 35.7-36.3 → 34.8-35.3 at 2).
-pub(crate) fn winograd_pays(m: usize, c: usize, oh: usize, ow: usize) -> bool {
-    let tiles = oh.div_ceil(2) * ow.div_ceil(2);
+pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) -> bool {
+    let tiles = n * oh.div_ceil(2) * ow.div_ceil(2);
     tiles >= WINOGRAD_MIN_TILES || 16 * m * c * 4 <= WINOGRAD_SMALL_WEIGHTS
 }
 
