@@ -10,8 +10,9 @@
 //! executor between runs, so a steady-state run allocates only its outputs (which go to
 //! the caller).
 //!
-//! Memory: the pool holds at most the graph's peak of live f32 intermediates (computed
-//! from its static shapes when the executor is built), dropping its oldest buffers first,
+//! Memory: the pool holds at most the graph's peak of live f32 intermediates plus its
+//! largest one (computed from its static shapes when the executor is built), dropping its
+//! oldest buffers first,
 //! and a buffer not reused during a whole run is released when that run ends. Off an
 //! executor's thread (constant folding, other threads of a parallel kernel) [`take`] is a
 //! plain allocation.
@@ -45,8 +46,9 @@ pub(crate) struct Pool {
     free: Vec<Free>,
     /// Bytes of capacity in `free` (kept, so a `give` does not sum the pool).
     bytes: usize,
-    /// The most bytes `free` may hold: the graph's peak of live f32 intermediates, so the
-    /// pool never more than doubles a run's working set (0: nothing is kept).
+    /// The most bytes `free` may hold: the graph's peak of live f32 intermediates plus its
+    /// largest one, so the pool at most about doubles a run's working set (0: nothing is
+    /// kept).
     limit: usize,
 }
 
@@ -77,6 +79,12 @@ impl Pool {
             init,
             fresh: true,
         });
+    }
+
+    /// Capacities (elements) of the free buffers, oldest first (for tests).
+    #[cfg(test)]
+    pub(crate) fn capacities(&self) -> Vec<usize> {
+        self.free.iter().map(|e| e.buf.capacity()).collect()
     }
 
     fn remove(&mut self, i: usize) -> (Vec<f32>, usize) {
