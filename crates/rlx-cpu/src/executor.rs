@@ -77,6 +77,15 @@ pub struct CpuExecutor {
     pair_runs: u64,
 }
 
+/// What one run records beyond its outputs, added to the executor's totals only when the
+/// run succeeds ([`CpuExecutor::run_hooked`]).
+struct RunStats<'a> {
+    /// Per-node nanoseconds of this run are added here (profiling on).
+    times: Option<&'a mut NodeTimes>,
+    /// Interleaved pair results used.
+    pairs: u64,
+}
+
 /// Wall time per node, summed over the runs made while profiling was on
 /// ([`CpuExecutor::set_profiling`], [`CpuExecutor::profile`]).
 ///
@@ -93,19 +102,6 @@ pub struct NodeTimes {
     pub runs: u64,
     /// Nanoseconds per node, indexed by [`NodeId::index`] of [`CpuExecutor::graph`].
     pub ns: Vec<u64>,
-}
-
-/// Whether a 2-D conv with weights `w` (`[M, C, kh, kw]`) and output type `out`
-/// (`[N, M, OH, OW]`) gains from the Winograd path ([`crate::kernels::conv::winograd_pays`]);
-/// true when the dims are not those (the path's own checks then decide).
-fn wino_pays(w: &Tensor, out: &rlx_ir::Shape) -> bool {
-    let (wd, od) = (w.dims(), out.static_dims());
-    match (wd, od.as_deref()) {
-        ([m, c, _, _], Some([n, _, oh, ow])) => {
-            crate::kernels::conv::winograd_pays(*m, *c, *n, *oh, *ow)
-        }
-        _ => true,
-    }
 }
 
 /// Runs `f` on a thread of the current rayon pool while the pool's other threads stay
@@ -608,9 +604,7 @@ impl CpuExecutor {
                 }
                 let conv = graph.node(grp.conv);
                 match &conv.op {
-                    Op::Conv(a) if wino_pays(w, &conv.shape) => {
-                        crate::kernels::conv::winograd_weights(w, a)
-                    }
+                    Op::Conv(a) => crate::kernels::conv::winograd_weights(w, a, &conv.shape),
                     _ => None,
                 }
             })
@@ -621,8 +615,8 @@ impl CpuExecutor {
             .map(|node| match (&node.op, node.inputs.get(1)) {
                 (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
                     match &graph.node(*w).op {
-                        Op::Constant(t) if wino_pays(t, &node.shape) => {
-                            crate::kernels::conv::winograd_weights(t, a)
+                        Op::Constant(t) => {
+                            crate::kernels::conv::winograd_weights(t, a, &node.shape)
                         }
                         _ => None,
                     }
@@ -891,31 +885,27 @@ impl CpuExecutor {
         let mut prof = self.profile.take();
         // A failed run adds nothing to the profile (its partial times are undone).
         let prof_before = prof.as_ref().map(|p| p.ns.clone());
-        let mut pairs = 0u64;
+        let mut stats = RunStats {
+            times: prof.as_mut(),
+            pairs: 0,
+        };
         let r = if before.is_none()
             && observe.is_none()
             && rayon::current_thread_index().is_none()
             && self.parallel_work
             && rayon::current_num_threads() > 1
         {
-            let (pool, prof, pairs) = (&mut pool, prof.as_mut(), &mut pairs);
-            run_with_spinning_workers(|| {
-                self.run_inner(inputs, scanner, None, None, pool, prof, pairs)
-            })
+            let (pool, stats) = (&mut pool, &mut stats);
+            run_with_spinning_workers(|| self.run_inner(inputs, scanner, None, None, pool, stats))
         } else {
-            self.run_inner(
-                inputs,
-                scanner,
-                before,
-                observe,
-                &mut pool,
-                prof.as_mut(),
-                &mut pairs,
-            )
+            self.run_inner(inputs, scanner, before, observe, &mut pool, &mut stats)
         };
+        let pairs = stats.pairs;
         self.pool = pool;
-        if let (Err(_), Some(p), Some(ns)) = (&r, prof.as_mut(), prof_before) {
-            p.ns = ns;
+        match (&r, prof.as_mut(), prof_before) {
+            (Ok(_), Some(p), _) => p.runs += 1,
+            (Err(_), Some(p), Some(ns)) => p.ns = ns,
+            _ => {}
         }
         self.profile = prof;
         if r.is_ok() {
@@ -924,7 +914,6 @@ impl CpuExecutor {
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_inner(
         &self,
         inputs: &[Tensor],
@@ -932,8 +921,7 @@ impl CpuExecutor {
         mut before: Option<&mut dyn FnMut(NodeId)>,
         mut observe: Option<Observer<'_>>,
         pool: &mut crate::buffers::Pool,
-        mut prof: Option<&mut NodeTimes>,
-        pairs_used: &mut u64,
+        stats: &mut RunStats,
     ) -> Result<Vec<Tensor>, CpuError> {
         // Kernels on this thread take their output buffers from `pool`; dead values'
         // buffers go back to it (`release`).
@@ -966,12 +954,12 @@ impl CpuExecutor {
         let mut finite = vec![false; if scanner.is_some() { g.len() } else { 0 }];
         // Profiling: the node whose turn started at `clock.1` (its time is added when the
         // next node's turn starts, so no `continue` below needs to stop the clock).
-        let mut clock =
-            (prof.is_some() && !g.nodes.is_empty()).then(|| (0usize, std::time::Instant::now()));
+        let mut clock = (stats.times.is_some() && !g.nodes.is_empty())
+            .then(|| (0usize, std::time::Instant::now()));
         for node in &g.nodes {
             let id = node.id;
             let i = id.index();
-            if let (Some((last, t0)), Some(p)) = (clock.as_mut(), prof.as_deref_mut()) {
+            if let (Some((last, t0)), Some(p)) = (clock.as_mut(), stats.times.as_deref_mut()) {
                 let now = std::time::Instant::now();
                 p.ns[*last] += (now - *t0).as_nanos() as u64;
                 (*last, *t0) = (i, now);
@@ -997,7 +985,7 @@ impl CpuExecutor {
                             slots[dw.output().index()] = Slot::Owned(t);
                             paired[kb] = true;
                             done = true;
-                            *pairs_used += 1;
+                            stats.pairs += 1;
                         }
                         // Not clean (scanning): both groups op by op (below), so the scan
                         // names the op.
@@ -1179,11 +1167,8 @@ impl CpuExecutor {
                 release(&mut slots[dead.index()]);
             }
         }
-        if let Some(p) = prof {
-            if let Some((last, t0)) = clock {
-                p.ns[last] += t0.elapsed().as_nanos() as u64;
-            }
-            p.runs += 1;
+        if let (Some((last, t0)), Some(p)) = (clock, stats.times.as_deref_mut()) {
+            p.ns[last] += t0.elapsed().as_nanos() as u64;
         }
         if let Some(s) = scanner {
             s.finish_run(g)?;

@@ -2676,12 +2676,17 @@ pub(crate) fn pw_dw(
     }
 }
 
-/// Winograd weights for `Op::Conv` with weights `w` and attributes `a`, when the conv is
-/// one the Winograd path handles ([`super::winograd`]): f32, 2-D, 3×3, stride 1, dilation
-/// 1, one group, and at least [`WINOGRAD_MIN_CH`] input and output channels (below that the
-/// transforms cost more than the product saves).
-pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs) -> Option<WinogradWeights> {
+/// Winograd weights for `Op::Conv` with weights `w`, attributes `a` and output type `out`,
+/// when the conv is one the Winograd path handles ([`super::winograd`]): f32, 2-D, 3×3,
+/// stride 1, dilation 1, one group, at least [`WINOGRAD_MIN_CH`] input and output channels
+/// (below that the transforms cost more than the product saves), and an output for which
+/// [`winograd_pays`].
+pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<WinogradWeights> {
     let wd = w.dims();
+    let pays = match out.static_dims().as_deref() {
+        Some(&[n, _, oh, ow]) if wd.len() == 4 => winograd_pays(wd[0], wd[1], n, oh, ow),
+        _ => true,
+    };
     let ok = wd.len() == 4
         && wd[2] == 3
         && wd[3] == 3
@@ -2689,7 +2694,8 @@ pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs) -> Option<WinogradWeig
         && a.strides.iter().all(|&s| s == 1)
         && a.dilations.iter().all(|&d| d == 1)
         && wd[0] >= WINOGRAD_MIN_CH
-        && wd[1] >= WINOGRAD_MIN_CH;
+        && wd[1] >= WINOGRAD_MIN_CH
+        && pays;
     match w.data() {
         TensorData::F32(v) if ok => WinogradWeights::new(v, wd[0], wd[1]),
         _ => None,
@@ -2977,7 +2983,9 @@ mod tests {
         let xt = Tensor::new(xd.to_vec(), TensorData::F32(x.to_vec())).unwrap();
         let wt = Tensor::new(vec![m, c, 3, 3], TensorData::F32(w.to_vec())).unwrap();
         let bt = Tensor::new(vec![m], TensorData::F32(b.to_vec())).unwrap();
-        let wg = winograd_weights(&wt, &a).expect("a 3x3 stride-1 conv takes the Winograd path");
+        let out = Shape::new(&[n, m, oh, ow], DType::F32);
+        let wg =
+            winograd_weights(&wt, &a, &out).expect("a 3x3 stride-1 conv takes the Winograd path");
         let d = winograd::Dims {
             n,
             h,
@@ -2990,7 +2998,6 @@ mod tests {
         let ts = n * oh.div_ceil(2) * ow.div_ceil(2);
         let mut v = vec![0.0f32; 16 * c * ts];
         let raw = winograd::conv(x, &wg, Some(b), d, &mut v, &no_post);
-        let out = Shape::new(&[n, m, oh, ow], DType::F32);
         let got = conv_winograd(&xt, &wg, &wt, Some(&bt), &a, &out, &no_post).unwrap();
         let direct = conv(&xt, &wt, Some(&bt), &a, &out).unwrap();
         (raw, got, direct)
