@@ -105,6 +105,15 @@ pub(crate) enum Epilogue {
 }
 
 impl ConvGroup {
+    /// Whether a fused run whose largest |y| before the activation has bits `max_bits` is
+    /// clean: finite (NaN's bits are above +inf's), and every value of the unfused chain
+    /// provably below half of f32::MAX ([`ConvGroup::bound`]), so the unfused run cannot
+    /// overflow where the fused one did not (else the caller replays it op by op).
+    pub(crate) fn clean(&self, max_bits: u32) -> bool {
+        max_bits < 0x7f80_0000
+            && self.bound.0 * f32::from_bits(max_bits) as f64 + self.bound.1 < f32::MAX as f64 / 2.0
+    }
+
     /// The node whose value the group computes: its chain's last, or the conv's own.
     pub(crate) fn output(&self) -> NodeId {
         self.members.last().copied().unwrap_or(self.conv)
@@ -613,13 +622,9 @@ pub(crate) fn run_pair(
         (wb, bb, ab, &nb.shape, (act_b.clamp(), &post_b)),
         [scan.then_some(&bits[0]), scan.then_some(&bits[1])],
     )?;
-    let clean = |grp: &ConvGroup, bits: &AtomicU32| {
-        let m = bits.load(Ordering::Relaxed);
-        m < 0x7f80_0000
-            && grp.bound.0 * f32::from_bits(m) as f64 + grp.bound.1 < f32::MAX as f64 / 2.0
-    };
     Ok(t.map(|t| {
-        let ok = !scan || (clean(a, &bits[0]) && clean(b, &bits[1]));
+        let [ba, bb] = bits.map(AtomicU32::into_inner);
+        let ok = !scan || (a.clean(ba) && b.clean(bb));
         (t, ok)
     }))
 }
@@ -839,9 +844,6 @@ pub(crate) fn run_group(
     // A Winograd attempt that fell back to the direct conv may have counted a non-finite
     // value the direct conv does not have: that only costs a replay.
     let bits = max_bits.into_inner();
-    let clean = !scan
-        || (t.dtype() == DType::F32
-            && bits < 0x7f80_0000
-            && grp.bound.0 * f32::from_bits(bits) as f64 + grp.bound.1 < f32::MAX as f64 / 2.0);
+    let clean = !scan || (t.dtype() == DType::F32 && grp.clean(bits));
     Ok((t, clean))
 }
