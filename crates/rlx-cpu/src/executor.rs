@@ -75,6 +75,8 @@ pub struct CpuExecutor {
     profile: Option<NodeTimes>,
     /// Interleaved pair results used so far ([`CpuExecutor::paired_runs`]).
     pair_runs: u64,
+    /// Scaled-conv results used so far ([`CpuExecutor::scaled_runs`]).
+    scaled_runs: u64,
 }
 
 /// What one run records beyond its outputs, added to the executor's totals only when the
@@ -84,6 +86,8 @@ struct RunStats<'a> {
     times: Option<&'a mut NodeTimes>,
     /// Interleaved pair results used.
     pairs: u64,
+    /// Scaled-conv results used.
+    scaled: u64,
 }
 
 /// Wall time per node, summed over the runs made while profiling was on
@@ -637,6 +641,7 @@ impl CpuExecutor {
             pool: crate::buffers::Pool::with_limit(pool_limit_bytes(&graph, &free_after)),
             profile: None,
             pair_runs: 0,
+            scaled_runs: 0,
             wino,
             group_wino,
             wino_on,
@@ -671,6 +676,15 @@ impl CpuExecutor {
     /// and not counted.
     pub fn paired_runs(&self) -> u64 {
         self.pair_runs
+    }
+
+    /// How many times the runs of this executor used a conv on scale-folded weights
+    /// ([`CpuExecutor::scaled_convs`] plans them), skipping the scale Mul. With a NaN scan,
+    /// only where the Mul's value is proven finite without making it (its operands scanned
+    /// clean, the scale at most 1 in magnitude); a scanned result that was not clean is
+    /// replayed op by op and not counted.
+    pub fn scaled_runs(&self) -> u64 {
+        self.scaled_runs
     }
 
     /// Turn per-node timing on (resetting the sums) or off (the default). While on, each run
@@ -769,8 +783,9 @@ impl CpuExecutor {
     /// How many 1×1 convs take the per-channel scale Mul before them into their weights
     /// at run time (`crate::fuse::Scaled`: a Squeeze-and-Excitation block's `x · s`, `s`
     /// of dims `[1, C, 1, 1]`, read only by the conv, where the conv has fewer output
-    /// channels than pixels). The Mul is not run; on and off with the other fusions, off
-    /// with a scanner (the Mul then runs, so reports name it).
+    /// channels than pixels). The Mul is not run; on and off with the other fusions. With
+    /// a scanner, only where the Mul's value is proven finite (see
+    /// [`CpuExecutor::scaled_runs`]); else the Mul runs, so reports name it.
     pub fn scaled_convs(&self) -> usize {
         self.fusions.scaled.iter().flatten().count()
     }
@@ -888,6 +903,7 @@ impl CpuExecutor {
         let mut stats = RunStats {
             times: prof.as_mut(),
             pairs: 0,
+            scaled: 0,
         };
         let r = if before.is_none()
             && observe.is_none()
@@ -900,7 +916,7 @@ impl CpuExecutor {
         } else {
             self.run_inner(inputs, scanner, before, observe, &mut pool, &mut stats)
         };
-        let pairs = stats.pairs;
+        let (pairs, scaled) = (stats.pairs, stats.scaled);
         self.pool = pool;
         match (&r, prof.as_mut(), prof_before) {
             (Ok(_), Some(p), _) => p.runs += 1,
@@ -910,6 +926,7 @@ impl CpuExecutor {
         self.profile = prof;
         if r.is_ok() {
             self.pair_runs += pairs;
+            self.scaled_runs += scaled;
         }
         r
     }
@@ -952,6 +969,9 @@ impl CpuExecutor {
         let wino = this.wino_on && before.is_none() && observe.is_none();
         // With a scanner: per node, its output was found (or is known) clean.
         let mut finite = vec![false; if scanner.is_some() { g.len() } else { 0 }];
+        // With a scanner: groups whose scale Mul was proven finite and skipped in this run
+        // (`fuse::scale_is_finite`), so the conv runs on the scaled weights (`run_scaled`).
+        let mut scale_proven = vec![false; unfused.len()];
         // Profiling: the node whose turn started at `clock.1` (its time is added when the
         // next node's turn starts, so no `continue` below needs to stop the clock).
         let mut clock = (stats.times.is_some() && !g.nodes.is_empty())
@@ -968,7 +988,22 @@ impl CpuExecutor {
                 // Whether a group computed this node's value (here or at its first node).
                 let mut done = false;
                 // A scale Mul folded into its conv's weights (`fuse::Scaled`): not run.
-                let scaling = |k: usize| scanner.is_none() && this.fusions.scaled[k].is_some();
+                // With a scanner, only where its value is proven finite without it (its
+                // counts are then zero); else it runs and is scanned, so a report names it.
+                if let Some(k) = this.fusions.scale_mul[i].filter(|&k| !unfused[k]) {
+                    if let (Some(sc), true) = (this.fusions.scaled[k], scanner.is_some()) {
+                        scale_proven[k] = slots[sc.s.index()].get().is_some_and(|s| {
+                            crate::fuse::scale_is_finite(
+                                s,
+                                finite[sc.x.index()],
+                                finite[sc.s.index()],
+                            )
+                        });
+                    }
+                }
+                let scaling = |k: usize| {
+                    this.fusions.scaled[k].is_some() && (scanner.is_none() || scale_proven[k])
+                };
                 let pair = this.fusions.at_conv[i]
                     .filter(|&k| !unfused[k] && this.pairs_on)
                     .and_then(|k| Some((k, this.fusions.then_dw[k]?)))
@@ -1002,19 +1037,40 @@ impl CpuExecutor {
                     .and_then(|k| Some((k, this.fusions.scaled[k]?)));
                 if let Some((k, sc)) = scaled {
                     let grp = &this.fusions.groups[k];
-                    // (Scaled runs have no scanner.)
-                    let res = grp.residual;
+                    // The residual: not while scanning (the report must name the Add).
+                    let scan = scanner.is_some();
+                    let res = grp.residual.filter(|_| !scan);
                     let owned = res
                         .filter(|_| this.res_take[k])
                         .and_then(|r| slots[r.skip.index()].take_owned());
                     let xs = input_values(g, id, &slots, &[sc.x, sc.s])?;
                     let skip = skip_operand(g, id, &slots, res, owned)?;
-                    let t = crate::fuse::run_scaled(g, grp, xs[0], xs[1], skip)
+                    let (t, clean) = crate::fuse::run_scaled(g, grp, xs[0], xs[1], scan, skip)
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    drop(xs);
-                    slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
-                    res_done[k] = res.is_some();
-                    done = true;
+                    if clean {
+                        drop(xs);
+                        slots[res.map_or(grp.output(), |r| r.output()).index()] =
+                            Slot::Owned(t);
+                        res_done[k] = res.is_some();
+                        done = true;
+                        stats.scaled += 1;
+                    } else {
+                        // Not clean (scanning): make the skipped Mul's value (proven
+                        // finite, its zero counts already given) and replay the group op
+                        // by op (below), so the scan names the op.
+                        crate::buffers::give(t.into_data());
+                        let shape = &g.node(sc.mul).shape;
+                        let m = crate::kernels::elementwise::binary(
+                            BinaryOp::Mul,
+                            xs[0],
+                            xs[1],
+                            shape,
+                        )
+                        .map_err(|e| kernel_err(g, sc.mul, e.to_string()))?;
+                        drop(xs);
+                        slots[sc.mul.index()] = Slot::Owned(m);
+                        unfused[k] = true;
+                    }
                 }
                 if let Some(k) =
                     this.fusions.at_conv[i].filter(|&k| !unfused[k] && !paired[k] && !done)

@@ -481,17 +481,21 @@ fn scale_at(
 /// in every SE block). Then neither `W·s` nor `x·s` can overflow, and the result differs
 /// from `Mul` then the conv by rounding only (a NaN in `x`, or an Inf times a zero, still
 /// gives NaN where it reaches). Any other `s` (larger, Inf or NaN; the two orders
-/// overflow in different places) runs the `Mul`, then the group. Only without a scanner
-/// (the Mul's value is not made here unless needed, so it could not be scanned). `skip`:
-/// the group's [`Residual`] operand, to apply it (see [`run_group`]).
+/// overflow in different places) runs the `Mul`, then the group.
+///
+/// With `scan` (a NaN scanner on), the caller has proven the Mul's value finite without
+/// making it ([`scale_is_finite`]: `x` and `s` scanned clean, `|s| ≤ 1`), and the flag
+/// says whether the group's value is clean, as [`run_group`]'s does (else the caller makes
+/// the Mul's value and replays the group op by op). `skip`: the group's [`Residual`]
+/// operand, to apply it (see [`run_group`]; not with `scan`).
 pub(crate) fn run_scaled(
     g: &Graph,
     grp: &ConvGroup,
     x: &Tensor,
     s: &Tensor,
+    scan: bool,
     skip: Option<Skip>,
-) -> Result<Tensor, crate::KernelError> {
-    let node = g.node(grp.conv);
+) -> Result<(Tensor, bool), crate::KernelError> {
     let bad = |m: &str| crate::KernelError::Invalid(format!("scaled conv: {m}"));
     if s.as_f32()
         .is_none_or(|v| crate::kernels::wide::max_abs_bits(v) > 1f32.to_bits())
@@ -499,11 +503,11 @@ pub(crate) fn run_scaled(
         let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
         let xs = crate::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
             .map_err(|e| bad(&e.to_string()))?;
-        let (t, _) = run_group(g, grp, &xs, None, false, skip)?;
+        let r = run_group(g, grp, &xs, None, scan, skip);
         crate::buffers::give(xs.into_data());
-        return Ok(t);
+        return r;
     }
-    let (Op::Conv(a), Some((w, b))) = (&node.op, weights(g, grp)) else {
+    let Some((w, _)) = weights(g, grp) else {
         return Err(bad("not a Conv with constant weights"));
     };
     let (Some(wv), Some(sv)) = (w.as_f32(), s.as_f32()) else {
@@ -520,12 +524,20 @@ pub(crate) fn run_scaled(
         }
     }
     let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
-    let (act, res) = with_residual(grp, skip)?;
-    let post = |v: &mut [f32]| act.apply(v);
-    let t =
-        crate::kernels::conv::conv_post(x, &wt, b, a, &node.shape, &post, act.clamp(), None, res);
+    let r = run_group_with(g, grp, x, None, scan, skip, Some(&wt));
     crate::buffers::give(wt.into_data());
-    t
+    r
+}
+
+/// Whether the value of group `grp`'s scale Mul `x ⊙ s` ([`Scaled`]) is finite, known
+/// without making it: `x` and `s` were scanned clean (`x_clean`, `s_clean`) and every
+/// `|s[c]| ≤ 1`, so `|x·s| ≤ |x|` (no overflow) and no `inf · 0` (no NaN). A NaN scan may
+/// then skip the Mul (its counts are zero) and run [`run_scaled`].
+pub(crate) fn scale_is_finite(s: &Tensor, x_clean: bool, s_clean: bool) -> bool {
+    x_clean
+        && s_clean
+        && s.as_f32()
+            .is_some_and(|v| crate::kernels::wide::max_abs_bits(v) <= 1f32.to_bits())
 }
 
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is
@@ -796,6 +808,20 @@ pub(crate) fn run_group(
     scan: bool,
     skip: Option<Skip>,
 ) -> Result<(Tensor, bool), crate::KernelError> {
+    run_group_with(g, grp, x, wino, scan, skip, None)
+}
+
+/// [`run_group`], with the conv's weights replaced by `w` when given (the group's bias
+/// kept; [`run_scaled`]).
+fn run_group_with(
+    g: &Graph,
+    grp: &ConvGroup,
+    x: &Tensor,
+    wino: Option<&WinogradWeights>,
+    scan: bool,
+    skip: Option<Skip>,
+    w_over: Option<&Tensor>,
+) -> Result<(Tensor, bool), crate::KernelError> {
     use crate::kernels::conv::{conv_post, conv_winograd};
     use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
@@ -818,6 +844,7 @@ pub(crate) fn run_group(
             "fused group: not a Conv with constant weights".into(),
         ));
     };
+    let w = w_over.unwrap_or(w);
     let t = match wino {
         Some(_) if res.is_some() => {
             return Err(crate::KernelError::Invalid(

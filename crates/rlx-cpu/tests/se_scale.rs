@@ -2,7 +2,8 @@
 //! scaled_convs`): `Conv(x · s)` runs as a conv of `x` with `W'[o, c] = W[o, c] · s[c]`.
 //! Values against the definition computed here in f64 (sigmoid, per-channel product, 1×1
 //! conv, BatchNorm, SiLU), both operand orders, a later reader of `x` (its buffer must
-//! outlive the skipped Mul); NaN reports as with fusion off (a scanner runs the Mul);
+//! outlive the skipped Mul); NaN reports as with fusion off (a scanner runs the Mul unless
+//! its value is proven finite, and replays a fold that was not clean);
 //! and where the fold is not planned.
 
 mod common;
@@ -168,6 +169,57 @@ fn a_nan_made_by_the_scale_is_reported_at_the_mul() {
         let nan2: Vec<bool> = y2[0].as_f32().unwrap().iter().map(|v| v.is_nan()).collect();
         assert_eq!(nan2, seen.last().unwrap().1, "fuse {fuse}");
         assert!(nan2.iter().any(|&v| v));
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
+/// With a NaN scan on and clean operands (`x` finite, `s` a Sigmoid's output, so `|x·s| ≤
+/// |x|`), the Mul's value is proven finite without making it: the scanned run keeps the
+/// fold (`scaled_runs`), reports nothing, and gives the definition's values.
+#[test]
+fn a_clean_scanned_run_keeps_the_fold() {
+    let (h, w) = (9, 11);
+    let mut ex = CpuExecutor::new(build(h, w, O, false, false).g).unwrap();
+    let x: Vec<f32> = rnd(C * h * w, 11).iter().map(|v| v * 4.0).collect();
+    let z: Vec<f32> = rnd(C, 12).iter().map(|v| v * 6.0).collect();
+    let want = reference(h, w, O, false, &x, &z);
+    for mode in [DebugMode::Strict, DebugMode::Warn] {
+        let before = ex.scaled_runs();
+        let (r, y) = run_scanned(&mut ex, &feeds(h, w, x.clone(), z.clone()), mode);
+        assert!(r.is_empty(), "{mode:?}: {r:?}");
+        assert_eq!(ex.scaled_runs(), before + 1, "{mode:?}: the fold was not used");
+        for (i, (&got, &r)) in y.iter().zip(&want).enumerate() {
+            assert!(
+                (got as f64 - r).abs() <= 2e-5 * (1.0 + r.abs()),
+                "{mode:?} at {i}: {got} vs {r}"
+            );
+        }
+    }
+}
+
+/// A finite Mul whose conv overflows: x = 3e38 everywhere, s in (0, 1), so `x·s` is finite
+/// but the 1×1 conv's sums pass f32::MAX. The scanned fused run is not clean, so the Mul's
+/// value is made and the group replayed op by op: the reports and the NaN/Inf positions are
+/// those of the unfused run, and the first report names the conv.
+#[test]
+fn an_overflow_after_the_fold_is_replayed_and_named() {
+    let (h, w) = (9, 11);
+    let x = vec![3e38f32; C * h * w];
+    let z = rnd(C, 13);
+    let mut seen = vec![];
+    for fuse in [true, false] {
+        let mut ex = CpuExecutor::new(build(h, w, O, true, false).g).unwrap();
+        ex.set_fusion(fuse);
+        let (r, y) = run_scanned(&mut ex, &feeds(h, w, x.clone(), z.clone()), DebugMode::Strict);
+        assert_eq!(ex.scaled_runs(), 0, "fuse {fuse}: a result that was not clean counted");
+        assert_eq!(
+            r.first().map(|(_, _, l)| l.as_str()),
+            Some("project.conv"),
+            "fuse {fuse}: {r:?}"
+        );
+        let kind: Vec<(bool, bool)> = y.iter().map(|v| (v.is_nan(), v.is_infinite())).collect();
+        assert!(kind.iter().any(|k| k.0 || k.1));
+        seen.push((r, kind));
     }
     assert_eq!(seen[0], seen[1]);
 }
