@@ -61,7 +61,8 @@ where
         return Ok(map_vec(b, move |y| f(x, y)));
     }
     let plan = Bcast::new(&[ad, bd], od)?;
-    let mut out = crate::buffers::filled(n, O::default());
+    // Every element is written below (the rows of `inner` elements tile the output).
+    let mut out = crate::buffers::overwritten(n);
     let (sa, sb) = (plan.inner_strides[0], plan.inner_strides[1]);
     fill_chunks(&mut out, plan.inner, |row, dst| {
         let oa = plan.row_offset(0, row);
