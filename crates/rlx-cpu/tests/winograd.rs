@@ -249,3 +249,66 @@ fn winograd_is_skipped_on_small_planes_with_large_weights() {
         }
     }
 }
+
+/// The Winograd conv by slabs of tile rows (`winograd::conv_slabs`, transformed weights of
+/// at most 1 MiB) and by whole steps (larger weights), on planes of several slabs with odd
+/// sides (edge tiles cut), two images, at 1 and 3 threads: every output against the ONNX
+/// Conv definition computed here in f64, and the Winograd path taken (its round-off
+/// differs from im2col's).
+#[test]
+fn winograd_slabs_match_the_definition_at_every_thread_count() {
+    // (images, output channels, input channels, height, width)
+    let cases = [
+        (1, 40, 32, 39, 37),  // 16·40·32·4 B = 80 KiB: slabs, several per image
+        (2, 32, 32, 41, 9),   // two images, narrow plane
+        (1, 136, 128, 15, 15), // 1.06 MiB: by steps
+    ];
+    for (n, m, c, h, wd) in cases {
+        let mut g = Graph::new("wino-slabs");
+        let x = g.input("x", s(&[n, c, h, wd]));
+        let wv: Vec<f32> = (0..m * c * 9)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01)
+            .collect();
+        let bv: Vec<f32> = (0..m).map(|i| (i % 5) as f32 * 0.25 - 0.5).collect();
+        let xv: Vec<f32> = (0..n * c * h * wd)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
+            .collect();
+        let w = g.constant(Tensor::from_f32(&[m, c, 3, 3], wv.clone()).unwrap());
+        let b = g.constant(Tensor::from_f32(&[m], bv.clone()).unwrap());
+        let attrs = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(1, 1), (1, 1)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let y = g.add_node(Op::Conv(attrs), vec![x, w, b], s(&[n, m, h, wd]));
+        g.set_outputs(vec![y]);
+        let want: Vec<(f64, f64)> = xv
+            .chunks(c * h * wd)
+            .flat_map(|xi| conv3x3_ref(xi, &wv, Some(&bv), (c, m, h, wd)))
+            .collect();
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut outs = vec![];
+            for wino in [true, false] {
+                let mut ex = CpuExecutor::new(g.clone()).unwrap();
+                assert_eq!(ex.winograd_convs(), 1, "{m}x{c} at {h}x{wd}");
+                ex.set_winograd(wino);
+                let t = Tensor::from_f32(&[n, c, h, wd], xv.clone()).unwrap();
+                let out = pool.install(|| ex.run(&[t], None)).unwrap();
+                outs.push(out[0].as_f32().unwrap().to_vec());
+            }
+            let case = format!("{n}x{m}x{c} at {h}x{wd}, {threads} threads");
+            assert_ne!(outs[0], outs[1], "{case}: the Winograd path was not taken");
+            for (i, (&v, &(r, mag))) in outs[0].iter().zip(&want).enumerate() {
+                assert!(
+                    (v as f64 - r).abs() <= 1e-5 * mag + 1e-6,
+                    "{case}: [{i}] {v} vs {r}"
+                );
+            }
+        }
+    }
+}

@@ -2769,9 +2769,14 @@ pub(crate) fn conv_winograd(
             ow: g.osp[1],
         };
         let ts = g.n * g.osp[0].div_ceil(2) * g.osp[1].div_ceil(2);
-        if let Some(o) = with_col(16 * g.c * ts, |v: &mut [f32]| {
-            winograd::conv(xv, wg, b.as_deref(), d, v, post)
-        }) {
+        let o = if winograd::slabs_on(g.m, g.c) {
+            winograd::conv_slabs(xv, wg, b.as_deref(), d, post)
+        } else {
+            with_col(16 * g.c * ts, |v: &mut [f32]| {
+                winograd::conv(xv, wg, b.as_deref(), d, v, post)
+            })
+        };
+        if let Some(o) = o {
             return make(od, TensorData::F32(o));
         }
     }

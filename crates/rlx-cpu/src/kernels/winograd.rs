@@ -191,6 +191,173 @@ isa_fn!(
     }
 );
 
+/// Largest transformed weights (bytes, `16·M·C·4`) for which [`conv`] runs by slabs
+/// ([`conv_slabs`]): each slab reads all of them, so they must stay in a core's L2 (2 MB on
+/// the Xeon of bench/NOTES.md §19) from one slab to the next.
+const SLAB_MAX_WEIGHT_BYTES: usize = 1 << 20;
+
+/// Bytes of transformed input and products (`16·(C + M)·4` per tile) one slab aims at: a
+/// part of L2, beside the weights.
+const SLAB_BYTES: usize = 512 << 10;
+
+/// True when [`conv`] runs by slabs of tile rows: `RLX_CPU_WINO_SLABS` not off (read once
+/// per process) and the transformed weights small enough.
+pub(crate) fn slabs_on(m: usize, c: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES
+        && *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_WINO_SLABS"))
+}
+
+/// A raw pointer to the output, shared by the slabs (each writes its own rows).
+struct OutPtr(*mut f32);
+// SAFETY: slabs write disjoint output rows through it (see `conv_slabs`).
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// [`conv`] by slabs of tile rows: each slab (a few tile rows of one image) runs all three
+/// steps on its own tiles (input transform, the 16 products, output transform) in scratch
+/// of about [`SLAB_BYTES`], so its intermediates stay in the core's cache and, split over
+/// threads, none is read on another core. Same values as [`conv`] (each tile's sums run
+/// over the same channels in the same order; only gemm's blocking differs).
+pub(crate) fn conv_slabs(
+    x: &[f32],
+    wg: &WinogradWeights,
+    bias: Option<&[f32]>,
+    d: Dims,
+    post: super::conv::Post,
+) -> Option<Vec<f32>> {
+    let (m, c) = (wg.m, wg.c);
+    let (th, tw) = (d.oh.div_ceil(2), d.ow.div_ceil(2));
+    let plane = d.h * d.w;
+    let op = d.oh * d.ow;
+    let wp = 2 * tw + 2;
+    let threads = rayon::current_num_threads();
+    let par = threads > 1 && m * c * d.n * th * tw * 16 >= GEMM_PAR_FLOPS;
+    // Tile rows per slab: within SLAB_BYTES, and at least two slabs per thread when split.
+    let per_row = 16 * (c + m) * tw * 4;
+    let mut k = (SLAB_BYTES / per_row.max(1)).clamp(1, th);
+    if par {
+        k = k.min(th.div_ceil(2 * threads.div_ceil(d.n))).max(1);
+    }
+    let per_img = th.div_ceil(k);
+    let slabs = d.n * per_img;
+    let total = d.n * m * op;
+    let mut out = crate::buffers::overwritten(total);
+    let dst = OutPtr(out.as_mut_ptr());
+    let zero = vec![0.0f32; m];
+    let bias = bias.unwrap_or(&zero);
+    let slab = |si: usize| -> bool {
+        let (ni, ty0) = (si / per_img, (si % per_img) * k);
+        let ty1 = (ty0 + k).min(th);
+        let ns = (ty1 - ty0) * tw;
+        with_scratch(&super::conv::PRODUCTS, 16 * (c + m) * ns + 8 * wp, |buf: &mut [f32]| {
+            let (v, rest) = buf.split_at_mut(16 * c * ns);
+            let (mb, rows) = rest.split_at_mut(16 * m * ns);
+            // Input transform: v[(ci·16 + ξ)·ns + t], t the tile's index in the slab.
+            for (ci, vc) in v.chunks_mut(16 * ns).enumerate() {
+                let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
+                for ty in ty0..ty1 {
+                    let (r4, e) = rows.split_at_mut(4 * wp);
+                    for (i, r) in r4.chunks_exact_mut(wp).enumerate() {
+                        let iy = (2 * ty + i) as isize - d.pt as isize;
+                        if iy < 0 || iy as usize >= d.h {
+                            r.fill(0.0);
+                            continue;
+                        }
+                        let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
+                        let lo = d.pl.min(wp);
+                        let hi = (d.pl + d.w).min(wp);
+                        r[..lo].fill(0.0);
+                        r[lo..hi].copy_from_slice(&src[..hi - lo]);
+                        r[hi..].fill(0.0);
+                    }
+                    transform_row(r4, e, wp, tw, &mut vc[(ty - ty0) * tw..], ns);
+                }
+            }
+            // mb[ξ][t][m] = (U[ξ] · V[ξ])ᵀ, as in `conv`.
+            let _pack = super::conv::ConvLhsPacking::set();
+            for (xi, dst) in mb.chunks_mut(m * ns).enumerate() {
+                let a = View {
+                    data: &wg.u,
+                    off: xi * m * c,
+                    rs: 1,
+                    cs: m,
+                };
+                let b = View {
+                    data: v,
+                    off: xi * ns,
+                    rs: 16 * ns,
+                    cs: 1,
+                };
+                // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
+                        dst.len(),
+                    )
+                };
+                if gemm_uninit_strided(m, ns, c, a, b, dst, (1, m), false).is_err() {
+                    return false;
+                }
+            }
+            // Output transform, every channel, this slab's tiles (output rows 2·ty0 ..
+            // min(2·ty1, OH) of image ni: this slab's alone).
+            let mut y = vec![0.0f32; 4 * m];
+            let mut finite = true;
+            let o = dst.get().wrapping_add(ni * m * op);
+            for ty in ty0..ty1 {
+                for tx in 0..tw {
+                    let t = (ty - ty0) * tw + tx;
+                    let ms: [&[f32]; 16] = std::array::from_fn(|xi| {
+                        let b = (xi * ns + t) * m;
+                        &mb[b..b + m]
+                    });
+                    untransform_tile(&ms, bias, &mut y);
+                    finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
+                    post(&mut y);
+                    let (oy, ox) = (2 * ty, 2 * tx);
+                    let right = ox + 1 < d.ow;
+                    let below = oy + 1 < d.oh;
+                    let at = oy * d.ow + ox;
+                    for kk in 0..m {
+                        // SAFETY: channel kk's plane of image ni, rows oy and oy + 1
+                        // (when below) of this slab, columns ox and ox + 1 (when right):
+                        // inside `out` (total elements) and written by this slab alone.
+                        unsafe {
+                            let p = o.add(kk * op + at);
+                            *p = y[kk];
+                            if right {
+                                *p.add(1) = y[m + kk];
+                            }
+                            if below {
+                                *p.add(d.ow) = y[2 * m + kk];
+                                if right {
+                                    *p.add(d.ow + 1) = y[3 * m + kk];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            finite
+        })
+    };
+    let finite = if par {
+        (0..slabs).into_par_iter().map(slab).reduce(|| true, |a, b| a & b)
+    } else {
+        (0..slabs).map(slab).fold(true, |a, b| a & b)
+    };
+    // The slabs' tiles cover every output plane (the right and bottom halves of edge tiles
+    // are skipped outside it), for every channel and image.
+    finite.then_some(out)
+}
+
 /// The conv of `x` (`[N, C, H, W]` f32, row-major) with the weights behind `wg` and
 /// optional `bias` (`[M]`): `[N, M, OH, OW]`, or None when an output is not finite (the
 /// caller then computes the conv directly; see the module docs), with `post` applied to
