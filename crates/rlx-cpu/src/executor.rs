@@ -1049,8 +1049,7 @@ impl CpuExecutor {
                         .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {
                         drop(xs);
-                        slots[res.map_or(grp.output(), |r| r.output()).index()] =
-                            Slot::Owned(t);
+                        slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
                         res_done[k] = res.is_some();
                         done = true;
                         stats.scaled += 1;
@@ -1060,13 +1059,9 @@ impl CpuExecutor {
                         // by op (below), so the scan names the op.
                         crate::buffers::give(t.into_data());
                         let shape = &g.node(sc.mul).shape;
-                        let m = crate::kernels::elementwise::binary(
-                            BinaryOp::Mul,
-                            xs[0],
-                            xs[1],
-                            shape,
-                        )
-                        .map_err(|e| kernel_err(g, sc.mul, e.to_string()))?;
+                        let m =
+                            crate::kernels::elementwise::binary(BinaryOp::Mul, xs[0], xs[1], shape)
+                                .map_err(|e| kernel_err(g, sc.mul, e.to_string()))?;
                         drop(xs);
                         slots[sc.mul.index()] = Slot::Owned(m);
                         unfused[k] = true;

@@ -187,7 +187,11 @@ fn a_clean_scanned_run_keeps_the_fold() {
         let before = ex.scaled_runs();
         let (r, y) = run_scanned(&mut ex, &feeds(h, w, x.clone(), z.clone()), mode);
         assert!(r.is_empty(), "{mode:?}: {r:?}");
-        assert_eq!(ex.scaled_runs(), before + 1, "{mode:?}: the fold was not used");
+        assert_eq!(
+            ex.scaled_runs(),
+            before + 1,
+            "{mode:?}: the fold was not used"
+        );
         for (i, (&got, &r)) in y.iter().zip(&want).enumerate() {
             assert!(
                 (got as f64 - r).abs() <= 2e-5 * (1.0 + r.abs()),
@@ -210,8 +214,16 @@ fn an_overflow_after_the_fold_is_replayed_and_named() {
     for fuse in [true, false] {
         let mut ex = CpuExecutor::new(build(h, w, O, true, false).g).unwrap();
         ex.set_fusion(fuse);
-        let (r, y) = run_scanned(&mut ex, &feeds(h, w, x.clone(), z.clone()), DebugMode::Strict);
-        assert_eq!(ex.scaled_runs(), 0, "fuse {fuse}: a result that was not clean counted");
+        let (r, y) = run_scanned(
+            &mut ex,
+            &feeds(h, w, x.clone(), z.clone()),
+            DebugMode::Strict,
+        );
+        assert_eq!(
+            ex.scaled_runs(),
+            0,
+            "fuse {fuse}: a result that was not clean counted"
+        );
         assert_eq!(
             r.first().map(|(_, _, l)| l.as_str()),
             Some("project.conv"),

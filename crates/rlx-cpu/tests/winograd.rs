@@ -250,8 +250,9 @@ fn winograd_is_skipped_on_small_planes_with_large_weights() {
     }
 }
 
-/// The Winograd conv by slabs of tile rows (`winograd::conv_slabs`, transformed weights of
-/// at most 1 MiB) and by whole steps (larger weights), on planes of several slabs with odd
+/// The Winograd conv by slabs of tile rows (`winograd::conv_slabs`: transformed weights of
+/// at most 1 MiB; larger ones by output-channel parts with several threads, by whole steps
+/// with one), on planes of several slabs with odd
 /// sides (edge tiles cut), two images, at 1 and 3 threads: every output against the ONNX
 /// Conv definition computed here in f64, and the Winograd path taken (its round-off
 /// differs from im2col's).
@@ -259,9 +260,9 @@ fn winograd_is_skipped_on_small_planes_with_large_weights() {
 fn winograd_slabs_match_the_definition_at_every_thread_count() {
     // (images, output channels, input channels, height, width)
     let cases = [
-        (1, 40, 32, 39, 37),  // 16·40·32·4 B = 80 KiB: slabs, several per image
-        (2, 32, 32, 41, 9),   // two images, narrow plane
-        (1, 136, 128, 15, 15), // 1.06 MiB: by steps
+        (1, 40, 32, 39, 37),   // 16·40·32·4 B = 80 KiB: slabs, several per image
+        (2, 32, 32, 41, 9),    // two images, narrow plane
+        (1, 136, 128, 15, 15), // 1.06 MiB: channel parts (48, 48, 40 at 3 threads)
     ];
     for (n, m, c, h, wd) in cases {
         let mut g = Graph::new("wino-slabs");

@@ -200,11 +200,18 @@ const SLAB_MAX_WEIGHT_BYTES: usize = 1 << 20;
 /// part of L2, beside the weights.
 const SLAB_BYTES: usize = 512 << 10;
 
-/// True when [`conv`] runs by slabs of tile rows: `RLX_CPU_WINO_SLABS` not off (read once
-/// per process) and the transformed weights small enough.
+/// Most scratch bytes (transformed input and products) of one task of [`conv_slabs`] with
+/// weights above [`SLAB_MAX_WEIGHT_BYTES`].
+const SLAB_MAX_TASK_BYTES: usize = 4 << 20;
+
+/// True when the conv runs through [`conv_slabs`] instead of [`conv`]:
+/// `RLX_CPU_WINO_SLABS` not off (read once per process), and the transformed weights fit
+/// in [`SLAB_MAX_WEIGHT_BYTES`] or the pool has several threads (then each thread takes
+/// its own output channels, so each reads a part of the weights and nothing crosses
+/// cores).
 pub(crate) fn slabs_on(m: usize, c: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES
+    (16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES || rayon::current_num_threads() > 1)
         && *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_WINO_SLABS"))
 }
 
@@ -237,121 +244,149 @@ pub(crate) fn conv_slabs(
     let plane = d.h * d.w;
     let op = d.oh * d.ow;
     let wp = 2 * tw + 2;
+    let total = d.n * m * op;
+    if th == 0 || tw == 0 || m == 0 || d.n == 0 {
+        return Some(vec![0.0; total]);
+    }
     let threads = rayon::current_num_threads();
     let par = threads > 1 && m * c * d.n * th * tw * 16 >= GEMM_PAR_FLOPS;
-    // Tile rows per slab: within SLAB_BYTES, and at least two slabs per thread when split.
-    let per_row = 16 * (c + m) * tw * 4;
-    let mut k = (SLAB_BYTES / per_row.max(1)).clamp(1, th);
-    if par {
+    // Weights that fit in L2: every slab reads all of them, one part of output channels.
+    // Larger ones (split over threads only, see `slabs_on`): one part of output channels
+    // per thread, each reading its rows of the weights, over slabs as large as
+    // SLAB_MAX_TASK_BYTES allows (each slab transforms its input once per part).
+    let small = 16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES;
+    let mparts = if small { 1 } else { threads };
+    let mc = m.div_ceil(mparts).div_ceil(16) * 16;
+    let mparts = m.div_ceil(mc);
+    let per_row = 16 * (c + mc) * tw * 4;
+    let budget = if small {
+        SLAB_BYTES
+    } else {
+        SLAB_MAX_TASK_BYTES
+    };
+    let mut k = (budget / per_row.max(1)).clamp(1, th);
+    if par && small {
+        // At least two slabs per thread.
         k = k.min(th.div_ceil(2 * threads.div_ceil(d.n))).max(1);
     }
     let per_img = th.div_ceil(k);
     let slabs = d.n * per_img;
-    let total = d.n * m * op;
     let mut out = crate::buffers::overwritten(total);
     let dst = OutPtr(out.as_mut_ptr());
     let zero = vec![0.0f32; m];
     let bias = bias.unwrap_or(&zero);
-    let slab = |si: usize| -> bool {
+    let slab = |task: usize| -> bool {
+        let (si, mp) = (task / mparts, task % mparts);
         let (ni, ty0) = (si / per_img, (si % per_img) * k);
         let ty1 = (ty0 + k).min(th);
         let ns = (ty1 - ty0) * tw;
-        with_scratch(&super::conv::PRODUCTS, 16 * (c + m) * ns + 8 * wp, |buf: &mut [f32]| {
-            let (v, rest) = buf.split_at_mut(16 * c * ns);
-            let (mb, rows) = rest.split_at_mut(16 * m * ns);
-            // Input transform: v[(ci·16 + ξ)·ns + t], t the tile's index in the slab.
-            for (ci, vc) in v.chunks_mut(16 * ns).enumerate() {
-                let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
-                for ty in ty0..ty1 {
-                    let (r4, e) = rows.split_at_mut(4 * wp);
-                    for (i, r) in r4.chunks_exact_mut(wp).enumerate() {
-                        let iy = (2 * ty + i) as isize - d.pt as isize;
-                        if iy < 0 || iy as usize >= d.h {
-                            r.fill(0.0);
-                            continue;
-                        }
-                        let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
-                        let lo = d.pl.min(wp);
-                        let hi = (d.pl + d.w).min(wp);
-                        r[..lo].fill(0.0);
-                        r[lo..hi].copy_from_slice(&src[..hi - lo]);
-                        r[hi..].fill(0.0);
-                    }
-                    transform_row(r4, e, wp, tw, &mut vc[(ty - ty0) * tw..], ns);
-                }
-            }
-            // mb[ξ][t][m] = (U[ξ] · V[ξ])ᵀ, as in `conv`.
-            let _pack = super::conv::ConvLhsPacking::set();
-            for (xi, dst) in mb.chunks_mut(m * ns).enumerate() {
-                let a = View {
-                    data: &wg.u,
-                    off: xi * m * c,
-                    rs: 1,
-                    cs: m,
-                };
-                let b = View {
-                    data: v,
-                    off: xi * ns,
-                    rs: 16 * ns,
-                    cs: 1,
-                };
-                // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
-                        dst.len(),
-                    )
-                };
-                if gemm_uninit_strided(m, ns, c, a, b, dst, (1, m), false).is_err() {
-                    return false;
-                }
-            }
-            // Output transform, every channel, this slab's tiles (output rows 2·ty0 ..
-            // min(2·ty1, OH) of image ni: this slab's alone).
-            let mut y = vec![0.0f32; 4 * m];
-            let mut finite = true;
-            let o = dst.get().wrapping_add(ni * m * op);
-            for ty in ty0..ty1 {
-                for tx in 0..tw {
-                    let t = (ty - ty0) * tw + tx;
-                    let ms: [&[f32]; 16] = std::array::from_fn(|xi| {
-                        let b = (xi * ns + t) * m;
-                        &mb[b..b + m]
-                    });
-                    untransform_tile(&ms, bias, &mut y);
-                    finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
-                    post(&mut y);
-                    let (oy, ox) = (2 * ty, 2 * tx);
-                    let right = ox + 1 < d.ow;
-                    let below = oy + 1 < d.oh;
-                    let at = oy * d.ow + ox;
-                    for kk in 0..m {
-                        // SAFETY: channel kk's plane of image ni, rows oy and oy + 1
-                        // (when below) of this slab, columns ox and ox + 1 (when right):
-                        // inside `out` (total elements) and written by this slab alone.
-                        unsafe {
-                            let p = o.add(kk * op + at);
-                            *p = y[kk];
-                            if right {
-                                *p.add(1) = y[m + kk];
+        // Output channels m0..m0 + ml of this part.
+        let (m0, ml) = (mp * mc, mc.min(m - mp * mc));
+        with_scratch(
+            &super::conv::PRODUCTS,
+            16 * (c + ml) * ns + 8 * wp,
+            |buf: &mut [f32]| {
+                let (v, rest) = buf.split_at_mut(16 * c * ns);
+                let (mb, rows) = rest.split_at_mut(16 * ml * ns);
+                // Input transform: v[(ci·16 + ξ)·ns + t], t the tile's index in the slab.
+                for (ci, vc) in v.chunks_mut(16 * ns).enumerate() {
+                    let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
+                    for ty in ty0..ty1 {
+                        let (r4, e) = rows.split_at_mut(4 * wp);
+                        for (i, r) in r4.chunks_exact_mut(wp).enumerate() {
+                            let iy = (2 * ty + i) as isize - d.pt as isize;
+                            if iy < 0 || iy as usize >= d.h {
+                                r.fill(0.0);
+                                continue;
                             }
-                            if below {
-                                *p.add(d.ow) = y[2 * m + kk];
+                            let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
+                            let lo = d.pl.min(wp);
+                            let hi = (d.pl + d.w).min(wp);
+                            r[..lo].fill(0.0);
+                            r[lo..hi].copy_from_slice(&src[..hi - lo]);
+                            r[hi..].fill(0.0);
+                        }
+                        transform_row(r4, e, wp, tw, &mut vc[(ty - ty0) * tw..], ns);
+                    }
+                }
+                // mb[ξ][t][i] = (U[ξ] · V[ξ])ᵀ for this part's channels m0 + i, as in `conv`.
+                let _pack = super::conv::ConvLhsPacking::set();
+                for (xi, dst) in mb.chunks_mut(ml * ns).enumerate() {
+                    let a = View {
+                        data: &wg.u,
+                        off: xi * m * c + m0,
+                        rs: 1,
+                        cs: m,
+                    };
+                    let b = View {
+                        data: v,
+                        off: xi * ns,
+                        rs: 16 * ns,
+                        cs: 1,
+                    };
+                    // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
+                            dst.len(),
+                        )
+                    };
+                    if gemm_uninit_strided(ml, ns, c, a, b, dst, (1, ml), false).is_err() {
+                        return false;
+                    }
+                }
+                // Output transform, this part's channels, this slab's tiles (output rows 2·ty0
+                // .. min(2·ty1, OH) of image ni, channels m0 .. m0 + ml: this task's alone).
+                let mut y = vec![0.0f32; 4 * ml];
+                let mut finite = true;
+                let o = dst.get().wrapping_add((ni * m + m0) * op);
+                let bias = &bias[m0..m0 + ml];
+                for ty in ty0..ty1 {
+                    for tx in 0..tw {
+                        let t = (ty - ty0) * tw + tx;
+                        let ms: [&[f32]; 16] = std::array::from_fn(|xi| {
+                            let b = (xi * ns + t) * ml;
+                            &mb[b..b + ml]
+                        });
+                        untransform_tile(&ms, bias, &mut y);
+                        finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
+                        post(&mut y);
+                        let (oy, ox) = (2 * ty, 2 * tx);
+                        let right = ox + 1 < d.ow;
+                        let below = oy + 1 < d.oh;
+                        let at = oy * d.ow + ox;
+                        for kk in 0..ml {
+                            // SAFETY: channel m0 + kk's plane of image ni, rows oy and oy + 1
+                            // (when below) of this slab, columns ox and ox + 1 (when right):
+                            // inside `out` (total elements) and written by this task alone.
+                            unsafe {
+                                let p = o.add(kk * op + at);
+                                *p = y[kk];
                                 if right {
-                                    *p.add(d.ow + 1) = y[3 * m + kk];
+                                    *p.add(1) = y[ml + kk];
+                                }
+                                if below {
+                                    *p.add(d.ow) = y[2 * ml + kk];
+                                    if right {
+                                        *p.add(d.ow + 1) = y[3 * ml + kk];
+                                    }
                                 }
                             }
                         }
                     }
                 }
-            }
-            finite
-        })
+                finite
+            },
+        )
     };
+    let tasks = slabs * mparts;
     let finite = if par {
-        (0..slabs).into_par_iter().map(slab).reduce(|| true, |a, b| a & b)
+        (0..tasks)
+            .into_par_iter()
+            .map(slab)
+            .reduce(|| true, |a, b| a & b)
     } else {
-        (0..slabs).map(slab).fold(true, |a, b| a & b)
+        (0..tasks).map(slab).fold(true, |a, b| a & b)
     };
     // The slabs' tiles cover every output plane (the right and bottom halves of edge tiles
     // are skipped outside it), for every channel and image.
