@@ -992,13 +992,18 @@ impl CpuExecutor {
                 // counts are then zero); else it runs and is scanned, so a report names it.
                 if let Some(k) = this.fusions.scale_mul[i].filter(|&k| !unfused[k]) {
                     if let (Some(sc), true) = (this.fusions.scaled[k], scanner.is_some()) {
-                        scale_proven[k] = slots[sc.s.index()].get().is_some_and(|s| {
-                            crate::fuse::scale_is_finite(
-                                s,
-                                finite[sc.x.index()],
-                                finite[sc.s.index()],
-                            )
-                        });
+                        scale_proven[k] =
+                            match (slots[sc.x.index()].get(), slots[sc.s.index()].get()) {
+                                (Some(x), Some(s)) => crate::fuse::scale_is_finite(
+                                    g,
+                                    &this.fusions.groups[k],
+                                    x,
+                                    s,
+                                    finite[sc.x.index()],
+                                    finite[sc.s.index()],
+                                ),
+                                _ => false,
+                            };
                     }
                 }
                 let scaling = |k: usize| {
@@ -1045,14 +1050,15 @@ impl CpuExecutor {
                         .and_then(|r| slots[r.skip.index()].take_owned());
                     let xs = input_values(g, id, &slots, &[sc.x, sc.s])?;
                     let skip = skip_operand(g, id, &slots, res, owned)?;
-                    let (t, clean) = crate::fuse::run_scaled(g, grp, xs[0], xs[1], scan, skip)
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    let (t, clean, folded) =
+                        crate::fuse::run_scaled(g, grp, xs[0], xs[1], scan, skip)
+                            .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {
                         drop(xs);
                         slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
                         res_done[k] = res.is_some();
                         done = true;
-                        stats.scaled += 1;
+                        stats.scaled += folded as u64;
                     } else {
                         // Not clean (scanning): make the skipped Mul's value (proven
                         // finite, its zero counts already given) and replay the group op

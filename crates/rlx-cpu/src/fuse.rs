@@ -484,10 +484,11 @@ fn scale_at(
 /// overflow in different places) runs the `Mul`, then the group.
 ///
 /// With `scan` (a NaN scanner on), the caller has proven the Mul's value finite without
-/// making it ([`scale_is_finite`]: `x` and `s` scanned clean, `|s| ≤ 1`), and the flag
-/// says whether the group's value is clean, as [`run_group`]'s does (else the caller makes
-/// the Mul's value and replays the group op by op). `skip`: the group's [`Residual`]
-/// operand, to apply it (see [`run_group`]; not with `scan`).
+/// making it, and the conv's partial sums bounded in both orders ([`scale_is_finite`]);
+/// the first flag says whether the group's value is clean, as [`run_group`]'s does (else
+/// the caller makes the Mul's value and replays the group op by op). The second flag: the
+/// conv ran on folded weights (false where the Mul was made here). `skip`: the group's
+/// [`Residual`] operand, to apply it (see [`run_group`]; not with `scan`).
 pub(crate) fn run_scaled(
     g: &Graph,
     grp: &ConvGroup,
@@ -495,7 +496,7 @@ pub(crate) fn run_scaled(
     s: &Tensor,
     scan: bool,
     skip: Option<Skip>,
-) -> Result<(Tensor, bool), crate::KernelError> {
+) -> Result<(Tensor, bool, bool), crate::KernelError> {
     let bad = |m: &str| crate::KernelError::Invalid(format!("scaled conv: {m}"));
     if s.as_f32()
         .is_none_or(|v| crate::kernels::wide::max_abs_bits(v) > 1f32.to_bits())
@@ -505,7 +506,7 @@ pub(crate) fn run_scaled(
             .map_err(|e| bad(&e.to_string()))?;
         let r = run_group(g, grp, &xs, None, scan, skip);
         crate::buffers::give(xs.into_data());
-        return r;
+        return r.map(|(t, clean)| (t, clean, false));
     }
     let Some((w, _)) = weights(g, grp) else {
         return Err(bad("not a Conv with constant weights"));
@@ -526,18 +527,50 @@ pub(crate) fn run_scaled(
     let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
     let r = run_group_with(g, grp, x, None, scan, skip, Some(&wt));
     crate::buffers::give(wt.into_data());
-    r
+    r.map(|(t, clean)| (t, clean, true))
 }
 
-/// Whether the value of group `grp`'s scale Mul `x ⊙ s` ([`Scaled`]) is finite, known
-/// without making it: `x` and `s` were scanned clean (`x_clean`, `s_clean`) and every
-/// `|s[c]| ≤ 1`, so `|x·s| ≤ |x|` (no overflow) and no `inf · 0` (no NaN). A NaN scan may
-/// then skip the Mul (its counts are zero) and run [`run_scaled`].
-pub(crate) fn scale_is_finite(s: &Tensor, x_clean: bool, s_clean: bool) -> bool {
-    x_clean
-        && s_clean
-        && s.as_f32()
-            .is_some_and(|v| crate::kernels::wide::max_abs_bits(v) <= 1f32.to_bits())
+/// Whether a NaN scan may skip group `grp`'s scale Mul `x ⊙ s` ([`Scaled`]) and run
+/// [`run_scaled`]: `x` and `s` were scanned clean (`x_clean`, `s_clean`) and every
+/// `|s[c]| ≤ 1`, so `|x·s| ≤ |x|` (no overflow) and no `inf · 0` (no NaN): the Mul's
+/// counts are zero. And no partial sum of the conv can reach half of f32::MAX in either
+/// order (`max|x| · max_o Σ_c |W[o, c]| + max|b|`, `W` and `b` the conv's own constants):
+/// `(W·s)·x` and `W·(x·s)` round differently, so near f32::MAX one order could overflow
+/// where the other does not, and the folded run would then hide an Inf that the op-by-op
+/// run reports at the conv.
+pub(crate) fn scale_is_finite(
+    g: &Graph,
+    grp: &ConvGroup,
+    x: &Tensor,
+    s: &Tensor,
+    x_clean: bool,
+    s_clean: bool,
+) -> bool {
+    use crate::kernels::wide::max_abs_bits;
+    if !(x_clean && s_clean) || s.as_f32().is_none_or(|v| max_abs_bits(v) > 1f32.to_bits()) {
+        return false;
+    }
+    let node = g.node(grp.conv);
+    let (Some(xv), Some(w)) = (
+        x.as_f32(),
+        node.inputs.get(1).and_then(|&i| constant(g, i)?.as_f32()),
+    ) else {
+        return false;
+    };
+    let b_max = match node.inputs.get(2) {
+        Some(&i) => match constant(g, i).and_then(|b| b.as_f32()) {
+            Some(b) => b.iter().fold(0f64, |m, v| m.max(v.abs() as f64)),
+            None => return false,
+        },
+        None => 0.0,
+    };
+    let c = s.numel().max(1);
+    let row_max = w
+        .chunks(c)
+        .map(|r| r.iter().map(|v| v.abs() as f64).sum::<f64>())
+        .fold(0f64, f64::max);
+    let x_max = f32::from_bits(max_abs_bits(xv)) as f64;
+    x_max * row_max + b_max < f32::MAX as f64 / 2.0
 }
 
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is

@@ -236,6 +236,55 @@ fn an_overflow_after_the_fold_is_replayed_and_named() {
     assert_eq!(seen[0], seen[1]);
 }
 
+/// Near f32::MAX, `(W·s)·x` and `W·(x·s)` round differently: here the op-by-op conv's
+/// first partial sum overflows (`W[0]·(x·s)` rounds above f32::MAX) and the folded one's
+/// does not, and the second term would bring the folded sum back to 4e37. A scan must not
+/// trust the fold there: with a partial sum that could reach half of f32::MAX the Mul runs,
+/// and the report names the conv as with fusion off (found by a review helper).
+#[test]
+fn a_scan_does_not_fold_where_the_two_orders_can_overflow_differently() {
+    let mut g = Graph::new("se-edge");
+    let x = g.input("x", sh(&[1, 2, 2, 2]));
+    let sc = g.input("s", sh(&[1, 2, 1, 1]));
+    let mul = g.add_node(Op::Binary(BinaryOp::Mul), vec![x, sc], sh(&[1, 2, 2, 2]));
+    g.set_name(mul, "se.scale");
+    let wt = g
+        .constant(Tensor::from_f32(&[1, 2, 1, 1], vec![f32::from_bits(1066826722), -1.0]).unwrap());
+    let b = g.constant(Tensor::from_f32(&[1], vec![0.0]).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let conv = g.add_node(Op::Conv(attrs), vec![mul, wt, b], sh(&[1, 1, 2, 2]));
+    g.set_name(conv, "project.conv");
+    g.set_outputs(vec![conv]);
+    let mut xv = vec![f32::from_bits(2137842675); 4];
+    xv.extend([3e38f32; 4]);
+    let sv = vec![f32::from_bits(1063997699), 1.0];
+    let ins = [
+        Tensor::from_f32(&[1, 2, 2, 2], xv).unwrap(),
+        Tensor::from_f32(&[1, 2, 1, 1], sv).unwrap(),
+    ];
+    let mut seen = vec![];
+    for fuse in [true, false] {
+        let mut ex = CpuExecutor::new(g.clone()).unwrap();
+        assert_eq!(ex.scaled_convs(), 1);
+        ex.set_fusion(fuse);
+        let (r, y) = run_scanned(&mut ex, &ins, DebugMode::Strict);
+        assert_eq!(ex.scaled_runs(), 0, "fuse {fuse}");
+        assert!(y.iter().all(|v| v.is_infinite()), "fuse {fuse}: {y:?}");
+        assert_eq!(
+            r.first().map(|(_, _, l)| l.as_str()),
+            Some("project.conv"),
+            "fuse {fuse}: {r:?}"
+        );
+        seen.push(r);
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
 /// Not folded where scaling the weights costs more than the Mul (O ≥ H·W), nor for a
 /// constant scale or a Mul read by another node too.
 #[test]
@@ -274,6 +323,11 @@ fn a_scale_above_one_runs_the_mul_first() {
         ex.set_fusion(fuse);
         let y = ex.run(&feeds(h, w, x.clone(), z.clone()), None).unwrap();
         outs.push(y[0].as_f32().unwrap().to_vec());
+        assert_eq!(
+            ex.scaled_runs(),
+            0,
+            "fuse {fuse}: the Mul ran, nothing was folded"
+        );
     }
     let kind = |v: f32| {
         (

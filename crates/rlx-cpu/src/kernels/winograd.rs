@@ -230,8 +230,10 @@ impl OutPtr {
 /// [`conv`] by slabs of tile rows: each slab (a few tile rows of one image) runs all three
 /// steps on its own tiles (input transform, the 16 products, output transform) in scratch
 /// of about [`SLAB_BYTES`], so its intermediates stay in the core's cache and, split over
-/// threads, none is read on another core. Same values as [`conv`] (each tile's sums run
-/// over the same channels in the same order; only gemm's blocking differs).
+/// threads, none is read on another core. Each tile's sums run over the same channels as
+/// in [`conv`]; gemm blocks sums over more than 512 channels differently for a different
+/// tile count, so values can differ from [`conv`]'s (and between thread counts) by
+/// round-off.
 pub(crate) fn conv_slabs(
     x: &[f32],
     wg: &WinogradWeights,
