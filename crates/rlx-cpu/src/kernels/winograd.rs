@@ -191,6 +191,61 @@ isa_fn!(
     }
 );
 
+/// The 4 input rows of tile row `ty` of plane `xp` (`H×W`), zero-padded (`d.pt` rows
+/// above, `d.pl` columns left, zeros past the plane), into `rows` (4 rows of
+/// `wp = rows.len() / 4` values).
+fn padded_rows(xp: &[f32], ty: usize, d: &Dims, rows: &mut [f32]) {
+    let wp = rows.len() / 4;
+    for (i, r) in rows.chunks_exact_mut(wp).enumerate() {
+        let iy = (2 * ty + i) as isize - d.pt as isize;
+        if iy < 0 || iy as usize >= d.h {
+            r.fill(0.0);
+            continue;
+        }
+        let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
+        let lo = d.pl.min(wp);
+        let hi = (d.pl + d.w).min(wp);
+        r[..lo].fill(0.0);
+        r[lo..hi].copy_from_slice(&src[..hi - lo]);
+        r[hi..].fill(0.0);
+    }
+}
+
+/// Product ξ for output channels `m0 .. m0 + ml`: `dst[t·ml + i] = Σ_c U[ξ][c][m0 + i] ·
+/// v[(c·16 + ξ)·ts + t]` for the `ts` tiles of `v` (the transformed input, `16·C·ts`
+/// values), output channels contiguous. False when gemm refuses the views.
+fn product(
+    wg: &WinogradWeights,
+    xi: usize,
+    m0: usize,
+    ml: usize,
+    v: &[f32],
+    ts: usize,
+    dst: &mut [f32],
+) -> bool {
+    let (m, c) = (wg.m, wg.c);
+    let a = View {
+        data: &wg.u,
+        off: xi * m * c + m0,
+        rs: 1,
+        cs: m,
+    };
+    let b = View {
+        data: v,
+        off: xi * ts,
+        rs: 16 * ts,
+        cs: 1,
+    };
+    // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
+    let dst = unsafe {
+        std::slice::from_raw_parts_mut(
+            dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
+            dst.len(),
+        )
+    };
+    gemm_uninit_strided(ml, ts, c, a, b, dst, (1, ml), false).is_ok()
+}
+
 /// Largest transformed weights (bytes, `16·M·C·4`) for which [`conv`] runs by slabs
 /// ([`conv_slabs`]): each slab reads all of them, so they must stay in a core's L2 (2 MB on
 /// the Xeon of bench/NOTES.md §19) from one slab to the next.
@@ -295,45 +350,14 @@ pub(crate) fn conv_slabs(
                     let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
                     for ty in ty0..ty1 {
                         let (r4, e) = rows.split_at_mut(4 * wp);
-                        for (i, r) in r4.chunks_exact_mut(wp).enumerate() {
-                            let iy = (2 * ty + i) as isize - d.pt as isize;
-                            if iy < 0 || iy as usize >= d.h {
-                                r.fill(0.0);
-                                continue;
-                            }
-                            let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
-                            let lo = d.pl.min(wp);
-                            let hi = (d.pl + d.w).min(wp);
-                            r[..lo].fill(0.0);
-                            r[lo..hi].copy_from_slice(&src[..hi - lo]);
-                            r[hi..].fill(0.0);
-                        }
+                        padded_rows(xp, ty, &d, r4);
                         transform_row(r4, e, wp, tw, &mut vc[(ty - ty0) * tw..], ns);
                     }
                 }
                 // mb[ξ][t][i] = (U[ξ] · V[ξ])ᵀ for this part's channels m0 + i, as in `conv`.
                 let _pack = super::conv::ConvLhsPacking::set();
                 for (xi, dst) in mb.chunks_mut(ml * ns).enumerate() {
-                    let a = View {
-                        data: &wg.u,
-                        off: xi * m * c + m0,
-                        rs: 1,
-                        cs: m,
-                    };
-                    let b = View {
-                        data: v,
-                        off: xi * ns,
-                        rs: 16 * ns,
-                        cs: 1,
-                    };
-                    // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
-                    let dst = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
-                            dst.len(),
-                        )
-                    };
-                    if gemm_uninit_strided(ml, ns, c, a, b, dst, (1, ml), false).is_err() {
+                    if !product(wg, xi, m0, ml, v, ns, dst) {
                         return false;
                     }
                 }
@@ -426,19 +450,7 @@ pub(crate) fn conv(
             let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
             for ty in 0..th {
                 let (rows, e) = buf.split_at_mut(4 * wp);
-                for (i, r) in rows.chunks_exact_mut(wp).enumerate() {
-                    let iy = (2 * ty + i) as isize - d.pt as isize;
-                    if iy < 0 || iy as usize >= d.h {
-                        r.fill(0.0);
-                        continue;
-                    }
-                    let src = &xp[iy as usize * d.w..(iy as usize + 1) * d.w];
-                    let lo = d.pl.min(wp);
-                    let hi = (d.pl + d.w).min(wp);
-                    r[..lo].fill(0.0);
-                    r[lo..hi].copy_from_slice(&src[..hi - lo]);
-                    r[hi..].fill(0.0);
-                }
+                padded_rows(xp, ty, &d, rows);
                 let t0 = (ni * th + ty) * tw;
                 transform_row(rows, e, wp, tw, &mut vc[t0..], ts);
             }
@@ -457,28 +469,7 @@ pub(crate) fn conv(
     with_scratch(&super::conv::PRODUCTS, 16 * m * ts, |mb: &mut [f32]| {
         // mb[ξ][tile][m] = (U[ξ] · V[ξ])ᵀ: [M, C]·[C, ts], output channels contiguous so
         // that gemm's vector side is the channels even for a few tiles.
-        let prod = |xi: usize, dst: &mut [f32]| {
-            let a = View {
-                data: &wg.u,
-                off: xi * m * c,
-                rs: 1,
-                cs: m,
-            };
-            let b = View {
-                data: v,
-                off: xi * ts,
-                rs: 16 * ts,
-                cs: 1,
-            };
-            // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(
-                    dst.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
-                    dst.len(),
-                )
-            };
-            gemm_uninit_strided(m, ts, c, a, b, dst, (1, m), false).is_ok()
-        };
+        let prod = |xi: usize, dst: &mut [f32]| product(wg, xi, 0, m, v, ts, dst);
         let _pack = super::conv::ConvLhsPacking::set();
         let ok = if par {
             mb.par_chunks_mut(m * ts)
