@@ -118,6 +118,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_WINO_SLABS",
+        values: "1|0 (0, off, false, no: off)",
+        acts: "at the first Winograd conv of the process",
+        catches: "nothing: 0 turns off the Winograd convs' slab layout (each slab of tile rows runs the input transform, the 16 products and the output transform in its own core's cache; with weights above 1 MiB and several threads, one part of output channels per thread), to time it; values differ by round-off only",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_RUNTIME_CHECK_INPUTS",
         values: "0|1",
         acts: "each run, before any kernel",
