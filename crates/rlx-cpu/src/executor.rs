@@ -995,8 +995,7 @@ impl CpuExecutor {
                         scale_proven[k] =
                             match (slots[sc.x.index()].get(), slots[sc.s.index()].get()) {
                                 (Some(x), Some(s)) => crate::fuse::scale_is_finite(
-                                    g,
-                                    &this.fusions.groups[k],
+                                    &sc,
                                     x,
                                     s,
                                     finite[sc.x.index()],

@@ -188,6 +188,9 @@ pub(crate) struct Scaled {
     pub mul: NodeId,
     pub x: NodeId,
     pub s: NodeId,
+    /// The conv's own weights and bias (f32 constants): `max_o Σ_c |W[o, c]|` and
+    /// `max |b|` ([`scale_is_finite`]); None when they are not f32 constants.
+    pub sums: Option<(f64, f64)>,
 }
 
 fn constant(g: &Graph, id: NodeId) -> Option<&Tensor> {
@@ -471,8 +474,23 @@ fn scale_at(
     } else {
         return None;
     };
+    // The conv's partial-sum bound, for a scanned run (`scale_is_finite`).
+    let f32_const = |i: NodeId| constant(g, i).and_then(|t| t.as_f32());
+    let sums = conv
+        .inputs
+        .get(1)
+        .and_then(|&w| f32_const(w))
+        .and_then(|w| {
+            let b_max = match conv.inputs.get(2) {
+                Some(&b) => f32_const(b)?
+                    .iter()
+                    .fold(0f64, |m, v| m.max(v.abs() as f64)),
+                None => 0.0,
+            };
+            Some((crate::kernels::max_row_abs_sum(w, wd[1]), b_max))
+        });
     // A constant scale belongs in the plan-time fold, not here.
-    (constant(g, s).is_none()).then_some(Scaled { mul, x, s })
+    (constant(g, s).is_none()).then_some(Scaled { mul, x, s, sums })
 }
 
 /// Group `grp`'s conv on `x` with its weights scaled per input channel by `s`
@@ -534,43 +552,26 @@ pub(crate) fn run_scaled(
 /// [`run_scaled`]: `x` and `s` were scanned clean (`x_clean`, `s_clean`) and every
 /// `|s[c]| ≤ 1`, so `|x·s| ≤ |x|` (no overflow) and no `inf · 0` (no NaN): the Mul's
 /// counts are zero. And no partial sum of the conv can reach half of f32::MAX in either
-/// order (`max|x| · max_o Σ_c |W[o, c]| + max|b|`, `W` and `b` the conv's own constants):
+/// order (`max|x| · max_o Σ_c |W[o, c]| + max|b|`, `W` and `b` the conv's own constants,
+/// bounded at plan time in [`Scaled::sums`]):
 /// `(W·s)·x` and `W·(x·s)` round differently, so near f32::MAX one order could overflow
 /// where the other does not, and the folded run would then hide an Inf that the op-by-op
 /// run reports at the conv.
 pub(crate) fn scale_is_finite(
-    g: &Graph,
-    grp: &ConvGroup,
+    sc: &Scaled,
     x: &Tensor,
     s: &Tensor,
     x_clean: bool,
     s_clean: bool,
 ) -> bool {
     use crate::kernels::wide::max_abs_bits;
-    if !(x_clean && s_clean) || s.as_f32().is_none_or(|v| max_abs_bits(v) > 1f32.to_bits()) {
-        return false;
-    }
-    let node = g.node(grp.conv);
-    let (Some(xv), Some(w)) = (
-        x.as_f32(),
-        node.inputs.get(1).and_then(|&i| constant(g, i)?.as_f32()),
-    ) else {
+    let (Some(xv), Some(sv), Some((row_abs, b_max))) = (x.as_f32(), s.as_f32(), sc.sums) else {
         return false;
     };
-    let b_max = match node.inputs.get(2) {
-        Some(&i) => match constant(g, i).and_then(|b| b.as_f32()) {
-            Some(b) => b.iter().fold(0f64, |m, v| m.max(v.abs() as f64)),
-            None => return false,
-        },
-        None => 0.0,
-    };
-    let c = s.numel().max(1);
-    let row_max = w
-        .chunks(c)
-        .map(|r| r.iter().map(|v| v.abs() as f64).sum::<f64>())
-        .fold(0f64, f64::max);
-    let x_max = f32::from_bits(max_abs_bits(xv)) as f64;
-    x_max * row_max + b_max < f32::MAX as f64 / 2.0
+    x_clean
+        && s_clean
+        && max_abs_bits(sv) <= 1f32.to_bits()
+        && crate::kernels::sums_below_half_max(max_abs_bits(xv), row_abs, b_max)
 }
 
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is

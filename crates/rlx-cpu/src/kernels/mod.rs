@@ -65,6 +65,23 @@ use half::{bf16, f16};
 use rlx_ir::{Dims, Shape, Tensor, TensorData};
 use smallvec::SmallVec;
 
+/// The largest sum of magnitudes over the rows of `w` (`row` values each), in f64: with
+/// every |x| ≤ X, no partial sum of a row's dot product with `x` exceeds X times this.
+pub(crate) fn max_row_abs_sum(w: &[f32], row: usize) -> f64 {
+    w.chunks(row.max(1))
+        .map(|r| r.iter().map(|v| v.abs() as f64).sum::<f64>())
+        .fold(0.0, f64::max)
+}
+
+/// Whether every partial sum of a linear op (rows with [`max_row_abs_sum`] `row_abs_sum`,
+/// biases up to `b_max` in magnitude) on an input whose largest magnitude has the bits
+/// `x_bits` (`wide::max_abs_bits`) provably stays below half of f32::MAX; false for NaN
+/// and Inf inputs.
+pub(crate) fn sums_below_half_max(x_bits: u32, row_abs_sum: f64, b_max: f64) -> bool {
+    x_bits < 0x7f80_0000
+        && f32::from_bits(x_bits) as f64 * row_abs_sum + b_max < f32::MAX as f64 / 2.0
+}
+
 /// Below this many output elements a kernel runs on the calling thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
 

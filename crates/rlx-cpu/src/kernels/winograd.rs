@@ -45,10 +45,7 @@ impl WinogradWeights {
         if w.len() != m * c * 9 || w.iter().any(|x| !x.is_finite()) {
             return None;
         }
-        let abs_sum = w
-            .chunks(c * 9)
-            .map(|f| f.iter().map(|x| x.abs() as f64).sum::<f64>())
-            .fold(0.0, f64::max);
+        let abs_sum = super::max_row_abs_sum(w, c * 9);
         let mut u = vec![0.0f32; 16 * m * c];
         // G·v for a 3-vector: [v0, (v0+v1+v2)/2, (v0-v1+v2)/2, v2].
         let gv = |v: [f64; 3]| {
@@ -97,8 +94,7 @@ impl WinogradWeights {
     /// finite (+2e38 and -2e38 inputs under one window), so its own finiteness check would
     /// not see the Inf the direct conv makes. NaN and Inf inputs fail it too.
     pub(crate) fn direct_stays_finite(&self, x_bits: u32, b_max: f64) -> bool {
-        x_bits < 0x7f80_0000
-            && f32::from_bits(x_bits) as f64 * self.abs_sum + b_max < f32::MAX as f64 / 2.0
+        super::sums_below_half_max(x_bits, self.abs_sum, b_max)
     }
 }
 
