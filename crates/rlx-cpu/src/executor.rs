@@ -1092,8 +1092,9 @@ impl CpuExecutor {
                         .get()
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
                     let skip = skip_operand(g, id, &slots, res, owned)?;
-                    let (t, clean) = crate::fuse::run_group(g, grp, x, wg, scanner.is_some(), skip)
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    let (t, clean) =
+                        crate::fuse::run_group(g, grp, x, wg, scanner.is_some(), skip, None)
+                            .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {
                         slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
                         res_done[k] = res.is_some();

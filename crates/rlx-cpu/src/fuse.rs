@@ -522,7 +522,7 @@ pub(crate) fn run_scaled(
         let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
         let xs = crate::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
             .map_err(|e| bad(&e.to_string()))?;
-        let r = run_group(g, grp, &xs, None, scan, skip);
+        let r = run_group(g, grp, &xs, None, scan, skip, None);
         crate::buffers::give(xs.into_data());
         return r.map(|(t, clean)| (t, clean, false));
     }
@@ -543,7 +543,7 @@ pub(crate) fn run_scaled(
         }
     }
     let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
-    let r = run_group_with(g, grp, x, None, scan, skip, Some(&wt));
+    let r = run_group(g, grp, x, None, scan, skip, Some(&wt));
     crate::buffers::give(wt.into_data());
     r.map(|(t, clean)| (t, clean, true))
 }
@@ -833,21 +833,9 @@ fn with_residual<'a>(
 ///
 /// `skip`: the value of the group's [`Residual`] operand, to compute the residual's output
 /// instead of the group's own (then the activation is the residual's Relu, if any). Not with
-/// `scan`. Error: a `skip` for a group without a residual, or not f32.
+/// `scan`. `w_over`: weights to run the conv with instead of the group's (its bias kept;
+/// [`run_scaled`]). Error: a `skip` for a group without a residual, or not f32.
 pub(crate) fn run_group(
-    g: &Graph,
-    grp: &ConvGroup,
-    x: &Tensor,
-    wino: Option<&WinogradWeights>,
-    scan: bool,
-    skip: Option<Skip>,
-) -> Result<(Tensor, bool), crate::KernelError> {
-    run_group_with(g, grp, x, wino, scan, skip, None)
-}
-
-/// [`run_group`], with the conv's weights replaced by `w` when given (the group's bias
-/// kept; [`run_scaled`]).
-fn run_group_with(
     g: &Graph,
     grp: &ConvGroup,
     x: &Tensor,

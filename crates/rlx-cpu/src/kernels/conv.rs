@@ -2422,11 +2422,19 @@ impl Drop for ConvLhsPacking {
     }
 }
 
-/// A raw output pointer shared by conv's block tasks (each writes its own ranges).
-struct SendPtr<T>(*mut T);
+/// A raw output pointer shared by a kernel's tasks (each writes its own ranges: conv's
+/// blocks, Winograd's slabs).
+pub(super) struct SendPtr<T>(pub(super) *mut T);
 // SAFETY: the tasks write disjoint element ranges through it (see conv_float).
 unsafe impl<T> Sync for SendPtr<T> {}
 unsafe impl<T> Send for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so that closures capture the whole `Sync` wrapper).
+    pub(super) fn get(&self) -> *mut T {
+        self.0
+    }
+}
 
 /// `Op::Conv` (ONNX Conv): x [N, C, *sp], w [M, C/groups, *k], optional bias [M];
 /// output [N, M, *osp] with `osp = (sp + pad_b + pad_e - dil*(k-1) - 1) / stride + 1`.

@@ -262,19 +262,39 @@ const SLAB_MAX_TASK_BYTES: usize = 4 << 20;
 /// cores).
 pub(crate) fn slabs_on(m: usize, c: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    (16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES || rayon::current_num_threads() > 1)
+    (weights_fit(m, c) || rayon::current_num_threads() > 1)
         && *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_WINO_SLABS"))
 }
 
-/// A raw pointer to the output, shared by the slabs (each writes its own rows).
-struct OutPtr(*mut f32);
-// SAFETY: slabs write disjoint output rows through it (see `conv_slabs`).
-unsafe impl Sync for OutPtr {}
+/// Whether `m × c` transformed weights (`16·M·C` f32) fit in [`SLAB_MAX_WEIGHT_BYTES`].
+fn weights_fit(m: usize, c: usize) -> bool {
+    16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES
+}
 
-impl OutPtr {
-    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
-    fn get(&self) -> *mut f32 {
-        self.0
+/// Stores tile (`ty`, `tx`)'s outputs `y` (`[4][n]`, as [`untransform_tile`] makes them)
+/// into `n` output planes of `d.oh × d.ow` from `o`, planes `d.oh·d.ow` apart; the right
+/// and bottom halves of an edge tile that fall outside the plane are skipped.
+///
+/// # Safety
+/// `o` valid for writes of `n` such planes, those positions written by no one else
+/// meanwhile.
+unsafe fn store_tile(o: *mut f32, d: &Dims, ty: usize, tx: usize, y: &[f32], n: usize) {
+    let (oy, ox) = (2 * ty, 2 * tx);
+    let right = ox + 1 < d.ow;
+    let below = oy + 1 < d.oh;
+    let at = oy * d.ow + ox;
+    for k in 0..n {
+        let p = o.add(k * d.oh * d.ow + at);
+        *p = y[k];
+        if right {
+            *p.add(1) = y[n + k];
+        }
+        if below {
+            *p.add(d.ow) = y[2 * n + k];
+            if right {
+                *p.add(d.ow + 1) = y[3 * n + k];
+            }
+        }
     }
 }
 
@@ -307,7 +327,7 @@ pub(crate) fn conv_slabs(
     // Larger ones (split over threads only, see `slabs_on`): one part of output channels
     // per thread, each reading its rows of the weights, over slabs as large as
     // SLAB_MAX_TASK_BYTES allows (each slab transforms its input once per part).
-    let small = 16 * m * c * 4 <= SLAB_MAX_WEIGHT_BYTES;
+    let small = weights_fit(m, c);
     let mparts = if small { 1 } else { threads };
     let mc = m.div_ceil(mparts).div_ceil(16) * 16;
     let mparts = m.div_ceil(mc);
@@ -324,8 +344,8 @@ pub(crate) fn conv_slabs(
     }
     let per_img = th.div_ceil(k);
     let slabs = d.n * per_img;
-    let mut out = crate::buffers::overwritten(total);
-    let dst = OutPtr(out.as_mut_ptr());
+    let mut out = crate::buffers::overwritten::<f32>(total);
+    let dst = super::conv::SendPtr(out.as_mut_ptr());
     let zero = vec![0.0f32; m];
     let bias = bias.unwrap_or(&zero);
     let slab = |task: usize| -> bool {
@@ -373,28 +393,9 @@ pub(crate) fn conv_slabs(
                         untransform_tile(&ms, bias, &mut y);
                         finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
                         post(&mut y);
-                        let (oy, ox) = (2 * ty, 2 * tx);
-                        let right = ox + 1 < d.ow;
-                        let below = oy + 1 < d.oh;
-                        let at = oy * d.ow + ox;
-                        for kk in 0..ml {
-                            // SAFETY: channel m0 + kk's plane of image ni, rows oy and oy + 1
-                            // (when below) of this slab, columns ox and ox + 1 (when right):
-                            // inside `out` (total elements) and written by this task alone.
-                            unsafe {
-                                let p = o.add(kk * op + at);
-                                *p = y[kk];
-                                if right {
-                                    *p.add(1) = y[ml + kk];
-                                }
-                                if below {
-                                    *p.add(d.ow) = y[2 * ml + kk];
-                                    if right {
-                                        *p.add(d.ow + 1) = y[3 * ml + kk];
-                                    }
-                                }
-                            }
-                        }
+                        // SAFETY: channels m0 .. m0 + ml of image ni inside `out` (total
+                        // elements), this slab's rows: written by this task alone.
+                        unsafe { store_tile(o, &d, ty, tx, &y, ml) };
                     }
                 }
                 finite
@@ -489,6 +490,7 @@ pub(crate) fn conv(
         // Output channels [m0, m0 + mc) of every image: out planes of those channels.
         // Whether every output of the block was finite (before `post`).
         let out_block = |m0: usize, mc: usize, o: &mut [f32], ni: usize| -> bool {
+            assert!(o.len() >= mc * op, "a block holds its planes");
             let mut y = vec![0.0f32; 4 * mc];
             let mut finite = true;
             for ty in 0..th {
@@ -501,23 +503,9 @@ pub(crate) fn conv(
                     untransform_tile(&ms, &bias[m0..m0 + mc], &mut y);
                     finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
                     post(&mut y);
-                    let (oy, ox) = (2 * ty, 2 * tx);
-                    let right = ox + 1 < d.ow;
-                    let below = oy + 1 < d.oh;
-                    let at = oy * d.ow + ox;
-                    for k in 0..mc {
-                        let p = &mut o[k * op..(k + 1) * op];
-                        p[at] = y[k];
-                        if right {
-                            p[at + 1] = y[mc + k];
-                        }
-                        if below {
-                            p[at + d.ow] = y[2 * mc + k];
-                            if right {
-                                p[at + d.ow + 1] = y[3 * mc + k];
-                            }
-                        }
-                    }
+                    // SAFETY: `o` holds the block's `mc` planes of `op` elements (checked
+                    // above), this task's own (a `par_chunks_mut` chunk).
+                    unsafe { store_tile(o.as_mut_ptr(), &d, ty, tx, &y, mc) };
                 }
             }
             finite
