@@ -482,9 +482,9 @@ fn scale_at(
         .and_then(|&w| f32_const(w))
         .and_then(|w| {
             let b_max = match conv.inputs.get(2) {
-                Some(&b) => f32_const(b)?
-                    .iter()
-                    .fold(0f64, |m, v| m.max(v.abs() as f64)),
+                Some(&b) => {
+                    f32::from_bits(crate::kernels::wide::max_abs_bits(f32_const(b)?)) as f64
+                }
                 None => 0.0,
             };
             Some((crate::kernels::max_row_abs_sum(w, wd[1]), b_max))
