@@ -1510,6 +1510,326 @@ mod dw_simd {
         }
     }
 
+    /// Geometry of the channel-block path ([`run_cblock`]).
+    pub(super) struct CBlock {
+        /// Input plane `h × w`, output plane `oh × ow`, stride `s` (both axes).
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+        /// Row pitch of the padded scratch plane (in positions of 16 channels).
+        pw: usize,
+        /// Positions of the padded scratch plane.
+        len: usize,
+        /// Per input position: its position in the padded scratch plane.
+        din: Vec<u32>,
+        /// Per output position (padded to a multiple of 16 with position 0's): the scratch
+        /// position of its window's top-left tap.
+        dout: Vec<u32>,
+    }
+
+    /// Largest output plane the channel-block path takes (larger planes use their lanes
+    /// fully on the per-position paths, and the transposes then cost more than they save).
+    const CBLOCK_MAX_PLANE: usize = 1024;
+
+    /// `RLX_CPU_DW_CBLOCK` (read once per process): the channel-block path is on unless it
+    /// is off.
+    fn cblock_on() -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_DW_CBLOCK"))
+    }
+
+    /// The channel-block path's geometry for `g`, or `None` where it does not apply (kernel
+    /// other than 3×3, 5×5, 7×7; dilation; stride other than 1 or 2 on both axes; an output
+    /// plane over [`CBLOCK_MAX_PLANE`]; a 3×3 kernel on a plane wider than 8 outputs, or 16
+    /// at stride 1).
+    pub(super) fn cblock_plan(g: &Geo) -> Option<CBlock> {
+        let k = g.ks[0];
+        let s = g.strides[0];
+        if g.ks[1] != k
+            || !matches!(k, 3 | 5 | 7)
+            || g.strides[1] != s
+            || !(s == 1 || s == 2)
+            || g.dil.iter().any(|&d| d != 1)
+        {
+            return None;
+        }
+        let (h, w, oh, ow) = (g.sp[0], g.sp[1], g.osp[0], g.osp[1]);
+        if h == 0 || w == 0 || oh == 0 || ow == 0 || oh * ow > CBLOCK_MAX_PLANE {
+            return None;
+        }
+        // Where it wins (one-node, 1 thread, bench/NOTES.md §22): 5×5 and 7×7 kernels up to
+        // 32² outputs; 3×3 only on narrow planes, whose rows leave most lanes of the
+        // per-row paths idle. A 3×3 conv with 14 output columns at stride 2 (28² → 14²)
+        // or 28 at stride 1 ran 5–25% slower here: its transposes, per input position, are
+        // not paid back by 9 taps.
+        if k == 3 && !(ow <= 8 || (s == 1 && ow <= 16)) {
+            return None;
+        }
+        let (pt, pl) = (g.pads[0].0, g.pads[1].0);
+        // Rows and columns every window reads, and every input row and column.
+        let ph = ((oh - 1) * s + k).max(h + pt);
+        let pw = ((ow - 1) * s + k).max(w + pl);
+        let din = (0..h * w)
+            .map(|i| ((i / w + pt) * pw + i % w + pl) as u32)
+            .collect();
+        let op = oh * ow;
+        let dout = (0..op.next_multiple_of(16))
+            .map(|i| {
+                let i = if i < op { i } else { 0 };
+                ((i / ow) * s * pw + (i % ow) * s) as u32
+            })
+            .collect();
+        Some(CBlock {
+            h,
+            w,
+            oh,
+            ow,
+            pw,
+            len: ph * pw,
+            din,
+            dout,
+        })
+    }
+
+    /// Transpose 16 rows of 16 f32 in registers: `r[i][j]` becomes `r[j][i]`.
+    #[inline(always)]
+    unsafe fn transpose16(r: &mut [__m512; 16]) {
+        // SAFETY: register shuffles only; the caller has AVX-512F.
+        unsafe {
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            for i in 0..4 {
+                let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+                let pd = |x: __m512| _mm512_castps_pd(x);
+                r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a), pd(c)));
+                r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a), pd(c)));
+                r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(b), pd(d)));
+                r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(b), pd(d)));
+            }
+            for i in 0..2 {
+                for j in 0..4 {
+                    let (a, b) = (r[8 * i + j], r[8 * i + 4 + j]);
+                    t[8 * i + j] = _mm512_shuffle_f32x4::<0x88>(a, b);
+                    t[8 * i + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(a, b);
+                }
+            }
+            for j in 0..8 {
+                r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
+                r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
+            }
+        }
+    }
+
+    /// One block of up to 16 channels (`nc`) of one image: input planes `x` (`nc` planes
+    /// of `h × w`), weights `w` (`nc` filters of `K × K`), output planes `dst` (`nc` planes
+    /// of `oh × ow`). The planes are transposed into `xp` (the padded plane, 16 channels
+    /// per position, its padding zero), each output position is then summed with the 16
+    /// channels in the lanes of one register (bias, then every tap in (ky, kx) order, each
+    /// one fused multiply-add), clamped, transposed back 16 positions at a time and stored.
+    /// Taps in the padding add `w · 0`: `w` must be finite. Returns the largest |y| bits
+    /// before the clamp over the block's outputs when `clamp.track`.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cblock<const K: usize, const G: usize>(
+        p: &CBlock,
+        nc: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+        xp: &mut [f32],
+        dst: &mut [f32],
+    ) -> u32 {
+        type S = Avx512;
+        let (hw, op) = (p.h * p.w, p.oh * p.ow);
+        assert!((1..=16).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
+        assert!(dst.len() >= nc * op && xp.len() >= p.len * 16);
+        // SAFETY: AVX-512F is enabled on this function. Loads of `x` are masked to the
+        // block's `nc` planes and each plane's `hw` positions; stores to `xp` go to
+        // positions `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len`
+        // (cblock_plan: the padded plane holds every window); stores to `dst` are masked
+        // to the `nc` planes and the plane's `op` positions.
+        unsafe {
+            let chans = first(nc);
+            // Weights by tap, 16 channels per vector (channels past `nc`: 0).
+            let mut wt = [_mm512_setzero_ps(); 49];
+            for (t, wv) in wt.iter_mut().enumerate().take(K * K) {
+                let mut lanes = [0f32; 16];
+                for (l, v) in lanes.iter_mut().enumerate().take(nc) {
+                    *v = *w.get_unchecked(l * K * K + t);
+                }
+                *wv = _mm512_loadu_ps(lanes.as_ptr());
+            }
+            let mut bl = [0f32; 16];
+            if let Some(b) = bias {
+                bl[..nc].copy_from_slice(&b[..nc]);
+            }
+            let bv = _mm512_loadu_ps(bl.as_ptr());
+            // Input planes into the padded scratch plane, 16 positions at a time.
+            let xq = xp.as_mut_ptr();
+            let mut r = [_mm512_setzero_ps(); 16];
+            for q0 in (0..hw).step_by(16) {
+                let m = first(hw - q0);
+                for (l, v) in r.iter_mut().enumerate() {
+                    *v = if l < nc {
+                        _mm512_maskz_loadu_ps(m, x.as_ptr().add(l * hw + q0))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                }
+                transpose16(&mut r);
+                for (j, v) in r.iter().enumerate().take((hw - q0).min(16)) {
+                    let d = *p.din.get_unchecked(q0 + j) as usize;
+                    _mm512_storeu_ps(xq.add(d * 16), *v);
+                }
+            }
+            // Output positions, 16 at a time, in groups of `G`. The sums as the per-row and
+            // flat paths make them, for the same bits: one accumulator per kernel column
+            // (the bias in column 0's, -0 in the others), each tap's fused multiply-add
+            // into its column's, the columns added left to right.
+            let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
+            let mut seen = S::splat(0.0);
+            let xr = xp.as_ptr();
+            let pw = p.pw;
+            let mut init = [S::splat(-0.0); K];
+            init[0] = bv;
+            for o0 in (0..op).step_by(16) {
+                for g0 in (0..16).step_by(G) {
+                    let mut acc = [init; G];
+                    let mut base = [xr; G];
+                    for (g, b) in base.iter_mut().enumerate() {
+                        *b = xr.add(*p.dout.get_unchecked(o0 + g0 + g) as usize * 16);
+                    }
+                    for ky in 0..K {
+                        for kx in 0..K {
+                            let wv = wt[ky * K + kx];
+                            let off = (ky * pw + kx) * 16;
+                            for g in 0..G {
+                                acc[g][kx] = S::fma(wv, S::load(base[g].add(off)), acc[g][kx]);
+                            }
+                        }
+                    }
+                    for g in 0..G {
+                        let mut y = acc[g][0];
+                        for a in &acc[g][1..] {
+                            y = S::add(y, *a);
+                        }
+                        r[g0 + g] = y;
+                    }
+                }
+                let n = (op - o0).min(16);
+                for (j, v) in r.iter_mut().enumerate() {
+                    if clamp.track && j < n {
+                        seen = S::max_abs_bits(seen, _mm512_maskz_mov_ps(chans, *v));
+                    }
+                    *v = S::clamp(*v, lo, hi);
+                    if clamp.nan_out {
+                        *v = S::nan_out(*v);
+                    }
+                }
+                transpose16(&mut r);
+                let m = first(n);
+                for (l, v) in r.iter().enumerate().take(nc) {
+                    S::store_m(dst.as_mut_ptr().add(l * op + o0), *v, m);
+                }
+            }
+            S::hmax_bits(seen)
+        }
+    }
+
+    /// [`cblock`] for one kernel size.
+    type CBlockFn = unsafe fn(
+        &CBlock,
+        usize,
+        &[f32],
+        &[f32],
+        Option<&[f32]>,
+        Clamp,
+        &mut [f32],
+        &mut [f32],
+    ) -> u32;
+
+    /// The channel-block path: every output plane, by blocks of 16 channels of one image
+    /// ([`cblock`]), the blocks split over threads when the multiply-adds are many. False
+    /// where [`cblock_plan`] does not apply (nothing is written). `w` must be finite.
+    #[allow(clippy::too_many_arguments)]
+    fn run_cblock(
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        g: &Geo,
+        out: &mut [f32],
+        post: Post,
+        clamp: Clamp,
+        seen: Option<&AtomicU32>,
+    ) -> bool {
+        use rayon::prelude::*;
+        let Some(p) = cblock_plan(g) else {
+            return false;
+        };
+        let k = g.ks[0];
+        let f: CBlockFn = match k {
+            3 => cblock::<3, 8>,
+            5 => cblock::<5, 4>,
+            _ => cblock::<7, 4>,
+        };
+        let (c, hw, op, kk) = (g.m, p.h * p.w, p.oh * p.ow, k * k);
+        let clamp = Clamp {
+            track: seen.is_some(),
+            ..clamp
+        };
+        // The blocks: (image, first channel, channels), each with its output planes.
+        let par = super::super::par_worth(out.len() * kk);
+        let mut blocks = Vec::with_capacity(g.n * c.div_ceil(16));
+        let mut rest = &mut out[..g.n * c * op];
+        for n in 0..g.n {
+            for c0 in (0..c).step_by(16) {
+                let nc = (c - c0).min(16);
+                let (d, r) = rest.split_at_mut(nc * op);
+                rest = r;
+                blocks.push((n, c0, nc, d));
+            }
+        }
+        let run = |xp: &mut Vec<f32>, (n, c0, nc, d): (usize, usize, usize, &mut [f32])| {
+            let xs = &x[(n * c + c0) * hw..(n * c + c0 + nc) * hw];
+            let ws = &w[c0 * kk..(c0 + nc) * kk];
+            let bs = bias.map(|b| &b[c0..c0 + nc]);
+            // The scratch plane from a 64-byte boundary: each position's 16 channels are one
+            // cache line (a misaligned one would split every load across two lines).
+            let a = xp.as_ptr().align_offset(64).min(15);
+            let xa = &mut xp[a..a + p.len * 16];
+            // SAFETY: `run_with` is reached with AVX-512F only; the slices are the block's.
+            let bits = unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) };
+            for plane in d.chunks_mut(op) {
+                post(plane);
+            }
+            bits
+        };
+        let scratch = || vec![0f32; p.len * 16 + 15];
+        let bits = if par && blocks.len() > 1 {
+            blocks
+                .into_par_iter()
+                .map_init(scratch, run)
+                .max()
+                .unwrap_or(0)
+        } else {
+            let mut xp = scratch();
+            blocks
+                .into_iter()
+                .map(|b| run(&mut xp, b))
+                .max()
+                .unwrap_or(0)
+        };
+        if let Some(s) = seen {
+            s.fetch_max(bits, Ordering::Relaxed);
+        }
+        true
+    }
+
     /// The flat path for `g`, or false where it does not apply (then nothing is written).
     /// `w` must be finite: a tap in the padding computes `w · 0`, which the per-row path
     /// skips (the same values only with finite weights).
@@ -1670,6 +1990,10 @@ mod dw_simd {
         }
         // The caller picked an `isa` the CPU supports.
         match isa {
+            Isa::Avx512
+                if finite_w
+                    && cblock_on()
+                    && run_cblock(x, w, bias, g, &mut out, post, clamp, seen) => {}
             Isa::Avx512 if finite_w && run_flat(x, w, bias, g, &mut out, post, clamp, seen) => {}
             Isa::Avx512 | Isa::Avx512Rows if g.osp[1] <= 8 => {
                 run_avx512y(x, w, bias, g, &mut out, post, clamp, seen)
@@ -3147,6 +3471,93 @@ mod tests {
         check([1, 5, 12, 11], [5, 1, 3, 3], 2, 1, 1, 5);
         check([1, 4, 10, 10], [4, 1, 5, 5], 2, 2, 2, 4);
         check([1, 3, 6, 6], [3, 1, 3, 3], 1, 1, 0, 3);
+    }
+
+    /// The channel-block path (16 channels per register, `dw_simd::cblock`) gives the per-row
+    /// path's bits: the conv after a 1×1 conv runs on the per-row kernel in a pair
+    /// (`pw_dw`) and on this one alone, and fusion must not change a value. Blocks of 16
+    /// and a partial one, batch 2, strides 1 and 2, even and one-sided pads, NaN/Inf in the
+    /// input, each clamp, 1 and 3 threads; and the scan's figure is exactly the largest |y|.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn depthwise_channel_blocks_give_the_per_row_bits() {
+        if dw_simd::best_isa() != Some(dw_simd::Isa::Avx512) {
+            eprintln!("skipped: no AVX-512F/VL on this CPU");
+            return;
+        }
+        // (h, w, k, stride, pads top/left/bottom/right, channels)
+        let geos: &[(
+            usize,
+            usize,
+            usize,
+            usize,
+            (usize, usize, usize, usize),
+            usize,
+        )] = &[
+            (7, 7, 5, 1, (2, 2, 2, 2), 37),
+            (7, 7, 3, 1, (1, 1, 1, 1), 16),
+            (14, 14, 5, 2, (1, 1, 2, 2), 37),
+            (14, 13, 3, 2, (1, 1, 1, 1), 20),
+            (11, 16, 3, 1, (0, 1, 2, 1), 5),
+            (28, 28, 5, 1, (2, 2, 2, 2), 17),
+            (9, 9, 7, 1, (3, 3, 3, 3), 18),
+            (3, 4, 5, 1, (2, 2, 2, 2), 1),
+        ];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (gi, &(h, wd, k, s, p, c)) in geos.iter().enumerate() {
+            let (oh, ow) = ((h + p.0 + p.2 - k) / s + 1, (wd + p.1 + p.3 - k) / s + 1);
+            let a = ConvAttrs {
+                strides: vec![s, s],
+                pads: vec![(p.0, p.2), (p.1, p.3)],
+                dilations: vec![1, 1],
+                groups: c,
+            };
+            let g = geometry(&[2, c, h, wd], &[c, 1, k, k], &a, &[2, c, oh, ow]).unwrap();
+            assert!(
+                dw_simd::cblock_plan(&g).is_some(),
+                "geo {gi} takes the channel blocks"
+            );
+            let mut x: Vec<f32> = (0..2 * c * h * wd)
+                .map(|i| ((i * 7919 + gi) % 97) as f32 / 48.0 - 1.0)
+                .collect();
+            let n = x.len();
+            x[n / 2] = f32::NAN;
+            x[n / 3] = f32::INFINITY;
+            x[n / 5] = f32::NEG_INFINITY;
+            let w: Vec<f32> = (0..c * k * k)
+                .map(|i| ((i * 104729) % 89) as f32 / 44.0 - 1.0)
+                .collect();
+            let b: Vec<f32> = (0..c).map(|i| i as f32 * 0.25 - 0.5).collect();
+            for clamp in [Clamp::NONE, Clamp::RELU, Clamp::clip(-0.25, 0.5)] {
+                let run = |isa, seen: Option<&AtomicU32>| {
+                    dw_simd::run_with(isa, true, &x, &w, Some(&b), &g, &no_post, clamp, seen)
+                        .unwrap()
+                };
+                let want = run(dw_simd::Isa::Avx512Rows, None);
+                for threads in [1, 3] {
+                    let seen = AtomicU32::new(0);
+                    let got = if threads == 1 {
+                        run(dw_simd::Isa::Avx512, Some(&seen))
+                    } else {
+                        pool.install(|| run(dw_simd::Isa::Avx512, Some(&seen)))
+                    };
+                    for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
+                        let nan_ok = u.is_nan() && v.is_nan() && !clamp.nan_out;
+                        assert!(
+                            u.to_bits() == v.to_bits() || nan_ok,
+                            "geo {gi} {clamp:?} {threads} threads at {i}: {u} vs {v}"
+                        );
+                    }
+                    if clamp == Clamp::NONE {
+                        let want_bits = crate::kernels::wide::max_abs_bits(&want);
+                        assert_eq!(seen.into_inner(), want_bits, "geo {gi} {threads} threads");
+                    }
+                }
+            }
+        }
     }
 
     /// Each SIMD width the CPU has (AVX-512 and AVX2 on an AVX-512 machine) against the
