@@ -108,13 +108,21 @@ pub struct NodeTimes {
     pub ns: Vec<u64>,
 }
 
+/// How long a spinning worker of [`run_with_spinning_workers`] polls without finding work
+/// before it stops spinning. Longer than the serial stretches between parallel kernels of
+/// the benchmark CNNs (tens of µs); short enough that the nested case it ends costs
+/// little. Before it existed, that case hung a 2-thread run of a one-node depthwise model
+/// within seconds (bench/NOTES.md §22).
+const SPIN_IDLE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Runs `f` on a thread of the current rayon pool while the pool's other threads stay
 /// awake: each polls for work (`rayon::yield_now`) in a loop until `f` returns, so a kernel
 /// that splits work over the pool does not wait for a sleeping thread to be woken. Idle
 /// rayon workers fall asleep within microseconds; waking one took a large share of a
 /// multi-thread run of a CNN with many small parallel ops (mobilenet_v2 at 2 threads: ~17%
 /// of the profile in the scheduler). The cost: the other threads busy-wait for the length
-/// of the run, as onnxruntime's spinning pool does.
+/// of the run, as onnxruntime's spinning pool does, or until they find no work for
+/// [`SPIN_IDLE`].
 fn run_with_spinning_workers<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
@@ -125,9 +133,25 @@ fn run_with_spinning_workers<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             if Some(ctx.index()) == main {
                 return;
             }
+            // Give up after SPIN_IDLE without work: a worker can run this job nested,
+            // while it waits inside a part of `f`'s parallel work that it took before this
+            // job (a join whose other half was stolen back). Spinning there until `f`
+            // returns would never end: `f` waits for that part. Leaving returns the worker
+            // to the wait, and to rayon's sleep for the rest of the run.
+            let mut idle_since: Option<std::time::Instant> = None;
+            let mut polls = 0u32;
             while !done.load(Ordering::Acquire) {
-                if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                    std::hint::spin_loop();
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    idle_since = None;
+                    continue;
+                }
+                std::hint::spin_loop();
+                polls = polls.wrapping_add(1);
+                if polls % 64 == 0 {
+                    let t = *idle_since.get_or_insert_with(std::time::Instant::now);
+                    if t.elapsed() >= SPIN_IDLE {
+                        return;
+                    }
                 }
             }
         });
