@@ -1532,6 +1532,14 @@ mod dw_simd {
     /// fully on the per-position paths, and the transposes then cost more than they save).
     const CBLOCK_MAX_PLANE: usize = 1024;
 
+    thread_local! {
+        /// The channel-block path's scratch plane, and the geometry whose padding it holds
+        /// as zeros (blocks of the same geometry write the same positions, so the padding
+        /// stays zero from one block and call to the next).
+        static CBLK: std::cell::RefCell<([usize; 6], Vec<f32>)> =
+            const { std::cell::RefCell::new(([0; 6], Vec::new())) };
+    }
+
     /// `RLX_CPU_DW_CBLOCK` (read once per process): the channel-block path is on unless it
     /// is off.
     fn cblock_on() -> bool {
@@ -1794,35 +1802,42 @@ mod dw_simd {
                 blocks.push((n, c0, nc, d));
             }
         }
-        let run = |xp: &mut Vec<f32>, (n, c0, nc, d): (usize, usize, usize, &mut [f32])| {
+        let key = [p.h, p.w, p.pw, p.len, g.pads[0].0, g.pads[1].0];
+        let run = |(n, c0, nc, d): (usize, usize, usize, &mut [f32])| {
             let xs = &x[(n * c + c0) * hw..(n * c + c0 + nc) * hw];
             let ws = &w[c0 * kk..(c0 + nc) * kk];
             let bs = bias.map(|b| &b[c0..c0 + nc]);
-            // The scratch plane from a 64-byte boundary: each position's 16 channels are one
-            // cache line (a misaligned one would split every load across two lines).
-            let a = xp.as_ptr().align_offset(64).min(15);
-            let xa = &mut xp[a..a + p.len * 16];
-            // SAFETY: `run_with` is reached with AVX-512F only; the slices are the block's.
-            let bits = unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) };
+            let mut block = |xp: &mut [f32]| {
+                // The scratch plane from a 64-byte boundary: each position's 16 channels are
+                // one cache line (a misaligned one would split every load across two lines).
+                let a = xp.as_ptr().align_offset(64).min(15);
+                let xa = &mut xp[a..a + p.len * 16];
+                // SAFETY: `run_with` is reached with AVX-512F only; the slices are the
+                // block's.
+                unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) }
+            };
+            let bits = CBLK.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut guard) => {
+                    let (k, buf) = &mut *guard;
+                    if *k != key {
+                        buf.clear();
+                        buf.resize(p.len * 16 + 15, 0.0);
+                        *k = key;
+                    }
+                    block(buf)
+                }
+                // Re-entered on this thread (a `post` that waited on rayon): fresh zeros.
+                Err(_) => block(&mut vec![0.0; p.len * 16 + 15]),
+            });
             for plane in d.chunks_mut(op) {
                 post(plane);
             }
             bits
         };
-        let scratch = || vec![0f32; p.len * 16 + 15];
         let bits = if par && blocks.len() > 1 {
-            blocks
-                .into_par_iter()
-                .map_init(scratch, run)
-                .max()
-                .unwrap_or(0)
+            blocks.into_par_iter().map(run).max().unwrap_or(0)
         } else {
-            let mut xp = scratch();
-            blocks
-                .into_iter()
-                .map(|b| run(&mut xp, b))
-                .max()
-                .unwrap_or(0)
+            blocks.into_iter().map(run).max().unwrap_or(0)
         };
         if let Some(s) = seen {
             s.fetch_max(bits, Ordering::Relaxed);
