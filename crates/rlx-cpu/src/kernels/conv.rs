@@ -1549,8 +1549,7 @@ mod dw_simd {
 
     /// The channel-block path's geometry for `g`, or `None` where it does not apply (kernel
     /// other than 3×3, 5×5, 7×7; dilation; stride other than 1 or 2 on both axes; an output
-    /// plane over [`CBLOCK_MAX_PLANE`]; a 3×3 kernel on a plane wider than 8 outputs, or 16
-    /// at stride 1).
+    /// plane over [`CBLOCK_MAX_PLANE`]; a 3×3 kernel on a plane wider than 8 outputs).
     pub(super) fn cblock_plan(g: &Geo) -> Option<CBlock> {
         let k = g.ks[0];
         let s = g.strides[0];
@@ -1566,12 +1565,12 @@ mod dw_simd {
         if h == 0 || w == 0 || oh == 0 || ow == 0 || oh * ow > CBLOCK_MAX_PLANE {
             return None;
         }
-        // Where it wins (one-node, 1 thread, bench/NOTES.md §22): 5×5 and 7×7 kernels up to
-        // 32² outputs; 3×3 only on narrow planes, whose rows leave most lanes of the
-        // per-row paths idle. A 3×3 conv with 14 output columns at stride 2 (28² → 14²)
-        // or 28 at stride 1 ran 5–25% slower here: its transposes, per input position, are
-        // not paid back by 9 taps.
-        if k == 3 && !(ow <= 8 || (s == 1 && ow <= 16)) {
+        // Where it wins (one-node models, bench/NOTES.md §22): 5×5 and 7×7 kernels up to
+        // 32² outputs; 3×3 only on planes at most 8 outputs wide, whose rows leave half the
+        // lanes of the per-row paths idle. 3×3 convs with 14 output columns ran 5–25%
+        // slower here at stride 2 (28² → 14²), and at stride 1 gained at 1 thread but lost
+        // at 2: the transposes, per input position, are not paid back by 9 taps.
+        if k == 3 && ow > 8 {
             return None;
         }
         let (pt, pl) = (g.pads[0].0, g.pads[1].0);
@@ -3513,7 +3512,7 @@ mod tests {
             (7, 7, 3, 1, (1, 1, 1, 1), 16),
             (14, 14, 5, 2, (1, 1, 2, 2), 37),
             (14, 13, 3, 2, (1, 1, 1, 1), 20),
-            (11, 16, 3, 1, (0, 1, 2, 1), 5),
+            (11, 7, 3, 1, (0, 1, 2, 1), 5),
             (28, 28, 5, 1, (2, 2, 2, 2), 17),
             (9, 9, 7, 1, (3, 3, 3, 3), 18),
             (3, 4, 5, 1, (2, 2, 2, 2), 1),
