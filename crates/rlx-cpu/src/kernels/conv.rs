@@ -1169,6 +1169,31 @@ mod dw_simd {
         })
     }
 
+    /// Runs `f` on `len` floats of a thread's scratch buffer `cell` whose positions that `f`
+    /// does not write are zero: the buffer is zeroed when `key` (the geometry that decides
+    /// which positions are written) differs from the last call's or is too short, else
+    /// reused as it is. Re-entered on the same thread (a `post` that waited on rayon), `f`
+    /// gets fresh zeros.
+    fn keyed_zeros<const N: usize, R>(
+        cell: &'static std::thread::LocalKey<std::cell::RefCell<([usize; N], Vec<f32>)>>,
+        key: [usize; N],
+        len: usize,
+        f: impl FnOnce(&mut [f32]) -> R,
+    ) -> R {
+        cell.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut guard) => {
+                let (k, buf) = &mut *guard;
+                if *k != key || buf.len() < len {
+                    buf.clear();
+                    buf.resize(len, 0.0);
+                    *k = key;
+                }
+                f(&mut buf[..len])
+            }
+            Err(_) => f(&mut vec![0.0; len]),
+        })
+    }
+
     thread_local! {
         /// The flat path's scratch planes, and the geometry whose padding they hold as
         /// zeros (planes of the same geometry write the same positions, so the padding
@@ -1480,23 +1505,9 @@ mod dw_simd {
                 }
             };
             let key = [f.h, f.w, f.s, f.pt, f.pl, f.r, f.pitch, f.len];
-            FLAT.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut guard) => {
-                    let (k, buf) = &mut *guard;
-                    if *k != key || buf.len() < 2 * f.len {
-                        buf.clear();
-                        buf.resize(2 * f.len, 0.0);
-                        *k = key;
-                    }
-                    let (cur, next) = buf[..2 * f.len].split_at_mut(f.len);
-                    planes(cur, next)
-                }
-                // Re-entered on this thread (a `post` that waited on rayon): fresh zeros.
-                Err(_) => {
-                    let mut buf = vec![0.0; 2 * f.len];
-                    let (cur, next) = buf.split_at_mut(f.len);
-                    planes(cur, next)
-                }
+            keyed_zeros(&FLAT, key, 2 * f.len, |buf| {
+                let (cur, next) = buf.split_at_mut(f.len);
+                planes(cur, next)
             })
         };
         if super::super::par_worth(out.len() * kk) && out.len() > op * group {
@@ -1806,7 +1817,7 @@ mod dw_simd {
             let xs = &x[(n * c + c0) * hw..(n * c + c0 + nc) * hw];
             let ws = &w[c0 * kk..(c0 + nc) * kk];
             let bs = bias.map(|b| &b[c0..c0 + nc]);
-            let mut block = |xp: &mut [f32]| {
+            let block = |xp: &mut [f32]| {
                 // The scratch plane from a 64-byte boundary: each position's 16 channels are
                 // one cache line (a misaligned one would split every load across two lines).
                 let a = xp.as_ptr().align_offset(64).min(15);
@@ -1815,19 +1826,7 @@ mod dw_simd {
                 // block's.
                 unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) }
             };
-            let bits = CBLK.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut guard) => {
-                    let (k, buf) = &mut *guard;
-                    if *k != key {
-                        buf.clear();
-                        buf.resize(p.len * 16 + 15, 0.0);
-                        *k = key;
-                    }
-                    block(buf)
-                }
-                // Re-entered on this thread (a `post` that waited on rayon): fresh zeros.
-                Err(_) => block(&mut vec![0.0; p.len * 16 + 15]),
-            });
+            let bits = keyed_zeros(&CBLK, key, p.len * 16 + 15, block);
             for plane in d.chunks_mut(op) {
                 post(plane);
             }
