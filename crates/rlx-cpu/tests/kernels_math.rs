@@ -1035,14 +1035,15 @@ fn max_pool_fast_path_matches_definition_with_and_without_nan() {
     }
 }
 
-/// MaxPool 3×3 stride 2 (the AVX-512 row-fold path on CPUs that have it) with one NaN at
-/// each column of the first and last rows in turn, on widths around multiples of 32 (output
-/// widths that fill their last 16-lane strip, where the last window's third column is read
-/// past the strip), pads 0 and 1, ceil_mode off and on: every window that holds the NaN
+/// MaxPool 3×3 stride 2 (the AVX-512 or AVX2 row-fold path on CPUs that have one) with one
+/// NaN at each column of the first and last rows in turn, on widths around multiples of 16
+/// and 32 (output widths that fill their last 8- or 16-lane strip, where the last window's
+/// third column is read past the strip), pads 0 and 1, ceil_mode off and on: every window
+/// that holds the NaN
 /// gives NaN, and every other output is the window's max.
 #[test]
 fn max_pool_3x3_stride_2_sees_a_nan_in_every_column() {
-    for w in [31usize, 32, 33, 34, 35, 63, 64, 65, 66] {
+    for w in [15usize, 16, 17, 18, 19, 31, 32, 33, 34, 35, 63, 64, 65, 66] {
         for (p, ceil) in [(0usize, false), (1, false), (0, true), (1, true)] {
             let h = 5usize;
             let out = |n: usize| {

@@ -261,12 +261,17 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     // f32 MaxPool on AVX-512 (stride 1 or 2 along columns, no dilation): its geometry and
     // load masks, made once for every plane.
     #[cfg(target_arch = "x86_64")]
-    let simd = (is_max
+    let simd_ok = is_max
         && super::wide::is_f32::<T>()
         && a.dilations.iter().all(|&d| d == 1)
-        && (1..=2).contains(&sw)
-        && std::is_x86_feature_detected!("avx512f"))
-    .then(|| {
+        && (1..=2).contains(&sw);
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::is_x86_feature_detected!("avx512f");
+    // Without AVX-512: 3×3 stride 2 on AVX2 (`max2d::plane_k3s2_avx2`), the rest generic.
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = !avx512 && std::is_x86_feature_detected!("avx2");
+    #[cfg(target_arch = "x86_64")]
+    let simd = (simd_ok && (avx512 || avx2)).then(|| {
         let geo = max2d::Geo {
             h,
             w,
@@ -289,8 +294,16 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         #[cfg(target_arch = "x86_64")]
         if let Some((geo, _)) = simd.as_ref().filter(|(g, _)| max2d::is_k3s2(g)) {
             let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
-            // SAFETY: AVX-512F was detected above; the geometry is the one it takes.
-            if unsafe { max2d::plane_k3s2(s32, d32, geo) } {
+            // SAFETY: AVX-512F (or, without it, AVX2) was detected above; the geometry is
+            // the one it takes.
+            let clean = unsafe {
+                if avx512 {
+                    max2d::plane_k3s2(s32, d32, geo)
+                } else {
+                    max2d::plane_k3s2_avx2(s32, d32, geo)
+                }
+            };
+            if clean {
                 return;
             }
         }
@@ -303,7 +316,7 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             };
         // A plane with a NaN takes the NaN-aware path below.
         #[cfg(target_arch = "x86_64")]
-        if let (Some((geo, masks)), true) = (&simd, no_nan) {
+        if let (Some((geo, masks)), true, true) = (&simd, no_nan, avx512) {
             let (s32, d32) = (super::wide::as_f32(src), super::wide::as_f32_mut(dst));
             // SAFETY: AVX-512F was detected above.
             unsafe { max2d::plane(s32, d32, geo, masks) };
@@ -728,5 +741,110 @@ mod max2d {
     /// Whether [`plane_k3s2`] takes `g`.
     pub(super) fn is_k3s2(g: &Geo) -> bool {
         (g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2)
+    }
+
+    /// Lanes `l` of an 8-lane load at input column `c` with `0 <= c + l < w`, as a vector
+    /// mask (all ones in such lanes) for `maskload`/`blendv`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn inside8(c: isize, w: usize) -> __m256i {
+        let at = _mm256_add_epi32(
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            _mm256_set1_epi32(c as i32),
+        );
+        let lo = _mm256_cmpgt_epi32(at, _mm256_set1_epi32(-1));
+        let hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), at);
+        _mm256_and_si256(lo, hi)
+    }
+
+    /// Lanes 0, 2, …, 14 (`ODD = false`) or 1, 3, …, 15 of the 16 columns `a ++ b`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn deinterleave<const ODD: bool>(a: __m256, b: __m256) -> __m256 {
+        // Per 128-bit half: a0 a2 b0 b2 | a4 a6 b4 b6 (or the odd lanes); then the 64-bit
+        // pieces reordered 0, 2, 1, 3.
+        let s = if ODD {
+            _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
+        };
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
+    }
+
+    /// [`plane_k3s2`] on AVX2 (8 output columns per register, for CPUs without AVX-512):
+    /// the same folds in the same order (each input row's taps left to right, then the
+    /// window's rows top to bottom, `maxps(new, acc)`), so the same tap wins every tie.
+    /// Tap columns `c + 2l` and `c + 2l + 1` come from the even and odd lanes of two loads
+    /// at `c` and `c + 8`, column `c + 2l + 2` from the even lanes of two loads at `c + 2`
+    /// and `c + 10`; columns outside the image read as -inf (`maskload` touches only the
+    /// lanes inside the row). Every tap read is checked for NaN.
+    ///
+    /// Returns false when a tap it read was NaN (the caller redoes the plane on the
+    /// NaN-aware path).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `g` is 3×3 with strides 2 ([`is_k3s2`]).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn plane_k3s2_avx2(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+        assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
+        assert!((g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2));
+        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let (h, pt) = (g.h as isize, g.pt as isize);
+        let mut nan = _mm256_setzero_ps();
+        for ox0 in (0..g.ow).step_by(8) {
+            // Output column ox0 + l reads input columns c + 2l + {0, 1, 2}.
+            let c = (ox0 * 2) as isize - g.pl as isize;
+            // Whole loads (no masks) when columns c..c+18 are all inside the row.
+            let whole = c >= 0 && c + 18 <= g.w as isize;
+            let masks = [0isize, 8, 2, 10].map(|d| inside8(c + d, g.w));
+            // Input row iy's taps folded left to right (-inf outside the image).
+            let mut fold = |iy: isize| -> __m256 {
+                if iy < 0 || iy >= h {
+                    return ninf;
+                }
+                let p = src
+                    .as_ptr()
+                    .wrapping_add(iy as usize * g.w)
+                    .wrapping_offset(c);
+                let load = |i: usize, d: usize| {
+                    let q = p.wrapping_add(d);
+                    // SAFETY: with `whole`, columns c..c+18 of row iy are inside `src`;
+                    // else only the lanes inside the row are read (the mask).
+                    unsafe {
+                        if whole {
+                            _mm256_loadu_ps(q)
+                        } else {
+                            let m = masks[i];
+                            _mm256_blendv_ps(ninf, _mm256_maskload_ps(q, m), _mm256_castsi256_ps(m))
+                        }
+                    }
+                };
+                let (a, b, c2, d2) = (load(0, 0), load(1, 8), load(2, 2), load(3, 10));
+                let t0 = deinterleave::<false>(a, b);
+                let t1 = deinterleave::<true>(a, b);
+                let t2 = deinterleave::<false>(c2, d2);
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(t0, t1));
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(t2, t2));
+                _mm256_max_ps(t2, _mm256_max_ps(t1, t0))
+            };
+            let n = (g.ow - ox0).min(8);
+            let out_m = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(n as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            let mut top = fold(-pt);
+            for oy in 0..g.oh {
+                let iy = (oy * 2) as isize - pt;
+                let bottom = fold(iy + 2);
+                let acc = _mm256_max_ps(bottom, _mm256_max_ps(fold(iy + 1), top));
+                let d = dst.as_mut_ptr().add(oy * g.ow + ox0);
+                // SAFETY: columns ox0..ox0+n of output row oy, inside `dst` (checked).
+                if n == 8 {
+                    _mm256_storeu_ps(d, acc);
+                } else {
+                    _mm256_maskstore_ps(d, out_m, acc);
+                }
+                top = bottom;
+            }
+        }
+        _mm256_movemask_ps(nan) == 0
     }
 }
