@@ -1547,8 +1547,8 @@ mod dw_simd {
         /// The channel-block path's scratch plane, and the geometry whose padding it holds
         /// as zeros (blocks of the same geometry write the same positions, so the padding
         /// stays zero from one block and call to the next).
-        static CBLK: std::cell::RefCell<([usize; 6], Vec<f32>)> =
-            const { std::cell::RefCell::new(([0; 6], Vec::new())) };
+        static CBLK: std::cell::RefCell<([usize; 7], Vec<f32>)> =
+            const { std::cell::RefCell::new(([0; 7], Vec::new())) };
     }
 
     /// `RLX_CPU_DW_CBLOCK` (read once per process): the channel-block path is on unless it
@@ -1759,7 +1759,150 @@ mod dw_simd {
         }
     }
 
-    /// [`cblock`] for one kernel size.
+    /// Transpose 8 rows of 8 f32 in registers: `r[i][j]` becomes `r[j][i]`.
+    #[inline(always)]
+    unsafe fn transpose8(r: &mut [__m256; 8]) {
+        // SAFETY: register shuffles only; the caller has AVX2.
+        unsafe {
+            let mut t = [_mm256_setzero_ps(); 8];
+            for i in 0..4 {
+                t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            let mut u = [_mm256_setzero_ps(); 8];
+            for i in 0..2 {
+                let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+                u[4 * i] = _mm256_shuffle_ps::<0x44>(a, c);
+                u[4 * i + 1] = _mm256_shuffle_ps::<0xee>(a, c);
+                u[4 * i + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+                u[4 * i + 3] = _mm256_shuffle_ps::<0xee>(b, d);
+            }
+            for j in 0..4 {
+                r[j] = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
+                r[4 + j] = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
+            }
+        }
+    }
+
+    /// [`cblock`] on AVX2 + FMA, for CPUs without AVX-512: blocks of up to 8 channels, the
+    /// padded scratch plane 8 channels per position, `G` output positions summed at a time
+    /// (fewer than the AVX-512 kernel's: 16 registers). The same sums in the same order
+    /// (one accumulator per kernel column, the bias in column 0's, -0 in the others, the
+    /// columns added left to right), so the same bits as the per-row path.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cblock8<const K: usize, const G: usize>(
+        p: &CBlock,
+        nc: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+        xp: &mut [f32],
+        dst: &mut [f32],
+    ) -> u32 {
+        type S = Avx2;
+        let (hw, op) = (p.h * p.w, p.oh * p.ow);
+        assert!((1..=8).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
+        assert!(dst.len() >= nc * op && xp.len() >= p.len * 8);
+        // SAFETY: AVX2 and FMA are enabled on this function. Loads of `x` are masked to
+        // the block's `nc` planes and each plane's `hw` positions; stores to `xp` go to
+        // positions `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len`
+        // (cblock_plan: the padded plane holds every window); stores to `dst` are masked
+        // to the `nc` planes and the plane's `op` positions.
+        unsafe {
+            let chans = _mm256_castsi256_ps(S::range(0, nc));
+            // Weights by tap, 8 channels per vector (channels past `nc`: 0).
+            let mut wt = [_mm256_setzero_ps(); 49];
+            for (t, wv) in wt.iter_mut().enumerate().take(K * K) {
+                let mut lanes = [0f32; 8];
+                for (l, v) in lanes.iter_mut().enumerate().take(nc) {
+                    *v = *w.get_unchecked(l * K * K + t);
+                }
+                *wv = _mm256_loadu_ps(lanes.as_ptr());
+            }
+            let mut bl = [0f32; 8];
+            if let Some(b) = bias {
+                bl[..nc].copy_from_slice(&b[..nc]);
+            }
+            let bv = _mm256_loadu_ps(bl.as_ptr());
+            // Input planes into the padded scratch plane, 8 positions at a time.
+            let xq = xp.as_mut_ptr();
+            let mut r = [_mm256_setzero_ps(); 8];
+            for q0 in (0..hw).step_by(8) {
+                let n = (hw - q0).min(8);
+                let m = S::range(0, n);
+                for (l, v) in r.iter_mut().enumerate() {
+                    *v = if l >= nc {
+                        _mm256_setzero_ps()
+                    } else if n == 8 {
+                        S::load(x.as_ptr().add(l * hw + q0))
+                    } else {
+                        S::load_m(x.as_ptr().add(l * hw + q0), m)
+                    };
+                }
+                transpose8(&mut r);
+                for (j, v) in r.iter().enumerate().take(n) {
+                    let d = *p.din.get_unchecked(q0 + j) as usize;
+                    _mm256_storeu_ps(xq.add(d * 8), *v);
+                }
+            }
+            let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
+            let mut seen = S::splat(0.0);
+            let xr = xp.as_ptr();
+            let pw = p.pw;
+            let mut init = [S::splat(-0.0); K];
+            init[0] = bv;
+            for o0 in (0..op).step_by(8) {
+                for g0 in (0..8).step_by(G) {
+                    let mut acc = [init; G];
+                    let mut base = [xr; G];
+                    for (g, b) in base.iter_mut().enumerate() {
+                        *b = xr.add(*p.dout.get_unchecked(o0 + g0 + g) as usize * 8);
+                    }
+                    for ky in 0..K {
+                        for kx in 0..K {
+                            let wv = wt[ky * K + kx];
+                            let off = (ky * pw + kx) * 8;
+                            for g in 0..G {
+                                acc[g][kx] = S::fma(wv, S::load(base[g].add(off)), acc[g][kx]);
+                            }
+                        }
+                    }
+                    for g in 0..G {
+                        let mut y = acc[g][0];
+                        for a in &acc[g][1..] {
+                            y = S::add(y, *a);
+                        }
+                        r[g0 + g] = y;
+                    }
+                }
+                let n = (op - o0).min(8);
+                for (j, v) in r.iter_mut().enumerate() {
+                    if clamp.track && j < n {
+                        seen = S::max_abs_bits(seen, _mm256_and_ps(chans, *v));
+                    }
+                    *v = S::clamp(*v, lo, hi);
+                    if clamp.nan_out {
+                        *v = S::nan_out(*v);
+                    }
+                }
+                transpose8(&mut r);
+                let m = S::range(0, n);
+                for (l, v) in r.iter().enumerate().take(nc) {
+                    let d = dst.as_mut_ptr().add(l * op + o0);
+                    if n == 8 {
+                        S::store(d, *v);
+                    } else {
+                        S::store_m(d, *v, m);
+                    }
+                }
+            }
+            S::hmax_bits(seen)
+        }
+    }
+
+    /// [`cblock`] (or [`cblock8`]) for one kernel size.
     type CBlockFn = unsafe fn(
         &CBlock,
         usize,
@@ -1772,10 +1915,12 @@ mod dw_simd {
     ) -> u32;
 
     /// The channel-block path: every output plane, by blocks of 16 channels of one image
-    /// ([`cblock`]), the blocks split over threads when the multiply-adds are many. False
-    /// where [`cblock_plan`] does not apply (nothing is written). `w` must be finite.
+    /// ([`cblock`]; with `avx2`, blocks of 8 on AVX2 + FMA, [`cblock8`]), the blocks split
+    /// over threads when the multiply-adds are many. False where [`cblock_plan`] does not
+    /// apply (nothing is written). `w` must be finite.
     #[allow(clippy::too_many_arguments)]
     fn run_cblock(
+        avx2: bool,
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
@@ -1790,11 +1935,16 @@ mod dw_simd {
             return false;
         };
         let k = g.ks[0];
-        let f: CBlockFn = match k {
-            3 => cblock::<3, 8>,
-            5 => cblock::<5, 4>,
-            _ => cblock::<7, 4>,
+        let f: CBlockFn = match (avx2, k) {
+            (false, 3) => cblock::<3, 8>,
+            (false, 5) => cblock::<5, 4>,
+            (false, _) => cblock::<7, 4>,
+            (true, 3) => cblock8::<3, 4>,
+            (true, 5) => cblock8::<5, 2>,
+            (true, _) => cblock8::<7, 2>,
         };
+        // Channels per block, and per position of the scratch plane.
+        let lanes = if avx2 { 8 } else { 16 };
         let (c, hw, op, kk) = (g.m, p.h * p.w, p.oh * p.ow, k * k);
         let clamp = Clamp {
             track: seen.is_some(),
@@ -1802,31 +1952,32 @@ mod dw_simd {
         };
         // The blocks: (image, first channel, channels), each with its output planes.
         let par = super::super::par_worth(out.len() * kk);
-        let mut blocks = Vec::with_capacity(g.n * c.div_ceil(16));
+        let mut blocks = Vec::with_capacity(g.n * c.div_ceil(lanes));
         let mut rest = &mut out[..g.n * c * op];
         for n in 0..g.n {
-            for c0 in (0..c).step_by(16) {
-                let nc = (c - c0).min(16);
+            for c0 in (0..c).step_by(lanes) {
+                let nc = (c - c0).min(lanes);
                 let (d, r) = rest.split_at_mut(nc * op);
                 rest = r;
                 blocks.push((n, c0, nc, d));
             }
         }
-        let key = [p.h, p.w, p.pw, p.len, g.pads[0].0, g.pads[1].0];
+        let key = [p.h, p.w, p.pw, p.len, g.pads[0].0, g.pads[1].0, lanes];
         let run = |(n, c0, nc, d): (usize, usize, usize, &mut [f32])| {
             let xs = &x[(n * c + c0) * hw..(n * c + c0 + nc) * hw];
             let ws = &w[c0 * kk..(c0 + nc) * kk];
             let bs = bias.map(|b| &b[c0..c0 + nc]);
             let block = |xp: &mut [f32]| {
-                // The scratch plane from a 64-byte boundary: each position's 16 channels are
-                // one cache line (a misaligned one would split every load across two lines).
+                // The scratch plane from a 64-byte boundary: each position's 16 (or 8)
+                // channels lie in one cache line (a misaligned one would split loads across
+                // two lines).
                 let a = xp.as_ptr().align_offset(64).min(15);
-                let xa = &mut xp[a..a + p.len * 16];
-                // SAFETY: `run_with` is reached with AVX-512F only; the slices are the
-                // block's.
+                let xa = &mut xp[a..a + p.len * lanes];
+                // SAFETY: `run_with` is reached with AVX-512F (or, with `avx2`, AVX2 and
+                // FMA); the slices are the block's.
                 unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) }
             };
-            let bits = keyed_zeros(&CBLK, key, p.len * 16 + 15, block);
+            let bits = keyed_zeros(&CBLK, key, p.len * lanes + 15, block);
             for plane in d.chunks_mut(op) {
                 post(plane);
             }
@@ -1961,7 +2112,11 @@ mod dw_simd {
         /// [`Isa::Avx512`] without the flat path (for tests).
         #[cfg_attr(not(test), allow(dead_code))]
         Avx512Rows,
+        /// AVX2 + FMA: the channel blocks ([`cblock8`]) where they apply, else 8 lanes per row.
         Avx2,
+        /// [`Isa::Avx2`] without the channel blocks (for tests).
+        #[cfg_attr(not(test), allow(dead_code))]
+        Avx2Rows,
     }
 
     pub(super) fn best_isa() -> Option<Isa> {
@@ -2006,14 +2161,18 @@ mod dw_simd {
             Isa::Avx512
                 if finite_w
                     && cblock_on()
-                    && run_cblock(x, w, bias, g, &mut out, post, clamp, seen) => {}
+                    && run_cblock(false, x, w, bias, g, &mut out, post, clamp, seen) => {}
+            Isa::Avx2
+                if finite_w
+                    && cblock_on()
+                    && run_cblock(true, x, w, bias, g, &mut out, post, clamp, seen) => {}
             Isa::Avx512 if finite_w && run_flat(x, w, bias, g, &mut out, post, clamp, seen) => {}
             Isa::Avx512 | Isa::Avx512Rows if g.osp[1] <= 8 => {
                 run_avx512y(x, w, bias, g, &mut out, post, clamp, seen)
             }
             Isa::Avx512 | Isa::Avx512Rows => run_avx512(x, w, bias, g, &mut out, post, clamp, seen),
             Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post, clamp, seen),
-            Isa::Avx2 => run_avx2(x, w, bias, g, &mut out, post, clamp, seen),
+            Isa::Avx2 | Isa::Avx2Rows => run_avx2(x, w, bias, g, &mut out, post, clamp, seen),
         }
         Some(out)
     }
@@ -3494,10 +3653,16 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn depthwise_channel_blocks_give_the_per_row_bits() {
-        if dw_simd::best_isa() != Some(dw_simd::Isa::Avx512) {
-            eprintln!("skipped: no AVX-512F/VL on this CPU");
-            return;
-        }
+        use dw_simd::Isa;
+        // (channel blocks, per-row path) on each width this CPU has.
+        let pairs: &[(Isa, Isa)] = match dw_simd::best_isa() {
+            Some(Isa::Avx512) => &[(Isa::Avx512, Isa::Avx512Rows), (Isa::Avx2, Isa::Avx2Rows)],
+            Some(Isa::Avx2) => &[(Isa::Avx2, Isa::Avx2Rows)],
+            _ => {
+                eprintln!("skipped: no AVX-512F/VL or AVX2 on this CPU");
+                return;
+            }
+        };
         // (h, w, k, stride, pads top/left/bottom/right, channels)
         let geos: &[(
             usize,
@@ -3549,24 +3714,30 @@ mod tests {
                     dw_simd::run_with(isa, true, &x, &w, Some(&b), &g, &no_post, clamp, seen)
                         .unwrap()
                 };
-                let want = run(dw_simd::Isa::Avx512Rows, None);
-                for threads in [1, 3] {
-                    let seen = AtomicU32::new(0);
-                    let got = if threads == 1 {
-                        run(dw_simd::Isa::Avx512, Some(&seen))
-                    } else {
-                        pool.install(|| run(dw_simd::Isa::Avx512, Some(&seen)))
-                    };
-                    for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
-                        let nan_ok = u.is_nan() && v.is_nan() && !clamp.nan_out;
-                        assert!(
-                            u.to_bits() == v.to_bits() || nan_ok,
-                            "geo {gi} {clamp:?} {threads} threads at {i}: {u} vs {v}"
-                        );
-                    }
-                    if clamp == Clamp::NONE {
-                        let want_bits = crate::kernels::wide::max_abs_bits(&want);
-                        assert_eq!(seen.into_inner(), want_bits, "geo {gi} {threads} threads");
+                for &(fast, rows) in pairs {
+                    let want = run(rows, None);
+                    for threads in [1, 3] {
+                        let seen = AtomicU32::new(0);
+                        let got = if threads == 1 {
+                            run(fast, Some(&seen))
+                        } else {
+                            pool.install(|| run(fast, Some(&seen)))
+                        };
+                        for (i, (&u, &v)) in got.iter().zip(&want).enumerate() {
+                            let nan_ok = u.is_nan() && v.is_nan() && !clamp.nan_out;
+                            assert!(
+                                u.to_bits() == v.to_bits() || nan_ok,
+                                "{fast:?} geo {gi} {clamp:?} {threads} threads at {i}: {u} vs {v}"
+                            );
+                        }
+                        if clamp == Clamp::NONE {
+                            let want_bits = crate::kernels::wide::max_abs_bits(&want);
+                            assert_eq!(
+                                seen.into_inner(),
+                                want_bits,
+                                "{fast:?} geo {gi} {threads} threads"
+                            );
+                        }
                     }
                 }
             }
@@ -3584,8 +3755,11 @@ mod tests {
                 dw_simd::Isa::Avx512Rows,
                 dw_simd::Isa::Avx512Y,
                 dw_simd::Isa::Avx2,
+                dw_simd::Isa::Avx2Rows,
             ],
-            Some(dw_simd::Isa::Avx2) => &[dw_simd::Isa::Avx2],
+            Some(dw_simd::Isa::Avx2 | dw_simd::Isa::Avx2Rows) => {
+                &[dw_simd::Isa::Avx2, dw_simd::Isa::Avx2Rows]
+            }
             None => &[],
         };
         let geos = [
@@ -3758,12 +3932,13 @@ mod tests {
             return;
         };
         let isas = if best == dw_simd::Isa::Avx2 {
-            vec![best]
+            vec![best, dw_simd::Isa::Avx2Rows]
         } else {
             vec![
                 dw_simd::Isa::Avx512,
                 dw_simd::Isa::Avx512Rows,
                 dw_simd::Isa::Avx2,
+                dw_simd::Isa::Avx2Rows,
             ]
         };
         // (h, w, k, stride, pad): flat-path geometries and one per-row one
