@@ -1560,8 +1560,10 @@ mod dw_simd {
 
     /// The channel-block path's geometry for `g`, or `None` where it does not apply (kernel
     /// other than 3×3, 5×5, 7×7; dilation; stride other than 1 or 2 on both axes; an output
-    /// plane over [`CBLOCK_MAX_PLANE`]; a 3×3 kernel on a plane wider than 8 outputs).
-    pub(super) fn cblock_plan(g: &Geo) -> Option<CBlock> {
+    /// plane over [`CBLOCK_MAX_PLANE`]; for the 16-lane kernel, a 3×3 kernel on a plane
+    /// wider than 8 outputs). `lanes`: channels per block, 16 ([`cblock`]) or 8
+    /// ([`cblock8`]).
+    pub(super) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
         let k = g.ks[0];
         let s = g.strides[0];
         if g.ks[1] != k
@@ -1580,8 +1582,10 @@ mod dw_simd {
         // 32² outputs; 3×3 only on planes at most 8 outputs wide, whose rows leave half the
         // lanes of the per-row paths idle. 3×3 convs with 14 output columns ran 5–25%
         // slower here at stride 2 (28² → 14²), and at stride 1 gained at 1 thread but lost
-        // at 2: the transposes, per input position, are not paid back by 9 taps.
-        if k == 3 && ow > 8 {
+        // at 2: the transposes, per input position, are not paid back by 9 taps. On AVX2
+        // (8 lanes, Zen 2) 3×3 gained at every plane up to the bound, 1 and 2 threads
+        // (576 ch at 14²: 0.23 → 0.15 ms; 240 ch 3×3/2 at 28²: 0.155 → 0.088 ms; §23).
+        if k == 3 && ow > 8 && lanes == 16 {
             return None;
         }
         let (pt, pl) = (g.pads[0].0, g.pads[1].0);
@@ -1931,7 +1935,8 @@ mod dw_simd {
         seen: Option<&AtomicU32>,
     ) -> bool {
         use rayon::prelude::*;
-        let Some(p) = cblock_plan(g) else {
+        let lanes = if avx2 { 8 } else { 16 };
+        let Some(p) = cblock_plan(g, lanes) else {
             return false;
         };
         let k = g.ks[0];
@@ -1943,8 +1948,7 @@ mod dw_simd {
             (true, 5) => cblock8::<5, 2>,
             (true, _) => cblock8::<7, 2>,
         };
-        // Channels per block, and per position of the scratch plane.
-        let lanes = if avx2 { 8 } else { 16 };
+
         let (c, hw, op, kk) = (g.m, p.h * p.w, p.oh * p.ow, k * k);
         let clamp = Clamp {
             track: seen.is_some(),
@@ -3695,7 +3699,7 @@ mod tests {
             };
             let g = geometry(&[2, c, h, wd], &[c, 1, k, k], &a, &[2, c, oh, ow]).unwrap();
             assert!(
-                dw_simd::cblock_plan(&g).is_some(),
+                dw_simd::cblock_plan(&g, 16).is_some(),
                 "geo {gi} takes the channel blocks"
             );
             let mut x: Vec<f32> = (0..2 * c * h * wd)
