@@ -499,6 +499,11 @@ mod dw_simd {
         unsafe fn max_abs_bits(acc: Self::V, v: Self::V) -> Self::V;
         /// The largest lane of a [`Lanes::max_abs_bits`] accumulator.
         unsafe fn hmax_bits(acc: Self::V) -> u32;
+        /// `v` with the lanes outside `m` set to 0.
+        unsafe fn zero_off(v: Self::V, m: Self::M) -> Self::V;
+        /// Transpose the first `N` rows of `N` lanes in registers: `r[i][j]` becomes
+        /// `r[j][i]` for `i, j < N` (rows past `N` untouched).
+        unsafe fn transpose(r: &mut [Self::V; 16]);
     }
 
     pub(super) struct Avx512;
@@ -563,6 +568,14 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn hmax_bits(acc: __m512) -> u32 {
             _mm512_reduce_max_epu32(_mm512_castps_si512(acc))
+        }
+        #[inline(always)]
+        unsafe fn zero_off(v: __m512, m: u16) -> __m512 {
+            _mm512_maskz_mov_ps(m, v)
+        }
+        #[inline(always)]
+        unsafe fn transpose(r: &mut [__m512; 16]) {
+            transpose16(r)
         }
     }
 
@@ -656,6 +669,14 @@ mod dw_simd {
         unsafe fn hmax_bits(acc: __m256) -> u32 {
             hmax_bits_256(acc)
         }
+        #[inline(always)]
+        unsafe fn zero_off(v: __m256, m: u8) -> __m256 {
+            _mm256_maskz_mov_ps(m, v)
+        }
+        #[inline(always)]
+        unsafe fn transpose(r: &mut [__m256; 16]) {
+            transpose8(r)
+        }
     }
 
     pub(super) struct Avx2;
@@ -715,6 +736,14 @@ mod dw_simd {
         #[inline(always)]
         unsafe fn hmax_bits(acc: __m256) -> u32 {
             hmax_bits_256(acc)
+        }
+        #[inline(always)]
+        unsafe fn zero_off(v: __m256, m: __m256i) -> __m256 {
+            _mm256_and_ps(v, _mm256_castsi256_ps(m))
+        }
+        #[inline(always)]
+        unsafe fn transpose(r: &mut [__m256; 16]) {
+            transpose8(r)
         }
     }
 
@@ -1646,126 +1675,10 @@ mod dw_simd {
         }
     }
 
-    /// One block of up to 16 channels (`nc`) of one image: input planes `x` (`nc` planes
-    /// of `h × w`), weights `w` (`nc` filters of `K × K`), output planes `dst` (`nc` planes
-    /// of `oh × ow`). The planes are transposed into `xp` (the padded plane, 16 channels
-    /// per position, its padding zero), each output position is then summed with the 16
-    /// channels in the lanes of one register (bias, then every tap in (ky, kx) order, each
-    /// one fused multiply-add), clamped, transposed back 16 positions at a time and stored.
-    /// Taps in the padding add `w · 0`: `w` must be finite. Returns the largest |y| bits
-    /// before the clamp over the block's outputs when `clamp.track`.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn cblock<const K: usize, const G: usize>(
-        p: &CBlock,
-        nc: usize,
-        x: &[f32],
-        w: &[f32],
-        bias: Option<&[f32]>,
-        clamp: Clamp,
-        xp: &mut [f32],
-        dst: &mut [f32],
-    ) -> u32 {
-        type S = Avx512;
-        let (hw, op) = (p.h * p.w, p.oh * p.ow);
-        assert!((1..=16).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
-        assert!(dst.len() >= nc * op && xp.len() >= p.len * 16);
-        // SAFETY: AVX-512F is enabled on this function. Loads of `x` are masked to the
-        // block's `nc` planes and each plane's `hw` positions; stores to `xp` go to
-        // positions `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len`
-        // (cblock_plan: the padded plane holds every window); stores to `dst` are masked
-        // to the `nc` planes and the plane's `op` positions.
-        unsafe {
-            let chans = first(nc);
-            // Weights by tap, 16 channels per vector (channels past `nc`: 0).
-            let mut wt = [_mm512_setzero_ps(); 49];
-            for (t, wv) in wt.iter_mut().enumerate().take(K * K) {
-                let mut lanes = [0f32; 16];
-                for (l, v) in lanes.iter_mut().enumerate().take(nc) {
-                    *v = *w.get_unchecked(l * K * K + t);
-                }
-                *wv = _mm512_loadu_ps(lanes.as_ptr());
-            }
-            let mut bl = [0f32; 16];
-            if let Some(b) = bias {
-                bl[..nc].copy_from_slice(&b[..nc]);
-            }
-            let bv = _mm512_loadu_ps(bl.as_ptr());
-            // Input planes into the padded scratch plane, 16 positions at a time.
-            let xq = xp.as_mut_ptr();
-            let mut r = [_mm512_setzero_ps(); 16];
-            for q0 in (0..hw).step_by(16) {
-                let m = first(hw - q0);
-                for (l, v) in r.iter_mut().enumerate() {
-                    *v = if l < nc {
-                        _mm512_maskz_loadu_ps(m, x.as_ptr().add(l * hw + q0))
-                    } else {
-                        _mm512_setzero_ps()
-                    };
-                }
-                transpose16(&mut r);
-                for (j, v) in r.iter().enumerate().take((hw - q0).min(16)) {
-                    let d = *p.din.get_unchecked(q0 + j) as usize;
-                    _mm512_storeu_ps(xq.add(d * 16), *v);
-                }
-            }
-            // Output positions, 16 at a time, in groups of `G`. The sums as the per-row and
-            // flat paths make them, for the same bits: one accumulator per kernel column
-            // (the bias in column 0's, -0 in the others), each tap's fused multiply-add
-            // into its column's, the columns added left to right.
-            let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
-            let mut seen = S::splat(0.0);
-            let xr = xp.as_ptr();
-            let pw = p.pw;
-            let mut init = [S::splat(-0.0); K];
-            init[0] = bv;
-            for o0 in (0..op).step_by(16) {
-                for g0 in (0..16).step_by(G) {
-                    let mut acc = [init; G];
-                    let mut base = [xr; G];
-                    for (g, b) in base.iter_mut().enumerate() {
-                        *b = xr.add(*p.dout.get_unchecked(o0 + g0 + g) as usize * 16);
-                    }
-                    for ky in 0..K {
-                        for kx in 0..K {
-                            let wv = wt[ky * K + kx];
-                            let off = (ky * pw + kx) * 16;
-                            for g in 0..G {
-                                acc[g][kx] = S::fma(wv, S::load(base[g].add(off)), acc[g][kx]);
-                            }
-                        }
-                    }
-                    for g in 0..G {
-                        let mut y = acc[g][0];
-                        for a in &acc[g][1..] {
-                            y = S::add(y, *a);
-                        }
-                        r[g0 + g] = y;
-                    }
-                }
-                let n = (op - o0).min(16);
-                for (j, v) in r.iter_mut().enumerate() {
-                    if clamp.track && j < n {
-                        seen = S::max_abs_bits(seen, _mm512_maskz_mov_ps(chans, *v));
-                    }
-                    *v = S::clamp(*v, lo, hi);
-                    if clamp.nan_out {
-                        *v = S::nan_out(*v);
-                    }
-                }
-                transpose16(&mut r);
-                let m = first(n);
-                for (l, v) in r.iter().enumerate().take(nc) {
-                    S::store_m(dst.as_mut_ptr().add(l * op + o0), *v, m);
-                }
-            }
-            S::hmax_bits(seen)
-        }
-    }
-
-    /// Transpose 8 rows of 8 f32 in registers: `r[i][j]` becomes `r[j][i]`.
+    /// Transpose the first 8 rows of 8 f32 in registers: `r[i][j]` becomes `r[j][i]` for
+    /// `i, j < 8`.
     #[inline(always)]
-    unsafe fn transpose8(r: &mut [__m256; 8]) {
+    unsafe fn transpose8(r: &mut [__m256; 16]) {
         // SAFETY: register shuffles only; the caller has AVX2.
         unsafe {
             let mut t = [_mm256_setzero_ps(); 8];
@@ -1788,14 +1701,22 @@ mod dw_simd {
         }
     }
 
-    /// [`cblock`] on AVX2 + FMA, for CPUs without AVX-512: blocks of up to 8 channels, the
-    /// padded scratch plane 8 channels per position, `G` output positions summed at a time
-    /// (fewer than the AVX-512 kernel's: 16 registers). The same sums in the same order
-    /// (one accumulator per kernel column, the bias in column 0's, -0 in the others, the
-    /// columns added left to right), so the same bits as the per-row path.
-    #[target_feature(enable = "avx2,fma")]
+    /// One block of up to `S::N` (16 or 8) channels (`nc`) of one image: input planes `x`
+    /// (`nc` planes of `h × w`), weights `w` (`nc` filters of `K × K`), output planes `dst`
+    /// (`nc` planes of `oh × ow`). The planes are transposed into `xp` (the padded plane,
+    /// `S::N` channels per position, its padding zero), each output position is then summed
+    /// with the channels in the lanes of one register (bias, then every tap in (ky, kx)
+    /// order, each one fused multiply-add), clamped, transposed back `S::N` positions at a
+    /// time and stored, `G` positions summed at a time. Taps in the padding add `w · 0`: `w`
+    /// must be finite. Returns the largest |y| bits before the clamp over the block's outputs
+    /// when `clamp.track`. Compiled into [`cblock`] (AVX-512F, 16 lanes) and [`cblock8`]
+    /// (AVX2 + FMA, 8 lanes).
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features, and the caller is compiled with them.
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn cblock8<const K: usize, const G: usize>(
+    unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
         p: &CBlock,
         nc: usize,
         x: &[f32],
@@ -1805,69 +1726,73 @@ mod dw_simd {
         xp: &mut [f32],
         dst: &mut [f32],
     ) -> u32 {
-        type S = Avx2;
+        let n_l = S::N;
         let (hw, op) = (p.h * p.w, p.oh * p.ow);
-        assert!((1..=8).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
-        assert!(dst.len() >= nc * op && xp.len() >= p.len * 8);
-        // SAFETY: AVX2 and FMA are enabled on this function. Loads of `x` are masked to
-        // the block's `nc` planes and each plane's `hw` positions; stores to `xp` go to
-        // positions `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len`
-        // (cblock_plan: the padded plane holds every window); stores to `dst` are masked
-        // to the `nc` planes and the plane's `op` positions.
+        assert!((1..=n_l).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
+        assert!(dst.len() >= nc * op && xp.len() >= p.len * n_l);
+        // SAFETY: the caller has S's features. Loads of `x` are masked to the block's `nc`
+        // planes and each plane's `hw` positions; stores to `xp` go to positions
+        // `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len` (cblock_plan:
+        // the padded plane holds every window); stores to `dst` are masked to the `nc`
+        // planes and the plane's `op` positions.
         unsafe {
-            let chans = _mm256_castsi256_ps(S::range(0, nc));
-            // Weights by tap, 8 channels per vector (channels past `nc`: 0).
-            let mut wt = [_mm256_setzero_ps(); 49];
+            let chans = S::range(0, nc);
+            // Weights by tap, N channels per vector (channels past `nc`: 0).
+            let mut wt = [S::splat(0.0); 49];
             for (t, wv) in wt.iter_mut().enumerate().take(K * K) {
-                let mut lanes = [0f32; 8];
+                let mut lanes = [0f32; 16];
                 for (l, v) in lanes.iter_mut().enumerate().take(nc) {
                     *v = *w.get_unchecked(l * K * K + t);
                 }
-                *wv = _mm256_loadu_ps(lanes.as_ptr());
+                *wv = S::load(lanes.as_ptr());
             }
-            let mut bl = [0f32; 8];
+            let mut bl = [0f32; 16];
             if let Some(b) = bias {
                 bl[..nc].copy_from_slice(&b[..nc]);
             }
-            let bv = _mm256_loadu_ps(bl.as_ptr());
-            // Input planes into the padded scratch plane, 8 positions at a time.
+            let bv = S::load(bl.as_ptr());
+            // Input planes into the padded scratch plane, N positions at a time.
             let xq = xp.as_mut_ptr();
-            let mut r = [_mm256_setzero_ps(); 8];
-            for q0 in (0..hw).step_by(8) {
-                let n = (hw - q0).min(8);
+            let mut r = [S::splat(0.0); 16];
+            for q0 in (0..hw).step_by(n_l) {
+                let n = (hw - q0).min(n_l);
                 let m = S::range(0, n);
-                for (l, v) in r.iter_mut().enumerate() {
+                for (l, v) in r.iter_mut().enumerate().take(n_l) {
                     *v = if l >= nc {
-                        _mm256_setzero_ps()
-                    } else if n == 8 {
+                        S::splat(0.0)
+                    } else if n == n_l {
                         S::load(x.as_ptr().add(l * hw + q0))
                     } else {
                         S::load_m(x.as_ptr().add(l * hw + q0), m)
                     };
                 }
-                transpose8(&mut r);
+                S::transpose(&mut r);
                 for (j, v) in r.iter().enumerate().take(n) {
                     let d = *p.din.get_unchecked(q0 + j) as usize;
-                    _mm256_storeu_ps(xq.add(d * 8), *v);
+                    S::store(xq.add(d * n_l), *v);
                 }
             }
+            // Output positions, N at a time, in groups of `G`. The sums as the per-row and
+            // flat paths make them, for the same bits: one accumulator per kernel column
+            // (the bias in column 0's, -0 in the others), each tap's fused multiply-add
+            // into its column's, the columns added left to right.
             let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
             let mut seen = S::splat(0.0);
             let xr = xp.as_ptr();
             let pw = p.pw;
             let mut init = [S::splat(-0.0); K];
             init[0] = bv;
-            for o0 in (0..op).step_by(8) {
-                for g0 in (0..8).step_by(G) {
+            for o0 in (0..op).step_by(n_l) {
+                for g0 in (0..n_l).step_by(G) {
                     let mut acc = [init; G];
                     let mut base = [xr; G];
                     for (g, b) in base.iter_mut().enumerate() {
-                        *b = xr.add(*p.dout.get_unchecked(o0 + g0 + g) as usize * 8);
+                        *b = xr.add(*p.dout.get_unchecked(o0 + g0 + g) as usize * n_l);
                     }
                     for ky in 0..K {
                         for kx in 0..K {
                             let wv = wt[ky * K + kx];
-                            let off = (ky * pw + kx) * 8;
+                            let off = (ky * pw + kx) * n_l;
                             for g in 0..G {
                                 acc[g][kx] = S::fma(wv, S::load(base[g].add(off)), acc[g][kx]);
                             }
@@ -1881,21 +1806,21 @@ mod dw_simd {
                         r[g0 + g] = y;
                     }
                 }
-                let n = (op - o0).min(8);
-                for (j, v) in r.iter_mut().enumerate() {
+                let n = (op - o0).min(n_l);
+                for (j, v) in r.iter_mut().enumerate().take(n_l) {
                     if clamp.track && j < n {
-                        seen = S::max_abs_bits(seen, _mm256_and_ps(chans, *v));
+                        seen = S::max_abs_bits(seen, S::zero_off(*v, chans));
                     }
                     *v = S::clamp(*v, lo, hi);
                     if clamp.nan_out {
                         *v = S::nan_out(*v);
                     }
                 }
-                transpose8(&mut r);
+                S::transpose(&mut r);
                 let m = S::range(0, n);
                 for (l, v) in r.iter().enumerate().take(nc) {
                     let d = dst.as_mut_ptr().add(l * op + o0);
-                    if n == 8 {
+                    if n == n_l {
                         S::store(d, *v);
                     } else {
                         S::store_m(d, *v, m);
@@ -1904,6 +1829,41 @@ mod dw_simd {
             }
             S::hmax_bits(seen)
         }
+    }
+
+    /// [`cblock_lanes`] on AVX-512F: blocks of 16 channels.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cblock<const K: usize, const G: usize>(
+        p: &CBlock,
+        nc: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+        xp: &mut [f32],
+        dst: &mut [f32],
+    ) -> u32 {
+        // SAFETY: AVX-512F is enabled here; the caller checked the CPU has it.
+        unsafe { cblock_lanes::<Avx512, K, G>(p, nc, x, w, bias, clamp, xp, dst) }
+    }
+
+    /// [`cblock_lanes`] on AVX2 + FMA, for CPUs without AVX-512: blocks of 8 channels, fewer
+    /// positions summed at a time than the AVX-512 kernel (`G`: 16 registers).
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cblock8<const K: usize, const G: usize>(
+        p: &CBlock,
+        nc: usize,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+        xp: &mut [f32],
+        dst: &mut [f32],
+    ) -> u32 {
+        // SAFETY: AVX2 and FMA are enabled here; the caller checked the CPU has them.
+        unsafe { cblock_lanes::<Avx2, K, G>(p, nc, x, w, bias, clamp, xp, dst) }
     }
 
     /// [`cblock`] (or [`cblock8`]) for one kernel size.
