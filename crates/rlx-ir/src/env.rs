@@ -81,7 +81,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_DW_CBLOCK",
         values: "1|0 (0, off, false, no: off)",
         acts: "at the process's first f32 depthwise conv on the CPU (read once)",
-        catches: "nothing: 0 sends f32 5x5/7x7 depthwise convs with output planes of at most 1024 positions, and 3x3 ones at most 8 outputs wide, to the per-plane paths instead of the channel-block kernel (16 channels per register; default on); for timing one against the other",
+        catches: "nothing: 0 sends f32 3x3/5x5/7x7 depthwise convs with output planes of at most 1024 positions (on AVX-512, 3x3 ones only at most 8 outputs wide) to the per-plane paths instead of the channel-block kernel (16 channels per register on AVX-512, 8 on AVX2; default on); for timing one against the other",
         cost: "none",
         scope: Scope::Runtime,
     },

@@ -1707,8 +1707,11 @@ mod dw_simd {
     /// `S::N` channels per position, its padding zero), each output position is then summed
     /// with the channels in the lanes of one register (bias, then every tap in (ky, kx)
     /// order, each one fused multiply-add), clamped, transposed back `S::N` positions at a
-    /// time and stored, `G` positions summed at a time. Taps in the padding add `w · 0`: `w`
-    /// must be finite. Returns the largest |y| bits before the clamp over the block's outputs
+    /// time and stored, `G` positions summed at a time: one accumulator per kernel column
+    /// (the bias in column 0's), each tap one fused multiply-add into its column's, the
+    /// columns added left to right. Taps in the padding add `w · (+0)`, as ONNX's zero
+    /// padding defines them (the per-row path skips them: the same bits but for the sign
+    /// of a zero result, −0 there where every term is −0); `w` must be finite. Returns the largest |y| bits before the clamp over the block's outputs
     /// when `clamp.track`. Compiled into [`cblock`] (AVX-512F, 16 lanes) and [`cblock8`]
     /// (AVX2 + FMA, 8 lanes).
     ///
