@@ -269,7 +269,9 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     let avx512 = std::is_x86_feature_detected!("avx512f");
     // Without AVX-512: 3×3 stride 2 on AVX2 (`max2d::plane_k3s2_avx2`), the rest generic.
     #[cfg(target_arch = "x86_64")]
-    let avx2 = !avx512 && std::is_x86_feature_detected!("avx2");
+    let avx2 = !avx512
+        && (kh, kw, a.strides[0], sw) == (3, 3, 2, 2)
+        && std::is_x86_feature_detected!("avx2");
     #[cfg(target_arch = "x86_64")]
     let simd = (simd_ok && (avx512 || avx2)).then(|| {
         let geo = max2d::Geo {
