@@ -286,7 +286,12 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             pt: a.pads[0].0,
             pl: a.pads[1].0,
         };
-        let masks = max2d::masks(&geo);
+        // The load masks of `max2d::plane` (AVX-512 only).
+        let masks = if avx512 {
+            max2d::masks(&geo)
+        } else {
+            Vec::new()
+        };
         (geo, masks)
     });
     fill_chunks(&mut out, p, |pl, dst| {
@@ -696,10 +701,7 @@ mod max2d {
                 if iy < 0 || iy >= h {
                     return ninf;
                 }
-                let p = src
-                    .as_ptr()
-                    .wrapping_add(iy as usize * g.w)
-                    .wrapping_offset(c);
+                let p = row_at(src, g, iy, c);
                 // SAFETY: only lanes inside row iy are read (the masks).
                 let (lo, hi, next) = unsafe {
                     (
@@ -738,6 +740,15 @@ mod max2d {
             }
         }
         nan == 0
+    }
+
+    /// Where input row `iy` (inside the image) of `src` reads column `c` (possibly outside
+    /// the row: only lanes inside it are loaded).
+    #[inline(always)]
+    fn row_at(src: &[f32], g: &Geo, iy: isize, c: isize) -> *const f32 {
+        src.as_ptr()
+            .wrapping_add(iy as usize * g.w)
+            .wrapping_offset(c)
     }
 
     /// Whether [`plane_k3s2`] takes `g`.
@@ -802,10 +813,7 @@ mod max2d {
                 if iy < 0 || iy >= h {
                     return ninf;
                 }
-                let p = src
-                    .as_ptr()
-                    .wrapping_add(iy as usize * g.w)
-                    .wrapping_offset(c);
+                let p = row_at(src, g, iy, c);
                 let load = |i: usize, d: usize| {
                     let q = p.wrapping_add(d);
                     // SAFETY: with `whole`, columns c..c+18 of row iy are inside `src`;
