@@ -54,7 +54,7 @@ if [[ ",$RUNTIMES," == *",tract,"* ]] && ! bench/.tools/bin/tract --version 2>/d
   log "building tract-cli $TRACT_VERSION in the background (log: bench/.tools/build.log)"
   mkdir -p bench/.tools
   nice -n 19 cargo install tract-cli --version "$TRACT_VERSION" --features multithread-mm \
-    --locked --root bench/.tools >bench/.tools/build.log 2>&1 &
+    --locked --root bench/.tools --target-dir bench/.tools/target >bench/.tools/build.log 2>&1 &
   TRACT_PID=$!
 fi
 

@@ -46,7 +46,7 @@ pub struct BenchArgs {
     /// Device to run on: cpu, or wgpu (the GPU backend, when an adapter is present).
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: String,
-    /// Worker threads of the rayon pool (default: all cores).
+    /// CPU worker threads (default: RAYON_NUM_THREADS if set, else one per core).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Untimed runs before timing.
@@ -102,19 +102,7 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     if a.runs == Some(0) {
         bail!("--runs 0: need at least one timed run");
     }
-    let threads = match a.threads {
-        Some(0) => bail!("--threads 0: need at least one thread"),
-        Some(n) if n > 1024 => bail!(
-            "--threads {n}: at most 1024 (this machine has {} cores)",
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        ),
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-        .map_err(|e| anyhow!("cannot build a rayon pool of {threads} threads: {e}"))?;
+    let threads = rlx_cli::init_threads(a.threads)?;
     let device = match a.device.trim().to_ascii_lowercase().as_str() {
         "cpu" => Device::Cpu,
         "wgpu" | "gpu" => Device::Wgpu,

@@ -9,6 +9,29 @@ pub mod npy;
 pub mod run;
 pub mod trace;
 
+/// Size rayon's global pool, which the CPU backend's kernels run on: `Some(n)` gives `n`
+/// worker threads, `None` leaves rayon's default (`RAYON_NUM_THREADS` if set, else one per
+/// core). Returns the pool's thread count.
+///
+/// Errors: `Some(0)`, more than 1024 threads, or a pool that cannot be built.
+pub fn init_threads(threads: Option<usize>) -> anyhow::Result<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match threads {
+        Some(0) => anyhow::bail!("--threads 0: need at least one thread"),
+        Some(n) if n > 1024 => {
+            anyhow::bail!("--threads {n}: at most 1024 (this machine has {cores} cores)")
+        }
+        Some(n) => {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build_global()
+                .map_err(|e| anyhow::anyhow!("cannot build a rayon pool of {n} threads: {e}"))?;
+            Ok(n)
+        }
+        None => Ok(rayon::current_num_threads()),
+    }
+}
+
 /// Process setup shared by the `rlx` and `rlx-run` binaries, called first in `main`.
 ///
 /// On Unix, SIGPIPE's default action (end the process) is restored, so `rlx ... | head`

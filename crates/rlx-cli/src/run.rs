@@ -53,6 +53,9 @@ pub struct RunArgs {
     /// the device type it was compiled for (the default for packages); another type is refused.
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
+    /// CPU worker threads (default: RAYON_NUM_THREADS if set, else one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// Lint an ONNX model's constants.
@@ -246,6 +249,7 @@ fn import_with(
 }
 
 fn run_inner(a: &RunArgs) -> Result<i32> {
+    crate::init_threads(a.threads)?;
     if crate::compile::is_package(&a.model) {
         let (mut s, feeds) = crate::compile::load_package_for_run(a)?;
         return run_compiled(a, &mut s, feeds);

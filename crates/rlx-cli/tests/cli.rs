@@ -176,6 +176,9 @@ fn hostile_files_and_dims_give_clean_errors() {
     assert_eq!(code, 1);
     assert!(err.contains("not a regular file"), "{err}");
     // --dim naming no dim of the model, or given twice.
+    let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--threads", "0"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("--threads 0: need at least one thread"), "{err}");
     let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--dim", "foo=3"], None);
     assert_eq!(code, 1);
     assert!(err.contains("no symbolic dim named \"foo\""), "{err}");
@@ -254,6 +257,8 @@ fn rlx_run_on_real_models_matches_references() {
                 "-o",
                 out.to_str().unwrap(),
                 "-q",
+                "--threads",
+                "2",
             ],
             None,
         );
@@ -280,7 +285,14 @@ fn rlx_run_on_real_models_matches_references() {
     let bert = repo().join("fixtures/transformers/bert_tiny");
     let out = dir.join("bert");
     let (code, _, err) = rlx_run(
-        &[bert.to_str().unwrap(), "-o", out.to_str().unwrap(), "-q"],
+        &[
+            bert.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--threads",
+            "1",
+        ],
         None,
     );
     assert_eq!(code, 0, "{err}");
