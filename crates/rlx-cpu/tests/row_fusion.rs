@@ -108,14 +108,14 @@ fn fused_softmax_is_the_unfused_bits_and_the_definition() {
 }
 
 #[test]
-fn softmax_rows_of_16s_redo_only_the_rows_that_leave_the_vector_range() {
-    // Rows a multiple of 16 long take the AVX-512 row kernel (four rows at a time, then
-    // one by one); a row where some `x - max` is neither in [-87, 88] nor below -104 is
+fn softmax_vector_rows_redo_only_the_rows_that_leave_the_vector_range() {
+    // Rows a multiple of 16 long take the AVX-512 row kernel, rows a multiple of 8 the AVX2
+    // one where the CPU lacks AVX-512 (four rows at a time, then one by one); a row where some `x - max` is neither in [-87, 88] nor below -104 is
     // redone by the reference kernel. Rows here, in groups of four plus three: a NaN (row
     // 1), +inf (row 2), a value 95 below the max (exp of -95 is subnormal: libm's path,
     // row 5), -inf and -3e38 masks (rows 4 and 8, which stay on the vector path), and
     // plain rows. Without fusion the same rows go through the five unfused ops.
-    for n in [16, 48, 128] {
+    for n in [8, 16, 24, 48, 128] {
         let dims = [11, n];
         let mut xs = data(11 * n);
         xs[n + 3] = f32::NAN;

@@ -246,16 +246,160 @@ isa_fn!(
 );
 
 /// [`softmax_rows_f32`]'s values, by the AVX-512 row kernel where the CPU has it and rows are
-/// a multiple of 16 long, else by [`softmax_rows_f32`] itself. `src` and `dst` hold whole
-/// rows of `n`.
+/// a multiple of 16 long, else by the AVX2 one where the CPU has AVX2 + FMA and rows are a
+/// multiple of 8 long, else by [`softmax_rows_f32`] itself. `src` and `dst` hold whole rows
+/// of `n`.
 pub(crate) fn softmax_rows(src: &[f32], dst: &mut [f32], n: usize) {
     #[cfg(target_arch = "x86_64")]
-    if n > 0 && n.is_multiple_of(16) && std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F (checked above); rows are a multiple of 16 long.
-        unsafe { softmax512::rows(src, dst, n) };
-        return;
+    {
+        use super::fastmath::{isa, Isa};
+        if n > 0 && n.is_multiple_of(16) && isa() == Isa::Avx512 {
+            // SAFETY: the CPU has AVX-512F (checked by `isa`); rows are a multiple of 16 long.
+            unsafe { softmax512::rows(src, dst, n) };
+            return;
+        }
+        if n > 0 && n.is_multiple_of(8) && isa() != Isa::Plain {
+            // SAFETY: the CPU has AVX2 and FMA (checked by `isa`); rows are a multiple of 8.
+            unsafe { softmax256::rows(src, dst, n) };
+            return;
+        }
     }
     softmax_rows_f32(src, dst, n)
+}
+
+/// [`softmax512`] on AVX2 + FMA (AMD Zen 2, for one): vectors of 8, the same operations in
+/// the same order per element, the f64 sum's 8 lanes as two vectors of 4; so the same bits
+/// as [`softmax_rows_f32`], rows that leave the exp's vector range redone by it.
+#[cfg(target_arch = "x86_64")]
+mod softmax256 {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `n` is a positive multiple of 8 and `src`, `dst`
+    /// hold whole rows of `n`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows(src: &[f32], dst: &mut [f32], n: usize) {
+        assert!(
+            n > 0 && n.is_multiple_of(8) && src.len() == dst.len() && src.len().is_multiple_of(n)
+        );
+        let rows = src.len() / n;
+        let mut r = 0;
+        while r + 4 <= rows {
+            let bad = unsafe { group::<4>(src, dst, n, r) };
+            super::softmax512::redo(src, dst, n, r, bad);
+            r += 4;
+        }
+        while r < rows {
+            let bad = unsafe { group::<1>(src, dst, n, r) };
+            super::softmax512::redo(src, dst, n, r, bad);
+            r += 1;
+        }
+    }
+
+    /// Softmax of rows `r..r + R`; bit k of the result is set when row `r + k` must be redone.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn group<const R: usize>(src: &[f32], dst: &mut [f32], n: usize, r: usize) -> u32 {
+        use super::super::fastmath::{EXP_HI, EXP_LO, EXP_ZERO_BELOW};
+        let s = &src[r * n..(r + R) * n];
+        let d = &mut dst[r * n..(r + R) * n];
+        let sp = s.as_ptr();
+        let dp = d.as_mut_ptr();
+        let nv = n / 8;
+        // SAFETY (every load and store below): vector k of row j is at j*n + 8k, inside
+        // the R rows of `s` and `d` (k < nv = n / 8).
+        let at = |j: usize, k: usize| j * n + 8 * k;
+        // The row maxima (order-free; a NaN or inf in the row makes some `x - m` leave the
+        // range below, and the row is redone).
+        let mut mx = [_mm256_set1_ps(f32::NEG_INFINITY); R];
+        for k in 0..nv {
+            for (j, m) in mx.iter_mut().enumerate() {
+                *m = _mm256_max_ps(*m, unsafe { _mm256_loadu_ps(sp.add(at(j, k))) });
+            }
+        }
+        let m: [__m256; R] = std::array::from_fn(|j| {
+            let h = _mm_max_ps(_mm256_castps256_ps128(mx[j]), _mm256_extractf128_ps::<1>(mx[j]));
+            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            let h = _mm_max_ss(h, _mm_shuffle_ps::<1>(h, h));
+            _mm256_set1_ps(_mm_cvtss_f32(h))
+        });
+        // d = x - m, e = exp(d) (+0 below -104), stored in `dst`.
+        let (lo, hi, zero_below) = (
+            _mm256_set1_ps(EXP_LO),
+            _mm256_set1_ps(EXP_HI),
+            _mm256_set1_ps(EXP_ZERO_BELOW),
+        );
+        let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        let mut out_of_range = [0i32; R];
+        for (j, bad) in out_of_range.iter_mut().enumerate() {
+            let mut b = _mm256_setzero_ps();
+            for k in 0..nv {
+                let x = unsafe { _mm256_loadu_ps(sp.add(at(j, k))) };
+                let dv = _mm256_sub_ps(x, m[j]);
+                let low = _mm256_cmp_ps::<_CMP_LT_OQ>(dv, zero_below);
+                let inside = _mm256_and_ps(
+                    _mm256_cmp_ps::<_CMP_GE_OQ>(dv, lo),
+                    _mm256_cmp_ps::<_CMP_LE_OQ>(dv, hi),
+                );
+                b = _mm256_or_ps(b, _mm256_andnot_ps(_mm256_or_ps(low, inside), all));
+                let e = _mm256_andnot_ps(low, exp(dv));
+                unsafe { _mm256_storeu_ps(dp.add(at(j, k)), e) };
+            }
+            *bad = _mm256_movemask_ps(b);
+        }
+        // The f64 sums: 8 lanes (two vectors of 4), chunk after chunk (`lane_sum`'s order).
+        // (Summing in the exp loop above, one row's two chains at a time, ran slower.)
+        let mut acc = [[_mm256_setzero_pd(); 2]; R];
+        for k in 0..nv {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let p = unsafe { dp.add(at(j, k)) };
+                a[0] = _mm256_add_pd(a[0], _mm256_cvtps_pd(unsafe { _mm_loadu_ps(p) }));
+                a[1] = _mm256_add_pd(a[1], _mm256_cvtps_pd(unsafe { _mm_loadu_ps(p.add(4)) }));
+            }
+        }
+        let sum: [__m256; R] = std::array::from_fn(|j| {
+            let mut lanes = [0f64; 8];
+            unsafe {
+                _mm256_storeu_pd(lanes.as_mut_ptr(), acc[j][0]);
+                _mm256_storeu_pd(lanes.as_mut_ptr().add(4), acc[j][1]);
+            }
+            // `lane_sum`: the lanes in order, then its (empty) tail.
+            let s = lanes.iter().sum::<f64>() + std::iter::empty::<f64>().sum::<f64>();
+            _mm256_set1_ps(s as f32)
+        });
+        for (j, s) in sum.iter().enumerate() {
+            for k in 0..nv {
+                let p = unsafe { dp.add(at(j, k)) };
+                unsafe { _mm256_storeu_ps(p, _mm256_div_ps(_mm256_loadu_ps(p), *s)) };
+            }
+        }
+        out_of_range
+            .iter()
+            .enumerate()
+            .fold(0, |b, (j, &m)| b | (u32::from(m != 0) << j))
+    }
+
+    /// `fastmath::exp_clamped` of `x` clamped to [EXP_LO, EXP_HI], op for op (its
+    /// constants: `EXP_LN2`, `EXP_POLY`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn exp(x: __m256) -> __m256 {
+        use super::super::fastmath::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
+        let c = |v: f32| _mm256_set1_ps(v);
+        let xc = _mm256_min_ps(_mm256_max_ps(x, c(EXP_LO)), c(EXP_HI));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(
+            _mm256_fmadd_ps(xc, c(std::f32::consts::LOG2_E), c(0.5)),
+        );
+        let r = _mm256_fmadd_ps(n, c(EXP_LN2[0]), xc);
+        let r = _mm256_fmadd_ps(n, c(EXP_LN2[1]), r);
+        let mut p = c(EXP_POLY[0]);
+        for &k in &EXP_POLY[1..] {
+            p = _mm256_fmadd_ps(p, r, c(k));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), c(1.0));
+        let ni = _mm256_cvttps_epi32(n);
+        let scale = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127)));
+        _mm256_mul_ps(y, _mm256_castsi256_ps(scale))
+    }
 }
 
 /// The Softmax row kernel on AVX-512: four rows at a time, each step (max, `x - m` and exp,
@@ -292,7 +436,7 @@ mod softmax512 {
     }
 
     /// Rows `r..r + R` whose bit is set in `bad`, by the reference row kernel.
-    fn redo(src: &[f32], dst: &mut [f32], n: usize, r: usize, bad: u32) {
+    pub(super) fn redo(src: &[f32], dst: &mut [f32], n: usize, r: usize, bad: u32) {
         for k in (0..32).filter(|k| bad >> k & 1 == 1) {
             let at = (r + k) * n..(r + k + 1) * n;
             super::softmax_rows_f32(&src[at.clone()], &mut dst[at], n);
