@@ -641,6 +641,23 @@ isa_fn!(
     }
 );
 
+/// `Some(inner)` when `bases` is runs of `inner >= 8` consecutive offsets (`bases[c·inner + i]
+/// = bases[c·inner] + i`), the outputs of a reduction whose kept trailing axes are
+/// contiguous in the input.
+fn column_runs(bases: &[usize]) -> Option<usize> {
+    let inner = bases
+        .iter()
+        .enumerate()
+        .take_while(|&(i, &b)| b == bases[0] + i)
+        .count();
+    let ok = inner >= 8
+        && bases.len().is_multiple_of(inner)
+        && bases
+            .chunks(inner)
+            .all(|c| c.iter().enumerate().all(|(i, &b)| b == c[0] + i));
+    ok.then_some(inner)
+}
+
 fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: ReduceKind) -> Vec<T> {
     let offs = &p.offs;
     let n = offs.len() as f64;
@@ -675,6 +692,33 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
                 }
             }
         });
+    }
+    if matches!(kind, ReduceKind::Sum | ReduceKind::Mean) {
+        if let Some(inner) = column_runs(&p.bases) {
+            // Outputs in runs of `inner` consecutive bases (kept trailing axes, e.g.
+            // ReduceSum over the tokens of [batch, tokens, hidden]): each run's sums are
+            // vectors of `inner` f64 lanes, every output adding its terms in `offs` order as
+            // the fold below does, so the same bits, without a strided gather per term.
+            let chunk = |c: &[usize]| -> Vec<T> {
+                let b = c[0];
+                let mut acc = vec![0f64; inner];
+                for o in offs.iter() {
+                    for (a, &x) in acc.iter_mut().zip(&v[b + o..b + o + inner]) {
+                        *a += wide(x);
+                    }
+                }
+                acc.into_iter()
+                    .map(|a| narrow(if kind == ReduceKind::Mean { a / n } else { a }))
+                    .collect()
+            };
+            let runs: Vec<&[usize]> = p.bases.chunks(inner).collect();
+            let parts: Vec<Vec<T>> = if par_worth(v.len()) && runs.len() > 1 {
+                runs.par_iter().map(|c| chunk(c)).collect()
+            } else {
+                runs.iter().map(|c| chunk(c)).collect()
+            };
+            return parts.concat();
+        }
     }
     map_bases(&p.bases, v.len(), |b| match kind {
         ReduceKind::Sum => narrow(offs.iter().fold(0.0, |a, o| a + wide(v[b + o]))),
@@ -998,6 +1042,70 @@ mod tests {
             );
         }
         assert_eq!(run_len(&[(0, 1)]), None, "an empty axis is listed (empty)");
+    }
+
+    /// Sum and Mean over middle and leading axes whose kept trailing axes are at least 8
+    /// long (the column-run path): each output is its terms added in f64 in index order,
+    /// rounded once (the definition the fold uses), bit for bit, at 1 and several threads.
+    /// The first two terms of every output are +2^60 and -2^60, so another order would lose
+    /// the small terms (or keep them where this one does not).
+    #[test]
+    fn column_runs_sum_in_f64_in_index_order() {
+        const L: f32 = (1u64 << 60) as f32;
+        let dims = [3usize, 7, 5, 9];
+        let len: usize = dims.iter().product();
+        let idx = |i: usize| (i / 315, i / 45 % 7, i / 9 % 5, i % 9);
+        let small = |i: usize| ((i * 7919) % 1009) as f32 / 7.0 - 70.0;
+        // x1: the big pair at b = 0, 1 (summed over axis 1); x2: at (a, c) = (0, 0), (0, 1)
+        // (summed over axes 0 and 2).
+        let x1: Vec<f32> = (0..len)
+            .map(|i| match idx(i).1 {
+                0 => L,
+                1 => -L,
+                _ => small(i),
+            })
+            .collect();
+        let x2: Vec<f32> = (0..len)
+            .map(|i| match idx(i) {
+                (0, _, 0, _) => L,
+                (0, _, 1, _) => -L,
+                _ => small(i),
+            })
+            .collect();
+        let at = |v: &[f32], a: usize, b: usize, c: usize, d: usize| {
+            v[((a * 7 + b) * 5 + c) * 9 + d] as f64
+        };
+        let t1 = Tensor::from_f32(&dims, x1.clone()).unwrap();
+        let t2 = Tensor::from_f32(&dims, x2.clone()).unwrap();
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                // Over axis 1: runs of 5·9 = 45 outputs.
+                let y = reduce(&t1, ReduceKind::Sum, &[1], false).unwrap();
+                let want: Vec<f32> = (0..3 * 45)
+                    .map(|o| {
+                        (0..7).fold(0.0, |s, b| s + at(&x1, o / 45, b, o % 45 / 9, o % 9)) as f32
+                    })
+                    .collect();
+                assert_eq!(y.as_f32().unwrap(), &want[..]);
+                assert!(want.iter().all(|w| w.abs() < 1e4), "the small terms kept");
+                // Mean over axes 0 and 2 (a list of offsets): runs of 9.
+                let y = reduce(&t2, ReduceKind::Mean, &[0, 2], true).unwrap();
+                assert_eq!(y.dims(), &[1, 7, 1, 9]);
+                let want: Vec<f32> = (0..7 * 9)
+                    .map(|o| {
+                        let mut s = 0.0;
+                        for a in 0..3 {
+                            for c in 0..5 {
+                                s += at(&x2, a, o / 9, c, o % 9);
+                            }
+                        }
+                        (s / 15.0) as f32
+                    })
+                    .collect();
+                assert_eq!(y.as_f32().unwrap(), &want[..]);
+            });
+        }
     }
 
     /// Reductions over trailing, leading and middle axes against sums written out by hand.
