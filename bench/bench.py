@@ -53,8 +53,21 @@ TIMEOUT_S = 600
 GNU_TIME = Path("/usr/bin/time")
 
 
-def run_measured(cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S):
-    """Run cmd; return (exit code, stdout, stderr, peak RSS in MB of that process, wall s).
+# CPUs each runtime's process is pinned to, per thread count (set by main; empty: no pinning).
+PIN: dict[int, list[int]] = {}
+
+
+def pin_cpus(threads: int) -> list[int] | None:
+    """The CPUs a run at `threads` threads is pinned to: the same first `threads` CPUs for
+    every runtime, so that a 1-thread table does not compare runtimes that the scheduler
+    put on vCPUs of different speed (bench/NOTES.md §24)."""
+    return PIN.get(threads)
+
+
+def run_measured(cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S,
+                 cpus: list[int] | None = None):
+    """Run cmd (pinned to `cpus` when given); return (exit code, stdout, stderr, peak RSS in
+    MB of that process, wall s).
 
     Peak RSS comes from GNU time's `%M` when /usr/bin/time exists, else from wait4. Linux
     carries the forking process's RSS into a child's ru_maxrss (fork copies the high-water
@@ -67,7 +80,8 @@ def run_measured(cmd: list[str], env: dict | None = None, timeout: float = TIMEO
         if GNU_TIME.is_file():
             full = [str(GNU_TIME), "-o", rss_file.name, "-f", "%M"] + cmd
         t0 = time.perf_counter()
-        p = subprocess.Popen(full, stdout=out, stderr=err, env=env, cwd=ROOT)
+        pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        p = subprocess.Popen(full, stdout=out, stderr=err, env=env, cwd=ROOT, preexec_fn=pre)
         rc, ru = None, None
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -117,7 +131,7 @@ def rlx_run(model_dir: Path, threads: int, a, nan: bool, out_dir: Path | None) -
     env.pop("RLX_LINT_NUMERICS", None)
     if nan:
         env["RLX_DEBUG_NANS"] = "1"
-    return parse(cmd, env)
+    return parse(cmd, env, threads=threads)
 
 
 NAN_ROUNDS = 3
@@ -147,7 +161,7 @@ def ort_run(model_dir: Path, threads: int, a, out_dir: Path | None) -> dict:
     cmd += ["--runs", str(a.runs)] if a.runs else ["--max-time", str(a.max_time)]
     if out_dir is not None:
         cmd += ["--output-dir", str(out_dir)]
-    r = parse(cmd, dict(os.environ))
+    r = parse(cmd, dict(os.environ), threads=threads)
     r["baseline_rss"] = field(r.get("stdout", ""), "baseline-rss")
     return r
 
@@ -183,7 +197,7 @@ def tract_run(model_dir: Path, threads: int, a, scratch: Path) -> dict:
         cmd += ["--max-loops", str(a.runs)]
     else:
         cmd += ["--max-loops", "100000", "--max-time", str(int(a.max_time * 1000))]
-    r = parse(cmd, dict(os.environ), tract=True)
+    r = parse(cmd, dict(os.environ), tract=True, threads=threads)
     r["warmup"] = a.warmup
     if "mean" in r and r.get("iters"):
         # tract prints no load time: estimate it as the process wall time minus the runs.
@@ -191,8 +205,8 @@ def tract_run(model_dir: Path, threads: int, a, scratch: Path) -> dict:
     return r
 
 
-def parse(cmd: list[str], env: dict, tract: bool = False) -> dict:
-    rc, out, err, rss, wall = run_measured(cmd, env)
+def parse(cmd: list[str], env: dict, tract: bool = False, threads: int = 1) -> dict:
+    rc, out, err, rss, wall = run_measured(cmd, env, cpus=pin_cpus(threads))
     r = {"cmd": cmd, "rc": rc, "stdout": out, "stderr": err, "rss": rss, "wall": wall}
     if rc != 0:
         r["error"] = "timeout" if rc == 124 else first_error(err, out)
@@ -305,6 +319,35 @@ def cross_core_ns(scratch: Path) -> str:
         return "?"
 
 
+def cpu_speeds() -> str:
+    """Each CPU's speed on a fixed Python loop (this process pinned to it, best of 3),
+    relative to the fastest, e.g. "cpu0 1.00, cpu1 0.55"; "?" where affinity is not
+    available. A vCPU whose physical core is busy with another guest reads low, and every
+    2-thread run then waits on it (bench/NOTES.md §24)."""
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return "?"
+    times = {}
+    try:
+        for c in sorted(mine)[:8]:
+            os.sched_setaffinity(0, {c})
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                x = 0
+                for i in range(300_000):
+                    x += i * i
+                best = min(best, time.perf_counter() - t0)
+            times[c] = best
+    except OSError:
+        return "?"
+    finally:
+        os.sched_setaffinity(0, mine)
+    fast = min(times.values())
+    return ", ".join(f"cpu{c} {fast / t:.2f}" for c, t in times.items())
+
+
 def versions() -> str:
     parts = []
     try:
@@ -337,12 +380,17 @@ def main() -> int:
                     help="bert_tiny fixture, RLX only, 3 runs (no venv, no tract)")
     ap.add_argument("--results", type=Path, default=None, help="write the table here (markdown)")
     ap.add_argument("--command", default=None, help="the command line to record in --results")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="do not pin each process to the first N CPUs at N threads")
     a = ap.parse_args()
 
     runtimes = a.runtimes.split(",")
     if a.smoke and a.threads is None:
         a.threads = "1"
     threads = [int(t) for t in (a.threads or "1,2").split(",")]
+    if not a.no_pin and hasattr(os, "sched_getaffinity"):
+        avail = sorted(os.sched_getaffinity(0))
+        PIN.update({t: avail[:t] for t in threads if 0 < t <= len(avail)})
     if a.smoke:
         runtimes, a.runs, a.warmup = ["rlx"], a.runs or 3, min(a.warmup, 1)
         model_dirs = {"bert": ROOT / "fixtures" / "transformers" / "bert_tiny"}
@@ -363,6 +411,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="rlx-bench-"))
     load_before = loadavg()
     pp_before = cross_core_ns(scratch)
+    speeds_before = cpu_speeds()
     started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     rows, notes, baselines = [], [], []
     for m, d in model_dirs.items():
@@ -417,6 +466,7 @@ def main() -> int:
     for n in notes:
         print("note:", n)
     pp_after = cross_core_ns(scratch)
+    speeds_after = cpu_speeds()
     shutil.rmtree(scratch, ignore_errors=True)
     if a.results:
         cmd = a.command or " ".join(shlex.quote(x) for x in sys.argv)
@@ -430,6 +480,11 @@ def main() -> int:
             f" after: {pp_after} ns (the AMD EPYC VM of stops 11-20 read 75-110 ns, and near 400 ns"
             " when its vCPUs sat far apart, where 2-thread runs lost most of their gain; the Intel"
             " Xeon VM of stop 21 reads 120-170 ns; bench/README.md)",
+            f"- CPU speed (a fixed loop pinned to each CPU, relative to the fastest) before:"
+            f" {speeds_before}; after: {speeds_after}",
+            "- pinning: " + ("; ".join(f"{t} thread(s) on CPUs {','.join(map(str, c))}"
+                                        for t, c in sorted(PIN.items())) or "none")
+            + " (every runtime's process alike)",
             f"- versions: {versions()}",
             f"- command: `{cmd}`",
             f"- per process: warmup {a.warmup}, then "

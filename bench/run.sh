@@ -7,7 +7,8 @@
 #
 # Options: --smoke, --threads LIST, --models LIST, --runtimes LIST (rlx,ort,tract),
 #          --max-time S (timed seconds per process, default 2), --warmup W (default 3),
-#          --no-nan (skip the RLX_DEBUG_NANS=1 runs), --no-results (don't write bench/RESULTS.md).
+#          --no-nan (skip the RLX_DEBUG_NANS=1 runs), --no-pin (do not pin each process to the
+#          first N CPUs at N threads), --no-results (don't write bench/RESULTS.md).
 # Steps: venv (scripts/setup-venv.sh, --torch only when a torch-made model is missing),
 # models (scripts/gen_bench_models.py -> bench/models/), tract-cli 0.23.9 with multithread-mm
 # (cargo install -> bench/.tools, built once), rlx (cargo build --release -p rlx-cli), then
@@ -30,7 +31,7 @@ while [[ $# -gt 0 ]]; do
     --models) MODELS="$2"; shift ;;
     --runtimes) RUNTIMES="$2"; shift ;;
     --threads|--max-time|--warmup|--runs) PASS+=("$1" "$2"); shift ;;
-    --no-nan) PASS+=("$1") ;;
+    --no-nan|--no-pin) PASS+=("$1") ;;
     --no-results) RESULTS=0 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument: $1" >&2; exit 2 ;;

@@ -277,23 +277,10 @@ mod softmax256 {
     /// # Safety
     /// The CPU must have AVX2 and FMA; `n` is a positive multiple of 8 and `src`, `dst`
     /// hold whole rows of `n`.
-    #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows(src: &[f32], dst: &mut [f32], n: usize) {
-        assert!(
-            n > 0 && n.is_multiple_of(8) && src.len() == dst.len() && src.len().is_multiple_of(n)
-        );
-        let rows = src.len() / n;
-        let mut r = 0;
-        while r + 4 <= rows {
-            let bad = unsafe { group::<4>(src, dst, n, r) };
-            super::softmax512::redo(src, dst, n, r, bad);
-            r += 4;
-        }
-        while r < rows {
-            let bad = unsafe { group::<1>(src, dst, n, r) };
-            super::softmax512::redo(src, dst, n, r, bad);
-            r += 1;
-        }
+        assert!(n.is_multiple_of(8));
+        // SAFETY: the caller's contract (AVX2 + FMA, rows of n).
+        unsafe { super::softmax512::rows_by(src, dst, n, group::<4>, group::<1>) }
     }
 
     /// Softmax of rows `r..r + R`; bit k of the result is set when row `r + k` must be redone.
@@ -416,27 +403,39 @@ mod softmax512 {
     /// # Safety
     /// The CPU must have AVX-512F; `n` is a positive multiple of 16 and `src`, `dst` hold
     /// whole rows of `n`.
-    #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn rows(src: &[f32], dst: &mut [f32], n: usize) {
-        assert!(
-            n > 0 && n.is_multiple_of(16) && src.len() == dst.len() && src.len().is_multiple_of(n)
-        );
+        assert!(n.is_multiple_of(16));
+        // SAFETY: the caller's contract (AVX-512F, rows of n).
+        unsafe { rows_by(src, dst, n, group::<4>, group::<1>) }
+    }
+
+    /// A group kernel: softmax of `R` rows from row `r`, the bits of rows to redo.
+    pub(super) type Group = unsafe fn(&[f32], &mut [f32], usize, usize) -> u32;
+
+    /// Rows in groups of four (`g4`), then one by one (`g1`), each group's rows that left
+    /// the vector range redone by the reference kernel.
+    ///
+    /// # Safety
+    /// `g4` and `g1` must be safe to call on this CPU for rows of `n` (a positive multiple
+    /// of their vector width); `src` and `dst` hold whole rows of `n`.
+    pub(super) unsafe fn rows_by(src: &[f32], dst: &mut [f32], n: usize, g4: Group, g1: Group) {
+        assert!(n > 0 && src.len() == dst.len() && src.len().is_multiple_of(n));
         let rows = src.len() / n;
         let mut r = 0;
         while r + 4 <= rows {
-            let bad = unsafe { group::<4>(src, dst, n, r) };
+            let bad = unsafe { g4(src, dst, n, r) };
             redo(src, dst, n, r, bad);
             r += 4;
         }
         while r < rows {
-            let bad = unsafe { group::<1>(src, dst, n, r) };
+            let bad = unsafe { g1(src, dst, n, r) };
             redo(src, dst, n, r, bad);
             r += 1;
         }
     }
 
     /// Rows `r..r + R` whose bit is set in `bad`, by the reference row kernel.
-    pub(super) fn redo(src: &[f32], dst: &mut [f32], n: usize, r: usize, bad: u32) {
+    fn redo(src: &[f32], dst: &mut [f32], n: usize, r: usize, bad: u32) {
         for k in (0..32).filter(|k| bad >> k & 1 == 1) {
             let at = (r + k) * n..(r + k + 1) * n;
             super::softmax_rows_f32(&src[at.clone()], &mut dst[at], n);
