@@ -2,7 +2,10 @@
 """Run the benchmark models on RLX, onnxruntime and tract and print one table (bench/run.sh).
 
     python3 bench/bench.py [--models a,b] [--threads 1,2] [--runtimes rlx,ort,tract]
-                           [--max-time S] [--warmup W] [--smoke] [--results FILE]
+                           [--max-time S] [--warmup W] [--smoke] [--results FILE] [--no-pin]
+
+At N threads every process is pinned to the first N CPUs (when the machine has that many;
+--no-pin: never), the same CPUs for every runtime.
 
 Each (model, thread count, runtime) is a separate process, run one after another:
 
@@ -387,7 +390,12 @@ def main() -> int:
     runtimes = a.runtimes.split(",")
     if a.smoke and a.threads is None:
         a.threads = "1"
-    threads = [int(t) for t in (a.threads or "1,2").split(",")]
+    try:
+        threads = [int(t) for t in (a.threads or "1,2").split(",")]
+    except ValueError:
+        ap.error(f"--threads {a.threads}: a comma-separated list of positive integers")
+    if any(t < 1 for t in threads):
+        ap.error(f"--threads {a.threads}: thread counts must be at least 1")
     if not a.no_pin and hasattr(os, "sched_getaffinity"):
         avail = sorted(os.sched_getaffinity(0))
         PIN.update({t: avail[:t] for t in threads if 0 < t <= len(avail)})
@@ -482,8 +490,10 @@ def main() -> int:
             " Xeon VM of stop 21 reads 120-170 ns; bench/README.md)",
             f"- CPU speed (a fixed loop pinned to each CPU, relative to the fastest) before:"
             f" {speeds_before}; after: {speeds_after}",
-            "- pinning: " + ("; ".join(f"{t} thread(s) on CPUs {','.join(map(str, c))}"
-                                        for t, c in sorted(PIN.items())) or "none")
+            "- pinning: " + ("; ".join(
+                f"{t} thread(s) on CPUs {','.join(map(str, PIN[t]))}" if t in PIN
+                else f"{t} thread(s) not pinned" + ("" if a.no_pin else " (more than the CPUs)")
+                for t in threads) or "none")
             + " (every runtime's process alike)",
             f"- versions: {versions()}",
             f"- command: `{cmd}`",
@@ -514,6 +524,10 @@ def main() -> int:
             md += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
         a.results.write_text("\n".join(md))
         print(f"bench: wrote {a.results}")
+    ok = sum(1 for r in rows if any(c not in ("-", "fail", "") for c in r[2:5]))
+    if rows and ok == 0:
+        print("bench: every run failed (see the notes above)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,17 +9,32 @@ pub mod npy;
 pub mod run;
 pub mod trace;
 
+/// Most CPU worker threads `--threads` or `RAYON_NUM_THREADS` may ask for.
+pub const MAX_THREADS: usize = 1024;
+
 /// Size rayon's global pool, which the CPU backend's kernels run on: `Some(n)` gives `n`
 /// worker threads, `None` leaves rayon's default (`RAYON_NUM_THREADS` if set, else one per
 /// core). Returns the pool's thread count.
 ///
-/// Errors: `Some(0)`, more than 1024 threads, or a pool that cannot be built.
+/// Errors: `Some(0)`, more than [`MAX_THREADS`] threads from either source (100 000
+/// threads made a 1-second run take minutes), or a pool that cannot be built.
 pub fn init_threads(threads: Option<usize>) -> anyhow::Result<usize> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads.is_none() {
+        let env = std::env::var("RAYON_NUM_THREADS").ok();
+        if let Some(n) = env.as_deref().and_then(|v| v.trim().parse::<usize>().ok()) {
+            if n > MAX_THREADS {
+                anyhow::bail!(
+                    "RAYON_NUM_THREADS={n}: at most {MAX_THREADS} threads (this machine has \
+                     {cores} cores); lower it, unset it, or pass --threads"
+                );
+            }
+        }
+    }
     match threads {
         Some(0) => anyhow::bail!("--threads 0: need at least one thread"),
-        Some(n) if n > 1024 => {
-            anyhow::bail!("--threads {n}: at most 1024 (this machine has {cores} cores)")
+        Some(n) if n > MAX_THREADS => {
+            anyhow::bail!("--threads {n}: at most {MAX_THREADS} (this machine has {cores} cores)")
         }
         Some(n) => {
             rayon::ThreadPoolBuilder::new()

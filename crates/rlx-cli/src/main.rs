@@ -37,6 +37,13 @@ enum Cmd {
 fn main() {
     rlx_cli::init_process();
     let cli = Cli::parse();
+    // `run` and `bench` size the pool themselves (they take --threads).
+    if !matches!(cli.cmd, Cmd::Run(_) | Cmd::Bench(_) | Cmd::Env(_)) {
+        if let Err(e) = rlx_cli::init_threads(None) {
+            eprintln!("rlx: error: {e}");
+            std::process::exit(1);
+        }
+    }
     let code = match cli.cmd {
         Cmd::Run(a) => rlx_cli::run::main_run(a),
         Cmd::Lint(a) => rlx_cli::run::main_lint(a),

@@ -398,6 +398,13 @@ pub fn fix_hint(
         return None;
     }
     let from_inf = matches!(cause, Cause::InputsHeldInf { .. });
+    let from_pos_inf = matches!(
+        cause,
+        Cause::InputsHeldInf {
+            input_kind: BadKind::PosInf,
+            ..
+        }
+    );
     let key = source_op.unwrap_or(op).to_ascii_lowercase();
     let narrow = matches!(dtype, DType::F16 | DType::BF16);
     let norm = matches!(
@@ -414,6 +421,7 @@ pub fn fix_hint(
         "input" => "the input data already holds this value: check the data pipeline or tokenizer output".into(),
         "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it)".into(),
         "constant" => "a constant in the model is non-finite: if it is a mask fill, use a large finite value such as torch.finfo(dtype).min instead of inf".into(),
+        "softmax" | "logsoftmax" if from_pos_inf => "the softmax input holds +inf, so x - max(x) is inf - inf = NaN in that row: find where the +inf comes from (the origin above: an op upstream, or the input data) and keep it finite there (clamp it, or compute that op in f32)".into(),
         "softmax" | "logsoftmax" if from_inf => "every position of a softmax row is masked (-inf): fill masks with a large finite negative (torch.finfo(dtype).min) instead of -inf, or zero fully masked rows after the softmax".into(),
         "softmax" | "logsoftmax" => "softmax input overflowed: subtract the row max first and keep the softmax in f32".into(),
         "rsqrt" | "sqrt" => format!("{} of a {} input: add an epsilon inside the root (e.g. rsqrt(mean(x^2) + 1e-6)) and make sure the value cannot go negative", key, if kind == BadKind::NaN { "negative (or 0/0)" } else { "zero" }),

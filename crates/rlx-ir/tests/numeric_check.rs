@@ -171,6 +171,37 @@ fn fix_hints_by_op() {
             .unwrap()
             .contains("softmax")
     );
+    // A softmax's NaN from an inf in its input: a fully masked row (-inf) or a +inf that
+    // an op upstream made (x - max is inf - inf); each gets its own fix.
+    let held = |k: BadKind| Cause::InputsHeldInf {
+        input: NodeId(0),
+        input_kind: k,
+        inf_origin: None,
+        inf_origin_label: None,
+        inf_origin_op: None,
+        inf_origin_kind: None,
+    };
+    let masked = fix_hint(
+        "Sub",
+        Some("Softmax"),
+        &held(BadKind::NegInf),
+        BadKind::NaN,
+        DType::F32,
+    )
+    .unwrap();
+    assert!(masked.contains("masked (-inf)"), "{masked}");
+    let pos = fix_hint(
+        "Sub",
+        Some("Softmax"),
+        &held(BadKind::PosInf),
+        BadKind::NaN,
+        DType::F32,
+    )
+    .unwrap();
+    assert!(
+        pos.contains("holds +inf") && !pos.contains("masked"),
+        "{pos}"
+    );
     assert!(fix_hint("Cast", None, &c, BadKind::NegInf, DType::F16)
         .unwrap()
         .contains("65504"));
