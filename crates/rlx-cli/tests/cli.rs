@@ -175,39 +175,55 @@ fn hostile_files_and_dims_give_clean_errors() {
     let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--input", "x=/dev/zero"], None);
     assert_eq!(code, 1);
     assert!(err.contains("not a regular file"), "{err}");
-    // --dim naming no dim of the model, or given twice.
+    // --threads 0.
     let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--threads", "0"], None);
     assert_eq!(code, 1);
-    assert!(err.contains("--threads 0: need at least one thread"), "{err}");
+    assert!(
+        err.contains("--threads 0: need at least one thread"),
+        "{err}"
+    );
     // A thread count from the environment that would swamp the machine is refused too
     // (100 000 threads made this 1-second run take minutes), for rlx-run and rlx trace;
     // --threads overrides it.
-    let o = Command::new(env!("CARGO_BIN_EXE_rlx-run"))
-        .args(["examples/healthy_mlp", "-q"])
-        .current_dir(repo())
-        .env("RAYON_NUM_THREADS", "100000")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("RAYON_NUM_THREADS=100000: at most 1024"), "{err}");
-    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
-        .args(["trace", "examples/healthy_mlp", "-o"])
-        .arg(dir.join("trace"))
-        .current_dir(repo())
-        .env("RAYON_NUM_THREADS", "100000")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("RAYON_NUM_THREADS=100000"), "{err}");
-    let o = Command::new(env!("CARGO_BIN_EXE_rlx-run"))
-        .args(["examples/healthy_mlp", "-q", "--threads", "2"])
-        .current_dir(repo())
-        .env("RAYON_NUM_THREADS", "100000")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let swamped = |bin: &str, args: &[&str]| {
+        let o = Command::new(bin)
+            .args(args)
+            .current_dir(repo())
+            .env("RAYON_NUM_THREADS", "100000")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let trace_dir = dir.join("trace");
+    let trace = [
+        "trace",
+        "examples/healthy_mlp",
+        "-o",
+        trace_dir.to_str().unwrap(),
+    ];
+    for (bin, args) in [
+        (
+            env!("CARGO_BIN_EXE_rlx-run"),
+            &["examples/healthy_mlp", "-q"][..],
+        ),
+        (env!("CARGO_BIN_EXE_rlx"), &trace[..]),
+    ] {
+        let (code, err) = swamped(bin, args);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("RAYON_NUM_THREADS=100000: at most 1024"),
+            "{err}"
+        );
+    }
+    let (code, err) = swamped(
+        env!("CARGO_BIN_EXE_rlx-run"),
+        &["examples/healthy_mlp", "-q", "--threads", "2"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // --dim naming no dim of the model, or given twice.
     let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--dim", "foo=3"], None);
     assert_eq!(code, 1);
     assert!(err.contains("no symbolic dim named \"foo\""), "{err}");

@@ -304,7 +304,10 @@ mod softmax256 {
             }
         }
         let m: [__m256; R] = std::array::from_fn(|j| {
-            let h = _mm_max_ps(_mm256_castps256_ps128(mx[j]), _mm256_extractf128_ps::<1>(mx[j]));
+            let h = _mm_max_ps(
+                _mm256_castps256_ps128(mx[j]),
+                _mm256_extractf128_ps::<1>(mx[j]),
+            );
             let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
             let h = _mm_max_ss(h, _mm_shuffle_ps::<1>(h, h));
             _mm256_set1_ps(_mm_cvtss_f32(h))
@@ -373,9 +376,11 @@ mod softmax256 {
         use super::super::fastmath::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
         let c = |v: f32| _mm256_set1_ps(v);
         let xc = _mm256_min_ps(_mm256_max_ps(x, c(EXP_LO)), c(EXP_HI));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(
-            _mm256_fmadd_ps(xc, c(std::f32::consts::LOG2_E), c(0.5)),
-        );
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(_mm256_fmadd_ps(
+            xc,
+            c(std::f32::consts::LOG2_E),
+            c(0.5),
+        ));
         let r = _mm256_fmadd_ps(n, c(EXP_LN2[0]), xc);
         let r = _mm256_fmadd_ps(n, c(EXP_LN2[1]), r);
         let mut p = c(EXP_POLY[0]);
@@ -1077,7 +1082,10 @@ mod tests {
         let t1 = Tensor::from_f32(&dims, x1.clone()).unwrap();
         let t2 = Tensor::from_f32(&dims, x2.clone()).unwrap();
         for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             pool.install(|| {
                 // Over axis 1: runs of 5·9 = 45 outputs.
                 let y = reduce(&t1, ReduceKind::Sum, &[1], false).unwrap();
