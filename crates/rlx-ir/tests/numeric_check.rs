@@ -181,23 +181,11 @@ fn fix_hints_by_op() {
         inf_origin_op: None,
         inf_origin_kind: None,
     };
-    let masked = fix_hint(
-        "Sub",
-        Some("Softmax"),
-        &held(BadKind::NegInf),
-        BadKind::NaN,
-        DType::F32,
-    )
-    .unwrap();
+    let softmax_fix =
+        |k: BadKind| fix_hint("Sub", Some("Softmax"), &held(k), BadKind::NaN, DType::F32).unwrap();
+    let masked = softmax_fix(BadKind::NegInf);
     assert!(masked.contains("masked (-inf)"), "{masked}");
-    let pos = fix_hint(
-        "Sub",
-        Some("Softmax"),
-        &held(BadKind::PosInf),
-        BadKind::NaN,
-        DType::F32,
-    )
-    .unwrap();
+    let pos = softmax_fix(BadKind::PosInf);
     assert!(
         pos.contains("holds +inf") && !pos.contains("masked"),
         "{pos}"

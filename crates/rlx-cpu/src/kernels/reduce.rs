@@ -703,8 +703,7 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
             // ReduceSum over the tokens of [batch, tokens, hidden]): each run's sums are
             // vectors of `inner` f64 lanes, every output adding its terms in `offs` order as
             // the fold below does, so the same bits, without a strided gather per term.
-            let chunk = |c: &[usize]| -> Vec<T> {
-                let b = c[0];
+            let run = |b: usize| -> Vec<T> {
                 let mut acc = vec![0f64; inner];
                 for o in offs.iter() {
                     for (a, &x) in acc.iter_mut().zip(&v[b + o..b + o + inner]) {
@@ -715,13 +714,8 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
                     .map(|a| narrow(if kind == ReduceKind::Mean { a / n } else { a }))
                     .collect()
             };
-            let runs: Vec<&[usize]> = p.bases.chunks(inner).collect();
-            let parts: Vec<Vec<T>> = if par_worth(v.len()) && runs.len() > 1 {
-                runs.par_iter().map(|c| chunk(c)).collect()
-            } else {
-                runs.iter().map(|c| chunk(c)).collect()
-            };
-            return parts.concat();
+            let starts: Vec<usize> = p.bases.iter().step_by(inner).copied().collect();
+            return map_bases(&starts, v.len(), run).concat();
         }
     }
     map_bases(&p.bases, v.len(), |b| match kind {
