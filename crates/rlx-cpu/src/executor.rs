@@ -13,6 +13,7 @@ use crate::{eval_op, CpuError, KernelError};
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{BinaryOp, DType, DebugScanner, Dim, Graph, NodeId, Op, Tensor};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 /// The per-node value hook of [`CpuExecutor::run_hooked`].
@@ -394,10 +395,10 @@ fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CpuError {
 /// tensor's dtype and dims. A symbolic dim matches any size when `symbolic_matches` (the CPU
 /// sizes buffers per run), else it never matches (a backend that planned static buffers).
 /// The error names the input: `input "x" expects f32[2,2], got f32[2,3]`.
-pub fn check_feeds(
+pub fn check_feeds<I: Borrow<Tensor>>(
     g: &Graph,
     ids: &[NodeId],
-    inputs: &[Tensor],
+    inputs: &[I],
     symbolic_matches: bool,
 ) -> Result<(), String> {
     if inputs.len() != ids.len() {
@@ -411,6 +412,7 @@ pub fn check_feeds(
         ));
     }
     for (t, &id) in inputs.iter().zip(ids) {
+        let t: &Tensor = t.borrow();
         let shape = &g.node(id).shape;
         let dims_ok = t.dims().len() == shape.rank()
             && t.dims().iter().zip(&shape.dims).all(|(&d, sd)| match sd {
@@ -897,6 +899,17 @@ impl CpuExecutor {
         self.run_hooked(inputs, scanner, None, None)
     }
 
+    /// [`CpuExecutor::run`] on borrowed inputs: the caller keeps its tensors (nothing is
+    /// copied or freed for them), as onnxruntime reads a NumPy input in place. Same checks
+    /// and errors as `run`.
+    pub fn run_refs(
+        &mut self,
+        inputs: &[&Tensor],
+        scanner: Option<&mut DebugScanner>,
+    ) -> Result<Vec<Tensor>, CpuError> {
+        self.run_hooked(inputs, scanner, None, None)
+    }
+
     /// [`CpuExecutor::run`], calling `observe(node, &value)` after each node (leaves
     /// included) has produced its value, before it is scanned.
     pub fn run_observed(
@@ -910,9 +923,9 @@ impl CpuExecutor {
 
     /// The general form: `before(node)` is called before each node runs and
     /// `observe(node, &value)` after.
-    pub fn run_hooked(
+    pub fn run_hooked<I: Borrow<Tensor> + Sync>(
         &mut self,
-        inputs: &[Tensor],
+        inputs: &[I],
         scanner: Option<&mut DebugScanner>,
         before: Option<&mut dyn FnMut(NodeId)>,
         observe: Option<Observer<'_>>,
@@ -955,9 +968,9 @@ impl CpuExecutor {
         r
     }
 
-    fn run_inner(
+    fn run_inner<I: Borrow<Tensor>>(
         &self,
-        inputs: &[Tensor],
+        inputs: &[I],
         scanner: Option<&mut DebugScanner>,
         mut before: Option<&mut dyn FnMut(NodeId)>,
         mut observe: Option<Observer<'_>>,
@@ -1203,7 +1216,7 @@ impl CpuExecutor {
             }
             let slot = match &node.op {
                 Op::Input { .. } => {
-                    let t = &inputs[next_input];
+                    let t = inputs[next_input].borrow();
                     next_input += 1;
                     Slot::Borrowed(t)
                 }
@@ -1286,7 +1299,7 @@ impl CpuExecutor {
         Ok(outs)
     }
 
-    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), CpuError> {
+    fn check_inputs<I: Borrow<Tensor>>(&self, inputs: &[I]) -> Result<(), CpuError> {
         check_feeds(&self.graph, &self.inputs, inputs, true).map_err(CpuError::Input)
     }
 

@@ -19,6 +19,7 @@ use rlx_compile::NumericLint;
 use rlx_cpu::{CpuError, CpuExecutor};
 use rlx_ir::numeric_check::{DebugMode, DebugScanner, NanReport};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape, Tensor, TensorData};
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -322,11 +323,15 @@ impl CompiledGraph {
     }
 
     /// Run the input check when it is on; `device` is where the inputs are resident.
-    fn guard_inputs(&self, inputs: &[(&str, Tensor)], device: Device) -> Result<(), RuntimeError> {
+    fn guard_inputs<I: Borrow<Tensor>>(
+        &self,
+        inputs: &[(&str, I)],
+        device: Device,
+    ) -> Result<(), RuntimeError> {
         if !self.check_inputs_enabled() {
             return Ok(());
         }
-        let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t.borrow())).collect();
         let lines = guards::check_inputs(&self.guards, &named, device);
         if lines.is_empty() {
             Ok(())
@@ -525,6 +530,28 @@ impl CompiledGraph {
         inputs: Vec<(&str, Tensor)>,
         device: Device,
     ) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_fed(inputs, device)
+    }
+
+    /// [`CompiledGraph::run_tensors`] on borrowed tensors: the caller keeps them, and the run
+    /// neither copies nor frees them (on the CPU the kernels read them in place, as
+    /// onnxruntime reads a NumPy input; the wgpu backend uploads them). For repeated runs
+    /// on the same inputs (`rlx bench`) and inputs too large to clone per run. Errors as
+    /// `run_tensors`.
+    pub fn run_tensor_refs(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_fed(inputs.to_vec(), self.device)
+    }
+
+    /// The body of [`CompiledGraph::run_tensors_on`] and [`CompiledGraph::run_tensor_refs`],
+    /// for owned or borrowed inputs.
+    fn run_fed<I: Borrow<Tensor> + Sync>(
+        &mut self,
+        inputs: Vec<(&str, I)>,
+        device: Device,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         self.guard_inputs(&inputs, device)?;
         let ordered = self.order_inputs(inputs)?;
         let mode = self.debug_override.unwrap_or_else(|| {
@@ -555,9 +582,9 @@ impl CompiledGraph {
     }
 
     /// One run on the backend (the value printer is CPU-only; wgpu scans after its run).
-    fn run_exec(
+    fn run_exec<I: Borrow<Tensor> + Sync>(
         exec: &mut Exec,
-        ordered: &[Tensor],
+        ordered: &[I],
         sc: Option<&mut DebugScanner>,
         pcfg: &printer::PrinterConfig,
     ) -> Result<Vec<Tensor>, RuntimeError> {
@@ -599,9 +626,9 @@ impl CompiledGraph {
         }
     }
 
-    fn order_inputs(&self, inputs: Vec<(&str, Tensor)>) -> Result<Vec<Tensor>, RuntimeError> {
+    fn order_inputs<I>(&self, inputs: Vec<(&str, I)>) -> Result<Vec<I>, RuntimeError> {
         let decl = self.inputs();
-        let mut slots: Vec<Option<Tensor>> = vec![None; decl.len()];
+        let mut slots: Vec<Option<I>> = (0..decl.len()).map(|_| None).collect();
         for (name, t) in inputs {
             let Some(k) = decl.iter().position(|(n, _)| n == name) else {
                 return Err(unknown_input(name, &decl));

@@ -380,14 +380,14 @@ impl PrinterConfig {
 
 /// Run `exec`, printing per `cfg` to stderr (the plain [`CpuExecutor::run`] path when off).
 /// Level 3's line is flushed before the op runs.
-pub(crate) fn run_cpu(
+pub(crate) fn run_cpu<I: std::borrow::Borrow<Tensor> + Sync>(
     exec: &mut CpuExecutor,
-    inputs: &[Tensor],
+    inputs: &[I],
     scanner: Option<&mut DebugScanner>,
     cfg: &PrinterConfig,
 ) -> Result<Vec<Tensor>, CpuError> {
     if !cfg.is_on() {
-        return exec.run(inputs, scanner);
+        return exec.run_hooked(inputs, scanner, None, None);
     }
     let g = exec.graph().clone();
     let mut before = |id: NodeId| {

@@ -78,6 +78,44 @@ fn right_inputs_pass_and_compute() {
 }
 
 #[test]
+fn borrowed_inputs_compute_and_are_checked_alike() {
+    let mut s = compiled();
+    let (i, x) = (ids(&[2, 3]), xs(&[2, 3]));
+    // Given in the other order: matched by name, as with owned inputs.
+    for _ in 0..2 {
+        let out = s.run_tensor_refs(&[("x", &x), ("input_ids", &i)]).unwrap();
+        // Hand-derived: ids 0..6 times 0.5; the caller's tensors are left as they were.
+        assert_eq!(out[0].as_f32().unwrap(), &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5]);
+    }
+    assert_eq!(x.as_f32().unwrap(), &[0.5; 6]);
+    // The same check lines as run_tensors.
+    let bad = xs(&[2, 3]);
+    match s.run_tensor_refs(&[("input_ids", &bad), ("x", &x)]) {
+        Err(RuntimeError::InputCheck { lines }) => assert_eq!(
+            lines,
+            vec![
+                r#"rlx input-check: inputs[0] "input_ids": unmatched dtype, expected: i64, but got: f32"#
+            ]
+        ),
+        other => panic!("expected an input-check error, got {:?}", other.map(|_| ())),
+    }
+    match s.run_tensor_refs(&[("input_ids", &i)]) {
+        Err(RuntimeError::InputCheck { lines }) => assert_eq!(
+            lines,
+            vec![r#"rlx input-check: inputs[1] "x": missing input, expected: f32[2,3]"#]
+        ),
+        other => panic!("expected an input-check error, got {:?}", other.map(|_| ())),
+    }
+    // With the check off, a wrong shape is still refused by the executor, naming the input.
+    s.set_check_inputs(Some(false));
+    let long = xs(&[2, 4]);
+    let e = s
+        .run_tensor_refs(&[("input_ids", &i), ("x", &long)])
+        .unwrap_err();
+    assert!(e.to_string().contains("\"x\""), "{e}");
+}
+
+#[test]
 fn wrong_dtype() {
     let mut s = compiled();
     let lines = check_lines(&mut s, vec![("input_ids", xs(&[2, 3])), ("x", xs(&[2, 3]))]);

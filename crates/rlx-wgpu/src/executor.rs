@@ -10,7 +10,7 @@ use rlx_cpu::eval_op;
 use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::provenance::node_label;
 use rlx_ir::{strides_of, DType, Graph, NodeId, Op, PadMode, PoolKind, Tensor, TensorData};
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -464,21 +464,21 @@ impl WgpuExecutor {
         Ok(())
     }
 
-    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), WgpuError> {
+    fn check_inputs<I: Borrow<Tensor>>(&self, inputs: &[I]) -> Result<(), WgpuError> {
         rlx_cpu::check_feeds(&self.graph, &self.inputs, inputs, false).map_err(WgpuError::Input)
     }
 
-    /// Run with `inputs` in `graph.inputs()` order; returns the outputs in `graph.outputs`
-    /// order. With `scanner` on, every node's value is read back after the run and scanned
+    /// Run with `inputs` (owned tensors or references to them) in `graph.inputs()` order;
+    /// returns the outputs in `graph.outputs` order. With `scanner` on, every node's value is read back after the run and scanned
     /// in topological order (same report as the CPU backend; abort mode returns
     /// [`WgpuError::NanAbort`]).
     ///
     /// Errors: [`WgpuError::Input`] naming a mismatched input, [`WgpuError::Param`] for an
     /// unset param, [`WgpuError::Kernel`] for a CPU-fallback kernel failure, [`WgpuError::Gpu`]
     /// when wgpu reported an error during the run.
-    pub fn run(
+    pub fn run<I: Borrow<Tensor>>(
         &mut self,
-        inputs: &[Tensor],
+        inputs: &[I],
         scanner: Option<&mut DebugScanner>,
     ) -> Result<Vec<Tensor>, WgpuError> {
         let scanner = scanner.filter(|s| s.is_on());
@@ -513,7 +513,11 @@ impl WgpuExecutor {
         self.execute(inputs, true)
     }
 
-    fn execute(&self, inputs: &[Tensor], all: bool) -> Result<Vec<Option<Tensor>>, WgpuError> {
+    fn execute<I: Borrow<Tensor>>(
+        &self,
+        inputs: &[I],
+        all: bool,
+    ) -> Result<Vec<Option<Tensor>>, WgpuError> {
         self.check_inputs(inputs)?;
         let errors_before = crate::uncaptured_error_count();
         let g = &self.graph;
@@ -528,7 +532,7 @@ impl WgpuExecutor {
                 Step::Leaf => {
                     let t: &Tensor = match &node.op {
                         Op::Input { .. } => {
-                            let t = &inputs[next_input];
+                            let t: &Tensor = inputs[next_input].borrow();
                             next_input += 1;
                             if self.upload[k] {
                                 self.write_value(id, t)?;
