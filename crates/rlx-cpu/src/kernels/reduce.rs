@@ -181,12 +181,95 @@ isa_fn!(
     }
 );
 
-isa_fn!(
-    /// [`lane_extreme`] of f32, compiled for the widest ISA.
-    pub(crate) fn extreme_f32[](row: &[f32], max: bool) -> f32 {
-        lane_extreme(row, max)
+/// Max (`max`) or Min of an f32 row: NaN if any element is NaN, the identity (∓inf) for an
+/// empty row; the result is the row's extreme value, and of equal extremes (±0) one of them.
+/// On x86-64 with AVX2 by [`extreme_avx2`], else by [`lane_extreme`].
+pub(crate) fn extreme_f32(row: &[f32], max: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::fastmath::{isa, Isa};
+        if !matches!(isa(), Isa::Plain) {
+            // SAFETY: the CPU has AVX2 (`isa`, checked at run time).
+            return unsafe {
+                if max {
+                    extreme_avx2::<true>(row)
+                } else {
+                    extreme_avx2::<false>(row)
+                }
+            };
+        }
     }
-);
+    lane_extreme(row, max)
+}
+
+/// [`extreme_f32`] on AVX2: four vectors of 8 lanes (32 elements per step, so four
+/// independent `max` chains), each lane `vmaxps(x, lane)` (`x > lane ? x : lane`, which
+/// never lets a NaN into a lane); NaN is seen through the largest `|x|` bits, an integer
+/// max (NaN's exceed +inf's `0x7f80_0000`). The elements after the last whole step go
+/// through [`lane_extreme`]'s select. ReduceMax over 2^20 f32 held in L3, 1 thread: 168 →
+/// 66 µs against onnxruntime's 85 (bench/NOTES.md §25; the autovectorized 16-lane fold
+/// packed its NaN flags to bytes every vector).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn extreme_avx2<const MAX: bool>(row: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let init = if MAX {
+        f32::NEG_INFINITY
+    } else {
+        f32::INFINITY
+    };
+    let pick = |x: __m256, a: __m256| {
+        if MAX {
+            _mm256_max_ps(x, a)
+        } else {
+            _mm256_min_ps(x, a)
+        }
+    };
+    let abs = _mm256_set1_epi32(0x7fff_ffff);
+    let mut acc = [_mm256_set1_ps(init); 4];
+    let mut bits = [_mm256_setzero_si256(); 4];
+    let mut ch = row.chunks_exact(32);
+    for c in ch.by_ref() {
+        for (j, (a, b)) in acc.iter_mut().zip(bits.iter_mut()).enumerate() {
+            // SAFETY: elements 8j..8j+8 of a chunk of 32.
+            let x = unsafe { _mm256_loadu_ps(c.as_ptr().add(8 * j)) };
+            *b = _mm256_max_epu32(*b, _mm256_and_si256(_mm256_castps_si256(x), abs));
+            *a = pick(x, *a);
+        }
+    }
+    let b = _mm256_max_epu32(
+        _mm256_max_epu32(bits[0], bits[1]),
+        _mm256_max_epu32(bits[2], bits[3]),
+    );
+    // Any lane above +inf's bits: a NaN.
+    let over = _mm256_cmpgt_epi32(
+        _mm256_xor_si256(b, _mm256_set1_epi32(i32::MIN)),
+        _mm256_set1_epi32(0x7f80_0000 ^ i32::MIN),
+    );
+    if _mm256_movemask_epi8(over) != 0 {
+        return f32::NAN;
+    }
+    let m = pick(pick(acc[0], acc[1]), pick(acc[2], acc[3]));
+    let mut lanes = [0f32; 8];
+    // SAFETY: 8 floats into an array of 8.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+    let r = lanes.iter().copied().chain(ch.remainder().iter().copied());
+    let better = |x: f32, a: f32| if MAX { x > a } else { x < a };
+    let mut nan = false;
+    let mut out = init;
+    for x in r {
+        nan |= x.is_nan();
+        out = if better(x, out) { x } else { out };
+    }
+    if nan {
+        f32::NAN
+    } else {
+        out
+    }
+}
 
 isa_fn!(
     /// `max(v) - min(v)` in f32: finite exactly when every element is finite and the
@@ -1012,7 +1095,7 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, log: bool, out: &Shape) -> KResul
 
 #[cfg(test)]
 mod tests {
-    use super::{offsets, reduce, run_len, spread_f32};
+    use super::{extreme_f32, offsets, reduce, run_len, spread_f32};
     use rlx_ir::{ReduceKind, Tensor};
 
     /// `run_len` agrees with the listed offsets: a run exactly when they are `0..k`.
@@ -1133,6 +1216,86 @@ mod tests {
 
     /// `max - min` by hand; a NaN anywhere (in the vector body or the tail) or an inf makes
     /// it non-finite, as does a spread past f32::MAX.
+    #[test]
+    fn extreme_f32_is_the_max_and_min_and_sees_every_nan() {
+        // Lengths around the AVX2 kernel's 32-element steps and its tail, values from an
+        // LCG; the expected extreme is the f64 fold (exact for f32 values).
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3
+        };
+        let expect = |v: &[f32], max: bool| -> f64 {
+            if v.iter().any(|x| x.is_nan()) {
+                return f64::NAN;
+            }
+            let init = if max {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            };
+            v.iter().fold(init, |a, &x| {
+                if max {
+                    a.max(x as f64)
+                } else {
+                    a.min(x as f64)
+                }
+            })
+        };
+        let same = |r: f32, e: f64| (r.is_nan() && e.is_nan()) || r as f64 == e;
+        for n in (0usize..=100).chain([127, 128, 129, 255, 1000, 4099]) {
+            let v: Vec<f32> = (0..n).map(|_| next()).collect();
+            for max in [true, false] {
+                assert!(
+                    same(extreme_f32(&v, max), expect(&v, max)),
+                    "n {n} max {max}"
+                );
+            }
+            // The extreme at each end and at a step boundary, and ±inf.
+            for &at in &[0, n / 2, n.saturating_sub(1), 31.min(n.saturating_sub(1))] {
+                if n == 0 {
+                    break;
+                }
+                for x in [f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30] {
+                    let mut w = v.clone();
+                    w[at] = x;
+                    for max in [true, false] {
+                        assert!(
+                            same(extreme_f32(&w, max), expect(&w, max)),
+                            "n {n} at {at} x {x}"
+                        );
+                    }
+                }
+            }
+        }
+        // A NaN (quiet, signalling, negative) at every position of rows of 1..=70.
+        for n in 1..=70 {
+            let v: Vec<f32> = (0..n).map(|_| next()).collect();
+            for at in 0..n {
+                for nan in [
+                    f32::NAN,
+                    f32::from_bits(0x7f80_0001),
+                    f32::from_bits(0xffc0_0000),
+                ] {
+                    let mut w = v.clone();
+                    w[at] = nan;
+                    for max in [true, false] {
+                        assert!(extreme_f32(&w, max).is_nan(), "n {n} NaN at {at} max {max}");
+                    }
+                }
+            }
+        }
+        // All -inf: the max is -inf, not a NaN; empty: the identity.
+        assert_eq!(
+            extreme_f32(&[f32::NEG_INFINITY; 40], true),
+            f32::NEG_INFINITY
+        );
+        assert_eq!(extreme_f32(&[], true), f32::NEG_INFINITY);
+        assert_eq!(extreme_f32(&[], false), f32::INFINITY);
+    }
+
     #[test]
     fn spread_is_max_minus_min_and_sees_every_nan() {
         let v: Vec<f32> = (0..100).map(|i| (i as f32 - 40.0) * 0.5).collect();
