@@ -67,8 +67,17 @@ def main() -> None:
     for name in ("convs", "wide", "narrow", "hw"):
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be at least 1")
+    # Weights and the input, in bytes; onnx.save keeps a model in one protobuf (< 2 GB).
+    size = 4 * (a.convs * a.wide * a.narrow + a.narrow * a.hw * a.hw)
+    if size > 1 << 30:
+        ap.error(f"the model would hold {size / 1e9:.1f} GB of tensors; at most 1 GB")
+    if a.dir.exists() and not a.dir.is_dir():
+        ap.error(f"{a.dir} exists and is not a folder")
+    try:
+        a.dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"cannot create {a.dir}: {e.strerror}")
     model, x = build(a.convs, a.wide, a.narrow, a.hw)
-    a.dir.mkdir(parents=True, exist_ok=True)
     onnx.save(model, a.dir / "model.onnx")
     np.save(a.dir / "input_X.npy", x)
     mb = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer) / 1e6

@@ -2,8 +2,8 @@
 //!
 //! The model is read, imported and compiled once; then `--warmup` untimed runs, then timed
 //! runs (`--runs R`, or as many as fit in `--max-time S` seconds). Each timed run is one
-//! `CompiledGraph::run_tensors` call; the inputs are cloned before the clock starts, so the
-//! time is the executor's alone. The output is line-oriented so that scripts (bench/run.sh)
+//! `CompiledGraph::run_tensor_refs` call on the inputs read once (lent, never copied or freed
+//! by a run), so the time is the executor's alone. The output is line-oriented so that scripts (bench/run.sh)
 //! can read it:
 //!
 //! ```text

@@ -1214,8 +1214,6 @@ mod tests {
         );
     }
 
-    /// `max - min` by hand; a NaN anywhere (in the vector body or the tail) or an inf makes
-    /// it non-finite, as does a spread past f32::MAX.
     #[test]
     fn extreme_f32_is_the_max_and_min_and_sees_every_nan() {
         // Lengths around the AVX2 kernel's 32-element steps and its tail, values from an
@@ -1296,6 +1294,8 @@ mod tests {
         assert_eq!(extreme_f32(&[], false), f32::INFINITY);
     }
 
+    /// `max - min` by hand; a NaN anywhere (in the vector body or the tail) or an inf makes
+    /// it non-finite, as does a spread past f32::MAX.
     #[test]
     fn spread_is_max_minus_min_and_sees_every_nan() {
         let v: Vec<f32> = (0..100).map(|i| (i as f32 - 40.0) * 0.5).collect();
