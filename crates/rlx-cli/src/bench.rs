@@ -3,8 +3,8 @@
 //! The model is read, imported and compiled once; then `--warmup` untimed runs, then timed
 //! runs (`--runs R`, or as many as fit in `--max-time S` seconds). Each timed run is one
 //! `CompiledGraph::run_tensor_refs` call on the inputs read once (lent, never copied or freed
-//! by a run), so the time is the executor's alone. The output is line-oriented so that scripts (bench/run.sh)
-//! can read it:
+//! by a run), so the time is the executor's alone. The output is line-oriented so that
+//! scripts (bench/run.sh) can read it:
 //!
 //! ```text
 //! model: fixtures/transformers/bert_tiny/model.onnx

@@ -469,9 +469,9 @@ impl WgpuExecutor {
     }
 
     /// Run with `inputs` (owned tensors or references to them) in `graph.inputs()` order;
-    /// returns the outputs in `graph.outputs` order. With `scanner` on, every node's value is read back after the run and scanned
-    /// in topological order (same report as the CPU backend; abort mode returns
-    /// [`WgpuError::NanAbort`]).
+    /// returns the outputs in `graph.outputs` order. With `scanner` on, every node's value is
+    /// read back after the run and scanned in topological order (same report as the CPU
+    /// backend; abort mode returns [`WgpuError::NanAbort`]).
     ///
     /// Errors: [`WgpuError::Input`] naming a mismatched input, [`WgpuError::Param`] for an
     /// unset param, [`WgpuError::Kernel`] for a CPU-fallback kernel failure, [`WgpuError::Gpu`]
