@@ -249,26 +249,19 @@ unsafe fn extreme_avx2<const MAX: bool>(row: &[f32]) -> f32 {
         _mm256_xor_si256(b, _mm256_set1_epi32(i32::MIN)),
         _mm256_set1_epi32(0x7f80_0000 ^ i32::MIN),
     );
-    if _mm256_movemask_epi8(over) != 0 {
+    let tail = lane_extreme(ch.remainder(), MAX);
+    if _mm256_movemask_epi8(over) != 0 || tail.is_nan() {
         return f32::NAN;
     }
-    let m = pick(pick(acc[0], acc[1]), pick(acc[2], acc[3]));
+    let m = pick(
+        _mm256_set1_ps(tail),
+        pick(pick(acc[0], acc[1]), pick(acc[2], acc[3])),
+    );
     let mut lanes = [0f32; 8];
     // SAFETY: 8 floats into an array of 8.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
-    let r = lanes.iter().copied().chain(ch.remainder().iter().copied());
-    let better = |x: f32, a: f32| if MAX { x > a } else { x < a };
-    let mut nan = false;
-    let mut out = init;
-    for x in r {
-        nan |= x.is_nan();
-        out = if better(x, out) { x } else { out };
-    }
-    if nan {
-        f32::NAN
-    } else {
-        out
-    }
+    // No lane holds a NaN (`pick` keeps them out), so this is the plain extreme.
+    lane_extreme(&lanes, MAX)
 }
 
 isa_fn!(
