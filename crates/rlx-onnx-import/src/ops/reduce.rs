@@ -78,12 +78,60 @@ pub fn reduce_l2(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let s = reduce_on(cx, n, sq, ReduceKind::Sum, 18)?;
     Ok(vec![cx.unary(UnaryOp::Sqrt, s)?])
 }
-/// ReduceLogSumExp = Log(ReduceSum(Exp(x))), as the ONNX reference defines it.
+/// ReduceLogSumExp, defined by ONNX as `Log(ReduceSum(Exp(x)))`, computed in the stable
+/// form `m + log(sum(exp(x - m)))` with `m` the reduced max (0 where that max is ±inf, so a
+/// row of all `-inf` gives `-inf` and a row holding `+inf` gives `+inf`, as the definition
+/// does; NaN stays NaN). The direct form overflows `exp` for any element above ~88.7 in
+/// float32 (~11 in float16) although the result is finite: a row with max 95 gives 95.x, not
+/// `+inf`. Integer inputs keep the direct form.
 pub fn reduce_log_sum_exp(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
-    let e = cx.unary(UnaryOp::Exp, x)?;
-    let s = reduce_on(cx, n, e, ReduceKind::Sum, 18)?;
-    Ok(vec![cx.unary(UnaryOp::Log, s)?])
+    let dt = cx.dtype(x);
+    if !dt.is_float() {
+        let e = cx.unary(UnaryOp::Exp, x)?;
+        let s = reduce_on(cx, n, e, ReduceKind::Sum, 18)?;
+        return Ok(vec![cx.unary(UnaryOp::Log, s)?]);
+    }
+    let Some(axes) = axes(cx, n, 18)? else {
+        // Reducing nothing: log(exp(x)) = x.
+        return Ok(vec![x]);
+    };
+    let keepdims = n.i("keepdims", 1)? != 0;
+    let m = cx.add(
+        Op::Reduce {
+            kind: ReduceKind::Max,
+            axes: axes.clone(),
+            keepdims: true,
+        },
+        vec![x],
+    )?;
+    let inf = cx.unary(
+        UnaryOp::IsInf {
+            pos: true,
+            neg: true,
+        },
+        m,
+    )?;
+    let zero = cx.scalar(dt, 0.0);
+    let ms = cx.add(Op::Select, vec![inf, zero, m])?;
+    let d = cx.binary(BinaryOp::Sub, x, ms)?;
+    let e = cx.unary(UnaryOp::Exp, d)?;
+    let s = cx.add(
+        Op::Reduce {
+            kind: ReduceKind::Sum,
+            axes,
+            keepdims,
+        },
+        vec![e],
+    )?;
+    let l = cx.unary(UnaryOp::Log, s)?;
+    let ms = if keepdims {
+        ms
+    } else {
+        let dims = cx.dims(l);
+        cx.reshape(ms, dims)?
+    };
+    Ok(vec![cx.binary(BinaryOp::Add, ms, l)?])
 }
 
 /// ReduceLogSum = Log(ReduceSum(x)).
