@@ -242,3 +242,63 @@ fn reduce_log_sum_exp_of_large_values_is_finite_and_unreported() {
     assert_eq!(y[1], f64::INFINITY);
     assert!(y[2].is_nan());
 }
+
+// ---- stash and accumulation types ----
+
+/// float16 LayerNormalization (opset 17, `stash_type` default 1): the function body casts X
+/// to float32 for stage one (mean, variance, normalized value), so a spiky token whose
+/// square overflows float16 (300² = 90000 > 65504) is still normalized. Computed in float16
+/// the variance is +inf, 1/sqrt gives 0 and the row silently becomes the bias.
+/// Expected: the body's stage one in float64, rounded to float16, then `* scale + bias`.
+#[test]
+fn float16_layer_norm_honours_stash_type() {
+    let n = 8;
+    let rows: [[f64; 8]; 2] = [
+        [300.0, 1.0, -1.0, 2.0, 0.5, -2.0, 3.0, 0.25],
+        [0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8],
+    ];
+    let scale: Vec<f64> = (0..n).map(|i| 0.5 + 0.125 * i as f64).collect();
+    let bias: Vec<f64> = (0..n).map(|i| 0.25 - 0.0625 * i as f64).collect();
+    let eps = 1e-5;
+    for stash in [None, Some(1)] {
+        let mut attrs = vec![a_float("epsilon", eps as f32), a_int("axis", -1)];
+        attrs.extend(stash.map(|s| a_int("stash_type", s)));
+        let m = model(
+            17,
+            vec![node(
+                "LayerNormalization",
+                "ln",
+                &["x", "s", "b"],
+                &["y"],
+                attrs,
+            )],
+            vec![
+                init("s", &f16_tensor(&[n], &scale)),
+                init("b", &f16_tensor(&[n], &bias)),
+            ],
+            &[("x", data_type::FLOAT16, &[2, n as i64])],
+            &["y"],
+        );
+        let x = f16_tensor(&[2, n], &rows.concat());
+        let (out, reports, _) = run(&m, DebugMode::Warn, vec![("x", x)]);
+        let y = out[0].data().to_f64_vec();
+        for (r, row) in rows.iter().enumerate() {
+            let xr: Vec<f64> = row.iter().map(|&v| f16_round(v)).collect();
+            let mean = xr.iter().sum::<f64>() / n as f64;
+            let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+            for i in 0..n {
+                let normalized = f16_round((xr[i] - mean) / (var + eps).sqrt());
+                let want = f16_round(f16_round(normalized * scale[i]) + bias[i]);
+                let got = y[r * n + i];
+                // Two float16 units in the last place of the value (2^-10 relative), plus
+                // one of the bias's scale for results near zero.
+                let tol = 2.0 * want.abs() * 2f64.powi(-10) + 2f64.powi(-12);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "stash {stash:?} row {r} elem {i}: got {got}, function body {want}"
+                );
+            }
+        }
+        assert!(reports.is_empty(), "{reports:?}");
+    }
+}

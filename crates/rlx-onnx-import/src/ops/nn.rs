@@ -324,6 +324,21 @@ pub fn layer_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let axis = norm_axis(n.i("axis", -1)?, cx.rank(x))?;
     let epsilon = n.f("epsilon", 1e-5)?;
+    let dt = cx.dtype(x);
+    // stash_type (default 1 = float32): the function body casts X to float32 for the mean,
+    // the variance and the normalized value ("stage one"), so a float16 row whose squares
+    // overflow float16 is still normalized correctly. Scale and bias are applied in float32
+    // too and the result cast back once (within one rounding of the body's f16 Mul/Add).
+    let stash = matches!(dt, DType::F16 | DType::BF16) && n.i("stash_type", 1)? == 1;
+    if stash {
+        let xs = cx.cast(x, DType::F32)?;
+        let mut ins = vec![xs, cx.cast(n.inp(1)?, DType::F32)?];
+        if let Some(b) = n.opt(2) {
+            ins.push(cx.cast(b, DType::F32)?);
+        }
+        let y = cx.add(Op::LayerNorm { axis, epsilon }, ins)?;
+        return Ok(vec![cx.cast(y, dt)?]);
+    }
     let mut ins = vec![x, n.inp(1)?];
     ins.extend(n.opt(2));
     Ok(vec![cx.add(Op::LayerNorm { axis, epsilon }, ins)?])
