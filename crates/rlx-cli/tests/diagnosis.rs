@@ -302,3 +302,356 @@ fn float16_layer_norm_honours_stash_type() {
         assert!(reports.is_empty(), "{reports:?}");
     }
 }
+
+// ---- overflow that silently zeroes data is reported; intended infinities stay quiet ----
+
+fn f32s(dims: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_f32(dims, v).unwrap()
+}
+
+fn scalar_init(name: &str, v: f32) -> TensorProto {
+    init(name, &Tensor::scalar_f32(v))
+}
+
+/// An RMSNorm written with basic ops (Pow, ReduceMean, Add, Sqrt, Div) on a row holding one
+/// spiky token: 1e20² overflows float32, the mean square is +inf, and `x / inf` gives 0 for
+/// the whole row, where the exact values are finite (1e20 / (1e20/√4) = 2 for the spike).
+/// The output is all finite, so the old rule called the Inf "absorbed"; it destroyed data.
+#[test]
+fn overflow_that_zeroes_a_row_is_reported_at_the_overflowing_op() {
+    let m = model(
+        18,
+        vec![
+            node("Pow", "rms.pow", &["x", "two"], &["sq"], vec![]),
+            node("ReduceMean", "rms.mean", &["sq", "axes"], &["ms"], vec![]),
+            node("Add", "rms.add_eps", &["ms", "eps"], &["mse"], vec![]),
+            node("Sqrt", "rms.sqrt", &["mse"], &["rms"], vec![]),
+            node("Div", "rms.div", &["x", "rms"], &["y"], vec![]),
+        ],
+        vec![
+            scalar_init("two", 2.0),
+            scalar_init("eps", 1e-6),
+            init("axes", &Tensor::from_i64(&[1], vec![-1]).unwrap()),
+        ],
+        &[("x", data_type::FLOAT, &[2, 4])],
+        &["y"],
+    );
+    let x = f32s(&[2, 4], vec![1e20, 1.0, -2.0, 3.0, 0.5, 1.0, -1.5, 2.0]);
+    let (out, reports, summary) = run(&m, DebugMode::Warn, vec![("x", x)]);
+    // The exact output of row 0 is finite and non-zero; RLX's value is still computed in
+    // f32 (this test is about the report, not about rescuing the value).
+    let y = out[0].data().to_f64_vec();
+    assert!(y[..4].iter().all(|v| *v == 0.0), "row 0 zeroed: {y:?}");
+    assert_eq!(reports.len(), 1, "{reports:#?}");
+    let r = &reports[0];
+    assert_eq!(r.label, "rms.pow");
+    assert_eq!(r.kind, rlx_ir::numeric_check::BadKind::PosInf);
+    let note = r.note.as_deref().unwrap_or("");
+    assert!(
+        note.contains("rms.div") && note.contains("destructively") && note.contains("0 in 4 of 8"),
+        "{note}"
+    );
+    let fix = r.fix.as_deref().unwrap_or("");
+    assert!(
+        fix.contains("overflow") && !fix.contains("negative base"),
+        "{fix}"
+    );
+    assert!(summary.is_none(), "not called absorbed: {summary:?}");
+    // Abort mode stops there.
+    let mut s = compile(&m, DebugMode::Abort);
+    let x = f32s(&[2, 4], vec![1e20, 1.0, -2.0, 3.0, 0.5, 1.0, -1.5, 2.0]);
+    let e = s.run_tensors(vec![("x", x)]).unwrap_err();
+    assert!(e.as_nan_abort().is_some(), "{e}");
+}
+
+/// The intended infinities the Inf policy exists for stay quiet: a float16 attention score
+/// plus an HF-style `finfo(float16).min` mask overflows to -inf and the softmax turns it
+/// into 0 (`exp(-inf)`); a T5-style `log(0)` is discarded by a `Where`.
+#[test]
+fn intended_infinities_stay_quiet() {
+    // Softmax over [score + mask] in float16: -100 + -65504 rounds to -inf.
+    let m = model(
+        17,
+        vec![
+            node(
+                "Add",
+                "attn.mask_add",
+                &["score", "mask"],
+                &["masked"],
+                vec![],
+            ),
+            node(
+                "Softmax",
+                "attn.softmax",
+                &["masked"],
+                &["p"],
+                vec![a_int("axis", -1)],
+            ),
+        ],
+        vec![],
+        &[
+            ("score", data_type::FLOAT16, &[1, 4]),
+            ("mask", data_type::FLOAT16, &[1, 4]),
+        ],
+        &["p"],
+    );
+    let score = f16_tensor(&[1, 4], &[1.0, -100.0, 2.0, -100.0]);
+    let mask = f16_tensor(&[1, 4], &[0.0, -65504.0, 0.0, -65504.0]);
+    let (out, reports, _) = run(&m, DebugMode::Warn, vec![("score", score), ("mask", mask)]);
+    let p = out[0].data().to_f64_vec();
+    // Exact: softmax([1, -inf, 2, -inf]) = [1/(1+e), 0, e/(1+e), 0].
+    let e = std::f64::consts::E;
+    for (g, w) in p.iter().zip([1.0 / (1.0 + e), 0.0, e / (1.0 + e), 0.0]) {
+        assert!((g - w).abs() <= 2e-3, "{p:?}");
+    }
+    assert!(reports.is_empty(), "{reports:#?}");
+
+    // T5-style: log of relative positions (0 at the diagonal gives -inf), used only where
+    // the position is large; small positions take the exact bucket.
+    let m = model(
+        17,
+        vec![
+            node("Log", "t5.log", &["rel"], &["l"], vec![]),
+            node("Less", "t5.is_small", &["rel", "eight"], &["small"], vec![]),
+            node("Where", "t5.bucket", &["small", "rel", "l"], &["b"], vec![]),
+        ],
+        vec![scalar_init("eight", 8.0)],
+        &[("rel", data_type::FLOAT, &[4])],
+        &["b"],
+    );
+    let rel = f32s(&[4], vec![0.0, 3.0, 16.0, 100.0]);
+    let (out, reports, _) = run(&m, DebugMode::Warn, vec![("rel", rel)]);
+    let b = out[0].data().to_f64_vec();
+    assert_eq!(b[..2], [0.0, 3.0]);
+    assert!((b[2] - 16f64.ln()).abs() < 1e-6 && (b[3] - 100f64.ln()).abs() < 1e-5);
+    assert!(reports.is_empty(), "{reports:#?}");
+}
+
+// ---- fix lines follow the cause chain ----
+
+/// The first culprit report of a one-input model run on `x` (float32 `[1, n]`).
+fn culprit(m: &[u8], x: Tensor) -> NanReport {
+    let (_, reports, _) = run(m, DebugMode::Warn, vec![("x", x)]);
+    reports
+        .into_iter()
+        .find(|r| r.is_culprit())
+        .expect("a culprit report")
+}
+
+fn fix_of(r: &NanReport) -> String {
+    r.fix.clone().unwrap_or_default()
+}
+
+/// Underflow to 0, then log: a cross-entropy written as `onehot * log(softmax(x))`. The
+/// logit -200 below the max underflows exp to 0, log(0) = -inf, and `0 × -inf` = NaN at the
+/// Mul. The cure is LogSoftmax (or a clamp before the log), not a mask fill value.
+#[test]
+fn fix_for_log_of_an_underflowed_softmax() {
+    let m = model(
+        17,
+        vec![
+            node(
+                "Softmax",
+                "ce.softmax",
+                &["x"],
+                &["p"],
+                vec![a_int("axis", -1)],
+            ),
+            node("Log", "ce.log", &["p"], &["lp"], vec![]),
+            node("Mul", "ce.mul", &["onehot", "lp"], &["y"], vec![]),
+        ],
+        vec![init("onehot", &f32s(&[1, 3], vec![1.0, 0.0, 0.0]))],
+        &[("x", data_type::FLOAT, &[1, 3])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 3], vec![0.0, -200.0, -1.0]));
+    assert_eq!(r.label, "ce.mul");
+    let fix = fix_of(&r);
+    assert!(
+        fix.contains("LogSoftmax") && fix.contains("log(max("),
+        "{fix}"
+    );
+    assert!(!fix.contains("fill value"), "{fix}");
+}
+
+/// Underflow to 0, then divide: `x / softmax(s)` where a probability underflows to 0 gives
+/// +inf at the Div (finite inputs), which reaches the output.
+#[test]
+fn fix_for_division_by_an_underflowed_value() {
+    let m = model(
+        17,
+        vec![
+            node(
+                "Softmax",
+                "w.softmax",
+                &["x"],
+                &["p"],
+                vec![a_int("axis", -1)],
+            ),
+            node("Div", "w.div", &["one", "p"], &["y"], vec![]),
+        ],
+        vec![scalar_init("one", 1.0)],
+        &[("x", data_type::FLOAT, &[1, 3])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 3], vec![0.0, -200.0, -1.0]));
+    assert_eq!(
+        (r.label.as_str(), r.kind),
+        ("w.div", rlx_ir::numeric_check::BadKind::PosInf)
+    );
+    let fix = fix_of(&r);
+    assert!(
+        fix.contains("division by zero") && fix.contains("epsilon"),
+        "{fix}"
+    );
+}
+
+/// Overflow: float16 `Pow(x, 2)` of 300 (90000 > 65504) is +inf from finite inputs. It is
+/// not "a negative base with a fractional exponent".
+#[test]
+fn fix_for_float16_pow_overflow() {
+    let m = model(
+        17,
+        vec![node("Pow", "sq.pow", &["x", "two"], &["y"], vec![])],
+        vec![init("two", &f16_tensor(&[], &[2.0]))],
+        &[("x", data_type::FLOAT16, &[1, 3])],
+        &["y"],
+    );
+    let r = culprit(&m, f16_tensor(&[1, 3], &[300.0, 1.0, 2.0]));
+    assert_eq!(
+        (r.label.as_str(), r.kind),
+        ("sq.pow", rlx_ir::numeric_check::BadKind::PosInf)
+    );
+    let fix = fix_of(&r);
+    assert!(fix.contains("overflow") && fix.contains("f32"), "{fix}");
+    assert!(!fix.contains("negative base"), "{fix}");
+}
+
+/// Domain errors: sqrt of a negative value, and a negative base to a fractional power.
+#[test]
+fn fix_for_domain_errors() {
+    let m = model(
+        17,
+        vec![node("Sqrt", "d.sqrt", &["x"], &["y"], vec![])],
+        vec![],
+        &[("x", data_type::FLOAT, &[1, 2])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 2], vec![4.0, -1.0]));
+    assert_eq!(r.cause, rlx_ir::numeric_check::Cause::InputsFinite);
+    assert!(fix_of(&r).contains("negative"), "{}", fix_of(&r));
+    let m = model(
+        17,
+        vec![node("Pow", "d.pow", &["x", "half"], &["y"], vec![])],
+        vec![scalar_init("half", 0.5)],
+        &[("x", data_type::FLOAT, &[1, 2])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 2], vec![4.0, -1.0]));
+    assert!(fix_of(&r).contains("negative base"), "{}", fix_of(&r));
+}
+
+/// 0/0 at a Div with finite inputs.
+#[test]
+fn fix_for_zero_over_zero() {
+    let m = model(
+        17,
+        vec![node("Div", "z.div", &["x", "x"], &["y"], vec![])],
+        vec![],
+        &[("x", data_type::FLOAT, &[1, 2])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 2], vec![0.0, 3.0]));
+    assert_eq!(r.cause, rlx_ir::numeric_check::Cause::InputsFinite);
+    assert!(
+        fix_of(&r).contains("0/0") && fix_of(&r).contains("epsilon"),
+        "{}",
+        fix_of(&r)
+    );
+}
+
+/// 0 × inf from a mask fill (`Where(mask, x, -inf)` then a product with a zero weight):
+/// the fill advice fits. 0 × inf from an overflow (`exp(100)` times a zero): it does not;
+/// the overflowing op is the cure.
+#[test]
+fn fix_for_zero_times_inf_from_a_mask_and_from_an_overflow() {
+    let m = model(
+        17,
+        vec![
+            node("Where", "m.fill", &["keep", "x", "ninf"], &["f"], vec![]),
+            node("Mul", "m.mul", &["f", "w"], &["y"], vec![]),
+        ],
+        vec![
+            init(
+                "keep",
+                &Tensor::new(vec![1, 2], TensorData::Bool(vec![true, false])).unwrap(),
+            ),
+            scalar_init("ninf", f32::NEG_INFINITY),
+            init("w", &f32s(&[1, 2], vec![1.0, 0.0])),
+        ],
+        &[("x", data_type::FLOAT, &[1, 2])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 2], vec![1.0, 2.0]));
+    assert_eq!(r.label, "m.mul");
+    assert!(fix_of(&r).contains("finite fill value"), "{}", fix_of(&r));
+
+    let m = model(
+        17,
+        vec![
+            node("Exp", "o.exp", &["x"], &["e"], vec![]),
+            node("Mul", "o.mul", &["e", "w"], &["y"], vec![]),
+        ],
+        vec![init("w", &f32s(&[1, 2], vec![1.0, 0.0]))],
+        &[("x", data_type::FLOAT, &[1, 2])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 2], vec![1.0, 100.0]));
+    assert_eq!(r.label, "o.mul");
+    let fix = fix_of(&r);
+    assert!(fix.contains("overflow") && fix.contains("0 × inf"), "{fix}");
+    assert!(!fix.contains("fill value"), "{fix}");
+}
+
+/// inf - inf from two overflows of opposite sign (exp(100) - exp(100) after a negation is
+/// not needed: x·1e38 and x·-1e38 added).
+#[test]
+fn fix_for_inf_minus_inf_from_overflows() {
+    let m = model(
+        17,
+        vec![
+            node("Mul", "s.up", &["x", "big"], &["u"], vec![]),
+            node("Mul", "s.down", &["x", "nbig"], &["d"], vec![]),
+            node("Add", "s.add", &["u", "d"], &["y"], vec![]),
+        ],
+        vec![scalar_init("big", 1e38), scalar_init("nbig", -1e38)],
+        &[("x", data_type::FLOAT, &[1, 2])],
+        &["y"],
+    );
+    let r = culprit(&m, f32s(&[1, 2], vec![1.0, 10.0]));
+    assert_eq!(r.label, "s.add");
+    let fix = fix_of(&r);
+    assert!(
+        fix.contains("inf - inf") && fix.contains("overflow"),
+        "{fix}"
+    );
+}
+
+/// The shipped rmsnorm_rsqrt_inf_nan example: Reciprocal of a zero mean square (eps = 0)
+/// is +inf, then 0 × inf at the Mul. Its README's cure is eps > 0.
+#[test]
+fn fix_for_the_rmsnorm_rsqrt_example_names_epsilon() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/rmsnorm_rsqrt_inf_nan");
+    let bytes = std::fs::read(dir.join("model.onnx")).unwrap();
+    let x = rlx_cli::npy::read_npy(&dir.join("input_x.npy")).unwrap();
+    let (_, reports, _) = run(&bytes, DebugMode::Warn, vec![("x", x)]);
+    let r = reports.iter().find(|r| r.is_culprit()).expect("culprit");
+    assert_eq!(r.label, "layer0.rms_norm.mul_rsqrt");
+    let fix = fix_of(r);
+    assert!(
+        fix.contains("division by zero") && fix.contains("epsilon"),
+        "{fix}"
+    );
+    assert!(!fix.contains("fill value"), "{fix}");
+}

@@ -226,6 +226,82 @@ pub fn scan_data(d: &TensorData) -> NonFiniteCounts {
     }
 }
 
+/// How the op at an Inf's origin made it, from the origin's op and inputs. The fix line of
+/// a NaN made from that Inf, and whether its absorption destroyed data, follow from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InfSource {
+    /// A literal non-finite constant entered the data here (`Where(mask, 0, -inf)`, an
+    /// `Add` of a `-inf` mask constant): an intended fill.
+    Fill,
+    /// `log(0)`: a value that was (or underflowed to) zero reached a logarithm.
+    LogOfZero,
+    /// A division by zero (`x / 0`, `1 / 0`, `rsqrt(0)`, `0` to a negative power).
+    DivisionByZero,
+    /// Finite inputs gave a result beyond the dtype's range (`exp(100)`, `300²` in float16,
+    /// an accumulation, a cast to a narrower type).
+    Overflow,
+    /// A graph input or parameter already held it.
+    InputData,
+}
+
+impl InfSource {
+    /// Classify the origin node `o` of an Inf, given the per-node scan states (a literal
+    /// constant input holding ±inf makes the origin a fill).
+    pub fn classify(g: &Graph, o: NodeId, states: &[NodeState]) -> InfSource {
+        use crate::op::{BinaryOp as B, UnaryOp as U};
+        use crate::Op;
+        let node = g.node(o);
+        let literal_inf = node
+            .inputs
+            .iter()
+            .any(|i| is_literal_constant(g, *i) && states.get(i.index()).is_some_and(|s| s.inf));
+        if literal_inf {
+            return InfSource::Fill;
+        }
+        match &node.op {
+            Op::Input { .. } | Op::Param { .. } => InfSource::InputData,
+            Op::Constant(_) if is_literal_constant(g, o) => InfSource::Fill,
+            Op::Select | Op::Pad { .. } => InfSource::Fill,
+            Op::Unary(U::Log) => InfSource::LogOfZero,
+            Op::Unary(U::Reciprocal | U::Rsqrt) | Op::Binary(B::Div) => InfSource::DivisionByZero,
+            Op::Binary(B::Pow) => {
+                // 0 to a negative power is a division by zero; a positive power overflows.
+                let neg_exp = node.inputs.get(1).and_then(|e| match &g.node(*e).op {
+                    Op::Constant(t) => {
+                        let v = t.data().to_f64_vec();
+                        Some(!v.is_empty() && v.iter().all(|&p| p < 0.0))
+                    }
+                    _ => None,
+                });
+                if neg_exp == Some(true) {
+                    InfSource::DivisionByZero
+                } else {
+                    InfSource::Overflow
+                }
+            }
+            Op::Constant(_) => match source_op_type(g, o) {
+                // A constant folded from an op: classify by that op's type.
+                Some("Log") => InfSource::LogOfZero,
+                Some("Div") | Some("Reciprocal") => InfSource::DivisionByZero,
+                _ => InfSource::Overflow,
+            },
+            _ => InfSource::Overflow,
+        }
+    }
+
+    /// A few words for reports: `log of zero`, `an overflow`, ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            InfSource::Fill => "a fill constant",
+            InfSource::LogOfZero => "log of zero",
+            InfSource::DivisionByZero => "a division by zero",
+            InfSource::Overflow => "an overflow of finite values",
+            InfSource::InputData => "the input data",
+        }
+    }
+}
+
 /// Why a node's output holds a bad value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -246,6 +322,10 @@ pub enum Cause {
         /// the infinity entered as that sign.
         #[serde(skip_serializing_if = "Option::is_none")]
         inf_origin_kind: Option<BadKind>,
+        /// How the origin made the infinity (a fill constant, log of 0, a division by 0,
+        /// an overflow of finite values, the input data), when known: the fix follows it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        inf_source: Option<InfSource>,
     },
     /// Culprit: a graph input, parameter or constant already holds the value.
     Leaf,
@@ -322,6 +402,7 @@ impl fmt::Display for NanReport {
                 inf_origin_label,
                 inf_origin_op,
                 inf_origin_kind,
+                ..
             } => {
                 write!(f, "  → inputs held {input_kind} (input {input}")?;
                 if let (Some(o), Some(l)) = (inf_origin, inf_origin_label) {
@@ -405,7 +486,19 @@ pub fn fix_hint(
             ..
         }
     );
+    let inf_source = match cause {
+        Cause::InputsHeldInf { inf_source, .. } => *inf_source,
+        _ => None,
+    };
     let key = source_op.unwrap_or(op).to_ascii_lowercase();
+    let ir = op.to_ascii_lowercase();
+    // What turned the Inf into NaN here, in words.
+    let meeting = match ir.as_str() {
+        "mul" | "matmul" | "gemm" | "conv" => "0 × inf",
+        "add" | "sub" | "reducesum" | "reducemean" => "inf - inf",
+        "div" => "inf / inf",
+        _ => "an infinite value turned into NaN",
+    };
     let narrow = matches!(dtype, DType::F16 | DType::BF16);
     let norm = matches!(
         key.as_str(),
@@ -422,13 +515,21 @@ pub fn fix_hint(
         "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it)".into(),
         "constant" => "a constant in the model is non-finite: if it is a mask fill, use a large finite value such as torch.finfo(dtype).min instead of inf".into(),
         "softmax" | "logsoftmax" if from_pos_inf => "the softmax input holds +inf, so x - max(x) is inf - inf = NaN in that row: find where the +inf comes from (the origin above: an op upstream, or the input data) and keep it finite there (clamp it, or compute that op in f32)".into(),
+        "softmax" | "logsoftmax" if from_inf && inf_source == Some(InfSource::LogOfZero) => "the softmax input holds -inf from a log of zero (the origin above): every position of a row is -inf, so x - max(x) is NaN; clamp the log's input (log(max(x, 1e-12))) or keep those scores finite".into(),
+        "softmax" | "logsoftmax" if from_inf && inf_source == Some(InfSource::Overflow) => format!("the softmax input overflowed to -inf (the origin above: a large negative value, e.g. a finfo.min mask added to a negative score, passed {dtype}'s range), so a row is all -inf and x - max(x) is NaN; compute the scores and the mask addition in f32, or clamp them to finfo.min"),
         "softmax" | "logsoftmax" if from_inf => "every position of a softmax row is masked (-inf): fill masks with a large finite negative (torch.finfo(dtype).min) instead of -inf, or zero fully masked rows after the softmax".into(),
         "softmax" | "logsoftmax" => "softmax input overflowed: subtract the row max first and keep the softmax in f32".into(),
         "rsqrt" | "sqrt" => format!("{} of a {} input: add an epsilon inside the root (e.g. rsqrt(mean(x^2) + 1e-6)) and make sure the value cannot go negative", key, if kind == BadKind::NaN { "negative (or 0/0)" } else { "zero" }),
         "log" => "log of zero or a negative value: clamp the input (log(max(x, 1e-12))) or use log_softmax / log1p".into(),
+        _ if from_inf && inf_source == Some(InfSource::LogOfZero) => format!("{meeting}: the -inf comes from log of zero at the origin above (a probability that underflowed to 0, as in onehot * log(softmax(x))): compute in log space (LogSoftmax, log-sum-exp, a cross-entropy op) instead of log(softmax(x)), or clamp before the log (log(max(p, 1e-12)))"),
+        _ if from_inf && inf_source == Some(InfSource::DivisionByZero) && norm => format!("{meeting}: the inf comes from a division by zero at the origin above (a zero-variance or all-zero row with epsilon 0): set epsilon > 0 (1e-5 or 1e-6 is usual)"),
+        _ if from_inf && inf_source == Some(InfSource::DivisionByZero) => format!("{meeting}: the inf comes from a division by zero at the origin above: add an epsilon to that denominator (x / (d + 1e-6); for an RMSNorm/LayerNorm written by hand, rsqrt(mean(x^2) + eps) with eps > 0) or mask the rows whose denominator is 0"),
+        _ if from_inf && inf_source == Some(InfSource::Overflow) => format!("{meeting}: the inf comes from an overflow of finite values at the origin above (a result beyond the dtype's range): keep that op in f32 (or accumulate in a wider dtype), or scale its inputs down"),
+        _ if from_inf && inf_source == Some(InfSource::InputData) => format!("{meeting}: the inf is already in the input data or weights (the origin above): check the data pipeline or the checkpoint"),
         "exp" => format!("exp overflowed (input above {} for {}): subtract the max before exp, as softmax does, or clamp the input", if narrow { "11" } else { "88" }, dtype),
         "div" | "reciprocal" if from_inf => "inf / inf (or 0 × inf): a non-finite value reached a division; use a finite fill value instead of inf".into(),
         "div" | "reciprocal" => "division by zero (0/0 gives NaN, x/0 gives inf): add an epsilon to the denominator (x / (d + 1e-6)) or mask the rows whose denominator is 0".into(),
+        "pow" if kind != BadKind::NaN => format!("pow overflowed: |x|^p passed {dtype}'s range (max {}) with finite inputs (or 0 was raised to a negative power): compute it in f32, or scale x down before the power (e.g. mean((x/s)^2) * s^2)", dtype.max_finite().unwrap_or(f64::MAX)),
         "pow" => "pow of a negative base with a fractional exponent gives NaN, and 0 to a negative power gives inf: clamp the base (e.g. pow(max(x, 0), p))".into(),
         "mul" if from_inf => "0 × inf: an infinite value met a zero; use a large finite fill value instead of inf".into(),
         "add" | "sub" if from_inf => "inf - inf: two infinities of opposite sign met; use finite fill values for masks".into(),
@@ -581,6 +682,13 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
             input: *i,
             input_kind,
             inf_origin_kind,
+            inf_source: origin.map(|o| {
+                if o == *i && is_literal_constant(g, o) {
+                    InfSource::Fill
+                } else {
+                    InfSource::classify(g, o, states)
+                }
+            }),
             inf_origin: origin,
             inf_origin_label: origin.map(|o| node_label(g, o)),
             inf_origin_op: origin
@@ -616,6 +724,8 @@ pub struct DebugScanner {
     reports: Vec<NanReport>,
     inf_origins: Vec<NodeId>,
     inf_into_nan: Vec<NodeId>,
+    /// Inf origins whose Inf was absorbed destructively (reported by `check_destroyed`).
+    destroyed: Vec<NodeId>,
     propagators: usize,
     summary: Option<String>,
 }
@@ -633,6 +743,7 @@ impl DebugScanner {
             reports: vec![],
             inf_origins: vec![],
             inf_into_nan: vec![],
+            destroyed: vec![],
             propagators: 0,
             summary: None,
         }
@@ -661,6 +772,7 @@ impl DebugScanner {
         self.reports.clear();
         self.inf_origins.clear();
         self.inf_into_nan.clear();
+        self.destroyed.clear();
         self.propagators = 0;
         self.summary = None;
     }
@@ -686,7 +798,11 @@ impl DebugScanner {
         self.inf_origins
             .iter()
             .copied()
-            .filter(|o| !reached.contains(o) && !self.inf_into_nan.contains(o))
+            .filter(|o| {
+                !reached.contains(o)
+                    && !self.inf_into_nan.contains(o)
+                    && !self.destroyed.contains(o)
+            })
             .collect()
     }
 
@@ -754,7 +870,7 @@ impl DebugScanner {
         self.counts[i] = c;
         self.states[i].scanned = true;
         if c.is_clean() {
-            return Ok(());
+            return self.check_destroyed(g, id, &c);
         }
         let cause = check_node(g, id, &c, &self.states);
         let node_inputs = g.node(id).inputs.clone();
@@ -828,6 +944,98 @@ impl DebugScanner {
             self.emit(r);
         }
         result
+    }
+
+    /// A clean output of an op that divides by an input holding ±inf made by an overflow of
+    /// finite values (`x / inf`, `1 / inf`, `rsqrt(inf)`, `inf ^ -p`): the quotient is 0 where
+    /// the math's value is finite, so data was silently zeroed (a spiky token whose square
+    /// overflows in an RMSNorm: the whole row becomes 0). Reported at the op that overflowed,
+    /// naming the op that zeroed the data. Intended infinities (fills, `log(0)`) and Inf
+    /// absorbed by ops that keep data (`exp(-inf) = 0` in a softmax, `Where`, `Min`/`Max`)
+    /// are not reported here.
+    fn check_destroyed(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        out: &NonFiniteCounts,
+    ) -> Result<(), NanAbort> {
+        use crate::op::{BinaryOp as B, UnaryOp as U};
+        use crate::Op;
+        let node = g.node(id);
+        let divisor = match &node.op {
+            Op::Binary(B::Div) => node.inputs.get(1),
+            Op::Unary(U::Reciprocal | U::Rsqrt) => node.inputs.first(),
+            Op::Binary(B::Pow) => {
+                let neg = node.inputs.get(1).is_some_and(|e| match &g.node(*e).op {
+                    Op::Constant(t) => {
+                        let v = t.data().to_f64_vec();
+                        !v.is_empty() && v.iter().all(|&p| p < 0.0)
+                    }
+                    _ => false,
+                });
+                if neg {
+                    node.inputs.first()
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let Some(&d) = divisor else { return Ok(()) };
+        let st = self.states[d.index()];
+        let Some(origin) = st.inf_origin.filter(|_| st.inf) else {
+            return Ok(());
+        };
+        if self.destroyed.contains(&origin)
+            || InfSource::classify(g, origin, &self.states) != InfSource::Overflow
+        {
+            return Ok(());
+        }
+        self.destroyed.push(origin);
+        let dc = self.counts[d.index()];
+        let infs = dc.pos_inf + dc.neg_inf;
+        let zeroed = if dc.len == 0 {
+            infs
+        } else {
+            (infs * (out.len / dc.len).max(1)).min(out.len)
+        };
+        let kind = self.states[origin.index()]
+            .inf_kind
+            .unwrap_or(BadKind::PosInf);
+        let cause = if g.node(origin).op.is_leaf() {
+            Cause::Leaf
+        } else {
+            Cause::InputsFinite
+        };
+        let dims = node.shape.dims_usize();
+        let per_row = dims.last().copied().unwrap_or(1).max(1);
+        let rows = if zeroed >= per_row && zeroed % per_row == 0 {
+            format!(" ({} row(s) of {per_row})", zeroed / per_row)
+        } else {
+            String::new()
+        };
+        let note = format!(
+            "this {kind} (an overflow of finite values) was absorbed destructively at {id} {} \"{}\": dividing by it gave 0 in {zeroed} of {} element(s){rows} where the values are finite in exact math; the output looks finite but those values are lost",
+            display_op(g, id),
+            node_label(g, id),
+            out.len
+        );
+        let mut r = self.make_report(g, origin, kind, cause, Some(note));
+        if r.fix.is_none() {
+            r.fix = Some(format!(
+                "the op overflowed {}'s range with finite inputs: compute it in a wider dtype (f32, or f64 for the statistics) or scale its inputs down (e.g. mean((x/s)^2) * s^2 with s = max|x|)",
+                r.dtype
+            ));
+        }
+        let res = if self.mode == DebugMode::Abort {
+            Err(NanAbort {
+                report: Box::new(r.clone()),
+            })
+        } else {
+            Ok(())
+        };
+        self.emit(r);
+        res
     }
 
     /// End-of-run checks: report the origin of every Inf that reached a graph output,

@@ -87,8 +87,13 @@ fn nan_from_inf_names_both_ops_and_propagators_are_not_blamed() {
             inf_origin_label,
             inf_origin_op,
             inf_origin_kind,
+            inf_source,
         } => {
             assert_eq!(inf_origin_op.as_deref(), Some("Log"));
+            assert_eq!(
+                *inf_source,
+                Some(rlx_ir::numeric_check::InfSource::LogOfZero)
+            );
             // The Inf kept its sign from the Log to here.
             assert_eq!(*inf_origin_kind, None);
             assert_eq!(
@@ -180,6 +185,7 @@ fn fix_hints_by_op() {
         inf_origin_label: None,
         inf_origin_op: None,
         inf_origin_kind: None,
+        inf_source: None,
     };
     let softmax_fix =
         |k: BadKind| fix_hint("Sub", Some("Softmax"), &held(k), BadKind::NaN, DType::F32).unwrap();
