@@ -655,3 +655,95 @@ fn fix_for_the_rmsnorm_rsqrt_example_names_epsilon() {
     );
     assert!(!fix.contains("fill value"), "{fix}");
 }
+
+// ---- the lint follows the localizer's rules ----
+
+/// The issue's case: a constant prior with a zero in it; `Log(prior)` is -inf,
+/// `Mul(prior, log_prior)` turns it into NaN (0 × -inf), a `ReduceSum` carries the NaN into
+/// the runtime graph. The lint names the Log (-inf, with a log fix) and the Mul (the NaN
+/// maker, with the Log as its Inf origin), and nothing for the ReduceSum.
+fn neg_entropy_model() -> Vec<u8> {
+    model(
+        18,
+        vec![
+            node("Log", "prior.log", &["prior"], &["log_prior"], vec![]),
+            node(
+                "Mul",
+                "prior.p_log_p",
+                &["prior", "log_prior"],
+                &["plogp"],
+                vec![],
+            ),
+            node(
+                "ReduceSum",
+                "prior.neg_entropy",
+                &["plogp"],
+                &["negent"],
+                vec![a_int("keepdims", 0)],
+            ),
+            node("Add", "score.add_prior", &["x", "negent"], &["y"], vec![]),
+        ],
+        vec![init("prior", &f32s(&[4], vec![0.5, 0.25, 0.25, 0.0]))],
+        &[("x", data_type::FLOAT, &[2])],
+        &["y"],
+    )
+}
+
+#[test]
+fn lint_names_the_origin_inside_a_constant_chain() {
+    let g = import_onnx_bytes(&neg_entropy_model(), None, &ImportOptions::default()).unwrap();
+    let lints = rlx_compile::numeric_lint::numeric_lint(&g);
+    let text: Vec<String> = lints.iter().map(|l| l.to_string()).collect();
+    assert_eq!(lints.len(), 2, "{text:#?}");
+    let (log, mul) = (&lints[0], &lints[1]);
+    assert_eq!(
+        (log.label.as_str(), log.op.as_str(), log.kind),
+        ("prior.log", "Log", rlx_ir::numeric_check::BadKind::NegInf)
+    );
+    let lfix = log.fix.as_deref().unwrap_or("");
+    assert!(
+        lfix.contains("log of zero") && lfix.contains("clamp"),
+        "{lfix}"
+    );
+    assert_eq!(
+        (mul.label.as_str(), mul.kind),
+        ("prior.p_log_p", rlx_ir::numeric_check::BadKind::NaN)
+    );
+    assert_eq!(
+        mul.inf_origin.as_ref().map(|o| o.1.as_str()),
+        Some("prior.log")
+    );
+    let mfix = mul.fix.as_deref().unwrap_or("");
+    assert!(
+        mfix.contains("log of zero") && !mfix.contains("accumulation"),
+        "{mfix}"
+    );
+    assert!(
+        text.iter().all(|t| !t.contains("neg_entropy\"")),
+        "the ReduceSum only carried the NaN: {text:#?}"
+    );
+}
+
+#[test]
+fn rlx_lint_cli_names_the_log() {
+    let dir = std::env::temp_dir().join(format!("rlx-diag-lint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, neg_entropy_model()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["lint"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("-inf \"prior.log\""), "{text}");
+    assert!(text.contains("NaN \"prior.p_log_p\""), "{text}");
+    assert!(!text.contains("\"prior.neg_entropy\":"), "{text}");
+    assert!(!text.contains("accumulation overflowed"), "{text}");
+}

@@ -8,7 +8,10 @@
 //! constant, a float constant that overflows when cast to F16/BF16). A non-finite value that
 //! the subgraph itself discards (T5's `log(0)` under a `Where`) is not reported.
 
-use rlx_ir::numeric_check::{fix_hint, scan_data, BadKind, Cause, NonFiniteCounts};
+use rlx_ir::numeric_check::{
+    check_node, fix_hint, is_literal_constant, scan_data, BadKind, Cause, NodeState,
+    NonFiniteCounts,
+};
 use rlx_ir::provenance::{node_label, source_op_type};
 use rlx_ir::{Graph, NodeId, Op, Tensor};
 use serde::Serialize;
@@ -23,6 +26,11 @@ const MAX_EVAL_ELEMENTS: usize = 1 << 24;
 
 /// One provably non-finite constant, printed as
 /// `rlx numeric-lint: %2 +inf "%2": constant subgraph folds to a non-finite value` + `fix: …`.
+///
+/// Named by the runtime localizer's rules: the op that *created* the value (its inputs were
+/// finite: `log(0)`, `1/0`, a literal `-inf`), and, where an Inf turns into NaN later in the
+/// chain, that op too (with `inf_origin` naming the Inf's creator). Ops that only carried a
+/// value are not named.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NumericLint {
     /// The op that created the non-finite value.
@@ -35,6 +43,9 @@ pub struct NumericLint {
     pub counts: NonFiniteCounts,
     /// The frontier node whose value carries it into the runtime graph.
     pub reaches: NodeId,
+    /// For a NaN made from an Inf: the op that created that Inf (`Log` for `0 × log(0)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inf_origin: Option<(NodeId, String)>,
     pub fix: Option<String>,
 }
 
@@ -50,6 +61,9 @@ impl fmt::Display for NumericLint {
             "  op {}; {} (first at index {})",
             self.op, self.counts, self.index
         )?;
+        if let Some((o, l)) = &self.inf_origin {
+            write!(f, "; made from the infinity created at {o} \"{l}\"")?;
+        }
         if self.reaches != self.node {
             write!(f, "; reaches the graph through {}", self.reaches)?;
         }
@@ -60,19 +74,22 @@ impl fmt::Display for NumericLint {
     }
 }
 
-/// True when `RLX_LINT_NUMERICS` is set to something other than empty or `0`.
+/// True when `RLX_LINT_NUMERICS` is on (see [`rlx_ir::env::is_on`]).
 pub fn lint_enabled_from_env() -> bool {
     rlx_ir::env::is_on(RLX_LINT_NUMERICS)
 }
 
 /// Evaluate every constant subgraph of `g` (with the CPU reference kernels) and report
-/// each op that provably creates a NaN/Inf reaching the runtime part of the graph.
+/// each op that provably creates a NaN/Inf reaching the runtime part of the graph (and, for
+/// a NaN made from an Inf, the op that created the Inf).
 pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
     let n = g.len();
     let mut values: Vec<Option<Arc<Tensor>>> = vec![None; n];
     let mut counts: Vec<NonFiniteCounts> = vec![NonFiniteCounts::default(); n];
-    // origin[i]: the node that created the non-finite value node i holds.
-    let mut origin: Vec<Option<NodeId>> = vec![None; n];
+    let mut states: Vec<NodeState> = vec![NodeState::default(); n];
+    let mut causes: Vec<Option<Cause>> = vec![None; n];
+    // blame[i]: the ops that created the non-finite values node i holds (culprits only).
+    let mut blame: Vec<Vec<NodeId>> = vec![vec![]; n];
     for node in &g.nodes {
         let i = node.id.index();
         let v = match &node.op {
@@ -97,11 +114,62 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
             let c = scan_data(t.data());
             counts[i] = c;
             if !c.is_clean() {
-                origin[i] = node
-                    .inputs
-                    .iter()
-                    .find_map(|x| origin[x.index()])
-                    .or(Some(node.id));
+                let cause = check_node(g, node.id, &c, &states);
+                // Bad inputs' culprits, for what this node carried.
+                let mut carried: Vec<NodeId> = vec![];
+                for x in &node.inputs {
+                    let s = states[x.index()];
+                    if s.nan || s.inf {
+                        for b in &blame[x.index()] {
+                            if !carried.contains(b) {
+                                carried.push(*b);
+                            }
+                        }
+                    }
+                }
+                blame[i] = match &cause {
+                    Cause::Propagated { .. } => carried,
+                    Cause::InputsFinite | Cause::Leaf => vec![node.id],
+                    Cause::InputsHeldInf { .. } | Cause::CreatedBesideInputNaN { .. } => {
+                        carried.push(node.id);
+                        carried
+                    }
+                };
+                let inf_origin = if c.has_inf() {
+                    if is_literal_constant(g, node.id) {
+                        None
+                    } else {
+                        node.inputs
+                            .iter()
+                            .find_map(|x| {
+                                let s = states[x.index()];
+                                if s.inf {
+                                    s.inf_origin.or(Some(*x))
+                                } else {
+                                    None
+                                }
+                            })
+                            .or(Some(node.id))
+                    }
+                } else {
+                    None
+                };
+                states[i] = NodeState {
+                    scanned: true,
+                    nan: c.has_nan(),
+                    inf: c.has_inf(),
+                    inf_kind: c.first_inf().map(|x| x.1),
+                    inf_origin,
+                    nan_count: c.nan,
+                    len: c.len,
+                };
+                causes[i] = Some(cause);
+            } else {
+                states[i] = NodeState {
+                    scanned: true,
+                    len: c.len,
+                    ..Default::default()
+                };
             }
         }
         values[i] = v;
@@ -126,37 +194,52 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
     frontier.sort();
     let mut out: Vec<NumericLint> = vec![];
     for f in frontier {
-        let Some(o) = origin[f.index()] else { continue };
-        if out.iter().any(|l| l.node == o) {
-            continue;
+        let mut culprits = blame[f.index()].clone();
+        culprits.sort();
+        for o in culprits {
+            if out.iter().any(|l| l.node == o) {
+                continue;
+            }
+            let c = counts[o.index()];
+            let node = g.node(o);
+            let cause = causes[o.index()].clone().unwrap_or(Cause::Leaf);
+            // A NaN maker is reported as NaN; an Inf creator by its Inf.
+            let made_nan = matches!(
+                cause,
+                Cause::InputsHeldInf { .. } | Cause::CreatedBesideInputNaN { .. }
+            ) || (c.has_nan() && !matches!(cause, Cause::Propagated { .. }));
+            let first = if made_nan {
+                c.first_nan.map(|i| (i, BadKind::NaN))
+            } else {
+                c.first()
+            };
+            let Some((index, kind)) = first else { continue };
+            let op = node.op.name();
+            let src = source_op_type(g, o);
+            let inf_origin = match &cause {
+                Cause::InputsHeldInf {
+                    inf_origin: Some(io),
+                    ..
+                } => Some((*io, node_label(g, *io))),
+                _ => None,
+            };
+            let fix = fix_hint(&op, src, &cause, kind, node.shape.dtype).or_else(|| {
+                Some(format!(
+                    "a {kind} constant reaches the model's computation: if it is a mask fill, use a large finite value (torch.finfo(dtype).min) so a fully masked row cannot turn into NaN"
+                ))
+            });
+            out.push(NumericLint {
+                node: o,
+                label: node_label(g, o),
+                op: src.map(str::to_string).unwrap_or(op),
+                kind,
+                index,
+                counts: c,
+                reaches: f,
+                inf_origin,
+                fix,
+            });
         }
-        let c = counts[o.index()];
-        let Some((index, kind)) = c.first() else {
-            continue;
-        };
-        let node = g.node(o);
-        let op = node.op.name();
-        let src = source_op_type(g, o);
-        let cause = if node.op.is_leaf() {
-            Cause::Leaf
-        } else {
-            Cause::InputsFinite
-        };
-        let fix = fix_hint(&op, src, &cause, kind, node.shape.dtype).or_else(|| {
-            Some(format!(
-                "a {kind} constant reaches the model's computation: if it is a mask fill, use a large finite value (torch.finfo(dtype).min) so a fully masked row cannot turn into NaN"
-            ))
-        });
-        out.push(NumericLint {
-            node: o,
-            label: node_label(g, o),
-            op: src.map(str::to_string).unwrap_or(op),
-            kind,
-            index,
-            counts: c,
-            reaches: f,
-            fix,
-        });
     }
     out
 }

@@ -40,7 +40,15 @@ impl<'a> Ctx<'a> {
             if !inputs.is_empty() && shape.numel() <= in_numel.max(FOLD_MAX_GROWTH) {
                 let refs: Vec<&Tensor> = consts.iter().map(|t| t.as_ref()).collect();
                 if let Some(t) = fold(&op, &refs, &shape)? {
-                    return Ok(self.g.constant(t));
+                    // A float value that folds to NaN/Inf stays an op on its constant inputs,
+                    // so the numeric lint (which runs before rlx-compile folds it) sees the
+                    // chain and names the op that created the value (`Log` of a zero prior),
+                    // not the last op of the chain (a `ReduceSum` that only carried it).
+                    let finite = !t.dtype().is_float()
+                        || rlx_ir::numeric_check::scan_data(t.data()).is_clean();
+                    if finite {
+                        return Ok(self.g.constant(t));
+                    }
                 }
             }
         }
