@@ -277,12 +277,9 @@ pub(crate) fn run_compiled(
     s: &mut rlx_runtime::CompiledGraph,
     feeds: Vec<(String, Tensor)>,
 ) -> Result<i32> {
-    if let Some(v) = rlx_ir::env::get("RLX_DEBUG_NANS") {
-        let v = v.trim().to_ascii_lowercase();
-        if !["", "0", "1", "strict", "abort", "warn"].contains(&v.as_str()) {
-            eprintln!("rlx: note: RLX_DEBUG_NANS={v:?} is not one of 0, 1, strict, abort: scanning in warn mode (unset it or set 0 to turn scanning off)");
-        }
-    }
+    // Reading the mode once here prints the note for an unrecognized value (one rule for
+    // every switch: rlx_ir::env::Switch).
+    let _ = rlx_ir::DebugMode::from_env();
     if a.nan_report.is_some() && !rlx_ir::DebugMode::from_env().is_on() {
         std::env::set_var("RLX_DEBUG_NANS", "1");
     }

@@ -324,7 +324,7 @@ fn rlx_run_on_real_models_matches_references() {
                 "element {i}: {a} vs {b}"
             );
         }
-    } else if rlx_ir::env::get_os("RLX_REQUIRE_FIXTURES").is_some_and(|v| v == "1") {
+    } else if rlx_ir::env::is_on("RLX_REQUIRE_FIXTURES") {
         panic!("fixtures/large/light missing");
     }
     let bert = repo().join("fixtures/transformers/bert_tiny");

@@ -108,22 +108,18 @@ fn t5_tiny_runs_silently_under_abort() {
     transformer("fixtures/transformers/t5_tiny", DebugMode::Off);
 }
 
+// The two large fixtures need torch to generate (`scripts/setup-venv.sh --torch`, then
+// `.venv/bin/python scripts/gen_transformers.py`), which CI does not install: they are ignored by
+// default and run with `cargo test -p rlx-cli --test models -- --ignored` after generating
+// them (missing fixtures then fail under RLX_REQUIRE_FIXTURES=1, else skip with a line).
 #[test]
+#[ignore = "needs fixtures/large/minilm_l6 (torch); run with --ignored after generating it"]
 fn minilm_l6_real_weights_match_onnxruntime() {
-    if rlx_ir::env::get_os("RLX_REQUIRE_FIXTURES").is_some()
-        && !repo().join("fixtures/large/minilm_l6").exists()
-    {
-        return; // needs torch to generate; not part of CI
-    }
     transformer("fixtures/large/minilm_l6", DebugMode::Off);
 }
 
 #[test]
+#[ignore = "needs fixtures/large/resnet18 (torch); run with --ignored after generating it"]
 fn resnet18_matches_onnxruntime() {
-    if rlx_ir::env::get_os("RLX_REQUIRE_FIXTURES").is_some()
-        && !repo().join("fixtures/large/resnet18").exists()
-    {
-        return; // needs torch to generate; not part of CI
-    }
     transformer("fixtures/large/resnet18", DebugMode::Off);
 }

@@ -107,13 +107,19 @@ fn trace_json_matches_the_reference_evaluator() {
         let v = want.data().to_f64_vec();
         let fin: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
         let last = j["ops"].as_array().unwrap().last().unwrap();
-        let tol = if want.dtype() == rlx_ir::DType::F16 {
-            // float16: a few units in the last place of the largest values
-            100.0
-        } else {
-            1e-5
+        let scale = fin.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        let f16 = want.dtype() == rlx_ir::DType::F16;
+        // float16: RLX's f16 kernels and the reference evaluator may each round a value
+        // differently by a unit in the last place (2^-10 relative); allow 4 units of the
+        // largest finite magnitude for the min, max and mean. float32: 1e-5 relative.
+        let close = |a: &Value, b: f64| {
+            let tol = if f16 {
+                4.0 * 2f64.powi(-10) * scale.max(2f64.powi(-14))
+            } else {
+                1e-5 * (1.0 + b.abs())
+            };
+            (a.as_f64().unwrap() - b).abs() <= tol
         };
-        let close = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() <= tol * (1.0 + b.abs());
         let lo = fin.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = fin.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let mean = fin.iter().sum::<f64>() / fin.len() as f64;
@@ -217,7 +223,7 @@ fn chromium() -> Option<PathBuf> {
     if p.is_file() {
         return Some(p);
     }
-    if rlx_ir::env::get("RLX_REQUIRE_CHROMIUM").is_some_and(|v| v == "1") {
+    if rlx_ir::env::is_on("RLX_REQUIRE_CHROMIUM") {
         panic!(
             "RLX_REQUIRE_CHROMIUM=1 but /usr/bin/chromium is missing (apt-get install chromium)"
         );

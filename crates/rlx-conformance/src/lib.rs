@@ -61,7 +61,7 @@ pub struct ManifestUpdate {
 impl ManifestUpdate {
     /// From `RLX_UPDATE_MANIFEST=1` and `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`.
     pub fn from_env() -> Option<ManifestUpdate> {
-        let on = |k: &str| rlx_ir::env::get(k).is_some_and(|v| v == "1");
+        let on = rlx_ir::env::is_on;
         on("RLX_UPDATE_MANIFEST").then(|| ManifestUpdate {
             allow_removals: on("RLX_UPDATE_MANIFEST_ALLOW_REMOVALS"),
         })

@@ -184,8 +184,8 @@ impl SuiteOptions {
                 .max(1),
             timeout,
             filter: env("RLX_CONFORMANCE_FILTER"),
-            debug_nans: env("RLX_CONFORMANCE_DEBUG_NANS").is_none_or(|v| v != "0"),
-            freeze: env("RLX_CONFORMANCE_FREEZE").is_none_or(|v| v != "0"),
+            debug_nans: !rlx_ir::env::is_off("RLX_CONFORMANCE_DEBUG_NANS"),
+            freeze: !rlx_ir::env::is_off("RLX_CONFORMANCE_FREEZE"),
             progress_every: 500,
         })
     }

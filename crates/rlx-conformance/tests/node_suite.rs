@@ -22,7 +22,7 @@ fn onnx_node_suite() {
             "no ONNX node test cases under {} (run scripts/onnx-node-suite)",
             root.display()
         );
-        if rlx_ir::env::get("RLX_REQUIRE_FIXTURES").is_some_and(|v| v == "1") {
+        if rlx_ir::env::is_on("RLX_REQUIRE_FIXTURES") {
             panic!("{msg}; RLX_REQUIRE_FIXTURES=1");
         }
         eprint_now(&format!("SKIPPED onnx_node_suite: {msg}\n"));

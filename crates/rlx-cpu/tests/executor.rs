@@ -460,12 +460,10 @@ fn profiling_counts_runs_and_times_each_node() {
     let p = ex.profile().unwrap().clone();
     assert_eq!(p.runs, 3);
     assert_eq!(p.ns.len(), ex.graph().len());
-    // 7 M multiply-adds against a 2-element negation: the product's node holds the time.
-    let (mi, ni) = (m.index(), neg.index());
+    // The product's node records its time (which node is slowest is a timing question:
+    // `rlx bench MODEL --profile` measures that, not a unit test).
+    let mi = m.index();
     assert!(p.ns[mi] > 0, "{p:?}");
-    assert!(p.ns[mi] > 10 * p.ns[ni], "{p:?}");
-    let top = (0..p.ns.len()).max_by_key(|&i| p.ns[i]).unwrap();
-    assert_eq!(top, mi, "{p:?}");
     // On again: the sums restart; off: gone.
     ex.set_profiling(true);
     assert_eq!(ex.profile().unwrap().runs, 0);

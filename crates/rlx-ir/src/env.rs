@@ -55,7 +55,7 @@ pub struct EnvVar {
 pub const VARS: &[EnvVar] = &[
     EnvVar {
         name: "RLX_DEBUG_NANS",
-        values: "0|1|strict|abort",
+        values: "0|1|strict|abort (off: unset, 0, false, off, no)",
         acts: "each run (read once per run)",
         catches: "names the op that created each NaN (and each Inf that reaches an output or becomes NaN); strict: every non-finite value; abort: stop at the first (exit 3)",
         cost: "one finiteness pass per op output",
@@ -63,7 +63,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_LINT_NUMERICS",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "compile time",
         catches: "constant subgraphs that provably fold to NaN/Inf (1/0, log(0), -1e9 cast to f16, literal -inf masks)",
         cost: "one evaluation of the constant subgraphs",
@@ -71,7 +71,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_FUSION",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",
         catches: "nothing: 0 turns off the CPU's fusions (default on): a Conv with a following BatchNorm/bias and Relu, SiLU or Clip, and the decomposed Softmax, LayerNorm and RMSNorm run one row at a time; to rule a fusion out or to time its effect. NaN reports name the same op either way (a fused group with a non-finite value is replayed op by op)",
         cost: "none",
@@ -79,7 +79,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_DW_CBLOCK",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "at the process's first f32 depthwise conv on the CPU (read once)",
         catches: "nothing: 0 sends f32 3x3/5x5/7x7 depthwise convs with output planes of at most 1024 positions (on AVX-512, 3x3 ones only at most 8 outputs wide) to the per-plane paths instead of the channel-block kernel (16 channels per register on AVX-512, 8 on AVX2; default on); for timing one against the other",
         cost: "none",
@@ -87,7 +87,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_DW_S2",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "at the process's first stride-2 depthwise conv on the CPU (read once)",
         catches: "nothing: 0 makes f32 stride-2 3x3/5x5 depthwise convs copy each input plane into phase planes first (the older flat path) instead of reading it in place (default on); both give the same bits, so it is only for timing one against the other",
         cost: "none",
@@ -95,7 +95,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_PWDW",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",
         catches: "nothing: 0 runs a 1x1 conv and the depthwise conv that alone reads its output one after the other instead of interleaved by bands of rows through a per-thread window that stays in L2 (default on; MobileNet/EfficientNet blocks). Both give the same bits, and with a NaN scanner on they always run apart; only for timing",
         cost: "none",
@@ -103,7 +103,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_RESIDUAL",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",
         catches: "nothing: 0 runs a residual Add (and its Relu) after a fused conv as separate ops instead of in the conv's epilogue (default on; ResNet shortcuts). Values differ by rounding only (the shortcut can be summed before the bias), and with a NaN scanner on the Add always runs apart; only for timing",
         cost: "none",
@@ -111,7 +111,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_DCONV",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "at the first f32 conv of the process",
         catches: "nothing: 0 runs 2-D convs larger than 1x1 with one group and stride 1 or 2 through im2col and gemm instead of the direct kernel (default on where the CPU has AVX-512). Values differ by rounding only (another summation order); only for timing",
         cost: "none",
@@ -119,7 +119,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_WINOGRAD",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",
         catches: "nothing: 0 turns off the Winograd F(2x2,3x3) path of f32 3x3 stride-1 convs with >= 32 channels on the CPU (default on; values differ from im2col by round-off, about 1e-6 relative), to rule it out or to time it; NaN/Inf values and reports are the same either way (a conv whose input holds NaN/Inf or could overflow a direct partial sum runs directly, and one with a non-finite output is recomputed directly)",
         cost: "none; on, the transformed weights take 16/9 of those convs' weight memory",
@@ -127,7 +127,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CPU_WINO_SLABS",
-        values: "1|0 (0, off, false, no: off)",
+        values: "1|0 (0, false, off, no: off)",
         acts: "at the first Winograd conv of the process",
         catches: "nothing: 0 turns off the Winograd convs' slab layout (each slab of tile rows runs the input transform, the 16 products and the output transform in its own core's cache; with weights above 1 MiB and several threads, one part of output channels per thread), to time it; values differ by round-off only",
         cost: "none",
@@ -135,7 +135,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_RUNTIME_CHECK_INPUTS",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "each run, before any kernel",
         catches: "inputs whose dtype, rank, dims, name or device type do not match the compiled guards",
         cost: "a few comparisons per input",
@@ -159,7 +159,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_DISPATCH_REPORT",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "when a wgpu executor is created",
         catches: "prints which ops run on the GPU and which fall back to the CPU",
         cost: "one report on stderr per compiled graph",
@@ -167,7 +167,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_WGPU_NAN_TRACE",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "each wgpu run (legacy name)",
         catches: "the same as RLX_DEBUG_NANS=1 on the wgpu backend: every node's buffer is read back after the run and scanned",
         cost: "a device-to-host copy of every intermediate",
@@ -183,7 +183,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_REQUIRE_FIXTURES",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "test runs",
         catches: "tests on generated fixtures fail instead of skipping when the fixtures are missing (CI sets it)",
         cost: "none",
@@ -191,7 +191,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_REQUIRE_GPU",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "test runs",
         catches: "GPU tests fail instead of skipping when no GPU adapter is found",
         cost: "none",
@@ -199,7 +199,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_REQUIRE_CHROMIUM",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "test runs",
         catches: "the headless-Chromium test of the `rlx trace` HTML report fails instead of skipping when chromium is missing",
         cost: "none",
@@ -231,7 +231,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_UPDATE_MANIFEST",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "conformance test run",
         catches: "rewrites passing.txt with the cases that pass now (only additions)",
         cost: "none",
@@ -239,7 +239,7 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_UPDATE_MANIFEST_ALLOW_REMOVALS",
-        values: "0|1",
+        values: "0|1 (1, true, on, yes: on)",
         acts: "with RLX_UPDATE_MANIFEST=1",
         catches: "lets the manifest update drop cases that stopped passing",
         cost: "none",
@@ -313,31 +313,88 @@ pub fn get_os(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 
-/// True when a registered variable is set to `0`, `false`, `off` or `no` (case and
-/// surrounding whitespace ignored): an explicit "off" for a switch that defaults to on.
-pub fn is_off(name: &str) -> bool {
-    get(name).is_some_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "0" | "false" | "off" | "no"
-        )
-    })
+/// How a switch's value reads. One rule for every `RLX_*` switch: unset or empty is the
+/// switch's default; `0`, `false`, `off`, `no` are off; `1`, `true`, `on`, `yes` are on (case
+/// and surrounding whitespace ignored); anything else is [`Switch::Unrecognized`], which
+/// the readers treat as on (the variable was set, so the user asked for something) after
+/// one note on stderr naming the variable and the values it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// Unset or empty: the switch's default.
+    Default,
+    Off,
+    On,
+    Unrecognized,
 }
 
-/// True when a registered variable is set to something other than empty, `0`, `false`,
-/// `off` or `no` (case and surrounding whitespace ignored).
+/// Read a switch value (`None`: unset) by the one rule of [`Switch`].
+pub fn parse_switch(v: Option<&str>) -> Switch {
+    let Some(v) = v else { return Switch::Default };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => Switch::Default,
+        "0" | "false" | "off" | "no" => Switch::Off,
+        "1" | "true" | "on" | "yes" => Switch::On,
+        _ => Switch::Unrecognized,
+    }
+}
+
+/// Print, once per variable per process, that `name=value` is not a value it accepts and
+/// what it is taken as.
+pub fn note_unrecognized(name: &str, value: &str, taken_as: &str) {
+    use std::sync::Mutex;
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.iter().any(|s| s == name) {
+        return;
+    }
+    seen.push(name.to_string());
+    let accepts = lookup(name).map_or("0|1", |v| v.values);
+    eprintln!(
+        "rlx: note: {name}={value:?} is not a value it accepts ({accepts}); taken as {taken_as}"
+    );
+}
+
+fn read_switch(name: &str) -> Switch {
+    let v = get(name);
+    let s = parse_switch(v.as_deref());
+    if s == Switch::Unrecognized {
+        note_unrecognized(name, v.as_deref().unwrap_or(""), "on (1)");
+    }
+    s
+}
+
+/// True when a registered switch is explicitly off (`0`, `false`, `off`, `no`): for a switch
+/// that defaults to on (`RLX_CPU_FUSION`). Unset or empty keeps the default (not off); an
+/// unrecognized value is taken as on, with one note (see [`Switch`]).
+pub fn is_off(name: &str) -> bool {
+    read_switch(name) == Switch::Off
+}
+
+/// True when a registered switch is on (`1`, `true`, `on`, `yes`, or an unrecognized value,
+/// with one note); unset, empty, `0`, `false`, `off`, `no` are off (see [`Switch`]).
 pub fn is_on(name: &str) -> bool {
-    get(name).is_some_and(|v| {
-        !matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "" | "0" | "false" | "off" | "no"
-        )
-    })
+    matches!(read_switch(name), Switch::On | Switch::Unrecognized)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_rule_for_every_switch() {
+        for v in ["0", "false", "OFF", " no ", "False"] {
+            assert_eq!(parse_switch(Some(v)), Switch::Off, "{v}");
+        }
+        for v in ["1", "true", "On", "YES "] {
+            assert_eq!(parse_switch(Some(v)), Switch::On, "{v}");
+        }
+        for v in [None, Some(""), Some("  ")] {
+            assert_eq!(parse_switch(v), Switch::Default, "{v:?}");
+        }
+        for v in ["garbage", "maybe", "2", "enable"] {
+            assert_eq!(parse_switch(Some(v)), Switch::Unrecognized, "{v}");
+        }
+    }
 
     #[test]
     fn names_are_unique_and_prefixed() {

@@ -22,7 +22,7 @@ pub const RLX_DEBUG_NANS: &str = "RLX_DEBUG_NANS";
 /// What the scanner does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum DebugMode {
-    /// No scanning (variable unset, empty or `0`).
+    /// No scanning (variable unset, empty, `0`, `false`, `off` or `no`).
     Off,
     /// Report and continue (any other value, e.g. `1`).
     Warn,
@@ -35,18 +35,35 @@ pub enum DebugMode {
 
 impl DebugMode {
     /// Parse a value of `RLX_DEBUG_NANS` (`None` = unset).
+    /// Parse a value of `RLX_DEBUG_NANS` (`None` = unset) by the one switch rule of
+    /// [`crate::env::Switch`] plus its own values: unset, empty, `0`, `false`, `off`, `no`
+    /// are off; `strict` and `abort` (any case) are those modes; `1`, `true`, `on`, `yes` and
+    /// any other value are `Warn` (an unrecognized one with a note, from [`Self::from_env`]).
     pub fn parse(v: Option<&str>) -> DebugMode {
+        use crate::env::{parse_switch, Switch};
         match v.map(str::trim) {
-            None | Some("") | Some("0") => DebugMode::Off,
             Some(s) if s.eq_ignore_ascii_case("abort") => DebugMode::Abort,
             Some(s) if s.eq_ignore_ascii_case("strict") => DebugMode::Strict,
-            Some(_) => DebugMode::Warn,
+            v => match parse_switch(v) {
+                Switch::Default | Switch::Off => DebugMode::Off,
+                Switch::On | Switch::Unrecognized => DebugMode::Warn,
+            },
         }
     }
 
-    /// Read `RLX_DEBUG_NANS` once.
+    /// Read `RLX_DEBUG_NANS` once (an unrecognized value gets one note on stderr).
     pub fn from_env() -> DebugMode {
-        DebugMode::parse(crate::env::get(RLX_DEBUG_NANS).as_deref())
+        let v = crate::env::get(RLX_DEBUG_NANS);
+        let m = DebugMode::parse(v.as_deref());
+        if let Some(v) = &v {
+            let t = v.trim();
+            if m == DebugMode::Warn
+                && crate::env::parse_switch(Some(t)) == crate::env::Switch::Unrecognized
+            {
+                crate::env::note_unrecognized(RLX_DEBUG_NANS, v, "1 (report and go on)");
+            }
+        }
+        m
     }
 
     pub fn is_on(self) -> bool {

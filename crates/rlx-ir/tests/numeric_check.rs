@@ -43,6 +43,12 @@ fn mode_parsing() {
     assert_eq!(DebugMode::parse(Some("strict")), DebugMode::Strict);
     assert_eq!(DebugMode::parse(Some("1")), DebugMode::Warn);
     assert_eq!(DebugMode::parse(Some("yes")), DebugMode::Warn);
+    // One rule for every switch: these are off too, as for RLX_LINT_NUMERICS.
+    for off in ["false", "off", "No", " 0 "] {
+        assert_eq!(DebugMode::parse(Some(off)), DebugMode::Off, "{off}");
+    }
+    assert_eq!(DebugMode::parse(Some("ABORT")), DebugMode::Abort);
+    assert_eq!(DebugMode::parse(Some("garbage")), DebugMode::Warn);
 }
 
 #[test]
@@ -284,4 +290,127 @@ fn new_nan_beside_carried_nan_is_still_blamed() {
         reps[1].cause
     );
     assert!(reps[1].to_string().contains("this op created the rest"));
+}
+
+// ---- culprit or propagator: the counts that decide it ----
+
+fn scanner() -> DebugScanner {
+    let mut sc = DebugScanner::new(DebugMode::Warn, "test");
+    sc.set_print(false);
+    sc
+}
+
+/// A MatMul spreads one NaN of its left operand over a whole output row (4 NaN from 1): it
+/// only carried it. Only elementwise ops can be caught creating NaN beside a carried one
+/// (a reduction or product mixes elements, so counts say nothing there).
+#[test]
+fn matmul_spreading_one_nan_over_a_row_is_a_propagator() {
+    let mut g = Graph::new("mm");
+    let a = g.input("a", Shape::new(&[2, 3], DType::F32));
+    let b = g.input("b", Shape::new(&[3, 4], DType::F32));
+    let m = g.matmul(a, b, Shape::new(&[2, 4], DType::F32));
+    g.set_outputs(vec![m]);
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, a, &f32s(&[1.0, f32::NAN, 2.0, 3.0, 4.0, 5.0]))
+        .unwrap();
+    sc.scan_node(&g, b, &f32s(&[1.0; 12])).unwrap();
+    let row0 = [f32::NAN; 4];
+    let out: Vec<f32> = row0.iter().copied().chain([9.0, 9.0, 9.0, 9.0]).collect();
+    sc.scan_node(&g, m, &f32s(&out)).unwrap();
+    sc.finish_run(&g).unwrap();
+    // The graph input holds the NaN: reported as a leaf; the MatMul is not blamed.
+    let blamed: Vec<NodeId> = sc.reports().iter().map(|r| r.node).collect();
+    assert_eq!(blamed, vec![a], "{:#?}", sc.reports());
+    assert_eq!(sc.propagator_count(), 1);
+}
+
+/// A `[1, 4]` operand with one NaN broadcast over 3 rows gives 3 NaN: each input NaN may
+/// reach out.len / in.len = 3 outputs, so the Add carried them all.
+#[test]
+fn broadcast_elementwise_op_carries_one_nan_per_row() {
+    let mut g = Graph::new("bc");
+    let a = g.input("a", Shape::new(&[1, 4], DType::F32));
+    let b = g.input("b", Shape::new(&[3, 4], DType::F32));
+    let y = g.add(a, b, Shape::new(&[3, 4], DType::F32));
+    g.set_outputs(vec![y]);
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, a, &f32s(&[0.0, f32::NAN, 0.0, 0.0]))
+        .unwrap();
+    sc.scan_node(&g, b, &f32s(&[1.0; 12])).unwrap();
+    let mut out = vec![1.0f32; 12];
+    for r in 0..3 {
+        out[r * 4 + 1] = f32::NAN;
+    }
+    sc.scan_node(&g, y, &f32s(&out)).unwrap();
+    assert!(
+        sc.reports().iter().all(|r| r.node != y),
+        "{:#?}",
+        sc.reports()
+    );
+    // One more NaN than broadcasting can carry: the Add made it.
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, a, &f32s(&[0.0, f32::NAN, 0.0, 0.0]))
+        .unwrap();
+    sc.scan_node(&g, b, &f32s(&[1.0; 12])).unwrap();
+    out[0] = f32::NAN;
+    sc.scan_node(&g, y, &f32s(&out)).unwrap();
+    let r = sc
+        .reports()
+        .iter()
+        .find(|r| r.node == y)
+        .expect("the Add is blamed");
+    assert_eq!(
+        r.cause,
+        Cause::CreatedBesideInputNaN {
+            input: a,
+            carried_at_most: 3
+        }
+    );
+    assert_eq!(r.counts.nan, 4);
+}
+
+/// An Inf that turns into NaN is named with the NaN; it is not also "absorbed" (no summary
+/// line), even though it never reaches an output.
+#[test]
+fn inf_that_became_nan_is_not_called_absorbed() {
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("x", s.clone());
+    let l = g.unary(UnaryOp::Log, x, s.clone());
+    let m = g.mul(l, x, s);
+    g.set_outputs(vec![m]);
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[0.0, 1.0])).unwrap();
+    sc.scan_node(&g, l, &f32s(&[f32::NEG_INFINITY, 0.0]))
+        .unwrap();
+    sc.scan_node(&g, m, &f32s(&[f32::NAN, 0.0])).unwrap();
+    sc.finish_run(&g).unwrap();
+    assert_eq!(sc.reports().len(), 1, "{:#?}", sc.reports());
+    assert_eq!(sc.reports()[0].node, m);
+    assert!(sc.summary().is_none(), "{:?}", sc.summary());
+    assert!(sc.absorbed_inf_origins(&g).is_empty());
+}
+
+/// An output holding NaN and -inf from one op (log of [0, -1]): the NaN's report names the
+/// op; the -inf that reached the output is not reported a second time.
+#[test]
+fn output_with_nan_and_inf_is_reported_once() {
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("x", s.clone());
+    let l = g.unary(UnaryOp::Log, x, s);
+    g.set_outputs(vec![l]);
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[0.0, -1.0])).unwrap();
+    sc.scan_node(&g, l, &f32s(&[f32::NEG_INFINITY, f32::NAN]))
+        .unwrap();
+    sc.finish_run(&g).unwrap();
+    assert_eq!(sc.reports().len(), 1, "{:#?}", sc.reports());
+    assert_eq!(sc.reports()[0].kind, BadKind::NaN);
+    assert_eq!(sc.reports()[0].counts.neg_inf, 1);
 }

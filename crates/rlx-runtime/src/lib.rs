@@ -557,9 +557,7 @@ impl CompiledGraph {
         let mode = self.debug_override.unwrap_or_else(|| {
             let m = DebugMode::from_env(); // read once per run
                                            // Legacy switch of the wgpu backend: RLX_WGPU_NAN_TRACE=1 is RLX_DEBUG_NANS=1.
-            if !m.is_on()
-                && self.device == Device::Wgpu
-                && rlx_ir::env::get("RLX_WGPU_NAN_TRACE").is_some_and(|v| v == "1")
+            if !m.is_on() && self.device == Device::Wgpu && rlx_ir::env::is_on("RLX_WGPU_NAN_TRACE")
             {
                 DebugMode::Warn
             } else {

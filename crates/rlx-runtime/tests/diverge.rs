@@ -17,7 +17,7 @@ fn gpu() -> bool {
     if available_devices().contains(&Device::Wgpu) {
         return true;
     }
-    if rlx_ir::env::get("RLX_REQUIRE_GPU").is_some_and(|v| v == "1") {
+    if rlx_ir::env::is_on("RLX_REQUIRE_GPU") {
         panic!("RLX_REQUIRE_GPU=1 but no wgpu adapter is available");
     }
     eprintln!("skipping: no wgpu adapter");

@@ -48,7 +48,7 @@ fn tiny() -> Graph {
 fn front_door_on_wgpu() {
     if !available_devices().contains(&Device::Wgpu) {
         assert!(
-            rlx_ir::env::get("RLX_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            !rlx_ir::env::is_on("RLX_REQUIRE_GPU"),
             "RLX_REQUIRE_GPU=1 but no wgpu adapter"
         );
         eprintln!("skipping: no wgpu adapter");

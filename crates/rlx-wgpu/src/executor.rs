@@ -318,7 +318,7 @@ impl WgpuExecutor {
                 }
             }
         }
-        if rlx_ir::env::get("RLX_DISPATCH_REPORT").is_some_and(|v| !v.is_empty() && v != "0") {
+        if rlx_ir::env::is_on("RLX_DISPATCH_REPORT") {
             ex.print_dispatch_report();
         }
         Ok(ex)

@@ -21,7 +21,7 @@ fn fixture(rel: &str) -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    if rlx_ir::env::get("RLX_REQUIRE_FIXTURES").is_some_and(|v| v == "1") {
+    if rlx_ir::env::is_on("RLX_REQUIRE_FIXTURES") {
         panic!(
             "fixture {} is missing (generate it with the scripts in scripts/)",
             p.display()

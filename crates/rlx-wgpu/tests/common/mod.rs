@@ -11,7 +11,7 @@ pub fn gpu_available() -> bool {
     if rlx_wgpu::probe().is_some() {
         return true;
     }
-    if rlx_ir::env::get("RLX_REQUIRE_GPU").is_some_and(|v| v == "1") {
+    if rlx_ir::env::is_on("RLX_REQUIRE_GPU") {
         panic!(
             "RLX_REQUIRE_GPU=1 but wgpu finds no adapter (install mesa-vulkan-drivers libvulkan1)"
         );
