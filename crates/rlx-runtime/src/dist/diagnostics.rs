@@ -362,24 +362,40 @@ pub fn backend_divergence_with(
     let mut report = vec![];
     for dev in backends {
         let mut be = BackendRun::new(dev, &compiled, params)?;
-        let out = be.run(&feeds)?;
-        let mut d = compare_outputs(&compiled, dev, &cpu_out, &out, opts.tol_rel);
-        if d.suspect && opts.localize {
-            let mut cpu_nodes: Vec<Option<Tensor>> = vec![None; compiled.len()];
-            cpu.run_observed(&feeds, None, &mut |id, t| {
-                cpu_nodes[id.index()] = Some(t.clone())
-            })?;
-            let other_nodes = be.run_all(&feeds)?;
-            let l = localize(&compiled, dev, &cpu_nodes, &other_nodes, opts.tol_rel);
-            if l.kind == "accumulated" && d.nonfinite.is_empty() && d.int_mismatches == 0 {
-                d.suspect = false;
-                d.amplified_near_zero = true;
-            }
-            d.localization = Some(l);
-        }
-        report.push(d);
+        report.push(judge(
+            &compiled, dev, &mut cpu, &cpu_out, &feeds, &mut be, opts,
+        )?);
     }
     Ok(report)
+}
+
+/// One backend's verdict: compare its outputs with the CPU's; when that trips, localize
+/// by replay, and a gap that no kernel explains (accumulated round-off) is not suspect.
+fn judge(
+    compiled: &Graph,
+    dev: Device,
+    cpu: &mut CpuExecutor,
+    cpu_out: &[Tensor],
+    feeds: &[Tensor],
+    be: &mut BackendRun,
+    opts: &DivergenceOptions,
+) -> Result<BackendDivergence, RuntimeError> {
+    let out = be.run(feeds)?;
+    let mut d = compare_outputs(compiled, dev, cpu_out, &out, opts.tol_rel);
+    if d.suspect && opts.localize {
+        let mut cpu_nodes: Vec<Option<Tensor>> = vec![None; compiled.len()];
+        cpu.run_observed(feeds, None, &mut |id, t| {
+            cpu_nodes[id.index()] = Some(t.clone())
+        })?;
+        let other_nodes = be.run_all(feeds)?;
+        let l = localize(compiled, dev, &cpu_nodes, &other_nodes, opts.tol_rel);
+        if l.kind == "accumulated" && d.nonfinite.is_empty() && d.int_mismatches == 0 {
+            d.suspect = false;
+            d.amplified_near_zero = true;
+        }
+        d.localization = Some(l);
+    }
+    Ok(d)
 }
 
 /// Feeds ordered as the compiled graph's inputs; errors name the missing or unknown input.
@@ -985,6 +1001,128 @@ mod tests {
         assert_eq!(ulp_distance(DType::F16, 1.0, 1.0 + 1.0 / 1024.0), 1);
         assert_eq!(ulp_distance(DType::F32, -0.0, 0.0), 0);
         assert_eq!(ulp_distance(DType::F32, -1.0, 1.0), 2 * 0x3f80_0000);
+    }
+
+    /// `y = (x · w) - c`, with `c` chosen so that `x · w - c` is near zero for the first
+    /// element: a difference of 1e-4 relative in the product (under the 2e-3 tolerance)
+    /// becomes a large relative difference of the output element near zero.
+    fn near_zero_chain() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+        let mut g = Graph::new("near_zero");
+        let x = g.input("x", Shape::new(&[1, 2], DType::F32));
+        let w = g.param("w", Shape::new(&[2, 2], DType::F32));
+        let m = g.matmul(x, w, Shape::new(&[1, 2], DType::F32));
+        g.set_name(m, "proj");
+        let c = g.constant(Tensor::from_f32(&[1, 2], vec![2.999, 1.0]).unwrap());
+        let y = g.sub(m, c, Shape::new(&[1, 2], DType::F32));
+        g.set_name(y, "center");
+        g.set_outputs(vec![y]);
+        // x · w = [1·1 + 2·1, 1·0 + 2·1] = [3, 2]; y = [0.001, 1].
+        let w = Tensor::from_f32(&[2, 2], vec![1.0, 0.0, 1.0, 1.0]).unwrap();
+        let x = Tensor::from_f32(&[1, 2], vec![1.0, 2.0]).unwrap();
+        (g, vec![("w".into(), w)], vec![("x".into(), x)])
+    }
+
+    /// The verdict of a stand-in backend that scales `node`'s output (found by `pick`) by
+    /// `by`, with everything downstream recomputed from it.
+    fn verdict_with(
+        g: &Graph,
+        p: &[(String, Tensor)],
+        i: &[(String, Tensor)],
+        pick: impl Fn(&Graph) -> NodeId,
+        by: f32,
+        tol_rel: f64,
+    ) -> BackendDivergence {
+        let opts = DivergenceOptions {
+            tol_rel,
+            ..DivergenceOptions::default()
+        };
+        let compiled = compile(g.clone(), &opts.compile).unwrap().graph;
+        let feeds = order_inputs(&compiled, i).unwrap();
+        let mut cpu = CpuExecutor::new(compiled.clone()).unwrap();
+        for (n, t) in p {
+            cpu.set_param(n, t.clone()).unwrap();
+        }
+        let cpu_out = cpu.run(&feeds, None).unwrap();
+        let at = pick(&compiled);
+        let mut be = BackendRun::Perturbed(compiled.clone(), p.to_vec(), at, by);
+        judge(
+            &compiled,
+            Device::Wgpu,
+            &mut cpu,
+            &cpu_out,
+            &feeds,
+            &mut be,
+            &opts,
+        )
+        .unwrap()
+    }
+
+    fn find(g: &Graph, f: impl Fn(&Op) -> bool) -> NodeId {
+        g.nodes.iter().find(|n| f(&n.op)).unwrap().id
+    }
+
+    /// Round-off in a product (1e-4 relative, under tolerance) that a Sub near zero
+    /// amplifies past the tolerance at the output: the output check trips, but replay finds
+    /// no kernel that differs on its own inputs, so the verdict is accumulated round-off, not
+    /// suspect. The Sub only carried the difference and is not blamed.
+    #[test]
+    fn amplified_round_off_is_accumulated_not_a_kernel_bug() {
+        let (g, p, i) = near_zero_chain();
+        let d = verdict_with(
+            &g,
+            &p,
+            &i,
+            |g| find(g, |o| matches!(o, Op::MatMul)),
+            1.0 + 1e-4,
+            2e-3,
+        );
+        // Output element 0: cpu 0.001, other 3.0003 - 2.999 = 0.0013: rel ~0.3 > 2e-3.
+        assert!(d.max_rel > 0.1, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "accumulated", "{}", l.message);
+        assert!(!d.suspect, "{d}");
+        assert!(d.amplified_near_zero);
+    }
+
+    /// The same graph with the Sub's own kernel wrong (its output scaled by 1.01): replay on
+    /// identical inputs differs, so the Sub is named and the backend is suspect.
+    #[test]
+    fn a_kernel_that_differs_on_replay_is_suspect_and_named() {
+        let (g, p, i) = near_zero_chain();
+        let d = verdict_with(
+            &g,
+            &p,
+            &i,
+            |g| find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub))),
+            1.01,
+            2e-3,
+        );
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert!(l.label == "center", "{}", l.message);
+        assert!(d.suspect, "{d}");
+        assert!(!d.amplified_near_zero);
+    }
+
+    /// The output threshold is `tol_rel` itself: an output 5·tol off (the MatMul scaled by
+    /// 1 + 5·tol, in the element 1 far from zero) is suspect; 0.2·tol is not.
+    #[test]
+    fn output_threshold_is_tol_rel() {
+        let (g, p, i) = near_zero_chain();
+        // Perturb the Sub's output directly (a kernel bug of known size): element 1 is 1.0,
+        // element 0 is 0.001 (both scaled by the same factor, so rel = by - 1 everywhere).
+        let sub = |g: &Graph| find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub)));
+        let tol = 2e-3;
+        let d = verdict_with(&g, &p, &i, sub, 1.0 + 5.0 * tol as f32, tol);
+        assert!(d.suspect, "{d}");
+        assert!(
+            d.max_rel > 4.0 * tol && d.max_rel < 6.0 * tol,
+            "{}",
+            d.max_rel
+        );
+        let d = verdict_with(&g, &p, &i, sub, 1.0 + 0.2 * tol as f32, tol);
+        assert!(!d.suspect, "{d}");
+        assert!(d.localization.is_none());
     }
 
     #[test]
