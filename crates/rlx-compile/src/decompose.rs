@@ -130,33 +130,63 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
             let y = g.mul(xc, k, s.clone());
             g.add(y, bias, s)
         }
-        Op::Activation(Activation::Gelu) => {
-            let x = ins[0];
-            let c = scalar(g, dt, std::f64::consts::FRAC_1_SQRT_2);
-            let xs = g.mul(x, c, s.clone());
-            let e = g.unary(UnaryOp::Erf, xs, s.clone());
-            let one = scalar(g, dt, 1.0);
-            let e1 = g.add(e, one, s.clone());
-            let xe = g.mul(x, e1, s.clone());
-            let half = scalar(g, dt, 0.5);
-            g.mul(xe, half, s)
-        }
-        Op::Activation(Activation::GeluTanh) => {
-            // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-            let x = ins[0];
-            let x2 = g.mul(x, x, s.clone());
-            let x3 = g.mul(x2, x, s.clone());
-            let k = scalar(g, dt, 0.044715);
-            let kx3 = g.mul(x3, k, s.clone());
-            let inner = g.add(x, kx3, s.clone());
-            let c = scalar(g, dt, (2.0 / std::f64::consts::PI).sqrt());
-            let ci = g.mul(inner, c, s.clone());
-            let t = g.activation(Activation::Tanh, ci, s.clone());
-            let one = scalar(g, dt, 1.0);
-            let t1 = g.add(t, one, s.clone());
-            let xt = g.mul(x, t1, s.clone());
-            let half = scalar(g, dt, 0.5);
-            g.mul(xt, half, s)
+        Op::Activation(a @ (Activation::Gelu | Activation::GeluTanh)) => {
+            // float16/bfloat16 run in float32 and round once: `1 + erf(x/√2)` cancels for
+            // negative x (f16 Gelu(-3) was 8% off), and `x · (1 + erf)` overflows f16 at
+            // x = 65504 where the result is x.
+            let half_type = matches!(dt, DType::F16 | DType::BF16);
+            let (x, cs) = if half_type {
+                let fs = Shape::with_dims(s.dims.clone(), DType::F32);
+                let xc = g.add_node(
+                    Op::Cast {
+                        to: DType::F32,
+                        saturate: true,
+                    },
+                    vec![ins[0]],
+                    fs.clone(),
+                );
+                (xc, fs)
+            } else {
+                (ins[0], s.clone())
+            };
+            let cdt = cs.dtype;
+            let gate = if matches!(a, Activation::Gelu) {
+                // 1 + erf(x / √2)
+                let c = scalar(g, cdt, std::f64::consts::FRAC_1_SQRT_2);
+                let xs = g.mul(x, c, cs.clone());
+                let e = g.unary(UnaryOp::Erf, xs, cs.clone());
+                let one = scalar(g, cdt, 1.0);
+                g.add(e, one, cs.clone())
+            } else {
+                // 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)); x^3 overflowing to ±inf for huge
+                // |x| gives tanh = ±1, the limit.
+                let x2 = g.mul(x, x, cs.clone());
+                let x3 = g.mul(x2, x, cs.clone());
+                let k = scalar(g, cdt, 0.044715);
+                let kx3 = g.mul(x3, k, cs.clone());
+                let inner = g.add(x, kx3, cs.clone());
+                let c = scalar(g, cdt, (2.0 / std::f64::consts::PI).sqrt());
+                let ci = g.mul(inner, c, cs.clone());
+                let t = g.activation(Activation::Tanh, ci, cs.clone());
+                let one = scalar(g, cdt, 1.0);
+                g.add(t, one, cs.clone())
+            };
+            // (x / 2) · gate: halving first keeps x = f32::MAX finite (gate ≤ 2).
+            let half = scalar(g, cdt, 0.5);
+            let xh = g.mul(x, half, cs.clone());
+            let y = g.mul(xh, gate, cs);
+            if half_type {
+                g.add_node(
+                    Op::Cast {
+                        to: dt,
+                        saturate: true,
+                    },
+                    vec![y],
+                    s,
+                )
+            } else {
+                y
+            }
         }
         op => g.add_node(op.clone(), ins.to_vec(), s),
     }

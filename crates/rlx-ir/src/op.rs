@@ -610,7 +610,7 @@ impl Activation {
             Activation::Silu => x * sigmoid_f64(x),
             Activation::Elu { alpha } => {
                 if x < 0.0 {
-                    alpha as f64 * (x.exp() - 1.0)
+                    alpha as f64 * x.exp_m1() // expm1: exact near 0 (exp(x) - 1 gives 0 for |x| < 6e-8)
                 } else {
                     x
                 }
@@ -618,7 +618,7 @@ impl Activation {
             Activation::Selu { alpha, gamma } => {
                 let g = gamma as f64;
                 if x <= 0.0 {
-                    g * (alpha as f64 * x.exp() - alpha as f64)
+                    g * alpha as f64 * x.exp_m1()
                 } else {
                     g * x
                 }

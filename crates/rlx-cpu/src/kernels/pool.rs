@@ -376,13 +376,28 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
                 orow[ox] = acc;
             }
             if let PoolKind::Avg { count_include_pad } = a.kind {
-                for (acc, (xs, cx)) in orow.iter_mut().zip(&tx) {
+                for (ox, (acc, (xs, cx))) in orow.iter_mut().zip(&tx).enumerate() {
                     let n = if count_include_pad {
                         cy * cx
                     } else {
                         ys.len() * xs.len()
                     };
-                    *acc = *acc / T::from(n).unwrap_or_else(T::zero);
+                    if acc.is_finite() {
+                        *acc = *acc / T::from(n).unwrap_or_else(T::zero);
+                        continue;
+                    }
+                    // The window's sum overflowed (or a tap is not finite): sum it again in
+                    // f64, where a sum of finite taps cannot overflow, and divide there. The
+                    // mean of taps up to f32::MAX is finite.
+                    let mut s64 = 0f64;
+                    for &y in ys {
+                        for &(lo, hi, c0) in &spans {
+                            if (lo..hi).contains(&ox) {
+                                s64 += row(y)[phase_of(c0) + ox - lo].to_f64().unwrap_or(f64::NAN);
+                            }
+                        }
+                    }
+                    *acc = T::from(s64 / n as f64).unwrap_or_else(T::nan);
                 }
             }
         }
@@ -414,7 +429,14 @@ fn global_pool<T: Float + Send + Sync + Default + 'static>(
             }),
             PoolKind::Avg { count_include_pad } => {
                 let n = if count_include_pad { count } else { plane };
-                src.iter().fold(T::zero(), |acc, &e| acc + e) / T::from(n).unwrap_or_else(T::zero)
+                let s = src.iter().fold(T::zero(), |acc, &e| acc + e);
+                if s.is_finite() {
+                    s / T::from(n).unwrap_or_else(T::zero)
+                } else {
+                    // Overflowed (or a non-finite tap): the sum in f64, then the mean.
+                    let s64: f64 = src.iter().map(|e| e.to_f64().unwrap_or(f64::NAN)).sum();
+                    T::from(s64 / n as f64).unwrap_or_else(T::nan)
+                }
             }
             PoolKind::Lp { .. } => T::nan(), // not routed here
         };
@@ -478,7 +500,16 @@ fn pool_impl<T: Float + Send + Sync + Default + 'static>(
             } else {
                 valid.len()
             };
-            acc / T::from(n).unwrap_or_else(T::zero)
+            if acc.is_finite() {
+                acc / T::from(n).unwrap_or_else(T::zero)
+            } else {
+                // Overflowed (or a non-finite tap): the sum in f64, then the mean.
+                let s64: f64 = valid
+                    .iter()
+                    .map(|&off| src[off].to_f64().unwrap_or(f64::NAN))
+                    .sum();
+                T::from(s64 / n as f64).unwrap_or_else(T::nan)
+            }
         }
         PoolKind::Lp { p } => {
             let pf = T::from(p).unwrap_or_else(T::nan);

@@ -79,14 +79,27 @@ pub fn min(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 pub fn sum(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![variadic(cx, n, BinaryOp::Add)?])
 }
-/// ONNX Mean = Sum / count.
+/// ONNX Mean = Sum / count, summed in a wider float type (f64 for f32, f32 for f16/bf16)
+/// and rounded once: the sum of finite inputs can overflow where the mean cannot
+/// (`Mean(65504, 100)` in float16 is 32802, not inf).
 pub fn mean(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
-    let s = variadic(cx, n, BinaryOp::Add)?;
     if n.n_inputs() == 1 {
-        return Ok(vec![s]);
+        return Ok(vec![n.inp(0)?]);
     }
-    let k = cx.scalar(cx.dtype(s), n.n_inputs() as f64);
-    Ok(vec![cx.binary(BinaryOp::Div, s, k)?])
+    let dt = cx.dtype(n.inp(0)?);
+    let wide = crate::ops::reduce::wider(dt);
+    let mut acc = None;
+    for i in 0..n.n_inputs() {
+        let x = cx.cast(n.inp(i)?, wide)?;
+        acc = Some(match acc {
+            None => x,
+            Some(a) => cx.binary(BinaryOp::Add, a, x)?,
+        });
+    }
+    let s = acc.ok_or("Mean needs at least one input")?;
+    let k = cx.scalar(wide, n.n_inputs() as f64);
+    let m = cx.binary(BinaryOp::Div, s, k)?;
+    Ok(vec![cx.cast(m, dt)?])
 }
 
 pub fn matmul(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {

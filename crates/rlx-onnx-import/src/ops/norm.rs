@@ -159,30 +159,63 @@ pub fn layer_norm_full(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![y, cx.cast(mean, dt)?, cx.cast(inv, dt)?])
 }
 
-/// ONNX MeanVarianceNormalization: `(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)` over `axes`
-/// (default `[0, 2, 3]`), as the ONNX function body defines it.
+/// `max|x|` over `axes` (kept), with 1 where it is 0 or ±inf: dividing by it keeps `x/s` in
+/// [-1, 1], so squares and sums of it cannot overflow or underflow to 0.
+pub(crate) fn safe_scale(cx: &mut Ctx, x: NodeId, axes: Vec<usize>) -> R<NodeId> {
+    let dt = cx.dtype(x);
+    let a = cx.unary(UnaryOp::Abs, x)?;
+    let m = reduce_keep(cx, a, ReduceKind::Max, axes)?;
+    let zero = cx.scalar(dt, 0.0);
+    let one = cx.scalar(dt, 1.0);
+    let z = cx.binary(BinaryOp::Eq, m, zero)?;
+    let m = cx.add(Op::Select, vec![z, one, m])?;
+    let inf = cx.unary(
+        UnaryOp::IsInf {
+            pos: true,
+            neg: true,
+        },
+        m,
+    )?;
+    cx.add(Op::Select, vec![inf, one, m])
+}
+
+/// ONNX MeanVarianceNormalization: `(x - E[x]) / (sqrt(Var[x]) + 1e-9)` over `axes` (default
+/// `[0, 2, 3]`). ONNX's function body computes the variance as `E[x²] - E[x]²`, which
+/// cancels catastrophically on a large offset (x = 1e4 + noise in f32 gave 5× wrong
+/// values); the variance is computed centered, `E[(x - E[x])²]`, its mathematical
+/// definition (float16/bfloat16 in float32).
 pub fn mean_variance_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let r = cx.rank(x);
     let axes = norm_axes(&n.ints("axes")?.unwrap_or(vec![0, 2, 3]), r)?;
     let dt = cx.dtype(x);
-    let mean = reduce_keep(cx, x, ReduceKind::Mean, axes.clone())?;
-    let m2 = cx.binary(BinaryOp::Mul, mean, mean)?;
-    let sq = cx.binary(BinaryOp::Mul, x, x)?;
-    let e2 = reduce_keep(cx, sq, ReduceKind::Mean, axes)?;
-    let var = cx.binary(BinaryOp::Sub, e2, m2)?;
+    let xs = cx.cast(x, stash(dt))?;
+    let sdt = cx.dtype(xs);
+    let mean = reduce_keep(cx, xs, ReduceKind::Mean, axes.clone())?;
+    let d = cx.binary(BinaryOp::Sub, xs, mean)?;
+    let sq = cx.binary(BinaryOp::Mul, d, d)?;
+    let var = reduce_keep(cx, sq, ReduceKind::Mean, axes)?;
     let sd = cx.unary(UnaryOp::Sqrt, var)?;
-    let eps = cx.scalar(dt, 1e-9);
+    let eps = cx.scalar(sdt, 1e-9);
     let sd = cx.binary(BinaryOp::Add, sd, eps)?;
-    let d = cx.binary(BinaryOp::Sub, x, mean)?;
-    Ok(vec![cx.binary(BinaryOp::Div, d, sd)?])
+    let y = cx.binary(BinaryOp::Div, d, sd)?;
+    Ok(vec![cx.cast(y, dt)?])
 }
 
-/// ONNX LpNormalization (`p` 1 or 2) along `axis`; a zero norm gives 0.
+/// ONNX LpNormalization (`p` 1 or 2) along `axis`; a zero norm gives 0. Computed on `x / s`
+/// with `s = max|x|` ([`safe_scale`]): `x²` overflows float32 above 1.8e19 and underflows
+/// below 1e-19 (both gave 0 where the normalized values are finite).
 pub fn lp_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let axis = norm_axis(n.i("axis", -1)?, cx.rank(x))?;
     let p = n.i("p", 2)?;
+    let dt = cx.dtype(x);
+    let x = if dt.is_float() {
+        let sc = safe_scale(cx, x, vec![axis])?;
+        cx.binary(BinaryOp::Div, x, sc)?
+    } else {
+        x
+    };
     let norm = match p {
         1 => {
             let a = cx.unary(UnaryOp::Abs, x)?;
@@ -195,7 +228,6 @@ pub fn lp_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         }
         o => return Err(format!("p must be 1 or 2, got {o}")),
     };
-    let dt = cx.dtype(x);
     let zero = cx.scalar(dt, 0.0);
     let is0 = cx.binary(BinaryOp::Eq, norm, zero)?;
     let y = cx.binary(BinaryOp::Div, x, norm)?;

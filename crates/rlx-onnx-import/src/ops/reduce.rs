@@ -1,7 +1,7 @@
 //! Reductions (ReduceX, ArgMax/ArgMin).
 
 use crate::ctx::{norm_axes, norm_axis, Ctx, ONode, R};
-use rlx_ir::{BinaryOp, NodeId, Op, ReduceKind, UnaryOp};
+use rlx_ir::{BinaryOp, DType, NodeId, Op, ReduceKind, UnaryOp};
 
 /// Resolved reduction axes: `None` = reduce nothing (identity).
 /// Axes are an input from opset 13 (ReduceSum) / 18 (the others), an attribute before;
@@ -71,13 +71,51 @@ pub fn reduce_sum_square(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let sq = cx.binary(BinaryOp::Mul, x, x)?;
     Ok(vec![reduce_on(cx, n, sq, ReduceKind::Sum, 18)?])
 }
-/// ReduceL2 = Sqrt(ReduceSum(x * x)).
+/// The float type a reduction whose result can overflow is accumulated in: f64 for f32,
+/// f32 for f16/bf16; other types unchanged.
+pub(crate) fn wider(dt: DType) -> DType {
+    match dt {
+        DType::F32 => DType::F64,
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
+/// ReduceL2 = `sqrt(sum(x²))`, computed as `s · sqrt(sum((x/s)²))` with `s = max|x|` (1
+/// where that is 0 or ±inf): `x²` overflows float32 above 1.8e19 (float16 above 256) and
+/// underflows below 1e-19, where the norm itself is finite and non-zero.
 pub fn reduce_l2(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
-    let sq = cx.binary(BinaryOp::Mul, x, x)?;
-    let s = reduce_on(cx, n, sq, ReduceKind::Sum, 18)?;
-    Ok(vec![cx.unary(UnaryOp::Sqrt, s)?])
+    if !cx.dtype(x).is_float() {
+        let sq = cx.binary(BinaryOp::Mul, x, x)?;
+        let s = reduce_on(cx, n, sq, ReduceKind::Sum, 18)?;
+        return Ok(vec![cx.unary(UnaryOp::Sqrt, s)?]);
+    }
+    let Some(axes) = axes(cx, n, 18)? else {
+        return Ok(vec![cx.unary(UnaryOp::Abs, x)?]);
+    };
+    let keepdims = n.i("keepdims", 1)? != 0;
+    let sc = crate::ops::norm::safe_scale(cx, x, axes.clone())?;
+    let xs = cx.binary(BinaryOp::Div, x, sc)?;
+    let sq = cx.binary(BinaryOp::Mul, xs, xs)?;
+    let s = cx.add(
+        Op::Reduce {
+            kind: ReduceKind::Sum,
+            axes,
+            keepdims,
+        },
+        vec![sq],
+    )?;
+    let r = cx.unary(UnaryOp::Sqrt, s)?;
+    let sc = if keepdims {
+        sc
+    } else {
+        let dims = cx.dims(r);
+        cx.reshape(sc, dims)?
+    };
+    Ok(vec![cx.binary(BinaryOp::Mul, sc, r)?])
 }
+
 /// ReduceLogSumExp, defined by ONNX as `Log(ReduceSum(Exp(x)))`, computed in the stable
 /// form `m + log(sum(exp(x - m)))` with `m` the reduced max (0 where that max is ±inf, so a
 /// row of all `-inf` gives `-inf` and a row holding `+inf` gives `+inf`, as the definition
@@ -134,11 +172,15 @@ pub fn reduce_log_sum_exp(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![cx.binary(BinaryOp::Add, ms, l)?])
 }
 
-/// ReduceLogSum = Log(ReduceSum(x)).
+/// ReduceLogSum = Log(ReduceSum(x)), the sum taken in a wider float type (f64 for f32,
+/// f32 for f16/bf16) so a sum past the type's range still gives its finite log.
 pub fn reduce_log_sum(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
-    let s = reduce_on(cx, n, x, ReduceKind::Sum, 18)?;
-    Ok(vec![cx.unary(UnaryOp::Log, s)?])
+    let dt = cx.dtype(x);
+    let xw = cx.cast(x, wider(dt))?;
+    let s = reduce_on(cx, n, xw, ReduceKind::Sum, 18)?;
+    let l = cx.unary(UnaryOp::Log, s)?;
+    Ok(vec![cx.cast(l, dt)?])
 }
 
 fn arg(cx: &mut Ctx, n: &ONode, max: bool) -> R<Vec<NodeId>> {
