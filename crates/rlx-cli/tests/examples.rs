@@ -119,10 +119,33 @@ fn inf_reaching_output_is_reported_at_its_origin() {
 
 #[test]
 fn absorbed_inf_stays_quiet() {
+    // The contract (numeric_check's module doc, DESIGN.md): an Inf absorbed downstream is
+    // never a culprit report and never aborts; the run keeps one summary line naming how
+    // many ops created such an Inf and the first of them, as one of expect.json's intended
+    // `inf_origin` ops.
+    let e = expect(&repo().join("examples/inf_absorbed"));
+    let origins: Vec<&str> = e["inf_origin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     let (reports, aborted, summary) = diagnose("inf_absorbed", DebugMode::Abort);
     assert!(reports.is_empty(), "{reports:#?}");
     assert!(!aborted);
-    let _ = summary; // at most one summary line, never a culprit report
+    let line = summary.expect("a summary line for the absorbed -inf");
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(line.starts_with("rlx nan-check: note: "), "{line}");
+    assert!(line.contains("absorbed"), "{line}");
+    assert!(
+        line.contains(&format!("{} op(s)", origins.len())),
+        "{line}: {origins:?}"
+    );
+    assert!(
+        origins.iter().any(|o| line.contains(&format!("\"{o}\""))),
+        "{line}: {origins:?}"
+    );
+    assert!(!line.contains("NaN"), "{line}");
     let (reports, _, _) = diagnose("healthy_mlp", DebugMode::Warn);
     assert!(reports.is_empty());
 }
