@@ -47,6 +47,9 @@ pub const PARAMETER_INPUTS: &[(&str, usize, &str)] = &[
     ("Col2Im", 1, "image_shape"),
     ("Col2Im", 2, "block_shape"),
     ("MaxUnpool", 2, "output_shape"),
+    // AffineGrid's size fixes the output grid (N, H, W); the base grid it implies is a
+    // function of the size alone, as an attribute's would be, and theta (data) still goes
+    // through the runtime.
     ("AffineGrid", 1, "size"),
     ("ConstantOfShape", 0, "input"),
     ("DFT", 1, "dft_length"),

@@ -275,7 +275,8 @@ impl SuiteReport {
     }
     /// Passing cases by what freezing did to them ([`crate::frozen::classify`], from each
     /// case's `model.onnx` under `root`): `(parameter inputs only, data inputs, the data cases'
-    /// names)`. A case whose model cannot be read counts as data (the stricter count).
+    /// names)`; an expanded case is classed by its base case's model. A case whose model
+    /// cannot be read counts as data (the stricter count).
     pub fn passed_frozen_kinds(&self) -> (usize, usize, Vec<String>) {
         use crate::frozen::{classify, FrozenKind};
         let (mut param, mut data) = (0, vec![]);
@@ -284,8 +285,17 @@ impl SuiteReport {
             .iter()
             .filter(|c| c.passed() && !c.outcome.frozen.is_empty())
         {
-            let kind = case::load_meta(&self.root.join(&c.name))
-                .map_or(FrozenKind::Data, |m| classify(&m, &c.outcome.frozen));
+            // An expanded case (the op's function body) has the same graph inputs as its base
+            // case: classify by the base case's single node, whose schema positions apply
+            // (the body reads a shape input through Sub/Div index arithmetic).
+            let base = self.root.join(base_case(&c.name));
+            let dir = if c.expanded && base.join("model.onnx").is_file() {
+                base
+            } else {
+                self.root.join(&c.name)
+            };
+            let kind =
+                case::load_meta(&dir).map_or(FrozenKind::Data, |m| classify(&m, &c.outcome.frozen));
             match kind {
                 FrozenKind::Data => data.push(c.name.clone()),
                 _ => param += 1,
