@@ -43,6 +43,7 @@ pub const PARAMETER_INPUTS: &[(&str, usize, &str)] = &[
     ("Expand", 1, "shape"),
     ("Tile", 1, "repeats"),
     ("Split", 1, "split"),
+    ("SplitToSequence", 1, "split"),
     ("CenterCropPad", 1, "shape"),
     ("Col2Im", 1, "image_shape"),
     ("Col2Im", 2, "block_shape"),
