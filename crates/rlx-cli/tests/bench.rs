@@ -200,7 +200,22 @@ fn harness_smoke_mode_prints_the_table() {
         .unwrap_or_else(|_| panic!("nan ratio in {row}"));
     assert!(med > 0.0 && nan > 0.0, "{row}");
     let diff = cells[13];
-    if diff != "n/a" {
+    if diff == "n/a" {
+        // bench.py prints n/a when numpy is missing: the value comparison did not run.
+        assert!(
+            rlx_ir::env::get("RLX_REQUIRE_NUMPY").map_or(true, |v| v != "1"),
+            "RLX_REQUIRE_NUMPY=1 but bench.py found no numpy ({}): {row}",
+            py.display()
+        );
+        {
+            use std::io::Write; // past the test harness's capture: the line shows in CI logs
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping harness_smoke_mode_prints_the_table's output comparison: no numpy for {}",
+                py.display()
+            );
+        }
+    } else {
         let d: f64 = diff.split_whitespace().next().unwrap().parse().unwrap();
         assert!(d < 1e-4, "outputs differ from onnxruntime's: {row}");
     }

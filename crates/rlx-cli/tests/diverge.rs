@@ -17,7 +17,14 @@ fn gpu() -> bool {
     if rlx_ir::env::is_on("RLX_REQUIRE_GPU") {
         panic!("RLX_REQUIRE_GPU=1 but no wgpu adapter is available (install mesa-vulkan-drivers)");
     }
-    eprintln!("skipping: no wgpu adapter");
+    {
+        use std::io::Write; // past the test harness's capture: the skip shows in CI logs
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping {}: no wgpu adapter",
+            std::thread::current().name().unwrap_or("?")
+        );
+    }
     false
 }
 

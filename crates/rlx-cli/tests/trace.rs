@@ -64,6 +64,26 @@ fn last_with_label<'a>(j: &'a Value, label: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no op labelled {label}"))
 }
 
+/// One float16 unit in the last place at `b` (IEEE 754 binary16: 10 fraction bits, smallest
+/// normal 2^-14, subnormal spacing 2^-24).
+fn ulp_f16(b: f64) -> f64 {
+    let a = b.abs();
+    if a < 2f64.powi(-14) {
+        2f64.powi(-24)
+    } else {
+        2f64.powi(a.log2().floor() as i32 - 10)
+    }
+}
+
+#[test]
+fn ulp_f16_follows_binary16_spacing() {
+    assert_eq!(ulp_f16(1.0), 2f64.powi(-10));
+    assert_eq!(ulp_f16(1.9), 2f64.powi(-10));
+    assert_eq!(ulp_f16(-40000.0), 32.0);
+    assert_eq!(ulp_f16(65504.0), 32.0);
+    assert_eq!(ulp_f16(1e-6), 2f64.powi(-24));
+}
+
 #[test]
 fn trace_json_matches_the_reference_evaluator() {
     for name in [
@@ -107,38 +127,47 @@ fn trace_json_matches_the_reference_evaluator() {
         let v = want.data().to_f64_vec();
         let fin: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
         let last = j["ops"].as_array().unwrap().last().unwrap();
-        let scale = fin.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        let amax = fin.iter().fold(0f64, |a, x| a.max(x.abs()));
+        // float32: 1e-5 relative. float16: RLX and the reference evaluator round each op of
+        // the example to float16 on their own, so one value may differ by a few float16
+        // units in the last place (onnxruntime differs from the reference by 96 = 3 ulps at
+        // magnitudes in [32768, 65504)). Allow 4 ulps of the reference value for min, max and
+        // max_abs, and 4 ulps of max_abs for the mean (a mean of values each off by at most
+        // that). One wrong element of a few percent fails.
         let f16 = want.dtype() == rlx_ir::DType::F16;
-        // float16: RLX's f16 kernels and the reference evaluator may each round a value
-        // differently by a unit in the last place (2^-10 relative); allow 4 units of the
-        // largest finite magnitude for the min, max and mean. float32: 1e-5 relative.
-        let close = |a: &Value, b: f64| {
-            let tol = if f16 {
-                4.0 * 2f64.powi(-10) * scale.max(2f64.powi(-14))
+        let tol_of = |b: f64| {
+            if f16 {
+                4.0 * ulp_f16(b)
             } else {
                 1e-5 * (1.0 + b.abs())
-            };
-            (a.as_f64().unwrap() - b).abs() <= tol
+            }
         };
+        let close = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() <= tol_of(b);
         let lo = fin.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = fin.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let mean = fin.iter().sum::<f64>() / fin.len() as f64;
         assert!(
             close(&last["min"], lo),
-            "{name}: min {} vs {lo}",
-            last["min"]
+            "{name}: min {} vs {lo} (tolerance {})",
+            last["min"],
+            tol_of(lo)
         );
         assert!(
             close(&last["max"], hi),
-            "{name}: max {} vs {hi}",
-            last["max"]
+            "{name}: max {} vs {hi} (tolerance {})",
+            last["max"],
+            tol_of(hi)
         );
+        let mean_tol = if f16 {
+            4.0 * ulp_f16(amax)
+        } else {
+            tol_of(mean)
+        };
         assert!(
-            close(&last["mean"], mean),
-            "{name}: mean {} vs {mean}",
+            (last["mean"].as_f64().unwrap() - mean).abs() <= mean_tol,
+            "{name}: mean {} vs {mean} (tolerance {mean_tol})",
             last["mean"]
         );
-        let amax = fin.iter().fold(0f64, |a, x| a.max(x.abs()));
         assert!(close(&last["max_abs"], amax), "{name}: max_abs");
         assert_eq!(
             last["nan"].as_u64().unwrap() as usize,
@@ -223,12 +252,19 @@ fn chromium() -> Option<PathBuf> {
     if p.is_file() {
         return Some(p);
     }
-    if rlx_ir::env::is_on("RLX_REQUIRE_CHROMIUM") {
+    if rlx_ir::env::get("RLX_REQUIRE_CHROMIUM").is_some_and(|v| v == "1") {
         panic!(
             "RLX_REQUIRE_CHROMIUM=1 but /usr/bin/chromium is missing (apt-get install chromium)"
         );
     }
-    eprintln!("skipping: /usr/bin/chromium not installed");
+    {
+        use std::io::Write; // past the test harness's capture: the skip shows in CI logs
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping {}: /usr/bin/chromium not installed",
+            std::thread::current().name().unwrap_or("?")
+        );
+    }
     None
 }
 

@@ -15,6 +15,7 @@
 
 pub mod case;
 pub mod compare;
+pub mod frozen;
 pub mod onnx_meta;
 pub mod suite;
 
@@ -150,6 +151,15 @@ pub fn run_and_gate(
             v.regressions.join("\n  ")
         ));
     }
+    if !v.frozen_grew.is_empty() {
+        eprint_now(&format!(
+            "\nFROZEN INPUTS GREW: {} cases listed in passing.txt pass only by freezing an input \
+             their `# frozen:` entry does not name (the importer may now compute what the runtime \
+             ran; accept with RLX_UPDATE_MANIFEST=1 RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1):\n  {}\n",
+            v.frozen_grew.len(),
+            v.frozen_grew.join("\n  ")
+        ));
+    }
     if !v.debug_violations.is_empty() {
         eprint_now(&format!(
             "\nLOCALIZER VIOLATIONS: {} cases changed an output or crashed with RLX_DEBUG_NANS=1:\n  {}\n",
@@ -163,7 +173,14 @@ pub fn run_and_gate(
             ok = false;
         } else {
             let plan = plan_manifest(&report, &manifest);
-            if !plan.removed.is_empty() && !u.allow_removals {
+            if !v.frozen_grew.is_empty() && !u.allow_removals {
+                eprint_now(&format!(
+                    "\nrefusing to update passing.txt: {} listed cases would record more frozen \
+                     inputs (rerun with --allow-removals / RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 to accept)\n",
+                    v.frozen_grew.len()
+                ));
+                ok = false;
+            } else if !plan.removed.is_empty() && !u.allow_removals {
                 eprint_now(&format!(
                     "\nrefusing to update passing.txt: {} listed cases would be removed \
                      (rerun with --allow-removals / RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 to drop them):\n  {}\n",

@@ -35,6 +35,8 @@ struct GraphProto {
 
 #[derive(Clone, PartialEq, Message)]
 struct NodeProto {
+    #[prost(string, repeated, tag = "1")]
+    input: Vec<String>,
     #[prost(string, repeated, tag = "2")]
     output: Vec<String>,
     #[prost(string, tag = "3")]
@@ -134,11 +136,13 @@ pub struct ValueMeta {
     pub kind: ValueKind,
 }
 
-/// A top-level node: op type (domain-qualified unless `ai.onnx`), name, output names.
+/// A top-level node: op type (domain-qualified unless `ai.onnx`), name, input names (in
+/// schema order; `""` for an omitted optional input), output names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeMeta {
     pub op_type: String,
     pub name: String,
+    pub inputs: Vec<String>,
     pub outputs: Vec<String>,
 }
 
@@ -171,6 +175,7 @@ impl ModelMeta {
                 .map(|n| NodeMeta {
                     op_type: qualified_op(&n.domain, &n.op_type),
                     name: n.name.clone(),
+                    inputs: n.input.clone(),
                     outputs: n.output.clone(),
                 })
                 .collect(),

@@ -273,6 +273,36 @@ impl SuiteReport {
             .filter(|r| r.passed() && !r.outcome.frozen.is_empty())
             .count()
     }
+    /// Passing cases by what freezing did to them ([`crate::frozen::classify`], from each
+    /// case's `model.onnx` under `root`): `(parameter inputs only, data inputs, the data cases'
+    /// names)`; an expanded case is classed by its base case's model. A case whose model
+    /// cannot be read counts as data (the stricter count).
+    pub fn passed_frozen_kinds(&self) -> (usize, usize, Vec<String>) {
+        use crate::frozen::{classify, FrozenKind};
+        let (mut param, mut data) = (0, vec![]);
+        for c in self
+            .results
+            .iter()
+            .filter(|c| c.passed() && !c.outcome.frozen.is_empty())
+        {
+            // An expanded case (the op's function body) has the same graph inputs as its base
+            // case: classify by the base case's single node, whose schema positions apply
+            // (the body reads a shape input through Sub/Div index arithmetic).
+            let base = self.root.join(base_case(&c.name));
+            let dir = if c.expanded && base.join("model.onnx").is_file() {
+                base
+            } else {
+                self.root.join(&c.name)
+            };
+            let kind =
+                case::load_meta(&dir).map_or(FrozenKind::Data, |m| classify(&m, &c.outcome.frozen));
+            match kind {
+                FrozenKind::Data => data.push(c.name.clone()),
+                _ => param += 1,
+            }
+        }
+        (param, data.len(), data)
+    }
     /// `N passed, M failed (S skipped)`.
     pub fn closing_line(&self) -> String {
         format!(
@@ -830,17 +860,25 @@ pub struct Verdict {
     /// Listed cases that need a frozen input (`# frozen:`), not gated because the run did not
     /// freeze inputs (`RLX_CONFORMANCE_FREEZE=0`, the strict count).
     pub frozen_not_gated: Vec<String>,
+    /// Listed cases that pass only by freezing an input their `# frozen:` entry does not
+    /// name (a case that starts needing a frozen input fails the gate: the importer, not the
+    /// runtime, may now be computing it).
+    pub frozen_grew: Vec<String>,
 }
 
 impl Verdict {
+    /// No regression, no localizer violation, no case whose frozen inputs grew.
     pub fn ok(&self) -> bool {
-        self.regressions.is_empty() && self.debug_violations.is_empty()
+        self.regressions.is_empty()
+            && self.debug_violations.is_empty()
+            && self.frozen_grew.is_empty()
     }
 }
 
 /// Compare a run with the manifest (case → frozen inputs, [`read_manifest_entries`]). In a
 /// run without freezing (`r.freeze` false) the listed cases that need a frozen input are not
-/// gated (they are in [`Verdict::frozen_not_gated`]).
+/// gated (they are in [`Verdict::frozen_not_gated`]). A listed case that passes with a frozen
+/// input its entry does not name goes to [`Verdict::frozen_grew`].
 pub fn verdict(
     r: &SuiteReport,
     manifest: &BTreeMap<String, Vec<String>>,
@@ -858,7 +896,26 @@ pub fn verdict(
             continue;
         }
         match by_name.get(m.as_str()) {
-            Some(c) if c.passed() => {}
+            Some(c) if c.passed() => {
+                let extra: Vec<&str> = c
+                    .outcome
+                    .frozen
+                    .iter()
+                    .filter(|f| !frozen.contains(f))
+                    .map(String::as_str)
+                    .collect();
+                if !extra.is_empty() {
+                    v.frozen_grew.push(format!(
+                        "{m}: passes only with {} frozen; passing.txt records {}",
+                        extra.join(", "),
+                        if frozen.is_empty() {
+                            "no frozen input".to_string()
+                        } else {
+                            format!("frozen: {}", frozen.join(", "))
+                        }
+                    ));
+                }
+            }
             Some(c) => v.regressions.push(format!(
                 "{m}: {} {}",
                 c.outcome.stage.as_str(),
@@ -982,7 +1039,7 @@ pub fn render(r: &SuiteReport) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "\n== {} of the {} passing cases ran with shape-defining inputs frozen to their test values \
+            "\n== {} of the {} passing cases ran with inputs frozen to their test values \
              ({} cases needed it; RLX_CONFORMANCE_FREEZE=0 for the strict count: {} pass); \
              {} of them with every input frozen (computed at import time): {}",
             r.passed_frozen(),
@@ -991,6 +1048,19 @@ pub fn render(r: &SuiteReport) -> String {
             r.passed() - r.passed_frozen(),
             all.len(),
             all.join(", ")
+        );
+        let (param, data, data_cases) = r.passed_frozen_kinds();
+        let _ = writeln!(
+            s,
+            "== frozen inputs: {} cases pass; {} pass with no input frozen, {} only with frozen \
+             parameter inputs (shape/axes/sizes: the runtime still computes the op), {} only with \
+             frozen data inputs (the importer computed values the runtime never ran; \
+             crate::frozen says which inputs are data): {}",
+            r.passed(),
+            r.passed() - r.passed_frozen(),
+            param,
+            data,
+            data_cases.join(", ")
         );
     }
     if let Some(v) = &r.onnxruntime {

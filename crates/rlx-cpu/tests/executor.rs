@@ -420,8 +420,9 @@ fn add_and_mul_into_their_second_input_match_the_definition() {
 }
 
 /// Per-node profiling: off by default; on, it counts runs, sums per node of the executor's
-/// graph, puts a large product's time on its MatMul (not on the tiny op after it), keeps
-/// the values bit-identical, and resets when turned on again.
+/// graph, records time on the product's node, keeps the values exact (the hand-derived
+/// product), and resets when turned on again. Where the time goes (MatMul against the tiny
+/// Neg after it) is measured by bench/profile_ratio.py, not asserted here.
 #[test]
 fn profiling_counts_runs_and_times_each_node() {
     let n = 192;
@@ -460,10 +461,9 @@ fn profiling_counts_runs_and_times_each_node() {
     let p = ex.profile().unwrap().clone();
     assert_eq!(p.runs, 3);
     assert_eq!(p.ns.len(), ex.graph().len());
-    // The product's node records its time (which node is slowest is a timing question:
-    // `rlx bench MODEL --profile` measures that, not a unit test).
-    let mi = m.index();
-    assert!(p.ns[mi] > 0, "{p:?}");
+    // The product's node recorded some time. (Which node takes the most time is a timing
+    // question, not a unit test's: bench/profile_ratio.py prints the MatMul/Neg ratio.)
+    assert!(p.ns[m.index()] > 0, "{p:?}");
     // On again: the sums restart; off: gone.
     ex.set_profiling(true);
     assert_eq!(ex.profile().unwrap().runs, 0);

@@ -222,6 +222,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Tests,
     },
     EnvVar {
+        name: "RLX_REQUIRE_NUMPY",
+        values: "0|1",
+        acts: "test runs",
+        catches: "tests whose value check runs through Python's numpy (the bench harness smoke test) fail instead of skipping it when numpy is missing (CI sets it)",
+        cost: "none",
+        scope: Scope::Tests,
+    },
+    EnvVar {
         name: "RLX_ONNX_NODE_DIR",
         values: "folder",
         acts: "conformance runs",

@@ -27,7 +27,15 @@ fn fixture(rel: &str) -> Option<PathBuf> {
             p.display()
         );
     }
-    eprintln!("skipping: fixture {} not generated", p.display());
+    {
+        use std::io::Write; // past the test harness's capture: the skip shows in CI logs
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping {}: fixture {} not generated",
+            std::thread::current().name().unwrap_or("?"),
+            p.display()
+        );
+    }
     None
 }
 

@@ -3626,7 +3626,10 @@ mod tests {
             Some(Isa::Avx512) => &[(Isa::Avx512, Isa::Avx512Rows), (Isa::Avx2, Isa::Avx2Rows)],
             Some(Isa::Avx2) => &[(Isa::Avx2, Isa::Avx2Rows)],
             _ => {
-                eprintln!("skipped: no AVX-512F/VL or AVX2 on this CPU");
+                {
+                    use std::io::Write; // past the test harness's capture: the skip shows in CI logs
+                    let _ = writeln!(std::io::stderr(), "skipping {}: no AVX-512F/VL or AVX2 on this CPU (two SIMD paths to compare)", std::thread::current().name().unwrap_or("?"));
+                }
                 return;
             }
         };
