@@ -657,6 +657,27 @@ def _misc_cases():
                     "f32 and inf/inf = NaN keeps a duplicate; exact IoU is 1")
 
 
+def _scatter_cases():
+    """ScatterElements / ScatterND with reduction add and mul: float arithmetic on data."""
+    data = np.array([FMAX / 2, 1e20, -1e4, TINY], F32)
+    idx = np.array([0, 1, 1, 3], np.int64)
+    upd = np.array([FMAX / 2, 1e-20, 3.0, TINY], F32)
+    d64, u64 = data.astype(F64), upd.astype(F64)
+    for red in ("add", "mul"):
+        e = d64.copy()
+        for i, u in zip(idx, u64):
+            e[i] = e[i] + u if red == "add" else e[i] * u
+        for op, ishape in (("ScatterElements", [4]), ("ScatterND", [4, 1])):
+            m = single_node_model(op, [("data", F32, [4]), ("indices", np.int64, ishape),
+                                       ("updates", F32, [4])], [("y", F32, [4])],
+                                  {"reduction": red} if op == "ScatterND" else
+                                  {"reduction": red, "axis": 0}, opset=18)
+            yield Case(op, f"reduction_{red}", m,
+                       dict(data=data, indices=idx.reshape(ishape), updates=upd), dict(y=e),
+                       rtol=1e-6, note=f"data[i] {'+' if red == 'add' else '*'}= update, in "
+                       "order; FMAX/2 + FMAX/2 is finite, 1e20 * 1e-20 * 3 is 3")
+
+
 # Inputs RLX must know at import time (it sizes outputs or plans the op from them): they go
 # into the model as initializers. NonMaxSuppression's boxes and scores are data, frozen because
 # RLX evaluates NMS at import time; its IoU arithmetic is still RLX's.
@@ -680,6 +701,6 @@ FROZEN = {
 def cases():
     """All C3 cases (see the module doc)."""
     for gen in (_recurrent_cases, _signal_cases, _resample_cases, _det_cases, _rotary_cases,
-                _ssm_cases, _quant_cases, _misc_cases):
+                _ssm_cases, _quant_cases, _misc_cases, _scatter_cases):
         for c in gen():
             yield _freeze(c, *FROZEN.get(c.op, ()))
