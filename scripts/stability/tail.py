@@ -678,6 +678,36 @@ def _scatter_cases():
                        "order; FMAX/2 + FMAX/2 is finite, 1e20 * 1e-20 * 3 is 3")
 
 
+def _f16_cases():
+    """float16 inputs at +-65504 / +-65520 (rounds to inf in f16, so not used as a value)."""
+    F16 = np.float16
+    row = np.array([-65504, 65504, 65504, -1e4, 1e4, 6e-8, -0.0, 89.0], F16)
+    x = row.reshape(1, 1, 1, 8)
+    scales = np.array([1, 1, 1, 2], F32)
+    for mode, ref in (("linear", _resize_linear_1d), ("cubic", _resize_cubic_1d)):
+        m = single_node_model("Resize", [("X", F16, [1, 1, 1, 8]), ("roi", F32, [0]),
+                                         ("scales", F32, [4])], [("Y", F16, [1, 1, 1, 16])],
+                              {"mode": mode}, opset=13)
+        exp = ref(row, 16, 2.0).reshape(1, 1, 1, 16)
+        # f16 output: where the exact value exceeds 65504 by less than half an ulp it rounds
+        # to 65504, the runner rounds `exp` to f16 first
+        yield Case("Resize", f"{mode}_f16_max_opposite", m,
+                   dict(X=x, roi=np.zeros(0, F32), scales=scales), dict(Y=exp),
+                   rtol=1e-3, atol=1e-7,
+                   note="f16 +-65504 neighbours: x0*(1-t) + x1*t; cubic accumulates wider")
+    x, w, r, b = _gate_inputs(np.random.default_rng(16), 2, 1, 2, 2, 4)
+    x, w, r, b = (a.astype(F16) for a in (x, w, r, b))
+    y, yh, yc = _lstm_ref(x, w, r, b)
+    m = single_node_model(
+        "LSTM", [("X", F16, x.shape), ("W", F16, w.shape), ("R", F16, r.shape),
+                 ("B", F16, b.shape)],
+        [("Y", F16, y.shape), ("Y_h", F16, yh.shape), ("Y_c", F16, yc.shape)],
+        {"hidden_size": 2}, opset=14)
+    yield Case("LSTM", "saturated_gates_f16", m, dict(X=x, W=w, R=r, B=b),
+               dict(Y=y, Y_h=yh, Y_c=yc), rtol=2e-3, atol=1e-3,
+               note="f16 gates at +-1e4 pre-activation: sigmoid/tanh saturate, no inf/inf")
+
+
 # Inputs RLX must know at import time (it sizes outputs or plans the op from them): they go
 # into the model as initializers. NonMaxSuppression's boxes and scores are data, frozen because
 # RLX evaluates NMS at import time; its IoU arithmetic is still RLX's.
@@ -701,6 +731,6 @@ FROZEN = {
 def cases():
     """All C3 cases (see the module doc)."""
     for gen in (_recurrent_cases, _signal_cases, _resample_cases, _det_cases, _rotary_cases,
-                _ssm_cases, _quant_cases, _misc_cases, _scatter_cases):
+                _ssm_cases, _quant_cases, _misc_cases, _scatter_cases, _f16_cases):
         for c in gen():
             yield _freeze(c, *FROZEN.get(c.op, ()))
