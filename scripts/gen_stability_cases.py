@@ -440,6 +440,18 @@ GENERATORS = [unary_cases, binary_cases, clip_cases, reduce_cases, softmax_cases
               linalg_cases, cast_cases, cumsum_cases, pool_cases]
 
 
+def module_generators():
+    """`cases` of every module in scripts/stability/ (their API: scripts/stability/common.py)."""
+    import importlib
+    here = Path(__file__).resolve().parent / "stability"
+    sys.path.insert(0, str(here))
+    gens = []
+    for f in sorted(here.glob("*.py")):
+        if f.stem != "common":
+            gens.append(importlib.import_module(f.stem).cases)
+    return gens
+
+
 def write(case):
     d = OUT / f"{case.op}__{case.name}"
     d.mkdir(parents=True)
@@ -459,7 +471,7 @@ def main():
         shutil.rmtree(OUT)
     OUT.mkdir(parents=True)
     n, ops = 0, set()
-    for gen in GENERATORS:
+    for gen in GENERATORS + module_generators():
         for c in gen():
             write(c)
             n += 1

@@ -205,6 +205,17 @@ pub fn dynamic_quantize_linear(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let range = cx.add(Op::Select, vec![same, one, range])?;
     let q = cx.scalar(DType::F32, 255.0);
     let scale = cx.binary(BinaryOp::Div, range, q)?;
+    // max - min overflows f32 when the data spans more than FLT_MAX (FLT_MAX and -FLT_MAX);
+    // the scale itself is finite: there, max/255 - min/255 (issue 28). Elsewhere the f32
+    // `(max - min) / 255` of the operator text, bit for bit.
+    let split = {
+        let a = cx.binary(BinaryOp::Div, mx, q)?;
+        let b = cx.binary(BinaryOp::Div, mn, q)?;
+        cx.binary(BinaryOp::Sub, a, b)?
+    };
+    let inf = cx.scalar(DType::F32, f64::INFINITY);
+    let fits = cx.binary(BinaryOp::Lt, range, inf)?;
+    let scale = cx.add(Op::Select, vec![fits, scale, split])?;
     let zf = cx.binary(BinaryOp::Div, mn, scale)?;
     let zf = cx.binary(BinaryOp::Sub, zero, zf)?;
     let zf = cx.binary(BinaryOp::Max, zf, zero)?;
@@ -260,12 +271,30 @@ pub fn qlinear_matmul(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let m = cx.binary(BinaryOp::Mul, a_s, b_s)?;
     let m = cx.binary(BinaryOp::Div, m, y_s)?;
     let m = cx.cast(m, DType::F64)?;
+    let m = wide_when_lost(cx, m, [a_s, b_s, y_s])?;
     let v = cx.binary(BinaryOp::Mul, c, m)?;
     let to = match ins[7] {
         Some(z) => cx.dtype(z),
         None => cx.dtype(a),
     };
     Ok(vec![quantize_values(cx, v, ins[7], to, true)?])
+}
+
+/// `native` (the multiplier `s1 * s2 / s3` computed in the scales' own type, cast to f64, as
+/// the reference computes it) where it is finite and nonzero, else the same multiplier
+/// computed in f64: when `s1 * s2` overflows (1e20 * 1e20 in f32) or underflows, the exact
+/// multiplier is still representable, and `inf` would saturate every output (issue 28).
+fn wide_when_lost(cx: &mut Ctx, native: NodeId, s: [NodeId; 3]) -> R<NodeId> {
+    let [a, b, y] = s.map(|v| cx.cast(v, DType::F64));
+    let w = cx.binary(BinaryOp::Mul, a?, b?)?;
+    let w = cx.binary(BinaryOp::Div, w, y?)?;
+    let abs = cx.unary(UnaryOp::Abs, native)?;
+    let inf = cx.scalar(DType::F64, f64::INFINITY);
+    let zero = cx.scalar(DType::F64, 0.0);
+    let finite = cx.binary(BinaryOp::Lt, abs, inf)?;
+    let nonzero = cx.binary(BinaryOp::Gt, abs, zero)?;
+    let keep = cx.binary(BinaryOp::And, finite, nonzero)?;
+    cx.add(Op::Select, vec![keep, native, w])
 }
 
 /// ONNX ConvInteger: Conv of `x - x_zero_point` and `w - w_zero_point` (per output channel

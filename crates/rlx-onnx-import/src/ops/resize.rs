@@ -10,7 +10,7 @@
 //! (onnx 1.23): `_compute_x_ori`, `_interpolate_1d_along_axis`, `_*_coeffs*`.
 
 use crate::ctx::{norm_axis, Ctx, ONode, R};
-use rlx_ir::{NodeId, Op, Tensor, TensorData};
+use rlx_ir::{DType, NodeId, Op, Tensor, TensorData};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -210,6 +210,17 @@ fn apply_axis(cx: &mut Ctx, x: NodeId, axis: usize, plan: &AxisPlan, a: &Attrs) 
         }
         let before: usize = d[..axis].iter().product();
         let after: usize = d[axis + 1..].iter().product();
+        // Negative taps (cubic's lobes) let a partial sum exceed the largest input: a
+        // FLT_MAX plateau sums to 1.03 * FLT_MAX = inf in f32 although the result is FLT_MAX
+        // (issue 28). Those axes accumulate in f64; convex weights (linear, antialias) bound
+        // every partial sum by max |x| and keep the input dtype.
+        let wide = dt != DType::F64 && w.iter().any(|&v| v < 0.0);
+        let dt_in = dt;
+        let (x, dt) = if wide {
+            (cx.cast(x, DType::F64)?, DType::F64)
+        } else {
+            (x, dt)
+        };
         let y = if after == 1 {
             // x [.., in] @ W^T [in, out]
             let mut wt = vec![0.0f64; input * out];
@@ -231,6 +242,7 @@ fn apply_axis(cx: &mut Ctx, x: NodeId, axis: usize, plan: &AxisPlan, a: &Attrs) 
             let x3 = cx.reshape(x, vec![before, input, after])?;
             cx.add(Op::MatMul, vec![wm, x3])?
         };
+        let y = if wide { cx.cast(y, dt_in)? } else { y };
         let mut od = d.clone();
         od[axis] = out;
         cx.reshape(y, od)?
