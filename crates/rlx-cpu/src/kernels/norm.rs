@@ -146,9 +146,11 @@ fn lrn_impl<T: Float + Send + Sync + 'static>(
 ) -> Vec<T> {
     let lo = (size.saturating_sub(1)) / 2;
     let hi = size.saturating_sub(1).div_ceil(2);
-    let a = T::from(alpha as f64 / size.max(1) as f64).unwrap_or_else(T::nan);
-    let b = T::from(beta).unwrap_or_else(T::nan);
-    let k = T::from(bias).unwrap_or_else(T::nan);
+    // The window's sum of squares, the power and the division in f64, rounded once: (1e20)^2
+    // overflows f32 where the exact output is finite.
+    let a = alpha as f64 / size.max(1) as f64;
+    let (b, k) = (beta as f64, bias as f64);
+    let wide = |x: T| x.to_f64().unwrap_or(f64::NAN);
     let mut out = crate::buffers::filled(v.len(), T::zero());
     fill_chunks(&mut out, (c * inner).max(1), |n, dst| {
         if c * inner == 0 {
@@ -159,12 +161,13 @@ fn lrn_impl<T: Float + Send + Sync + 'static>(
             let from = ch.saturating_sub(lo);
             let to = (ch + hi).min(c - 1);
             for p in 0..inner {
-                let mut s = T::zero();
+                let mut s = 0f64;
                 for q in from..=to {
-                    let e = x[q * inner + p];
-                    s = s + e * e;
+                    let e = wide(x[q * inner + p]);
+                    s += e * e;
                 }
-                dst[ch * inner + p] = x[ch * inner + p] / (k + a * s).powf(b);
+                let y = wide(x[ch * inner + p]) / (k + a * s).powf(b);
+                dst[ch * inner + p] = T::from(y).unwrap_or_else(T::nan);
             }
         }
     });

@@ -988,6 +988,40 @@ fn cumsum_impl<T: Copy + std::ops::Add<Output = T>>(
     out
 }
 
+/// Float CumSum: each prefix sum is accumulated in f64 and rounded once to `T`, so a prefix
+/// that overflows `T` (FLT_MAX + FLT_MAX) gives inf there and later prefixes that come back
+/// in range (… - FLT_MAX) are finite again, as the exact prefix sums are; a running `T` sum
+/// would stay at inf. NaN/inf propagate as in f64.
+fn cumsum_float<T: Float>(
+    v: &[T],
+    outer: usize,
+    n: usize,
+    inner: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Vec<T> {
+    let mut out = vec![T::zero(); v.len()];
+    let narrow = |x: f64| T::from(x).unwrap_or_else(T::nan);
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc = 0f64;
+            for jj in 0..n {
+                let j = if reverse { n - 1 - jj } else { jj };
+                let p = (o * n + j) * inner + i;
+                let x = v[p].to_f64().unwrap_or(f64::NAN);
+                if exclusive {
+                    out[p] = narrow(acc);
+                    acc += x;
+                } else {
+                    acc += x;
+                    out[p] = narrow(acc);
+                }
+            }
+        }
+    }
+    out
+}
+
 #[derive(Clone, Copy)]
 struct WrapI64(i64);
 impl std::ops::Add for WrapI64 {
@@ -1017,7 +1051,7 @@ pub(crate) fn cumsum(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) ->
             TensorData::from_i64(dd.dtype(), &r.into_iter().map(|w| w.0).collect::<Vec<_>>())
         }
         dd => {
-            map_float!(dd, "cumsum", v => cumsum_impl(v, num_traits::Zero::zero(), outer, n, inner, exclusive, reverse))
+            map_float!(dd, "cumsum", v => cumsum_float(v, outer, n, inner, exclusive, reverse))
         }
     };
     make(d.to_vec(), data)

@@ -99,5 +99,15 @@ pub fn lp_pool(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         return Err(format!("p must be positive, got {p}"));
     }
     let kind = rlx_ir::PoolKind::Lp { p };
-    Ok(vec![super::nn::pool_on(cx, n, x, kind, true)?])
+    // Pooled in a wider dtype (f16 -> f32, f32/bf16 -> f64) and cast back: x^p of large
+    // finite values overflows the input dtype where the p-norm is finite.
+    let dt = cx.dtype(x);
+    let wdt = match dt {
+        rlx_ir::DType::F16 => rlx_ir::DType::F32,
+        rlx_ir::DType::F32 | rlx_ir::DType::BF16 => rlx_ir::DType::F64,
+        d => d,
+    };
+    let xw = cx.cast(x, wdt)?;
+    let y = super::nn::pool_on(cx, n, xw, kind, true)?;
+    Ok(vec![cx.cast(y, dt)?])
 }
