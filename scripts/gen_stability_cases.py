@@ -436,7 +436,39 @@ def pool_cases():
                "mean over the plane; the sum (1.2e39) overflows f32")
 
 
-GENERATORS = [unary_cases, binary_cases, clip_cases, reduce_cases, softmax_cases, norm_cases,
+def misc_cases():
+    # SwiGLU (opset 28): Swish(A) * B, with the gate at the extremes.
+    for dt, xs in ((np.float32, EXTREMES_F32), (np.float16, EXTREMES_F16)):
+        a = xs
+        b = np.resize(np.array([1.0, -0.5, 2.0, 1e-3], dtype=dt), len(xs)).astype(dt)
+        with np.errstate(all="ignore"):
+            want = f64(a) * sigmoid(f64(a)) * f64(b)
+        m = single_node("SwiGLU", [("A", dt, [len(a)]), ("B", dt, [len(a)])], [("Y", dt, [len(a)])], {}, 28)
+        yield Case("SwiGLU", f"{np.dtype(dt).name}_extremes", m, {"A": a, "B": b}, {"Y": want},
+                   RTOL[dt] * 8, ATOL[dt], "a sigmoid(a) b, sigmoid without overflow")
+    # Einsum as a matrix product with terms that cancel near f32 max (the dot-product bound).
+    eps = float(np.finfo(np.float32).eps)
+    a = np.array([[1e19, 1e19, -1e19, 1.0]], np.float32)
+    b = np.array([[1e19, 1.0], [1.0, 1.0], [1e19, 1.0], [1.0, 1.0]], np.float32)
+    m = single_node("Einsum", [("a", np.float32, [1, 4]), ("b", np.float32, [4, 2])], [("y", np.float32, [1, 2])],
+                    {"equation": "ij,jk->ik"}, 18)
+    yield Case("Einsum", "float32_cancelling_large_terms", m, {"a": a, "b": b}, {"y": exact_matmul(a, b)},
+               0.0, 6 * eps * float((np.abs(f64(a)) @ np.abs(f64(b))).max()), "sum of products, dot-product bound")
+    # ConvTranspose 1-D, stride 2: every output is one input times one weight plus overlaps.
+    x = np.array([[[1e30, -1e30, 3.0, 2e38]]], np.float32)
+    w = np.array([[[1.0, 0.5, -1.0]]], np.float32)
+    n, k, st = 4, 3, 2
+    out = np.zeros((1, 1, (n - 1) * st + k))
+    for i in range(n):
+        for j in range(k):
+            out[0, 0, i * st + j] += float(x[0, 0, i]) * float(w[0, 0, j])
+    m = single_node("ConvTranspose", [("x", np.float32, [1, 1, n]), ("w", np.float32, [1, 1, k])],
+                    [("y", np.float32, [1, 1, out.shape[2]])], {"strides": [st]}, 18, inits={"w": w})
+    yield Case("ConvTranspose", "float32_large", m, {"x": x}, {"y": out}, 1e-6, 0.0,
+               "scatter of x_i w_j; overlaps 1e30*-1 + -1e30*1 = -2e30, 2e38*-1 finite")
+
+
+GENERATORS = [misc_cases, unary_cases, binary_cases, clip_cases, reduce_cases, softmax_cases, norm_cases,
               linalg_cases, cast_cases, cumsum_cases, pool_cases]
 
 
