@@ -25,6 +25,9 @@ pub struct Ctx<'a> {
     pub seqs: HashMap<NodeId, Vec<NodeId>>,
     /// Optional values: placeholder node → element (`None`: empty; see `ops::seq`).
     pub opts: HashMap<NodeId, Option<NodeId>>,
+    /// Values of nodes left unfolded because they hold NaN/Inf (see [`Ctx::add`]): still
+    /// known at import time, so a translator that needs them (a Pad's fill) reads them.
+    pub deferred: HashMap<NodeId, Arc<Tensor>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -49,6 +52,9 @@ impl<'a> Ctx<'a> {
                     if finite {
                         return Ok(self.g.constant(t));
                     }
+                    let id = self.g.add_node(op, inputs, shape);
+                    self.deferred.insert(id, Arc::new(t));
+                    return Ok(id);
                 }
             }
         }
@@ -88,11 +94,12 @@ impl<'a> Ctx<'a> {
         self.g.node(id).shape.dtype
     }
 
-    /// The node's value when it is a `Constant`.
+    /// The node's value when it is known at import time (a `Constant`, or a constant
+    /// expression left unfolded because it holds NaN/Inf).
     pub fn const_tensor(&self, id: NodeId) -> Option<Arc<Tensor>> {
         match &self.g.node(id).op {
             Op::Constant(t) => Some(t.clone()),
-            _ => None,
+            _ => self.deferred.get(&id).cloned(),
         }
     }
 

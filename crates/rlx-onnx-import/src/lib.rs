@@ -339,6 +339,7 @@ fn import_model(
         base_dir,
         seqs: HashMap::new(),
         opts: HashMap::new(),
+        deferred: HashMap::new(),
     };
 
     // Initializers → constants labelled with their name.
