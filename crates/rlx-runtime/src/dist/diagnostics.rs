@@ -431,10 +431,11 @@ fn order_inputs(g: &Graph, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, R
 enum BackendRun {
     #[cfg(feature = "gpu")]
     Wgpu(Box<rlx_wgpu::WgpuExecutor>),
-    /// A CPU executor with one node's output deliberately perturbed: the stand-in backend of
-    /// this module's unit tests (it proves the classifier and the localizer without a GPU).
+    /// The CPU graph run node by node with a chosen [`Fault`]: the stand-in backend of this
+    /// module's unit tests (it proves the classifier, the replay and the thresholds without a
+    /// GPU).
     #[cfg(test)]
-    Perturbed(Graph, Vec<(String, Tensor)>, NodeId, f32),
+    StandIn(Graph, Vec<(String, Tensor)>, Fault),
     /// Keeps the enum inhabited in a build with no other backend.
     #[allow(dead_code)]
     None(std::convert::Infallible),
@@ -471,8 +472,8 @@ impl BackendRun {
                 .run(feeds, None)
                 .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
             #[cfg(test)]
-            BackendRun::Perturbed(g, params, at, by) => {
-                let vals = perturbed_run(g, params, feeds, *at, *by)?;
+            BackendRun::StandIn(g, params, fault) => {
+                let vals = stand_in_run(g, params, feeds, fault)?;
                 Ok(g.outputs
                     .iter()
                     .map(|o| vals[o.index()].clone().unwrap())
@@ -489,25 +490,40 @@ impl BackendRun {
                 .run_all(feeds)
                 .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
             #[cfg(test)]
-            BackendRun::Perturbed(g, params, at, by) => perturbed_run(g, params, feeds, *at, *by),
+            BackendRun::StandIn(g, params, fault) => stand_in_run(g, params, feeds, fault),
             BackendRun::None(n) => match *n {},
         }
     }
 }
 
-/// Run the CPU graph node by node, scaling node `at`'s output by `by` (values downstream are
-/// recomputed from the perturbed value). Test stand-in for a buggy backend.
+/// What the stand-in backend of the tests does differently from the CPU.
 #[cfg(test)]
-fn perturbed_run(
+#[derive(Clone, Debug)]
+enum Fault {
+    /// A planted kernel bug: node `.0`'s output is scaled by `.1` (downstream nodes are
+    /// recomputed from the wrong value, so they only carry it).
+    Scale(NodeId, f32),
+    /// Round-off: every float op's output element `i` of node `n` is multiplied by
+    /// `1 + rel * s` with `s = ((i + n) % 3) - 1` in {-1, 0, 1}, a deterministic pattern.
+    Noise(f64),
+    /// Element `.1` of node `.0`'s output is replaced by `.2` (a NaN or an Inf).
+    NonFinite(NodeId, usize, f32),
+}
+
+/// Run the CPU graph node by node with `fault` applied to op outputs (values downstream are
+/// recomputed from the faulty values, as a real backend's would be). Test stand-in for a
+/// second backend.
+#[cfg(test)]
+fn stand_in_run(
     g: &Graph,
     params: &[(String, Tensor)],
     feeds: &[Tensor],
-    at: NodeId,
-    by: f32,
+    fault: &Fault,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let mut vals: Vec<Option<Tensor>> = vec![None; g.len()];
     let mut next = 0;
     for n in &g.nodes {
+        let leaf = matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_));
         let v = match &n.op {
             Op::Input { .. } => {
                 next += 1;
@@ -520,20 +536,37 @@ fn perturbed_run(
                 .map(|p| p.1.clone())
                 .ok_or_else(|| RuntimeError::Input(format!("param {name} not set")))?,
             op => {
-                let ins: Vec<&Tensor> = n
+                let ins = n
                     .inputs
                     .iter()
-                    .map(|i| vals[i.index()].as_ref().unwrap())
-                    .collect();
+                    .map(|i| {
+                        vals[i.index()]
+                            .as_ref()
+                            .ok_or_else(|| RuntimeError::Input(format!("{i}: no value")))
+                    })
+                    .collect::<Result<Vec<&Tensor>, _>>()?;
                 rlx_cpu::eval_op(op, &ins, &n.shape)
                     .map_err(|k| RuntimeError::Input(format!("{}: {k}", n.id)))?
             }
         };
-        let v = if n.id == at {
-            let d = v.data().to_f32_vec().iter().map(|x| x * by).collect();
-            Tensor::from_f32(v.dims(), d).unwrap()
-        } else {
-            v
+        let map = |v: &Tensor, f: &dyn Fn(usize, f32) -> f32| -> Result<Tensor, RuntimeError> {
+            let d = v.data().to_f32_vec();
+            let d = d.iter().enumerate().map(|(i, &x)| f(i, x)).collect();
+            Tensor::from_f32(v.dims(), d).map_err(|e| RuntimeError::Input(e.to_string()))
+        };
+        let v = match fault {
+            Fault::Scale(at, by) if n.id == *at => map(&v, &|_, x| x * by)?,
+            Fault::Noise(rel) if !leaf && v.dtype() == DType::F32 => {
+                let k = n.id.index();
+                map(&v, &|i, x| {
+                    let s = ((i + k) % 3) as f64 - 1.0;
+                    (x as f64 * (1.0 + rel * s)) as f32
+                })?
+            }
+            Fault::NonFinite(at, j, bad) if n.id == *at => {
+                map(&v, &|i, x| if i == *j { *bad } else { x })?
+            }
+            _ => v,
         };
         vals[n.id.index()] = Some(v);
     }
@@ -1022,14 +1055,13 @@ mod tests {
         (g, vec![("w".into(), w)], vec![("x".into(), x)])
     }
 
-    /// The verdict of a stand-in backend that scales `node`'s output (found by `pick`) by
-    /// `by`, with everything downstream recomputed from it.
-    fn verdict_with(
+    /// The verdict (through [`judge`], the code `backend_divergence_with` runs per backend) of
+    /// a stand-in backend with the [`Fault`] that `fault` builds for the compiled graph.
+    fn verdict(
         g: &Graph,
         p: &[(String, Tensor)],
         i: &[(String, Tensor)],
-        pick: impl Fn(&Graph) -> NodeId,
-        by: f32,
+        fault: impl Fn(&Graph) -> Fault,
         tol_rel: f64,
     ) -> BackendDivergence {
         let opts = DivergenceOptions {
@@ -1043,8 +1075,8 @@ mod tests {
             cpu.set_param(n, t.clone()).unwrap();
         }
         let cpu_out = cpu.run(&feeds, None).unwrap();
-        let at = pick(&compiled);
-        let mut be = BackendRun::Perturbed(compiled.clone(), p.to_vec(), at, by);
+        let fault = fault(&compiled);
+        let mut be = BackendRun::StandIn(compiled.clone(), p.to_vec(), fault);
         judge(
             &compiled,
             Device::Wgpu,
@@ -1068,12 +1100,11 @@ mod tests {
     #[test]
     fn amplified_round_off_is_accumulated_not_a_kernel_bug() {
         let (g, p, i) = near_zero_chain();
-        let d = verdict_with(
+        let d = verdict(
             &g,
             &p,
             &i,
-            |g| find(g, |o| matches!(o, Op::MatMul)),
-            1.0 + 1e-4,
+            |g| Fault::Scale(find(g, |o| matches!(o, Op::MatMul)), 1.0 + 1e-4),
             2e-3,
         );
         // Output element 0: cpu 0.001, other 3.0003 - 2.999 = 0.0013: rel ~0.3 > 2e-3.
@@ -1089,12 +1120,16 @@ mod tests {
     #[test]
     fn a_kernel_that_differs_on_replay_is_suspect_and_named() {
         let (g, p, i) = near_zero_chain();
-        let d = verdict_with(
+        let d = verdict(
             &g,
             &p,
             &i,
-            |g| find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub))),
-            1.01,
+            |g| {
+                Fault::Scale(
+                    find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub))),
+                    1.01,
+                )
+            },
             2e-3,
         );
         let l = d.localization.as_ref().expect("localized");
@@ -1113,14 +1148,26 @@ mod tests {
         // element 0 is 0.001 (both scaled by the same factor, so rel = by - 1 everywhere).
         let sub = |g: &Graph| find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub)));
         let tol = 2e-3;
-        let d = verdict_with(&g, &p, &i, sub, 1.0 + 5.0 * tol as f32, tol);
+        let d = verdict(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(sub(g), 1.0 + 5.0 * tol as f32),
+            tol,
+        );
         assert!(d.suspect, "{d}");
         assert!(
             d.max_rel > 4.0 * tol && d.max_rel < 6.0 * tol,
             "{}",
             d.max_rel
         );
-        let d = verdict_with(&g, &p, &i, sub, 1.0 + 0.2 * tol as f32, tol);
+        let d = verdict(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(sub(g), 1.0 + 0.2 * tol as f32),
+            tol,
+        );
         assert!(!d.suspect, "{d}");
         assert!(d.localization.is_none());
     }
@@ -1151,7 +1198,7 @@ mod tests {
             .find(|n| matches!(n.op, Op::MatMul))
             .unwrap()
             .id;
-        let mut be = BackendRun::Perturbed(compiled.clone(), p.clone(), mm, 1.01);
+        let mut be = BackendRun::StandIn(compiled.clone(), p.clone(), Fault::Scale(mm, 1.01));
         let out = be.run(&feeds).unwrap();
         let d = compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3);
         assert!(d.suspect, "{d}");
@@ -1177,7 +1224,7 @@ mod tests {
             l.error.rel
         );
         // An unperturbed "backend" localizes nothing and is round-off.
-        let out = BackendRun::Perturbed(compiled.clone(), p.clone(), mm, 1.0)
+        let out = BackendRun::StandIn(compiled.clone(), p.clone(), Fault::Scale(mm, 1.0))
             .run(&feeds)
             .unwrap();
         assert!(!compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3).suspect);
