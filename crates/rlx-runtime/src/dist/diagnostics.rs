@@ -1172,6 +1172,207 @@ mod tests {
         assert!(d.localization.is_none());
     }
 
+    /// `gain = ((x · w) - c) · 3`, elementwise on 8 values, all exact in f32 by construction:
+    /// `x_i = 1 + i/8`, `w = 1.5`, so `m_i = 1.5 + 0.1875·i`; `c_i = m_i - (i+1)·2^-14`, so
+    /// `cancel_i = (i+1)·2^-14` (6.1e-5 .. 4.9e-4, near zero against `m` ≈ 2) and
+    /// `gain_i = 3·(i+1)·2^-14`. Nodes named `scale`, `cancel`, `gain`.
+    fn cancel_chain() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+        let sh = || Shape::new(&[8], DType::F32);
+        let mut g = Graph::new("cancel");
+        let x = g.input("x", sh());
+        let w = g.param("w", sh());
+        let m = g.mul(x, w, sh());
+        g.set_name(m, "scale");
+        let cv: Vec<f32> = (0..8)
+            .map(|i| (1.5 + 0.1875 * i as f64 - (i + 1) as f64 / 16384.0) as f32)
+            .collect();
+        let c = g.constant(Tensor::from_f32(&[8], cv).unwrap());
+        let y = g.sub(m, c, sh());
+        g.set_name(y, "cancel");
+        let three = g.constant(Tensor::scalar_f32(3.0));
+        let o = g.mul(y, three, sh());
+        g.set_name(o, "gain");
+        g.set_outputs(vec![o]);
+        let x = Tensor::from_f32(&[8], (0..8).map(|i| 1.0 + i as f32 / 8.0).collect()).unwrap();
+        let w = Tensor::from_f32(&[8], vec![1.5; 8]).unwrap();
+        (g, vec![("w".into(), w)], vec![("x".into(), x)])
+    }
+
+    fn named(g: &Graph, label: &str) -> NodeId {
+        g.nodes
+            .iter()
+            .find(|n| node_label(g, n.id) == label)
+            .unwrap()
+            .id
+    }
+
+    /// The CPU's value of every node and the stand-in's, for checking the construction.
+    fn node_values(
+        g: &Graph,
+        p: &[(String, Tensor)],
+        i: &[(String, Tensor)],
+        fault: &Fault,
+    ) -> (Graph, Vec<Option<Tensor>>, Vec<Option<Tensor>>) {
+        let compiled = compile(g.clone(), &DivergenceOptions::default().compile)
+            .unwrap()
+            .graph;
+        let feeds = order_inputs(&compiled, i).unwrap();
+        let none = Fault::Noise(0.0);
+        let cpu = stand_in_run(&compiled, p, &feeds, &none).unwrap();
+        let other = stand_in_run(&compiled, p, &feeds, fault).unwrap();
+        (compiled, cpu, other)
+    }
+
+    #[test]
+    fn cancel_chain_is_what_it_claims_on_the_cpu() {
+        // The construction, checked against the f64 values it was built from.
+        let (g, p, i) = cancel_chain();
+        let (c, cpu, _) = node_values(&g, &p, &i, &Fault::Noise(0.0));
+        let gain = cpu[named(&c, "gain").index()].as_ref().unwrap();
+        let want: Vec<f32> = (0..8).map(|i| (3 * (i + 1)) as f32 / 16384.0).collect();
+        assert_eq!(gain.data().to_f32_vec(), want);
+    }
+
+    /// (a) Round-off of 1e-6 relative on every op's output (far under tol 2e-3): the output
+    /// near zero amplifies it past tol (element 0 or 1 carries noise: 1.5e-6 · 1.5 / 2^-13
+    /// is > 5e-3), but every op agrees with the CPU on its own inputs: accumulated, not
+    /// suspect.
+    #[test]
+    fn round_off_noise_on_every_op_is_accumulated_not_suspect() {
+        let (g, p, i) = cancel_chain();
+        let d = verdict(&g, &p, &i, |_| Fault::Noise(1e-6), 2e-3);
+        assert!(d.max_rel > 5e-3, "the output check must trip: {d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "accumulated", "{}", l.message);
+        assert!(!d.suspect, "{d}");
+        assert!(d.amplified_near_zero);
+        assert!(
+            d.to_string()
+                .contains("round-off (explainable: max_rel is reached"),
+            "{d}"
+        );
+    }
+
+    /// Noise of 1e-2 per op is beyond tol at the first op itself: the first op (`scale`) is
+    /// named, not the ops after it.
+    #[test]
+    fn noise_beyond_tol_is_named_at_the_first_op() {
+        let (g, p, i) = cancel_chain();
+        let d = verdict(&g, &p, &i, |_| Fault::Noise(1e-2), 2e-3);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert_eq!(l.label, "scale", "{}", l.message);
+    }
+
+    /// (b) A planted bug in the middle op (`cancel` scaled by 1.5): suspect, and exactly that
+    /// node is named (its input agrees exactly), not `scale` before it or `gain` after it.
+    #[test]
+    fn planted_bug_names_exactly_its_node() {
+        let (g, p, i) = cancel_chain();
+        let d = verdict(&g, &p, &i, |g| Fault::Scale(named(g, "cancel"), 1.5), 2e-3);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert_eq!(l.label, "cancel");
+        assert_eq!(l.inputs_rel, 0.0);
+        // 1.5x is 0.5 relative (the scale-aware floor lowers it a little).
+        assert!(l.error.rel > 0.4 && l.error.rel <= 0.5, "{}", l.error.rel);
+    }
+
+    /// (c) A difference made at `scale` (1%) and carried: `cancel` and `gain` differ from the
+    /// CPU far beyond tol, yet each agrees with the CPU replayed on the stand-in's own inputs;
+    /// only `scale` is blamed.
+    #[test]
+    fn carried_differences_are_not_blamed_only_the_origin() {
+        let (g, p, i) = cancel_chain();
+        let fault = |g: &Graph| Fault::Scale(named(g, "scale"), 1.01);
+        let (c, cpu, other) = node_values(&g, &p, &i, &fault(&g));
+        for label in ["cancel", "gain"] {
+            let n = c.node(named(&c, label));
+            let (a, b) = (cpu[n.id.index()].as_ref(), other[n.id.index()].as_ref());
+            let e = compare_tensors(&c, n.id, Device::Wgpu, a.unwrap(), b.unwrap(), true);
+            assert!(e.rel > 1.0, "{label} must differ: {}", e.rel);
+            let ins: Vec<&Tensor> = n
+                .inputs
+                .iter()
+                .map(|i| other[i.index()].as_ref().unwrap())
+                .collect();
+            let r = rlx_cpu::eval_op(&n.op, &ins, &n.shape).unwrap();
+            let k = compare_tensors(&c, n.id, Device::Wgpu, &r, b.unwrap(), true);
+            assert!(k.rel < 1e-6, "{label} must agree on replay: {}", k.rel);
+        }
+        let d = verdict(&g, &p, &i, fault, 2e-3);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert_eq!(l.label, "scale", "{}", l.message);
+        // The origin within tol (5e-4) but amplified downstream: nobody is blamed.
+        let d = verdict(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(named(g, "scale"), 1.0 + 5e-4),
+            2e-3,
+        );
+        assert!(d.max_rel > 2e-3, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "accumulated", "{}", l.message);
+        assert!(!d.suspect, "{d}");
+    }
+
+    /// (d) A NaN or an Inf on one side only is always suspect, whatever the tolerance, and
+    /// named at the node that made it.
+    #[test]
+    fn nonfinite_on_one_side_is_always_suspect_and_named() {
+        let (g, p, i) = cancel_chain();
+        for (label, bad) in [("cancel", f32::NAN), ("scale", f32::INFINITY)] {
+            let d = verdict(
+                &g,
+                &p,
+                &i,
+                |g| Fault::NonFinite(named(g, label), 2, bad),
+                1e30,
+            );
+            assert!(d.suspect, "{d}");
+            assert_eq!(d.nonfinite.len(), 1, "{d}");
+            assert_eq!(d.nonfinite[0].index, 2);
+            let l = d.localization.as_ref().expect("localized");
+            assert_eq!(l.kind, "nonfinite", "{}", l.message);
+            assert_eq!(l.label, label, "{}", l.message);
+        }
+    }
+
+    /// Just under tol_rel at the output is round-off; just over is suspect and named. The
+    /// output threshold is `max_rel > tol_rel` with the contract's floor, `|cpu| + 1e-6`:
+    /// `gain` scaled by `1 + f·tol` gives max_rel = f·tol·|g|/(|g| + 1e-6), |g| ≤ 1.5e-3.
+    #[test]
+    fn just_under_tol_is_not_flagged_just_over_is() {
+        let (g, p, i) = cancel_chain();
+        let tol = 2e-3;
+        let gain = |f: f64| move |g: &Graph| Fault::Scale(named(g, "gain"), (1.0 + f * tol) as f32);
+        let d = verdict(&g, &p, &i, gain(0.9), tol);
+        assert!(d.max_rel > 0.85 * tol && d.max_rel < tol, "{}", d.max_rel);
+        assert!(!d.suspect, "{d}");
+        assert!(d.localization.is_none());
+        let d = verdict(&g, &p, &i, gain(1.1), tol);
+        assert!(d.max_rel > tol && d.max_rel < 1.15 * tol, "{}", d.max_rel);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.label, "gain", "{}", l.message);
+        // The output floor is the fixed 1e-6, not scale-aware: element 0 of `gain` is
+        // 3·2^-14 = 1.83e-4, so its rel is (f·tol)·1.83e-4/(1.83e-4 + 1e-6), 0.5% under f·tol.
+        let want = 1.1 * tol * (3.0 / 16384.0) / (3.0 / 16384.0 + 1e-6);
+        let got = {
+            let (c, cpu, other) = node_values(&g, &p, &i, &gain(1.1)(&g));
+            let id = named(&c, "gain").index();
+            let (a, b) = (cpu[id].as_ref().unwrap(), other[id].as_ref().unwrap());
+            let (a, b) = (a.data().to_f64_vec()[0], b.data().to_f64_vec()[0]);
+            (a - b).abs() / (a.abs() + REL_FLOOR)
+        };
+        assert!((got - want).abs() < 1e-3 * want, "{got} vs {want}");
+    }
+
     #[test]
     fn perturbed_backend_is_flagged_and_localized_to_its_node() {
         // A graph with a chain after the perturbed node, so downstream nodes diverge too and
