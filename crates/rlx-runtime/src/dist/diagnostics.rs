@@ -431,10 +431,11 @@ fn order_inputs(g: &Graph, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, R
 enum BackendRun {
     #[cfg(feature = "gpu")]
     Wgpu(Box<rlx_wgpu::WgpuExecutor>),
-    /// A CPU executor with one node's output deliberately perturbed: the stand-in backend of
-    /// this module's unit tests (it proves the classifier and the localizer without a GPU).
+    /// The CPU graph run node by node with a chosen [`Fault`]: the stand-in backend of this
+    /// module's unit tests (it proves the classifier, the replay and the thresholds without a
+    /// GPU).
     #[cfg(test)]
-    Perturbed(Graph, Vec<(String, Tensor)>, NodeId, f32),
+    StandIn(Graph, Vec<(String, Tensor)>, Fault),
     /// Keeps the enum inhabited in a build with no other backend.
     #[allow(dead_code)]
     None(std::convert::Infallible),
@@ -471,8 +472,8 @@ impl BackendRun {
                 .run(feeds, None)
                 .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
             #[cfg(test)]
-            BackendRun::Perturbed(g, params, at, by) => {
-                let vals = perturbed_run(g, params, feeds, *at, *by)?;
+            BackendRun::StandIn(g, params, fault) => {
+                let vals = stand_in_run(g, params, feeds, fault)?;
                 Ok(g.outputs
                     .iter()
                     .map(|o| vals[o.index()].clone().unwrap())
@@ -489,25 +490,40 @@ impl BackendRun {
                 .run_all(feeds)
                 .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
             #[cfg(test)]
-            BackendRun::Perturbed(g, params, at, by) => perturbed_run(g, params, feeds, *at, *by),
+            BackendRun::StandIn(g, params, fault) => stand_in_run(g, params, feeds, fault),
             BackendRun::None(n) => match *n {},
         }
     }
 }
 
-/// Run the CPU graph node by node, scaling node `at`'s output by `by` (values downstream are
-/// recomputed from the perturbed value). Test stand-in for a buggy backend.
+/// What the stand-in backend of the tests does differently from the CPU.
 #[cfg(test)]
-fn perturbed_run(
+#[derive(Clone, Debug)]
+enum Fault {
+    /// A planted kernel bug: node `.0`'s output is scaled by `.1` (downstream nodes are
+    /// recomputed from the wrong value, so they only carry it).
+    Scale(NodeId, f32),
+    /// Round-off: every float op's output element `i` of node `n` is multiplied by
+    /// `1 + rel * s` with `s = ((i + n) % 3) - 1` in {-1, 0, 1}, a deterministic pattern.
+    Noise(f64),
+    /// Element `.1` of node `.0`'s output is replaced by `.2` (a NaN or an Inf).
+    NonFinite(NodeId, usize, f32),
+}
+
+/// Run the CPU graph node by node with `fault` applied to op outputs (values downstream are
+/// recomputed from the faulty values, as a real backend's would be). Test stand-in for a
+/// second backend.
+#[cfg(test)]
+fn stand_in_run(
     g: &Graph,
     params: &[(String, Tensor)],
     feeds: &[Tensor],
-    at: NodeId,
-    by: f32,
+    fault: &Fault,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let mut vals: Vec<Option<Tensor>> = vec![None; g.len()];
     let mut next = 0;
     for n in &g.nodes {
+        let leaf = matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_));
         let v = match &n.op {
             Op::Input { .. } => {
                 next += 1;
@@ -520,20 +536,37 @@ fn perturbed_run(
                 .map(|p| p.1.clone())
                 .ok_or_else(|| RuntimeError::Input(format!("param {name} not set")))?,
             op => {
-                let ins: Vec<&Tensor> = n
+                let ins = n
                     .inputs
                     .iter()
-                    .map(|i| vals[i.index()].as_ref().unwrap())
-                    .collect();
+                    .map(|i| {
+                        vals[i.index()]
+                            .as_ref()
+                            .ok_or_else(|| RuntimeError::Input(format!("{i}: no value")))
+                    })
+                    .collect::<Result<Vec<&Tensor>, _>>()?;
                 rlx_cpu::eval_op(op, &ins, &n.shape)
                     .map_err(|k| RuntimeError::Input(format!("{}: {k}", n.id)))?
             }
         };
-        let v = if n.id == at {
-            let d = v.data().to_f32_vec().iter().map(|x| x * by).collect();
-            Tensor::from_f32(v.dims(), d).unwrap()
-        } else {
-            v
+        let map = |v: &Tensor, f: &dyn Fn(usize, f32) -> f32| -> Result<Tensor, RuntimeError> {
+            let d = v.data().to_f32_vec();
+            let d = d.iter().enumerate().map(|(i, &x)| f(i, x)).collect();
+            Tensor::from_f32(v.dims(), d).map_err(|e| RuntimeError::Input(e.to_string()))
+        };
+        let v = match fault {
+            Fault::Scale(at, by) if n.id == *at => map(&v, &|_, x| x * by)?,
+            Fault::Noise(rel) if !leaf && v.dtype() == DType::F32 => {
+                let k = n.id.index();
+                map(&v, &|i, x| {
+                    let s = ((i + k) % 3) as f64 - 1.0;
+                    (x as f64 * (1.0 + rel * s)) as f32
+                })?
+            }
+            Fault::NonFinite(at, j, bad) if n.id == *at => {
+                map(&v, &|i, x| if i == *j { *bad } else { x })?
+            }
+            _ => v,
         };
         vals[n.id.index()] = Some(v);
     }
@@ -1022,14 +1055,13 @@ mod tests {
         (g, vec![("w".into(), w)], vec![("x".into(), x)])
     }
 
-    /// The verdict of a stand-in backend that scales `node`'s output (found by `pick`) by
-    /// `by`, with everything downstream recomputed from it.
-    fn verdict_with(
+    /// The verdict (through [`judge`], the code `backend_divergence_with` runs per backend) of
+    /// a stand-in backend with the [`Fault`] that `fault` builds for the compiled graph.
+    fn verdict(
         g: &Graph,
         p: &[(String, Tensor)],
         i: &[(String, Tensor)],
-        pick: impl Fn(&Graph) -> NodeId,
-        by: f32,
+        fault: impl Fn(&Graph) -> Fault,
         tol_rel: f64,
     ) -> BackendDivergence {
         let opts = DivergenceOptions {
@@ -1043,8 +1075,8 @@ mod tests {
             cpu.set_param(n, t.clone()).unwrap();
         }
         let cpu_out = cpu.run(&feeds, None).unwrap();
-        let at = pick(&compiled);
-        let mut be = BackendRun::Perturbed(compiled.clone(), p.to_vec(), at, by);
+        let fault = fault(&compiled);
+        let mut be = BackendRun::StandIn(compiled.clone(), p.to_vec(), fault);
         judge(
             &compiled,
             Device::Wgpu,
@@ -1068,12 +1100,11 @@ mod tests {
     #[test]
     fn amplified_round_off_is_accumulated_not_a_kernel_bug() {
         let (g, p, i) = near_zero_chain();
-        let d = verdict_with(
+        let d = verdict(
             &g,
             &p,
             &i,
-            |g| find(g, |o| matches!(o, Op::MatMul)),
-            1.0 + 1e-4,
+            |g| Fault::Scale(find(g, |o| matches!(o, Op::MatMul)), 1.0 + 1e-4),
             2e-3,
         );
         // Output element 0: cpu 0.001, other 3.0003 - 2.999 = 0.0013: rel ~0.3 > 2e-3.
@@ -1089,12 +1120,16 @@ mod tests {
     #[test]
     fn a_kernel_that_differs_on_replay_is_suspect_and_named() {
         let (g, p, i) = near_zero_chain();
-        let d = verdict_with(
+        let d = verdict(
             &g,
             &p,
             &i,
-            |g| find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub))),
-            1.01,
+            |g| {
+                Fault::Scale(
+                    find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub))),
+                    1.01,
+                )
+            },
             2e-3,
         );
         let l = d.localization.as_ref().expect("localized");
@@ -1113,16 +1148,229 @@ mod tests {
         // element 0 is 0.001 (both scaled by the same factor, so rel = by - 1 everywhere).
         let sub = |g: &Graph| find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub)));
         let tol = 2e-3;
-        let d = verdict_with(&g, &p, &i, sub, 1.0 + 5.0 * tol as f32, tol);
+        let d = verdict(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(sub(g), 1.0 + 5.0 * tol as f32),
+            tol,
+        );
         assert!(d.suspect, "{d}");
         assert!(
             d.max_rel > 4.0 * tol && d.max_rel < 6.0 * tol,
             "{}",
             d.max_rel
         );
-        let d = verdict_with(&g, &p, &i, sub, 1.0 + 0.2 * tol as f32, tol);
+        let d = verdict(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(sub(g), 1.0 + 0.2 * tol as f32),
+            tol,
+        );
         assert!(!d.suspect, "{d}");
         assert!(d.localization.is_none());
+    }
+
+    /// `gain = ((x · w) - c) · 3`, elementwise on 8 values, all exact in f32 by construction:
+    /// `x_i = 1 + i/8`, `w = 1.5`, so `m_i = 1.5 + 0.1875·i`; `c_i = m_i - (i+1)·2^-14`, so
+    /// `cancel_i = (i+1)·2^-14` (6.1e-5 .. 4.9e-4, near zero against `m` ≈ 2) and
+    /// `gain_i = 3·(i+1)·2^-14`. Nodes named `scale`, `cancel`, `gain`.
+    fn cancel_chain() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+        let sh = || Shape::new(&[8], DType::F32);
+        let mut g = Graph::new("cancel");
+        let x = g.input("x", sh());
+        let w = g.param("w", sh());
+        let m = g.mul(x, w, sh());
+        g.set_name(m, "scale");
+        let cv: Vec<f32> = (0..8)
+            .map(|i| (1.5 + 0.1875 * i as f64 - (i + 1) as f64 / 16384.0) as f32)
+            .collect();
+        let c = g.constant(Tensor::from_f32(&[8], cv).unwrap());
+        let y = g.sub(m, c, sh());
+        g.set_name(y, "cancel");
+        let three = g.constant(Tensor::scalar_f32(3.0));
+        let o = g.mul(y, three, sh());
+        g.set_name(o, "gain");
+        g.set_outputs(vec![o]);
+        let x = Tensor::from_f32(&[8], (0..8).map(|i| 1.0 + i as f32 / 8.0).collect()).unwrap();
+        let w = Tensor::from_f32(&[8], vec![1.5; 8]).unwrap();
+        (g, vec![("w".into(), w)], vec![("x".into(), x)])
+    }
+
+    fn named(g: &Graph, label: &str) -> NodeId {
+        g.nodes
+            .iter()
+            .find(|n| node_label(g, n.id) == label)
+            .unwrap()
+            .id
+    }
+
+    /// The CPU's value of every node and the stand-in's, for checking the construction.
+    fn node_values(
+        g: &Graph,
+        p: &[(String, Tensor)],
+        i: &[(String, Tensor)],
+        fault: &Fault,
+    ) -> (Graph, Vec<Option<Tensor>>, Vec<Option<Tensor>>) {
+        let compiled = compile(g.clone(), &DivergenceOptions::default().compile)
+            .unwrap()
+            .graph;
+        let feeds = order_inputs(&compiled, i).unwrap();
+        let none = Fault::Noise(0.0);
+        let cpu = stand_in_run(&compiled, p, &feeds, &none).unwrap();
+        let other = stand_in_run(&compiled, p, &feeds, fault).unwrap();
+        (compiled, cpu, other)
+    }
+
+    #[test]
+    fn cancel_chain_is_what_it_claims_on_the_cpu() {
+        // The construction, checked against the f64 values it was built from.
+        let (g, p, i) = cancel_chain();
+        let (c, cpu, _) = node_values(&g, &p, &i, &Fault::Noise(0.0));
+        let gain = cpu[named(&c, "gain").index()].as_ref().unwrap();
+        let want: Vec<f32> = (0..8).map(|i| (3 * (i + 1)) as f32 / 16384.0).collect();
+        assert_eq!(gain.data().to_f32_vec(), want);
+    }
+
+    /// (a) Round-off of 1e-6 relative on every op's output (far under tol 2e-3): the output
+    /// near zero amplifies it past tol (element 0 or 1 carries noise: 1.5e-6 · 1.5 / 2^-13
+    /// is > 5e-3), but every op agrees with the CPU on its own inputs: accumulated, not
+    /// suspect.
+    #[test]
+    fn round_off_noise_on_every_op_is_accumulated_not_suspect() {
+        let (g, p, i) = cancel_chain();
+        let d = verdict(&g, &p, &i, |_| Fault::Noise(1e-6), 2e-3);
+        assert!(d.max_rel > 5e-3, "the output check must trip: {d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "accumulated", "{}", l.message);
+        assert!(!d.suspect, "{d}");
+        assert!(d.amplified_near_zero);
+        assert!(
+            d.to_string()
+                .contains("round-off (explainable: max_rel is reached"),
+            "{d}"
+        );
+    }
+
+    /// Noise of 1e-2 per op is beyond tol at the first op itself: the first op (`scale`) is
+    /// named, not the ops after it.
+    #[test]
+    fn noise_beyond_tol_is_named_at_the_first_op() {
+        let (g, p, i) = cancel_chain();
+        let d = verdict(&g, &p, &i, |_| Fault::Noise(1e-2), 2e-3);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert_eq!(l.label, "scale", "{}", l.message);
+    }
+
+    /// (b) A planted bug in the middle op (`cancel` scaled by 1.5): suspect, and exactly that
+    /// node is named (its input agrees exactly), not `scale` before it or `gain` after it.
+    #[test]
+    fn planted_bug_names_exactly_its_node() {
+        let (g, p, i) = cancel_chain();
+        let d = verdict(&g, &p, &i, |g| Fault::Scale(named(g, "cancel"), 1.5), 2e-3);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert_eq!(l.label, "cancel");
+        assert_eq!(l.inputs_rel, 0.0);
+        // 1.5x is 0.5 relative (the scale-aware floor lowers it a little).
+        assert!(l.error.rel > 0.4 && l.error.rel <= 0.5, "{}", l.error.rel);
+    }
+
+    /// (c) A difference made at `scale` (1%) and carried: `cancel` and `gain` differ from the
+    /// CPU far beyond tol, yet each agrees with the CPU replayed on the stand-in's own inputs;
+    /// only `scale` is blamed.
+    #[test]
+    fn carried_differences_are_not_blamed_only_the_origin() {
+        let (g, p, i) = cancel_chain();
+        let fault = |g: &Graph| Fault::Scale(named(g, "scale"), 1.01);
+        let (c, cpu, other) = node_values(&g, &p, &i, &fault(&g));
+        for label in ["cancel", "gain"] {
+            let n = c.node(named(&c, label));
+            let (a, b) = (cpu[n.id.index()].as_ref(), other[n.id.index()].as_ref());
+            let e = compare_tensors(&c, n.id, Device::Wgpu, a.unwrap(), b.unwrap(), true);
+            assert!(e.rel > 1.0, "{label} must differ: {}", e.rel);
+            let ins: Vec<&Tensor> = n
+                .inputs
+                .iter()
+                .map(|i| other[i.index()].as_ref().unwrap())
+                .collect();
+            let r = rlx_cpu::eval_op(&n.op, &ins, &n.shape).unwrap();
+            let k = compare_tensors(&c, n.id, Device::Wgpu, &r, b.unwrap(), true);
+            assert!(k.rel < 1e-6, "{label} must agree on replay: {}", k.rel);
+        }
+        let d = verdict(&g, &p, &i, fault, 2e-3);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "kernel_bug_candidate", "{}", l.message);
+        assert_eq!(l.label, "scale", "{}", l.message);
+        // The origin within tol (5e-4) but amplified downstream: nobody is blamed.
+        let d = verdict(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(named(g, "scale"), 1.0 + 5e-4),
+            2e-3,
+        );
+        assert!(d.max_rel > 2e-3, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.kind, "accumulated", "{}", l.message);
+        assert!(!d.suspect, "{d}");
+    }
+
+    /// (d) A NaN or an Inf on one side only is always suspect, whatever the tolerance, and
+    /// named at the node that made it.
+    #[test]
+    fn nonfinite_on_one_side_is_always_suspect_and_named() {
+        let (g, p, i) = cancel_chain();
+        for (label, bad) in [("cancel", f32::NAN), ("scale", f32::INFINITY)] {
+            let d = verdict(
+                &g,
+                &p,
+                &i,
+                |g| Fault::NonFinite(named(g, label), 2, bad),
+                1e30,
+            );
+            assert!(d.suspect, "{d}");
+            assert_eq!(d.nonfinite.len(), 1, "{d}");
+            assert_eq!(d.nonfinite[0].index, 2);
+            let l = d.localization.as_ref().expect("localized");
+            assert_eq!(l.kind, "nonfinite", "{}", l.message);
+            assert_eq!(l.label, label, "{}", l.message);
+        }
+    }
+
+    /// Just under tol_rel at the output is round-off; just over is suspect and named. The
+    /// output threshold is `max_rel > tol_rel` with the contract's floor, `|cpu| + 1e-6`:
+    /// `gain` scaled by `1 + f·tol` gives max_rel = f·tol·|g|/(|g| + 1e-6), |g| ≤ 1.5e-3.
+    #[test]
+    fn just_under_tol_is_not_flagged_just_over_is() {
+        let (g, p, i) = cancel_chain();
+        let tol = 2e-3;
+        let gain = |f: f64| move |g: &Graph| Fault::Scale(named(g, "gain"), (1.0 + f * tol) as f32);
+        let d = verdict(&g, &p, &i, gain(0.9), tol);
+        assert!(d.max_rel > 0.85 * tol && d.max_rel < tol, "{}", d.max_rel);
+        assert!(!d.suspect, "{d}");
+        assert!(d.localization.is_none());
+        let d = verdict(&g, &p, &i, gain(1.1), tol);
+        assert!(d.max_rel > tol && d.max_rel < 1.15 * tol, "{}", d.max_rel);
+        assert!(d.suspect, "{d}");
+        let l = d.localization.as_ref().expect("localized");
+        assert_eq!(l.label, "gain", "{}", l.message);
+        // The output floor is the fixed 1e-6, not scale-aware: element 0 of `gain` is
+        // 3·2^-14 = 1.83e-4, so its rel is (f·tol)·1.83e-4/(1.83e-4 + 1e-6), 0.5% under f·tol.
+        let want = 1.1 * tol * (3.0 / 16384.0) / (3.0 / 16384.0 + 1e-6);
+        let got = {
+            let (c, cpu, other) = node_values(&g, &p, &i, &gain(1.1)(&g));
+            let id = named(&c, "gain").index();
+            let (a, b) = (cpu[id].as_ref().unwrap(), other[id].as_ref().unwrap());
+            let (a, b) = (a.data().to_f64_vec()[0], b.data().to_f64_vec()[0]);
+            (a - b).abs() / (a.abs() + REL_FLOOR)
+        };
+        assert!((got - want).abs() < 1e-3 * want, "{got} vs {want}");
     }
 
     #[test]
@@ -1151,7 +1399,7 @@ mod tests {
             .find(|n| matches!(n.op, Op::MatMul))
             .unwrap()
             .id;
-        let mut be = BackendRun::Perturbed(compiled.clone(), p.clone(), mm, 1.01);
+        let mut be = BackendRun::StandIn(compiled.clone(), p.clone(), Fault::Scale(mm, 1.01));
         let out = be.run(&feeds).unwrap();
         let d = compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3);
         assert!(d.suspect, "{d}");
@@ -1177,7 +1425,7 @@ mod tests {
             l.error.rel
         );
         // An unperturbed "backend" localizes nothing and is round-off.
-        let out = BackendRun::Perturbed(compiled.clone(), p.clone(), mm, 1.0)
+        let out = BackendRun::StandIn(compiled.clone(), p.clone(), Fault::Scale(mm, 1.0))
             .run(&feeds)
             .unwrap();
         assert!(!compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3).suspect);
