@@ -104,6 +104,7 @@ mod tests {
         g.set_current_origin(Some(Origin {
             label: "fc".into(),
             op_type: Some("MatMul".into()),
+            ..Default::default()
         }));
         let y = g.matmul(x, w, Shape::new(&[2, 4], DType::F32));
         g.set_outputs(vec![y]);

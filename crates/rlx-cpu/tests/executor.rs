@@ -71,6 +71,7 @@ fn bad_gather_index_errors_with_node_label() {
     g.set_current_origin(Some(Origin {
         label: "/emb/Gather".into(),
         op_type: Some("Gather".into()),
+        ..Default::default()
     }));
     let y = g.add_node(Op::Gather { axis: 0 }, vec![x, i], s(&[1, 2]));
     g.set_outputs(vec![y]);
@@ -157,6 +158,7 @@ fn div_graph() -> (Graph, NodeId) {
     g.set_current_origin(Some(Origin {
         label: "ratio".into(),
         op_type: Some("Div".into()),
+        ..Default::default()
     }));
     let d = g.div(x, c, s(&[2]));
     g.set_outputs(vec![d]);

@@ -18,6 +18,7 @@ fn nan_from_fast_exp_overflow_names_the_sub_and_the_exp() {
     g.set_current_origin(Some(Origin {
         label: "attn.softmax".into(),
         op_type: Some("Softmax".into()),
+        ..Default::default()
     }));
     let e = g.unary(UnaryOp::Exp, x, s(&[300]));
     let d = g.sub(e, e, s(&[300]));

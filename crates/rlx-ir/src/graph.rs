@@ -27,8 +27,42 @@ impl fmt::Display for NodeId {
 pub struct Origin {
     /// The source op's name, e.g. `"/encoder/layer.0/attention/Softmax"`.
     pub label: String,
-    /// The source op type, e.g. `"Softmax"` (ONNX op_type), when known.
+    /// The source op type, e.g. `"Softmax"` (ONNX op_type), `"aten.mul.Tensor"` (a
+    /// `torch.export` node's target), when known.
     pub op_type: Option<String>,
+    /// The module path of the source op in the user's model, e.g. `"layers.3.mlp"` (from a
+    /// `torch.export` node's `nn_module_stack`; empty for the root module), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// Where the user's code created the source op (the innermost frame of a `torch.export`
+    /// node's `stack_trace`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceLoc>,
+}
+
+/// A line of the user's source code: the file, the 1-based line number and, when known, the
+/// line's code (stripped of surrounding whitespace).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SourceLoc {
+    /// The file as the stack trace names it (usually an absolute path).
+    pub file: String,
+    /// 1-based line number.
+    pub line: u32,
+    /// The line's code, e.g. `"y = self.proj(x)"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl fmt::Display for SourceLoc {
+    /// `model.py:42  y = self.proj(x)`: the file's base name, the line, and its code.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let base = self.file.rsplit(['/', '\\']).next().unwrap_or(&self.file);
+        write!(f, "{base}:{}", self.line)?;
+        if let Some(c) = &self.code {
+            write!(f, "  {c}")?;
+        }
+        Ok(())
+    }
 }
 
 /// One operation in the graph.

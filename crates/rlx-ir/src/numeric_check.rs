@@ -383,6 +383,9 @@ pub struct NanReport {
     pub fix: Option<String>,
     /// Extra context, e.g. `+inf reached graph output #0 "logits"`.
     pub note: Option<String>,
+    /// The line of the user's code that created the source op (`torch.export` programs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::SourceLoc>,
 }
 
 impl NanReport {
@@ -410,6 +413,9 @@ impl fmt::Display for NanReport {
             "rlx nan-check: {} at index {} of {} {} \"{}\"",
             self.kind, self.index, self.node, self.op, self.label
         )?;
+        if let Some(loc) = &self.source {
+            writeln!(f, "  at {loc}")?;
+        }
         match &self.cause {
             Cause::InputsFinite => writeln!(f, "  → inputs finite, this op produced it")?,
             Cause::InputsHeldInf {
@@ -483,6 +489,33 @@ impl fmt::Display for NanReport {
     }
 }
 
+/// The op name fix lines are keyed on: ONNX op types lowercased (`softmax`), and ATen targets
+/// of `torch.export` programs (`aten._log_softmax.default`, `aten.native_layer_norm.default`)
+/// mapped onto the same keys (`logsoftmax`, `layernorm`).
+fn fix_key(op: &str) -> String {
+    let lower = op.to_ascii_lowercase();
+    let Some(rest) = lower.strip_prefix("aten.") else {
+        return lower;
+    };
+    let name = rest.split('.').next().unwrap_or(rest).trim_start_matches('_');
+    match name {
+        "log_softmax" => "logsoftmax",
+        "safe_softmax" | "softmax" => "softmax",
+        "native_layer_norm" | "layer_norm" => "layernorm",
+        "native_batch_norm" | "batch_norm" | "native_batch_norm_legit_no_training" => "batchnorm",
+        "native_group_norm" | "group_norm" => "groupnorm",
+        "rms_norm" => "rmsnormalization",
+        "instance_norm" => "instancenormalization",
+        "addmm" | "mm" | "bmm" | "linear" => "gemm",
+        "convolution" | "conv2d" | "conv1d" => "conv",
+        "sum" => "reducesum",
+        "mean" => "reducemean",
+        "to_copy" | "to" => "cast",
+        other => other,
+    }
+    .to_string()
+}
+
 /// A one-line fix for a culprit, keyed on the source op type (e.g. ONNX `Softmax`) and
 /// else on the IR op. `None` for propagators and for ops with no known failure mode.
 pub fn fix_hint(
@@ -507,7 +540,7 @@ pub fn fix_hint(
         Cause::InputsHeldInf { inf_source, .. } => *inf_source,
         _ => None,
     };
-    let key = source_op.unwrap_or(op).to_ascii_lowercase();
+    let key = fix_key(source_op.unwrap_or(op));
     let ir = op.to_ascii_lowercase();
     // What turned the Inf into NaN here, in words.
     let meeting = match ir.as_str() {
@@ -856,6 +889,7 @@ impl DebugScanner {
             cause,
             fix,
             note,
+            source: node.origin.as_ref().and_then(|o| o.source.clone()),
         }
     }
 

@@ -13,7 +13,12 @@ pub fn node_label(g: &Graph, id: NodeId) -> String {
     }
     if let Some(o) = &n.origin {
         if !o.label.is_empty() {
-            return o.label.clone();
+            // A torch.export node: `layers.3.mlp/mul_2` (module path, then FX name), in
+            // the style of an ONNX exporter's `/layers.3/mlp/Mul`.
+            return match o.module.as_deref() {
+                Some(m) if !m.is_empty() => format!("{m}/{}", o.label),
+                _ => o.label.clone(),
+            };
         }
     }
     if let Some(b) = &n.block {
@@ -31,4 +36,10 @@ pub fn source_op_type(g: &Graph, id: NodeId) -> Option<&str> {
         .origin
         .as_ref()
         .and_then(|o| o.op_type.as_deref())
+}
+
+/// Where the user's code created a node's source op, when the importer recorded it
+/// (`torch.export` programs): `model.py:42  y = self.proj(x)`.
+pub fn source_location(g: &Graph, id: NodeId) -> Option<&crate::SourceLoc> {
+    g.node(id).origin.as_ref().and_then(|o| o.source.as_ref())
 }

@@ -16,16 +16,19 @@ fn graph() -> (Graph, [NodeId; 5]) {
     g.set_current_origin(Some(Origin {
         label: "feat.log".into(),
         op_type: Some("Log".into()),
+        ..Default::default()
     }));
     let l = g.unary(UnaryOp::Log, x, s.clone());
     g.set_current_origin(Some(Origin {
         label: "feat.mul".into(),
         op_type: Some("Mul".into()),
+        ..Default::default()
     }));
     let m = g.mul(l, x, s.clone()); // -inf * 0 = NaN
     g.set_current_origin(Some(Origin {
         label: "feat.add".into(),
         op_type: Some("Add".into()),
+        ..Default::default()
     }));
     let a = g.add(m, x, s.clone()); // propagates NaN
     g.set_current_origin(None);
@@ -253,6 +256,7 @@ fn labels_follow_the_resolution_order() {
     g.node_mut(a).origin = Some(Origin {
         label: "onnx_add".into(),
         op_type: None,
+        ..Default::default()
     });
     assert_eq!(node_label(&g, a), "onnx_add");
 }

@@ -352,6 +352,7 @@ fn import_model(
         cx.g.set_current_origin(Some(Origin {
             label: t.name.clone(),
             op_type: None,
+            ..Default::default()
         }));
         let id = cx.constant(tensor);
         cx.values.insert(t.name.clone(), id);
@@ -403,6 +404,7 @@ fn import_model(
             cx.g.set_current_origin(Some(Origin {
                 label: vi.name.clone(),
                 op_type: None,
+                ..Default::default()
             }));
             let id = cx.constant(t.clone());
             cx.g.set_current_origin(None);
@@ -463,6 +465,7 @@ fn import_model(
         cx.g.set_current_origin(Some(Origin {
             label: label.clone(),
             op_type: Some(node.op_type.clone()),
+            ..Default::default()
         }));
         let onode = ONode {
             proto: node,

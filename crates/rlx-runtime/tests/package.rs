@@ -51,6 +51,7 @@ fn compiled() -> CompiledGraph {
     g.set_current_origin(Some(rlx_ir::Origin {
         label: "/layer0/add_bias".into(),
         op_type: Some("Add".into()),
+        ..Default::default()
     }));
     let c = g.constant(Tensor::from_f32(&[2, 2], vec![0.5, f32::INFINITY, -1.0, 2.0]).unwrap());
     let y = g.add(m, c, Shape::new(&[2, 2], DType::F32));

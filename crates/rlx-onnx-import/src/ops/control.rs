@@ -85,6 +85,7 @@ fn lower_body_inner(cx: &mut Ctx, n: &ONode, g: &GraphProto, inputs: &[NodeId]) 
         cx.g.set_current_origin(Some(Origin {
             label: label.clone(),
             op_type: Some(node.op_type.clone()),
+            ..Default::default()
         }));
         let on = ONode {
             proto: node,
