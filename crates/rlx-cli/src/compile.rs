@@ -44,9 +44,10 @@ pub fn parse_device(s: &str) -> Result<Device> {
 }
 
 /// True when `p` names a package: a file ending in `.rlxpkg`, or any regular file that
-/// starts with the zip signature `PK\x03\x04` (an ONNX file never does).
+/// starts with the zip signature `PK\x03\x04` (an ONNX file never does) and is not a
+/// `.pt2` (a torch.export archive, also a zip).
 pub fn is_package(p: &Path) -> bool {
-    if !p.is_file() {
+    if !p.is_file() || rlx_torch_import::is_pt2(p) {
         return false;
     }
     if p.extension().and_then(|e| e.to_str()) == Some("rlxpkg") {

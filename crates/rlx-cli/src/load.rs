@@ -9,13 +9,15 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::{Graph, Op, Shape, Tensor};
 use rlx_onnx_import::{ImportOptions, OnnxModel};
+use rlx_torch_import::Pt2Model;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The model-and-inputs arguments shared by the subcommands.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ModelArgs {
-    /// Model file (.onnx), or a folder holding model.onnx (and optional input_<name>.npy files).
+    /// Model file (.onnx, or .pt2 from torch.export.save), or a folder holding model.onnx or
+    /// model.pt2 (and optional input_<name>.npy files).
     pub model: PathBuf,
     /// An input as NAME=FILE (.npy or .pb); FILE alone binds the next unnamed input. Repeatable.
     #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
@@ -26,6 +28,53 @@ pub struct ModelArgs {
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// A model file decoded once, whatever its format: ONNX (`.onnx`) or a `torch.export`
+/// archive (`.pt2`). Its inputs can be read before it is imported.
+pub enum SourceModel {
+    Onnx(OnnxModel),
+    Pt2(Pt2Model),
+}
+
+impl SourceModel {
+    /// Open `path` (a `.pt2` by extension, else ONNX). Errors name the file.
+    pub fn open(path: &Path) -> Result<SourceModel> {
+        if rlx_torch_import::is_pt2(path) {
+            // The importer's messages name the file already.
+            Pt2Model::open(path)
+                .map(SourceModel::Pt2)
+                .map_err(|e| with_file(path, e))
+        } else {
+            OnnxModel::open(path)
+                .map(SourceModel::Onnx)
+                .map_err(|e| with_file(path, e))
+        }
+    }
+
+    /// Names of the inputs a caller may feed, in order.
+    pub fn input_names(&self) -> Vec<String> {
+        match self {
+            SourceModel::Onnx(m) => m.input_names(),
+            SourceModel::Pt2(m) => m.input_names(),
+        }
+    }
+
+    /// Declared input types (symbolic dims kept).
+    pub fn declared_inputs(&self) -> Vec<(String, Shape)> {
+        match self {
+            SourceModel::Onnx(m) => m.declared_inputs(),
+            SourceModel::Pt2(m) => m.declared_inputs(),
+        }
+    }
+
+    /// Lower into a graph; errors name `path`.
+    pub fn import(&self, path: &Path, opts: &ImportOptions) -> Result<Graph> {
+        match self {
+            SourceModel::Onnx(m) => m.import(opts).map_err(|e| with_file(path, e)),
+            SourceModel::Pt2(m) => m.import(opts).map_err(|e| with_file(path, e)),
+        }
+    }
 }
 
 /// An imported graph with one tensor per graph input, in graph order.
@@ -122,7 +171,7 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
         }
     }
     let path = model_path(&a.model);
-    let m = OnnxModel::open(&path).map_err(|e| with_file(&path, e))?;
+    let m = SourceModel::open(&path)?;
     let decls = m.declared_inputs();
     check_dims_exist(&decls, &dims)?;
     // Every input name, with or without a declared shape (one without takes its shape
@@ -174,7 +223,7 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
             .collect(),
         ..Default::default()
     };
-    let graph = m.import(&opts).map_err(|e| with_file(&path, e))?;
+    let graph = m.import(&path, &opts)?;
     // Before generating any input: a huge --dim must be refused, not allocated.
     rlx_runtime::check_sizes(&graph).map_err(|e| anyhow!("{e}"))?;
     let mut feeds = vec![];

@@ -1,12 +1,13 @@
 //! `rlx run` and `rlx lint`.
 
-use crate::load::{parse_dims, with_file};
+use crate::load::parse_dims;
 use crate::npy::{read_npy, write_npy};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::numeric_check::scan_data;
 use rlx_ir::{DType, Graph, Shape, Tensor, TensorData};
-use rlx_onnx_import::{ImportOptions, OnnxModel};
+use crate::load::SourceModel;
+use rlx_onnx_import::ImportOptions;
 use rlx_runtime::Session;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +25,8 @@ pub const EXIT_NAN_ABORT: i32 = 3;
 #[derive(Args, Debug, Clone)]
 #[command(name = "rlx-run", version, verbatim_doc_comment)]
 pub struct RunArgs {
-    /// Model file (.onnx), a folder holding model.onnx, or a package (.rlxpkg, from `rlx compile`).
+    /// Model file (.onnx, or .pt2 from torch.export.save), a folder holding model.onnx or
+    /// model.pt2, or a package (.rlxpkg, from `rlx compile`).
     pub model: PathBuf,
     /// An input as NAME=FILE (.npy or .pb); FILE alone binds the next unnamed input. Repeatable.
     #[arg(long = "input", short = 'i', value_name = "NAME=FILE")]
@@ -61,16 +63,20 @@ pub struct RunArgs {
 /// Lint an ONNX model's constants.
 #[derive(Args, Debug, Clone)]
 pub struct LintArgs {
-    /// Model file (.onnx), or a folder holding model.onnx.
+    /// Model file (.onnx or .pt2), or a folder holding model.onnx or model.pt2.
     pub model: PathBuf,
     /// Bind a symbolic input dimension, e.g. --dim batch=2.
     #[arg(long = "dim", value_name = "NAME=SIZE")]
     pub dims: Vec<String>,
 }
 
-/// `model.onnx` inside a folder, or the path itself.
+/// `model.onnx` (else `model.pt2`) inside a folder, or the path itself.
 pub fn model_path(p: &Path) -> PathBuf {
     if p.is_dir() {
+        let pt2 = p.join("model.pt2");
+        if !p.join("model.onnx").exists() && pt2.is_file() {
+            return pt2;
+        }
         p.join("model.onnx")
     } else {
         p.to_path_buf()
@@ -224,14 +230,13 @@ pub fn summarize(t: &Tensor) -> String {
 }
 
 /// Open and decode the model once (errors name the file).
-fn open_model(model: &Path) -> Result<OnnxModel> {
-    let path = model_path(model);
-    OnnxModel::open(&path).map_err(|e| with_file(&path, e))
+fn open_model(model: &Path) -> Result<SourceModel> {
+    SourceModel::open(&model_path(model))
 }
 
 /// Lower the model with dims bound by `--dim` and by the shapes of the given inputs.
 fn import_with(
-    m: &OnnxModel,
+    m: &SourceModel,
     model: &Path,
     dims: &HashMap<String, usize>,
     given: &HashMap<String, Tensor>,
@@ -244,8 +249,7 @@ fn import_with(
             .collect(),
         ..Default::default()
     };
-    m.import(&opts)
-        .map_err(|e| with_file(&model_path(model), e))
+    m.import(&model_path(model), &opts)
 }
 
 fn run_inner(a: &RunArgs) -> Result<i32> {

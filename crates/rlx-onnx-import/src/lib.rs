@@ -122,6 +122,16 @@ impl OnnxModel {
         })
     }
 
+    /// A model built in memory (e.g. by another front end that lowers its ops onto ONNX
+    /// nodes); `file` names it in errors. External data is not allowed.
+    pub fn from_proto(model: ModelProto, file: &str) -> OnnxModel {
+        OnnxModel {
+            model,
+            file: file.to_string(),
+            base: None,
+        }
+    }
+
     /// The graph inputs that are not initializers, in order.
     fn fed_inputs(&self) -> Vec<&proto::ValueInfoProto> {
         let Some(graph) = self.model.graph.as_ref() else {

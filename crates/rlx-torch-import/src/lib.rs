@@ -1,0 +1,165 @@
+//! Import `torch.export` programs (`.pt2` archives written by `torch.export.save`, torch 2.7
+//! and later: schema major version 8) into RLX's IR, without Python.
+//!
+//! Every ATen node is lowered onto one or a few ONNX-semantics nodes, which the ONNX
+//! importer (conformance-tested op by op) turns into IR; each IR node then carries the FX
+//! node's name ([`rlx_ir::Origin::label`]), its ATen target (`op_type`, e.g.
+//! `aten.mul.Tensor`), the module path from `nn_module_stack` (`module`, e.g.
+//! `layers.3.mlp`) and the innermost user frame of `stack_trace` (`source`, file, line and
+//! code). Graph inputs are the program's user inputs, named as `forward`'s parameters;
+//! graph outputs are `output_0`, `output_1`, ... in the program's order. Symbolic dims
+//! (`torch.export.Dim`) become named dims of the inputs (`s0`, `s77`: the names the
+//! program's shape environment gave them), bound at import like ONNX `dim_param`s.
+//!
+//! ```no_run
+//! let m = rlx_torch_import::Pt2Model::open(std::path::Path::new("model.pt2"))?;
+//! let g = m.import(&rlx_onnx_import::ImportOptions::default())?;
+//! # Ok::<(), rlx_torch_import::TorchImportError>(())
+//! ```
+
+mod archive;
+mod lower;
+mod program;
+
+use rlx_ir::{Graph, Shape};
+use rlx_onnx_import::{ImportOptions, OnnxModel};
+use std::path::Path;
+
+/// The schema major version RLX reads (`torch/_export/serde/schema.py`, `SCHEMA_VERSION`):
+/// torch 2.6 through 2.15 write 8.
+pub const SCHEMA_MAJOR: i64 = 8;
+
+/// A `.pt2` could not be imported. Every variant names the file, the archive entry, the
+/// tensor, or the FX node (with its ATen target and source line) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum TorchImportError {
+    /// The file could not be read.
+    #[error("cannot read {file}: {source}")]
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The zip container, an entry, or the archive's layout is malformed.
+    #[error("{file}: {msg}")]
+    Archive { file: String, msg: String },
+    /// The program JSON is malformed, or of a schema version RLX does not read.
+    #[error("{file}: {msg}")]
+    Program { file: String, msg: String },
+    /// A weight or constant could not be read.
+    #[error("{file}: tensor \"{name}\": {msg}")]
+    Tensor {
+        file: String,
+        name: String,
+        msg: String,
+    },
+    /// An FX node has no lowering (unsupported ATen op or argument) or could not be lowered.
+    #[error("{file}: FX node \"{node}\" ({target}){at}: {msg}")]
+    Node {
+        file: String,
+        node: String,
+        target: String,
+        /// ` at model.py:42  y = self.proj(x)`, or empty.
+        at: String,
+        msg: String,
+    },
+    /// The lowered graph could not be imported (the error names the FX node when it can).
+    #[error("{0}")]
+    Lowered(String),
+}
+
+/// A `.pt2` program, decoded once: its user inputs can be read before importing it (so a
+/// caller can bind symbolic dims from its input files), then [`Pt2Model::import`] lowers
+/// it.
+pub struct Pt2Model {
+    onnx: OnnxModel,
+    /// FX node name → what reports say about it.
+    prov: std::collections::HashMap<String, lower::Prov>,
+    file: String,
+}
+
+impl Pt2Model {
+    /// Read the archive at `path` and lower its program.
+    ///
+    /// Errors: unreadable or malformed archive, a schema version other than
+    /// [`SCHEMA_MAJOR`] (naming the version found and the torch that wrote it), weights
+    /// shorter than their declared storage, and unsupported ATen ops (naming the op, the
+    /// FX node and its source line).
+    pub fn open(path: &Path) -> Result<Pt2Model, TorchImportError> {
+        let file = path.display().to_string();
+        let mut ar = archive::Archive::open(path)?;
+        let prog = program::Program::read(&mut ar, &file)?;
+        let (model, prov) = lower::lower(&prog, &mut ar, &file)?;
+        Ok(Pt2Model {
+            onnx: OnnxModel::from_proto(model, &file),
+            prov,
+            file,
+        })
+    }
+
+    /// The program's user inputs (`forward`'s tensor parameters), in order.
+    pub fn input_names(&self) -> Vec<String> {
+        self.onnx.input_names()
+    }
+
+    /// Names and declared types of the user inputs (symbolic dims kept, named `s0`, ...).
+    pub fn declared_inputs(&self) -> Vec<(String, Shape)> {
+        self.onnx.declared_inputs()
+    }
+
+    /// Lower the program into a [`Graph`], dims bound as `opts` says.
+    pub fn import(&self, opts: &ImportOptions) -> Result<Graph, TorchImportError> {
+        let mut g = self
+            .onnx
+            .import(opts)
+            .map_err(|e| TorchImportError::Lowered(self.explain(&e.to_string())))?;
+        g.name = "torch.export".into();
+        for n in &mut g.nodes {
+            let Some(o) = n.origin.as_mut() else { continue };
+            if let Some(p) = self.prov.get(&o.label) {
+                o.label = p.fx_name.clone();
+                o.op_type = Some(p.target.clone());
+                o.module = p.module.clone();
+                o.source = p.source.clone();
+            }
+        }
+        Ok(g)
+    }
+
+    /// An ONNX-importer message about node "N" restated in the program's terms.
+    fn explain(&self, msg: &str) -> String {
+        let named = msg
+            .strip_prefix("node \"")
+            .and_then(|r| r.split_once('"'))
+            .and_then(|(n, rest)| self.prov.get(n).map(|p| (p, rest)));
+        match named {
+            Some((p, rest)) => {
+                let rest = rest.trim_start();
+                // Drop the ONNX op type in parentheses: the ATen target replaces it.
+                let rest = match rest.strip_prefix('(') {
+                    Some(r) => r.split_once("):").map_or(rest, |(_, t)| t.trim_start()),
+                    None => rest.trim_start_matches(':').trim_start(),
+                };
+                format!(
+                    "{}: FX node \"{}\" ({}){}: {rest}",
+                    self.file,
+                    p.fx_name,
+                    p.target,
+                    p.at()
+                )
+            }
+            None => format!("{}: {msg}", self.file),
+        }
+    }
+}
+
+/// Import the program at `path` with `opts` (see [`Pt2Model`]).
+pub fn import_pt2(path: &Path, opts: &ImportOptions) -> Result<Graph, TorchImportError> {
+    Pt2Model::open(path)?.import(opts)
+}
+
+/// Whether `path` looks like a `.pt2` archive (by extension).
+pub fn is_pt2(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pt2"))
+}
