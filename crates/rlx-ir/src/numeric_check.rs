@@ -297,10 +297,11 @@ impl InfSource {
                     InfSource::Overflow
                 }
             }
-            Op::Constant(_) => match source_op_type(g, o) {
-                // A constant folded from an op: classify by that op's type.
-                Some("Log") => InfSource::LogOfZero,
-                Some("Div") | Some("Reciprocal") => InfSource::DivisionByZero,
+            Op::Constant(_) => match source_op_type(g, o).map(fix_key).as_deref() {
+                // A constant folded from an op (ONNX `Log`, ATen `aten.log.default`):
+                // classify by that op's type.
+                Some("log") => InfSource::LogOfZero,
+                Some("div") | Some("reciprocal") | Some("rsqrt") => InfSource::DivisionByZero,
                 _ => InfSource::Overflow,
             },
             _ => InfSource::Overflow,
@@ -386,6 +387,10 @@ pub struct NanReport {
     /// The line of the user's code that created the source op (`torch.export` programs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::SourceLoc>,
+    /// The line of the user's code that created the infinity this op turned into NaN
+    /// (`Cause::InputsHeldInf`'s origin), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inf_origin_source: Option<crate::SourceLoc>,
 }
 
 impl NanReport {
@@ -439,6 +444,9 @@ impl fmt::Display for NanReport {
                     }
                 }
                 writeln!(f, "), this op produced {}", self.kind)?;
+                if let Some(loc) = &self.inf_origin_source {
+                    writeln!(f, "    the {input_kind} was created at {loc}")?;
+                }
             }
             Cause::Leaf => match self.op.as_str() {
                 "Input" => writeln!(f, "  → the graph input already holds it (nothing upstream)")?,
@@ -875,6 +883,10 @@ impl DebugScanner {
         let op = display_op(g, id);
         let src = source_op_type(g, id).map(str::to_string);
         let fix = fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype);
+        let r_cause_origin = match &cause {
+            Cause::InputsHeldInf { inf_origin, .. } => *inf_origin,
+            _ => None,
+        };
         NanReport {
             backend: self.backend.clone(),
             node: id,
@@ -890,6 +902,10 @@ impl DebugScanner {
             fix,
             note,
             source: node.origin.as_ref().and_then(|o| o.source.clone()),
+            inf_origin_source: match &r_cause_origin {
+                Some(o) => g.node(*o).origin.as_ref().and_then(|x| x.source.clone()),
+                None => None,
+            },
         }
     }
 

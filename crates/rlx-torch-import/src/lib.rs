@@ -118,7 +118,12 @@ impl Pt2Model {
             let Some(o) = n.origin.as_mut() else { continue };
             if let Some(p) = self.prov.get(&o.label) {
                 o.label = p.fx_name.clone();
-                o.op_type = Some(p.target.clone());
+                // A literal the lowering wrote for an argument (a scalar, a fill value)
+                // stays a `Constant`, so the localizer calls an inf in it a fill; every
+                // other node, folded constants included, takes the ATen target.
+                if o.op_type.as_deref() != Some("Constant") {
+                    o.op_type = Some(p.target.clone());
+                }
                 o.module = p.module.clone();
                 o.source = p.source.clone();
             }

@@ -549,12 +549,12 @@ pub fn lower(
                 );
             }
             InputKind::State { fqn, constant } => {
-                let cfg = if *constant { &p.constants } else { &p.weights };
-                let dir = if *constant { "data/constants/" } else { "data/weights/" };
-                let entry = cfg
+                let _ = constant;
+                let (entry, dir) = p
+                    .weights
                     .get(fqn)
-                    .or_else(|| p.weights.get(fqn))
-                    .or_else(|| p.constants.get(fqn))
+                    .map(|e| (e, "data/weights/"))
+                    .or_else(|| p.constants.get(fqn).map(|e| (e, "data/constants/")))
                     .ok_or_else(|| TorchImportError::Tensor {
                         file: file.into(),
                         name: fqn.clone(),
@@ -803,6 +803,19 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
         return Err(format!("unsupported op {full} (only ATen ops are lowered)"));
     }
     let op = rest.split('.').next().unwrap_or(rest);
+    // In-place ops (`relu_`, `add_`, `masked_fill_`) of the non-functional export IR: lowered
+    // as their functional form, and the mutated argument then names the result too, so
+    // later uses of it see the new value.
+    let inplace = op.len() > 1 && op.ends_with('_') && !op.ends_with("__");
+    let op = if inplace { &op[..op.len() - 1] } else { op };
+    let op = match op {
+        "__and__" => "bitwise_and",
+        "__or__" => "bitwise_or",
+        "__xor__" => "bitwise_xor",
+        "__iand__" => "bitwise_and",
+        "__ior__" => "bitwise_or",
+        o => o,
+    };
     let overload = rest.split_once('.').map_or("default", |(_, o)| o);
     let out0 = outs.first().cloned().flatten();
     let ometa = match &out0 {
@@ -1845,9 +1858,10 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
             if op == "copy" {
                 let src = t(lw, "src", 1)?;
                 let y = lw.cast(&src, odt_v).name;
-                let y = lw.emit("Identity", &[&y], vec![]);
-                return set(lw, 0, y);
-            }
+                let m = ometa.as_ref().ok_or("no output")?;
+                let shape = lw.shape_value(&m.sizes)?;
+                lw.emit("Expand", &[&y, &shape], vec![])
+            } else {
             if matches!(op, "dropout" | "native_dropout" | "feature_dropout" | "alpha_dropout")
                 && a.bool("train", 2).unwrap_or(false)
             {
@@ -1876,6 +1890,57 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
                 set(lw, 1, mask)?;
             }
             y
+            }
+        }
+        "diff" => {
+            let x = lw.cast(&t(lw, "self", 0)?, odt_v);
+            if a.int("n", 1).unwrap_or(1) != 1 {
+                return Err("diff with n != 1 is not supported".into());
+            }
+            let axis = norm_axis(a.int("dim", 2).unwrap_or(-1), x.rank());
+            let mut parts = vec![];
+            if let Some(pv) = opt_t(lw, "prepend", 3)? {
+                parts.push(lw.cast(&pv, odt_v).name);
+            }
+            parts.push(x.name.clone());
+            if let Some(av) = opt_t(lw, "append", 4)? {
+                parts.push(lw.cast(&av, odt_v).name);
+            }
+            let x = if parts.len() > 1 {
+                let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+                let c = lw.emit("Concat", &refs, vec![attr_i("axis", axis)]);
+                V { name: c, ..x }
+            } else {
+                x
+            };
+            let ax = lw.ints(&[axis]);
+            let one = lw.ints(&[1]);
+            let zero = lw.ints(&[0]);
+            let end = lw.ints(&[i64::MAX]);
+            let m1 = lw.ints(&[-1]);
+            let hi = lw.emit("Slice", &[&x.name, &one, &end, &ax], vec![]);
+            let lo = lw.emit("Slice", &[&x.name, &zero, &m1, &ax], vec![]);
+            if x.dt == dt::BOOL {
+                lw.emit("Xor", &[&hi, &lo], vec![])
+            } else {
+                lw.emit("Sub", &[&hi, &lo], vec![])
+            }
+        }
+        "fill" | "zero" => {
+            let m = ometa.as_ref().ok_or("no output")?;
+            let value = if op == "zero" { 0.0 } else { a.float("value", 1).ok_or("fill with a tensor value is not supported")? };
+            let shape = lw.shape_value(&m.sizes)?;
+            let one = TensorProto {
+                dims: vec![1],
+                data_type: odt_v,
+                raw_data: scalar_bytes(value, odt_v),
+                ..Default::default()
+            };
+            lw.emit(
+                "ConstantOfShape",
+                &[&shape],
+                vec![AttributeProto { name: "value".into(), r#type: attr_type::TENSOR, t: Some(one), ..Default::default() }],
+            )
         }
         "cat" | "concat" | "concatenate" | "stack" => {
             let ts = a.tensors("tensors", 0).ok_or("no tensors")?;
@@ -1989,15 +2054,68 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
                 .enumerate()
                 .filter_map(|(i, t)| t.clone().map(|t| (i, t)))
                 .collect();
-            if given.len() != 1 {
-                return Err(format!("advanced indexing with {} index tensors (RLX lowers one)", given.len()));
+            let mut ivs = vec![];
+            for (_, tn) in &given {
+                let iv = lw.vals.get(tn).cloned().ok_or_else(|| format!("\"{tn}\" is not computed"))?;
+                if iv.dt == dt::BOOL {
+                    return Err("boolean-mask indexing (a data-dependent output shape) is not supported".into());
+                }
+                ivs.push(iv);
             }
-            let (axis, tn) = &given[0];
-            let iv = lw.vals.get(tn).cloned().ok_or_else(|| format!("\"{tn}\" is not computed"))?;
-            if iv.dt == dt::BOOL {
-                return Err("boolean-mask indexing (a data-dependent output shape) is not supported".into());
+            if given.len() == 1 {
+                let axis = given[0].0;
+                lw.emit("Gather", &[&x.name, &ivs[0].name], vec![attr_i("axis", axis as i64)])
+            } else {
+                // NumPy advanced indexing: the index tensors broadcast to B; the indexed dims
+                // are moved to the front and gathered with GatherND (B + other dims); when
+                // the indexed dims were adjacent, B goes back to the first one's place.
+                let r = x.rank();
+                let axes: Vec<usize> = given.iter().map(|(i, _)| *i).collect();
+                let mut bshape: Vec<SymDim> = vec![];
+                for iv in &ivs {
+                    let (long, short) = if iv.dims.len() > bshape.len() { (iv.dims.clone(), bshape.clone()) } else { (bshape.clone(), iv.dims.clone()) };
+                    let off = long.len() - short.len();
+                    let mut out = long.clone();
+                    for (k, d) in short.iter().enumerate() {
+                        if out[off + k] == SymDim::Int(1) {
+                            out[off + k] = d.clone();
+                        }
+                    }
+                    bshape = out;
+                }
+                let bv = lw.shape_value(&bshape)?;
+                let lastax = lw.ints(&[-1]);
+                let mut cols = vec![];
+                for iv in &ivs {
+                    let c = lw.cast(iv, dt::INT64);
+                    let e = lw.emit("Expand", &[&c.name, &bv], vec![]);
+                    cols.push(lw.emit("Unsqueeze", &[&e, &lastax], vec![]));
+                }
+                let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+                let idx = lw.emit("Concat", &refs, vec![attr_i("axis", -1)]);
+                let others: Vec<usize> = (0..r).filter(|d| !axes.contains(d)).collect();
+                let mut perm: Vec<i64> = axes.iter().map(|&d| d as i64).collect();
+                perm.extend(others.iter().map(|&d| d as i64));
+                let moved = if perm.iter().enumerate().all(|(i, &p)| i as i64 == p) {
+                    x.name.clone()
+                } else {
+                    lw.emit("Transpose", &[&x.name], vec![attr_ints("perm", &perm)])
+                };
+                let g = lw.emit("GatherND", &[&moved, &idx], vec![]);
+                let adjacent = axes.windows(2).all(|w| w[1] == w[0] + 1);
+                let first = axes[0];
+                if adjacent && first > 0 {
+                    // g: B (nb dims) + others; put others[..first] before B.
+                    let nb = bshape.len();
+                    let no = others.len();
+                    let mut p2: Vec<i64> = (nb..nb + first).map(|d| d as i64).collect();
+                    p2.extend((0..nb).map(|d| d as i64));
+                    p2.extend((nb + first..nb + no).map(|d| d as i64));
+                    lw.emit("Transpose", &[&g], vec![attr_ints("perm", &p2)])
+                } else {
+                    g
+                }
             }
-            lw.emit("Gather", &[&x.name, &iv.name], vec![attr_i("axis", *axis as i64)])
         }
         "gather" => {
             let x = t(lw, "self", 0)?;
@@ -2113,7 +2231,15 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
         }
     };
     let _ = orank;
-    set(lw, 0, y)
+    set(lw, 0, y)?;
+    if inplace {
+        if let (Some(o), Some(selfname)) = (&out0, a.tensor_name("self", 0)) {
+            if let Some(v) = lw.vals.get(o).cloned() {
+                lw.vals.insert(selfname, v);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A `size` argument as a 1-D int64 value: ints, sym-int names, `-1`.
