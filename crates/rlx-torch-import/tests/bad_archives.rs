@@ -1,0 +1,192 @@
+//! Bad `.pt2` archives: each gives one clear error naming the file and what is wrong, never
+//! a panic or an allocation the size of a bogus header field. The archives are written here
+//! (a one-node program: y = x * w), so the test needs no torch.
+
+use rlx_onnx_import::ImportOptions;
+use rlx_torch_import::{import_pt2, Pt2Model};
+use serde_json::json;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+struct Tmp(PathBuf);
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+fn tmp(name: &str) -> Tmp {
+    let p = std::env::temp_dir().join(format!("rlx_pt2_{}_{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    Tmp(p)
+}
+
+fn meta(sizes: &[i64]) -> serde_json::Value {
+    let mut strides = vec![1i64; sizes.len()];
+    for i in (0..sizes.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * sizes[i + 1];
+    }
+    json!({"dtype": 7, "sizes": sizes.iter().map(|s| json!({"as_int": s})).collect::<Vec<_>>(),
+           "strides": strides.iter().map(|s| json!({"as_int": s})).collect::<Vec<_>>(),
+           "storage_offset": {"as_int": 0}, "requires_grad": false,
+           "device": {"type": "cpu", "index": null}, "layout": 7})
+}
+
+/// A valid program `y = x * w` (x: f32[2, 3], w: f32[3]) with `w_sizes` declared for the
+/// weight, `w_bytes` stored for it, and `schema_major`.
+fn program(schema_major: i64, w_sizes: &[i64]) -> serde_json::Value {
+    json!({
+        "schema_version": {"major": schema_major, "minor": 20},
+        "torch_version": "2.15.0",
+        "graph_module": {
+            "graph": {
+                "inputs": [{"as_tensor": {"name": "p_w"}}, {"as_tensor": {"name": "x"}}],
+                "outputs": [{"as_tensor": {"name": "mul"}}],
+                "nodes": [{
+                    "target": "torch.ops.aten.mul.Tensor", "name": "mul",
+                    "inputs": [{"name": "self", "arg": {"as_tensor": {"name": "x"}}, "kind": 1},
+                               {"name": "other", "arg": {"as_tensor": {"name": "p_w"}}, "kind": 1}],
+                    "outputs": [{"as_tensor": {"name": "mul"}}],
+                    "metadata": {"stack_trace": "File \"/home/u/net.py\", line 7, in forward\n    return x * self.w",
+                                 "nn_module_stack": "L__self__,,net.Net"}
+                }],
+                "tensor_values": {"p_w": meta(w_sizes), "x": meta(&[2, 3]), "mul": meta(&[2, 3])},
+                "sym_int_values": {}
+            },
+            "signature": {
+                "input_specs": [{"parameter": {"arg": {"name": "p_w"}, "parameter_name": "w"}},
+                                {"user_input": {"arg": {"as_tensor": {"name": "x"}}}}],
+                "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": "mul"}}}}]
+            }
+        }
+    })
+}
+
+fn write_archive(path: &Path, entries: &[(&str, Vec<u8>)]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut z = zip::ZipWriter::new(f);
+    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in entries {
+        z.start_file(*name, o).unwrap();
+        z.write_all(bytes).unwrap();
+    }
+    z.finish().unwrap();
+}
+
+fn archive(path: &Path, prog: serde_json::Value, w_sizes: &[i64], w_bytes: Vec<u8>, extra: Option<(&str, Vec<u8>)>) {
+    let cfg = json!({"config": {"w": {"path_name": "weight_0", "is_param": true, "use_pickle": false, "tensor_meta": meta(w_sizes)}}});
+    let mut e: Vec<(&str, Vec<u8>)> = vec![
+        ("m/archive_format", b"pt2".to_vec()),
+        ("m/archive_version", b"0".to_vec()),
+        ("m/byteorder", b"little".to_vec()),
+        ("m/models/model.json", serde_json::to_vec(&prog).unwrap()),
+        ("m/data/weights/model_weights_config.json", serde_json::to_vec(&cfg).unwrap()),
+        ("m/data/weights/weight_0", w_bytes),
+    ];
+    if let Some(x) = extra {
+        e.push(x);
+    }
+    write_archive(path, &e);
+}
+
+fn w3() -> Vec<u8> {
+    [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn err_of(path: &Path) -> String {
+    match Pt2Model::open(path) {
+        Ok(m) => match m.import(&ImportOptions::default()) {
+            Ok(_) => panic!("{} imported", path.display()),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_valid_archive_imports_with_provenance() {
+    let t = tmp("valid");
+    let p = t.0.join("ok.pt2");
+    archive(&p, program(8, &[3]), &[3], w3(), None);
+    let g = import_pt2(&p, &ImportOptions::default()).unwrap();
+    let mul = g.nodes.iter().find(|n| matches!(n.op, rlx_ir::Op::Binary(rlx_ir::BinaryOp::Mul))).unwrap();
+    let o = mul.origin.as_ref().unwrap();
+    assert_eq!(o.label, "mul");
+    assert_eq!(o.op_type.as_deref(), Some("aten.mul.Tensor"));
+    let src = o.source.as_ref().unwrap();
+    assert_eq!((src.file.as_str(), src.line, src.code.as_deref()), ("/home/u/net.py", 7, Some("return x * self.w")));
+    assert_eq!(g.input_decls[0].0, "x");
+}
+
+#[test]
+fn truncated_archive() {
+    let t = tmp("trunc");
+    let p = t.0.join("ok.pt2");
+    archive(&p, program(8, &[3]), &[3], w3(), None);
+    let b = std::fs::read(&p).unwrap();
+    let q = t.0.join("trunc.pt2");
+    std::fs::write(&q, &b[..b.len() / 2]).unwrap();
+    let e = err_of(&q);
+    assert!(e.contains("trunc.pt2") && e.contains("zip"), "{e}");
+}
+
+#[test]
+fn weights_shorter_than_declared_storage() {
+    let t = tmp("short");
+    let p = t.0.join("short.pt2");
+    archive(&p, program(8, &[3]), &[3], w3()[..8].to_vec(), None);
+    let e = err_of(&p);
+    assert!(e.contains("short.pt2") && e.contains("tensor \"w\"") && e.contains("holds 8 bytes"), "{e}");
+}
+
+#[test]
+fn entry_escaping_the_archive() {
+    let t = tmp("escape");
+    let p = t.0.join("escape.pt2");
+    archive(&p, program(8, &[3]), &[3], w3(), Some(("m/../../etc/passwd", b"x".to_vec())));
+    let e = err_of(&p);
+    assert!(e.contains("escape.pt2") && e.contains("leaves the archive"), "{e}");
+}
+
+#[test]
+fn unknown_schema_version() {
+    let t = tmp("schema");
+    let p = t.0.join("v9.pt2");
+    archive(&p, program(9, &[3]), &[3], w3(), None);
+    let e = err_of(&p);
+    assert!(e.contains("v9.pt2") && e.contains("schema version 9.20") && e.contains("torch 2.15.0"), "{e}");
+}
+
+#[test]
+fn a_trillion_element_tensor_is_refused_before_allocation() {
+    let t = tmp("huge");
+    let p = t.0.join("huge.pt2");
+    archive(&p, program(8, &[1_000_000, 1_000_000]), &[1_000_000, 1_000_000], w3(), None);
+    let e = err_of(&p);
+    assert!(e.contains("huge.pt2") && e.contains("tensor \"w\"") && e.contains("1000000000000 elements"), "{e}");
+}
+
+#[test]
+fn unsupported_op_names_the_op_node_and_line() {
+    let t = tmp("unsup");
+    let p = t.0.join("unsup.pt2");
+    let mut prog = program(8, &[3]);
+    prog["graph_module"]["graph"]["nodes"][0]["target"] = json!("torch.ops.aten.special_bessel_j0.default");
+    archive(&p, prog, &[3], w3(), None);
+    let e = err_of(&p);
+    assert!(
+        e.contains("aten.special_bessel_j0.default") && e.contains("FX node \"mul\"") && e.contains("net.py:7  return x * self.w"),
+        "{e}"
+    );
+}
+
+#[test]
+fn not_a_zip_and_not_a_pt2() {
+    let t = tmp("notzip");
+    let p = t.0.join("x.pt2");
+    std::fs::write(&p, b"hello").unwrap();
+    assert!(err_of(&p).contains("not a readable zip"), "{}", err_of(&p));
+    let q = t.0.join("y.pt2");
+    write_archive(&q, &[("a/b.txt", b"x".to_vec())]);
+    assert!(err_of(&q).contains("not a .pt2 written by torch.export.save"), "{}", err_of(&q));
+}
