@@ -40,6 +40,8 @@ pub struct TraceOp {
     pub label: String,
     /// The source (ONNX) op type when the op is a step of a decomposed op.
     pub source_op: Option<String>,
+    /// `file.py:LINE  code` of the user's line that created the op (`torch.export`).
+    pub at: Option<String>,
     pub dims: Vec<usize>,
     pub dtype: DType,
     pub stats: TensorStats,
@@ -75,6 +77,7 @@ impl Trace {
             op: n.op.name().to_string(),
             label: node_label(g, id),
             source_op: source_op_type(g, id).map(str::to_string),
+            at: rlx_ir::provenance::source_location(g, id).map(|l| l.to_string()),
             dims: t.dims().to_vec(),
             dtype: t.dtype(),
             stats: TensorStats::of(t),
@@ -116,6 +119,7 @@ impl Trace {
                 "op": o.op,
                 "label": o.label,
                 "source_op": o.source_op,
+                "at": o.at,
                 "shape": o.dims,
                 "dtype": o.dtype.to_string(),
                 "numel": o.stats.numel,

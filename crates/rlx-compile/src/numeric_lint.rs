@@ -47,6 +47,9 @@ pub struct NumericLint {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inf_origin: Option<(NodeId, String)>,
     pub fix: Option<String>,
+    /// The line of the user's code that created the op (`torch.export` programs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<rlx_ir::SourceLoc>,
 }
 
 impl fmt::Display for NumericLint {
@@ -56,6 +59,9 @@ impl fmt::Display for NumericLint {
             "rlx numeric-lint: {} {} \"{}\": constant subgraph folds to a non-finite value",
             self.node, self.kind, self.label
         )?;
+        if let Some(loc) = &self.source {
+            writeln!(f, "  at {loc}")?;
+        }
         write!(
             f,
             "  op {}; {} (first at index {})",
@@ -238,6 +244,7 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
                 reaches: f,
                 inf_origin,
                 fix,
+                source: node.origin.as_ref().and_then(|x| x.source.clone()),
             });
         }
     }

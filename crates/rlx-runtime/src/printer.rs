@@ -371,6 +371,9 @@ impl PrinterConfig {
             t.shape(),
             TensorStats::of(t)
         );
+        if let Some(loc) = rlx_ir::provenance::source_location(g, id) {
+            let _ = write!(s, "\n  at {loc}");
+        }
         if self.level == 2 {
             let _ = write!(s, "\n  values: {}", format_values(t.data(), 3));
         }

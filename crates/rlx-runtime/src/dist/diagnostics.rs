@@ -134,6 +134,10 @@ pub struct Localization {
     pub kind: String,
     /// One line for people.
     pub message: String,
+    /// The line of the user's code that created the node's source op (`torch.export`
+    /// programs), printed after the message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<rlx_ir::SourceLoc>,
 }
 
 /// Options for [`backend_divergence_with`].
@@ -267,6 +271,9 @@ pub fn format_report(label: &str, report: &[BackendDivergence]) -> String {
         }
         if let Some(l) = &d.localization {
             s.push_str(&format!("    {}\n", l.message));
+            if let Some(loc) = &l.source {
+                s.push_str(&format!("    at {loc}\n"));
+            }
         }
     }
     s
@@ -866,6 +873,7 @@ pub fn localize(
         error: e,
         kind: "accumulated".into(),
         message,
+        source: g.node(id).origin.as_ref().and_then(|o| o.source.clone()),
     }
 }
 
@@ -910,6 +918,7 @@ fn candidate(
             error: e,
             kind: "nonfinite".into(),
             message,
+            source: g.node(id).origin.as_ref().and_then(|o| o.source.clone()),
         };
     }
     let ulps = if !is_float(g.node(id).shape.dtype) {
@@ -938,6 +947,7 @@ fn candidate(
         error: e,
         kind: "kernel_bug_candidate".into(),
         message,
+        source: g.node(id).origin.as_ref().and_then(|o| o.source.clone()),
     }
 }
 
