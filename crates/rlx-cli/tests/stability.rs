@@ -49,9 +49,15 @@ fn case_dirs(root: &std::path::Path) -> Vec<PathBuf> {
 /// `scripts/stability/bf16.py`): cast each to the model input's bfloat16, refusing a file
 /// whose values bfloat16 cannot hold exactly (the case's expected values were computed on
 /// the file's values).
-fn bf16_inputs(s: &CompiledGraph, f: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>, String> {
-    let want: std::collections::HashMap<String, DType> =
-        s.inputs().into_iter().map(|(n, sh)| (n, sh.dtype)).collect();
+fn bf16_inputs(
+    s: &CompiledGraph,
+    f: Vec<(String, Tensor)>,
+) -> Result<Vec<(String, Tensor)>, String> {
+    let want: std::collections::HashMap<String, DType> = s
+        .inputs()
+        .into_iter()
+        .map(|(n, sh)| (n, sh.dtype))
+        .collect();
     f.into_iter()
         .map(|(name, t)| {
             if want.get(&name) != Some(&DType::BF16) || t.dtype() != DType::F32 {
@@ -59,8 +65,13 @@ fn bf16_inputs(s: &CompiledGraph, f: Vec<(String, Tensor)>) -> Result<Vec<(Strin
             }
             let b = t.data().cast(DType::BF16);
             let (x, y) = (t.data().to_f64_vec(), b.to_f64_vec());
-            if let Some(i) = (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits() && !x[i].is_nan()) {
-                return Err(format!("input {name}[{i}] = {:e} is not a bfloat16 value", x[i]));
+            if let Some(i) =
+                (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits() && !x[i].is_nan())
+            {
+                return Err(format!(
+                    "input {name}[{i}] = {:e} is not a bfloat16 value",
+                    x[i]
+                ));
             }
             Ok((name, Tensor::new(t.dims().to_vec(), b).unwrap()))
         })

@@ -455,7 +455,10 @@ mod tests {
         assert_eq!(super::f16_from_f64(65519.99).to_f64(), 65504.0);
         assert_eq!(super::bf16_from_f64(f64::MAX).to_f64(), f64::INFINITY);
         assert_eq!(super::bf16_from_f64(-1e-300).to_bits(), 0x8000); // -0
-        assert_eq!(super::bf16_from_f64(2f64.powi(-134) * 1.01).to_f64(), 2f64.powi(-133));
+        assert_eq!(
+            super::bf16_from_f64(2f64.powi(-134) * 1.01).to_f64(),
+            2f64.powi(-133)
+        );
         assert!(super::bf16_from_f64(f64::NAN).is_nan());
     }
 

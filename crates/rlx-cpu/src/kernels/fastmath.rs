@@ -511,7 +511,19 @@ mod tests {
 
     #[test]
     fn gelu_keeps_its_negative_tail() {
-        let xs = [-0.5f32, -1.0, -2.0, -3.0, -5.0, -8.0, -12.0, 0.0, 1.0, 3e38, f32::NAN];
+        let xs = [
+            -0.5f32,
+            -1.0,
+            -2.0,
+            -3.0,
+            -5.0,
+            -8.0,
+            -12.0,
+            0.0,
+            1.0,
+            3e38,
+            f32::NAN,
+        ];
         let mut out = [0f32; 11];
         gelu_slice(&xs, &mut out);
         for (&x, &got) in xs.iter().zip(&out) {
@@ -521,7 +533,10 @@ mod tests {
                 continue;
             }
             let tol = 16.0 * f32::EPSILON as f64 * w.abs();
-            assert!((got as f64 - w).abs() <= tol, "gelu({x}) = {got:e}, want {w:e}");
+            assert!(
+                (got as f64 - w).abs() <= tol,
+                "gelu({x}) = {got:e}, want {w:e}"
+            );
         }
     }
 
