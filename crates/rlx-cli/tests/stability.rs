@@ -15,7 +15,8 @@ mod common;
 use common::{compile, feeds, repo};
 use rlx_cli::npy::read_npy;
 use rlx_ir::numeric_check::DebugMode;
-use rlx_ir::DType;
+use rlx_ir::{DType, Tensor};
+use rlx_runtime::CompiledGraph;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -27,8 +28,8 @@ fn cases_dir() -> Option<PathBuf> {
 fn round_to(dt: DType, v: f64) -> f64 {
     match dt {
         DType::F32 => v as f32 as f64,
-        DType::F16 => half::f16::from_f64(v).to_f64(),
-        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F16 => rlx_ir::tensor::f16_from_f64(v).to_f64(),
+        DType::BF16 => rlx_ir::tensor::bf16_from_f64(v).to_f64(),
         _ => v,
     }
 }
@@ -44,6 +45,39 @@ fn case_dirs(root: &std::path::Path) -> Vec<PathBuf> {
     v
 }
 
+/// bfloat16 inputs are stored as float32 `.npy` files (numpy has no bfloat16; see
+/// `scripts/stability/bf16.py`): cast each to the model input's bfloat16, refusing a file
+/// whose values bfloat16 cannot hold exactly (the case's expected values were computed on
+/// the file's values).
+fn bf16_inputs(
+    s: &CompiledGraph,
+    f: Vec<(String, Tensor)>,
+) -> Result<Vec<(String, Tensor)>, String> {
+    let want: std::collections::HashMap<String, DType> = s
+        .inputs()
+        .into_iter()
+        .map(|(n, sh)| (n, sh.dtype))
+        .collect();
+    f.into_iter()
+        .map(|(name, t)| {
+            if want.get(&name) != Some(&DType::BF16) || t.dtype() != DType::F32 {
+                return Ok((name, t));
+            }
+            let b = t.data().cast(DType::BF16);
+            let (x, y) = (t.data().to_f64_vec(), b.to_f64_vec());
+            if let Some(i) =
+                (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits() && !x[i].is_nan())
+            {
+                return Err(format!(
+                    "input {name}[{i}] = {:e} is not a bfloat16 value",
+                    x[i]
+                ));
+            }
+            Ok((name, Tensor::new(t.dims().to_vec(), b).unwrap()))
+        })
+        .collect()
+}
+
 /// Run one case; `Err` lists its failing elements (at most 5).
 fn run_case(dir: &std::path::Path) -> Result<(), String> {
     let meta: serde_json::Value =
@@ -53,7 +87,7 @@ fn run_case(dir: &std::path::Path) -> Result<(), String> {
         meta["atol"].as_f64().unwrap_or(0.0),
     );
     let mut s = compile(dir, DebugMode::Off);
-    let f = feeds(&s, dir, "input_");
+    let f = bf16_inputs(&s, feeds(&s, dir, "input_"))?;
     let outs = s
         .run_tensors(f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect())
         .map_err(|e| format!("run: {e}"))?;

@@ -131,9 +131,8 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
             g.add(y, bias, s)
         }
         Op::Activation(a @ (Activation::Gelu | Activation::GeluTanh)) => {
-            // float16/bfloat16 run in float32 and round once: `1 + erf(x/√2)` cancels for
-            // negative x (f16 Gelu(-3) was 8% off), and `x · (1 + erf)` overflows f16 at
-            // x = 65504 where the result is x.
+            // float16/bfloat16 run in float32 and round once (`x · gate` overflows f16 at
+            // x = 65504 where the result is x, and every rounding between steps costs an ulp).
             let half_type = matches!(dt, DType::F16 | DType::BF16);
             let (x, cs) = if half_type {
                 let fs = Shape::with_dims(s.dims.clone(), DType::F32);
@@ -150,31 +149,27 @@ fn lower(g: &mut Graph, node: &Node, ins: &[NodeId]) -> NodeId {
                 (ins[0], s.clone())
             };
             let cdt = cs.dtype;
-            let gate = if matches!(a, Activation::Gelu) {
-                // 1 + erf(x / √2)
-                let c = scalar(g, cdt, std::f64::consts::FRAC_1_SQRT_2);
-                let xs = g.mul(x, c, cs.clone());
-                let e = g.unary(UnaryOp::Erf, xs, cs.clone());
-                let one = scalar(g, cdt, 1.0);
-                g.add(e, one, cs.clone())
+            let y = if matches!(a, Activation::Gelu) {
+                // Stays one op: `x/2 (1 + erf(x/√2))` built from primitives cancels in `1 + erf`
+                // for negative x (bf16 Gelu(-5) 6% off, Gelu(-6) = 0 where it is -5.9e-9);
+                // the kernel uses `x/2 erfc(-x/√2)` there (`rlx_ir::Activation::apply_f64`,
+                // the CPU's `fastmath::gelu_slice`).
+                g.activation(Activation::Gelu, x, cs.clone())
             } else {
-                // 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)); x^3 overflowing to ±inf for huge
-                // |x| gives tanh = ±1, the limit.
+                // 0.5 x (1 + tanh(u)) = x · sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+                // `1 + tanh(u)` cancels for negative x (Gelu_tanh(-5) was 30% off); the
+                // sigmoid of a very negative argument keeps its digits. x^3 overflowing to
+                // ±inf for huge |x| gives sigmoid 1 or 0, the limits (x or -0).
                 let x2 = g.mul(x, x, cs.clone());
                 let x3 = g.mul(x2, x, cs.clone());
                 let k = scalar(g, cdt, 0.044715);
                 let kx3 = g.mul(x3, k, cs.clone());
                 let inner = g.add(x, kx3, cs.clone());
-                let c = scalar(g, cdt, (2.0 / std::f64::consts::PI).sqrt());
+                let c = scalar(g, cdt, 2.0 * (2.0 / std::f64::consts::PI).sqrt());
                 let ci = g.mul(inner, c, cs.clone());
-                let t = g.activation(Activation::Tanh, ci, cs.clone());
-                let one = scalar(g, cdt, 1.0);
-                g.add(t, one, cs.clone())
+                let sg = g.activation(Activation::Sigmoid, ci, cs.clone());
+                g.mul(x, sg, cs.clone())
             };
-            // (x / 2) · gate: halving first keeps x = f32::MAX finite (gate ≤ 2).
-            let half = scalar(g, cdt, 0.5);
-            let xh = g.mul(x, half, cs.clone());
-            let y = g.mul(xh, gate, cs);
             if half_type {
                 g.add_node(
                     Op::Cast {

@@ -4,6 +4,37 @@ use crate::{DType, Shape};
 use half::{bf16, f16};
 use std::fmt;
 
+/// `x` rounded to f32 toward zero with the lowest bit set when inexact ("round to odd"):
+/// rounding that to nearest in a format with at least two fewer significant bits (f16,
+/// bf16) gives the correctly rounded value of `x`, with no double rounding.
+fn f32_round_to_odd(x: f64) -> f32 {
+    let f = x as f32;
+    if f.is_nan() || f as f64 == x {
+        return f;
+    }
+    // `f` is the nearest f32 (±inf above f32's range); step its magnitude down by one
+    // where it rounded away from zero, then mark the discarded bits in the last bit.
+    let t = if (f as f64).abs() > x.abs() {
+        f32::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    };
+    f32::from_bits(t.to_bits() | 1)
+}
+
+/// `x` correctly rounded to f16 (nearest, ties to even). `half::f16::from_f64` looks only at
+/// the top 32 bits of the f64, so a value just above a halfway point (its excess in the low
+/// bits, e.g. the f32 `1 + 2^-11 + 2^-23`) is rounded as a tie, to even: one ulp low.
+pub fn f16_from_f64(x: f64) -> f16 {
+    f16::from_f32(f32_round_to_odd(x))
+}
+
+/// `x` correctly rounded to bfloat16 (nearest, ties to even); see [`f16_from_f64`]
+/// (`half::bf16::from_f64` rounds the f32 `1 + 2^-8 + 2^-23` to 1 instead of `1 + 2^-7`).
+pub fn bf16_from_f64(x: f64) -> bf16 {
+    bf16::from_f32(f32_round_to_odd(x))
+}
+
 /// Typed element storage, one variant per full [`DType`]. Bool is stored as `bool`.
 /// The storage-only narrow dtypes ([`DType::is_narrow`]) share [`TensorData::Narrow`].
 #[derive(Clone, PartialEq)]
@@ -198,8 +229,8 @@ impl TensorData {
     pub fn from_f64_sat(dtype: DType, v: &[f64], saturate: bool) -> TensorData {
         match dtype {
             DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
-            DType::F16 => TensorData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => TensorData::F16(v.iter().map(|&x| f16_from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16_from_f64(x)).collect()),
             DType::F64 => TensorData::F64(v.to_vec()),
             DType::I64 => TensorData::I64(v.iter().map(|&x| x as i64).collect()),
             DType::I32 => TensorData::I32(v.iter().map(|&x| x as i64 as i32).collect()),
@@ -411,6 +442,26 @@ impl Tensor {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn f64_to_half_types_round_correctly_past_the_top_32_bits() {
+        // just above a halfway point, the excess only in the f64's low 32 bits
+        let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-23);
+        assert_eq!(super::bf16_from_f64(x).to_f64(), 1.0 + 2f64.powi(-7));
+        assert_eq!(super::bf16_from_f64(1.0 + 2f64.powi(-8)).to_f64(), 1.0); // a tie: even
+        let y = 1.0 + 2f64.powi(-11) + 2f64.powi(-23);
+        assert_eq!(super::f16_from_f64(y).to_f64(), 1.0 + 2f64.powi(-10));
+        assert_eq!(super::f16_from_f64(-y).to_f64(), -(1.0 + 2f64.powi(-10)));
+        assert_eq!(super::f16_from_f64(65520.0).to_f64(), f64::INFINITY);
+        assert_eq!(super::f16_from_f64(65519.99).to_f64(), 65504.0);
+        assert_eq!(super::bf16_from_f64(f64::MAX).to_f64(), f64::INFINITY);
+        assert_eq!(super::bf16_from_f64(-1e-300).to_bits(), 0x8000); // -0
+        assert_eq!(
+            super::bf16_from_f64(2f64.powi(-134) * 1.01).to_f64(),
+            2f64.powi(-133)
+        );
+        assert!(super::bf16_from_f64(f64::NAN).is_nan());
+    }
+
     use super::*;
 
     #[test]

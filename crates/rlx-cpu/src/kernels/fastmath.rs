@@ -104,8 +104,17 @@ fn exp_outside(x: f32) -> f32 {
     }
 }
 
+/// Below this |x|, `erf(x) = 2x/sqrt(pi)` to f32 rounding (the next term, `x^2/3`, is under
+/// 2^-25 relative).
+const ERF_LINEAR_BELOW: f32 = 1.0 / 4096.0;
+
 #[inline(always)]
 fn erf_core(a: f32) -> f32 {
+    // Tiny |a|: `2a/sqrt(pi)` in one product. The rational form below multiplies `P(x^2)`
+    // (about -0.016) by `x` before dividing, which goes subnormal for |x| below ~1e-36 and
+    // lost bits there (erf(FLT_MIN) was 2.5e-6 relative off); the product also keeps
+    // erf(±0) = ±0.
+    let lin = a * std::f32::consts::FRAC_2_SQRT_PI;
     let x = a.clamp(-4.0, 4.0);
     let x2 = x * x;
     let mut p = -2.726_142_3e-10f32;
@@ -121,7 +130,11 @@ fn erf_core(a: f32) -> f32 {
     q = q.mul_add(x2, -1.682_827e-3);
     q = q.mul_add(x2, -7.373_329_2e-3);
     q = q.mul_add(x2, -1.426_474e-2);
-    p / q
+    if a.abs() < ERF_LINEAR_BELOW {
+        lin
+    } else {
+        p / q
+    }
 }
 
 #[inline(always)]
@@ -159,6 +172,39 @@ fn erf_slice_generic(src: &[f32], dst: &mut [f32]) {
         }
     }
 }
+
+/// Below this, Gelu's `1 + erf(x/sqrt 2)` has cancelled more than a factor of 3 (it is
+/// 0.317 at -1 and 0.0027 at -3): those lanes are redone with `erfc` in f64.
+const GELU_TAIL_BELOW: f32 = -1.0;
+
+/// Gelu (erf form): `(x/2) (1 + erf(x/sqrt 2))` with [`erf_core`] where `x >= -1` (the sum
+/// cancels at most a factor of 3 there; halving first keeps `x = f32::MAX` finite), and the
+/// scalar `Activation::Gelu.apply_f32` (`x/2 erfc(-x/sqrt 2)` in f64) on the negative tail and
+/// NaN, where `1 + erf` would cancel: Gelu(-5) was 6% off and Gelu(-6..-13) gave -0.
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(a >= b)` is true for NaN too
+fn gelu_slice_generic(src: &[f32], dst: &mut [f32]) {
+    let mut bad = false;
+    for (d, &x) in dst.iter_mut().zip(src) {
+        let e = erf_core(x * std::f32::consts::FRAC_1_SQRT_2);
+        *d = (0.5 * x) * (1.0 + e);
+        bad |= !(x >= GELU_TAIL_BELOW);
+    }
+    if bad {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            if !(x >= GELU_TAIL_BELOW) {
+                *d = rlx_ir::Activation::Gelu.apply_f32(x);
+            }
+        }
+    }
+}
+
+isa_fn!(
+    /// `dst[i] = gelu(src[i])` (erf form; lengths must match).
+    pub(crate) fn gelu_slice[](src: &[f32], dst: &mut [f32]) {
+        gelu_slice_generic(src, dst)
+    }
+);
 
 /// Logistic sigmoid, `1/(1+e^-x)` for `x >= 0` and `e^x/(1+e^x)` below (the two forms of
 /// `rlx_ir::Activation::apply_f32`, so no overflow), with `e = exp(-|x|)` from [`exp_core_nonpos`].
@@ -240,6 +286,7 @@ pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
     match act {
         rlx_ir::Activation::Sigmoid => Some(sigmoid_slice),
         rlx_ir::Activation::Tanh => Some(tanh_slice),
+        rlx_ir::Activation::Gelu => Some(gelu_slice),
         _ => None,
     }
 }
@@ -447,6 +494,55 @@ mod tests {
             sigmoid_slice(&xs, &mut o);
             assert!(o[at].is_nan(), "sigmoid(NaN) at {at} = {}", o[at]);
         }
+    }
+
+    #[test]
+    fn erf_of_tiny_and_zero_is_2x_over_sqrt_pi() {
+        let xs = [0.0f32, -0.0, 1e-7, -3e-5, f32::MIN_POSITIVE, -1e-40, 1e-45];
+        let mut out = [9f32; 7];
+        erf_slice(&xs, &mut out);
+        for (&x, &got) in xs.iter().zip(&out) {
+            // within 1 ulp of the correctly rounded value (the constant is an f32), signs kept
+            let want = (x as f64 * std::f64::consts::FRAC_2_SQRT_PI) as f32;
+            let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(ulps <= 1, "erf({x:e}) = {got:e}, want {want:e}");
+        }
+    }
+
+    #[test]
+    fn gelu_keeps_its_negative_tail() {
+        let xs = [
+            -0.5f32,
+            -1.0,
+            -2.0,
+            -3.0,
+            -5.0,
+            -8.0,
+            -12.0,
+            0.0,
+            1.0,
+            3e38,
+            f32::NAN,
+        ];
+        let mut out = [0f32; 11];
+        gelu_slice(&xs, &mut out);
+        for (&x, &got) in xs.iter().zip(&out) {
+            let w = 0.5 * x as f64 * erfc_ref(-x as f64 / std::f64::consts::SQRT_2);
+            if x.is_nan() {
+                assert!(got.is_nan());
+                continue;
+            }
+            let tol = 16.0 * f32::EPSILON as f64 * w.abs();
+            assert!(
+                (got as f64 - w).abs() <= tol,
+                "gelu({x}) = {got:e}, want {w:e}"
+            );
+        }
+    }
+
+    /// The reference erfc: `rlx_ir`'s f64 one (libm's).
+    fn erfc_ref(x: f64) -> f64 {
+        rlx_ir::op::erfc_f64(x)
     }
 
     #[test]

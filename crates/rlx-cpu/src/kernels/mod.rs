@@ -144,7 +144,7 @@ impl Elem for u64 {
 }
 impl Elem for f16 {
     fn from_f64(x: f64) -> Self {
-        f16::from_f64(x)
+        rlx_ir::tensor::f16_from_f64(x)
     }
     fn to_f64(self) -> f64 {
         f16::to_f64(self)
@@ -152,7 +152,7 @@ impl Elem for f16 {
 }
 impl Elem for bf16 {
     fn from_f64(x: f64) -> Self {
-        bf16::from_f64(x)
+        rlx_ir::tensor::bf16_from_f64(x)
     }
     fn to_f64(self) -> f64 {
         bf16::to_f64(self)
