@@ -147,9 +147,21 @@ pub fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
 /// Errors: unreadable or malformed model or input file (naming it), an input file for a
 /// name the model does not have, a file whose dtype or shape differs from the model's input.
 pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
+    load_with(a, quiet, vec![])
+}
+
+/// [`load`] with some inputs given as tensors (the Python package's arrays): each binds by
+/// name as `--input NAME=FILE` does, and errors call it "the array given".
+pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> Result<Loaded> {
     let dims = parse_dims(&a.dims)?;
     let mut given: HashMap<String, Tensor> = HashMap::new();
     let mut sources: HashMap<String, PathBuf> = HashMap::new();
+    for (name, t) in arrays {
+        sources.insert(name.clone(), PathBuf::from("the array given"));
+        if given.insert(name.clone(), t).is_some() {
+            bail!("input \"{name}\": given twice");
+        }
+    }
     let mut positional: Vec<(PathBuf, Tensor)> = vec![];
     for spec in &a.inputs {
         match spec.split_once('=') {
