@@ -805,7 +805,7 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
     }
     // A symbolic-size predicate (`_operator.eq` of two sym sizes, torch 2.8): only the
     // runtime asserts read it, and those are dropped below.
-    if n.outputs.first().is_some_and(|o| o.get("as_sym_bool").is_some()) {
+    if !n.target.starts_with("aten.") && n.outputs.first().is_some_and(|o| o.get("as_sym_bool").is_some()) {
         return Ok(());
     }
     let full = n.target.as_str();

@@ -46,7 +46,11 @@ enum Val {
     /// `module.name` of an allowed global.
     Global(String),
     /// A persistent id: a storage of this dtype, key and element count.
-    Storage { dtype: i64, key: String, numel: i64 },
+    Storage {
+        dtype: i64,
+        key: String,
+        numel: i64,
+    },
     Tensor(SavedTensor),
     Mark,
 }
@@ -72,7 +76,12 @@ impl Val {
     fn weight(&self) -> usize {
         match self {
             Val::Tuple(v) | Val::List(v) => 1 + v.iter().map(Val::weight).sum::<usize>(),
-            Val::Dict(v) => 1 + v.iter().map(|(k, x)| k.weight() + x.weight()).sum::<usize>(),
+            Val::Dict(v) => {
+                1 + v
+                    .iter()
+                    .map(|(k, x)| k.weight() + x.weight())
+                    .sum::<usize>()
+            }
             Val::Tensor(t) => 1 + t.sizes.len() + t.strides.len(),
             _ => 1,
         }
@@ -128,18 +137,32 @@ fn reduce(f: &str, args: Vec<Val>) -> Result<Val, String> {
         }
         "torch._utils._rebuild_tensor_v2" => {
             if args.len() < 4 {
-                return Err(format!("_rebuild_tensor_v2 with {} arguments (wants at least 4)", args.len()));
+                return Err(format!(
+                    "_rebuild_tensor_v2 with {} arguments (wants at least 4)",
+                    args.len()
+                ));
             }
             let Val::Storage { dtype, key, numel } = &args[0] else {
-                return Err(format!("_rebuild_tensor_v2 of {}, not a storage", args[0].kind()));
+                return Err(format!(
+                    "_rebuild_tensor_v2 of {}, not a storage",
+                    args[0].kind()
+                ));
             };
             let Val::Int(offset) = args[1] else {
-                return Err(format!("_rebuild_tensor_v2: storage offset is {}", args[1].kind()));
+                return Err(format!(
+                    "_rebuild_tensor_v2: storage offset is {}",
+                    args[1].kind()
+                ));
             };
             let sizes = ints(&args[2], "_rebuild_tensor_v2 size")?;
             let strides = ints(&args[3], "_rebuild_tensor_v2 stride")?;
-            if sizes.len() != strides.len() || sizes.iter().chain(&strides).any(|&x| x < 0) || offset < 0 {
-                return Err(format!("bad tensor view: sizes {sizes:?}, strides {strides:?}, offset {offset}"));
+            if sizes.len() != strides.len()
+                || sizes.iter().chain(&strides).any(|&x| x < 0)
+                || offset < 0
+            {
+                return Err(format!(
+                    "bad tensor view: sizes {sizes:?}, strides {strides:?}, offset {offset}"
+                ));
             }
             let _ = numel;
             Ok(Val::Tensor(SavedTensor {
@@ -168,9 +191,11 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.p.checked_add(n).filter(|&e| e <= self.d.len()).ok_or_else(|| {
-            format!("truncated at byte {} (wants {n} more bytes)", self.p)
-        })?;
+        let end = self
+            .p
+            .checked_add(n)
+            .filter(|&e| e <= self.d.len())
+            .ok_or_else(|| format!("truncated at byte {} (wants {n} more bytes)", self.p))?;
         let s = &self.d[self.p..end];
         self.p = end;
         Ok(s)
@@ -212,7 +237,9 @@ fn unpickle(data: &[u8]) -> Result<Val, String> {
     // Memo gets copy values: their total is bounded, so a small pickle cannot grow huge.
     let mut budget = data.len().saturating_mul(4) + 4096;
     fn pop(stack: &mut Vec<Val>, at: usize) -> Result<Val, String> {
-        stack.pop().ok_or_else(|| format!("stack underflow at byte {at}"))
+        stack
+            .pop()
+            .ok_or_else(|| format!("stack underflow at byte {at}"))
     }
     fn pop_mark(stack: &mut Vec<Val>, at: usize) -> Result<Vec<Val>, String> {
         let m = stack
@@ -427,7 +454,9 @@ pub fn read_state_dict(bytes: &[u8], entry: &str) -> Result<StateDict, String> {
             .map_err(|e| format!("{entry}: entry \"{name}\" is missing or unreadable ({e})"))?;
         let declared = f.size();
         if declared > cap {
-            return Err(format!("{entry}: entry \"{name}\" declares {declared} bytes, more than it can hold"));
+            return Err(format!(
+                "{entry}: entry \"{name}\" declares {declared} bytes, more than it can hold"
+            ));
         }
         let mut b = Vec::with_capacity(declared as usize);
         (&mut f)
@@ -435,20 +464,29 @@ pub fn read_state_dict(bytes: &[u8], entry: &str) -> Result<StateDict, String> {
             .read_to_end(&mut b)
             .map_err(|e| format!("{entry}: entry \"{name}\" is corrupted ({e})"))?;
         if b.len() as u64 != declared {
-            return Err(format!("{entry}: entry \"{name}\" holds {} bytes but declares {declared}", b.len()));
+            return Err(format!(
+                "{entry}: entry \"{name}\" holds {} bytes but declares {declared}",
+                b.len()
+            ));
         }
         Ok(b)
     };
     if z.file_names().any(|n| n == format!("{prefix}byteorder")) {
         let bo = read(&mut z, &format!("{prefix}byteorder"))?;
         if bo.trim_ascii() != b"little" {
-            return Err(format!("{entry}: byteorder \"{}\": only little-endian is read", String::from_utf8_lossy(&bo)));
+            return Err(format!(
+                "{entry}: byteorder \"{}\": only little-endian is read",
+                String::from_utf8_lossy(&bo)
+            ));
         }
     }
     let data = read(&mut z, &pkl)?;
     let top = unpickle(&data).map_err(|e| format!("{entry}: {pkl}: {e}"))?;
     let Val::Dict(items) = top else {
-        return Err(format!("{entry}: {pkl} holds {}, not a dict of tensors", top.kind()));
+        return Err(format!(
+            "{entry}: {pkl} holds {}, not a dict of tensors",
+            top.kind()
+        ));
     };
     let mut sd = StateDict::default();
     for (k, v) in items {
@@ -456,11 +494,17 @@ pub fn read_state_dict(bytes: &[u8], entry: &str) -> Result<StateDict, String> {
             return Err(format!("{entry}: a key that is {}, not a name", k.kind()));
         };
         let Val::Tensor(t) = v else {
-            return Err(format!("{entry}: \"{name}\" is {}, not a tensor: RLX reads plain tensors only", v.kind()));
+            return Err(format!(
+                "{entry}: \"{name}\" is {}, not a tensor: RLX reads plain tensors only",
+                v.kind()
+            ));
         };
         if !sd.storages.contains_key(&t.key) {
             if t.key.contains('/') || t.key.contains("..") {
-                return Err(format!("{entry}: \"{name}\": storage key \"{}\" leaves the data folder", t.key));
+                return Err(format!(
+                    "{entry}: \"{name}\": storage key \"{}\" leaves the data folder",
+                    t.key
+                ));
             }
             let b = read(&mut z, &format!("{prefix}data/{}", t.key))?;
             sd.storages.insert(t.key.clone(), b);
@@ -477,7 +521,10 @@ mod tests {
     #[test]
     fn refuses_other_globals() {
         let e = unpickle(b"\x80\x02cos\nsystem\nq\x00.").unwrap_err();
-        assert!(e.contains("os.system") && e.contains("not part of a state dict"), "{e}");
+        assert!(
+            e.contains("os.system") && e.contains("not part of a state dict"),
+            "{e}"
+        );
     }
 
     #[test]
