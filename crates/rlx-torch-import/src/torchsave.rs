@@ -88,6 +88,36 @@ impl Val {
     }
 }
 
+/// Deepest nesting of containers accepted (a state dict needs 4): deeper values could
+/// overflow the stack when walked or dropped.
+const MAX_DEPTH: usize = 32;
+
+/// Whether `v` nests at most `left` containers deep. Checked on every value put into a
+/// container, so each walk stops at `MAX_DEPTH` and every value is walked once per level.
+fn shallow(v: &Val, left: usize) -> bool {
+    match v {
+        Val::Tuple(xs) | Val::List(xs) => left > 0 && xs.iter().all(|x| shallow(x, left - 1)),
+        Val::Dict(xs) => {
+            left > 0
+                && xs
+                    .iter()
+                    .all(|(k, x)| shallow(k, left - 1) && shallow(x, left - 1))
+        }
+        _ => true,
+    }
+}
+
+fn nest<'v>(items: impl IntoIterator<Item = &'v Val>, at: usize) -> Result<(), String> {
+    for v in items {
+        if !shallow(v, MAX_DEPTH - 1) {
+            return Err(format!(
+                "values nested more than {MAX_DEPTH} deep at byte {at}: not a state dict"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `torch.<Name>Storage` → `ScalarType` code.
 fn storage_dtype(name: &str) -> Option<i64> {
     Some(match name {
@@ -328,29 +358,35 @@ fn unpickle(data: &[u8]) -> Result<Val, String> {
             }
             0x85 => {
                 let a = pop(&mut stack, at)?;
+                nest([&a], at)?;
                 stack.push(Val::Tuple(vec![a]));
             }
             0x86 => {
                 let b = pop(&mut stack, at)?;
                 let a = pop(&mut stack, at)?;
+                nest([&a, &b], at)?;
                 stack.push(Val::Tuple(vec![a, b]));
             }
             0x87 => {
                 let c = pop(&mut stack, at)?;
                 let b = pop(&mut stack, at)?;
                 let a = pop(&mut stack, at)?;
+                nest([&a, &b, &c], at)?;
                 stack.push(Val::Tuple(vec![a, b, c]));
             }
             b't' => {
                 let items = pop_mark(&mut stack, at)?;
+                nest(&items, at)?;
                 stack.push(Val::Tuple(items));
             }
             b'l' => {
                 let items = pop_mark(&mut stack, at)?;
+                nest(&items, at)?;
                 stack.push(Val::List(items));
             }
             b'a' => {
                 let v = pop(&mut stack, at)?;
+                nest([&v], at)?;
                 match stack.last_mut() {
                     Some(Val::List(l)) => l.push(v),
                     o => return Err(format!("append to {} at byte {at}", o.map_or("nothing", |v| v.kind()))),
@@ -358,6 +394,7 @@ fn unpickle(data: &[u8]) -> Result<Val, String> {
             }
             b'e' => {
                 let items = pop_mark(&mut stack, at)?;
+                nest(&items, at)?;
                 match stack.last_mut() {
                     Some(Val::List(l)) => l.extend(items),
                     o => return Err(format!("appends to {} at byte {at}", o.map_or("nothing", |v| v.kind()))),
@@ -366,6 +403,7 @@ fn unpickle(data: &[u8]) -> Result<Val, String> {
             b's' => {
                 let v = pop(&mut stack, at)?;
                 let k = pop(&mut stack, at)?;
+                nest([&k, &v], at)?;
                 match stack.last_mut() {
                     Some(Val::Dict(d)) => d.push((k, v)),
                     o => return Err(format!("setitem on {} at byte {at}", o.map_or("nothing", |v| v.kind()))),
@@ -373,6 +411,7 @@ fn unpickle(data: &[u8]) -> Result<Val, String> {
             }
             b'u' => {
                 let items = pop_mark(&mut stack, at)?;
+                nest(&items, at)?;
                 if items.len() % 2 != 0 {
                     return Err(format!("setitems with an odd number of values at byte {at}"));
                 }
@@ -535,6 +574,16 @@ mod tests {
         assert!(e.contains("truncated"), "{e}");
         let e = unpickle(b"\x80\x02").unwrap_err();
         assert!(e.contains("truncated"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        // (((...(0,)...),),) a million deep: refused, not a stack overflow.
+        let mut p = b"\x80\x02K\x00".to_vec();
+        p.extend(std::iter::repeat_n(0x85u8, 1_000_000));
+        p.push(b'.');
+        let e = unpickle(&p).unwrap_err();
+        assert!(e.contains("nested more than 32 deep"), "{e}");
     }
 
     #[test]
