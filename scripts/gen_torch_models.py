@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import warnings
+import zipfile
 
 import numpy as np
 import torch
@@ -133,14 +134,58 @@ class MaskedSoftmax(nn.Module):
 
 
 # ---------------------------------------------------------------- writers
-def save(name, model, args, kwargs=None, out_root=None, dynamic_shapes=None, report=None):
+def save_layout(ep, path, layout):
+    """Write `ep` in one of torch.export's older archive layouts, with this torch's own
+    serializer (the JSON and the torch.save'd weights are what older torch wrote too):
+    "flat" as torch 2.6 wrote it (serialized_exported_program.json, serialized_state_dict.pt,
+    serialized_constants.pt, serialized_example_inputs.pt, version), "pt2_pickled" as torch
+    2.7 and 2.8 wrote it (model/archive_format, archive_version, byteorder,
+    models/model.json, data/weights/model.pt, data/constants/model.pt). Both stored, not
+    deflated, as torch writes them."""
+    from torch._export.serde.schema import SCHEMA_VERSION
+    from torch._export.serde.serialize import serialize
+    art = serialize(ep, pickle_protocol=2)
+    with zipfile.ZipFile(path, "w") as z:
+        if layout == "flat":
+            z.writestr("serialized_exported_program.json", art.exported_program)
+            z.writestr("serialized_state_dict.pt", art.state_dict)
+            z.writestr("serialized_constants.pt", art.constants)
+            z.writestr("serialized_example_inputs.pt", art.example_inputs)
+            z.writestr("version", ".".join(map(str, SCHEMA_VERSION)))
+        elif layout == "pt2_pickled":
+            p = "model/"
+            z.writestr(p + "archive_format", "pt2")
+            z.writestr(p + "archive_version", "0")
+            z.writestr(p + "byteorder", "little")
+            z.writestr(p + ".data/version", "6\n")  # torch's zip reader wants a version record
+            z.writestr(p + "models/model.json", art.exported_program)
+            z.writestr(p + "data/weights/model.pt", art.state_dict)
+            z.writestr(p + "data/constants/model.pt", art.constants)
+            z.writestr(p + "data/sample_inputs/model.pt", art.example_inputs)
+        else:
+            raise SystemExit(f"unknown layout {layout}")
+    # torch itself must read it back (its loader keeps both older layouts readable; quiet,
+    # as it logs a traceback of its first try before reading an older layout).
+    import logging
+    lg = logging.getLogger("torch.export")
+    level, lg.level = lg.level, logging.CRITICAL
+    try:
+        torch.export.load(path)
+    finally:
+        lg.setLevel(level)
+
+
+def save(name, model, args, kwargs=None, out_root=None, dynamic_shapes=None, report=None, layout=None):
     kwargs = kwargs or {}
     d = os.path.join(out_root, name)
     os.makedirs(d, exist_ok=True)
     model = model.eval()
     with torch.no_grad():
         ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
-        torch.export.save(ep, os.path.join(d, "model.pt2"))
+        if layout:
+            save_layout(ep, os.path.join(d, "model.pt2"), layout)
+        else:
+            torch.export.save(ep, os.path.join(d, "model.pt2"))
         want = model(*args, **kwargs)
     leaves = [t for t in torch.utils._pytree.tree_leaves(want) if isinstance(t, torch.Tensor)]
     for f in os.listdir(d):
@@ -183,6 +228,17 @@ def planted(out):
     mask[0, 2, :] = 0  # row 2 fully masked
     save("nan_masked_softmax", MaskedSoftmax(), [torch.randn(1, 4, 8), mask], out_root=out,
          report={"module": "", "kind": "NaN", "source": line_of("# PLANT:masked_softmax")})
+
+
+def legacy(out):
+    """Archives in the layouts older torch wrote (torch 2.6's flat zip, torch 2.7/2.8's pt2
+    with torch.save'd weights), made with this torch: the importer must read both."""
+    b = torch.export.Dim("batch", min=1, max=64)
+    save("legacy_flat_mlp_dynamic", MLP(), [torch.randn(3, 16), torch.zeros(3, 8)], out_root=out,
+         dynamic_shapes={"x": {0: b}, "mask": {0: b}}, layout="flat")
+    save("legacy_flat_small_cnn", SmallCNN(), [torch.randn(2, 3, 16, 16)], out_root=out, layout="flat")
+    save("legacy_pickled_small_cnn", SmallCNN(), [torch.randn(2, 3, 16, 16)], out_root=out, layout="pt2_pickled")
+    save("legacy_pickled_attn_block", Attn(), [torch.randn(2, 6, 32)], out_root=out, layout="pt2_pickled")
 
 
 def randomize(m):
@@ -239,7 +295,7 @@ def hf(out):
     save("whisper_encoder", enc, [torch.randn(1, 16, 32)], out_root=out)
 
 
-GROUPS = {"own": own_models, "planted": planted, "vision": vision, "hf": hf}
+GROUPS = {"own": own_models, "planted": planted, "legacy": legacy, "vision": vision, "hf": hf}
 
 
 def main():

@@ -60,7 +60,13 @@ model_tests!(
     llama,
     qwen3,
     t5,
-    whisper_encoder
+    whisper_encoder,
+    // torch.export's older layouts (torch 2.6's flat zip; torch 2.7/2.8's pt2 with
+    // torch.save'd weights), written by the generator's "legacy" group
+    legacy_flat_mlp_dynamic,
+    legacy_flat_small_cnn,
+    legacy_pickled_small_cnn,
+    legacy_pickled_attn_block
 );
 
 /// The non-constant outputs check: a model whose outputs are all equal proves little.

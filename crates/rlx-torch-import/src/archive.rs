@@ -1,11 +1,13 @@
 //! Reading a `.pt2` archive (the zip that `torch.export.save` writes) without Python:
 //! the serialized `ExportedProgram` JSON and the raw storages of its weights and constants.
 //!
-//! Layout (torch 2.6+, `torch/export/pt2_archive/_package.py`): every entry sits under one
+//! Layout (torch 2.8+, `torch/export/pt2_archive/_package.py`): every entry sits under one
 //! folder named after the archive (`<name>/`): `archive_format` ("pt2"), `archive_version`,
 //! `byteorder` ("little"), `models/<model>.json` (the program), `data/weights/
 //! model_weights_config.json` + `data/weights/<path_name>` (raw little-endian storage bytes),
 //! `data/constants/...` likewise, and `data/sample_inputs/<model>.pt` (a pickle, never read).
+//! torch 2.6 and 2.7 wrote a flat zip instead ([`Layout::Flat`]): the same program JSON as
+//! `serialized_exported_program.json`, its weights `torch.save`d (read by `torchsave`).
 
 use crate::TorchImportError;
 use std::io::Read;
@@ -14,11 +16,26 @@ use std::path::Path;
 /// A `.pt2` archive opened for reading; entry names are checked once at open.
 pub(crate) struct Archive {
     z: zip::ZipArchive<std::fs::File>,
+    /// Which of torch.export's layouts the archive has.
+    pub layout: Layout,
     /// The folder every entry sits under, with its trailing `/` (may be empty).
     pub prefix: String,
     file: String,
     /// The archive's size in bytes: no stored entry can be larger.
     len: u64,
+}
+
+/// The layouts `torch.export.save` has written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// torch 2.8 and later: `<name>/archive_format` ("pt2"), `archive_version` ("0"),
+    /// `models/<model>.json`; weights as raw storages + `<model>_weights_config.json`
+    /// (torch 2.9+), or one `torch.save`d `data/weights/<model>.pt` (torch 2.8).
+    Pt2,
+    /// torch 2.6 and 2.7: `version` (the schema version: "8.2", "8.7"),
+    /// `serialized_exported_program.json`, and `serialized_state_dict.pt`,
+    /// `serialized_constants.pt`, `serialized_example_inputs.pt` (each a `torch.save` zip).
+    Flat,
 }
 
 /// Largest entry `rlx` inflates from a compressed entry, as a multiple of the archive's size
@@ -67,24 +84,28 @@ impl Archive {
                 }
             }
         }
-        let prefix = match prefix {
-            Some(p) => p,
+        let (prefix, layout) = match prefix {
+            Some(p) => (p, Layout::Pt2),
             None => {
-                let legacy = z
-                    .file_names()
-                    .any(|n| n.ends_with("serialized_exported_program.json"));
-                return Err(TorchImportError::Archive {
-                    file,
-                    msg: if legacy {
-                        "an archive in torch.export's older format (serialized_exported_program.json with pickled weights, torch before 2.7): re-save it with torch 2.7 or later (torch.export.save(torch.export.load(f), f2))".into()
-                    } else {
-                        "no archive_format entry: not a .pt2 written by torch.export.save".into()
-                    },
+                let flat = z.file_names().find_map(|n| {
+                    n.strip_suffix("serialized_exported_program.json")
+                        .filter(|p| p.is_empty() || p.ends_with('/'))
+                        .map(str::to_string)
                 });
+                match flat {
+                    Some(p) => (p, Layout::Flat),
+                    None => {
+                        return Err(TorchImportError::Archive {
+                            file,
+                            msg: "neither archive_format (torch 2.8+) nor serialized_exported_program.json (torch 2.6, 2.7): not a .pt2 written by torch.export.save".into(),
+                        })
+                    }
+                }
             }
         };
         Ok(Archive {
             z,
+            layout,
             prefix,
             file,
             len: meta.len(),

@@ -1,5 +1,9 @@
-//! Import `torch.export` programs (`.pt2` archives written by `torch.export.save`, torch 2.7
-//! and later: schema major version 8) into RLX's IR, without Python.
+//! Import `torch.export` programs (`.pt2` archives written by `torch.export.save`, torch 2.6
+//! and later: schema major version 8) into RLX's IR, without Python. Three layouts are read:
+//! torch 2.6/2.7's flat zip (`version`, `serialized_exported_program.json`, `torch.save`d
+//! weights), torch 2.8's `pt2` archive with `torch.save`d weights (`data/weights/model.pt`),
+//! and torch 2.9+'s `pt2` archive with raw storages. `torch.save`d weights are read by a
+//! restricted unpickler that accepts only tensors and executes nothing.
 //!
 //! Every ATen node is lowered onto one or a few ONNX-semantics nodes, which the ONNX
 //! importer (conformance-tested op by op) turns into IR; each IR node then carries the FX
@@ -20,6 +24,7 @@
 mod archive;
 mod lower;
 mod program;
+mod torchsave;
 
 use rlx_ir::{Graph, Shape};
 use rlx_onnx_import::{ImportOptions, OnnxModel};

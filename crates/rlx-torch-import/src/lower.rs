@@ -560,7 +560,7 @@ pub fn lower(
                         name: fqn.clone(),
                         msg: "listed by the program but missing from the archive's weights and constants".into(),
                     })?;
-                let t = read_state(ar, file, fqn, dir, entry)?;
+                let t = read_state(ar, &p.storages, file, fqn, dir, entry)?;
                 let v = V {
                     name: fqn.clone(),
                     dt: t.data_type,
@@ -649,6 +649,7 @@ pub fn lower(
 /// and storage offset into a contiguous tensor.
 fn read_state(
     ar: &mut Archive,
+    mem: &HashMap<String, Vec<u8>>,
     file: &str,
     fqn: &str,
     dir: &str,
@@ -699,7 +700,11 @@ fn read_state(
         .iter()
         .try_fold(1u64, |a, &s| a.checked_mul(s as u64))
         .ok_or_else(|| err(format!("sizes {sizes:?} overflow")))?;
-    let storage_len = ar.size(&format!("{dir}{path}"))?;
+    let key = format!("{dir}{path}");
+    let storage_len = match mem.get(&key) {
+        Some(b) => b.len() as u64,
+        None => ar.size(&key)?,
+    };
     // Last element's offset (in elements) must lie in the storage: checked before any
     // allocation, so a bogus 10^12-element header is refused here.
     let span = if numel == 0 {
@@ -716,10 +721,18 @@ fn read_state(
     };
     if span.checked_mul(es as u64).is_none_or(|b| b > storage_len) {
         return Err(err(format!(
-            "{numel} elements of {es} bytes (sizes {sizes:?}, strides {strides:?}, offset {offset}) need {span} storage elements, but \"{dir}{path}\" holds {storage_len} bytes"
+            "{numel} elements of {es} bytes (sizes {sizes:?}, strides {strides:?}, offset {offset}) need {span} storage elements, but {} holds {storage_len} bytes",
+            if mem.contains_key(&key) { format!("its torch.save'd storage \"{path}\"") } else { format!("\"{dir}{path}\"") }
         )));
     }
-    let storage = ar.read(&format!("{dir}{path}"))?;
+    let read;
+    let storage: &[u8] = match mem.get(&key) {
+        Some(b) => b,
+        None => {
+            read = ar.read(&key)?;
+            &read
+        }
+    };
     let contiguous = {
         let mut exp = 1i64;
         let mut ok = true;
@@ -788,6 +801,11 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
             .to_string();
         let v = lower_sym(lw, n, &a)?;
         lw.syms.insert(name, v);
+        return Ok(());
+    }
+    // A symbolic-size predicate (`_operator.eq` of two sym sizes, torch 2.8): only the
+    // runtime asserts read it, and those are dropped below.
+    if !n.target.starts_with("aten.") && n.outputs.first().is_some_and(|o| o.get("as_sym_bool").is_some()) {
         return Ok(());
     }
     let full = n.target.as_str();

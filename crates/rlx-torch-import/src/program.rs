@@ -1,7 +1,8 @@
 //! The serialized `ExportedProgram` (`models/<model>.json`), read into plain structs.
 //! Field names follow `torch/_export/serde/schema.py` (schema 8.x).
 
-use crate::archive::Archive;
+use crate::archive::{Archive, Layout};
+use crate::torchsave;
 use crate::{TorchImportError, SCHEMA_MAJOR};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -59,6 +60,9 @@ pub struct Program {
     /// `model_weights_config.json` and `model_constants_config.json` `config` maps.
     pub weights: serde_json::Map<String, Value>,
     pub constants: serde_json::Map<String, Value>,
+    /// Storages read from a `torch.save`d state dict (older archives), by the entry path
+    /// their config's `path_name` stands for (`data/weights/<key>`).
+    pub storages: HashMap<String, Vec<u8>>,
 }
 
 pub(crate) fn bad(file: &str, msg: impl Into<String>) -> TorchImportError {
@@ -93,43 +97,10 @@ pub fn sym_dim(v: &Value) -> Option<SymDim> {
 
 impl Program {
     pub fn read(ar: &mut Archive, file: &str) -> Result<Program, TorchImportError> {
-        let fmt = if ar.has("archive_format") {
-            ar.read_text("archive_format")?
-        } else {
-            String::new()
+        let (v, model, version) = match ar.layout {
+            Layout::Pt2 => Self::read_pt2_json(ar, file)?,
+            Layout::Flat => Self::read_flat_json(ar, file)?,
         };
-        if fmt != "pt2" {
-            return Err(bad(
-                file,
-                format!("archive_format is \"{fmt}\", not \"pt2\": not a torch.export archive"),
-            ));
-        }
-        if ar.has("byteorder") {
-            let bo = ar.read_text("byteorder")?;
-            if bo != "little" {
-                return Err(bad(file, format!("byteorder \"{bo}\": only little-endian archives are read")));
-            }
-        }
-        let models: Vec<String> = ar
-            .list("models/")
-            .into_iter()
-            .filter(|n| n.ends_with(".json") && !n.contains('/'))
-            .collect();
-        let model = if models.iter().any(|m| m == "model.json") {
-            "model".to_string()
-        } else if models.len() == 1 {
-            models[0].trim_end_matches(".json").to_string()
-        } else if models.is_empty() {
-            return Err(bad(file, "no models/<name>.json entry: the archive holds no program (an AOTInductor package of compiled code only?)"));
-        } else {
-            return Err(bad(
-                file,
-                format!("several programs ({}) and none named model", models.join(", ")),
-            ));
-        };
-        let bytes = ar.read(&format!("models/{model}.json"))?;
-        let v: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| bad(file, format!("models/{model}.json is not valid JSON ({e})")))?;
         let torch = v
             .get("torch_version")
             .and_then(Value::as_str)
@@ -143,12 +114,12 @@ impl Program {
                 return Err(bad(
                     file,
                     format!(
-                        "schema version {m}.{} (written by torch {torch}): RLX reads schema {SCHEMA_MAJOR}.x (torch 2.6 to 2.15); re-export with a torch whose schema major is {SCHEMA_MAJOR}",
+                        "schema version {m}.{} ({version}, written by torch {torch}): RLX reads schema {SCHEMA_MAJOR}.x (torch 2.6 to 2.15); re-export with a torch whose schema major is {SCHEMA_MAJOR}",
                         minor.unwrap_or(0)
                     ),
                 ))
             }
-            None => return Err(bad(file, "the program has no schema_version: not a torch.export program")),
+            None => return Err(bad(file, format!("the program has no schema_version ({version}): not a torch.export program"))),
         }
         let gm = v
             .get("graph_module")
@@ -329,8 +300,47 @@ impl Program {
                 .cloned()
                 .unwrap_or_default())
         };
-        let weights = read_cfg(ar, &format!("data/weights/{model}_weights_config.json"))?;
-        let constants = read_cfg(ar, &format!("data/constants/{model}_constants_config.json"))?;
+        let mut storages = HashMap::new();
+        let mut state = |ar: &mut Archive, cfg: &str, pt: &str, dir: &str| -> Result<serde_json::Map<String, Value>, TorchImportError> {
+            if ar.has(cfg) || !ar.has(pt) {
+                return read_cfg(ar, cfg);
+            }
+            // A `torch.save`d dict of tensors: its views become config entries, its
+            // storages are kept under the entry paths their `path_name`s stand for.
+            let b = ar.read(pt)?;
+            let sd = torchsave::read_state_dict(&b, &format!("{}{pt}", ar.prefix))
+                .map_err(|m| TorchImportError::Archive { file: file.into(), msg: m })?;
+            for (k, bytes) in sd.storages {
+                storages.insert(format!("{dir}{k}"), bytes);
+            }
+            let as_ints = |v: &[i64]| Value::Array(v.iter().map(|&i| serde_json::json!({ "as_int": i })).collect());
+            Ok(sd
+                .tensors
+                .into_iter()
+                .map(|(name, t)| {
+                    let e = serde_json::json!({
+                        "path_name": t.key,
+                        "tensor_meta": {
+                            "dtype": t.dtype,
+                            "sizes": as_ints(&t.sizes),
+                            "strides": as_ints(&t.strides),
+                            "storage_offset": { "as_int": t.offset },
+                        }
+                    });
+                    (name, e)
+                })
+                .collect())
+        };
+        let (weights, constants) = match ar.layout {
+            Layout::Pt2 => (
+                state(ar, &format!("data/weights/{model}_weights_config.json"), &format!("data/weights/{model}.pt"), "data/weights/")?,
+                state(ar, &format!("data/constants/{model}_constants_config.json"), &format!("data/constants/{model}.pt"), "data/constants/")?,
+            ),
+            Layout::Flat => (
+                state(ar, "", "serialized_state_dict.pt", "data/weights/")?,
+                state(ar, "", "serialized_constants.pt", "data/constants/")?,
+            ),
+        };
         Ok(Program {
             nodes,
             metas,
@@ -338,7 +348,131 @@ impl Program {
             outputs,
             weights,
             constants,
+            storages,
         })
+    }
+}
+
+impl Program {
+    /// torch 2.8+: `archive_format` "pt2", `archive_version`, `byteorder`, `models/<m>.json`.
+    /// Returns the program JSON, the model's name and the archive version as errors say it.
+    fn read_pt2_json(ar: &mut Archive, file: &str) -> Result<(Value, String, String), TorchImportError> {
+        let fmt = ar.read_text("archive_format")?;
+        if fmt != "pt2" {
+            return Err(bad(
+                file,
+                format!("archive_format is \"{fmt}\", not \"pt2\": not a torch.export archive"),
+            ));
+        }
+        let version = if ar.has("archive_version") {
+            let av = ar.read_text("archive_version")?;
+            // torch 2.8 to 2.15 write "0"; a later layout may change what it means.
+            match av.parse::<i64>() {
+                Ok(0) => {}
+                _ => {
+                    return Err(bad(
+                        file,
+                        format!("archive_version \"{av}\": RLX reads archive version 0 (torch 2.8 to 2.15)"),
+                    ))
+                }
+            }
+            format!("archive version {av}")
+        } else {
+            "no archive_version".to_string()
+        };
+        if ar.has("byteorder") {
+            let bo = ar.read_text("byteorder")?;
+            if bo != "little" {
+                return Err(bad(file, format!("byteorder \"{bo}\": only little-endian archives are read")));
+            }
+        }
+        let models: Vec<String> = ar
+            .list("models/")
+            .into_iter()
+            .filter(|n| n.ends_with(".json") && !n.contains('/'))
+            .collect();
+        let model = if models.iter().any(|m| m == "model.json") {
+            "model".to_string()
+        } else if models.len() == 1 {
+            models[0].trim_end_matches(".json").to_string()
+        } else if models.is_empty() {
+            return Err(bad(file, format!("no models/<name>.json entry ({version}): the archive holds no program (an AOTInductor package of compiled code only?)")));
+        } else {
+            return Err(bad(
+                file,
+                format!("several programs ({}) and none named model", models.join(", ")),
+            ));
+        };
+        let bytes = ar.read(&format!("models/{model}.json"))?;
+        let v: Value = parse_json(&bytes)
+            .map_err(|e| bad(file, format!("models/{model}.json is not valid JSON ({e})")))?;
+        Ok((v, model, version))
+    }
+
+    /// torch 2.6 and 2.7: `version` (the schema version, "8.2", "8.7") and
+    /// `serialized_exported_program.json`, checked before the JSON is parsed.
+    fn read_flat_json(ar: &mut Archive, file: &str) -> Result<(Value, String, String), TorchImportError> {
+        if !ar.has("version") {
+            return Err(bad(file, "serialized_exported_program.json without a version entry: not written by torch.export.save"));
+        }
+        let ver = ar.read_text("version")?;
+        let major = ver.split('.').next().and_then(|m| m.parse::<i64>().ok());
+        if major != Some(SCHEMA_MAJOR) {
+            return Err(bad(
+                file,
+                format!("version \"{ver}\" (torch.export's flat archive, torch 2.7 and earlier): RLX reads schema {SCHEMA_MAJOR}.x; re-export with torch 2.6 or later"),
+            ));
+        }
+        let bytes = ar.read("serialized_exported_program.json")?;
+        let v: Value = parse_json(&bytes)
+            .map_err(|e| bad(file, format!("serialized_exported_program.json is not valid JSON ({e})")))?;
+        Ok((v, "model".into(), format!("flat archive, version {ver}")))
+    }
+}
+
+/// Parse the program JSON. torch 2.6 wrote non-finite floats as Python's bare `Infinity`,
+/// `-Infinity` and `NaN` (not JSON); later torch writes them as strings, which the lowering
+/// reads: bare ones outside strings are quoted the same way.
+fn parse_json(b: &[u8]) -> serde_json::Result<Value> {
+    match serde_json::from_slice(b) {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let mut out = Vec::with_capacity(b.len() + 64);
+            let (mut i, mut in_str, mut changed) = (0, false, false);
+            while i < b.len() {
+                let c = b[i];
+                if in_str {
+                    out.push(c);
+                    if c == b'\\' && i + 1 < b.len() {
+                        out.push(b[i + 1]);
+                        i += 1;
+                    } else if c == b'"' {
+                        in_str = false;
+                    }
+                } else if c == b'"' {
+                    in_str = true;
+                    out.push(c);
+                } else if let Some(t) = ["-Infinity", "Infinity", "NaN"]
+                    .iter()
+                    .find(|t| b[i..].starts_with(t.as_bytes()))
+                {
+                    out.push(b'"');
+                    out.extend_from_slice(t.as_bytes());
+                    out.push(b'"');
+                    i += t.len();
+                    changed = true;
+                    continue;
+                } else {
+                    out.push(c);
+                }
+                i += 1;
+            }
+            if changed {
+                serde_json::from_slice(&out)
+            } else {
+                Err(e)
+            }
+        }
     }
 }
 
@@ -348,4 +482,17 @@ fn first_output_name(outs: &[Value]) -> Option<String> {
         .and_then(|t| t.get("name"))
         .and_then(Value::as_str)
         .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bare_non_finite_floats_of_torch_2_6_are_read() {
+        let v = super::parse_json(br#"{"a": {"as_float": -Infinity}, "b": [NaN, Infinity], "s": "NaN \" -Infinity"}"#).unwrap();
+        assert_eq!(v["a"]["as_float"], "-Infinity");
+        assert_eq!(v["b"][0], "NaN");
+        assert_eq!(v["b"][1], "Infinity");
+        assert_eq!(v["s"], "NaN \" -Infinity");
+        assert!(super::parse_json(b"{\"a\": Inf}").is_err());
+    }
 }

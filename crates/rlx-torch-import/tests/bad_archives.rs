@@ -190,3 +190,140 @@ fn not_a_zip_and_not_a_pt2() {
     write_archive(&q, &[("a/b.txt", b"x".to_vec())]);
     assert!(err_of(&q).contains("not a .pt2 written by torch.export.save"), "{}", err_of(&q));
 }
+
+// ------------------------------------------------ torch.export's older layouts (torch 2.6-2.8)
+
+/// A `torch.save` zip of `{"w": tensor(storage "0", offset 0, sizes (3,), strides (1,))}`,
+/// pickled as torch.save writes it (protocol 2); `global` replaces the rebuild function.
+fn torch_save(global: &str, storage: Vec<u8>) -> Vec<u8> {
+    let s = |t: &str| {
+        let mut v = vec![b'X'];
+        v.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        v.extend_from_slice(t.as_bytes());
+        v
+    };
+    let mut p = b"\x80\x02}(".to_vec();
+    p.extend(s("w"));
+    p.extend_from_slice(format!("c{global}\n").as_bytes());
+    p.extend_from_slice(b"((");
+    p.extend(s("storage"));
+    p.extend_from_slice(b"ctorch\nFloatStorage\n");
+    p.extend(s("0"));
+    p.extend(s("cpu"));
+    p.extend_from_slice(b"K\x03tQK\x00K\x03\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRu.");
+    let mut out = std::io::Cursor::new(vec![]);
+    let mut z = zip::ZipWriter::new(&mut out);
+    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in [("archive/data.pkl", p), ("archive/byteorder", b"little".to_vec()), ("archive/data/0", storage)] {
+        z.start_file(name, o).unwrap();
+        z.write_all(&bytes).unwrap();
+    }
+    z.finish().unwrap();
+    out.into_inner()
+}
+
+const REBUILD: &str = "torch._utils\n_rebuild_tensor_v2";
+
+/// torch 2.6's flat layout: `version`, `serialized_exported_program.json`,
+/// `serialized_state_dict.pt`, `serialized_constants.pt` (empty: no constants).
+fn flat(path: &Path, version: &str, state: Vec<u8>) {
+    write_archive(
+        path,
+        &[
+            ("serialized_exported_program.json", serde_json::to_vec(&program(8, &[3])).unwrap()),
+            ("serialized_state_dict.pt", state),
+            ("serialized_constants.pt", vec![]),
+            ("version", version.as_bytes().to_vec()),
+        ],
+    );
+}
+
+fn weight_of(path: &Path) -> Vec<f32> {
+    let g = import_pt2(path, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let w = g
+        .nodes
+        .iter()
+        .find_map(|n| match &n.op {
+            rlx_ir::Op::Constant(t) if t.numel() == 3 => Some(t.clone()),
+            _ => None,
+        })
+        .expect("the weight is a constant of 3 elements");
+    (0..3).map(|i| w.data().get_f64(i) as f32).collect()
+}
+
+#[test]
+fn torch_2_6_flat_archive_imports() {
+    let t = tmp("flat");
+    let p = t.0.join("flat.pt2");
+    flat(&p, "8.2", torch_save(REBUILD, w3()));
+    assert_eq!(weight_of(&p), [1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn torch_2_8_pickled_weights_import() {
+    let t = tmp("pickled");
+    let p = t.0.join("pickled.pt2");
+    write_archive(
+        &p,
+        &[
+            ("model/archive_format", b"pt2".to_vec()),
+            ("model/archive_version", b"0".to_vec()),
+            ("model/byteorder", b"little".to_vec()),
+            ("model/models/model.json", serde_json::to_vec(&program(8, &[3])).unwrap()),
+            ("model/data/weights/model.pt", torch_save(REBUILD, w3())),
+        ],
+    );
+    assert_eq!(weight_of(&p), [1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn flat_archive_of_another_version_names_it() {
+    let t = tmp("flatv");
+    let p = t.0.join("old.pt2");
+    flat(&p, "5.1", torch_save(REBUILD, w3()));
+    let e = err_of(&p);
+    assert!(e.contains("old.pt2") && e.contains("version \"5.1\"") && e.contains("schema 8.x"), "{e}");
+}
+
+#[test]
+fn unknown_archive_version_is_named() {
+    let t = tmp("archv");
+    let p = t.0.join("av.pt2");
+    let mut e: Vec<(&str, Vec<u8>)> = vec![
+        ("m/archive_format", b"pt2".to_vec()),
+        ("m/archive_version", b"7".to_vec()),
+        ("m/models/model.json", serde_json::to_vec(&program(8, &[3])).unwrap()),
+    ];
+    e.push(("m/data/weights/weight_0", w3()));
+    write_archive(&p, &e);
+    let e = err_of(&p);
+    assert!(e.contains("av.pt2") && e.contains("archive_version \"7\""), "{e}");
+}
+
+#[test]
+fn pickled_weights_with_a_foreign_global_are_refused() {
+    let t = tmp("evil");
+    let p = t.0.join("evil.pt2");
+    flat(&p, "8.2", torch_save("os\nsystem", w3()));
+    let e = err_of(&p);
+    assert!(e.contains("evil.pt2") && e.contains("serialized_state_dict.pt") && e.contains("os.system"), "{e}");
+}
+
+#[test]
+fn pickled_storage_shorter_than_the_view() {
+    let t = tmp("pshort");
+    let p = t.0.join("pshort.pt2");
+    flat(&p, "8.2", torch_save(REBUILD, w3()[..8].to_vec()));
+    let e = err_of(&p);
+    assert!(e.contains("pshort.pt2") && e.contains("tensor \"w\"") && e.contains("holds 8 bytes"), "{e}");
+}
+
+#[test]
+fn truncated_pickled_state_dict() {
+    let t = tmp("ptrunc");
+    let p = t.0.join("ptrunc.pt2");
+    let s = torch_save(REBUILD, w3());
+    flat(&p, "8.2", s[..s.len() / 2].to_vec());
+    let e = err_of(&p);
+    assert!(e.contains("ptrunc.pt2") && e.contains("serialized_state_dict.pt"), "{e}");
+}
