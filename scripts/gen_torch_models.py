@@ -89,6 +89,21 @@ class Attn(nn.Module):
         return x + self.o(y.transpose(1, 2).reshape(b, s, d))
 
 
+class Reductions(nn.Module):
+    """Reductions in the overloads torch.export leaves (amax/amin/logsumexp.default carry a
+    `dim` list; sum/mean.dim_IntList, prod.dim_int, var/std.correction, max.dim), and SDPA
+    with a boolean mask."""
+
+    def forward(self, x, mask):
+        a = torch.amax(x, dim=(1, 2)) + torch.amin(x, dim=-1, keepdim=True).sum(dim=(1, 2))
+        b = torch.logsumexp(x * 30.0, dim=-1) - x.sum(dim=-1)
+        c = x.prod(dim=1).mean(dim=-1, keepdim=True) + x.var(dim=-1).std(dim=-1, keepdim=True)
+        m, i = x.max(dim=-1)
+        q = x.unsqueeze(1)
+        y = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        return a, b, c, m + i.float(), torch.amax(x), x.abs().mean(), y
+
+
 # ---------------------------------------------------------------- planted NaN modules
 class F16Overflow(nn.Module):
     """A float16 MLP whose up-projection overflows to inf; the next Linear's 0 * inf
@@ -216,6 +231,9 @@ def own_models(out):
          dynamic_shapes={"x": {0: b}, "mask": {0: b}})
     save("small_cnn", SmallCNN(), [torch.randn(2, 3, 16, 16)], out_root=out)
     save("attn_block", Attn(), [torch.randn(2, 6, 32)], out_root=out)
+    mask = torch.rand(2, 1, 5, 5) > 0.3
+    mask[..., 0] = True  # no fully masked row
+    save("reductions", Reductions(), [torch.randn(2, 5, 6), mask], out_root=out)
 
 
 def planted(out):

@@ -112,6 +112,11 @@ def _is_torch_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping the rank (np.ascontiguousarray turns a 0-d array into shape (1,))."""
+    return x if x.flags.c_contiguous else x.copy(order="C")
+
+
 def _as_numpy(name: str, x: Any) -> Tuple[str, np.ndarray]:
     """One input as (rlx dtype name, C-contiguous array of a plain NumPy dtype)."""
     if _is_torch_tensor(x):
@@ -119,7 +124,7 @@ def _as_numpy(name: str, x: Any) -> Tuple[str, np.ndarray]:
 
         t = x.detach().cpu()
         if t.dtype == torch.bfloat16:
-            return "bf16", np.ascontiguousarray(t.view(torch.int16).numpy().view(np.uint16))
+            return "bf16", _contiguous(t.view(torch.int16).numpy().view(np.uint16))
         x = t.numpy()
     if not isinstance(x, np.ndarray):
         try:
@@ -135,7 +140,7 @@ def _as_numpy(name: str, x: Any) -> Tuple[str, np.ndarray]:
     rlx_dt, carrier = spec
     if not dt.isnative:
         x = x.astype(dt.newbyteorder("="))
-    x = np.ascontiguousarray(x)
+    x = _contiguous(x)
     if carrier is not None:
         x = x.view(np.dtype(carrier))
     return rlx_dt, x

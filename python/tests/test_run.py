@@ -115,6 +115,21 @@ def test_bfloat16_roundtrip(identity_model):
     np.testing.assert_array_equal(y.view(np.uint16), x.view(np.uint16))
 
 
+def test_scalar_inputs_keep_rank_zero(identity_model):
+    """A 0-d input is a scalar of shape (), not (1,) (np.ascontiguousarray would add a dim)."""
+    from onnx import TensorProto
+
+    path = identity_model(TensorProto.FLOAT, shape=())
+    assert rlx.load(path).inputs[0].shape == ()
+    y = rlx.run(path, {"x": np.float32(2.5)})["y"]
+    assert y.shape == () and float(y) == 2.5
+    y = rlx.run(path, {"x": np.array(-1.0, dtype=np.float32)})["y"]
+    assert y.shape == () and float(y) == -1.0
+    torch = pytest.importorskip("torch")
+    y = rlx.run(path, {"x": torch.tensor(3.0)})["y"]
+    assert y.shape == () and float(y) == 3.0
+
+
 def test_torch_tensor_inputs(healthy):
     torch = pytest.importorskip("torch")
     x = np.load(healthy / "input_x.npy")

@@ -40,6 +40,18 @@ pub enum SourceModel {
 impl SourceModel {
     /// Open `path` (a `.pt2` by extension, else ONNX). Errors name the file.
     pub fn open(path: &Path) -> Result<SourceModel> {
+        // A folder without a model: `model_path` gave `<dir>/model.onnx`; name both files.
+        if let Some(dir) = path.parent().filter(|d| d.is_dir()) {
+            if path.file_name().is_some_and(|n| n == "model.onnx")
+                && !path.exists()
+                && !dir.join("model.pt2").exists()
+            {
+                anyhow::bail!(
+                    "{}: the folder holds neither model.onnx nor model.pt2 (give the model file, or a folder holding one of them)",
+                    dir.display()
+                );
+            }
+        }
         if rlx_torch_import::is_pt2(path) {
             // The importer's messages name the file already.
             Pt2Model::open(path)

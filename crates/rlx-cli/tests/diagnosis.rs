@@ -747,3 +747,44 @@ fn rlx_lint_cli_names_the_log() {
     assert!(!text.contains("\"prior.neg_entropy\":"), "{text}");
     assert!(!text.contains("accumulation overflowed"), "{text}");
 }
+
+/// ONNX `Attention` with `is_causal` and a boolean mask: its function body builds the mask
+/// bias with -inf, and so does RLX's lowering. That -inf is the op's definition, read only
+/// by the op itself, not a constant the user wrote: the lint stays quiet. The same -inf
+/// written by the user (a `Where` fill) is still reported.
+#[test]
+fn lint_is_quiet_on_attentions_own_mask_bias() {
+    let m = model(
+        23,
+        vec![node(
+            "Attention",
+            "attn",
+            &["q", "k", "v", "mask"],
+            &["y"],
+            vec![a_int("is_causal", 1)],
+        )],
+        vec![],
+        &[
+            ("q", data_type::FLOAT, &[1, 2, 4, 8]),
+            ("k", data_type::FLOAT, &[1, 2, 4, 8]),
+            ("v", data_type::FLOAT, &[1, 2, 4, 8]),
+            ("mask", data_type::BOOL, &[4, 4]),
+        ],
+        &["y"],
+    );
+    let g = import_onnx_bytes(&m, None, &ImportOptions::default()).unwrap();
+    let lints = rlx_compile::numeric_lint::numeric_lint(&g);
+    assert!(lints.is_empty(), "{lints:#?}");
+
+    let user_fill = model(
+        18,
+        vec![node("Where", "fill", &["mask", "x", "ninf"], &["y"], vec![])],
+        vec![scalar_init("ninf", f32::NEG_INFINITY)],
+        &[("mask", data_type::BOOL, &[4]), ("x", data_type::FLOAT, &[4])],
+        &["y"],
+    );
+    let g = import_onnx_bytes(&user_fill, None, &ImportOptions::default()).unwrap();
+    let lints = rlx_compile::numeric_lint::numeric_lint(&g);
+    assert_eq!(lints.len(), 1, "{lints:#?}");
+    assert_eq!(lints[0].kind, rlx_ir::numeric_check::BadKind::NegInf);
+}

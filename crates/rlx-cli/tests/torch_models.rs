@@ -52,6 +52,7 @@ model_tests!(
     mlp_dynamic,
     small_cnn,
     attn_block,
+    reductions,
     resnet18,
     mobilenet_v3_small,
     vit_b16_small,
@@ -166,4 +167,77 @@ fn planted_layernorm_eps0() {
 #[test]
 fn planted_masked_softmax() {
     planted("nan_masked_softmax");
+}
+
+/// Files are read by what they hold, not by their name: a `.pt2` renamed `.onnx` (or with no
+/// extension) and an ONNX model renamed `.pt2` both run; a folder with neither model file
+/// names both.
+#[test]
+fn renamed_files_are_read_by_content() {
+    let Some(dir) = fixture("fixtures/torch/mlp") else {
+        return;
+    };
+    let tmp = TmpDir(std::env::temp_dir().join(format!("rlx_torch_renamed_{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let rlx = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rlx")).args(args).output().unwrap();
+        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let x = dir.join("input_x.npy");
+    let mask = dir.join("input_mask.npy");
+    for name in ["renamed.onnx", "renamed"] {
+        let p = tmp.join(name);
+        std::fs::copy(dir.join("model.pt2"), &p).unwrap();
+        let (code, text) = rlx(&[
+            "run".as_ref(), "-q".as_ref(), p.as_os_str(),
+            "--input".as_ref(), format!("x={}", x.display()).as_ref(),
+            "--input".as_ref(), format!("mask={}", mask.display()).as_ref(),
+        ]);
+        assert_eq!(code, Some(0), "{name}: {text}");
+    }
+    let onnx = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/healthy_mlp/model.onnx");
+    let p = tmp.join("renamed.pt2");
+    std::fs::copy(&onnx, &p).unwrap();
+    let (code, text) = rlx(&["run".as_ref(), "-q".as_ref(), p.as_os_str()]);
+    assert_eq!(code, Some(0), "ONNX renamed .pt2: {text}");
+    let empty = tmp.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, text) = rlx(&["run".as_ref(), empty.as_os_str()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("model.onnx") && text.contains("model.pt2"), "{text}");
+}
+
+/// `torch.export.Dim("batch", min=1, max=64)`: a batch inside the range runs, one outside it
+/// is refused with the input, the dim and the range named (torch.export promised nothing
+/// there).
+#[test]
+fn dims_outside_the_exported_range_are_refused() {
+    let Some(dir) = fixture("fixtures/torch/mlp_dynamic") else {
+        return;
+    };
+    let tmp = TmpDir(std::env::temp_dir().join(format!("rlx_torch_range_{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    for (batch, ok) in [(64usize, true), (65, false)] {
+        let x = tmp.join(format!("x{batch}.npy"));
+        let m = tmp.join(format!("m{batch}.npy"));
+        rlx_cli::npy::write_npy(&x, &rlx_ir::Tensor::from_f32(&[batch, 16], vec![0.5; batch * 16]).unwrap()).unwrap();
+        rlx_cli::npy::write_npy(&m, &rlx_ir::Tensor::from_f32(&[batch, 8], vec![0.0; batch * 8]).unwrap()).unwrap();
+        let r = load(
+            &ModelArgs {
+                model: dir.join("model.pt2"),
+                inputs: vec![format!("x={}", x.display()), format!("mask={}", m.display())],
+                ..Default::default()
+            },
+            true,
+        );
+        match (r, ok) {
+            (Ok(_), true) => {}
+            (Err(e), false) => {
+                let e = format!("{e:#}");
+                assert!(e.contains("\"x\"") && e.contains("65") && e.contains("[1, 64]"), "{e}");
+            }
+            (Ok(_), false) => panic!("batch {batch} imported outside the range [1, 64]"),
+            (Err(e), true) => panic!("batch {batch}: {e:#}"),
+        }
+    }
 }

@@ -198,12 +198,41 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
         }
     }
     frontier.sort();
+    // The source op (origin label) of every runtime node that reads each frontier value;
+    // `None` in the list for a graph output or a node without an origin.
+    let origin_label = |id: NodeId| g.node(id).origin.as_ref().map(|o| o.label.as_str());
+    let readers = |f: NodeId| -> Vec<Option<&str>> {
+        let mut r: Vec<Option<&str>> = g
+            .nodes
+            .iter()
+            .filter(|n| values[n.id.index()].is_none() && n.inputs.contains(&f))
+            .map(|n| origin_label(n.id))
+            .collect();
+        if g.outputs.contains(&f) {
+            r.push(None);
+        }
+        r
+    };
     let mut out: Vec<NumericLint> = vec![];
     for f in frontier {
         let mut culprits = blame[f.index()].clone();
         culprits.sort();
+        let f_readers = readers(f);
         for o in culprits {
             if out.iter().any(|l| l.node == o) {
+                continue;
+            }
+            // A constant that an importer made while lowering one source op (the -inf bias
+            // of ONNX `Attention`'s causal or boolean mask, which its function body defines
+            // with -inf too) and that only that same op reads is the op's own definition,
+            // not something the user wrote: what it computes at run time is the runtime
+            // localizer's to judge.
+            if matches!(g.node(o).op, Op::Constant(_))
+                && !is_literal_constant(g, o)
+                && origin_label(o).is_some()
+                && !f_readers.is_empty()
+                && f_readers.iter().all(|r| *r == origin_label(o))
+            {
                 continue;
             }
             let c = counts[o.index()];

@@ -412,7 +412,18 @@ fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
 }
 
 impl fmt::Display for NanReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The report's lines, without a trailing newline (a report without a fix line ends at
+    /// its last line, so `println!("{report}")` prints no blank line).
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = String::new();
+        self.write_lines(&mut text)?;
+        out.write_str(text.trim_end_matches('\n'))
+    }
+}
+
+impl NanReport {
+    fn write_lines(&self, f: &mut String) -> fmt::Result {
+        use std::fmt::Write as _;
         writeln!(
             f,
             "rlx nan-check: {} at index {} of {} {} \"{}\"",

@@ -698,7 +698,7 @@ impl NativeModel {
                     ));
                 }
                 // A `.pt2` is a zip too, but a torch.export archive for the importer.
-                let pt2 = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("pt2"));
+                let pt2 = rlx_torch_import::is_pt2(&p);
                 if !pt2 && rlx_cli::compile::is_package(&p) {
                     if !dim_specs.is_empty() {
                         return Err(Fail::new(Kind::Input, "dims: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...`"));

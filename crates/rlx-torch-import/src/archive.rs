@@ -38,9 +38,12 @@ pub(crate) enum Layout {
     Flat,
 }
 
-/// Largest entry `rlx` inflates from a compressed entry, as a multiple of the archive's size
-/// (torch stores entries uncompressed; a zip bomb is refused before it is inflated).
-const MAX_INFLATE_RATIO: u64 = 64;
+/// Largest entry `rlx` inflates from a compressed entry, as a multiple of the archive's size.
+/// torch stores entries uncompressed, but a user may re-zip an archive with deflate, which
+/// inflates at most about 1032:1 (RFC 1951: a 258-byte match in about 2 bits); an entry that
+/// declares more cannot be real. Compressed entries are not pre-allocated at their declared
+/// size: the buffer grows with what actually inflates, so a bomb costs what it holds.
+const MAX_INFLATE_RATIO: u64 = 1032;
 
 impl Archive {
     pub fn open(path: &Path) -> Result<Archive, TorchImportError> {
@@ -151,18 +154,21 @@ impl Archive {
             .by_name(&full)
             .map_err(|e| err(format!("missing or unreadable ({e})")))?;
         let declared = f.size();
-        let cap = if f.compression() == zip::CompressionMethod::Stored {
+        let stored = f.compression() == zip::CompressionMethod::Stored;
+        let cap = if stored {
             self.len
         } else {
             self.len.saturating_mul(MAX_INFLATE_RATIO)
         };
         if declared > cap {
             return Err(err(format!(
-                "declares {declared} bytes, more than the {}-byte archive can hold",
-                self.len
+                "declares {declared} bytes, more than the {}-byte archive can hold{}",
+                self.len,
+                if stored { "" } else { " (deflate inflates at most 1032:1)" }
             )));
         }
-        let mut buf = Vec::with_capacity(declared as usize);
+        let prealloc = if stored { declared } else { declared.min(self.len) };
+        let mut buf = Vec::with_capacity(prealloc as usize);
         (&mut f)
             .take(cap + 1)
             .read_to_end(&mut buf)

@@ -78,6 +78,8 @@ pub enum TorchImportError {
 /// it.
 pub struct Pt2Model {
     onnx: OnnxModel,
+    /// Symbol → the range `torch.export.Dim` gave it (`range_constraints`).
+    ranges: std::collections::HashMap<String, (Option<i64>, Option<i64>)>,
     /// FX node name → what reports say about it.
     prov: std::collections::HashMap<String, lower::Prov>,
     file: String,
@@ -96,6 +98,7 @@ impl Pt2Model {
         let prog = program::Program::read(&mut ar, &file)?;
         let (model, prov) = lower::lower(&prog, &mut ar, &file)?;
         Ok(Pt2Model {
+            ranges: prog.ranges.clone(),
             onnx: OnnxModel::from_proto(model, &file),
             prov,
             file,
@@ -119,6 +122,7 @@ impl Pt2Model {
             .import(opts)
             .map_err(|e| TorchImportError::Lowered(self.explain(&e.to_string())))?;
         g.name = "torch.export".into();
+        self.check_ranges(&g)?;
         for n in &mut g.nodes {
             let Some(o) = n.origin.as_mut() else { continue };
             if let Some(p) = self.prov.get(&o.label) {
@@ -134,6 +138,40 @@ impl Pt2Model {
             }
         }
         Ok(g)
+    }
+
+    /// Each symbolic dim, as bound, lies in the range the program was exported for: outside
+    /// it torch.export made no promise (a branch specialized on the size, a guard such as
+    /// `max=64`), so the run is refused rather than computed on a graph that may not hold.
+    fn check_ranges(&self, g: &Graph) -> Result<(), TorchImportError> {
+        for (name, decl) in &g.input_decls {
+            let Some(node) = g
+                .nodes
+                .iter()
+                .find(|n| matches!(&n.op, rlx_ir::Op::Input { name: n2 } if n2 == name))
+            else {
+                continue;
+            };
+            for (axis, d) in decl.dims.iter().enumerate() {
+                let rlx_ir::Dim::Sym(sym) = d else { continue };
+                let Some(&(lo, hi)) = self.ranges.get(sym) else { continue };
+                let Some(rlx_ir::Dim::Static(v)) = node.shape.dims.get(axis).cloned() else { continue };
+                let v = v as i64;
+                if lo.is_some_and(|lo| v < lo) || hi.is_some_and(|hi| v > hi) {
+                    let show = |b: Option<i64>, inf: &str| b.map_or(inf.to_string(), |b| b.to_string());
+                    return Err(TorchImportError::Tensor {
+                        file: self.file.clone(),
+                        name: name.clone(),
+                        msg: format!(
+                            "dim {axis} ({sym}) is {v}, outside the range [{}, {}] the program was exported for (torch.export.Dim min/max); re-export with a wider range",
+                            show(lo, "0"),
+                            show(hi, "inf")
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// An ONNX-importer message about node "N" restated in the program's terms.
@@ -168,8 +206,36 @@ pub fn import_pt2(path: &Path, opts: &ImportOptions) -> Result<Graph, TorchImpor
     Pt2Model::open(path)?.import(opts)
 }
 
-/// Whether `path` looks like a `.pt2` archive (by extension).
+/// Whether `path` should be read as a `.pt2` archive, by its content first and its
+/// extension second:
+/// - a readable zip is a `.pt2` when it holds `archive_format` (torch 2.8+) or
+///   `serialized_exported_program.json` (torch 2.6, 2.7), whatever its name (a renamed
+///   archive still imports; a zip without them, an `rlx compile` package, is not);
+/// - an unreadable zip (truncated, corrupted) named `.pt2` is one, so its error says so;
+/// - a file that is not a zip is not, unless it is named `.pt2` and does not start like an
+///   ONNX model (protobuf field 1, `ir_version`: byte 0x08), so a renamed ONNX file still
+///   imports as ONNX and other bytes get the archive reader's "not a zip" error.
 pub fn is_pt2(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("pt2"))
+    use std::io::Read;
+    let by_name = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pt2"));
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return by_name;
+    };
+    if !path.is_file() {
+        return by_name;
+    }
+    let mut head = [0u8; 4];
+    let n = f.read(&mut head).unwrap_or(0);
+    if n == 4 && head == *b"PK\x03\x04" {
+        return match zip::ZipArchive::new(f) {
+            Ok(z) => z.file_names().any(|name| {
+                let base = name.rsplit('/').next().unwrap_or(name);
+                base == "archive_format" || base == "serialized_exported_program.json"
+            }),
+            Err(_) => by_name,
+        };
+    }
+    by_name && !(n > 0 && head[0] == 0x08)
 }

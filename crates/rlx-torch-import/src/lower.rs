@@ -66,6 +66,24 @@ fn onnx_dtype(code: i64) -> Option<(i32, usize)> {
     })
 }
 
+/// An ONNX element type as torch names it (`float32`), for messages.
+fn onnx_dtype_name(d: i32) -> String {
+    match d {
+        dt::UINT8 => "uint8",
+        dt::INT8 => "int8",
+        dt::INT16 => "int16",
+        dt::INT32 => "int32",
+        dt::INT64 => "int64",
+        dt::FLOAT16 => "float16",
+        dt::FLOAT => "float32",
+        dt::DOUBLE => "float64",
+        dt::BOOL => "bool",
+        dt::BFLOAT16 => "bfloat16",
+        _ => return format!("ONNX type {d}"),
+    }
+    .into()
+}
+
 fn dtype_name(code: i64) -> String {
     match code {
         9..=11 => "a complex dtype".into(),
@@ -561,6 +579,26 @@ pub fn lower(
                         msg: "listed by the program but missing from the archive's weights and constants".into(),
                     })?;
                 let t = read_state(ar, &p.storages, file, fqn, dir, entry)?;
+                // The stored tensor must be what the graph computes with: a dtype or shape
+                // other than the placeholder's would run the graph on wrong data.
+                if let Some(m) = p.metas.get(name) {
+                    let (gd, _) = onnx_dtype(m.dtype).unwrap_or((t.data_type, 0));
+                    let same_dims = m.sizes.len() == t.dims.len()
+                        && m.sizes.iter().zip(&t.dims).all(|(a, &b)| !matches!(a, SymDim::Int(x) if *x != b));
+                    if gd != t.data_type || !same_dims {
+                        return Err(TorchImportError::Tensor {
+                            file: file.into(),
+                            name: fqn.clone(),
+                            msg: format!(
+                                "the archive stores {} {:?} but the program's graph uses it as {} {:?} (placeholder \"{name}\"): the weights do not belong to this program",
+                                onnx_dtype_name(t.data_type),
+                                t.dims,
+                                onnx_dtype_name(gd),
+                                m.sizes.iter().map(|d| match d { SymDim::Int(i) => i.to_string(), _ => "?".into() }).collect::<Vec<_>>()
+                            ),
+                        });
+                    }
+                }
                 let v = V {
                     name: fqn.clone(),
                     dt: t.data_type,
@@ -1637,10 +1675,11 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
         "sum" | "mean" | "amax" | "amin" | "prod" | "logsumexp" | "any" | "all" => {
             let x = t(lw, "self", 0)?;
             let r = x.rank();
-            let dims: Option<Vec<i64>> = match overload {
-                "default" => None,
-                _ => a.ints("dim", 1),
-            };
+            // `dim` is read by name wherever the overload has one: `amax.default`,
+            // `amin.default` and `logsumexp.default` take a `dim` list (empty = all), while
+            // `sum.default`/`mean.default`/`prod.default`/`any.default` have none.
+            let _ = overload;
+            let dims: Option<Vec<i64>> = a.ints("dim", 1);
             let keep = a.bool("keepdim", 2).unwrap_or(false);
             let axes: Vec<i64> = match dims {
                 Some(d) if !d.is_empty() => d.iter().map(|&d| norm_axis(d, r)).collect(),

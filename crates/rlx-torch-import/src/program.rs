@@ -63,6 +63,9 @@ pub struct Program {
     /// Storages read from a `torch.save`d state dict (older archives), by the entry path
     /// their config's `path_name` stands for (`data/weights/<key>`).
     pub storages: HashMap<String, Vec<u8>>,
+    /// `range_constraints`: symbol (`s31`) → (min, max) the program was exported for
+    /// (`torch.export.Dim("batch", min=1, max=64)`); `None` for an unbounded side.
+    pub ranges: HashMap<String, (Option<i64>, Option<i64>)>,
 }
 
 pub(crate) fn bad(file: &str, msg: impl Into<String>) -> TorchImportError {
@@ -341,7 +344,16 @@ impl Program {
                 state(ar, "", "serialized_constants.pt", "data/constants/")?,
             ),
         };
+        let mut ranges = HashMap::new();
+        if let Some(rc) = v.get("range_constraints").and_then(Value::as_object) {
+            for (sym, r) in rc {
+                // Bounds past i64 (torch's int_oo) read as unbounded.
+                let b = |k: &str| r.get(k).and_then(Value::as_i64);
+                ranges.insert(sym.clone(), (b("min_val"), b("max_val")));
+            }
+        }
         Ok(Program {
+            ranges,
             nodes,
             metas,
             inputs,

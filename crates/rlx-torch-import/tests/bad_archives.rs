@@ -327,3 +327,52 @@ fn truncated_pickled_state_dict() {
     let e = err_of(&p);
     assert!(e.contains("ptrunc.pt2") && e.contains("serialized_state_dict.pt"), "{e}");
 }
+
+/// An archive re-zipped with deflate (`zip -9`) whose weights are all zeros compresses far
+/// more than 64:1; it still imports, with the weights intact.
+#[test]
+fn deflated_archive_of_zero_weights_imports() {
+    let t = tmp("deflated");
+    let p = t.0.join("ok.pt2");
+    let n = 1i64 << 18; // 1 MiB of zeros
+    let mut prog = program(8, &[n]);
+    prog["graph_module"]["graph"]["tensor_values"]["x"] = meta(&[2, n]);
+    prog["graph_module"]["graph"]["tensor_values"]["mul"] = meta(&[2, n]);
+    archive(&p, prog, &[n], vec![0u8; 4 * n as usize], None);
+    // Re-zip every entry with deflate.
+    let mut src = zip::ZipArchive::new(std::fs::File::open(&p).unwrap()).unwrap();
+    let q = t.0.join("deflated.pt2");
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&q).unwrap());
+    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    for i in 0..src.len() {
+        let mut e = src.by_index(i).unwrap();
+        let mut b = vec![];
+        std::io::Read::read_to_end(&mut e, &mut b).unwrap();
+        z.start_file(e.name().to_string(), o).unwrap();
+        z.write_all(&b).unwrap();
+    }
+    z.finish().unwrap();
+    let size = std::fs::metadata(&q).unwrap().len();
+    assert!(size * 64 < 4 * n as u64, "the test needs a ratio over 64:1 (archive {size} bytes)");
+    let g = import_pt2(&q, &ImportOptions::default()).unwrap();
+    assert!(!g.nodes.is_empty());
+}
+
+/// Weights that contradict the program's graph (another dtype, another shape) are refused,
+/// naming the tensor, both types and the placeholder: the graph would run on wrong data.
+#[test]
+fn weights_contradicting_the_graph_are_refused() {
+    let t = tmp("contradict");
+    // The graph uses w as f32[3]; the archive stores it as f32[2] (shape) ...
+    let p = t.0.join("shape.pt2");
+    let mut prog = program(8, &[3]);
+    archive(&p, prog.clone(), &[2], w3(), None);
+    let e = err_of(&p);
+    assert!(e.contains("tensor \"w\"") && e.contains("[2]") && e.contains("p_w") && e.contains("do not belong"), "{e}");
+    // ... and as float16 (dtype), with the same shape.
+    prog["graph_module"]["graph"]["tensor_values"]["p_w"]["dtype"] = json!(6);
+    let q = t.0.join("dtype.pt2");
+    archive(&q, prog, &[3], w3(), None);
+    let e = err_of(&q);
+    assert!(e.contains("tensor \"w\"") && e.contains("float32") && e.contains("float16"), "{e}");
+}
