@@ -148,6 +148,33 @@ class MaskedSoftmax(nn.Module):
         return torch.softmax(s, dim=-1)  # PLANT:masked_softmax
 
 
+class NaNWeight(nn.Module):
+    """A checkpoint with one NaN in a Linear's weight (element [1, 2]): the weight is the
+    culprit, not the linear that reads it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        with torch.no_grad():
+            self.fc.weight[1, 2] = float("nan")
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class InfBuffer(nn.Module):
+    """A buffer holding +inf beside finite scales: the buffer is the origin of the +inf that
+    reaches the output, not the Mul that reads it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.register_buffer("scale", torch.tensor([1.0, float("inf"), 2.0]))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
 # ---------------------------------------------------------------- writers
 def save_layout(ep, path, layout):
     """Write `ep` in one of torch.export's older archive layouts, with this torch's own
@@ -248,6 +275,15 @@ def planted(out):
          report={"module": "", "kind": "NaN", "source": line_of("# PLANT:masked_softmax")})
 
 
+def planted_weights(out):
+    """Bad values stored in the checkpoint itself (expected_report.json: the tensor's name,
+    the kind and the flat index of the planted element)."""
+    save("nan_weight", NaNWeight(), [torch.randn(2, 4)], out_root=out,
+         report={"initializer": "fc.weight", "kind": "NaN", "index": 1 * 4 + 2})
+    save("inf_buffer", InfBuffer(), [torch.randn(2, 4)], out_root=out,
+         report={"initializer": "scale", "kind": "+inf", "index": 1})
+
+
 def legacy(out):
     """Archives in the layouts older torch wrote (torch 2.6's flat zip, torch 2.7/2.8's pt2
     with torch.save'd weights), made with this torch: the importer must read both."""
@@ -313,7 +349,7 @@ def hf(out):
     save("whisper_encoder", enc, [torch.randn(1, 16, 32)], out_root=out)
 
 
-GROUPS = {"own": own_models, "planted": planted, "legacy": legacy, "vision": vision, "hf": hf}
+GROUPS = {"own": own_models, "planted": planted, "planted_weights": planted_weights, "legacy": legacy, "vision": vision, "hf": hf}
 
 
 def main():

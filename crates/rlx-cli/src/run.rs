@@ -1,12 +1,12 @@
 //! `rlx run` and `rlx lint`.
 
 use crate::load::parse_dims;
+use crate::load::SourceModel;
 use crate::npy::{read_npy, write_npy};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::numeric_check::scan_data;
 use rlx_ir::{DType, Graph, Shape, Tensor, TensorData};
-use crate::load::SourceModel;
 use rlx_onnx_import::ImportOptions;
 use rlx_runtime::Session;
 use std::collections::HashMap;

@@ -778,9 +778,18 @@ fn lint_is_quiet_on_attentions_own_mask_bias() {
 
     let user_fill = model(
         18,
-        vec![node("Where", "fill", &["mask", "x", "ninf"], &["y"], vec![])],
+        vec![node(
+            "Where",
+            "fill",
+            &["mask", "x", "ninf"],
+            &["y"],
+            vec![],
+        )],
         vec![scalar_init("ninf", f32::NEG_INFINITY)],
-        &[("mask", data_type::BOOL, &[4]), ("x", data_type::FLOAT, &[4])],
+        &[
+            ("mask", data_type::BOOL, &[4]),
+            ("x", data_type::FLOAT, &[4]),
+        ],
         &["y"],
     );
     let g = import_onnx_bytes(&user_fill, None, &ImportOptions::default()).unwrap();

@@ -31,13 +31,23 @@ fn matches_pytorch(name: &str) {
     let mut n = 0;
     while dir.join(format!("expected_{n}.npy")).exists() {
         let want = read_npy(&dir.join(format!("expected_{n}.npy"))).unwrap();
-        assert!(n < outs.len(), "{name}: RLX gave {} outputs, PyTorch more", outs.len());
+        assert!(
+            n < outs.len(),
+            "{name}: RLX gave {} outputs, PyTorch more",
+            outs.len()
+        );
         let scale = (0..want.numel())
             .map(|i| want.data().get_f64(i).abs())
             .fold(0.0f64, f64::max);
         // rtol 1e-4; atol 1e-5 of the output's scale (elements near 0 carry absolute
         // round-off from sums of larger terms).
-        assert_close(&format!("{name} output {n}"), &outs[n], &want, 1e-4, 1e-5 * scale.max(1e-3));
+        assert_close(
+            &format!("{name} output {n}"),
+            &outs[n],
+            &want,
+            1e-4,
+            1e-5 * scale.max(1e-3),
+        );
         n += 1;
     }
     assert_eq!(n, outs.len(), "{name}: output count differs from PyTorch's");
@@ -79,8 +89,13 @@ fn fixtures_have_varied_outputs() {
         };
         let t = read_npy(&dir.join("expected_0.npy")).unwrap();
         let v: Vec<f64> = (0..t.numel()).map(|i| t.data().get_f64(i)).collect();
-        let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-        assert!(hi - lo > 1e-3, "{name}: expected outputs span only {lo}..{hi}");
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        assert!(
+            hi - lo > 1e-3,
+            "{name}: expected outputs span only {lo}..{hi}"
+        );
     }
 }
 
@@ -101,15 +116,14 @@ fn nan_reports(dir: &Path) -> Vec<serde_json::Value> {
         .env("RLX_DEBUG_NANS", "1")
         .output()
         .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap_or_else(|e| {
-            panic!(
-                "{}: no report ({e}); stderr: {}",
-                dir.display(),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        }))
-        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap_or_else(|e| {
+        panic!(
+            "{}: no report ({e}); stderr: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }))
+    .unwrap();
     v["reports"].as_array().cloned().unwrap_or_default()
 }
 
@@ -127,7 +141,11 @@ fn planted(name: &str) {
         .iter()
         .filter(|r| r["cause"]["kind"] != "propagated")
         .collect();
-    assert_eq!(culprits.len(), 1, "{name}: one culprit expected, got {reports:#?}");
+    assert_eq!(
+        culprits.len(),
+        1,
+        "{name}: one culprit expected, got {reports:#?}"
+    );
     let r = culprits[0];
     let line = want["source"]["line"].as_u64().unwrap();
     let file = want["source"]["file"].as_str().unwrap();
@@ -146,13 +164,19 @@ fn planted(name: &str) {
         assert_eq!(at("source"), expected, "{name}: {r:#}");
         let label = r["label"].as_str().unwrap();
         if !module.is_empty() {
-            assert!(label.starts_with(&format!("{module}/")), "{name}: label {label}");
+            assert!(
+                label.starts_with(&format!("{module}/")),
+                "{name}: label {label}"
+            );
         }
     } else {
         // The Inf's creator is named as the origin of the NaN-making op.
         assert_eq!(at("inf_origin_source"), expected, "{name}: {r:#}");
         let origin = r["cause"]["inf_origin_label"].as_str().unwrap();
-        assert!(origin.starts_with(&format!("{module}/")), "{name}: origin {origin}");
+        assert!(
+            origin.starts_with(&format!("{module}/")),
+            "{name}: origin {origin}"
+        );
     }
 }
 
@@ -177,11 +201,22 @@ fn renamed_files_are_read_by_content() {
     let Some(dir) = fixture("fixtures/torch/mlp") else {
         return;
     };
-    let tmp = TmpDir(std::env::temp_dir().join(format!("rlx_torch_renamed_{}", std::process::id())));
+    let tmp =
+        TmpDir(std::env::temp_dir().join(format!("rlx_torch_renamed_{}", std::process::id())));
     std::fs::create_dir_all(&tmp.0).unwrap();
     let rlx = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_rlx")).args(args).output().unwrap();
-        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        let out = Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
     };
     let x = dir.join("input_x.npy");
     let mask = dir.join("input_mask.npy");
@@ -189,13 +224,18 @@ fn renamed_files_are_read_by_content() {
         let p = tmp.join(name);
         std::fs::copy(dir.join("model.pt2"), &p).unwrap();
         let (code, text) = rlx(&[
-            "run".as_ref(), "-q".as_ref(), p.as_os_str(),
-            "--input".as_ref(), format!("x={}", x.display()).as_ref(),
-            "--input".as_ref(), format!("mask={}", mask.display()).as_ref(),
+            "run".as_ref(),
+            "-q".as_ref(),
+            p.as_os_str(),
+            "--input".as_ref(),
+            format!("x={}", x.display()).as_ref(),
+            "--input".as_ref(),
+            format!("mask={}", mask.display()).as_ref(),
         ]);
         assert_eq!(code, Some(0), "{name}: {text}");
     }
-    let onnx = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/healthy_mlp/model.onnx");
+    let onnx = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/healthy_mlp/model.onnx");
     let p = tmp.join("renamed.pt2");
     std::fs::copy(&onnx, &p).unwrap();
     let (code, text) = rlx(&["run".as_ref(), "-q".as_ref(), p.as_os_str()]);
@@ -204,7 +244,10 @@ fn renamed_files_are_read_by_content() {
     std::fs::create_dir_all(&empty).unwrap();
     let (code, text) = rlx(&["run".as_ref(), empty.as_os_str()]);
     assert_eq!(code, Some(1), "{text}");
-    assert!(text.contains("model.onnx") && text.contains("model.pt2"), "{text}");
+    assert!(
+        text.contains("model.onnx") && text.contains("model.pt2"),
+        "{text}"
+    );
 }
 
 /// `torch.export.Dim("batch", min=1, max=64)`: a batch inside the range runs, one outside it
@@ -220,12 +263,23 @@ fn dims_outside_the_exported_range_are_refused() {
     for (batch, ok) in [(64usize, true), (65, false)] {
         let x = tmp.join(format!("x{batch}.npy"));
         let m = tmp.join(format!("m{batch}.npy"));
-        rlx_cli::npy::write_npy(&x, &rlx_ir::Tensor::from_f32(&[batch, 16], vec![0.5; batch * 16]).unwrap()).unwrap();
-        rlx_cli::npy::write_npy(&m, &rlx_ir::Tensor::from_f32(&[batch, 8], vec![0.0; batch * 8]).unwrap()).unwrap();
+        rlx_cli::npy::write_npy(
+            &x,
+            &rlx_ir::Tensor::from_f32(&[batch, 16], vec![0.5; batch * 16]).unwrap(),
+        )
+        .unwrap();
+        rlx_cli::npy::write_npy(
+            &m,
+            &rlx_ir::Tensor::from_f32(&[batch, 8], vec![0.0; batch * 8]).unwrap(),
+        )
+        .unwrap();
         let r = load(
             &ModelArgs {
                 model: dir.join("model.pt2"),
-                inputs: vec![format!("x={}", x.display()), format!("mask={}", m.display())],
+                inputs: vec![
+                    format!("x={}", x.display()),
+                    format!("mask={}", m.display()),
+                ],
                 ..Default::default()
             },
             true,
@@ -234,10 +288,51 @@ fn dims_outside_the_exported_range_are_refused() {
             (Ok(_), true) => {}
             (Err(e), false) => {
                 let e = format!("{e:#}");
-                assert!(e.contains("\"x\"") && e.contains("65") && e.contains("[1, 64]"), "{e}");
+                assert!(
+                    e.contains("\"x\"") && e.contains("65") && e.contains("[1, 64]"),
+                    "{e}"
+                );
             }
             (Ok(_), false) => panic!("batch {batch} imported outside the range [1, 64]"),
             (Err(e), true) => panic!("batch {batch}: {e:#}"),
         }
     }
+}
+
+/// Bad values stored in the checkpoint: the report names the parameter or buffer (by its
+/// state-dict name) and the planted element, with the checkpoint fix, and blames no op that
+/// only read it (the linear, the Mul).
+fn planted_weight(name: &str) {
+    let Some(dir) = fixture(&format!("fixtures/torch/{name}")) else {
+        return;
+    };
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected_report.json")).unwrap()).unwrap();
+    let reports = nan_reports(&dir);
+    assert_eq!(reports.len(), 1, "{name}: {reports:#?}");
+    let r = &reports[0];
+    let kind = match want["kind"].as_str().unwrap() {
+        "NaN" => "NaN",
+        "+inf" => "PosInf",
+        _ => "NegInf",
+    };
+    assert_eq!(r["op"], "Initializer", "{name}: {r:#}");
+    assert_eq!(r["label"], want["initializer"], "{name}: {r:#}");
+    assert_eq!(r["kind"], kind, "{name}: {r:#}");
+    assert_eq!(r["index"], want["index"], "{name}: {r:#}");
+    assert_eq!(r["cause"]["kind"], "leaf", "{name}: {r:#}");
+    assert!(
+        r["fix"].as_str().unwrap_or("").contains("checkpoint"),
+        "{name}: {r:#}"
+    );
+}
+
+#[test]
+fn planted_nan_weight() {
+    planted_weight("nan_weight");
+}
+
+#[test]
+fn planted_inf_buffer() {
+    planted_weight("inf_buffer");
 }

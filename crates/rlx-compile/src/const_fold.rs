@@ -10,8 +10,15 @@ const MAX_FOLD_ELEMENTS: usize = 1 << 24;
 /// by a `Constant` holding its value (computed by the CPU reference kernels; ops they cannot
 /// evaluate stay), and nodes that no output depends on are dropped. Origins are kept, so a
 /// folded constant still names the op it came from.
+///
+/// A node with an input that already holds NaN/Inf is not folded: folding would give the
+/// bad value this node's origin (a `Transpose` of a weight holding NaN would read as "the
+/// linear computed it"), so it stays an op and the localizer sees the chain at run time,
+/// naming the constant (or the op) that created the value. Such graphs are rare; each
+/// constant is scanned at most once.
 pub fn const_fold(g: &Graph) -> Graph {
     let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.len()];
+    let mut finite: Vec<Option<bool>> = vec![None; g.len()];
     let mut folded = g.clone();
     for node in &g.nodes {
         let i = node.id.index();
@@ -21,6 +28,13 @@ pub fn const_fold(g: &Graph) -> Graph {
             op => {
                 if node.shape.numel() <= MAX_FOLD_ELEMENTS
                     && node.inputs.iter().all(|x| values[x.index()].is_some())
+                    && node.inputs.iter().all(|x| {
+                        *finite[x.index()].get_or_insert_with(|| {
+                            let t = values[x.index()].as_deref().expect("checked above");
+                            !t.dtype().is_float()
+                                || rlx_ir::numeric_check::scan_data(t.data()).is_clean()
+                        })
+                    })
                 {
                     let ins: Vec<&Tensor> = node
                         .inputs

@@ -249,7 +249,11 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
                 c.first()
             };
             let Some((index, kind)) = first else { continue };
-            let op = node.op.name();
+            let op = if rlx_ir::numeric_check::is_bad_weight(g, o) {
+                "Initializer".to_string()
+            } else {
+                node.op.name()
+            };
             let src = source_op_type(g, o);
             let inf_origin = match &cause {
                 Cause::InputsHeldInf {

@@ -279,6 +279,7 @@ impl InfSource {
         match &node.op {
             Op::Input { .. } | Op::Param { .. } => InfSource::InputData,
             Op::Constant(_) if is_literal_constant(g, o) => InfSource::Fill,
+            Op::Constant(_) if is_bad_weight(g, o) => InfSource::InputData,
             Op::Select | Op::Pad { .. } => InfSource::Fill,
             Op::Unary(U::Log) => InfSource::LogOfZero,
             Op::Unary(U::Reciprocal | U::Rsqrt) | Op::Binary(B::Div) => InfSource::DivisionByZero,
@@ -463,6 +464,11 @@ impl NanReport {
                 "Input" => writeln!(f, "  → the graph input already holds it (nothing upstream)")?,
                 "Param" => writeln!(f, "  → the parameter already holds it (nothing upstream)")?,
                 "Constant" => writeln!(f, "  → a literal constant of the model holds it")?,
+                "Initializer" => writeln!(
+                    f,
+                    "  → the model's weights already hold it: initializer \"{}\" (read from the model file; nothing upstream)",
+                    self.label
+                )?,
                 _ => writeln!(
                     f,
                     "  → computed from constants when the model was loaded: this op produced it"
@@ -516,7 +522,11 @@ fn fix_key(op: &str) -> String {
     let Some(rest) = lower.strip_prefix("aten.") else {
         return lower;
     };
-    let name = rest.split('.').next().unwrap_or(rest).trim_start_matches('_');
+    let name = rest
+        .split('.')
+        .next()
+        .unwrap_or(rest)
+        .trim_start_matches('_');
     match name {
         "log_softmax" => "logsoftmax",
         "safe_softmax" | "softmax" => "softmax",
@@ -620,18 +630,59 @@ pub fn fix_hint(
 /// (a `Constant` folded from an ONNX `Div` shows as `Div`), else the IR op name.
 pub fn display_op(g: &Graph, id: NodeId) -> String {
     let n = g.node(id);
+    if is_bad_weight(g, id) {
+        return "Initializer".into();
+    }
     match (&n.op, source_op_type(g, id)) {
         (crate::Op::Constant(_), Some(src)) => src.to_string(),
         (op, _) => op.name(),
     }
 }
 
-/// True for a constant written literally in the model (an initializer or an ONNX `Constant`),
-/// as opposed to one folded from an op. A literal non-finite constant counts as part of the
-/// op that consumes it: `Where(mask, 0, -inf)` is where the -inf enters the data.
+/// True for a constant written literally in the model (an ONNX `Constant` node, a scalar the
+/// importer wrote for an argument, an initializer that is a fill such as a `-inf` scalar or
+/// a 0/-inf mask), as opposed to one folded from an op or a weight holding bad data. A
+/// literal non-finite constant counts as part of the op that consumes it:
+/// `Where(mask, 0, -inf)` is where the -inf enters the data.
 pub fn is_literal_constant(g: &Graph, id: NodeId) -> bool {
     matches!(g.node(id).op, crate::Op::Constant(_))
         && matches!(source_op_type(g, id), None | Some("Constant"))
+        && !is_bad_weight(g, id)
+}
+
+/// True for a named tensor of the model (an ONNX initializer; a `torch.export` parameter,
+/// buffer or tensor constant: a `Constant` whose origin has the tensor's name and no op
+/// type) that holds NaN/Inf as data rather than as a fill: a NaN anywhere, or an infinity
+/// beside finite non-zero values (`scale = [1, inf, 2]`, a corrupted weight). The model
+/// file already holds that value, so the initializer is the culprit (its own origin), not
+/// the op that reads it. A scalar, or a tensor of only 0 and one-signed infinities (a
+/// causal mask), is a fill.
+pub fn is_bad_weight(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    let crate::Op::Constant(t) = &n.op else {
+        return false;
+    };
+    let named = n
+        .origin
+        .as_ref()
+        .is_some_and(|o| o.op_type.is_none() && !o.label.is_empty());
+    if !named || !t.dtype().is_float() {
+        return false;
+    }
+    let c = scan_data(t.data());
+    if c.is_clean() {
+        return false;
+    }
+    if c.has_nan() {
+        return true;
+    }
+    if c.len == 1 || (c.pos_inf > 0 && c.neg_inf > 0) {
+        return c.len > 1;
+    }
+    t.data()
+        .to_f64_vec()
+        .iter()
+        .any(|x| x.is_finite() && *x != 0.0)
 }
 
 /// Per-node scan state kept during one run.

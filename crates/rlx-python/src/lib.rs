@@ -262,7 +262,10 @@ fn arrays_in(arrays: &Bound<'_, PyList>) -> Result<Vec<(String, Tensor)>, Fail> 
             .extract()
             .map_err(|e| Fail::new(Kind::Input, format!("inputs: {e}")))?;
         if out.iter().any(|(n, _)| *n == name) {
-            return Err(Fail::new(Kind::Input, format!("input \"{name}\": given twice")));
+            return Err(Fail::new(
+                Kind::Input,
+                format!("input \"{name}\": given twice"),
+            ));
         }
         let t = array_to_tensor(&name, &dtype, &arr)?;
         out.push((name, t));
@@ -298,8 +301,14 @@ fn tensor_out<'py>(py: Python<'py>, t: Tensor) -> PyResult<(String, Bound<'py, P
         TensorData::U64(v) => ("u64", arr!(v)),
         TensorData::Bool(v) => ("bool", arr!(v)),
         d @ TensorData::Narrow { .. } => match dt {
-            DType::I4 | DType::I2 => ("i8", arr!(d.to_i64_vec().iter().map(|&x| x as i8).collect::<Vec<_>>())),
-            DType::U4 | DType::U2 => ("u8", arr!(d.to_i64_vec().iter().map(|&x| x as u8).collect::<Vec<_>>())),
+            DType::I4 | DType::I2 => (
+                "i8",
+                arr!(d.to_i64_vec().iter().map(|&x| x as i8).collect::<Vec<_>>()),
+            ),
+            DType::U4 | DType::U2 => (
+                "u8",
+                arr!(d.to_i64_vec().iter().map(|&x| x as u8).collect::<Vec<_>>()),
+            ),
             _ => ("f32", arr!(d.to_f32_vec())),
         },
     };
@@ -491,7 +500,10 @@ impl State {
             let t = match given.remove(n) {
                 Some(t) => t,
                 None => c.generated.get(n).cloned().ok_or_else(|| {
-                    Fail::new(Kind::Other, format!("internal: no tensor for input \"{n}\""))
+                    Fail::new(
+                        Kind::Other,
+                        format!("internal: no tensor for input \"{n}\""),
+                    )
                 })?,
             };
             feeds.push((n.clone(), t));
@@ -919,7 +931,10 @@ impl NativeModel {
                                 add_origin(cg, rlx_ir::NodeId(id), lm);
                             }
                         }
-                        (v.to_string(), format_report(&label, std::slice::from_ref(d)))
+                        (
+                            v.to_string(),
+                            format_report(&label, std::slice::from_ref(d)),
+                        )
                     })
                     .collect();
                 Ok((each, format_report(&label, &report)))

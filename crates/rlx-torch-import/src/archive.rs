@@ -133,10 +133,13 @@ impl Archive {
     /// The declared (uncompressed) size of `<prefix><name>`.
     pub fn size(&mut self, name: &str) -> Result<u64, TorchImportError> {
         let full = format!("{}{name}", self.prefix);
-        let f = self.z.by_name(&full).map_err(|e| TorchImportError::Archive {
-            file: self.file.clone(),
-            msg: format!("entry \"{full}\" is missing or unreadable ({e})"),
-        })?;
+        let f = self
+            .z
+            .by_name(&full)
+            .map_err(|e| TorchImportError::Archive {
+                file: self.file.clone(),
+                msg: format!("entry \"{full}\" is missing or unreadable ({e})"),
+            })?;
         Ok(f.size())
     }
 
@@ -164,17 +167,28 @@ impl Archive {
             return Err(err(format!(
                 "declares {declared} bytes, more than the {}-byte archive can hold{}",
                 self.len,
-                if stored { "" } else { " (deflate inflates at most 1032:1)" }
+                if stored {
+                    ""
+                } else {
+                    " (deflate inflates at most 1032:1)"
+                }
             )));
         }
-        let prealloc = if stored { declared } else { declared.min(self.len) };
+        let prealloc = if stored {
+            declared
+        } else {
+            declared.min(self.len)
+        };
         let mut buf = Vec::with_capacity(prealloc as usize);
         (&mut f)
             .take(cap + 1)
             .read_to_end(&mut buf)
             .map_err(|e| err(format!("corrupted ({e})")))?;
         if buf.len() as u64 != declared {
-            return Err(err(format!("holds {} bytes but declares {declared}", buf.len())));
+            return Err(err(format!(
+                "holds {} bytes but declares {declared}",
+                buf.len()
+            )));
         }
         Ok(buf)
     }

@@ -154,11 +154,16 @@ impl Pt2Model {
             };
             for (axis, d) in decl.dims.iter().enumerate() {
                 let rlx_ir::Dim::Sym(sym) = d else { continue };
-                let Some(&(lo, hi)) = self.ranges.get(sym) else { continue };
-                let Some(rlx_ir::Dim::Static(v)) = node.shape.dims.get(axis).cloned() else { continue };
+                let Some(&(lo, hi)) = self.ranges.get(sym) else {
+                    continue;
+                };
+                let Some(rlx_ir::Dim::Static(v)) = node.shape.dims.get(axis).cloned() else {
+                    continue;
+                };
                 let v = v as i64;
                 if lo.is_some_and(|lo| v < lo) || hi.is_some_and(|hi| v > hi) {
-                    let show = |b: Option<i64>, inf: &str| b.map_or(inf.to_string(), |b| b.to_string());
+                    let show =
+                        |b: Option<i64>, inf: &str| b.map_or(inf.to_string(), |b| b.to_string());
                     return Err(TorchImportError::Tensor {
                         file: self.file.clone(),
                         name: name.clone(),

@@ -125,9 +125,17 @@ fn module_path(stack: &str) -> Option<String> {
 /// Whether a frame's file is torch's own code (skipped when naming the user's line).
 fn is_torch_frame(file: &str) -> bool {
     let f = file.replace('\\', "/");
-    ["site-packages/torch/", "dist-packages/torch/", "/torch/nn/", "/torch/_", "/torch/functional.py", "/torch/export/", "/torch/fx/"]
-        .iter()
-        .any(|p| f.contains(p))
+    [
+        "site-packages/torch/",
+        "dist-packages/torch/",
+        "/torch/nn/",
+        "/torch/_",
+        "/torch/functional.py",
+        "/torch/export/",
+        "/torch/fx/",
+    ]
+    .iter()
+    .any(|p| f.contains(p))
 }
 
 /// The innermost frame of a `stack_trace` that is not torch's own code (else the innermost
@@ -137,8 +145,12 @@ pub fn source_of(trace: &str) -> Option<SourceLoc> {
     let mut frames: Vec<SourceLoc> = vec![];
     for (i, l) in lines.iter().enumerate() {
         let t = l.trim_start();
-        let Some(rest) = t.strip_prefix("File \"") else { continue };
-        let Some((file, rest)) = rest.split_once('"') else { continue };
+        let Some(rest) = t.strip_prefix("File \"") else {
+            continue;
+        };
+        let Some((file, rest)) = rest.split_once('"') else {
+            continue;
+        };
         let Some(num) = rest
             .trim_start_matches(", line ")
             .split(|c: char| !c.is_ascii_digit())
@@ -291,7 +303,13 @@ impl<'p> Lower<'p> {
         format!("{}#{}", self.cur, self.k)
     }
 
-    fn emit_n(&mut self, op: &str, inputs: &[&str], n: usize, attrs: Vec<AttributeProto>) -> Vec<String> {
+    fn emit_n(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        n: usize,
+        attrs: Vec<AttributeProto>,
+    ) -> Vec<String> {
         let outs: Vec<String> = (0..n).map(|_| self.fresh()).collect();
         self.nodes.push(NodeProto {
             input: inputs.iter().map(|s| s.to_string()).collect(),
@@ -381,7 +399,9 @@ impl<'p> Lower<'p> {
                     vec![attr_i("start", i as i64), attr_i("end", i as i64 + 1)],
                 ))
             }
-            SymDim::Expr(e) => Err(format!("the size {e} (an expression of symbolic dims) is not supported yet")),
+            SymDim::Expr(e) => Err(format!(
+                "the size {e} (an expression of symbolic dims) is not supported yet"
+            )),
         }
     }
 
@@ -423,7 +443,11 @@ impl<'n> Args<'n> {
         v.get("as_int")
             .and_then(Value::as_i64)
             .or_else(|| v.get("as_bool").and_then(Value::as_bool).map(|b| b as i64))
-            .or_else(|| v.get("as_sym_int").and_then(|s| s.get("as_int")).and_then(Value::as_i64))
+            .or_else(|| {
+                v.get("as_sym_int")
+                    .and_then(|s| s.get("as_int"))
+                    .and_then(Value::as_i64)
+            })
     }
     fn float(&self, name: &str, pos: usize) -> Option<f64> {
         let v = self.get(name, pos)?;
@@ -457,7 +481,9 @@ impl<'n> Args<'n> {
     }
     fn string(&self, name: &str, pos: usize) -> Option<String> {
         let v = self.get(name, pos)?;
-        v.get("as_string").and_then(Value::as_str).map(str::to_string)
+        v.get("as_string")
+            .and_then(Value::as_str)
+            .map(str::to_string)
     }
     fn ints(&self, name: &str, pos: usize) -> Option<Vec<i64>> {
         let v = self.get(name, pos)?;
@@ -468,7 +494,10 @@ impl<'n> Args<'n> {
             return Some(vec![i]);
         }
         if let Some(a) = v.get("as_sym_ints").and_then(Value::as_array) {
-            return a.iter().map(|s| s.get("as_int").and_then(Value::as_i64)).collect();
+            return a
+                .iter()
+                .map(|s| s.get("as_int").and_then(Value::as_i64))
+                .collect();
         }
         None
     }
@@ -491,7 +520,9 @@ impl<'n> Args<'n> {
         )
     }
     fn dtype(&self, name: &str, pos: usize) -> Option<i64> {
-        self.get(name, pos)?.get("as_scalar_type").and_then(Value::as_i64)
+        self.get(name, pos)?
+            .get("as_scalar_type")
+            .and_then(Value::as_i64)
     }
 }
 
@@ -524,12 +555,20 @@ pub fn lower(
     for (name, kind) in &p.inputs {
         match kind {
             InputKind::User => {
-                let m = p
-                    .metas
-                    .get(name)
-                    .ok_or_else(|| bad(file, format!("user input \"{name}\" has no tensor_values entry")))?;
+                let m = p.metas.get(name).ok_or_else(|| {
+                    bad(
+                        file,
+                        format!("user input \"{name}\" has no tensor_values entry"),
+                    )
+                })?;
                 let (d, _) = onnx_dtype(m.dtype).ok_or_else(|| {
-                    bad(file, format!("user input \"{name}\" has {}, which RLX does not run", dtype_name(m.dtype)))
+                    bad(
+                        file,
+                        format!(
+                            "user input \"{name}\" has {}, which RLX does not run",
+                            dtype_name(m.dtype)
+                        ),
+                    )
                 })?;
                 let mut dims = vec![];
                 for (i, s) in m.sizes.iter().enumerate() {
@@ -584,7 +623,10 @@ pub fn lower(
                 if let Some(m) = p.metas.get(name) {
                     let (gd, _) = onnx_dtype(m.dtype).unwrap_or((t.data_type, 0));
                     let same_dims = m.sizes.len() == t.dims.len()
-                        && m.sizes.iter().zip(&t.dims).all(|(a, &b)| !matches!(a, SymDim::Int(x) if *x != b));
+                        && m.sizes
+                            .iter()
+                            .zip(&t.dims)
+                            .all(|(a, &b)| !matches!(a, SymDim::Int(x) if *x != b));
                     if gd != t.data_type || !same_dims {
                         return Err(TorchImportError::Tensor {
                             file: file.into(),
@@ -639,14 +681,22 @@ pub fn lower(
 
     let mut outputs = vec![];
     for (i, o) in p.outputs.iter().enumerate() {
-        let Some(tn) = o.get("as_tensor").and_then(|t| t.get("name")).and_then(Value::as_str) else {
-            return Err(bad(file, format!("output #{i} is not a tensor ({o}): RLX returns tensors only")));
+        let Some(tn) = o
+            .get("as_tensor")
+            .and_then(|t| t.get("name"))
+            .and_then(Value::as_str)
+        else {
+            return Err(bad(
+                file,
+                format!("output #{i} is not a tensor ({o}): RLX returns tensors only"),
+            ));
         };
-        let v = lw
-            .vals
-            .get(tn)
-            .cloned()
-            .ok_or_else(|| bad(file, format!("output #{i} \"{tn}\" is not computed by the graph")))?;
+        let v = lw.vals.get(tn).cloned().ok_or_else(|| {
+            bad(
+                file,
+                format!("output #{i} \"{tn}\" is not computed by the graph"),
+            )
+        })?;
         let out_name = format!("output_{i}");
         lw.cur = format!("output_{i}");
         lw.nodes.push(NodeProto {
@@ -706,13 +756,16 @@ fn read_state(
         .and_then(Value::as_str)
         .ok_or_else(|| err("no path_name in the weights config".into()))?;
     if path.contains('/') || path.contains("..") {
-        return Err(err(format!("path_name \"{path}\" leaves the archive's weights folder")));
+        return Err(err(format!(
+            "path_name \"{path}\" leaves the archive's weights folder"
+        )));
     }
     let meta = entry
         .get("tensor_meta")
         .ok_or_else(|| err("no tensor_meta in the weights config".into()))?;
     let code = meta.get("dtype").and_then(Value::as_i64).unwrap_or(0);
-    let (d, es) = onnx_dtype(code).ok_or_else(|| err(format!("{}, which RLX does not read", dtype_name(code))))?;
+    let (d, es) = onnx_dtype(code)
+        .ok_or_else(|| err(format!("{}, which RLX does not read", dtype_name(code))))?;
     let ints = |k: &str| -> Result<Vec<i64>, TorchImportError> {
         meta.get(k)
             .and_then(Value::as_array)
@@ -731,8 +784,14 @@ fn read_state(
         .and_then(crate::program::sym_dim)
         .map(|s| if let SymDim::Int(i) = s { i } else { -1 })
         .unwrap_or(0);
-    if sizes.iter().any(|&s| s < 0) || strides.iter().any(|&s| s < 0) || offset < 0 || strides.len() != sizes.len() {
-        return Err(err(format!("bad tensor_meta: sizes {sizes:?}, strides {strides:?}, storage offset {offset}")));
+    if sizes.iter().any(|&s| s < 0)
+        || strides.iter().any(|&s| s < 0)
+        || offset < 0
+        || strides.len() != sizes.len()
+    {
+        return Err(err(format!(
+            "bad tensor_meta: sizes {sizes:?}, strides {strides:?}, storage offset {offset}"
+        )));
     }
     let numel = sizes
         .iter()
@@ -752,7 +811,9 @@ fn read_state(
             .iter()
             .zip(&strides)
             .try_fold(offset as u64, |a, (&s, &st)| {
-                (s as u64 - 1).checked_mul(st as u64).and_then(|x| a.checked_add(x))
+                (s as u64 - 1)
+                    .checked_mul(st as u64)
+                    .and_then(|x| a.checked_add(x))
             })
             .and_then(|x| x.checked_add(1))
             .ok_or_else(|| err("strides overflow".into()))?
@@ -843,7 +904,11 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
     }
     // A symbolic-size predicate (`_operator.eq` of two sym sizes, torch 2.8): only the
     // runtime asserts read it, and those are dropped below.
-    if !n.target.starts_with("aten.") && n.outputs.first().is_some_and(|o| o.get("as_sym_bool").is_some()) {
+    if !n.target.starts_with("aten.")
+        && n.outputs
+            .first()
+            .is_some_and(|o| o.get("as_sym_bool").is_some())
+    {
         return Ok(());
     }
     let full = n.target.as_str();
@@ -881,7 +946,9 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
     let odt = match &ometa {
         Some(m) => Some(
             onnx_dtype(m.dtype)
-                .ok_or_else(|| format!("output has {}, which RLX does not run", dtype_name(m.dtype)))?
+                .ok_or_else(|| {
+                    format!("output has {}, which RLX does not run", dtype_name(m.dtype))
+                })?
                 .0,
         ),
         None => None,
@@ -890,19 +957,17 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
         let tn = a
             .tensor_name(name, pos)
             .ok_or_else(|| format!("argument {name} is not a tensor"))?;
-        lw.vals
-            .get(&tn)
-            .cloned()
-            .ok_or_else(|| format!("argument {name} refers to \"{tn}\", which is not computed before this node"))
+        lw.vals.get(&tn).cloned().ok_or_else(|| {
+            format!("argument {name} refers to \"{tn}\", which is not computed before this node")
+        })
     };
     let opt_t = |lw: &Lower, name: &str, pos: usize| -> R<Option<V>> {
         match a.tensor_name(name, pos) {
-            Some(tn) => lw
-                .vals
-                .get(&tn)
-                .cloned()
-                .map(Some)
-                .ok_or_else(|| format!("argument {name} refers to \"{tn}\", which is not computed before this node")),
+            Some(tn) => lw.vals.get(&tn).cloned().map(Some).ok_or_else(|| {
+                format!(
+                    "argument {name} refers to \"{tn}\", which is not computed before this node"
+                )
+            }),
             None => Ok(None),
         }
     };
@@ -959,7 +1024,11 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
         "acosh" => Some("Acosh"),
         "atanh" => Some("Atanh"),
         "logical_not" => Some("Not"),
-        "bitwise_not" => Some(if odt == Some(dt::BOOL) { "Not" } else { "BitwiseNot" }),
+        "bitwise_not" => Some(if odt == Some(dt::BOOL) {
+            "Not"
+        } else {
+            "BitwiseNot"
+        }),
         "isnan" => Some("IsNaN"),
         "isinf" => Some("IsInf"),
         "hardswish" => Some("HardSwish"),
@@ -2309,7 +2378,10 @@ fn sym_list(lw: &mut Lower, a: &Args, name: &str, pos: usize) -> R<String> {
         .ok_or_else(|| format!("{name} is not a list of sizes"))?;
     let mut parts = vec![];
     for it in items {
-        if let Some(i) = it.as_i64().or_else(|| it.get("as_int").and_then(Value::as_i64)) {
+        if let Some(i) = it
+            .as_i64()
+            .or_else(|| it.get("as_int").and_then(Value::as_i64))
+        {
             parts.push(lw.ints(&[i]));
         } else if let Some(n) = it.get("as_name").and_then(Value::as_str) {
             let s = lw
@@ -2332,7 +2404,11 @@ fn lower_sym(lw: &mut Lower, n: &FxNode, a: &Args) -> R<String> {
     let target = n.target.as_str();
     if target.starts_with("aten.sym_size") {
         let tn = a.tensor_name("self", 0).ok_or("sym_size of a non-tensor")?;
-        let x = lw.vals.get(&tn).cloned().ok_or_else(|| format!("\"{tn}\" is not computed"))?;
+        let x = lw
+            .vals
+            .get(&tn)
+            .cloned()
+            .ok_or_else(|| format!("\"{tn}\" is not computed"))?;
         let d = norm_axis(a.int("dim", 1).ok_or("sym_size without dim")?, x.rank());
         return Ok(lw.emit(
             "Shape",
@@ -2341,8 +2417,14 @@ fn lower_sym(lw: &mut Lower, n: &FxNode, a: &Args) -> R<String> {
         ));
     }
     if target.starts_with("aten.sym_numel") {
-        let tn = a.tensor_name("self", 0).ok_or("sym_numel of a non-tensor")?;
-        let x = lw.vals.get(&tn).cloned().ok_or_else(|| format!("\"{tn}\" is not computed"))?;
+        let tn = a
+            .tensor_name("self", 0)
+            .ok_or("sym_numel of a non-tensor")?;
+        let x = lw
+            .vals
+            .get(&tn)
+            .cloned()
+            .ok_or_else(|| format!("\"{tn}\" is not computed"))?;
         return Ok(lw.emit("Size", &[&x.name], vec![]));
     }
     let op = target.rsplit('.').next().unwrap_or(target);

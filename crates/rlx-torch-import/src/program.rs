@@ -141,7 +141,9 @@ impl Program {
                     .ok_or_else(|| bad(file, format!("tensor value \"{k}\" has no sizes")))?
                     .iter()
                     .map(|s| {
-                        sym_dim(s).ok_or_else(|| bad(file, format!("tensor value \"{k}\": unreadable size {s}")))
+                        sym_dim(s).ok_or_else(|| {
+                            bad(file, format!("tensor value \"{k}\": unreadable size {s}"))
+                        })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 metas.insert(k.clone(), Meta { dtype, sizes });
@@ -159,7 +161,10 @@ impl Program {
                 .get("target")
                 .and_then(Value::as_str)
                 .ok_or_else(|| bad(file, format!("node #{i} has no target")))?;
-            let target = target.strip_prefix("torch.ops.").unwrap_or(target).to_string();
+            let target = target
+                .strip_prefix("torch.ops.")
+                .unwrap_or(target)
+                .to_string();
             let outputs = n
                 .get("outputs")
                 .and_then(Value::as_array)
@@ -178,7 +183,10 @@ impl Program {
                     a.iter()
                         .map(|na| {
                             (
-                                na.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                                na.get("name")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("")
+                                    .to_string(),
                                 na.get("arg").cloned().unwrap_or(Value::Null),
                             )
                         })
@@ -217,7 +225,11 @@ impl Program {
         if specs.len() != placeholders.len() {
             return Err(bad(
                 file,
-                format!("{} graph inputs but {} input specs", placeholders.len(), specs.len()),
+                format!(
+                    "{} graph inputs but {} input specs",
+                    placeholders.len(),
+                    specs.len()
+                ),
             ));
         }
         for spec in specs {
@@ -246,8 +258,12 @@ impl Program {
                     }
                 }
                 "parameter" | "buffer" | "tensor_constant" => {
-                    let name = arg_name(body)
-                        .ok_or_else(|| bad(file, format!("{kind} spec without an argument name: {body}")))?;
+                    let name = arg_name(body).ok_or_else(|| {
+                        bad(
+                            file,
+                            format!("{kind} spec without an argument name: {body}"),
+                        )
+                    })?;
                     let fqn = ["parameter_name", "buffer_name", "tensor_constant_name"]
                         .iter()
                         .find_map(|k| body.get(*k).and_then(Value::as_str))
@@ -272,12 +288,12 @@ impl Program {
                         InputKind::ConstantArg(body.get("value").cloned().unwrap_or(Value::Null)),
                     )
                 }
-                other => {
-                    return Err(bad(
-                        file,
-                        format!("input spec kind \"{other}\" (a custom object or a token): not supported"),
-                    ))
-                }
+                other => return Err(bad(
+                    file,
+                    format!(
+                        "input spec kind \"{other}\" (a custom object or a token): not supported"
+                    ),
+                )),
             };
             inputs.push(entry);
         }
@@ -291,7 +307,9 @@ impl Program {
                 outputs.push(u.get("arg").cloned().unwrap_or(Value::Null));
             }
         }
-        let read_cfg = |ar: &mut Archive, name: &str| -> Result<serde_json::Map<String, Value>, TorchImportError> {
+        let read_cfg = |ar: &mut Archive,
+                        name: &str|
+         -> Result<serde_json::Map<String, Value>, TorchImportError> {
             if !ar.has(name) {
                 return Ok(Default::default());
             }
@@ -304,19 +322,34 @@ impl Program {
                 .unwrap_or_default())
         };
         let mut storages = HashMap::new();
-        let mut state = |ar: &mut Archive, cfg: &str, pt: &str, dir: &str| -> Result<serde_json::Map<String, Value>, TorchImportError> {
+        let mut state = |ar: &mut Archive,
+                         cfg: &str,
+                         pt: &str,
+                         dir: &str|
+         -> Result<serde_json::Map<String, Value>, TorchImportError> {
             if ar.has(cfg) || !ar.has(pt) {
                 return read_cfg(ar, cfg);
             }
             // A `torch.save`d dict of tensors: its views become config entries, its
             // storages are kept under the entry paths their `path_name`s stand for.
             let b = ar.read(pt)?;
-            let sd = torchsave::read_state_dict(&b, &format!("{}{pt}", ar.prefix))
-                .map_err(|m| TorchImportError::Archive { file: file.into(), msg: m })?;
+            let sd =
+                torchsave::read_state_dict(&b, &format!("{}{pt}", ar.prefix)).map_err(|m| {
+                    TorchImportError::Archive {
+                        file: file.into(),
+                        msg: m,
+                    }
+                })?;
             for (k, bytes) in sd.storages {
                 storages.insert(format!("{dir}{k}"), bytes);
             }
-            let as_ints = |v: &[i64]| Value::Array(v.iter().map(|&i| serde_json::json!({ "as_int": i })).collect());
+            let as_ints = |v: &[i64]| {
+                Value::Array(
+                    v.iter()
+                        .map(|&i| serde_json::json!({ "as_int": i }))
+                        .collect(),
+                )
+            };
             Ok(sd
                 .tensors
                 .into_iter()
@@ -336,8 +369,18 @@ impl Program {
         };
         let (weights, constants) = match ar.layout {
             Layout::Pt2 => (
-                state(ar, &format!("data/weights/{model}_weights_config.json"), &format!("data/weights/{model}.pt"), "data/weights/")?,
-                state(ar, &format!("data/constants/{model}_constants_config.json"), &format!("data/constants/{model}.pt"), "data/constants/")?,
+                state(
+                    ar,
+                    &format!("data/weights/{model}_weights_config.json"),
+                    &format!("data/weights/{model}.pt"),
+                    "data/weights/",
+                )?,
+                state(
+                    ar,
+                    &format!("data/constants/{model}_constants_config.json"),
+                    &format!("data/constants/{model}.pt"),
+                    "data/constants/",
+                )?,
             ),
             Layout::Flat => (
                 state(ar, "", "serialized_state_dict.pt", "data/weights/")?,
@@ -368,7 +411,10 @@ impl Program {
 impl Program {
     /// torch 2.8+: `archive_format` "pt2", `archive_version`, `byteorder`, `models/<m>.json`.
     /// Returns the program JSON, the model's name and the archive version as errors say it.
-    fn read_pt2_json(ar: &mut Archive, file: &str) -> Result<(Value, String, String), TorchImportError> {
+    fn read_pt2_json(
+        ar: &mut Archive,
+        file: &str,
+    ) -> Result<(Value, String, String), TorchImportError> {
         let fmt = ar.read_text("archive_format")?;
         if fmt != "pt2" {
             return Err(bad(
@@ -381,12 +427,12 @@ impl Program {
             // torch 2.8 to 2.15 write "0"; a later layout may change what it means.
             match av.parse::<i64>() {
                 Ok(0) => {}
-                _ => {
-                    return Err(bad(
-                        file,
-                        format!("archive_version \"{av}\": RLX reads archive version 0 (torch 2.8 to 2.15)"),
-                    ))
-                }
+                _ => return Err(bad(
+                    file,
+                    format!(
+                        "archive_version \"{av}\": RLX reads archive version 0 (torch 2.8 to 2.15)"
+                    ),
+                )),
             }
             format!("archive version {av}")
         } else {
@@ -395,7 +441,10 @@ impl Program {
         if ar.has("byteorder") {
             let bo = ar.read_text("byteorder")?;
             if bo != "little" {
-                return Err(bad(file, format!("byteorder \"{bo}\": only little-endian archives are read")));
+                return Err(bad(
+                    file,
+                    format!("byteorder \"{bo}\": only little-endian archives are read"),
+                ));
             }
         }
         let models: Vec<String> = ar
@@ -412,7 +461,10 @@ impl Program {
         } else {
             return Err(bad(
                 file,
-                format!("several programs ({}) and none named model", models.join(", ")),
+                format!(
+                    "several programs ({}) and none named model",
+                    models.join(", ")
+                ),
             ));
         };
         let bytes = ar.read(&format!("models/{model}.json"))?;
@@ -423,7 +475,10 @@ impl Program {
 
     /// torch 2.6 and 2.7: `version` (the schema version, "8.2", "8.7") and
     /// `serialized_exported_program.json`, checked before the JSON is parsed.
-    fn read_flat_json(ar: &mut Archive, file: &str) -> Result<(Value, String, String), TorchImportError> {
+    fn read_flat_json(
+        ar: &mut Archive,
+        file: &str,
+    ) -> Result<(Value, String, String), TorchImportError> {
         if !ar.has("version") {
             return Err(bad(file, "serialized_exported_program.json without a version entry: not written by torch.export.save"));
         }
@@ -436,8 +491,12 @@ impl Program {
             ));
         }
         let bytes = ar.read("serialized_exported_program.json")?;
-        let v: Value = parse_json(&bytes)
-            .map_err(|e| bad(file, format!("serialized_exported_program.json is not valid JSON ({e})")))?;
+        let v: Value = parse_json(&bytes).map_err(|e| {
+            bad(
+                file,
+                format!("serialized_exported_program.json is not valid JSON ({e})"),
+            )
+        })?;
         Ok((v, "model".into(), format!("flat archive, version {ver}")))
     }
 }
@@ -500,7 +559,10 @@ fn first_output_name(outs: &[Value]) -> Option<String> {
 mod tests {
     #[test]
     fn bare_non_finite_floats_of_torch_2_6_are_read() {
-        let v = super::parse_json(br#"{"a": {"as_float": -Infinity}, "b": [NaN, Infinity], "s": "NaN \" -Infinity"}"#).unwrap();
+        let v = super::parse_json(
+            br#"{"a": {"as_float": -Infinity}, "b": [NaN, Infinity], "s": "NaN \" -Infinity"}"#,
+        )
+        .unwrap();
         assert_eq!(v["a"]["as_float"], "-Infinity");
         assert_eq!(v["b"][0], "NaN");
         assert_eq!(v["b"][1], "Infinity");

@@ -65,7 +65,8 @@ fn program(schema_major: i64, w_sizes: &[i64]) -> serde_json::Value {
 fn write_archive(path: &Path, entries: &[(&str, Vec<u8>)]) {
     let f = std::fs::File::create(path).unwrap();
     let mut z = zip::ZipWriter::new(f);
-    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let o =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, bytes) in entries {
         z.start_file(*name, o).unwrap();
         z.write_all(bytes).unwrap();
@@ -73,14 +74,23 @@ fn write_archive(path: &Path, entries: &[(&str, Vec<u8>)]) {
     z.finish().unwrap();
 }
 
-fn archive(path: &Path, prog: serde_json::Value, w_sizes: &[i64], w_bytes: Vec<u8>, extra: Option<(&str, Vec<u8>)>) {
+fn archive(
+    path: &Path,
+    prog: serde_json::Value,
+    w_sizes: &[i64],
+    w_bytes: Vec<u8>,
+    extra: Option<(&str, Vec<u8>)>,
+) {
     let cfg = json!({"config": {"w": {"path_name": "weight_0", "is_param": true, "use_pickle": false, "tensor_meta": meta(w_sizes)}}});
     let mut e: Vec<(&str, Vec<u8>)> = vec![
         ("m/archive_format", b"pt2".to_vec()),
         ("m/archive_version", b"0".to_vec()),
         ("m/byteorder", b"little".to_vec()),
         ("m/models/model.json", serde_json::to_vec(&prog).unwrap()),
-        ("m/data/weights/model_weights_config.json", serde_json::to_vec(&cfg).unwrap()),
+        (
+            "m/data/weights/model_weights_config.json",
+            serde_json::to_vec(&cfg).unwrap(),
+        ),
         ("m/data/weights/weight_0", w_bytes),
     ];
     if let Some(x) = extra {
@@ -90,7 +100,10 @@ fn archive(path: &Path, prog: serde_json::Value, w_sizes: &[i64], w_bytes: Vec<u
 }
 
 fn w3() -> Vec<u8> {
-    [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect()
+    [1.0f32, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
 }
 
 fn err_of(path: &Path) -> String {
@@ -109,12 +122,19 @@ fn the_valid_archive_imports_with_provenance() {
     let p = t.0.join("ok.pt2");
     archive(&p, program(8, &[3]), &[3], w3(), None);
     let g = import_pt2(&p, &ImportOptions::default()).unwrap();
-    let mul = g.nodes.iter().find(|n| matches!(n.op, rlx_ir::Op::Binary(rlx_ir::BinaryOp::Mul))).unwrap();
+    let mul = g
+        .nodes
+        .iter()
+        .find(|n| matches!(n.op, rlx_ir::Op::Binary(rlx_ir::BinaryOp::Mul)))
+        .unwrap();
     let o = mul.origin.as_ref().unwrap();
     assert_eq!(o.label, "mul");
     assert_eq!(o.op_type.as_deref(), Some("aten.mul.Tensor"));
     let src = o.source.as_ref().unwrap();
-    assert_eq!((src.file.as_str(), src.line, src.code.as_deref()), ("/home/u/net.py", 7, Some("return x * self.w")));
+    assert_eq!(
+        (src.file.as_str(), src.line, src.code.as_deref()),
+        ("/home/u/net.py", 7, Some("return x * self.w"))
+    );
     assert_eq!(g.input_decls[0].0, "x");
 }
 
@@ -136,16 +156,28 @@ fn weights_shorter_than_declared_storage() {
     let p = t.0.join("short.pt2");
     archive(&p, program(8, &[3]), &[3], w3()[..8].to_vec(), None);
     let e = err_of(&p);
-    assert!(e.contains("short.pt2") && e.contains("tensor \"w\"") && e.contains("holds 8 bytes"), "{e}");
+    assert!(
+        e.contains("short.pt2") && e.contains("tensor \"w\"") && e.contains("holds 8 bytes"),
+        "{e}"
+    );
 }
 
 #[test]
 fn entry_escaping_the_archive() {
     let t = tmp("escape");
     let p = t.0.join("escape.pt2");
-    archive(&p, program(8, &[3]), &[3], w3(), Some(("m/../../etc/passwd", b"x".to_vec())));
+    archive(
+        &p,
+        program(8, &[3]),
+        &[3],
+        w3(),
+        Some(("m/../../etc/passwd", b"x".to_vec())),
+    );
     let e = err_of(&p);
-    assert!(e.contains("escape.pt2") && e.contains("leaves the archive"), "{e}");
+    assert!(
+        e.contains("escape.pt2") && e.contains("leaves the archive"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -154,16 +186,30 @@ fn unknown_schema_version() {
     let p = t.0.join("v9.pt2");
     archive(&p, program(9, &[3]), &[3], w3(), None);
     let e = err_of(&p);
-    assert!(e.contains("v9.pt2") && e.contains("schema version 9.20") && e.contains("torch 2.15.0"), "{e}");
+    assert!(
+        e.contains("v9.pt2") && e.contains("schema version 9.20") && e.contains("torch 2.15.0"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_trillion_element_tensor_is_refused_before_allocation() {
     let t = tmp("huge");
     let p = t.0.join("huge.pt2");
-    archive(&p, program(8, &[1_000_000, 1_000_000]), &[1_000_000, 1_000_000], w3(), None);
+    archive(
+        &p,
+        program(8, &[1_000_000, 1_000_000]),
+        &[1_000_000, 1_000_000],
+        w3(),
+        None,
+    );
     let e = err_of(&p);
-    assert!(e.contains("huge.pt2") && e.contains("tensor \"w\"") && e.contains("1000000000000 elements"), "{e}");
+    assert!(
+        e.contains("huge.pt2")
+            && e.contains("tensor \"w\"")
+            && e.contains("1000000000000 elements"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -171,11 +217,14 @@ fn unsupported_op_names_the_op_node_and_line() {
     let t = tmp("unsup");
     let p = t.0.join("unsup.pt2");
     let mut prog = program(8, &[3]);
-    prog["graph_module"]["graph"]["nodes"][0]["target"] = json!("torch.ops.aten.special_bessel_j0.default");
+    prog["graph_module"]["graph"]["nodes"][0]["target"] =
+        json!("torch.ops.aten.special_bessel_j0.default");
     archive(&p, prog, &[3], w3(), None);
     let e = err_of(&p);
     assert!(
-        e.contains("aten.special_bessel_j0.default") && e.contains("FX node \"mul\"") && e.contains("net.py:7  return x * self.w"),
+        e.contains("aten.special_bessel_j0.default")
+            && e.contains("FX node \"mul\"")
+            && e.contains("net.py:7  return x * self.w"),
         "{e}"
     );
 }
@@ -188,7 +237,11 @@ fn not_a_zip_and_not_a_pt2() {
     assert!(err_of(&p).contains("not a readable zip"), "{}", err_of(&p));
     let q = t.0.join("y.pt2");
     write_archive(&q, &[("a/b.txt", b"x".to_vec())]);
-    assert!(err_of(&q).contains("not a .pt2 written by torch.export.save"), "{}", err_of(&q));
+    assert!(
+        err_of(&q).contains("not a .pt2 written by torch.export.save"),
+        "{}",
+        err_of(&q)
+    );
 }
 
 // ------------------------------------------------ torch.export's older layouts (torch 2.6-2.8)
@@ -213,8 +266,13 @@ fn torch_save(global: &str, storage: Vec<u8>) -> Vec<u8> {
     p.extend_from_slice(b"K\x03tQK\x00K\x03\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRu.");
     let mut out = std::io::Cursor::new(vec![]);
     let mut z = zip::ZipWriter::new(&mut out);
-    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-    for (name, bytes) in [("archive/data.pkl", p), ("archive/byteorder", b"little".to_vec()), ("archive/data/0", storage)] {
+    let o =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in [
+        ("archive/data.pkl", p),
+        ("archive/byteorder", b"little".to_vec()),
+        ("archive/data/0", storage),
+    ] {
         z.start_file(name, o).unwrap();
         z.write_all(&bytes).unwrap();
     }
@@ -230,7 +288,10 @@ fn flat(path: &Path, version: &str, state: Vec<u8>) {
     write_archive(
         path,
         &[
-            ("serialized_exported_program.json", serde_json::to_vec(&program(8, &[3])).unwrap()),
+            (
+                "serialized_exported_program.json",
+                serde_json::to_vec(&program(8, &[3])).unwrap(),
+            ),
             ("serialized_state_dict.pt", state),
             ("serialized_constants.pt", vec![]),
             ("version", version.as_bytes().to_vec()),
@@ -269,7 +330,10 @@ fn torch_2_8_pickled_weights_import() {
             ("model/archive_format", b"pt2".to_vec()),
             ("model/archive_version", b"0".to_vec()),
             ("model/byteorder", b"little".to_vec()),
-            ("model/models/model.json", serde_json::to_vec(&program(8, &[3])).unwrap()),
+            (
+                "model/models/model.json",
+                serde_json::to_vec(&program(8, &[3])).unwrap(),
+            ),
             ("model/data/weights/model.pt", torch_save(REBUILD, w3())),
         ],
     );
@@ -282,7 +346,10 @@ fn flat_archive_of_another_version_names_it() {
     let p = t.0.join("old.pt2");
     flat(&p, "5.1", torch_save(REBUILD, w3()));
     let e = err_of(&p);
-    assert!(e.contains("old.pt2") && e.contains("version \"5.1\"") && e.contains("schema 8.x"), "{e}");
+    assert!(
+        e.contains("old.pt2") && e.contains("version \"5.1\"") && e.contains("schema 8.x"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -292,12 +359,18 @@ fn unknown_archive_version_is_named() {
     let mut e: Vec<(&str, Vec<u8>)> = vec![
         ("m/archive_format", b"pt2".to_vec()),
         ("m/archive_version", b"7".to_vec()),
-        ("m/models/model.json", serde_json::to_vec(&program(8, &[3])).unwrap()),
+        (
+            "m/models/model.json",
+            serde_json::to_vec(&program(8, &[3])).unwrap(),
+        ),
     ];
     e.push(("m/data/weights/weight_0", w3()));
     write_archive(&p, &e);
     let e = err_of(&p);
-    assert!(e.contains("av.pt2") && e.contains("archive_version \"7\""), "{e}");
+    assert!(
+        e.contains("av.pt2") && e.contains("archive_version \"7\""),
+        "{e}"
+    );
 }
 
 #[test]
@@ -306,7 +379,10 @@ fn pickled_weights_with_a_foreign_global_are_refused() {
     let p = t.0.join("evil.pt2");
     flat(&p, "8.2", torch_save("os\nsystem", w3()));
     let e = err_of(&p);
-    assert!(e.contains("evil.pt2") && e.contains("serialized_state_dict.pt") && e.contains("os.system"), "{e}");
+    assert!(
+        e.contains("evil.pt2") && e.contains("serialized_state_dict.pt") && e.contains("os.system"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -315,7 +391,10 @@ fn pickled_storage_shorter_than_the_view() {
     let p = t.0.join("pshort.pt2");
     flat(&p, "8.2", torch_save(REBUILD, w3()[..8].to_vec()));
     let e = err_of(&p);
-    assert!(e.contains("pshort.pt2") && e.contains("tensor \"w\"") && e.contains("holds 8 bytes"), "{e}");
+    assert!(
+        e.contains("pshort.pt2") && e.contains("tensor \"w\"") && e.contains("holds 8 bytes"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -325,7 +404,10 @@ fn truncated_pickled_state_dict() {
     let s = torch_save(REBUILD, w3());
     flat(&p, "8.2", s[..s.len() / 2].to_vec());
     let e = err_of(&p);
-    assert!(e.contains("ptrunc.pt2") && e.contains("serialized_state_dict.pt"), "{e}");
+    assert!(
+        e.contains("ptrunc.pt2") && e.contains("serialized_state_dict.pt"),
+        "{e}"
+    );
 }
 
 /// An archive re-zipped with deflate (`zip -9`) whose weights are all zeros compresses far
@@ -343,7 +425,8 @@ fn deflated_archive_of_zero_weights_imports() {
     let mut src = zip::ZipArchive::new(std::fs::File::open(&p).unwrap()).unwrap();
     let q = t.0.join("deflated.pt2");
     let mut z = zip::ZipWriter::new(std::fs::File::create(&q).unwrap());
-    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    let o = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
     for i in 0..src.len() {
         let mut e = src.by_index(i).unwrap();
         let mut b = vec![];
@@ -353,7 +436,10 @@ fn deflated_archive_of_zero_weights_imports() {
     }
     z.finish().unwrap();
     let size = std::fs::metadata(&q).unwrap().len();
-    assert!(size * 64 < 4 * n as u64, "the test needs a ratio over 64:1 (archive {size} bytes)");
+    assert!(
+        size * 64 < 4 * n as u64,
+        "the test needs a ratio over 64:1 (archive {size} bytes)"
+    );
     let g = import_pt2(&q, &ImportOptions::default()).unwrap();
     assert!(!g.nodes.is_empty());
 }
@@ -368,11 +454,20 @@ fn weights_contradicting_the_graph_are_refused() {
     let mut prog = program(8, &[3]);
     archive(&p, prog.clone(), &[2], w3(), None);
     let e = err_of(&p);
-    assert!(e.contains("tensor \"w\"") && e.contains("[2]") && e.contains("p_w") && e.contains("do not belong"), "{e}");
+    assert!(
+        e.contains("tensor \"w\"")
+            && e.contains("[2]")
+            && e.contains("p_w")
+            && e.contains("do not belong"),
+        "{e}"
+    );
     // ... and as float16 (dtype), with the same shape.
     prog["graph_module"]["graph"]["tensor_values"]["p_w"]["dtype"] = json!(6);
     let q = t.0.join("dtype.pt2");
     archive(&q, prog, &[3], w3(), None);
     let e = err_of(&q);
-    assert!(e.contains("tensor \"w\"") && e.contains("float32") && e.contains("float16"), "{e}");
+    assert!(
+        e.contains("tensor \"w\"") && e.contains("float32") && e.contains("float16"),
+        "{e}"
+    );
 }
