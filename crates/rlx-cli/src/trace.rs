@@ -533,7 +533,7 @@ fn html_report(t: &Trace) -> String {
         Some(f) => {
             let _ = write!(
                 summary,
-                r##"<p class="bad" id="first-nonfinite-summary">First non-finite value: op #{} <a href="#op-{}"><b>{} {} "{}"</b></a>{} — {} NaN, {} +inf, {} -inf in {} elements.</p>"##,
+                r##"<p class="bad" id="first-nonfinite-summary">First non-finite value: op #{} <a href="#op-{}"><b>{} {} "{}"</b></a>{} — {} NaN, {} +inf, {} -inf in {} elements.{}</p>"##,
                 f.index,
                 f.index,
                 f.id,
@@ -545,7 +545,11 @@ fn html_report(t: &Trace) -> String {
                 f.stats.nan,
                 f.stats.pos_inf,
                 f.stats.neg_inf,
-                f.stats.numel
+                f.stats.numel,
+                f.at
+                    .as_deref()
+                    .map(|a| format!(r#"<br>at <code class="at">{}</code>"#, esc(a)))
+                    .unwrap_or_default()
             );
         }
         None => summary.push_str(r#"<p class="good">Every recorded value is finite.</p>"#),
@@ -600,12 +604,16 @@ fn html_report(t: &Trace) -> String {
         let f = |n: Option<Num>| n.map_or("-".to_string(), |n| n.to_string());
         let _ = write!(
             rows,
-            r#"<tr id="op-{}"{class}{idattr}><td>{}</td><td>{}</td><td>{}</td><td class="lab">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr id="op-{}"{class}{idattr}><td>{}</td><td>{}</td><td>{}</td><td class="lab">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
             o.index,
             o.index,
             o.id,
             esc(&o.op),
             esc(&o.label),
+            o.at
+                .as_deref()
+                .map(|a| format!(r#"<br><code class="at">{}</code>"#, esc(a)))
+                .unwrap_or_default(),
             esc(o.source_op.as_deref().unwrap_or("")),
             esc(&shape_str(o)),
             f(s.min),

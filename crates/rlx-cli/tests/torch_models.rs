@@ -336,3 +336,42 @@ fn planted_nan_weight() {
 fn planted_inf_buffer() {
     planted_weight("inf_buffer");
 }
+
+/// `rlx trace` of a `.pt2`: the first non-finite op carries the user's line in trace.json
+/// (`at`) and shows it in trace.html, in the summary and in the op's row.
+#[test]
+fn trace_shows_the_source_line() {
+    let Some(dir) = fixture("fixtures/torch/nan_layernorm_eps0") else {
+        return;
+    };
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected_report.json")).unwrap()).unwrap();
+    let line = format!(
+        "{}:{}",
+        want["source"]["file"].as_str().unwrap(),
+        want["source"]["line"]
+    );
+    let tmp = TmpDir(std::env::temp_dir().join(format!("rlx_torch_trace_{}", std::process::id())));
+    let out = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["trace", "-o"])
+        .arg(&tmp.0)
+        .arg(&dir)
+        .env_remove("RLX_DEBUG_NANS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.join("trace.json")).unwrap()).unwrap();
+    let first = j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["nan"].as_u64().unwrap_or(0) > 0)
+        .expect("a NaN op");
+    assert!(first["at"].as_str().unwrap_or("").contains(&line), "{first:#}");
+    let html = std::fs::read_to_string(tmp.join("trace.html")).unwrap();
+    let summary = html.split("id=\"first-nonfinite-summary\"").nth(1).unwrap_or("");
+    let summary = summary.split("</p>").next().unwrap_or("");
+    assert!(summary.contains(&line), "summary: {summary}");
+    assert!(html.contains("class=\"at\""), "no source line in the table");
+}

@@ -2352,7 +2352,7 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
         "sym_size" | "sym_numel" | "sym_stride" => unreachable!("handled as sym-int producers"),
         _ => {
             return Err(format!(
-                "unsupported ATen op {full}: RLX lowers the Core ATen opset and the common ops torch.export keeps (linear, conv2d, layer_norm, scaled_dot_product_attention, ...); try ep.run_decompositions() before torch.export.save"
+                "unsupported ATen op {full}: RLX lowers most of the Core ATen opset and the common ops torch.export keeps (linear, conv2d, layer_norm, scaled_dot_product_attention, ...), but not this one; if it is not a Core ATen op (torch.Tag.core not in the op overload's tags), ep.run_decompositions() before torch.export.save rewrites it into ops that may be lowered; a Core ATen op needs a lowering in rlx-torch-import (please report it)"
             ))
         }
     };
