@@ -321,6 +321,10 @@ def vision(out):
     vit = VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10)
     randomize(vit)  # torchvision zero-initializes the head: outputs would be all 0
     save("vit_b16_small", vit, [torch.randn(1, 3, 32, 32)], out_root=out)
+    # ViT-B/16 itself (12 layers, width 768, 86M parameters: a 344 MB archive) at a small
+    # image size (32x32: 4 patches + the class token), as the issue asks.
+    vitb = randomize(torchvision.models.vit_b_16(image_size=32, num_classes=10))
+    save("vit_b16", vitb, [torch.randn(1, 3, 32, 32)], out_root=out)
 
 
 def hf(out):

@@ -66,6 +66,7 @@ model_tests!(
     resnet18,
     mobilenet_v3_small,
     vit_b16_small,
+    vit_b16,
     bert,
     gpt2,
     llama,
@@ -83,7 +84,7 @@ model_tests!(
 /// The non-constant outputs check: a model whose outputs are all equal proves little.
 #[test]
 fn fixtures_have_varied_outputs() {
-    for name in ["resnet18", "mobilenet_v3_small", "vit_b16_small", "qwen3"] {
+    for name in ["resnet18", "mobilenet_v3_small", "vit_b16_small", "vit_b16", "qwen3"] {
         let Some(dir) = fixture(&format!("fixtures/torch/{name}")) else {
             return;
         };
