@@ -527,6 +527,12 @@ fn fix_key(op: &str) -> String {
         .next()
         .unwrap_or(rest)
         .trim_start_matches('_');
+    // In-place forms (`div_`, `add_`) advise as their functional op.
+    let name = if name.len() > 1 && name.ends_with('_') {
+        &name[..name.len() - 1]
+    } else {
+        name
+    };
     match name {
         "log_softmax" => "logsoftmax",
         "safe_softmax" | "softmax" => "softmax",
@@ -557,6 +563,21 @@ pub fn fix_hint(
     if matches!(cause, Cause::Propagated { .. }) {
         return None;
     }
+    // The source op's advice first (`aten.var` → the variance's N - 1), else the advice for
+    // the IR step that produced the value (its `Div`), so a culprit always gets a line when
+    // its step has one.
+    hint_for_key(&fix_key(source_op.unwrap_or(op)), op, cause, kind, dtype).or_else(|| {
+        source_op.and_then(|_| hint_for_key(&fix_key(op), op, cause, kind, dtype))
+    })
+}
+
+fn hint_for_key(
+    key: &str,
+    op: &str,
+    cause: &Cause,
+    kind: BadKind,
+    dtype: DType,
+) -> Option<String> {
     let from_inf = matches!(cause, Cause::InputsHeldInf { .. });
     let from_pos_inf = matches!(
         cause,
@@ -569,7 +590,7 @@ pub fn fix_hint(
         Cause::InputsHeldInf { inf_source, .. } => *inf_source,
         _ => None,
     };
-    let key = fix_key(source_op.unwrap_or(op));
+    let key = key.to_string();
     let ir = op.to_ascii_lowercase();
     // What turned the Inf into NaN here, in words.
     let meeting = match ir.as_str() {
@@ -600,6 +621,10 @@ pub fn fix_hint(
         "softmax" | "logsoftmax" => "softmax input overflowed: subtract the row max first and keep the softmax in f32".into(),
         "rsqrt" | "sqrt" => format!("{} of a {} input: add an epsilon inside the root (e.g. rsqrt(mean(x^2) + 1e-6)) and make sure the value cannot go negative", key, if kind == BadKind::NaN { "negative (or 0/0)" } else { "zero" }),
         "log" => "log of zero or a negative value: clamp the input (log(max(x, 1e-12))) or use log_softmax / log1p".into(),
+        "acos" | "asin" | "arccos" | "arcsin" => format!("{key} of a value outside [-1, 1] (rounding can push a cosine similarity or a normalized dot product to 1.0000001): clamp the input to [-1, 1] first"),
+        "acosh" => "acosh of a value below 1: clamp the input to >= 1".into(),
+        "atanh" if kind == BadKind::NaN => "atanh of a value outside [-1, 1]: clamp the input to (-1, 1)".into(),
+        "var" | "std" | "var_mean" | "std_mean" if kind == BadKind::NaN => "variance with Bessel's correction over a single element divides 0 by N - 1 = 0: pass correction=0 (unbiased=False), or reduce over more than one element".into(),
         _ if from_inf && inf_source == Some(InfSource::LogOfZero) => format!("{meeting}: the -inf comes from log of zero at the origin above (a probability that underflowed to 0, as in onehot * log(softmax(x))): compute in log space (LogSoftmax, log-sum-exp, a cross-entropy op) instead of log(softmax(x)), or clamp before the log (log(max(p, 1e-12)))"),
         _ if from_inf && inf_source == Some(InfSource::DivisionByZero) && norm => format!("{meeting}: the inf comes from a division by zero at the origin above (a zero-variance or all-zero row with epsilon 0): set epsilon > 0 (1e-5 or 1e-6 is usual)"),
         _ if from_inf && inf_source == Some(InfSource::DivisionByZero) => format!("{meeting}: the inf comes from a division by zero at the origin above: add an epsilon to that denominator (x / (d + 1e-6); for an RMSNorm/LayerNorm written by hand, rsqrt(mean(x^2) + eps) with eps > 0) or mask the rows whose denominator is 0"),

@@ -418,3 +418,24 @@ fn output_with_nan_and_inf_is_reported_once() {
     assert_eq!(sc.reports()[0].kind, BadKind::NaN);
     assert_eq!(sc.reports()[0].counts.neg_inf, 1);
 }
+
+/// Fix lines for `torch.export` culprits: the ATen op's advice when it has one (a variance
+/// over one element, acos outside [-1, 1]), in-place forms advised as their functional op
+/// (`div_`), and the IR step's advice when the ATen op has none.
+#[test]
+fn fix_lines_for_aten_culprits() {
+    use rlx_ir::numeric_check::{fix_hint, BadKind, Cause};
+    use rlx_ir::DType;
+    let hint = |op: &str, src: &str| {
+        fix_hint(op, Some(src), &Cause::InputsFinite, BadKind::NaN, DType::F32).unwrap_or_default()
+    };
+    let var = hint("Div", "aten.var.correction");
+    assert!(var.contains("correction=0") && var.contains("N - 1"), "{var}");
+    let div = hint("Div", "aten.div_.Tensor");
+    assert!(div.contains("division by zero"), "{div}");
+    let acos = hint("Acos", "aten.acos.default");
+    assert!(acos.contains("[-1, 1]") && acos.contains("clamp"), "{acos}");
+    // An ATen op without advice of its own: the IR step's (a Div's) advice.
+    let other = hint("Div", "aten.some_composite.default");
+    assert!(other.contains("division by zero"), "{other}");
+}
