@@ -1,7 +1,7 @@
 """rlx.debug on torch modules (torch.export -> .pt2 -> rlx).
 
-The export half runs whenever torch is importable. The run half needs the `.pt2` importer
-(crates/rlx-torch-import) hooked into `rlx_cli::load`; until then those tests skip, naming why.
+Needs torch (skipped, naming why, when it is not importable); the `.pt2` importer
+(crates/rlx-torch-import) is part of the package.
 """
 
 import os
@@ -53,26 +53,9 @@ def _line(tag):
     raise AssertionError(tag)
 
 
-def _pt2_supported(tmp_path):
-    """None when rlx imports .pt2, else the reason it does not (yet)."""
-    m = torch.nn.Linear(2, 2)
-    ep = torch.export.export(m, (torch.zeros(1, 2),))
-    p = tmp_path / "probe.pt2"
-    torch.export.save(ep, str(p))
-    try:
-        rlx.load(p)
-    except rlx.ModelError as e:
-        if "ONNX" in str(e) or "manifest.json" in str(e):
-            return f"rlx does not import .pt2 yet (crates/rlx-torch-import not hooked into rlx_cli::load): {e}"
-        raise
-    return None
-
-
 @pytest.fixture
-def needs_pt2(tmp_path):
-    reason = _pt2_supported(tmp_path)
-    if reason:
-        pytest.skip(reason)
+def needs_pt2():
+    """The `.pt2` importer is part of the package: these tests never skip for it."""
 
 
 def test_export_half(tmp_path):
@@ -144,3 +127,24 @@ def test_debug_float16_overflow(needs_pt2):
 
     rep = rlx.debug(Grow(), (torch.ones(2, 2),), dtype=torch.float16, mode="strict")
     assert any(r.kind == "+inf" and r.culprit for r in rep), repr(rep)
+
+
+def test_dynamic_dims_with_a_minimum(tmp_path):
+    """`Dim.AUTO` and `Dim(min=2)` programs load without inputs (their dims start at the
+    range's minimum, not 1), run at any size in range, and refuse one outside it."""
+    lin = torch.nn.Linear(4, 3)
+    rep = rlx.debug(lin, (torch.randn(5, 4),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    assert rep.ok, repr(rep)
+    b = torch.export.Dim("batch", min=2, max=64)
+    ep = torch.export.export(lin, (torch.randn(5, 4),), dynamic_shapes=({0: b},))
+    p = tmp_path / "dyn.pt2"
+    torch.export.save(ep, str(p))
+    m = rlx.load(p)
+    for n in (2, 10, 64):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        want = lin(torch.from_numpy(x)).detach().numpy()
+        got = rlx.run(p, {"input": x})["output_0"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(m.run({"input": x})["output_0"], want, rtol=1e-4, atol=1e-6)
+    with pytest.raises(rlx.ModelError, match=r"outside the range \[2, 64\]"):
+        rlx.run(p, {"input": np.zeros((65, 4), np.float32)})

@@ -74,10 +74,18 @@ pub struct LintArgs {
 pub fn model_path(p: &Path) -> PathBuf {
     if p.is_dir() {
         let pt2 = p.join("model.pt2");
-        if !p.join("model.onnx").exists() && pt2.is_file() {
+        let onnx = p.join("model.onnx");
+        if !onnx.exists() && pt2.is_file() {
             return pt2;
         }
-        p.join("model.onnx")
+        if onnx.exists() && pt2.is_file() {
+            static NOTED: std::sync::Once = std::sync::Once::new();
+            NOTED.call_once(|| eprintln!(
+                "rlx: {} holds both model.onnx and model.pt2; using model.onnx (give the file to pick the other)",
+                p.display()
+            ));
+        }
+        onnx
     } else {
         p.to_path_buf()
     }

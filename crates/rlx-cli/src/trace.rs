@@ -65,16 +65,23 @@ pub fn overflow_limit(dt: DType) -> Option<f64> {
 }
 
 impl Trace {
-    /// Record one node's value (skips parameters and constants).
+    /// Record one node's value (skips parameters and constants, except a weight that holds
+    /// NaN/Inf as data, [`rlx_ir::numeric_check::is_bad_weight`]: it is recorded as an
+    /// `Initializer` op, so the first non-finite value is the weight, as nan-check says).
     pub fn record(&mut self, g: &Graph, id: NodeId, t: &Tensor) {
         let n = g.node(id);
-        if matches!(n.op, Op::Param { .. } | Op::Constant(_)) {
+        let bad_weight = rlx_ir::numeric_check::is_bad_weight(g, id);
+        if matches!(n.op, Op::Param { .. } | Op::Constant(_)) && !bad_weight {
             return;
         }
         self.ops.push(TraceOp {
             index: self.ops.len(),
             id,
-            op: n.op.name().to_string(),
+            op: if bad_weight {
+                "Initializer".to_string()
+            } else {
+                n.op.name().to_string()
+            },
             label: node_label(g, id),
             source_op: source_op_type(g, id).map(str::to_string),
             at: rlx_ir::provenance::source_location(g, id).map(|l| l.to_string()),
@@ -546,8 +553,7 @@ fn html_report(t: &Trace) -> String {
                 f.stats.pos_inf,
                 f.stats.neg_inf,
                 f.stats.numel,
-                f.at
-                    .as_deref()
+                f.at.as_deref()
                     .map(|a| format!(r#"<br>at <code class="at">{}</code>"#, esc(a)))
                     .unwrap_or_default()
             );
@@ -610,8 +616,7 @@ fn html_report(t: &Trace) -> String {
             o.id,
             esc(&o.op),
             esc(&o.label),
-            o.at
-                .as_deref()
+            o.at.as_deref()
                 .map(|a| format!(r#"<br><code class="at">{}</code>"#, esc(a)))
                 .unwrap_or_default(),
             esc(o.source_op.as_deref().unwrap_or("")),

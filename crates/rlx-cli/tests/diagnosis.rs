@@ -797,3 +797,37 @@ fn lint_is_quiet_on_attentions_own_mask_bias() {
     assert_eq!(lints.len(), 1, "{lints:#?}");
     assert_eq!(lints[0].kind, rlx_ir::numeric_check::BadKind::NegInf);
 }
+
+/// A 0/-inf mask initializer added straight onto an output (no softmax to absorb it): the
+/// -inf reaches the output and is reported at the Add, naming the constant it came from as a
+/// fill (not "inputs finite"), with the finite-fill advice.
+#[test]
+fn a_fill_constant_reaching_an_output_is_named_as_the_source() {
+    let m = model(
+        18,
+        vec![node("Add", "bias.add_mask", &["x", "mask"], &["y"], vec![])],
+        vec![init(
+            "mask",
+            &f32s(&[4], vec![0.0, f32::NEG_INFINITY, 0.0, 0.0]),
+        )],
+        &[("x", data_type::FLOAT, &[2, 4])],
+        &["y"],
+    );
+    let x = f32s(&[2, 4], vec![0.5; 8]);
+    let (_, reports, _) = run(&m, DebugMode::Warn, vec![("x", x)]);
+    assert_eq!(reports.len(), 1, "{reports:#?}");
+    let r = &reports[0];
+    assert_eq!(r.label, "bias.add_mask");
+    match &r.cause {
+        rlx_ir::numeric_check::Cause::FillEntered { input_label, .. } => {
+            assert_eq!(input_label, "mask")
+        }
+        c => panic!("cause {c:?}"),
+    }
+    let text = r.to_string();
+    assert!(
+        text.contains("constant input") && text.contains("\"mask\""),
+        "{text}"
+    );
+    assert!(fix_of(r).contains("finfo(dtype).min"), "{text}");
+}

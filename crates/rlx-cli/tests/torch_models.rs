@@ -84,7 +84,13 @@ model_tests!(
 /// The non-constant outputs check: a model whose outputs are all equal proves little.
 #[test]
 fn fixtures_have_varied_outputs() {
-    for name in ["resnet18", "mobilenet_v3_small", "vit_b16_small", "vit_b16", "qwen3"] {
+    for name in [
+        "resnet18",
+        "mobilenet_v3_small",
+        "vit_b16_small",
+        "vit_b16",
+        "qwen3",
+    ] {
         let Some(dir) = fixture(&format!("fixtures/torch/{name}")) else {
             return;
         };
@@ -360,7 +366,11 @@ fn trace_shows_the_source_line() {
         .env_remove("RLX_DEBUG_NANS")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tmp.join("trace.json")).unwrap()).unwrap();
     let first = j["ops"]
@@ -369,10 +379,74 @@ fn trace_shows_the_source_line() {
         .iter()
         .find(|o| o["nan"].as_u64().unwrap_or(0) > 0)
         .expect("a NaN op");
-    assert!(first["at"].as_str().unwrap_or("").contains(&line), "{first:#}");
+    assert!(
+        first["at"].as_str().unwrap_or("").contains(&line),
+        "{first:#}"
+    );
     let html = std::fs::read_to_string(tmp.join("trace.html")).unwrap();
-    let summary = html.split("id=\"first-nonfinite-summary\"").nth(1).unwrap_or("");
+    let summary = html
+        .split("id=\"first-nonfinite-summary\"")
+        .nth(1)
+        .unwrap_or("");
     let summary = summary.split("</p>").next().unwrap_or("");
     assert!(summary.contains(&line), "summary: {summary}");
     assert!(html.contains("class=\"at\""), "no source line in the table");
+}
+
+/// `rlx trace` names a NaN stored in a weight at the weight (as nan-check does), not at the
+/// Transpose that first reads it.
+#[test]
+fn trace_names_a_bad_weight() {
+    let Some(dir) = fixture("fixtures/torch/nan_weight") else {
+        return;
+    };
+    let tmp =
+        TmpDir(std::env::temp_dir().join(format!("rlx_torch_trace_w_{}", std::process::id())));
+    let out = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["trace", "-o"])
+        .arg(&tmp.0)
+        .arg(&dir)
+        .env_remove("RLX_DEBUG_NANS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.join("trace.json")).unwrap()).unwrap();
+    let f = &j["first_nonfinite"];
+    assert_eq!(
+        (f["op"].as_str(), f["label"].as_str()),
+        (Some("Initializer"), Some("fc.weight")),
+        "{f:#}"
+    );
+}
+
+/// A `.pt2` cut short by even one byte is called truncated: the zip reader would otherwise
+/// find the zip stored inside it (`data/sample_inputs/model.pt`) and `rlx` would read that.
+#[test]
+fn an_archive_cut_short_is_called_truncated() {
+    let Some(dir) = fixture("fixtures/torch/small_cnn") else {
+        return;
+    };
+    let tmp = TmpDir(std::env::temp_dir().join(format!("rlx_torch_cut_{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let b = std::fs::read(dir.join("model.pt2")).unwrap();
+    for cut in [1usize, 200] {
+        let p = tmp.join(format!("cut{cut}.pt2"));
+        std::fs::write(&p, &b[..b.len() - cut]).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(["run", "-q"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(
+            text.contains("truncated") && !text.contains("manifest"),
+            "cut {cut}: {text}"
+        );
+    }
 }

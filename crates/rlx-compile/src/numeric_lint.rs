@@ -135,7 +135,7 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
                 }
                 blame[i] = match &cause {
                     Cause::Propagated { .. } => carried,
-                    Cause::InputsFinite | Cause::Leaf => vec![node.id],
+                    Cause::InputsFinite | Cause::FillEntered { .. } | Cause::Leaf => vec![node.id],
                     Cause::InputsHeldInf { .. } | Cause::CreatedBesideInputNaN { .. } => {
                         carried.push(node.id);
                         carried

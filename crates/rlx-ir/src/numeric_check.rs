@@ -346,6 +346,9 @@ pub enum Cause {
         #[serde(skip_serializing_if = "Option::is_none")]
         inf_source: Option<InfSource>,
     },
+    /// Culprit: a literal constant input holding ±inf (a fill: a `-inf` scalar, a 0/-inf
+    /// mask) entered the data here (`scores + mask`, `Where(m, x, -inf)`).
+    FillEntered { input: NodeId, input_label: String },
     /// Culprit: a graph input, parameter or constant already holds the value.
     Leaf,
     /// Propagator: input `input` was already non-finite.
@@ -435,6 +438,11 @@ impl NanReport {
         }
         match &self.cause {
             Cause::InputsFinite => writeln!(f, "  → inputs finite, this op produced it")?,
+            Cause::FillEntered { input, input_label } => writeln!(
+                f,
+                "  → constant input {input} \"{input_label}\" holds {}: a fill value enters the data here",
+                self.kind
+            )?,
             Cause::InputsHeldInf {
                 input,
                 input_kind,
@@ -566,18 +574,11 @@ pub fn fix_hint(
     // The source op's advice first (`aten.var` → the variance's N - 1), else the advice for
     // the IR step that produced the value (its `Div`), so a culprit always gets a line when
     // its step has one.
-    hint_for_key(&fix_key(source_op.unwrap_or(op)), op, cause, kind, dtype).or_else(|| {
-        source_op.and_then(|_| hint_for_key(&fix_key(op), op, cause, kind, dtype))
-    })
+    hint_for_key(&fix_key(source_op.unwrap_or(op)), op, cause, kind, dtype)
+        .or_else(|| source_op.and_then(|_| hint_for_key(&fix_key(op), op, cause, kind, dtype)))
 }
 
-fn hint_for_key(
-    key: &str,
-    op: &str,
-    cause: &Cause,
-    kind: BadKind,
-    dtype: DType,
-) -> Option<String> {
+fn hint_for_key(key: &str, op: &str, cause: &Cause, kind: BadKind, dtype: DType) -> Option<String> {
     let from_inf = matches!(cause, Cause::InputsHeldInf { .. });
     let from_pos_inf = matches!(
         cause,
@@ -590,6 +591,9 @@ fn hint_for_key(
         Cause::InputsHeldInf { inf_source, .. } => *inf_source,
         _ => None,
     };
+    if matches!(cause, Cause::FillEntered { .. }) {
+        return Some(format!("a {kind} fill constant reaches this op's output: if it is a mask, use a large finite value such as torch.finfo(dtype).min instead of inf, so a fully masked row cannot turn into NaN"));
+    }
     let key = key.to_string();
     let ir = op.to_ascii_lowercase();
     // What turned the Inf into NaN here, in words.
@@ -612,7 +616,7 @@ fn hint_for_key(
     );
     let s = match key.as_str() {
         "input" => "the input data already holds this value: check the data pipeline or tokenizer output".into(),
-        "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it)".into(),
+        "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it), or the tensor constant your code builds (torch.tensor([...]) in forward is stored as lifted_tensor_N)".into(),
         "constant" => "a constant in the model is non-finite: if it is a mask fill, use a large finite value such as torch.finfo(dtype).min instead of inf".into(),
         "softmax" | "logsoftmax" if from_pos_inf => "the softmax input holds +inf, so x - max(x) is inf - inf = NaN in that row: find where the +inf comes from (the origin above: an op upstream, or the input data) and keep it finite there (clamp it, or compute that op in f32)".into(),
         "softmax" | "logsoftmax" if from_inf && inf_source == Some(InfSource::LogOfZero) => "the softmax input holds -inf from a log of zero (the origin above): every position of a row is -inf, so x - max(x) is NaN; clamp the log's input (log(max(x, 1e-12))) or keep those scores finite".into(),
@@ -638,6 +642,8 @@ fn hint_for_key(
         "mul" if from_inf => "0 × inf: an infinite value met a zero; use a large finite fill value instead of inf".into(),
         "add" | "sub" if from_inf => "inf - inf: two infinities of opposite sign met; use finite fill values for masks".into(),
         "cast" => format!("the value exceeds the range of {dtype}: clamp before the cast (f16 max is 65504) or keep this op in f32"),
+        "batchnorm" | "batchnormalization" if kind == BadKind::NaN && !from_inf =>
+            "an eval-mode batch norm divides by sqrt(running_var + epsilon): a negative running_var in the checkpoint (a corrupted or badly merged state dict) gives the square root of a negative number; check bn.running_var >= 0 for every BatchNorm (with epsilon 0, a zero variance divides 0 by 0)".into(),
         _ if norm && kind != BadKind::NaN =>
             "the normalization's result overflowed: a very large input, scale or bias (x² in the variance, or the scaled output, passed the dtype's range); check those weights and the input's magnitude, and keep the norm in f32 (epsilon 0 on a constant row gives NaN, not inf)".into(),
         _ if norm =>
@@ -708,6 +714,27 @@ pub fn is_bad_weight(g: &Graph, id: NodeId) -> bool {
         .to_f64_vec()
         .iter()
         .any(|x| x.is_finite() && *x != 0.0)
+}
+
+/// Why `origin` created the Inf it holds, for a report made at the origin: a leaf holds it,
+/// a literal fill constant among its inputs entered the data there, or its inputs were
+/// finite.
+fn creation_cause(g: &Graph, origin: NodeId, states: &[NodeState]) -> Cause {
+    let node = g.node(origin);
+    if node.op.is_leaf() {
+        return Cause::Leaf;
+    }
+    if let Some(i) = node
+        .inputs
+        .iter()
+        .find(|i| is_literal_constant(g, **i) && states.get(i.index()).is_some_and(|s| s.inf))
+    {
+        return Cause::FillEntered {
+            input: *i,
+            input_label: node_label(g, *i),
+        };
+    }
+    Cause::InputsFinite
 }
 
 /// Per-node scan state kept during one run.
@@ -1083,11 +1110,7 @@ impl DebugScanner {
         }
         if self.mode == DebugMode::Strict && st.inf_origin == Some(id) {
             let kind = c.first_inf().map(|x| x.1).unwrap_or(BadKind::PosInf);
-            let cause = if g.node(id).op.is_leaf() {
-                Cause::Leaf
-            } else {
-                Cause::InputsFinite
-            };
+            let cause = creation_cause(g, id, &self.states);
             let r = self.make_report(
                 g,
                 id,
@@ -1156,11 +1179,7 @@ impl DebugScanner {
         let kind = self.states[origin.index()]
             .inf_kind
             .unwrap_or(BadKind::PosInf);
-        let cause = if g.node(origin).op.is_leaf() {
-            Cause::Leaf
-        } else {
-            Cause::InputsFinite
-        };
+        let cause = creation_cause(g, origin, &self.states);
         let dims = node.shape.dims_usize();
         let per_row = dims.last().copied().unwrap_or(1).max(1);
         let rows = if zeroed >= per_row && zeroed % per_row == 0 {
@@ -1223,11 +1242,7 @@ impl DebugScanner {
             if self.mode == DebugMode::Strict {
                 continue; // already reported at creation
             }
-            let cause = if g.node(origin).op.is_leaf() {
-                Cause::Leaf
-            } else {
-                Cause::InputsFinite
-            };
+            let cause = creation_cause(g, origin, &self.states);
             let r = self.make_report(
                 g,
                 origin,

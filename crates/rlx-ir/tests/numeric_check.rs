@@ -427,10 +427,20 @@ fn fix_lines_for_aten_culprits() {
     use rlx_ir::numeric_check::{fix_hint, BadKind, Cause};
     use rlx_ir::DType;
     let hint = |op: &str, src: &str| {
-        fix_hint(op, Some(src), &Cause::InputsFinite, BadKind::NaN, DType::F32).unwrap_or_default()
+        fix_hint(
+            op,
+            Some(src),
+            &Cause::InputsFinite,
+            BadKind::NaN,
+            DType::F32,
+        )
+        .unwrap_or_default()
     };
     let var = hint("Div", "aten.var.correction");
-    assert!(var.contains("correction=0") && var.contains("N - 1"), "{var}");
+    assert!(
+        var.contains("correction=0") && var.contains("N - 1"),
+        "{var}"
+    );
     let div = hint("Div", "aten.div_.Tensor");
     assert!(div.contains("division by zero"), "{div}");
     let acos = hint("Acos", "aten.acos.default");
@@ -438,4 +448,19 @@ fn fix_lines_for_aten_culprits() {
     // An ATen op without advice of its own: the IR step's (a Div's) advice.
     let other = hint("Div", "aten.some_composite.default");
     assert!(other.contains("division by zero"), "{other}");
+}
+
+/// An eval-mode batch norm's NaN names the checkpoint's running_var as the likely cause.
+#[test]
+fn batch_norm_nan_names_the_running_var() {
+    use rlx_ir::numeric_check::{fix_hint, BadKind, Cause};
+    let h = fix_hint(
+        "Sqrt",
+        Some("aten._native_batch_norm_legit_no_training.default"),
+        &Cause::InputsFinite,
+        BadKind::NaN,
+        rlx_ir::DType::F32,
+    )
+    .unwrap_or_default();
+    assert!(h.contains("running_var"), "{h}");
 }

@@ -64,6 +64,15 @@ impl Archive {
             file: file.clone(),
             msg: format!("not a readable zip archive ({e}); a .pt2 from torch.export.save is one (truncated or corrupted?)"),
         })?;
+        // A zip found past the file's start is one stored inside a truncated archive (torch
+        // stores `data/sample_inputs/model.pt`, itself a zip, uncompressed): the outer
+        // archive's directory at the end is missing.
+        if z.offset() != 0 {
+            return Err(TorchImportError::Archive {
+                file,
+                msg: "truncated or corrupted: the zip directory at the end of the file is missing (the one found belongs to an entry stored inside it)".into(),
+            });
+        }
         for name in z.file_names() {
             let bad = name.starts_with('/')
                 || name.starts_with('\\')

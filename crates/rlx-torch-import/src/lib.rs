@@ -115,8 +115,37 @@ impl Pt2Model {
         self.onnx.declared_inputs()
     }
 
-    /// Lower the program into a [`Graph`], dims bound as `opts` says.
+    /// Lower the program into a [`Graph`], dims bound as `opts` says. A symbolic dim that
+    /// neither `opts.dims` nor an input shape binds takes `opts.default_dim` moved into the
+    /// range the program was exported for (`Dim.AUTO` and `Dim(min=2)` start at 2), so
+    /// opening a program without inputs works.
     pub fn import(&self, opts: &ImportOptions) -> Result<Graph, TorchImportError> {
+        let mut bound = opts.clone();
+        for (input, shape) in self.onnx.declared_inputs() {
+            if opts.input_shapes.contains_key(&input) {
+                continue;
+            }
+            for d in &shape.dims {
+                let rlx_ir::Dim::Sym(sym) = d else { continue };
+                let Some(&(lo, hi)) = self.ranges.get(sym) else {
+                    continue;
+                };
+                if bound.dims.contains_key(sym) {
+                    continue;
+                }
+                let mut v = opts.default_dim as i64;
+                if let Some(lo) = lo {
+                    v = v.max(lo);
+                }
+                if let Some(hi) = hi {
+                    v = v.min(hi);
+                }
+                if v != opts.default_dim as i64 && v >= 0 {
+                    bound.dims.insert(sym.clone(), v as usize);
+                }
+            }
+        }
+        let opts = &bound;
         let mut g = self
             .onnx
             .import(opts)
@@ -235,6 +264,9 @@ pub fn is_pt2(path: &Path) -> bool {
     let n = f.read(&mut head).unwrap_or(0);
     if n == 4 && head == *b"PK\x03\x04" {
         return match zip::ZipArchive::new(f) {
+            // A zip found past the start: a truncated archive's inner entry (see
+            // `Archive::open`); the name decides.
+            Ok(z) if z.offset() != 0 => by_name,
             Ok(z) => z.file_names().any(|name| {
                 let base = name.rsplit('/').next().unwrap_or(name);
                 base == "archive_format" || base == "serialized_exported_program.json"

@@ -288,12 +288,14 @@ impl Program {
                         InputKind::ConstantArg(body.get("value").cloned().unwrap_or(Value::Null)),
                     )
                 }
-                other => return Err(bad(
-                    file,
-                    format!(
+                other => {
+                    return Err(bad(
+                        file,
+                        format!(
                         "input spec kind \"{other}\" (a custom object or a token): not supported"
                     ),
-                )),
+                    ))
+                }
             };
             inputs.push(entry);
         }
@@ -427,12 +429,14 @@ impl Program {
             // torch 2.8 to 2.15 write "0"; a later layout may change what it means.
             match av.parse::<i64>() {
                 Ok(0) => {}
-                _ => return Err(bad(
-                    file,
-                    format!(
+                _ => {
+                    return Err(bad(
+                        file,
+                        format!(
                         "archive_version \"{av}\": RLX reads archive version 0 (torch 2.8 to 2.15)"
                     ),
-                )),
+                    ))
+                }
             }
             format!("archive version {av}")
         } else {
