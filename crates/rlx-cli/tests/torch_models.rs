@@ -450,3 +450,62 @@ fn an_archive_cut_short_is_called_truncated() {
         );
     }
 }
+
+/// Every command takes a `.pt2` as it takes an `.onnx`: lint, diverge, bench, compile (and
+/// the package runs to PyTorch's outputs).
+#[test]
+fn every_command_accepts_a_pt2() {
+    let Some(dir) = fixture("fixtures/torch/mlp") else {
+        return;
+    };
+    let tmp = TmpDir(std::env::temp_dir().join(format!("rlx_torch_cmds_{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let rlx = |args: Vec<std::ffi::OsString>| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0), "rlx {args:?}: {text}");
+        text
+    };
+    let d = dir.clone().into_os_string();
+    let lint = rlx(vec!["lint".into(), d.clone()]);
+    assert!(lint.contains("no constant folds to NaN/Inf"), "{lint}");
+    rlx(vec!["diverge".into(), "-q".into(), d.clone()]);
+    let bench = rlx(vec![
+        "bench".into(),
+        "--runs".into(),
+        "2".into(),
+        "--warmup".into(),
+        "1".into(),
+        d.clone(),
+    ]);
+    assert!(bench.contains("min:"), "{bench}");
+    let pkg = tmp.join("mlp.rlxpkg");
+    rlx(vec![
+        "compile".into(),
+        d.clone(),
+        "-o".into(),
+        pkg.clone().into_os_string(),
+    ]);
+    let out = tmp.join("out");
+    rlx(vec![
+        "run".into(),
+        "-q".into(),
+        pkg.into_os_string(),
+        "--input".into(),
+        format!("x={}", dir.join("input_x.npy").display()).into(),
+        "--input".into(),
+        format!("mask={}", dir.join("input_mask.npy").display()).into(),
+        "-o".into(),
+        out.clone().into_os_string(),
+    ]);
+    let got = read_npy(&out.join("output_0.npy")).unwrap();
+    let want = read_npy(&dir.join("expected_0.npy")).unwrap();
+    assert_close("package output", &got, &want, 1e-4, 1e-6);
+}
