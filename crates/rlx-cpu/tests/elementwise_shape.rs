@@ -494,3 +494,50 @@ fn where_broadcast_patterns_match_numpy_indexing() {
         }
     }
 }
+
+/// Transposes large enough for the tiled gather (a strided inner dim over blocks of at least
+/// 32 rows, column tiles of 64), with sizes that are not multiples of the tile, against the
+/// index formula: `out[i][j] = in[j][i]`, and a 3-D perm whose inner dim is strided.
+#[test]
+fn tiled_transposes_match_the_index_formula() {
+    for (k, n) in [
+        (70usize, 130usize),
+        (768, 97),
+        (33, 1000),
+        (1, 200),
+        (200, 1),
+    ] {
+        let v: Vec<i64> = (0..(k * n) as i64).collect();
+        let x = i64t(&[k, n], &v);
+        let t = i64s(&ev(
+            Op::Transpose { perm: vec![1, 0] },
+            &[&x],
+            &[n, k],
+            DType::I64,
+        ));
+        for i in 0..n {
+            for j in 0..k {
+                assert_eq!(t[i * k + j], (j * n + i) as i64, "[{k}, {n}] at ({i}, {j})");
+            }
+        }
+    }
+    let (a, b, c) = (5usize, 37usize, 90usize);
+    let v: Vec<i64> = (0..(a * b * c) as i64).collect();
+    let x = i64t(&[a, b, c], &v);
+    // perm [2, 0, 1]: out[z][x][y] = in[x][y][z]
+    let t = i64s(&ev(
+        Op::Transpose {
+            perm: vec![2, 0, 1],
+        },
+        &[&x],
+        &[c, a, b],
+        DType::I64,
+    ));
+    for z in 0..c {
+        for xx in 0..a {
+            for y in 0..b {
+                assert_eq!(t[(z * a + xx) * b + y], ((xx * b + y) * c + z) as i64);
+            }
+        }
+    }
+}

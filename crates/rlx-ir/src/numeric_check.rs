@@ -710,10 +710,16 @@ pub fn is_bad_weight(g: &Graph, id: NodeId) -> bool {
     if c.len == 1 || (c.pos_inf > 0 && c.neg_inf > 0) {
         return c.len > 1;
     }
-    t.data()
-        .to_f64_vec()
-        .iter()
-        .any(|x| x.is_finite() && *x != 0.0)
+    // Any finite non-zero value beside the infinities: data, not a mask. Read in place with
+    // an early exit (a large 0/-inf causal mask is read once per call, without a copy).
+    use crate::TensorData as D;
+    match t.data() {
+        D::F32(v) => v.iter().any(|x| x.is_finite() && *x != 0.0),
+        D::F64(v) => v.iter().any(|x| x.is_finite() && *x != 0.0),
+        D::F16(v) => v.iter().any(|x| x.is_finite() && x.to_f32() != 0.0),
+        D::BF16(v) => v.iter().any(|x| x.is_finite() && x.to_f32() != 0.0),
+        d => d.to_f64_vec().iter().any(|x| x.is_finite() && *x != 0.0),
+    }
 }
 
 /// Why `origin` created the Inf it holds, for a report made at the origin: a leaf holds it,

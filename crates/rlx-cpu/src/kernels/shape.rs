@@ -191,8 +191,17 @@ fn transpose_impl<T: Copy + Default + Send + Sync + 'static>(
     let r = d.len();
     let (inner, sl) = (d[r - 1], st[r - 1]);
     // Blocks of whole rows: the first row's source offset is decoded once per block, the
-    // next ones follow by an odometer over the outer dims.
-    let rows_per_block = (8192 / inner).max(1);
+    // next ones follow by an odometer over the outer dims. A strided inner dim (a real
+    // transpose, `[k, n] -> [n, k]`) is gathered in column tiles of `TILE` across at least
+    // 32 rows, so each source cache line, shared by neighbouring output rows, is read while
+    // it is still in L1 (row by row, a 768-wide weight read every line once per row: 46 % of
+    // a ViT-B/16 import). Every element is a copy, so the result is the same.
+    const TILE: usize = 64;
+    let rows_per_block = if sl == 1 {
+        (8192 / inner).max(1)
+    } else {
+        (8192 / inner).max(32)
+    };
     fill_chunks(&mut out, rows_per_block * inner, |b, dst| {
         let mut idx = vec![0usize; r - 1];
         let mut rem = b * rows_per_block;
@@ -202,14 +211,9 @@ fn transpose_impl<T: Copy + Default + Send + Sync + 'static>(
             base += idx[i] * st[i];
             rem /= d[i];
         }
-        for row in dst.chunks_mut(inner) {
-            if sl == 1 {
-                row.copy_from_slice(&src[base..base + inner]);
-            } else {
-                for (j, o) in row.iter_mut().enumerate() {
-                    *o = src[base + j * sl];
-                }
-            }
+        let mut bases = Vec::with_capacity(dst.len() / inner);
+        for _ in 0..dst.len() / inner {
+            bases.push(base);
             for i in (0..r - 1).rev() {
                 idx[i] += 1;
                 base += st[i];
@@ -218,6 +222,20 @@ fn transpose_impl<T: Copy + Default + Send + Sync + 'static>(
                 }
                 base -= d[i] * st[i];
                 idx[i] = 0;
+            }
+        }
+        if sl == 1 {
+            for (row, &b0) in dst.chunks_mut(inner).zip(&bases) {
+                row.copy_from_slice(&src[b0..b0 + inner]);
+            }
+        } else {
+            for jt in (0..inner).step_by(TILE) {
+                let je = (jt + TILE).min(inner);
+                for (row, &b0) in dst.chunks_mut(inner).zip(&bases) {
+                    for (j, o) in row[jt..je].iter_mut().enumerate() {
+                        *o = src[b0 + (jt + j) * sl];
+                    }
+                }
             }
         }
     });
