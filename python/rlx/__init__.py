@@ -391,7 +391,10 @@ class Divergence:
         device: the backend (``"wgpu"``).
         suspect: True when the gap is not round-off (a kernel bug candidate, a NaN/Inf on
             one side only, differing integers).
-        verdict: ``"round-off"`` or ``"suspect"``.
+        verdict: ``"round-off"``, ``"suspect"``, or ``"not compared"`` when no node ran on
+            the backend (everything fell back to the CPU, so there was nothing to judge).
+        nodes_on_device, nodes_total: compute nodes that ran on the backend's own kernels,
+            and all compute nodes of the compiled graph.
         max_abs, max_rel, max_ulps: the worst output gap (max_rel = |b - cpu| / (|cpu| + 1e-6)).
         worst_output, worst_output_name, worst_index, worst_values: where it was reached.
         tol_rel: the tolerance it was judged against.
@@ -404,6 +407,8 @@ class Divergence:
     device: str
     suspect: bool
     verdict: str
+    nodes_on_device: int
+    nodes_total: int
     max_abs: float
     max_rel: float
     max_ulps: int
@@ -422,7 +427,9 @@ class Divergence:
         return cls(
             device=d["device"],
             suspect=bool(d["suspect"]),
-            verdict="suspect" if d["suspect"] else "round-off",
+            verdict=d["verdict"],
+            nodes_on_device=d["nodes_on_device"],
+            nodes_total=d["nodes_total"],
             max_abs=d["max_abs"],
             max_rel=d["max_rel"],
             max_ulps=d["max_ulps"],

@@ -34,6 +34,9 @@ def test_diverge_cpu_vs_wgpu_or_clear_error(healthy):
         assert d[0].verdict == "round-off", repr(d[0])
         assert d[0].max_rel <= d[0].tol_rel
         assert "wgpu vs cpu" in repr(d[0])
+        # The line states how much of the model ran on the GPU (issue 30 item 6).
+        assert 0 < d[0].nodes_on_device <= d[0].nodes_total, repr(d[0])
+        assert f"({d[0].nodes_on_device}/{d[0].nodes_total} nodes on wgpu)" in repr(d[0])
     else:
         with pytest.raises(rlx.DeviceError, match="wgpu is not available on this machine"):
             rlx.diverge(healthy, devices=("cpu", "wgpu"))

@@ -16,15 +16,17 @@
 
 use rlx_compile::compiler::{compile, CompileOptions};
 use rlx_compile::NumericLint;
-use rlx_cpu::{CpuError, CpuExecutor};
+use rlx_cpu::CpuError;
 use rlx_ir::numeric_check::{DebugMode, DebugScanner, NanReport};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape, Tensor, TensorData};
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub mod backend;
 pub mod guards;
 pub mod printer;
+pub use backend::{Backend, Coverage, Placement};
 /// Cross-backend diagnostics (`dist::diagnostics::backend_divergence`).
 pub mod dist {
     pub mod diagnostics;
@@ -33,8 +35,9 @@ pub use guards::{GuardDim, InputGuard};
 pub mod package;
 pub use package::{load_package, save_package, PackageError};
 
-/// A device a graph can run on. Only `Cpu` has a backend today; the others are reserved
-/// for the wgpu and CUDA backends and are never listed by [`available_devices`] until then.
+/// A device a graph can run on: `Cpu` always, `Wgpu` with the `gpu` feature and an adapter.
+/// `Cuda` is reserved for the CUDA backend and never listed by [`available_devices`] until it
+/// exists ([`backend::probe`] says why a device is absent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -65,64 +68,37 @@ pub fn device_available(d: Device) -> bool {
 /// a machine without a Vulkan driver simply has no Wgpu).
 pub fn available_devices() -> Vec<Device> {
     static DEVICES: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
-    DEVICES
-        .get_or_init(|| {
-            #[allow(unused_mut)]
-            let mut v = vec![Device::Cpu];
-            #[cfg(feature = "gpu")]
-            if rlx_wgpu::probe().is_some() {
-                v.push(Device::Wgpu);
-            }
-            v
-        })
-        .clone()
+    DEVICES.get_or_init(backend::live_devices).clone()
 }
 
-/// The backend executor of a compiled graph.
-pub(crate) enum Exec {
-    Cpu(CpuExecutor),
-    #[cfg(feature = "gpu")]
-    Wgpu(rlx_wgpu::WgpuExecutor),
-}
+/// The backend of a compiled graph.
+pub(crate) type Exec = Box<dyn Backend>;
 
-impl From<CpuExecutor> for Exec {
-    fn from(e: CpuExecutor) -> Exec {
-        Exec::Cpu(e)
-    }
-}
-
-impl Exec {
-    /// The graph the backend runs (after passes).
-    pub(crate) fn graph(&self) -> &Graph {
-        match self {
-            Exec::Cpu(e) => e.graph(),
-            #[cfg(feature = "gpu")]
-            Exec::Wgpu(e) => e.graph(),
-        }
-    }
-
-    pub(crate) fn set_param(&mut self, name: &str, t: Tensor) -> Result<(), RuntimeError> {
-        match self {
-            Exec::Cpu(e) => Ok(e.set_param(name, t)?),
-            #[cfg(feature = "gpu")]
-            Exec::Wgpu(e) => Ok(e.set_param(name, t)?),
-        }
-    }
+/// "device cuda is not available on this machine: <why> (available: cpu, wgpu)".
+fn unavailable(d: Device) -> String {
+    let why = backend::probe(d)
+        .err()
+        .unwrap_or_else(|| "it failed to start".into());
+    let live: Vec<String> = available_devices().iter().map(|d| d.to_string()).collect();
+    format!(
+        "device {d} is not available on this machine: {why} (available: {})",
+        live.join(", ")
+    )
 }
 
 /// Errors from compiling or running, naming the input or node.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("device {0} is not available on this machine (available: cpu)")]
+    /// The device is not live here; the message says why and lists the live ones.
+    #[error("{}", unavailable(*.0))]
     DeviceUnavailable(Device),
     #[error(transparent)]
     Compile(#[from] rlx_compile::CompileError),
     #[error(transparent)]
     Cpu(#[from] CpuError),
-    /// An error from the wgpu backend, naming the node or input.
-    #[cfg(feature = "gpu")]
+    /// `RLX_DEBUG_NANS=abort` stopped a run on a backend other than the CPU (same report).
     #[error(transparent)]
-    Wgpu(#[from] rlx_wgpu::WgpuError),
+    NanAbort(rlx_ir::numeric_check::NanAbort),
     #[error("{0}")]
     Input(String),
     /// A node's output would not fit in this machine's memory (bogus dims, a huge `--dim`).
@@ -153,9 +129,7 @@ impl RuntimeError {
     /// The NaN/Inf report when `RLX_DEBUG_NANS=abort` stopped the run.
     pub fn as_nan_abort(&self) -> Option<&rlx_ir::numeric_check::NanAbort> {
         match self {
-            RuntimeError::Cpu(CpuError::NanAbort(a)) => Some(a),
-            #[cfg(feature = "gpu")]
-            RuntimeError::Wgpu(rlx_wgpu::WgpuError::NanAbort(a)) => Some(a),
+            RuntimeError::Cpu(CpuError::NanAbort(a)) | RuntimeError::NanAbort(a) => Some(a),
             _ => None,
         }
     }
@@ -206,12 +180,7 @@ impl Session {
         check_sizes(&g)?;
         let source = g.clone();
         let c = compile(g, &self.options)?;
-        let exec: Exec = match self.device {
-            #[cfg(feature = "gpu")]
-            Device::Wgpu => Exec::Wgpu(rlx_wgpu::WgpuExecutor::new(c.graph)?),
-            Device::Cpu => CpuExecutor::new(c.graph)?.into(),
-            d => return Err(RuntimeError::DeviceUnavailable(d)),
-        };
+        let exec = backend::open(self.device, c.graph)?;
         let guards = guards::record_guards(exec.graph(), &source.input_decls, self.device);
         Ok(CompiledGraph::assemble(
             self.device,
@@ -274,14 +243,14 @@ impl CompiledGraph {
     fn assemble(
         device: Device,
         source: Graph,
-        exec: impl Into<Exec>,
+        exec: Exec,
         lints: Vec<NumericLint>,
         guards: Vec<InputGuard>,
     ) -> CompiledGraph {
         CompiledGraph {
             device,
             source,
-            exec: exec.into(),
+            exec,
             lints,
             reports: vec![],
             nan_summary: None,
@@ -345,26 +314,14 @@ impl CompiledGraph {
     /// [`RuntimeError::Backend`]. Profiled runs read the clock once per node (tens of
     /// nanoseconds each), so time the model with profiling off and profile separately.
     pub fn set_profiling(&mut self, on: bool) -> Result<(), RuntimeError> {
-        match &mut self.exec {
-            Exec::Cpu(e) => {
-                e.set_profiling(on);
-                Ok(())
-            }
-            #[cfg(feature = "gpu")]
-            Exec::Wgpu(_) => Err(RuntimeError::Backend(
-                "wgpu: per-node profiling runs on the CPU backend only (--device cpu)".into(),
-            )),
-        }
+        self.exec.set_profiling(on)
     }
 
     /// The per-node times since profiling was turned on: None when it is off or no run
     /// was made since.
     pub fn profile(&self) -> Option<Profile> {
-        let Exec::Cpu(e) = &self.exec else {
-            return None;
-        };
-        let t = e.profile().filter(|t| t.runs > 0)?;
-        let g = e.graph();
+        let t = self.exec.profile().filter(|t| t.runs > 0)?;
+        let g = self.exec.graph();
         let nodes = g
             .nodes
             .iter()
@@ -407,6 +364,21 @@ impl CompiledGraph {
     /// The graph the backend runs (after passes).
     pub fn graph(&self) -> &Graph {
         self.exec.graph()
+    }
+
+    /// The backend running this graph, named for people (`wgpu (NVIDIA H200, Vulkan)`).
+    pub fn backend_name(&self) -> String {
+        self.exec.describe()
+    }
+
+    /// Where each compute node runs: on the device, or on the CPU and why.
+    pub fn placements(&self) -> Vec<(NodeId, Placement)> {
+        self.exec.placements()
+    }
+
+    /// How many compute nodes run on the compiled device (the rest fall back to the CPU).
+    pub fn coverage(&self) -> Coverage {
+        self.exec.coverage()
     }
 
     /// Numeric lints found while compiling.
@@ -579,18 +551,15 @@ impl CompiledGraph {
         }
     }
 
-    /// One run on the backend (the value printer is CPU-only; wgpu scans after its run).
+    /// One run on the backend.
     fn run_exec<I: Borrow<Tensor> + Sync>(
         exec: &mut Exec,
         ordered: &[I],
         sc: Option<&mut DebugScanner>,
         pcfg: &printer::PrinterConfig,
     ) -> Result<Vec<Tensor>, RuntimeError> {
-        match exec {
-            Exec::Cpu(e) => Ok(printer::run_cpu(e, ordered, sc, pcfg)?),
-            #[cfg(feature = "gpu")]
-            Exec::Wgpu(e) => Ok(e.run(ordered, sc)?),
-        }
+        let refs: Vec<&Tensor> = ordered.iter().map(|t| t.borrow()).collect();
+        exec.run(&refs, sc, pcfg)
     }
 
     /// Run with a callback after every node (for value printers and traces).
@@ -602,26 +571,9 @@ impl CompiledGraph {
         self.guard_inputs(&inputs, self.device)?;
         let ordered = self.order_inputs(inputs)?;
         let g = self.exec.graph().clone();
-        match &mut self.exec {
-            Exec::Cpu(e) => {
-                let mut f = |id: NodeId, t: &Tensor| observe(&g, id, t);
-                Ok(e.run_observed(&ordered, None, &mut f)?)
-            }
-            // wgpu: every node's value is read back after the run, then observed in order.
-            #[cfg(feature = "gpu")]
-            Exec::Wgpu(e) => {
-                let all = e.run_all(&ordered)?;
-                for (k, t) in all.iter().enumerate() {
-                    if let Some(t) = t {
-                        observe(&g, NodeId(k as u32), t);
-                    }
-                }
-                Ok(g.outputs
-                    .iter()
-                    .filter_map(|o| all[o.index()].clone())
-                    .collect())
-            }
-        }
+        let refs: Vec<&Tensor> = ordered.iter().collect();
+        self.exec
+            .run_observed(&refs, &mut |id: NodeId, t: &Tensor| observe(&g, id, t))
     }
 
     fn order_inputs<I>(&self, inputs: Vec<(&str, I)>) -> Result<Vec<I>, RuntimeError> {

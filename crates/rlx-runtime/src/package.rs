@@ -589,14 +589,10 @@ pub fn load_package(path: &Path, device: Device) -> Result<CompiledGraph, Runtim
             format!("its inputs do not match the inputs of {GRAPH_ENTRY}"),
         ));
     }
-    let exec: crate::Exec = match device {
-        #[cfg(feature = "gpu")]
-        Device::Wgpu => crate::Exec::Wgpu(rlx_wgpu::WgpuExecutor::new(g.clone())?),
-        Device::Cpu => rlx_cpu::CpuExecutor::new(g.clone())
-            .map_err(|e| entry_err(path, GRAPH_ENTRY, e))?
-            .into(),
-        d => return Err(RuntimeError::DeviceUnavailable(d)),
-    };
+    let exec = crate::backend::open(device, g.clone()).map_err(|e| match e {
+        RuntimeError::Cpu(e) => entry_err(path, GRAPH_ENTRY, e),
+        e => e,
+    })?;
     let mut c = CompiledGraph::assemble(device, g, exec, vec![], manifest.inputs.clone());
     for name in &manifest.params {
         let id = c

@@ -421,6 +421,37 @@ pub(crate) fn run_cpu<I: std::borrow::Borrow<Tensor> + Sync>(
     r
 }
 
+/// Print per `cfg` from every node's value after a whole run (`all[k]` is node `k`'s value):
+/// the printer of a backend that runs the graph on its device and reads values back. Level 3's
+/// `running` line precedes each node's statistics (the run is over by then; the backend's own
+/// error names a node that failed).
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+pub(crate) fn print_values(g: &Graph, all: &[Option<Tensor>], cfg: &PrinterConfig) {
+    if !cfg.is_on() {
+        return;
+    }
+    let mut printed = 0usize;
+    let mut e = std::io::stderr().lock();
+    for n in &g.nodes {
+        let Some(t) = &all[n.id.index()] else {
+            continue;
+        };
+        if let Some(l) = cfg.line_after(g, n.id, t) {
+            if let Some(b) = cfg.line_before(g, n.id) {
+                let _ = writeln!(e, "{b}");
+            }
+            printed += 1;
+            let _ = writeln!(e, "{l}");
+        }
+    }
+    if printed == 0 {
+        let _ = writeln!(
+            e,
+            "rlx: note: {RLX_FILTERED_OPS_TO_PRINT} matched no op (patterns are case-sensitive globs with * and ?, matched against the label, the op name and %id)"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -150,3 +150,48 @@ fn a_dropped_nan_is_named_not_folded_into_max_rel() {
     let r = backend_divergence_with(&g, &[], &i, &DivergenceOptions::default()).unwrap();
     assert!(!r[0].suspect, "{}", r[0]);
 }
+
+/// A float16 graph: the wgpu kernels compute f32/i32/bool only, so every node falls back to
+/// the CPU. The comparison is then the CPU against itself: the report says "not compared"
+/// with the node count instead of calling it round-off (issue 30 item 6), and a graph that
+/// does run on the GPU states how many of its nodes did.
+#[test]
+fn a_backend_that_ran_no_node_is_not_called_round_off() {
+    let _l = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpu() {
+        return;
+    }
+    let mut g = Graph::new("f16");
+    let x = g.input("x", Shape::new(&[4], DType::F16));
+    let e = g.activation(Activation::Relu, x, Shape::new(&[4], DType::F16));
+    let y = g.mul(e, x, Shape::new(&[4], DType::F16));
+    g.set_outputs(vec![y]);
+    let xs = rlx_ir::TensorData::from_f64(DType::F16, &[1.0, -2.0, 3.0, 0.5]);
+    let i = vec![("x".to_string(), Tensor::new(vec![4], xs).unwrap())];
+    let r = backend_divergence_with(&g, &[], &i, &DivergenceOptions::default()).unwrap();
+    let d = &r[0];
+    assert!(!d.compared && !d.suspect, "{d}");
+    assert_eq!((d.nodes_on_device, d.nodes_total), (0, 2), "{d}");
+    assert_eq!(d.verdict, "not compared");
+    let line = d.to_string();
+    assert!(
+        line.contains("not compared — 0 of 2 nodes ran on wgpu"),
+        "{line}"
+    );
+    assert!(!line.contains("round-off"), "{line}");
+
+    let (g, x, w) = model();
+    let p = [("w", w.as_slice())];
+    let r = backend_divergence(&g, &p, &[("x", x.as_slice())], 2e-3);
+    assert!(
+        r[0].compared && r[0].nodes_on_device == r[0].nodes_total,
+        "{}",
+        r[0]
+    );
+    assert!(
+        r[0].to_string()
+            .contains(&format!("({0}/{0} nodes on wgpu)", r[0].nodes_total)),
+        "{}",
+        r[0]
+    );
+}

@@ -15,6 +15,9 @@ fn no_vulkan_lists_only_cpu() {
             .err()
             .expect("wgpu must be unavailable");
         assert!(e.to_string().contains("not available"), "{e}");
+        // The message says why and lists what is live.
+        assert!(e.to_string().contains("wgpu found no adapter"), "{e}");
+        assert!(e.to_string().ends_with("(available: cpu)"), "{e}");
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())

@@ -509,7 +509,10 @@ impl WgpuExecutor {
 
     /// Run and read back every node's value (index = node index), leaves included: for the
     /// cross-backend divergence diagnostic. Errors as [`WgpuExecutor::run`].
-    pub fn run_all(&mut self, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>, WgpuError> {
+    pub fn run_all<I: Borrow<Tensor>>(
+        &mut self,
+        inputs: &[I],
+    ) -> Result<Vec<Option<Tensor>>, WgpuError> {
         self.execute(inputs, true)
     }
 

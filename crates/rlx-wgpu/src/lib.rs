@@ -73,9 +73,27 @@ pub fn uncaptured_error_count() -> usize {
 }
 
 fn instance() -> wgpu::Instance {
+    quiet_device_select();
     // `with_env` honours WGPU_BACKEND (and the other WGPU_* variables).
     let desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
     wgpu::Instance::new(desc)
+}
+
+/// Mesa's implicit Vulkan `device-select` layer prints "error: XDG_RUNTIME_DIR is invalid or
+/// not set in the environment." on every instance when that variable does not name a
+/// directory (containers, CI, ssh without a session): noise in every user's and test's output
+/// (shared/notes/wgpu.md). Where it would print, and the user has not chosen, turn the layer
+/// off (`NODEVICE_SELECT=1`): it only reorders devices, and wgpu picks its adapter itself.
+/// Set once, before the first instance loads the Vulkan loader.
+fn quiet_device_select() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let xdg_ok =
+            std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+        if !xdg_ok && std::env::var_os("NODEVICE_SELECT").is_none() {
+            std::env::set_var("NODEVICE_SELECT", "1");
+        }
+    });
 }
 
 fn request_adapter(inst: &wgpu::Instance) -> Result<wgpu::Adapter, String> {

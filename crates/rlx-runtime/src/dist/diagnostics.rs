@@ -33,6 +33,8 @@
 //! Tolerance: about `2e-3` for f32 forward graphs. CPU reductions accumulate in f64, GPU
 //! ones in f32, so a long reduction legitimately differs by a few ULPs times its length.
 
+use crate::backend::Backend;
+use crate::printer::PrinterConfig;
 use crate::{available_devices, Device, RuntimeError};
 use rlx_compile::compiler::{compile, CompileOptions};
 use rlx_cpu::CpuExecutor;
@@ -51,6 +53,15 @@ pub const NODE_SCALE: f64 = 1e-3;
 pub struct BackendDivergence {
     /// The backend compared with the CPU.
     pub device: Device,
+    /// Compute nodes that ran on `device`'s own kernels (the rest fell back to the CPU).
+    pub nodes_on_device: usize,
+    /// Compute nodes of the compiled graph.
+    pub nodes_total: usize,
+    /// False when no node ran on `device` (everything fell back to the CPU): its outputs are
+    /// the CPU's own, so there is nothing to judge; `suspect` is false and no verdict is given.
+    pub compared: bool,
+    /// `"round-off"`, `"suspect"` or `"not compared"`.
+    pub verdict: String,
     /// Largest `|backend − cpu|` over every finite output element.
     pub max_abs: f64,
     /// Largest `|backend − cpu| / (|cpu| + 1e-6)` over every finite output element.
@@ -279,12 +290,34 @@ pub fn format_report(label: &str, report: &[BackendDivergence]) -> String {
     s
 }
 
+impl BackendDivergence {
+    fn set_verdict(&mut self) {
+        self.verdict = if !self.compared {
+            "not compared"
+        } else if self.suspect {
+            "suspect"
+        } else {
+            "round-off"
+        }
+        .into();
+    }
+}
+
 impl fmt::Display for BackendDivergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dev = self.device.to_string();
+        if !self.compared {
+            return write!(
+                f,
+                "{dev:>6} vs cpu: not compared — 0 of {} nodes ran on {dev} (every node fell back to the CPU, so its outputs are the CPU's own; RLX_DISPATCH_REPORT=1 says why)",
+                self.nodes_total
+            );
+        }
         write!(
             f,
-            "{:>6} vs cpu: max_abs={:.3e} max_rel={:.3e} max_ulps={} (output #{} \"{}\") — ",
-            self.device.to_string(),
+            "{dev:>6} vs cpu ({}/{} nodes on {dev}): max_abs={:.3e} max_rel={:.3e} max_ulps={} (output #{} \"{}\") — ",
+            self.nodes_on_device,
+            self.nodes_total,
             self.max_abs,
             self.max_rel,
             self.max_ulps,
@@ -368,9 +401,15 @@ pub fn backend_divergence_with(
     let cpu_out = cpu.run(&feeds, None)?;
     let mut report = vec![];
     for dev in backends {
-        let mut be = BackendRun::new(dev, &compiled, params)?;
+        let mut be = open_backend(dev, &compiled, params)?;
         report.push(judge(
-            &compiled, dev, &mut cpu, &cpu_out, &feeds, &mut be, opts,
+            &compiled,
+            dev,
+            &mut cpu,
+            &cpu_out,
+            &feeds,
+            be.as_mut(),
+            opts,
         )?);
     }
     Ok(report)
@@ -384,23 +423,37 @@ fn judge(
     cpu: &mut CpuExecutor,
     cpu_out: &[Tensor],
     feeds: &[Tensor],
-    be: &mut BackendRun,
+    be: &mut dyn Backend,
     opts: &DivergenceOptions,
 ) -> Result<BackendDivergence, RuntimeError> {
-    let out = be.run(feeds)?;
+    let refs: Vec<&Tensor> = feeds.iter().collect();
+    let out = be
+        .run(&refs, None, &PrinterConfig::off())
+        .map_err(|e| named(dev, e))?;
     let mut d = compare_outputs(compiled, dev, cpu_out, &out, opts.tol_rel);
+    let cov = be.coverage();
+    d.nodes_on_device = cov.on_device;
+    d.nodes_total = cov.total;
+    if cov.on_device == 0 && cov.total > 0 {
+        // Every node ran on the CPU: comparing would be the CPU against itself.
+        d.compared = false;
+        d.suspect = false;
+        d.set_verdict();
+        return Ok(d);
+    }
     if d.suspect && opts.localize {
         let mut cpu_nodes: Vec<Option<Tensor>> = vec![None; compiled.len()];
         cpu.run_observed(feeds, None, &mut |id, t| {
             cpu_nodes[id.index()] = Some(t.clone())
         })?;
-        let other_nodes = be.run_all(feeds)?;
+        let other_nodes = be.run_all(&refs).map_err(|e| named(dev, e))?;
         let l = localize(compiled, dev, &cpu_nodes, &other_nodes, opts.tol_rel);
         if l.kind == "accumulated" && d.nonfinite.is_empty() && d.int_mismatches == 0 {
             d.suspect = false;
             d.amplified_near_zero = true;
         }
         d.localization = Some(l);
+        d.set_verdict();
     }
     Ok(d)
 }
@@ -434,72 +487,102 @@ fn order_inputs(g: &Graph, inputs: &[(String, Tensor)]) -> Result<Vec<Tensor>, R
         .collect()
 }
 
-/// One non-CPU backend prepared for the compiled graph.
-enum BackendRun {
-    #[cfg(feature = "gpu")]
-    Wgpu(Box<rlx_wgpu::WgpuExecutor>),
-    /// The CPU graph run node by node with a chosen [`Fault`]: the stand-in backend of this
-    /// module's unit tests (it proves the classifier, the replay and the thresholds without a
-    /// GPU).
-    #[cfg(test)]
-    StandIn(Graph, Vec<(String, Tensor)>, Fault),
-    /// Keeps the enum inhabited in a build with no other backend.
-    #[allow(dead_code)]
-    None(std::convert::Infallible),
+/// A backend's error with the backend named (a diagnostic must say which side failed).
+fn named(dev: Device, e: RuntimeError) -> RuntimeError {
+    match e {
+        e @ (RuntimeError::DeviceUnavailable(_) | RuntimeError::Backend(_)) => e,
+        e => RuntimeError::Backend(format!("{dev}: {e}")),
+    }
 }
 
-impl BackendRun {
-    fn new(
-        dev: Device,
-        g: &Graph,
-        params: &[(String, Tensor)],
-    ) -> Result<BackendRun, RuntimeError> {
-        match dev {
-            #[cfg(feature = "gpu")]
-            Device::Wgpu => {
-                let mut e = rlx_wgpu::WgpuExecutor::new(g.clone())
-                    .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}")))?;
-                for (n, t) in params {
-                    e.set_param(n, t.clone())
-                        .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}")))?;
-                }
-                Ok(BackendRun::Wgpu(Box::new(e)))
-            }
-            _ => {
-                let _ = (g, params);
-                Err(RuntimeError::DeviceUnavailable(dev))
-            }
+/// One non-CPU backend prepared for the compiled graph, with the parameters set.
+fn open_backend(
+    dev: Device,
+    g: &Graph,
+    params: &[(String, Tensor)],
+) -> Result<Box<dyn Backend>, RuntimeError> {
+    let mut be = crate::backend::open(dev, g.clone()).map_err(|e| named(dev, e))?;
+    for (n, t) in params {
+        be.set_param(n, t.clone()).map_err(|e| named(dev, e))?;
+    }
+    Ok(be)
+}
+
+/// The CPU graph run node by node with a chosen [`Fault`]: the stand-in backend of this
+/// module's unit tests (it proves the classifier, the replay and the thresholds without a
+/// GPU). With `on_device` false it reports every node as a CPU fallback.
+#[cfg(test)]
+struct StandIn {
+    g: Graph,
+    params: Vec<(String, Tensor)>,
+    fault: Fault,
+    on_device: bool,
+}
+
+#[cfg(test)]
+impl StandIn {
+    fn new(g: Graph, params: Vec<(String, Tensor)>, fault: Fault) -> StandIn {
+        StandIn {
+            g,
+            params,
+            fault,
+            on_device: true,
         }
     }
 
-    fn run(&mut self, feeds: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        match self {
-            #[cfg(feature = "gpu")]
-            BackendRun::Wgpu(e) => e
-                .run(feeds, None)
-                .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
-            #[cfg(test)]
-            BackendRun::StandIn(g, params, fault) => {
-                let vals = stand_in_run(g, params, feeds, fault)?;
-                Ok(g.outputs
-                    .iter()
-                    .map(|o| vals[o.index()].clone().unwrap())
-                    .collect())
-            }
-            BackendRun::None(n) => match *n {},
-        }
+    /// Run on owned feeds (tests).
+    fn run_feeds(&mut self, feeds: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        let refs: Vec<&Tensor> = feeds.iter().collect();
+        Backend::run(self, &refs, None, &PrinterConfig::off())
     }
+}
 
-    fn run_all(&mut self, feeds: &[Tensor]) -> Result<Vec<Option<Tensor>>, RuntimeError> {
-        match self {
-            #[cfg(feature = "gpu")]
-            BackendRun::Wgpu(e) => e
-                .run_all(feeds)
-                .map_err(|e| RuntimeError::Backend(format!("wgpu: {e}"))),
-            #[cfg(test)]
-            BackendRun::StandIn(g, params, fault) => stand_in_run(g, params, feeds, fault),
-            BackendRun::None(n) => match *n {},
-        }
+#[cfg(test)]
+impl Backend for StandIn {
+    fn device(&self) -> Device {
+        Device::Wgpu
+    }
+    fn describe(&self) -> String {
+        "stand-in".into()
+    }
+    fn graph(&self) -> &Graph {
+        &self.g
+    }
+    fn set_param(&mut self, name: &str, t: Tensor) -> Result<(), RuntimeError> {
+        self.params.retain(|p| p.0 != name);
+        self.params.push((name.to_string(), t));
+        Ok(())
+    }
+    fn run(
+        &mut self,
+        inputs: &[&Tensor],
+        _: Option<&mut rlx_ir::numeric_check::DebugScanner>,
+        _: &PrinterConfig,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        let all = self.run_all(inputs)?;
+        crate::backend::outputs_of(&self.g, &all)
+    }
+    fn run_all(&mut self, inputs: &[&Tensor]) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+        let feeds: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+        stand_in_run(&self.g, &self.params, &feeds, &self.fault)
+    }
+    fn placements(&self) -> Vec<(NodeId, crate::backend::Placement)> {
+        use crate::backend::Placement;
+        crate::backend::compute_nodes(&self.g)
+            .map(|n| {
+                let p = if self.on_device {
+                    Placement::Device
+                } else {
+                    Placement::CpuFallback {
+                        reason: "test".into(),
+                    }
+                };
+                (n.id, p)
+            })
+            .collect()
+    }
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 }
 
@@ -721,6 +804,10 @@ pub fn compare_outputs(
 ) -> BackendDivergence {
     let mut d = BackendDivergence {
         device: dev,
+        nodes_on_device: 0,
+        nodes_total: 0,
+        compared: true,
+        verdict: String::new(),
         max_abs: 0.0,
         max_rel: 0.0,
         worst_output: 0,
@@ -776,6 +863,7 @@ pub fn compare_outputs(
     }
     d.worst_output_name = output_name(g, d.worst_output);
     d.suspect = d.max_rel > tol_rel || !d.nonfinite.is_empty() || d.int_mismatches > 0;
+    d.set_verdict();
     d
 }
 
@@ -1074,6 +1162,18 @@ mod tests {
         fault: impl Fn(&Graph) -> Fault,
         tol_rel: f64,
     ) -> BackendDivergence {
+        verdict_on(g, p, i, fault, tol_rel, true)
+    }
+
+    /// [`verdict`] with the stand-in's nodes on its device (`on_device`) or all on the CPU.
+    fn verdict_on(
+        g: &Graph,
+        p: &[(String, Tensor)],
+        i: &[(String, Tensor)],
+        fault: impl Fn(&Graph) -> Fault,
+        tol_rel: f64,
+        on_device: bool,
+    ) -> BackendDivergence {
         let opts = DivergenceOptions {
             tol_rel,
             ..DivergenceOptions::default()
@@ -1086,7 +1186,8 @@ mod tests {
         }
         let cpu_out = cpu.run(&feeds, None).unwrap();
         let fault = fault(&compiled);
-        let mut be = BackendRun::StandIn(compiled.clone(), p.to_vec(), fault);
+        let mut be = StandIn::new(compiled.clone(), p.to_vec(), fault);
+        be.on_device = on_device;
         judge(
             &compiled,
             Device::Wgpu,
@@ -1147,6 +1248,46 @@ mod tests {
         assert!(l.label == "center", "{}", l.message);
         assert!(d.suspect, "{d}");
         assert!(!d.amplified_near_zero);
+    }
+
+    /// A backend that ran no node itself (every node fell back to the CPU) is not judged:
+    /// its outputs are the CPU's, so "round-off" would be a claim about nothing (issue 30
+    /// item 6). The same fault on a backend that ran the nodes is suspect, and every line
+    /// states how many nodes ran there.
+    #[test]
+    fn a_backend_that_ran_no_node_is_not_compared() {
+        let (g, p, i) = near_zero_chain();
+        let sub = |g: &Graph| {
+            Fault::Scale(
+                find(g, |o| matches!(o, Op::Binary(rlx_ir::BinaryOp::Sub))),
+                1.01,
+            )
+        };
+        let d = verdict_on(&g, &p, &i, sub, 2e-3, false);
+        assert!(!d.compared && !d.suspect, "{d}");
+        assert_eq!(d.verdict, "not compared");
+        assert_eq!(d.nodes_on_device, 0);
+        assert!(d.nodes_total > 0);
+        let line = d.to_string();
+        assert!(
+            line.contains(&format!(
+                "not compared — 0 of {} nodes ran on wgpu",
+                d.nodes_total
+            )),
+            "{line}"
+        );
+        assert!(!line.contains("round-off"), "{line}");
+        let d = verdict_on(&g, &p, &i, sub, 2e-3, true);
+        assert!(d.compared && d.suspect, "{d}");
+        assert_eq!(d.verdict, "suspect");
+        assert_eq!(d.nodes_on_device, d.nodes_total);
+        assert!(
+            d.to_string().contains(&format!(
+                "({}/{} nodes on wgpu)",
+                d.nodes_total, d.nodes_total
+            )),
+            "{d}"
+        );
     }
 
     /// The output threshold is `tol_rel` itself: an output 5·tol off (the MatMul scaled by
@@ -1409,8 +1550,8 @@ mod tests {
             .find(|n| matches!(n.op, Op::MatMul))
             .unwrap()
             .id;
-        let mut be = BackendRun::StandIn(compiled.clone(), p.clone(), Fault::Scale(mm, 1.01));
-        let out = be.run(&feeds).unwrap();
+        let mut be = StandIn::new(compiled.clone(), p.clone(), Fault::Scale(mm, 1.01));
+        let out = be.run_feeds(&feeds).unwrap();
         let d = compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3);
         assert!(d.suspect, "{d}");
         let mut cpu_nodes = vec![None; compiled.len()];
@@ -1418,7 +1559,8 @@ mod tests {
             cpu_nodes[id.index()] = Some(t.clone())
         })
         .unwrap();
-        let other = be.run_all(&feeds).unwrap();
+        let refs: Vec<&Tensor> = feeds.iter().collect();
+        let other = be.run_all(&refs).unwrap();
         let l = localize(&compiled, Device::Wgpu, &cpu_nodes, &other, 2e-3);
         assert_eq!(l.kind, "kernel_bug_candidate");
         assert_eq!(l.node, mm.to_string());
@@ -1435,8 +1577,8 @@ mod tests {
             l.error.rel
         );
         // An unperturbed "backend" localizes nothing and is round-off.
-        let out = BackendRun::StandIn(compiled.clone(), p.clone(), Fault::Scale(mm, 1.0))
-            .run(&feeds)
+        let out = StandIn::new(compiled.clone(), p.clone(), Fault::Scale(mm, 1.0))
+            .run_feeds(&feeds)
             .unwrap();
         assert!(!compare_outputs(&compiled, Device::Wgpu, &cpu_out, &out, 2e-3).suspect);
     }

@@ -1,0 +1,86 @@
+//! The backend trait through the public API: placements, coverage, the one error for a
+//! device that is not live, and the same values from every live backend.
+
+use rlx_ir::{Activation, DType, Graph, Shape, Tensor};
+use rlx_runtime::backend::{self, Placement};
+use rlx_runtime::{available_devices, Device, Session};
+
+fn tiny() -> Graph {
+    let mut g = Graph::new("d");
+    let x = g.input("x", Shape::new(&[2, 2], DType::F32));
+    let w = g.param("w", Shape::new(&[2, 2], DType::F32));
+    let y = g.matmul(x, w, Shape::new(&[2, 2], DType::F32));
+    let r = g.activation(Activation::Relu, y, Shape::new(&[2, 2], DType::F32));
+    g.set_outputs(vec![r]);
+    g
+}
+
+#[test]
+fn cpu_runs_every_node_itself() {
+    let b = backend::open(Device::Cpu, tiny()).unwrap();
+    assert_eq!(b.device(), Device::Cpu);
+    let p = b.placements();
+    assert_eq!(p.len(), 2);
+    assert!(p.iter().all(|(_, p)| *p == Placement::Device));
+    let c = b.coverage();
+    assert_eq!((c.on_device, c.total, c.on_cpu()), (2, 2, 0));
+    assert!(b.describe().starts_with("cpu ("), "{}", b.describe());
+}
+
+/// CUDA has no backend in this build: compiling for it is one error that says so and lists
+/// the devices that are live (the CPU at least, wgpu where an adapter exists).
+#[test]
+fn an_absent_device_says_why_and_lists_the_live_ones() {
+    let e = Session::new(Device::Cuda)
+        .try_compile(tiny())
+        .err()
+        .expect("no CUDA backend");
+    let m = e.to_string();
+    assert!(
+        m.starts_with("device cuda is not available on this machine: this build of RLX has no CUDA backend yet (available: cpu"),
+        "{m}"
+    );
+    let live: Vec<String> = available_devices().iter().map(|d| d.to_string()).collect();
+    assert!(
+        m.ends_with(&format!("(available: {})", live.join(", "))),
+        "{m}"
+    );
+    assert!(backend::probe(Device::Cuda).is_err());
+    assert!(backend::probe(Device::Cpu).is_ok());
+}
+
+/// Every live backend returns the CPU's values through `run`, `run_all` and `run_observed`
+/// (exact here: a 2x2 product of small integers), and per-node profiling is the CPU's alone.
+#[test]
+fn every_live_backend_gives_the_same_values_through_the_trait() {
+    let x = Tensor::from_f32(&[2, 2], vec![1.0, -2.0, 3.0, 4.0]).unwrap();
+    let w = Tensor::from_f32(&[2, 2], vec![1.0, 2.0, -1.0, 1.0]).unwrap();
+    // [[1,-2],[3,4]] @ [[1,2],[-1,1]] = [[3,0],[-1,10]] -> relu -> [[3,0],[0,10]]
+    let want = vec![3.0f32, 0.0, 0.0, 10.0];
+    for d in available_devices() {
+        let mut b = backend::open(d, tiny()).unwrap();
+        b.set_param("w", w.clone()).unwrap();
+        let out = b
+            .run(&[&x], None, &rlx_runtime::printer::PrinterConfig::off())
+            .unwrap();
+        assert_eq!(out[0].data().to_f32_vec(), want, "{d}");
+        let all = b.run_all(&[&x]).unwrap();
+        let out_id = b.graph().outputs[0];
+        assert_eq!(
+            all[out_id.index()].as_ref().unwrap().data().to_f32_vec(),
+            want,
+            "{d}"
+        );
+        let mut seen = vec![];
+        let out = b.run_observed(&[&x], &mut |id, _| seen.push(id)).unwrap();
+        assert_eq!(out[0].data().to_f32_vec(), want, "{d}");
+        assert!(seen.contains(&out_id), "{d}: {seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "{d}: topological order"
+        );
+        assert_eq!(b.set_profiling(true).is_ok(), d == Device::Cpu, "{d}");
+        let e = b.set_param("nope", w.clone()).unwrap_err().to_string();
+        assert!(e.contains("nope"), "{d}: {e}");
+    }
+}
