@@ -34,7 +34,10 @@ enum Enc {
 
 fn enc_of(dt: DType) -> Option<Enc> {
     match dt {
-        DType::F32 => Some(Enc::F32),
+        // float16/bfloat16 values live as f32 words: kernels compute in f32 and every GPU
+        // node with such an output rounds it to its dtype (`round_spec`), as the CPU rounds
+        // at op boundaries.
+        DType::F32 | DType::F16 | DType::BF16 => Some(Enc::F32),
         DType::Bool => Some(Enc::Bool),
         DType::I64 | DType::I32 => Some(Enc::I32),
         _ => None,
@@ -219,7 +222,14 @@ impl WgpuExecutor {
                     graph.node(bad).shape
                 ))
             } else {
-                build_spec(&graph, node.id, &gpu.limits, bug)
+                build_spec(&graph, node.id, &gpu.limits, bug).and_then(|s| match s {
+                    Some(mut s) => {
+                        let maxg = gpu.limits.max_compute_workgroups_per_dimension;
+                        s.extend(round_spec(&graph, node.id, maxg)?);
+                        Ok(Some(s))
+                    }
+                    None => Ok(None),
+                })
             };
             match r {
                 Ok(Some(s)) => {
@@ -419,6 +429,9 @@ impl WgpuExecutor {
         let g = &self.graph;
         let words: Vec<u32> = match t.data() {
             TensorData::F32(v) => bytemuck::cast_slice(v).to_vec(),
+            TensorData::F16(_) | TensorData::BF16(_) => {
+                t.data().to_f32_vec().iter().map(|x| x.to_bits()).collect()
+            }
             TensorData::Bool(v) => v.iter().map(|&x| x as u32).collect(),
             TensorData::I64(v) => {
                 let mut w = Vec::with_capacity(v.len());
@@ -691,6 +704,14 @@ impl WgpuExecutor {
             s.unmap();
             let data = match shape.dtype {
                 DType::F32 => TensorData::F32(bytemuck::cast_slice(&words).to_vec()),
+                // Exact: the GPU value was rounded to the dtype by its node.
+                DType::F16 | DType::BF16 => TensorData::from_f64(
+                    shape.dtype,
+                    &words
+                        .iter()
+                        .map(|&w| f32::from_bits(w) as f64)
+                        .collect::<Vec<_>>(),
+                ),
                 DType::Bool => TensorData::Bool(words.iter().map(|&w| w != 0).collect()),
                 DType::I64 => TensorData::I64(words.iter().map(|&w| w as i32 as i64).collect()),
                 DType::I32 => TensorData::I32(words.iter().map(|&w| w as i32).collect()),
@@ -797,6 +818,43 @@ fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> 
 
 /// The WGSL dispatches for one node, `Ok(None)` for a Reshape served by a buffer alias,
 /// `Err(reason)` when the node falls back to the CPU.
+/// Float dtypes held as f32 words on the GPU (float16/bfloat16 rounded at each node's output).
+fn float_word(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// The in-place rounding of a float16/bfloat16 node's f32 output to its dtype, appended after
+/// its kernels (none for f32 outputs and for ops that only move values already rounded).
+fn round_spec(g: &Graph, id: NodeId, maxg: u32) -> Result<Option<Spec>, String> {
+    let node = g.node(id);
+    let dt = node.shape.dtype;
+    if !matches!(dt, DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    let moves = matches!(
+        node.op,
+        Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Broadcast { .. }
+            | Op::Slice { .. }
+            | Op::Tile { .. }
+            | Op::Pad { .. }
+            | Op::Concat { .. }
+            | Op::Gather { .. }
+            | Op::Select
+    ) || matches!(&node.op, Op::Cast { .. } if g.node(node.inputs[0]).shape.dtype == dt);
+    if moves {
+        return Ok(None);
+    }
+    let n = node.shape.numel();
+    Ok(Some(Spec {
+        src: kernels::round_to(dt == DType::BF16),
+        inputs: vec![],
+        meta: vec![u(n)?],
+        groups: flat_groups(n, kernels::FLAT_WG, maxg)?,
+    }))
+}
+
 fn build_spec(
     g: &Graph,
     id: NodeId,
@@ -811,7 +869,7 @@ fn build_spec(
     let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
     let idt = |k: usize| g.node(node.inputs[k]).shape.dtype;
     let ty_of = |dt: DType| match dt {
-        DType::F32 => Some(Ty::F32),
+        DType::F32 | DType::F16 | DType::BF16 => Some(Ty::F32),
         DType::Bool => Some(Ty::U32),
         _ => None,
     };
@@ -855,7 +913,7 @@ fn build_spec(
         }
         flat(kernels::elementwise(tys, out, expr, fast), meta)
     };
-    let words = |dt: DType| matches!(dt, DType::F32 | DType::Bool);
+    let words = |dt: DType| matches!(dt, DType::F32 | DType::F16 | DType::BF16 | DType::Bool);
     match &node.op {
         Op::Unary(op) => {
             let (e, ti, to) = kernels::unary_expr(*op).ok_or("integer-only op")?;
@@ -876,16 +934,19 @@ fn build_spec(
             // Bit-exact word select works for f32 and bool alike.
             word_elementwise(g, id, &od, nout, maxg)
         }
-        Op::Cast { to, .. } => match (idt(0), *to) {
-            (DType::F32, DType::F32) => elementwise(&[Ty::F32], Ty::F32, "x"),
-            (DType::Bool, DType::Bool) => elementwise(&[Ty::U32], Ty::U32, "x"),
-            (DType::F32, DType::Bool) => elementwise(
-                &[Ty::F32],
-                Ty::U32,
-                "select(0u, 1u, (bitcast<u32>(x) & 0x7fffffffu) != 0u)",
-            ),
-            (DType::Bool, DType::F32) => elementwise(&[Ty::U32], Ty::F32, "f32(x)"),
-            (a, b) => Err(format!("cast {a} -> {b} has no GPU kernel")),
+        Op::Cast { to, .. } => match (float_word(idt(0)), float_word(*to)) {
+            // Between float dtypes: a copy, then the output's rounding.
+            (true, true) => elementwise(&[Ty::F32], Ty::F32, "x"),
+            _ => match (idt(0), *to) {
+                (DType::Bool, DType::Bool) => elementwise(&[Ty::U32], Ty::U32, "x"),
+                (a, DType::Bool) if float_word(a) => elementwise(
+                    &[Ty::F32],
+                    Ty::U32,
+                    "select(0u, 1u, (bitcast<u32>(x) & 0x7fffffffu) != 0u)",
+                ),
+                (DType::Bool, b) if float_word(b) => elementwise(&[Ty::U32], Ty::F32, "f32(x)"),
+                (a, b) => Err(format!("cast {a} -> {b} has no GPU kernel")),
+            },
         },
         Op::Reshape { .. } => {
             if !words(idt(0)) {
@@ -945,7 +1006,8 @@ fn build_spec(
                     if idt(0) == DType::Bool {
                         (*v != 0.0) as u32
                     } else {
-                        (*v as f32).to_bits()
+                        // rounded to the value's dtype (float16/bfloat16), as the CPU pads
+                        TensorData::from_f64(idt(0), &[*v]).to_f32_vec()[0].to_bits()
                     },
                 ),
                 PadMode::Edge => (2, 0),
@@ -1001,8 +1063,8 @@ fn build_spec(
             )
         }
         Op::Reduce { kind, axes, .. } => {
-            if idt(0) != DType::F32 || odt != DType::F32 {
-                return Err("reduce on non-f32".into());
+            if !float_word(idt(0)) || odt != idt(0) {
+                return Err(format!("reduce of {} to {odt}", idt(0)));
             }
             let d = ind(0);
             let st = strides_of(&d);
@@ -1050,8 +1112,8 @@ fn build_spec(
             select_last_index,
             ..
         } => {
-            if idt(0) != DType::F32 || odt != DType::I64 {
-                return Err("argreduce on non-f32".into());
+            if !float_word(idt(0)) || odt != DType::I64 {
+                return Err(format!("argreduce of {}", idt(0)));
             }
             let d = ind(0);
             if d[*axis] == 0 {
@@ -1070,7 +1132,7 @@ fn build_spec(
             )
         }
         Op::MatMul => {
-            if idt(0) != DType::F32 || idt(1) != DType::F32 || odt != DType::F32 {
+            if !float_word(odt) || idt(0) != odt || idt(1) != odt {
                 return Err("matmul on non-f32".into());
             }
             let (a, b) = (ind(0), ind(1));
@@ -1124,13 +1186,8 @@ fn build_spec(
             }]))
         }
         Op::Conv(a) => {
-            if node
-                .inputs
-                .iter()
-                .any(|&i| g.node(i).shape.dtype != DType::F32)
-                || odt != DType::F32
-            {
-                return Err("conv on non-f32".into());
+            if node.inputs.iter().any(|&i| g.node(i).shape.dtype != odt) || !float_word(odt) {
+                return Err("conv with mixed or non-float dtypes".into());
             }
             let (x, w) = (ind(0), ind(1));
             let nsp = x.len() - 2;
@@ -1207,8 +1264,8 @@ fn build_spec(
                 PoolKind::Avg { .. } => 1,
                 PoolKind::Lp { .. } => return Err("LpPool has no GPU kernel".into()),
             };
-            if idt(0) != DType::F32 {
-                return Err("pool on non-f32".into());
+            if !float_word(idt(0)) {
+                return Err(format!("pool of {}", idt(0)));
             }
             let x = ind(0);
             let nsp = x.len() - 2;

@@ -263,6 +263,50 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     )
 }
 
+/// In-place rounding of f32 words to float16 (`bf16` false) or bfloat16, round to nearest
+/// even, as `half::f16::from_f32` / `half::bf16::from_f32` round (the CPU's conversions):
+/// overflow becomes ±inf, float16 subnormals keep their 2^-24 quantum, NaN stays NaN. Integer
+/// bit arithmetic only (WGSL's `pack2x16float` leaves overflow undefined). meta: [n].
+pub fn round_to(bf16: bool) -> String {
+    let f = if bf16 {
+        "fn r(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7fffffffu) > 0x7f800000u) { return x; }
+  let lsb = (b >> 16u) & 1u;
+  return bitcast<f32>((b + 0x7fffu + lsb) & 0xffff0000u);
+}"
+    } else {
+        "fn r(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  let s = b & 0x80000000u;
+  let a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) { return x; }
+  // 65520 (halfway between 65504 and 2^16) and above round to inf.
+  if (a >= 0x477ff000u) { return bitcast<f32>(s | 0x7f800000u); }
+  if (a < 0x38800000u) {
+    // Below 2^-14: float16 subnormals, multiples of 2^-24 (scaling by 2^24 is exact; WGSL's
+    // round() is ties-to-even).
+    let q = round(bitcast<f32>(a) * 16777216.0) * 5.9604644775390625e-8;
+    return bitcast<f32>(s | bitcast<u32>(q));
+  }
+  let lsb = (a >> 13u) & 1u;
+  return bitcast<f32>(s | ((a + 0xfffu + lsb) & 0xffffe000u));
+}"
+    };
+    format!(
+        "{}{PRELUDE}
+{f}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+  o[i] = r(o[i]);
+}}
+",
+        bindings(&[], Ty::F32)
+    )
+}
+
 /// Word copy with an index map per output axis (Transpose, Broadcast, Slice, Tile, Pad,
 /// Concat parts, Reshape copies). meta: [n, rank, out_base, mode, pad_bits,
 /// then per axis (6 words): out_dim, in_dim, in_stride, start (i32), step (i32), out_stride].

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# GPU benchmark, one call on the GPU machine (issue 30 item 7): ResNet-50 batch 32, BERT-base
+# 8 x 128, a Qwen3-0.6B-sized decoder prefill 512 (random weights, torch.export'ed to .pt2 by
+# bench/gpu_models.py), each timed with `rlx bench` on every RLX GPU device and on the CPU
+# (all cores), against PyTorch eager (and torch.compile with --compile) in the same call.
+#
+# Usage:  bench/gpu.sh [--compile] [--models a,b] [--runs N]
+# Env:    RLX_BIN (default target/release/rlx), GPU_BENCH_DIR (models, default
+#         /tmp/rlx-gpu-bench), OUT (where RESULTS-GPU.md and the logs go, default bench/out).
+# Needs:  python3 with torch, torchvision, transformers and a CUDA GPU; a Vulkan loader and
+#         driver for wgpu (the device machine: unpack libvulkan1 first, see bench/README.md).
+set -u
+RLX=${RLX_BIN:-target/release/rlx}
+DIR=${GPU_BENCH_DIR:-/tmp/rlx-gpu-bench}
+OUT=${OUT:-bench/out}
+MODELS=resnet50,bert_base,qwen3_0_6b
+RUNS=10
+COMPILE=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --compile) COMPILE=--compile ;;
+    --models) MODELS=$2; shift ;;
+    --runs) RUNS=$2; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "bench/gpu.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$DIR" "$OUT"
+THREADS=$(nproc)
+echo "== rlx: $($RLX --version 2>&1); devices: $($RLX env 2>/dev/null | grep -i devices || true)"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
+python3 bench/gpu_models.py "$DIR" --models "$MODELS" --runs "$RUNS" $COMPILE 2>&1 | tee "$OUT/gpu_torch.log"
+# Devices RLX can use here (cpu always).
+DEVS=cpu
+for d in cuda wgpu; do
+  if $RLX bench "$DIR/${MODELS%%,*}" --device $d --runs 1 --warmup 0 >/dev/null 2>"$OUT/probe_$d.log"; then
+    DEVS="$DEVS $d"
+  else
+    echo "rlx --device $d: $(tail -1 "$OUT/probe_$d.log")"
+  fi
+done
+: > "$OUT/gpu_rlx.tsv"
+for m in ${MODELS//,/ }; do
+  for d in $DEVS; do
+    extra=""
+    [ "$d" = cpu ] && extra="--threads $THREADS"
+    log="$OUT/rlx_${m}_$d.log"
+    RLX_DISPATCH_REPORT=1 timeout 300 $RLX bench "$DIR/$m" --device $d --warmup 3 --runs "$RUNS" $extra >"$log" 2>&1
+    rc=$?
+    med=$(grep '^median:' "$log" | awk '{print $2}')
+    cov=$(grep -E 'dispatch: .*nodes on the' "$log" | tail -1 | sed 's/.*: //')
+    echo "$m	$d	${med:-fail(rc=$rc)}	${cov:-}" | tee -a "$OUT/gpu_rlx.tsv"
+  done
+done
+python3 - "$DIR/torch.json" "$OUT/gpu_rlx.tsv" "$OUT/RESULTS-GPU.md" "$THREADS" <<'EOF'
+import json, sys
+torch = json.load(open(sys.argv[1]))
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[2]) if l.strip()]
+threads = sys.argv[4]
+rlx = {}
+for m, d, med, *cov in rows:
+    rlx.setdefault(m, {})[d] = (med, cov[0] if cov else "")
+cols = ["eager_f32", "compile_f32", "eager_bf16", "compile_bf16"]
+out = ["| model | RLX device | RLX ms | " + " | ".join(f"torch {c} ms" for c in cols) + " | RLX / eager f32 | placement |",
+       "|---" * (6 + len(cols)) + "|"]
+for m, devs in rlx.items():
+    t = torch.get(m, {})
+    for d, (med, cov) in devs.items():
+        try:
+            ratio = f"{float(med) / t['eager_f32']:.2f}" if "eager_f32" in t else "-"
+        except ValueError:
+            ratio = "-"
+        name = d if d != "cpu" else f"cpu ({threads} threads)"
+        out.append(f"| {m} | {name} | {med} | " + " | ".join(f"{t[c]:.2f}" if c in t else "-" for c in cols) + f" | {ratio} | {cov} |")
+open(sys.argv[3], "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+EOF
