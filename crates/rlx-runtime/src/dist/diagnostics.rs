@@ -48,6 +48,22 @@ pub const REL_FLOOR: f64 = 1e-6;
 /// Scale factor of the intermediate-value floor: `max(1e-6, NODE_SCALE · max|cpu|)`.
 pub const NODE_SCALE: f64 = 1e-3;
 
+/// The tolerance for values of dtype `dt`: `tol_rel`, raised for the narrow floats to 8 unit
+/// roundoffs of the dtype (float16: 8·2^-11 = 3.9e-3, bfloat16: 8·2^-8 = 3.1e-2), since two
+/// correct kernels that accumulate in f32 in different orders can round one op's result to
+/// neighbouring values (1 ulp = 2 unit roundoffs), and an op reads inputs that already differ
+/// by that much. f32 and wider keep `tol_rel`.
+pub fn dtype_tol(dt: DType, tol_rel: f64) -> f64 {
+    let u = match dt {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        DType::F8E4M3FN | DType::F8E4M3FNUZ => 2f64.powi(-4),
+        DType::F8E5M2 | DType::F8E5M2FNUZ => 2f64.powi(-3),
+        _ => 0.0,
+    };
+    tol_rel.max(8.0 * u)
+}
+
 /// One backend's divergence from the CPU oracle for one run of a graph.
 #[derive(Clone, Debug, Serialize)]
 pub struct BackendDivergence {
@@ -86,7 +102,8 @@ pub struct BackendDivergence {
     /// `max_rel > tol_rel`, but no single node exceeds the tolerance on its own: round-off
     /// accumulated and amplified at an output element near zero (not suspect).
     pub amplified_near_zero: bool,
-    /// The tolerance it was judged against.
+    /// The tolerance it was judged against: the requested `tol_rel`, or for a float16/bfloat16
+    /// worst output the dtype's ([`dtype_tol`]).
     pub tol_rel: f64,
     /// When suspect: where the divergence starts (see [`Localization`]).
     pub localization: Option<Localization>,
@@ -344,6 +361,11 @@ impl fmt::Display for BackendDivergence {
                 "relative error {:.1e} > tol {:.1e}: too large for round-off, likely a kernel bug",
                 self.max_rel, self.tol_rel
             ));
+        } else if self.nonfinite.is_empty() && self.int_mismatches == 0 {
+            why.push(
+                "an output is beyond its dtype's tolerance: too large for round-off, likely a kernel bug"
+                    .into(),
+            );
         }
         if !self.nonfinite.is_empty() {
             why.push(format!(
@@ -822,6 +844,7 @@ pub fn compare_outputs(
         tol_rel,
         localization: None,
     };
+    let mut over_tol = false;
     for (k, (a, b)) in cpu.iter().zip(other).enumerate() {
         let id = g.outputs[k];
         let dt = a.dtype();
@@ -837,17 +860,20 @@ pub fn compare_outputs(
             continue;
         }
         let (av, bv) = (a.data().to_f64_vec(), b.data().to_f64_vec());
+        let tol = dtype_tol(dt, tol_rel);
         for (i, (&x, &y)) in av.iter().zip(&bv).enumerate() {
             if x.is_finite() && y.is_finite() {
                 let abs = (x - y).abs();
                 let rel = abs / (x.abs() + REL_FLOOR);
                 d.max_abs = d.max_abs.max(abs);
                 d.max_ulps = d.max_ulps.max(ulp_distance(dt, x, y));
+                over_tol |= rel > tol;
                 if rel > d.max_rel {
                     d.max_rel = rel;
                     d.worst_output = k;
                     d.worst_index = i;
                     d.worst_values = (x, y);
+                    d.tol_rel = tol;
                 }
             } else if let Some(what) = nonfinite_what(dev, x, y) {
                 d.nonfinite.push(NonFiniteMismatch {
@@ -862,7 +888,7 @@ pub fn compare_outputs(
         }
     }
     d.worst_output_name = output_name(g, d.worst_output);
-    d.suspect = d.max_rel > tol_rel || !d.nonfinite.is_empty() || d.int_mismatches > 0;
+    d.suspect = over_tol || !d.nonfinite.is_empty() || d.int_mismatches > 0;
     d.set_verdict();
     d
 }
@@ -913,7 +939,8 @@ pub fn localize(
             .iter()
             .filter_map(|i| errs[i.index()].as_ref().map(|e| e.rel))
             .fold(0.0f64, f64::max);
-        let diverges = e.rel > tol_rel || e.nonfinite.is_some();
+        let tol = dtype_tol(n.shape.dtype, tol_rel);
+        let diverges = e.rel > tol || e.nonfinite.is_some();
         if diverges {
             let leaf = matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::Constant(_));
             // Replay the op on the CPU with the other backend's inputs.
@@ -932,9 +959,9 @@ pub fn localize(
                 None => (e.clone(), false),
             };
             let kernel_wrong = if replayed {
-                k.rel > tol_rel || k.nonfinite.is_some()
+                k.rel > tol || k.nonfinite.is_some()
             } else {
-                inputs_rel <= tol_rel
+                inputs_rel <= tol
             };
             if kernel_wrong {
                 return candidate(g, n.id, dev, inputs_rel, k, replayed, leaf);
@@ -1288,6 +1315,36 @@ mod tests {
             )),
             "{d}"
         );
+    }
+
+    /// float16/bfloat16 outputs are judged against their dtype's round-off: 3 float16 ulps
+    /// at 1.0 (2.9e-3) would be a bug in f32 but is round-off in float16 (tol 3.9e-3); one
+    /// bfloat16 ulp at 1.0 (7.8e-3) likewise; 5 float16 ulps (4.9e-3) is beyond it.
+    #[test]
+    fn narrow_float_outputs_get_their_dtype_tolerance() {
+        assert_eq!(dtype_tol(DType::F32, 2e-3), 2e-3);
+        assert!((dtype_tol(DType::F16, 2e-3) - 3.90625e-3).abs() < 1e-12);
+        assert!((dtype_tol(DType::BF16, 2e-3) - 3.125e-2).abs() < 1e-12);
+        assert_eq!(dtype_tol(DType::F16, 1e-2), 1e-2, "a looser request stands");
+        let mut g = Graph::new("o");
+        let x = g.input("x", rlx_ir::Shape::new(&[2], DType::F16));
+        g.set_outputs(vec![x]);
+        let t = |dt: DType, v: &[f64]| {
+            Tensor::new(vec![2], rlx_ir::TensorData::from_f64(dt, v)).unwrap()
+        };
+        let ulp16 = 2f64.powi(-10);
+        for (dt, off, suspect) in [
+            (DType::F16, 3.0 * ulp16, false),
+            (DType::F16, 5.0 * ulp16, true),
+            (DType::BF16, 2f64.powi(-7), false),
+            (DType::F32, 3.0 * ulp16, true),
+        ] {
+            let cpu = [t(dt, &[1.0, 0.5])];
+            let other = [t(dt, &[1.0 + off, 0.5])];
+            let d = compare_outputs(&g, Device::Wgpu, &cpu, &other, 2e-3);
+            assert_eq!(d.suspect, suspect, "{dt} off {off:e}: {d}");
+            assert_eq!(d.tol_rel, dtype_tol(dt, 2e-3), "{d}");
+        }
     }
 
     /// The output threshold is `tol_rel` itself: an output 5·tol off (the MatMul scaled by
