@@ -541,6 +541,9 @@ impl WgpuExecutor {
         let mut host: Vec<Option<Cow<Tensor>>> = (0..n).map(|_| None).collect();
         let mut next_input = 0;
         let mut enc: Option<wgpu::CommandEncoder> = None;
+        // One compute pass for each run of consecutive GPU nodes (wgpu orders the dispatches
+        // of a pass by their buffer use); it ends where the host needs a value.
+        let mut pass: Option<wgpu::ComputePass<'static>> = None;
         for node in &g.nodes {
             let id = node.id;
             let k = id.index();
@@ -568,14 +571,17 @@ impl WgpuExecutor {
                 }
                 Step::Alias => {}
                 Step::Gpu(ds) => {
-                    let e = enc.get_or_insert_with(|| {
-                        self.gpu
-                            .device
-                            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-                    });
-                    let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: None,
-                        timestamp_writes: None,
+                    let pass = pass.get_or_insert_with(|| {
+                        enc.get_or_insert_with(|| {
+                            self.gpu.device.create_command_encoder(
+                                &wgpu::CommandEncoderDescriptor { label: None },
+                            )
+                        })
+                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: None,
+                            timestamp_writes: None,
+                        })
+                        .forget_lifetime()
                     });
                     for d in ds {
                         pass.set_pipeline(&d.pipeline);
@@ -591,6 +597,7 @@ impl WgpuExecutor {
                         .filter(|i| host[i.index()].is_none())
                         .collect();
                     if !missing.is_empty() {
+                        pass = None; // ends the pass: the encoder is needed for the copies
                         let got = self.read_back(&mut enc, &missing)?;
                         for (i, t) in missing.iter().zip(got) {
                             host[i.index()] = Some(Cow::Owned(t));
@@ -622,6 +629,7 @@ impl WgpuExecutor {
             .filter(|i| host[i.index()].is_none())
             .collect();
         todo.dedup();
+        drop(pass);
         let got = self.read_back(&mut enc, &todo)?;
         for (i, t) in todo.iter().zip(got) {
             host[i.index()] = Some(Cow::Owned(t));
@@ -818,6 +826,10 @@ fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> 
 
 /// The WGSL dispatches for one node, `Ok(None)` for a Reshape served by a buffer alias,
 /// `Err(reason)` when the node falls back to the CPU.
+/// Output tile of the matmul/conv kernel for products with at least this many rows and
+/// columns ([`kernels::tiled`]'s `big` form).
+const BIG_TILE: usize = 64;
+
 /// Float dtypes held as f32 words on the GPU (float16/bfloat16 rounded at each node's output).
 fn float_word(dt: DType) -> bool {
     matches!(dt, DType::F32 | DType::F16 | DType::BF16)
@@ -1170,16 +1182,14 @@ fn build_spec(
                 s.resize(6, 0);
                 meta.extend(s);
             }
-            let groups = [
-                n.div_ceil(TILE as usize) as u32,
-                m.div_ceil(TILE as usize) as u32,
-                u(nb)?,
-            ];
+            let big = m >= BIG_TILE && n >= BIG_TILE;
+            let t = if big { BIG_TILE } else { TILE as usize };
+            let groups = [n.div_ceil(t) as u32, m.div_ceil(t) as u32, u(nb)?];
             if groups.iter().any(|&x| x > maxg) {
                 return Err("matmul exceeds the dispatch limits".into());
             }
             Ok(Some(vec![Spec {
-                src: kernels::tiled(false, bug == Some(PlantedBug::MatMulDropLastK)),
+                src: kernels::tiled(false, bug == Some(PlantedBug::MatMulDropLastK), big),
                 inputs: node.inputs.clone(),
                 meta,
                 groups,
@@ -1235,16 +1245,18 @@ fn build_spec(
             let mut inputs = vec![node.inputs[1], node.inputs[0]];
             inputs.push(*node.inputs.get(2).unwrap_or(&node.inputs[1]));
             if mg >= 16 {
+                let big = mg >= BIG_TILE && p >= BIG_TILE;
+                let t = if big { BIG_TILE } else { TILE as usize };
                 let groups3 = [
-                    p.div_ceil(TILE as usize) as u32,
-                    mg.div_ceil(TILE as usize) as u32,
+                    p.div_ceil(t) as u32,
+                    mg.div_ceil(t) as u32,
                     u(nimg * groups)?,
                 ];
                 if groups3.iter().any(|&x| x > maxg) {
                     return Err("conv exceeds the dispatch limits".into());
                 }
                 Ok(Some(vec![Spec {
-                    src: kernels::tiled(true, false),
+                    src: kernels::tiled(true, false, big),
                     inputs,
                     meta,
                     groups: groups3,

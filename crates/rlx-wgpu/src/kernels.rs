@@ -524,7 +524,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 /// matmul meta: [M, N, K, brank, obdims[6], astr[6], bstr[6]] (batch strides in elements).
 /// conv meta: [Mg, P, Kc, groups, C, Cg, M, has_bias, in_sp[3], out_sp[3], k[3],
 ///             stride[3], dil[3], padb[3]] and bindings a = weights, b = input, c = bias.
-pub fn tiled(conv: bool, drop_last_k: bool) -> String {
+///
+/// `big`: a 64x64 output tile for 16x16 threads (4x4 outputs each, half the global loads per
+/// output of the 32x32 tile), for products whose output has at least 64 rows and columns.
+pub fn tiled(conv: bool, drop_last_k: bool, big: bool) -> String {
+    let (t, w) = if big { (64u32, 16u32) } else { (TILE, 8) };
+    let loads = t * 16 / (w * w);
     let head = if conv {
         bindings(&[Ty::F32, Ty::F32, Ty::F32], Ty::F32)
     } else {
@@ -589,29 +594,29 @@ pub fn tiled(conv: bool, drop_last_k: bool) -> String {
     };
     format!(
         "{head}{PRELUDE}{load_b}
-var<workgroup> As: array<f32, 512>;
-var<workgroup> Bs: array<f32, 512>;
-@compute @workgroup_size(8, 8, 1)
+var<workgroup> As: array<f32, {tk}>;
+var<workgroup> Bs: array<f32, {tk}>;
+@compute @workgroup_size({w}, {w}, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
 {setup}
-  let row0 = wg.y * 32u;
-  let col0 = wg.x * 32u;
-  let tid = lid.y * 8u + lid.x;
+  let row0 = wg.y * {t}u;
+  let col0 = wg.x * {t}u;
+  let tid = lid.y * {w}u + lid.x;
   var acc: array<f32, 16>;
   for (var q = 0u; q < 16u; q++) {{ acc[q] = 0.0; }}
   let nt = (K + 15u) / 16u;
   let ntiles = {ntiles};
   for (var t = 0u; t < ntiles; t++) {{
     let k0 = t * 16u;
-    for (var l = 0u; l < 8u; l++) {{
-      let e = tid + l * 64u;
+    for (var l = 0u; l < {loads}u; l++) {{
+      let e = tid + l * {ww}u;
       let ar = row0 + e / 16u;
       let ak = k0 + e % 16u;
       var av = 0.0;
       if (ar < M && ak < K) {{ av = a[a_off + ar * K + ak]; }}
       As[e] = av;
-      let bk = k0 + e / 32u;
-      let bc = col0 + e % 32u;
+      let bk = k0 + e / {t}u;
+      let bc = col0 + e % {t}u;
       var bv = 0.0;
       if (bk < K && bc < N) {{ bv = load_b(b_off, ch0_or_zero(wg), bk, bc); }}
       Bs[e] = bv;
@@ -621,7 +626,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
       var av4: array<f32, 4>;
       for (var i = 0u; i < 4u; i++) {{ av4[i] = As[(lid.y * 4u + i) * 16u + kk]; }}
       for (var j = 0u; j < 4u; j++) {{
-        let bv = Bs[kk * 32u + lid.x * 4u + j];
+        let bv = Bs[kk * {t}u + lid.x * 4u + j];
         for (var i = 0u; i < 4u; i++) {{ acc[i * 4u + j] = acc[i * 4u + j] + av4[i] * bv; }}
       }}
     }}
@@ -638,6 +643,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
   }}
 }}
 ",
+        tk = t * 16,
+        ww = w * w,
     )
     .replace("ch0_or_zero(wg)", if conv { "ch0" } else { "0u" })
 }

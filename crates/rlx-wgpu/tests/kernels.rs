@@ -509,6 +509,9 @@ fn matmul_odd_sizes_and_batch_broadcast() {
         (vec![2, 1, 7, 40], vec![3, 40, 9], vec![2, 3, 7, 9]),
         (vec![40], vec![40, 3], vec![3]),
         (vec![4, 5, 40], vec![40], vec![4, 5]),
+        // the 64x64-tile kernel (>= 64 rows and columns): partial tiles, batch broadcast
+        (vec![2, 130, 70], vec![70, 97], vec![2, 130, 97]),
+        (vec![64, 16], vec![16, 64], vec![64, 64]),
     ] {
         let mut g = Graph::new("mm");
         let x = g.input("a", Shape::new(&a, DType::F32));
