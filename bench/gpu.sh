@@ -5,7 +5,8 @@
 # (all cores), against PyTorch eager (and torch.compile with --compile) in the same call.
 #
 # Usage:  bench/gpu.sh [--compile] [--models a,b] [--runs N]
-# Env:    RLX_BIN (default target/release/rlx), GPU_BENCH_DIR (models, default
+# Env:    RLX_BIN (default target/release/rlx), RLX_BASE_BIN (another build, timed on wgpu
+#         too as device "wgpu-base", for an A/B in the same call), GPU_BENCH_DIR (models, default
 #         /tmp/rlx-gpu-bench), OUT (where RESULTS-GPU.md and the logs go, default bench/out).
 # Needs:  python3 with torch, torchvision, transformers and a CUDA GPU; a Vulkan loader and
 #         driver for wgpu (the device machine: unpack libvulkan1 first, see bench/README.md).
@@ -42,11 +43,16 @@ for d in cuda wgpu; do
 done
 : > "$OUT/gpu_rlx.tsv"
 for m in ${MODELS//,/ }; do
-  for d in $DEVS; do
+  ALL=$DEVS
+  case " $DEVS " in *" wgpu "*) [ -n "${RLX_BASE_BIN:-}" ] && ALL="$ALL wgpu-base" ;; esac
+  for d in $ALL; do
     extra=""
+    bin=$RLX
+    dev=$d
     [ "$d" = cpu ] && extra="--threads $THREADS"
+    [ "$d" = wgpu-base ] && { bin=$RLX_BASE_BIN; dev=wgpu; }
     log="$OUT/rlx_${m}_$d.log"
-    RLX_DISPATCH_REPORT=1 timeout 300 $RLX bench "$DIR/$m" --device $d --warmup 3 --runs "$RUNS" $extra >"$log" 2>&1
+    RLX_DISPATCH_REPORT=1 timeout 300 $bin bench "$DIR/$m" --device $dev --warmup 3 --runs "$RUNS" $extra >"$log" 2>&1
     rc=$?
     med=$(grep '^median:' "$log" | awk '{print $2}')
     cov=$(grep -E 'dispatch: .*nodes on the' "$log" | tail -1 | sed 's/.*: //')

@@ -14,8 +14,13 @@ fn repo() -> PathBuf {
 
 /// `rlx run -q examples/<name>` with the printer variables; returns the `rlx print:` lines.
 fn printed(name: &str, level: Option<&str>, filter: Option<&str>) -> Vec<String> {
+    printed_on("cpu", name, level, filter)
+}
+
+/// [`printed`] with `--device`.
+fn printed_on(dev: &str, name: &str, level: Option<&str>, filter: Option<&str>) -> Vec<String> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
-    c.args(["run", "-q"])
+    c.args(["run", "-q", "--device", dev])
         .arg(repo().join("examples").join(name))
         .env_remove("RLX_DEBUG_NANS")
         .env_remove("RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER")
@@ -234,4 +239,49 @@ fn library_api_formats_lines_and_overrides_the_environment() {
     let p = g.params()[0];
     assert!(cfg.line_after(g, p, &t).is_none());
     assert!(PrinterConfig::off().line_after(g, id, &t).is_none());
+}
+
+/// The printer on the wgpu backend (values read back after the run, printed in the same
+/// order and format as on the CPU): the same ops, the reference's output statistics, and the
+/// same NaN count. Skipped without an adapter unless RLX_REQUIRE_GPU=1.
+#[test]
+fn the_printer_works_on_wgpu() {
+    if !rlx_runtime::available_devices().contains(&rlx_runtime::Device::Wgpu) {
+        assert!(
+            !rlx_ir::env::is_on("RLX_REQUIRE_GPU"),
+            "RLX_REQUIRE_GPU=1 but no adapter"
+        );
+        eprintln!("skipping the_printer_works_on_wgpu: no wgpu adapter");
+        return;
+    }
+    let cpu = printed("healthy_mlp", Some("1"), None);
+    let gpu = printed_on("wgpu", "healthy_mlp", Some("1"), None);
+    let head = |l: &String| l.split(" min=").next().unwrap().to_string();
+    assert_eq!(
+        cpu.iter().map(head).collect::<Vec<_>>(),
+        gpu.iter().map(head).collect::<Vec<_>>()
+    );
+    let last = gpu.last().unwrap();
+    let want = read_npy(&repo().join("examples/healthy_mlp/expected_probs.npy")).unwrap();
+    let hi = want
+        .data()
+        .to_f64_vec()
+        .into_iter()
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!((field(last, "max") - hi).abs() <= 1e-5, "{last} vs {hi}");
+    let nan = printed_on(
+        "wgpu",
+        "attention_masked_nan",
+        Some("1"),
+        Some("layer0.attn.softmax"),
+    );
+    assert!(
+        nan.last().unwrap().contains("nan=16 +inf=0 -inf=0"),
+        "{nan:#?}"
+    );
+    let l3 = printed_on("wgpu", "healthy_mlp", Some("3"), None);
+    assert!(
+        l3.iter().any(|l| l.starts_with("rlx print: running %")),
+        "{l3:#?}"
+    );
 }
