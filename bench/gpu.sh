@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$DIR" "$OUT"
 THREADS=$(nproc)
-echo "== rlx: $($RLX --version 2>&1); devices: $($RLX env 2>/dev/null | grep -i devices || true)"
+echo "== $($RLX --version 2>&1)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
 python3 bench/gpu_models.py "$DIR" --models "$MODELS" --runs "$RUNS" $COMPILE 2>&1 | tee "$OUT/gpu_torch.log"
 # Devices RLX can use here (cpu always).

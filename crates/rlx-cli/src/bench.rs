@@ -103,11 +103,7 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
         bail!("--runs 0: need at least one timed run");
     }
     let threads = rlx_cli::init_threads(a.threads)?;
-    let device = match a.device.trim().to_ascii_lowercase().as_str() {
-        "cpu" => Device::Cpu,
-        "wgpu" | "gpu" => Device::Wgpu,
-        other => bail!("--device {other}: unknown device (known: cpu, wgpu)"),
-    };
+    let device = rlx_cli::compile::parse_device(&a.device)?;
     if a.profile && device != Device::Cpu {
         bail!("--profile: per-node profiling runs on the CPU backend only (--device cpu)");
     }
