@@ -156,7 +156,11 @@ fn matmul_plan(a: &[usize], b: &[usize]) -> Result<MatMulPlan, String> {
             m: m32,
             n: n32,
             k: k32,
-            strided: Some((i32_of(nb, "batch count")?, ka * (m * k) as i64, kb * (k * n) as i64)),
+            strided: Some((
+                i32_of(nb, "batch count")?,
+                ka * (m * k) as i64,
+                kb * (k * n) as i64,
+            )),
             offsets: vec![],
         },
         _ => {
@@ -273,7 +277,10 @@ impl CudaExecutor {
                 continue;
             }
             let r: Result<Step, String> = if !f32_value(node.id) {
-                Err(format!("output {} is not f32 (only f32 runs on CUDA yet)", node.shape))
+                Err(format!(
+                    "output {} is not f32 (only f32 runs on CUDA yet)",
+                    node.shape
+                ))
             } else if let Some(&bad) = node.inputs.iter().find(|&&i| !f32_value(i)) {
                 Err(format!(
                     "input {bad} ({}) is not f32 (only f32 runs on CUDA yet)",
@@ -600,7 +607,11 @@ impl CudaExecutor {
                     }
                 }
                 Step::MatMul(p) => {
-                    let (a, b, c) = (self.ptr(node.inputs[0]), self.ptr(node.inputs[1]), self.ptr(id));
+                    let (a, b, c) = (
+                        self.ptr(node.inputs[0]),
+                        self.ptr(node.inputs[1]),
+                        self.ptr(id),
+                    );
                     self.sgemm(p, a, b, c)
                         .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?;
                 }
@@ -650,9 +661,12 @@ impl CudaExecutor {
         for (i, t) in todo.iter().zip(got) {
             host[i.index()] = Some(Cow::Owned(t));
         }
-        self.stream
-            .synchronize()
-            .map_err(|e| cuda_err(&format!("synchronizing after the run of {}", self.graph.name), e))?;
+        self.stream.synchronize().map_err(|e| {
+            cuda_err(
+                &format!("synchronizing after the run of {}", self.graph.name),
+                e,
+            )
+        })?;
         let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
         for i in want {
             if out[i.index()].is_none() {
@@ -783,8 +797,9 @@ fn plan_node(
     match &node.op {
         Op::Reshape { .. } => Ok(Step::Alias),
         Op::Unary(_) | Op::Activation(_) => {
-            let (name, p) = kernels::unary_kernel(&node.op)
-                .ok_or_else(|| format!("no CUDA kernel for {} (Bool/integer op)", node.op.name()))?;
+            let (name, p) = kernels::unary_kernel(&node.op).ok_or_else(|| {
+                format!("no CUDA kernel for {} (Bool/integer op)", node.op.name())
+            })?;
             if node.inputs.len() != 1 || ind(0) != od {
                 return Err("unary op whose input dims differ from its output's".into());
             }
@@ -798,7 +813,9 @@ fn plan_node(
             }
             let (a, bd) = (ind(0), ind(1));
             if rlx_ir::broadcast_dims(&a, &bd).as_deref() != Some(od.as_slice()) {
-                return Err(format!("inputs {a:?} and {bd:?} do not broadcast to {od:?}"));
+                return Err(format!(
+                    "inputs {a:?} and {bd:?} do not broadcast to {od:?}"
+                ));
             }
             let f = func(&name)?;
             let meta = if a == od && bd == od {

@@ -191,11 +191,13 @@ fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {
 fn init() -> Result<Arc<Gpu>, String> {
     let libraries = load_libraries()?;
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<Arc<Gpu>, String> {
-        let count = CudaContext::device_count().map_err(|e| format!("cuInit/cuDeviceGetCount: {e}"))?;
+        let count =
+            CudaContext::device_count().map_err(|e| format!("cuInit/cuDeviceGetCount: {e}"))?;
         if count < 1 {
             return Err("the CUDA driver loaded but reports no device".into());
         }
-        let ctx = CudaContext::new(0).map_err(|e| format!("creating a context on device 0: {e}"))?;
+        let ctx =
+            CudaContext::new(0).map_err(|e| format!("creating a context on device 0: {e}"))?;
         // One stream per executor and no cross-stream sharing of buffers: cudarc's event
         // tracking (a record per use of a buffer) is not needed.
         unsafe { ctx.disable_event_tracking() };
@@ -244,8 +246,10 @@ impl Gpu {
         let mut m = self.module.lock().unwrap_or_else(|e| e.into_inner());
         if m.is_none() {
             let (maj, min) = self.info.compute_capability;
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| kernels::compile(&self.ctx, maj, min)))
-                .unwrap_or_else(|p| Err(format!("NVRTC panicked: {}", panic_msg(p))));
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                kernels::compile(&self.ctx, maj, min)
+            }))
+            .unwrap_or_else(|p| Err(format!("NVRTC panicked: {}", panic_msg(p))));
             *m = Some(r);
         }
         m.clone().expect("set above")

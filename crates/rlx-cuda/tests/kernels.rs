@@ -237,7 +237,16 @@ fn nan_propagates_through_relu_max_min_bit_for_bit() {
     if !cuda_available() {
         return;
     }
-    let v = vec![f32::NAN, 1.0, -1.0, 0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, 2.0];
+    let v = vec![
+        f32::NAN,
+        1.0,
+        -1.0,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        2.0,
+    ];
     let w = vec![1.0, f32::NAN, f32::NAN, -0.0, 0.0, 3.0, f32::NAN, f32::NAN];
     let mut g = Graph::new("nan");
     let x = g.input("x", f32s_shape(&[8]));
@@ -339,19 +348,19 @@ fn cpu_fallback_and_params() {
     assert!(cpu_ops.iter().any(|n| n.contains("Softmax")), "{cpu_ops:?}");
     // An unset param is an error, then set it.
     assert!(matches!(
-        ex.run(&[x.clone()], None),
+        ex.run(std::slice::from_ref(&x), None),
         Err(rlx_cuda::CudaError::Param(_))
     ));
     assert!(ex.set_param("nope", wv.clone()).is_err());
     ex.set_param("w", wv.clone()).unwrap();
-    let got = ex.run(&[x.clone()], None).unwrap();
+    let got = ex.run(std::slice::from_ref(&x), None).unwrap();
     let mut c = CpuExecutor::new(g.clone()).unwrap();
     c.set_param("w", wv).unwrap();
-    let want = c.run(&[x.clone()], None).unwrap();
+    let want = c.run(std::slice::from_ref(&x), None).unwrap();
     assert_close("mixed out", &got[0], &want[0], 1e-5);
     assert_close("mixed h", &got[1], &want[1], 1e-5);
     // Twice: buffers are reused.
-    let again = ex.run(&[x.clone()], None).unwrap();
+    let again = ex.run(std::slice::from_ref(&x), None).unwrap();
     assert_eq!(f32s(&again[0]), f32s(&got[0]));
     // Every node's value, for divergence replay.
     let all = ex.run_all(&[x]).unwrap();
@@ -387,18 +396,21 @@ fn scanner_finds_the_nan_at_the_log() {
     let mut ex = CudaExecutor::new(g.clone()).unwrap();
     all_on_gpu(&ex);
     let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
-    let out = ex.run(&[xt.clone()], Some(&mut sc)).unwrap();
+    let out = ex.run(std::slice::from_ref(&xt), Some(&mut sc)).unwrap();
     assert!(f32s(&out[0])[13].is_nan());
     let reports = sc.reports().to_vec();
     assert!(!reports.is_empty(), "no NaN report");
     assert_eq!(reports[0].node, l, "first report: {:?}", reports[0]);
     assert_eq!(reports[0].index, 13);
-    eprintln!("cuda scanner: {} at {} ({})", reports[0].op, reports[0].node, reports[0].label);
+    eprintln!(
+        "cuda scanner: {} at {} ({})",
+        reports[0].op, reports[0].node, reports[0].label
+    );
 
     // The same report as the CPU backend's.
     let mut c = CpuExecutor::new(g.clone()).unwrap();
     let mut sc2 = DebugScanner::new(DebugMode::Warn, "cpu");
-    c.run(&[xt.clone()], Some(&mut sc2)).unwrap();
+    c.run(std::slice::from_ref(&xt), Some(&mut sc2)).unwrap();
     assert_eq!(sc2.reports()[0].node, reports[0].node);
     assert_eq!(sc2.reports()[0].cause, reports[0].cause);
 

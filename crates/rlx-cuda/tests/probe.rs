@@ -37,7 +37,10 @@ fn probe_reports_a_device_or_names_what_is_missing() {
                 "unhelpful probe error: {e}"
             );
             if names_lib {
-                assert!(e.contains("searched") && e.contains("/usr/local/nvidia/lib64"), "{e}");
+                assert!(
+                    e.contains("searched") && e.contains("/usr/local/nvidia/lib64"),
+                    "{e}"
+                );
             }
             // Cached: the same answer again, still no panic.
             assert_eq!(rlx_cuda::probe().unwrap_err(), e);
@@ -50,7 +53,10 @@ fn a_missing_library_is_an_error_naming_the_file() {
     let dirs = rlx_cuda::search_dirs();
     let e = rlx_cuda::load_library("librlx-no-such-driver.so.1", &dirs).unwrap_err();
     eprintln!("{e}");
-    assert!(e.starts_with("librlx-no-such-driver.so.1 not found (searched "), "{e}");
+    assert!(
+        e.starts_with("librlx-no-such-driver.so.1 not found (searched "),
+        "{e}"
+    );
     assert!(e.contains("/usr/local/nvidia/lib64"), "{e}");
     assert!(e.contains("/usr/lib/x86_64-linux-gnu"), "{e}");
 }
