@@ -7,7 +7,9 @@ use crate::kernels;
 use crate::{gpu, CudaError, Gpu};
 use cudarc::cublas::sys::{cublasMath_t, cublasOperation_t};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
 use rlx_cpu::eval_op;
 use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::provenance::node_label;
@@ -262,7 +264,9 @@ impl CudaExecutor {
         unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), mode) }
             .result()
             .map_err(|e| cuda_err("cublasSetMathMode", e))?;
-        let module = gpu.module();
+        // The kernel module is compiled (once per process) only when a node needs it.
+        let mut module_cache: Option<Result<Arc<CudaModule>, String>> = None;
+        let mut module = || module_cache.get_or_insert_with(|| gpu.module()).clone();
         let f32_value = |id: NodeId| -> bool {
             let s = &graph.node(id).shape;
             s.is_static() && s.dtype == DType::F32
@@ -287,7 +291,7 @@ impl CudaExecutor {
                     graph.node(bad).shape
                 ))
             } else {
-                plan_node(&graph, node.id, &module, &mut metas_host)
+                plan_node(&graph, node.id, &mut module, &mut metas_host)
             };
             steps.push(r.unwrap_or_else(Step::Cpu));
         }
@@ -781,16 +785,14 @@ fn launch_cfg(n: u64) -> LaunchConfig {
 fn plan_node(
     g: &Graph,
     id: NodeId,
-    module: &Result<Arc<cudarc::driver::CudaModule>, String>,
+    module: &mut dyn FnMut() -> Result<Arc<CudaModule>, String>,
     metas: &mut Vec<Vec<i64>>,
 ) -> Result<Step, String> {
     let node = g.node(id);
     let od = node.shape.dims_usize();
     let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
-    let func = |name: &str| -> Result<CudaFunction, String> {
-        let m = module
-            .as_ref()
-            .map_err(|e| format!("the kernel module did not build: {e}"))?;
+    let mut func = |name: &str| -> Result<CudaFunction, String> {
+        let m = module().map_err(|e| format!("the kernel module did not build: {e}"))?;
         m.load_function(name)
             .map_err(|e| format!("kernel {name}: {e}"))
     };
@@ -898,5 +900,14 @@ mod tests {
         }
         assert!(kernels::unary_kernel(&Op::Unary(rlx_ir::UnaryOp::IsNaN)).is_none());
         assert!(kernels::binary_kernel(rlx_ir::BinaryOp::Lt).is_none());
+    }
+}
+
+#[cfg(test)]
+mod send_check {
+    fn is_send<T: Send>() {}
+    #[test]
+    fn executor_is_send() {
+        is_send::<super::CudaExecutor>();
     }
 }
