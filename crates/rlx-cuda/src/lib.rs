@@ -255,3 +255,9 @@ impl Gpu {
         m.clone().expect("set above")
     }
 }
+
+/// The CUDA C source of the elementwise kernels (as given to NVRTC), for debugging.
+#[doc(hidden)]
+pub fn kernel_source() -> String {
+    kernels::source()
+}
