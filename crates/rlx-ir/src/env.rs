@@ -160,9 +160,17 @@ pub const VARS: &[EnvVar] = &[
     EnvVar {
         name: "RLX_DISPATCH_REPORT",
         values: "0|1 (1, true, on, yes: on)",
-        acts: "when a wgpu executor is created",
+        acts: "when a wgpu or CUDA executor is created",
         catches: "prints which ops run on the GPU and which fall back to the CPU",
         cost: "one report on stderr per compiled graph",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_CUDA_TF32",
+        values: "0|1 (default 0)",
+        acts: "when a CUDA executor is created",
+        catches: "1: cuBLAS f32 matmuls may use TF32 tensor cores (10-bit mantissa inputs); default pedantic f32 math",
+        cost: "1: faster matmuls, errors near 1e-3 relative against the CPU",
         scope: Scope::Runtime,
     },
     EnvVar {
@@ -194,6 +202,14 @@ pub const VARS: &[EnvVar] = &[
         values: "0|1 (1, true, on, yes: on)",
         acts: "test runs",
         catches: "GPU tests fail instead of skipping when no GPU adapter is found",
+        cost: "none",
+        scope: Scope::Tests,
+    },
+    EnvVar {
+        name: "RLX_REQUIRE_CUDA",
+        values: "0|1 (1, true, on, yes: on)",
+        acts: "test runs",
+        catches: "CUDA tests fail instead of skipping when rlx_cuda::probe() finds no driver or device",
         cost: "none",
         scope: Scope::Tests,
     },

@@ -1,0 +1,913 @@
+//! [`CudaExecutor`]: plans a compiled graph once (placement per node, one device buffer per
+//! f32 value a GPU node produces or reads, kernel handles, cuBLAS plans), then runs it on
+//! one stream, reading back only the outputs (every node's value when scanning or for
+//! [`CudaExecutor::run_all`]) and the inputs of CPU-fallback nodes.
+
+use crate::kernels;
+use crate::{gpu, CudaError, Gpu};
+use cudarc::cublas::sys::{cublasMath_t, cublasOperation_t};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use rlx_cpu::eval_op;
+use rlx_ir::numeric_check::DebugScanner;
+use rlx_ir::provenance::node_label;
+use rlx_ir::{strides_of, DType, Graph, NodeId, Op, Tensor, TensorData};
+use std::borrow::{Borrow, Cow};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where a node runs (the same shape as `rlx_wgpu::Placement`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// A CUDA kernel or cuBLAS call (or a buffer alias, for Reshape).
+    Gpu,
+    /// `rlx_cpu::eval_op` on values read back from the GPU; `reason` says why.
+    CpuFallback { reason: String },
+}
+
+/// A MatMul on cuBLAS: row-major `C[m,n] = A[m,k] B[k,n]` per batch, run as the
+/// column-major `C^T = B^T A^T` (no transposes needed).
+struct MatMulPlan {
+    m: i32,
+    n: i32,
+    k: i32,
+    /// One strided-batched call: (batches, A batch stride, B batch stride) in elements
+    /// (a stride is 0 for an operand broadcast over the batch).
+    strided: Option<(i32, i64, i64)>,
+    /// Otherwise one sgemm per output batch: (A offset, B offset) in elements.
+    offsets: Vec<(usize, usize)>,
+}
+
+enum Step {
+    Leaf,
+    /// Shares its input's buffer (Reshape).
+    Alias,
+    Unary {
+        f: CudaFunction,
+        p: [f32; 2],
+    },
+    Binary {
+        f: CudaFunction,
+        /// Index into `metas` for broadcasting, `None` when both inputs have the output's dims.
+        meta: Option<usize>,
+    },
+    MatMul(MatMulPlan),
+    Cpu(String),
+}
+
+/// Runs a compiled graph on CUDA device 0. API parallel to `rlx_wgpu::WgpuExecutor`.
+pub struct CudaExecutor {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    tf32: bool,
+    graph: Graph,
+    steps: Vec<Step>,
+    /// Buffer index per node (aliases share one).
+    buf: Vec<Option<usize>>,
+    buffers: Vec<CudaSlice<f32>>,
+    /// Raw device address of each buffer (kernel and cuBLAS arguments).
+    ptrs: Vec<u64>,
+    /// Broadcast metadata of binary kernels (kept alive; raw addresses in `meta_ptrs`).
+    _metas: Vec<CudaSlice<i64>>,
+    meta_ptrs: Vec<u64>,
+    /// Host-produced values (leaves, CPU nodes) that GPU nodes read: uploaded.
+    upload: Vec<bool>,
+    params: Vec<Option<Tensor>>,
+    param_ids: HashMap<String, NodeId>,
+    inputs: Vec<NodeId>,
+}
+
+fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CudaError {
+    CudaError::Kernel {
+        node: id,
+        op: g.node(id).op.name(),
+        label: node_label(g, id),
+        msg: msg.into(),
+    }
+}
+
+fn cuda_err(what: &str, e: impl std::fmt::Display) -> CudaError {
+    CudaError::Cuda(format!("{what}: {e}"))
+}
+
+/// Strides (in elements) of `ind` broadcast right-aligned to `out` (0 where broadcast).
+fn bcast_strides(ind: &[usize], out: &[usize]) -> Vec<usize> {
+    let st = strides_of(ind);
+    let off = out.len() - ind.len();
+    (0..out.len())
+        .map(|i| {
+            if i < off || ind[i - off] == 1 {
+                0
+            } else {
+                st[i - off]
+            }
+        })
+        .collect()
+}
+
+fn i32_of(v: usize, what: &str) -> Result<i32, String> {
+    i32::try_from(v).map_err(|_| format!("{what} {v} exceeds cuBLAS's 32-bit sizes"))
+}
+
+/// The cuBLAS plan for a MatMul with input dims `a`, `b` (ONNX/NumPy matmul: 1-D operands
+/// are promoted and the added axis removed; batch dims broadcast).
+fn matmul_plan(a: &[usize], b: &[usize]) -> Result<MatMulPlan, String> {
+    if a.is_empty() || b.is_empty() {
+        return Err("matmul of a scalar".into());
+    }
+    let (m, k, ab) = if a.len() == 1 {
+        (1, a[0], vec![])
+    } else {
+        (a[a.len() - 2], a[a.len() - 1], a[..a.len() - 2].to_vec())
+    };
+    let (kb, n, bb) = if b.len() == 1 {
+        (b[0], 1, vec![])
+    } else {
+        (b[b.len() - 2], b[b.len() - 1], b[..b.len() - 2].to_vec())
+    };
+    if k != kb {
+        return Err(format!("matmul: K {k} vs {kb}"));
+    }
+    let ob = rlx_ir::broadcast_dims(&ab, &bb).ok_or("matmul: batch dims do not broadcast")?;
+    let nb: usize = ob.iter().product();
+    if nb == 0 || m == 0 || n == 0 || k == 0 {
+        return Err("empty matmul".into());
+    }
+    let sa = bcast_strides(&ab, &ob);
+    let sb = bcast_strides(&bb, &ob);
+    let full = strides_of(&ob);
+    // An operand is "batched contiguously" when its broadcast strides are the output batch
+    // strides, "broadcast" when they are all 0.
+    let kind = |s: &[usize]| -> Option<i64> {
+        if s.iter().all(|&x| x == 0) {
+            Some(0)
+        } else if s == full.as_slice() {
+            Some(1)
+        } else {
+            None
+        }
+    };
+    let (m32, n32, k32) = (i32_of(m, "M")?, i32_of(n, "N")?, i32_of(k, "K")?);
+    i32_of(m * k, "A's size")?;
+    i32_of(k * n, "B's size")?;
+    let plan = match (kind(&sa), kind(&sb)) {
+        (Some(ka), Some(kb)) => MatMulPlan {
+            m: m32,
+            n: n32,
+            k: k32,
+            strided: Some((
+                i32_of(nb, "batch count")?,
+                ka * (m * k) as i64,
+                kb * (k * n) as i64,
+            )),
+            offsets: vec![],
+        },
+        _ => {
+            let mut offsets = Vec::with_capacity(nb);
+            for bi in 0..nb {
+                let (mut rem, mut oa, mut obo) = (bi, 0usize, 0usize);
+                for d in (0..ob.len()).rev() {
+                    let c = rem % ob[d];
+                    rem /= ob[d];
+                    oa += c * sa[d];
+                    obo += c * sb[d];
+                }
+                offsets.push((oa * m * k, obo * k * n));
+            }
+            MatMulPlan {
+                m: m32,
+                n: n32,
+                k: k32,
+                strided: None,
+                offsets,
+            }
+        }
+    };
+    Ok(plan)
+}
+
+impl CudaExecutor {
+    /// Plan `graph` (the compiled, decomposed graph from `rlx_compile::compiler::compile`,
+    /// nodes in topological order) for CUDA device 0: decide each node's placement, allocate
+    /// one device buffer per f32 value on the GPU, load kernels (NVRTC-compiled once per
+    /// process), upload constants. Reads `RLX_DISPATCH_REPORT` (print placements) and
+    /// `RLX_CUDA_TF32` (allow TF32 in cuBLAS matmuls; off by default) once, here.
+    ///
+    /// Errors: [`CudaError::NoDevice`] when [`crate::probe`] fails; [`CudaError::Kernel`]
+    /// naming the node for a graph not in topological order or with symbolic dims on a
+    /// computed node; [`CudaError::Cuda`] when an allocation or cuBLAS setup fails.
+    pub fn new(graph: Graph) -> Result<CudaExecutor, CudaError> {
+        let gpu = gpu().map_err(CudaError::NoDevice)?;
+        gpu.ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_err("binding the context", e))?;
+        let n = graph.len();
+        let mut param_ids = HashMap::new();
+        for node in &graph.nodes {
+            if let Some(bad) = node.inputs.iter().find(|i| i.index() >= node.id.index()) {
+                return Err(kernel_err(
+                    &graph,
+                    node.id,
+                    format!("input {bad} is not an earlier node (graph not in topological order)"),
+                ));
+            }
+            match &node.op {
+                Op::Param { name } => {
+                    param_ids.insert(name.clone(), node.id);
+                }
+                Op::Input { .. } => {}
+                Op::Constant(t) => {
+                    if t.shape() != node.shape {
+                        return Err(kernel_err(
+                            &graph,
+                            node.id,
+                            format!(
+                                "constant holds {} but the node declares {}",
+                                t.shape(),
+                                node.shape
+                            ),
+                        ));
+                    }
+                }
+                _ => {
+                    if !node.shape.is_static() {
+                        return Err(kernel_err(
+                            &graph,
+                            node.id,
+                            format!(
+                                "output type {} has symbolic dims (run shape inference first)",
+                                node.shape
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(o) = graph.outputs.iter().find(|o| o.index() >= n) {
+            return Err(CudaError::Input(format!("graph output {o} is not a node")));
+        }
+        let stream = gpu
+            .ctx
+            .new_stream()
+            .map_err(|e| cuda_err("creating a stream", e))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| cuda_err("cublasCreate", e))?;
+        let tf32 = rlx_ir::env::is_on("RLX_CUDA_TF32");
+        let mode = if tf32 {
+            cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            cublasMath_t::CUBLAS_PEDANTIC_MATH
+        };
+        // SAFETY: a valid handle created above.
+        unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), mode) }
+            .result()
+            .map_err(|e| cuda_err("cublasSetMathMode", e))?;
+        // The kernel module is compiled (once per process) only when a node needs it.
+        let mut module_cache: Option<Result<Arc<CudaModule>, String>> = None;
+        let mut module = || module_cache.get_or_insert_with(|| gpu.module()).clone();
+        let f32_value = |id: NodeId| -> bool {
+            let s = &graph.node(id).shape;
+            s.is_static() && s.dtype == DType::F32
+        };
+
+        // 1. Placement.
+        let mut steps: Vec<Step> = Vec::with_capacity(n);
+        let mut metas_host: Vec<Vec<i64>> = vec![];
+        for node in &graph.nodes {
+            if node.op.is_leaf() {
+                steps.push(Step::Leaf);
+                continue;
+            }
+            let r: Result<Step, String> = if !f32_value(node.id) {
+                Err(format!(
+                    "output {} is not f32 (only f32 runs on CUDA yet)",
+                    node.shape
+                ))
+            } else if let Some(&bad) = node.inputs.iter().find(|&&i| !f32_value(i)) {
+                Err(format!(
+                    "input {bad} ({}) is not f32 (only f32 runs on CUDA yet)",
+                    graph.node(bad).shape
+                ))
+            } else {
+                plan_node(&graph, node.id, &mut module, &mut metas_host)
+            };
+            steps.push(r.unwrap_or_else(Step::Cpu));
+        }
+
+        // 2. Buffers: every GPU-produced value, and every host value a GPU node reads.
+        let mut buf: Vec<Option<usize>> = vec![None; n];
+        let mut sizes: Vec<usize> = vec![];
+        let mut upload = vec![false; n];
+        for node in &graph.nodes {
+            let id = node.id;
+            if !matches!(
+                steps[id.index()],
+                Step::Alias | Step::Unary { .. } | Step::Binary { .. } | Step::MatMul(_)
+            ) {
+                continue;
+            }
+            for &i in &node.inputs {
+                if buf[i.index()].is_none() {
+                    sizes.push(graph.node(i).shape.numel());
+                    buf[i.index()] = Some(sizes.len() - 1);
+                    upload[i.index()] = true;
+                }
+            }
+            buf[id.index()] = match steps[id.index()] {
+                Step::Alias => buf[node.inputs[0].index()],
+                _ => {
+                    sizes.push(node.shape.numel());
+                    Some(sizes.len() - 1)
+                }
+            };
+        }
+        let mut buffers = Vec::with_capacity(sizes.len());
+        let mut ptrs = Vec::with_capacity(sizes.len());
+        for &s in &sizes {
+            let b = stream
+                .alloc_zeros::<f32>(s.max(1))
+                .map_err(|e| cuda_err(&format!("allocating {} bytes", s * 4), e))?;
+            ptrs.push(b.device_ptr(&stream).0);
+            buffers.push(b);
+        }
+        let mut metas = Vec::with_capacity(metas_host.len());
+        let mut meta_ptrs = Vec::with_capacity(metas_host.len());
+        for m in &metas_host {
+            let b = stream
+                .clone_htod(m.as_slice())
+                .map_err(|e| cuda_err("uploading kernel metadata", e))?;
+            meta_ptrs.push(b.device_ptr(&stream).0);
+            metas.push(b);
+        }
+
+        let ex = CudaExecutor {
+            params: vec![None; n],
+            param_ids,
+            inputs: graph.inputs(),
+            gpu,
+            stream,
+            blas,
+            tf32,
+            steps,
+            buf,
+            buffers,
+            ptrs,
+            _metas: metas,
+            meta_ptrs,
+            upload,
+            graph,
+        };
+        // Constants are uploaded once.
+        for node in &ex.graph.nodes {
+            if let Op::Constant(t) = &node.op {
+                if ex.upload[node.id.index()] {
+                    ex.write_value(node.id, t)?;
+                }
+            }
+        }
+        if rlx_ir::env::is_on("RLX_DISPATCH_REPORT") {
+            ex.print_dispatch_report();
+        }
+        Ok(ex)
+    }
+
+    /// The graph this executor runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The device the kernels run on (`NVIDIA H200`).
+    pub fn device_name(&self) -> String {
+        self.gpu.info.name.clone()
+    }
+
+    /// Whether cuBLAS may use TF32 for f32 matmuls (`RLX_CUDA_TF32=1` at creation).
+    pub fn tf32(&self) -> bool {
+        self.tf32
+    }
+
+    /// Placement of every non-leaf node, in topological order.
+    pub fn placements(&self) -> Vec<(NodeId, Placement)> {
+        self.graph
+            .nodes
+            .iter()
+            .filter_map(|n| match &self.steps[n.id.index()] {
+                Step::Leaf => None,
+                Step::Cpu(r) => Some((n.id, Placement::CpuFallback { reason: r.clone() })),
+                _ => Some((n.id, Placement::Gpu)),
+            })
+            .collect()
+    }
+
+    fn print_dispatch_report(&self) {
+        let g = &self.graph;
+        let (mut ng, mut nc) = (0, 0);
+        for (id, p) in self.placements() {
+            let what = format!("{id} {} \"{}\"", g.node(id).op.name(), node_label(g, id));
+            match p {
+                Placement::Gpu => {
+                    ng += 1;
+                    eprintln!("rlx-cuda dispatch: {what}: cuda");
+                }
+                Placement::CpuFallback { reason } => {
+                    nc += 1;
+                    eprintln!("rlx-cuda dispatch: {what}: cpu fallback ({reason})");
+                }
+            }
+        }
+        eprintln!(
+            "rlx-cuda dispatch: {} on {} (sm_{}{}{}): {ng} nodes on cuda, {nc} on the cpu",
+            g.name,
+            self.gpu.info.name,
+            self.gpu.info.compute_capability.0,
+            self.gpu.info.compute_capability.1,
+            if self.tf32 { ", TF32 matmuls" } else { "" }
+        );
+    }
+
+    /// Set the Param node named `name` to `t` (uploaded now if a GPU node reads it).
+    ///
+    /// The tensor must have the node's dtype and element count (a flat vector is
+    /// accepted). Errors: [`CudaError::Param`] for an unknown name, a wrong dtype or count.
+    pub fn set_param(&mut self, name: &str, t: Tensor) -> Result<(), CudaError> {
+        let id = *self.param_ids.get(name).ok_or_else(|| {
+            CudaError::Param(format!(
+                "no param named \"{name}\" in graph {}",
+                self.graph.name
+            ))
+        })?;
+        let shape = self.graph.node(id).shape.clone();
+        if t.dtype() != shape.dtype {
+            return Err(CudaError::Param(format!(
+                "param \"{name}\" is {shape} but the value is {}",
+                t.shape()
+            )));
+        }
+        if !shape.is_static() {
+            return Err(CudaError::Param(format!(
+                "param \"{name}\" is {shape}: symbolic dims"
+            )));
+        }
+        let dims = shape.dims_usize();
+        let n: usize = dims.iter().product();
+        if t.numel() != n {
+            return Err(CudaError::Param(format!(
+                "param \"{name}\" is {shape} ({n} elements) but the value has {} elements",
+                t.numel()
+            )));
+        }
+        let t = t
+            .reshaped(dims)
+            .map_err(|e| CudaError::Param(format!("param \"{name}\": {e}")))?;
+        if self.upload[id.index()] {
+            self.write_value(id, &t)?;
+        }
+        self.params[id.index()] = Some(t);
+        Ok(())
+    }
+
+    /// Copy a host f32 value into its buffer (on the stream; the host copy may be dropped
+    /// when this returns: a copy from pageable memory is staged before the call returns).
+    fn write_value(&self, id: NodeId, t: &Tensor) -> Result<(), CudaError> {
+        let Some(b) = self.buf[id.index()] else {
+            return Ok(());
+        };
+        let g = &self.graph;
+        let TensorData::F32(v) = t.data() else {
+            return Err(kernel_err(
+                g,
+                id,
+                format!("{} values cannot be uploaded to the GPU", t.dtype()),
+            ));
+        };
+        if v.is_empty() {
+            return Ok(());
+        }
+        if v.len() > self.buffers[b].len() {
+            return Err(kernel_err(g, id, "value larger than its device buffer"));
+        }
+        // SAFETY: the destination buffer holds at least v.len() f32 (checked above) and lives
+        // as long as the executor; the stream is this executor's.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                self.ptrs[b],
+                v.as_slice(),
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| kernel_err(g, id, format!("upload: {e}")))
+    }
+
+    fn check_inputs<I: Borrow<Tensor>>(&self, inputs: &[I]) -> Result<(), CudaError> {
+        rlx_cpu::check_feeds(&self.graph, &self.inputs, inputs, false).map_err(CudaError::Input)
+    }
+
+    /// Run with `inputs` (owned tensors or references to them) in `graph.inputs()` order;
+    /// returns the outputs in `graph.outputs` order. With `scanner` on, every node's value is
+    /// read back after the run and scanned in topological order (same report as the CPU
+    /// backend; abort mode returns [`CudaError::NanAbort`]).
+    ///
+    /// Errors: [`CudaError::Input`] naming a mismatched input, [`CudaError::Param`] for an
+    /// unset param, [`CudaError::Kernel`] naming the node for a failed launch, cuBLAS call or
+    /// CPU-fallback kernel, [`CudaError::Cuda`] for a failed synchronization.
+    pub fn run<I: Borrow<Tensor>>(
+        &mut self,
+        inputs: &[I],
+        scanner: Option<&mut DebugScanner>,
+    ) -> Result<Vec<Tensor>, CudaError> {
+        let scanner = scanner.filter(|s| s.is_on());
+        let scan = scanner.is_some();
+        let all = self.execute(inputs, scan)?;
+        let g = &self.graph;
+        if let Some(sc) = scanner {
+            sc.begin_run(g);
+            for node in &g.nodes {
+                if let Some(t) = &all[node.id.index()] {
+                    sc.scan_node(g, node.id, t.data())?;
+                }
+            }
+            sc.finish_run(g)?;
+        }
+        Ok(g.outputs
+            .iter()
+            .map(|o| all[o.index()].clone().expect("outputs are read"))
+            .collect())
+    }
+
+    /// Run and read back every node's value (index = node index), leaves included: for the
+    /// cross-backend divergence diagnostic. Errors as [`CudaExecutor::run`].
+    pub fn run_all(&mut self, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>, CudaError> {
+        self.execute(inputs, true)
+    }
+
+    fn execute<'a, I: Borrow<Tensor>>(
+        &'a self,
+        inputs: &'a [I],
+        all: bool,
+    ) -> Result<Vec<Option<Tensor>>, CudaError> {
+        self.check_inputs(inputs)?;
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_err("binding the context", e))?;
+        let n = self.graph.len();
+        let mut host: Vec<Option<Cow<'a, Tensor>>> = (0..n).map(|_| None).collect();
+        let mut next_input = 0;
+        for k in 0..n {
+            let id = NodeId(k as u32);
+            let g = &self.graph;
+            let node = g.node(id);
+            match &self.steps[k] {
+                Step::Leaf => {
+                    let t: &Tensor = match &node.op {
+                        Op::Input { .. } => {
+                            let t: &Tensor = inputs[next_input].borrow();
+                            next_input += 1;
+                            t
+                        }
+                        Op::Param { name } => self.params[k].as_ref().ok_or_else(|| {
+                            CudaError::Param(format!(
+                                "param \"{name}\" ({}) was not set before run",
+                                node.shape
+                            ))
+                        })?,
+                        Op::Constant(t) => t.as_ref(),
+                        _ => unreachable!("leaf"),
+                    };
+                    if matches!(node.op, Op::Input { .. }) && self.upload[k] {
+                        self.write_value(id, t)?;
+                    }
+                    host[k] = Some(Cow::Borrowed(t));
+                }
+                Step::Alias => {}
+                Step::Unary { f, p } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let a = self.ptr(node.inputs[0]);
+                        let o = self.ptr(id);
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&a).arg(&o).arg(&nel).arg(&p[0]).arg(&p[1]);
+                        // SAFETY: the kernel's signature is (const float*, float*, u64, float,
+                        // float); both buffers hold at least `nel` f32.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::Binary { f, meta } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let a = self.ptr(node.inputs[0]);
+                        let b = self.ptr(node.inputs[1]);
+                        let o = self.ptr(id);
+                        let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
+                        // SAFETY: signature (const float*, const float*, float*, u64, const
+                        // i64*); the metadata's strides stay inside each input's buffer.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::MatMul(p) => {
+                    let (a, b, c) = (
+                        self.ptr(node.inputs[0]),
+                        self.ptr(node.inputs[1]),
+                        self.ptr(id),
+                    );
+                    self.sgemm(p, a, b, c)
+                        .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?;
+                }
+                Step::Cpu(_) => {
+                    let missing: Vec<NodeId> = node
+                        .inputs
+                        .iter()
+                        .copied()
+                        .filter(|i| host[i.index()].is_none())
+                        .collect();
+                    if !missing.is_empty() {
+                        let got = self.read_back(&missing)?;
+                        for (i, t) in missing.iter().zip(got) {
+                            host[i.index()] = Some(Cow::Owned(t));
+                        }
+                    }
+                    let g = &self.graph;
+                    let node = g.node(id);
+                    let ins: Vec<&Tensor> = node
+                        .inputs
+                        .iter()
+                        .map(|i| host[i.index()].as_deref().expect("read back above"))
+                        .collect();
+                    let t = eval_op(&node.op, &ins, &node.shape)
+                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                    if self.upload[k] {
+                        self.write_value(id, &t)?;
+                    }
+                    host[k] = Some(Cow::Owned(t));
+                }
+            }
+        }
+        // Read back what was asked for.
+        let want: Vec<NodeId> = if all {
+            (0..n as u32).map(NodeId).collect()
+        } else {
+            self.graph.outputs.clone()
+        };
+        let mut todo: Vec<NodeId> = want
+            .iter()
+            .copied()
+            .filter(|i| host[i.index()].is_none())
+            .collect();
+        todo.sort();
+        todo.dedup();
+        let got = self.read_back(&todo)?;
+        for (i, t) in todo.iter().zip(got) {
+            host[i.index()] = Some(Cow::Owned(t));
+        }
+        self.stream.synchronize().map_err(|e| {
+            cuda_err(
+                &format!("synchronizing after the run of {}", self.graph.name),
+                e,
+            )
+        })?;
+        let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
+        for i in want {
+            if out[i.index()].is_none() {
+                out[i.index()] = host[i.index()].as_ref().map(|c| c.as_ref().clone());
+            }
+        }
+        Ok(out)
+    }
+
+    fn ptr(&self, id: NodeId) -> u64 {
+        self.ptrs[self.buf[id.index()].expect("GPU node operands have buffers")]
+    }
+
+    fn sgemm(&self, p: &MatMulPlan, a: u64, b: u64, c: u64) -> Result<(), String> {
+        let h = *self.blas.handle();
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let op = cublasOperation_t::CUBLAS_OP_N;
+        // Row-major C[m,n] = A[m,k] B[k,n]  <=>  column-major C^T[n,m] = B^T[n,k] A^T[k,m].
+        if let Some((nb, sa, sb)) = p.strided {
+            // SAFETY: the buffers hold nb (or 1, stride 0) matrices of the planned sizes.
+            unsafe {
+                cudarc::cublas::result::sgemm_strided_batched(
+                    h,
+                    op,
+                    op,
+                    p.n,
+                    p.m,
+                    p.k,
+                    &alpha,
+                    b as *const f32,
+                    p.n,
+                    sb,
+                    a as *const f32,
+                    p.k,
+                    sa,
+                    &beta,
+                    c as *mut f32,
+                    p.n,
+                    (p.m as i64) * (p.n as i64),
+                    nb,
+                )
+            }
+            .map_err(|e| e.to_string())?;
+        } else {
+            let mn = p.m as usize * p.n as usize;
+            for (bi, &(oa, ob)) in p.offsets.iter().enumerate() {
+                // SAFETY: offsets index whole matrices inside the operands' buffers.
+                unsafe {
+                    cudarc::cublas::result::sgemm(
+                        h,
+                        op,
+                        op,
+                        p.n,
+                        p.m,
+                        p.k,
+                        &alpha,
+                        (b as *const f32).add(ob),
+                        p.n,
+                        (a as *const f32).add(oa),
+                        p.k,
+                        &beta,
+                        (c as *mut f32).add(bi * mn),
+                        p.n,
+                    )
+                }
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy `ids`' buffers back to the host (waits for the stream).
+    fn read_back(&self, ids: &[NodeId]) -> Result<Vec<Tensor>, CudaError> {
+        let g = &self.graph;
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let b = self.buf[id.index()].ok_or_else(|| {
+                kernel_err(g, id, "value has neither a host copy nor a device buffer")
+            })?;
+            let shape = &g.node(id).shape;
+            let nel = shape.numel();
+            let v: Vec<f32> = if nel == 0 {
+                vec![]
+            } else {
+                self.stream
+                    .clone_dtoh(&self.buffers[b].slice(0..nel))
+                    .map_err(|e| kernel_err(g, id, format!("read back: {e}")))?
+            };
+            out.push(
+                Tensor::new(shape.dims_usize(), TensorData::F32(v))
+                    .map_err(|e| kernel_err(g, id, e.to_string()))?,
+            );
+        }
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_err("synchronizing a read back", e))?;
+        Ok(out)
+    }
+}
+
+fn launch_cfg(n: u64) -> LaunchConfig {
+    let threads = 256u32;
+    let blocks = n.div_ceil(threads as u64).clamp(1, 1 << 20) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The step for a node whose output and inputs are all f32, or `Err(reason)` for the CPU.
+fn plan_node(
+    g: &Graph,
+    id: NodeId,
+    module: &mut dyn FnMut() -> Result<Arc<CudaModule>, String>,
+    metas: &mut Vec<Vec<i64>>,
+) -> Result<Step, String> {
+    let node = g.node(id);
+    let od = node.shape.dims_usize();
+    let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
+    let mut func = |name: &str| -> Result<CudaFunction, String> {
+        let m = module().map_err(|e| format!("the kernel module did not build: {e}"))?;
+        m.load_function(name)
+            .map_err(|e| format!("kernel {name}: {e}"))
+    };
+    match &node.op {
+        Op::Reshape { .. } => Ok(Step::Alias),
+        Op::Unary(_) | Op::Activation(_) => {
+            let (name, p) = kernels::unary_kernel(&node.op).ok_or_else(|| {
+                format!("no CUDA kernel for {} (Bool/integer op)", node.op.name())
+            })?;
+            if node.inputs.len() != 1 || ind(0) != od {
+                return Err("unary op whose input dims differ from its output's".into());
+            }
+            Ok(Step::Unary { f: func(&name)?, p })
+        }
+        Op::Binary(b) => {
+            let name = kernels::binary_kernel(*b)
+                .ok_or_else(|| format!("no CUDA kernel for {:?} on f32", b))?;
+            if node.inputs.len() != 2 {
+                return Err("binary op without two inputs".into());
+            }
+            let (a, bd) = (ind(0), ind(1));
+            if rlx_ir::broadcast_dims(&a, &bd).as_deref() != Some(od.as_slice()) {
+                return Err(format!(
+                    "inputs {a:?} and {bd:?} do not broadcast to {od:?}"
+                ));
+            }
+            let f = func(&name)?;
+            let meta = if a == od && bd == od {
+                None
+            } else {
+                let mut m = vec![od.len() as i64];
+                m.extend(od.iter().map(|&d| d as i64));
+                m.extend(bcast_strides(&a, &od).iter().map(|&s| s as i64));
+                m.extend(bcast_strides(&bd, &od).iter().map(|&s| s as i64));
+                metas.push(m);
+                Some(metas.len() - 1)
+            };
+            Ok(Step::Binary { f, meta })
+        }
+        Op::MatMul => {
+            if node.inputs.len() != 2 {
+                return Err("matmul without two inputs".into());
+            }
+            Ok(Step::MatMul(matmul_plan(&ind(0), &ind(1))?))
+        }
+        other => Err(format!("no CUDA kernel for {} yet", other.name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_plans() {
+        // 2-D: one call, no batch strides.
+        let p = matmul_plan(&[3, 4], &[4, 5]).unwrap();
+        assert_eq!((p.m, p.n, p.k), (3, 5, 4));
+        assert_eq!(p.strided, Some((1, 0, 0)));
+        // Batched with B broadcast: strided with B's stride 0.
+        let p = matmul_plan(&[2, 3, 3, 4], &[4, 5]).unwrap();
+        assert_eq!(p.strided, Some((6, 12, 0)));
+        // Both batched the same way.
+        let p = matmul_plan(&[6, 3, 4], &[6, 4, 5]).unwrap();
+        assert_eq!(p.strided, Some((6, 12, 20)));
+        // Cross broadcast [2,1] x [1,3]: one sgemm per batch with the right offsets.
+        let p = matmul_plan(&[2, 1, 3, 4], &[1, 3, 4, 5]).unwrap();
+        assert!(p.strided.is_none());
+        assert_eq!(
+            p.offsets,
+            vec![(0, 0), (0, 20), (0, 40), (12, 0), (12, 20), (12, 40)]
+        );
+        // 1-D operands.
+        let p = matmul_plan(&[4], &[4, 5]).unwrap();
+        assert_eq!((p.m, p.n, p.k), (1, 5, 4));
+        let p = matmul_plan(&[3, 4], &[4]).unwrap();
+        assert_eq!((p.m, p.n, p.k), (3, 1, 4));
+        assert!(matmul_plan(&[3, 0], &[0, 4]).is_err());
+        assert!(matmul_plan(&[3, 4], &[5, 4]).is_err());
+    }
+
+    #[test]
+    fn every_kernel_name_is_in_the_source() {
+        let src = kernels::source();
+        for b in [
+            rlx_ir::BinaryOp::Add,
+            rlx_ir::BinaryOp::Max,
+            rlx_ir::BinaryOp::Mod,
+            rlx_ir::BinaryOp::Pow,
+        ] {
+            let n = kernels::binary_kernel(b).unwrap();
+            assert!(src.contains(&format!("void {n}(")), "{n}");
+        }
+        for op in [
+            Op::Unary(rlx_ir::UnaryOp::Log),
+            Op::Unary(rlx_ir::UnaryOp::Sign),
+            Op::Activation(rlx_ir::Activation::Relu),
+            Op::Activation(rlx_ir::Activation::Selu {
+                alpha: 1.5,
+                gamma: 1.0,
+            }),
+        ] {
+            let (n, _) = kernels::unary_kernel(&op).unwrap();
+            assert!(src.contains(&format!("void {n}(")), "{n}");
+        }
+        assert!(kernels::unary_kernel(&Op::Unary(rlx_ir::UnaryOp::IsNaN)).is_none());
+        assert!(kernels::binary_kernel(rlx_ir::BinaryOp::Lt).is_none());
+    }
+}
+
+#[cfg(test)]
+mod send_check {
+    fn is_send<T: Send>() {}
+    #[test]
+    fn executor_is_send() {
+        is_send::<super::CudaExecutor>();
+    }
+}

@@ -1,0 +1,263 @@
+//! RLX CUDA backend: runs a compiled [`rlx_ir::Graph`] on an NVIDIA GPU through the CUDA
+//! driver API, with cuBLAS for MatMul and NVRTC-compiled kernels for elementwise math.
+//!
+//! * [`probe`]: is there a CUDA driver, NVRTC, cuBLAS and a device? (cached; never panics;
+//!   the error names the library file that is missing)
+//! * [`CudaExecutor`]: the same shape of API as `rlx_wgpu::WgpuExecutor` (`new`, `set_param`,
+//!   `run`, `run_all`, `placements`; `RLX_DISPATCH_REPORT=1` prints the placements).
+//!
+//! Nothing CUDA is needed to build: `cudarc` loads `libcuda.so.1`, `libnvrtc.so.13` and
+//! `libcublas.so.13` at run time. [`probe`] first looks for each file itself (in
+//! `LD_LIBRARY_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`, `/usr/local/nvidia/lib64`,
+//! the system library directories) and loads it by path, so that cudarc's own loading by
+//! name finds the already-loaded library and never panics on a missing one.
+//!
+//! Values on the GPU are f32 only in this first step; every other dtype, and every op
+//! without a CUDA kernel, runs on the CPU per node (`rlx_cpu::eval_op`) with its inputs
+//! read back and its output uploaded again. Kernels keep IEEE semantics (no fast math, no
+//! FMA contraction, no flush to zero) and NaN propagates through Max/Min/Relu as on the CPU.
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaModule};
+
+mod executor;
+mod kernels;
+
+pub use executor::{CudaExecutor, Placement};
+
+/// Errors from the CUDA backend, naming the node, input or parameter.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// No usable CUDA driver, library or device on this machine.
+    #[error("no CUDA device available: {0}")]
+    NoDevice(String),
+    /// A node could not be prepared or run.
+    #[error("{node} {op} \"{label}\": {msg}")]
+    Kernel {
+        node: rlx_ir::NodeId,
+        op: String,
+        label: String,
+        msg: String,
+    },
+    /// A run input does not match its Input node (count, dtype or dims).
+    #[error("{0}")]
+    Input(String),
+    /// `set_param` got an unknown name or a value of the wrong type, or a param was not set.
+    #[error("{0}")]
+    Param(String),
+    /// The CUDA driver, NVRTC or cuBLAS reported an error (allocation, copy, launch).
+    #[error("cuda: {0}")]
+    Cuda(String),
+    /// `RLX_DEBUG_NANS=abort` stopped the run (same report as the CPU backend's).
+    #[error(transparent)]
+    NanAbort(#[from] rlx_ir::numeric_check::NanAbort),
+}
+
+/// What [`probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaInfo {
+    /// Device 0's name (`NVIDIA H200`).
+    pub name: String,
+    /// (major, minor), e.g. (9, 0) for Hopper.
+    pub compute_capability: (i32, i32),
+    /// Device memory in bytes.
+    pub total_mem: usize,
+    /// Number of CUDA devices (the backend uses device 0).
+    pub device_count: i32,
+    /// The library files loaded (driver, NVRTC, cuBLAS), as found.
+    pub libraries: Vec<String>,
+}
+
+/// The libraries the backend needs, each with optional companions loaded first/after
+/// from the same directory (cuBLAS needs cuBLASLt; NVRTC loads its builtins library).
+const LIBS: [(&str, &[&str], &[&str]); 3] = [
+    ("libcuda.so.1", &[], &[]),
+    ("libnvrtc.so.13", &[], &["libnvrtc-builtins.so.13.0"]),
+    ("libcublas.so.13", &["libcublasLt.so.13"], &[]),
+];
+
+/// The directories searched for the CUDA libraries, in order: `LD_LIBRARY_PATH`, then
+/// `$CUDA_HOME`/`$CUDA_PATH` `lib64`, the usual CUDA and driver install directories, and
+/// the system library directories.
+pub fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = vec![];
+    if let Some(p) = std::env::var_os("LD_LIBRARY_PATH") {
+        dirs.extend(std::env::split_paths(&p).filter(|d| !d.as_os_str().is_empty()));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(h) = std::env::var_os(var) {
+            let h = PathBuf::from(h);
+            dirs.push(h.join("lib64"));
+            dirs.push(h.join("targets/x86_64-linux/lib"));
+        }
+    }
+    for d in [
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/local/nvidia/lib64",
+        "/usr/local/nvidia/lib",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(d.clone()));
+    dirs
+}
+
+fn dlopen(path: &std::ffi::OsStr) -> Result<(), String> {
+    // SAFETY: loading a shared library runs its initializers; these are the vendor's CUDA
+    // libraries, loaded once per process and never unloaded (the handle is leaked so the
+    // symbols cudarc resolves later stay valid).
+    match unsafe { libloading::Library::new(path) } {
+        Ok(lib) => {
+            std::mem::forget(lib);
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Load the shared library `name` (a file name such as `libcuda.so.1`): the first file of
+/// that name in `dirs`, else by name through the dynamic loader's default paths (ld.so
+/// cache). Returns where it was found, or an error naming the file and the places searched.
+/// Never panics. Once loaded, a library stays loaded for the life of the process.
+pub fn load_library(name: &str, dirs: &[PathBuf]) -> Result<String, String> {
+    let mut failures = vec![];
+    for d in dirs {
+        let p = d.join(name);
+        if p.is_file() {
+            match dlopen(p.as_os_str()) {
+                Ok(()) => return Ok(p.display().to_string()),
+                Err(e) => failures.push(format!("{}: {e}", p.display())),
+            }
+        }
+    }
+    if dlopen(std::ffi::OsStr::new(name)).is_ok() {
+        return Ok(format!("{name} (dynamic loader's default paths)"));
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let mut msg = format!(
+        "{name} not found (searched {}, and the dynamic loader's default paths)",
+        searched.join(", ")
+    );
+    if !failures.is_empty() {
+        msg += &format!("; present but failed to load: {}", failures.join("; "));
+    }
+    Err(msg)
+}
+
+/// Load the driver, NVRTC and cuBLAS (with their companions), in that order.
+fn load_libraries() -> Result<Vec<String>, String> {
+    let dirs = search_dirs();
+    let mut found = vec![];
+    for (name, before, after) in LIBS {
+        for b in before {
+            let _ = load_library(b, &dirs);
+        }
+        found.push(load_library(name, &dirs)?);
+        // Companions are loaded from the directory the library came from, when there.
+        for a in after {
+            let _ = load_library(a, &dirs);
+        }
+    }
+    Ok(found)
+}
+
+/// The process-wide CUDA state: the primary context of device 0 and the kernel module
+/// (compiled once by NVRTC, on first use).
+pub(crate) struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub info: CudaInfo,
+    pub module: Mutex<Option<Result<Arc<CudaModule>, String>>>,
+}
+
+fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else {
+        "panic without a message".into()
+    }
+}
+
+fn init() -> Result<Arc<Gpu>, String> {
+    let libraries = load_libraries()?;
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<Arc<Gpu>, String> {
+        let count =
+            CudaContext::device_count().map_err(|e| format!("cuInit/cuDeviceGetCount: {e}"))?;
+        if count < 1 {
+            return Err("the CUDA driver loaded but reports no device".into());
+        }
+        let ctx =
+            CudaContext::new(0).map_err(|e| format!("creating a context on device 0: {e}"))?;
+        // One stream per executor and no cross-stream sharing of buffers: cudarc's event
+        // tracking (a record per use of a buffer) is not needed.
+        unsafe { ctx.disable_event_tracking() };
+        let info = CudaInfo {
+            name: ctx.name().map_err(|e| format!("device name: {e}"))?,
+            compute_capability: ctx
+                .compute_capability()
+                .map_err(|e| format!("compute capability: {e}"))?,
+            total_mem: ctx.total_mem().map_err(|e| format!("total memory: {e}"))?,
+            device_count: count,
+            libraries,
+        };
+        Ok(Arc::new(Gpu {
+            ctx,
+            info,
+            module: Mutex::new(None),
+        }))
+    }));
+    match r {
+        Ok(r) => r,
+        Err(p) => Err(format!("CUDA initialization panicked: {}", panic_msg(p))),
+    }
+}
+
+pub(crate) fn gpu() -> Result<Arc<Gpu>, String> {
+    static GPU: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+    GPU.get_or_init(init).clone()
+}
+
+/// The CUDA device the backend would use, or why there is none: a missing library file
+/// (`"libcuda.so.1 not found (searched ...)"`), no device, a failing driver. Probed once per
+/// process and cached; never panics.
+pub fn probe() -> Result<CudaInfo, String> {
+    static PROBE: OnceLock<Result<CudaInfo, String>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            std::panic::catch_unwind(|| gpu().map(|g| g.info.clone()))
+                .unwrap_or_else(|p| Err(format!("CUDA probe panicked: {}", panic_msg(p))))
+        })
+        .clone()
+}
+
+impl Gpu {
+    /// The elementwise kernel module, compiled by NVRTC on first use (cached, errors too).
+    pub(crate) fn module(&self) -> Result<Arc<CudaModule>, String> {
+        let mut m = self.module.lock().unwrap_or_else(|e| e.into_inner());
+        if m.is_none() {
+            let (maj, min) = self.info.compute_capability;
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                kernels::compile(&self.ctx, maj, min)
+            }))
+            .unwrap_or_else(|p| Err(format!("NVRTC panicked: {}", panic_msg(p))));
+            *m = Some(r);
+        }
+        m.clone().expect("set above")
+    }
+}
+
+/// The CUDA C source of the elementwise kernels (as given to NVRTC), for debugging.
+#[doc(hidden)]
+pub fn kernel_source() -> String {
+    kernels::source()
+}

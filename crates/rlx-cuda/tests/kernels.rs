@@ -1,0 +1,496 @@
+//! CUDA kernels against rlx-cpu (the reference): MatMul on cuBLAS, elementwise math with
+//! broadcasting, NaN propagation, CPU fallback, the NaN scanner.
+mod common;
+use common::*;
+use rlx_cpu::CpuExecutor;
+use rlx_cuda::{CudaExecutor, Placement};
+use rlx_ir::numeric_check::{DebugMode, DebugScanner};
+use rlx_ir::{Activation, BinaryOp, DType, Graph, Op, ReduceKind, Shape, Tensor, UnaryOp};
+
+fn f32s_shape(d: &[usize]) -> Shape {
+    Shape::new(d, DType::F32)
+}
+
+fn all_on_gpu(ex: &CudaExecutor) {
+    for (id, p) in ex.placements() {
+        assert_eq!(p, Placement::Gpu, "{id} {}", ex.graph().node(id).op.name());
+    }
+}
+
+#[test]
+fn matmul_shapes() {
+    if !cuda_available() {
+        return;
+    }
+    let cases: &[(&[usize], &[usize], &[usize])] = &[
+        (&[64, 128], &[128, 96], &[64, 96]),
+        (&[3, 37, 45], &[45, 29], &[3, 37, 29]),
+        (&[4, 8, 16], &[4, 16, 8], &[4, 8, 8]),
+        (&[7, 13], &[2, 3, 13, 5], &[2, 3, 7, 5]),
+        (&[2, 1, 5, 6], &[1, 3, 6, 7], &[2, 3, 5, 7]),
+        (&[33], &[33, 17], &[17]),
+        (&[5, 33], &[33], &[5]),
+        (&[2, 5, 33], &[33], &[2, 5]),
+        (&[1, 1], &[1, 1], &[1, 1]),
+    ];
+    for (k, (a, b, o)) in cases.iter().enumerate() {
+        let mut g = Graph::new("mm");
+        let x = g.input("a", f32s_shape(a));
+        let y = g.input("b", f32s_shape(b));
+        let z = g.matmul(x, y, f32s_shape(o));
+        g.set_outputs(vec![z]);
+        let ins = [rand_tensor(a, 10 + k as u64), rand_tensor(b, 20 + k as u64)];
+        let ex = CudaExecutor::new(g.clone()).unwrap();
+        all_on_gpu(&ex);
+        let (want, got) = both(&g, &ins);
+        assert_close(&format!("matmul {a:?} x {b:?}"), &got[0], &want[0], 1e-5);
+    }
+}
+
+/// Inputs for the unary ops: a small range with zeros, NaN and tiny values (for accuracy),
+/// and a large range with the infinities (checked separately: a large output would make
+/// the error floor of the small ones meaningless).
+fn unary_inputs() -> [Tensor; 2] {
+    let mut a = rand_vec(200, 7, -3.0, 3.0);
+    a.extend([
+        f32::NAN,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        1e-30,
+        -1e-30,
+        1e-8,
+        2.5,
+        -2.5,
+    ]);
+    let mut b = rand_vec(50, 8, -30.0, 30.0);
+    b.extend([80.0, -80.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    [
+        Tensor::from_f32(&[a.len()], a).unwrap(),
+        Tensor::from_f32(&[b.len()], b).unwrap(),
+    ]
+}
+
+#[test]
+fn unary_and_activation_ops() {
+    if !cuda_available() {
+        return;
+    }
+    use UnaryOp as U;
+    let mut ops: Vec<Op> = [
+        U::Neg,
+        U::Abs,
+        U::Exp,
+        U::Log,
+        U::Sqrt,
+        U::Rsqrt,
+        U::Reciprocal,
+        U::Sin,
+        U::Cos,
+        U::Tan,
+        U::Asin,
+        U::Acos,
+        U::Atan,
+        U::Sinh,
+        U::Cosh,
+        U::Asinh,
+        U::Acosh,
+        U::Atanh,
+        U::Erf,
+        U::Floor,
+        U::Ceil,
+        U::Round,
+        U::Sign,
+    ]
+    .into_iter()
+    .map(Op::Unary)
+    .collect();
+    use Activation as A;
+    ops.extend(
+        [
+            A::Relu,
+            A::LeakyRelu { alpha: 0.01 },
+            A::Sigmoid,
+            A::Tanh,
+            A::Gelu,
+            A::GeluTanh,
+            A::Silu,
+            A::Elu { alpha: 1.0 },
+            A::Selu {
+                alpha: 1.6732632,
+                gamma: 1.050701,
+            },
+            A::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            A::HardSwish,
+            A::Softplus,
+            A::Softsign,
+        ]
+        .into_iter()
+        .map(Op::Activation),
+    );
+    let mut failures = vec![];
+    for x in unary_inputs() {
+        let n = x.numel();
+        for op in &ops {
+            let mut g = Graph::new("u");
+            let i = g.input("x", f32s_shape(&[n]));
+            let y = g.add_node(op.clone(), vec![i], f32s_shape(&[n]));
+            g.set_outputs(vec![y]);
+            let ex = CudaExecutor::new(g.clone()).unwrap();
+            all_on_gpu(&ex);
+            let (want, got) = both(&g, std::slice::from_ref(&x));
+            match max_rel(&got[0], &want[0]) {
+                Ok(r) => {
+                    eprintln!("{} ({n} values): max_rel {r:.3e}", op.name());
+                    if r > 2e-6 {
+                        failures.push(format!("{} ({n} values): max_rel {r:.3e}", op.name()));
+                    }
+                }
+                Err(e) => failures.push(format!("{} ({n} values): {e}", op.name())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    if !cuda_available() {
+        return;
+    }
+    use BinaryOp as B;
+    let shapes: &[(&[usize], &[usize], &[usize])] = &[
+        (&[4, 5], &[4, 5], &[4, 5]),
+        (&[3, 1, 5], &[4, 1], &[3, 4, 5]),
+        (&[], &[2, 3], &[2, 3]),
+        (&[2, 3], &[3], &[2, 3]),
+        (&[1, 6, 1], &[2, 1, 7], &[2, 6, 7]),
+    ];
+    let mut failures = vec![];
+    for op in [
+        B::Add,
+        B::Sub,
+        B::Mul,
+        B::Div,
+        B::Pow,
+        B::Max,
+        B::Min,
+        B::Rem,
+        B::Mod,
+    ] {
+        for (k, (a, b, o)) in shapes.iter().enumerate() {
+            let mut g = Graph::new("b");
+            let x = g.input("a", f32s_shape(a));
+            let y = g.input("b", f32s_shape(b));
+            let z = g.binary(op, x, y, f32s_shape(o));
+            g.set_outputs(vec![z]);
+            let mut ta = rand_tensor(a, 100 + k as u64);
+            let tb = rand_tensor(b, 200 + k as u64);
+            if let rlx_ir::TensorData::F32(v) = ta.data_mut() {
+                // NaN, infinities and zeros in the first operand.
+                let sp = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+                for (j, s) in sp.iter().enumerate() {
+                    if j < v.len() && v.len() > 3 {
+                        v[j] = *s;
+                    }
+                }
+            }
+            let ex = CudaExecutor::new(g.clone()).unwrap();
+            all_on_gpu(&ex);
+            let (want, got) = both(&g, &[ta, tb]);
+            match max_rel(&got[0], &want[0]) {
+                Ok(r) => {
+                    eprintln!("{op:?} {a:?} {b:?}: max_rel {r:.3e}");
+                    if r > 2e-6 {
+                        failures.push(format!("{op:?} {a:?} {b:?}: max_rel {r:.3e}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{op:?} {a:?} {b:?}: {e}")),
+            }
+        }
+    }
+    // Pow by a scalar 2 and 3 (the CPU's x*x and x*x*x paths).
+    for e in [2.0f32, 3.0, 0.5] {
+        let mut g = Graph::new("p");
+        let x = g.input("a", f32s_shape(&[300]));
+        let c = g.constant(Tensor::from_f32(&[], vec![e]).unwrap());
+        let z = g.binary(B::Pow, x, c, f32s_shape(&[300]));
+        g.set_outputs(vec![z]);
+        let (want, got) = both(&g, &[rand_tensor(&[300], 5)]);
+        match max_rel(&got[0], &want[0]) {
+            Ok(r) if r <= 2e-6 => eprintln!("Pow x^{e}: max_rel {r:.3e}"),
+            Ok(r) => failures.push(format!("Pow x^{e}: max_rel {r:.3e}")),
+            Err(er) => failures.push(format!("Pow x^{e}: {er}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn nan_propagates_through_relu_max_min_bit_for_bit() {
+    if !cuda_available() {
+        return;
+    }
+    let v = vec![
+        f32::NAN,
+        1.0,
+        -1.0,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        2.0,
+    ];
+    let w = vec![1.0, f32::NAN, f32::NAN, -0.0, 0.0, 3.0, f32::NAN, f32::NAN];
+    let mut g = Graph::new("nan");
+    let x = g.input("x", f32s_shape(&[8]));
+    let y = g.input("y", f32s_shape(&[8]));
+    let r = g.activation(Activation::Relu, x, f32s_shape(&[8]));
+    let mx = g.binary(BinaryOp::Max, x, y, f32s_shape(&[8]));
+    let mn = g.binary(BinaryOp::Min, y, x, f32s_shape(&[8]));
+    g.set_outputs(vec![r, mx, mn]);
+    let ins = [
+        Tensor::from_f32(&[8], v).unwrap(),
+        Tensor::from_f32(&[8], w).unwrap(),
+    ];
+    let (want, got) = both(&g, &ins);
+    for k in 0..3 {
+        let (a, b) = (f32s(&got[k]), f32s(&want[k]));
+        for i in 0..8 {
+            assert!(
+                (a[i].is_nan() && b[i].is_nan()) || a[i] == b[i],
+                "output {k} element {i}: cuda {} cpu {}",
+                a[i],
+                b[i]
+            );
+        }
+    }
+    let relu = f32s(&got[0]);
+    assert!(relu[0].is_nan(), "Relu(NaN) must stay NaN");
+    let mx = f32s(&got[1]);
+    assert!(mx[0].is_nan() && mx[1].is_nan() && mx[6].is_nan());
+}
+
+/// A graph mixing GPU nodes, CPU fallbacks (Softmax, Reduce, a Bool comparison, Select,
+/// Transpose), a Param, a Constant and a Reshape alias.
+fn mixed_graph() -> Graph {
+    let mut g = Graph::new("mixed");
+    let x = g.input("x", f32s_shape(&[2, 8, 16]));
+    let w = g.param("w", f32s_shape(&[16, 12]));
+    let bias = g.constant(Tensor::from_f32(&[12], rand_vec(12, 3, -1.0, 1.0)).unwrap());
+    let h = g.matmul(x, w, f32s_shape(&[2, 8, 12]));
+    let h = g.add(h, bias, f32s_shape(&[2, 8, 12]));
+    let h = g.activation(Activation::Gelu, h, f32s_shape(&[2, 8, 12]));
+    let s = g.softmax(h, 2, f32s_shape(&[2, 8, 12]));
+    let t = g.add_node(
+        Op::Transpose {
+            perm: vec![0, 2, 1],
+        },
+        vec![s],
+        f32s_shape(&[2, 12, 8]),
+    );
+    let r = g.add_node(
+        Op::Reshape { dims: vec![2, 96] },
+        vec![t],
+        f32s_shape(&[2, 96]),
+    );
+    let e = g.unary(UnaryOp::Exp, r, f32s_shape(&[2, 96]));
+    let m = g.add_node(
+        Op::Reduce {
+            kind: ReduceKind::Mean,
+            axes: vec![1],
+            keepdims: true,
+        },
+        vec![e],
+        f32s_shape(&[2, 1]),
+    );
+    let c = g.binary(BinaryOp::Lt, e, m, Shape::new(&[2, 96], DType::Bool));
+    let sel = g.add_node(Op::Select, vec![c, e, m], f32s_shape(&[2, 96]));
+    let out = g.mul(sel, e, f32s_shape(&[2, 96]));
+    g.set_outputs(vec![out, h]);
+    g
+}
+
+#[test]
+fn cpu_fallback_and_params() {
+    if !cuda_available() {
+        return;
+    }
+    let g = mixed_graph();
+    let wv = Tensor::from_f32(&[16, 12], rand_vec(192, 9, -0.5, 0.5)).unwrap();
+    let x = rand_tensor(&[2, 8, 16], 4);
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    let mut gpu_ops = vec![];
+    let mut cpu_ops = vec![];
+    for (id, p) in ex.placements() {
+        let name = g.node(id).op.name();
+        match p {
+            Placement::Gpu => gpu_ops.push(name),
+            Placement::CpuFallback { reason } => {
+                eprintln!("{id} {name}: cpu ({reason})");
+                cpu_ops.push(name)
+            }
+        }
+    }
+    eprintln!("gpu: {gpu_ops:?}; cpu: {cpu_ops:?}");
+    for want in ["MatMul", "Gelu", "Exp", "Mul"] {
+        assert!(
+            gpu_ops.iter().any(|n| n.contains(want)),
+            "{want} not on the GPU: {gpu_ops:?}"
+        );
+    }
+    assert!(cpu_ops.iter().any(|n| n.contains("Softmax")), "{cpu_ops:?}");
+    // An unset param is an error, then set it.
+    assert!(matches!(
+        ex.run(std::slice::from_ref(&x), None),
+        Err(rlx_cuda::CudaError::Param(_))
+    ));
+    assert!(ex.set_param("nope", wv.clone()).is_err());
+    ex.set_param("w", wv.clone()).unwrap();
+    let got = ex.run(std::slice::from_ref(&x), None).unwrap();
+    let mut c = CpuExecutor::new(g.clone()).unwrap();
+    c.set_param("w", wv).unwrap();
+    let want = c.run(std::slice::from_ref(&x), None).unwrap();
+    assert_close("mixed out", &got[0], &want[0], 1e-5);
+    assert_close("mixed h", &got[1], &want[1], 1e-5);
+    // Twice: buffers are reused.
+    let again = ex.run(std::slice::from_ref(&x), None).unwrap();
+    assert_eq!(f32s(&again[0]), f32s(&got[0]));
+    // Every node's value, for divergence replay.
+    let all = ex.run_all(&[x]).unwrap();
+    assert_eq!(all.len(), g.len());
+    assert!(all.iter().all(|v| v.is_some()));
+    // Wrong input count / dims are Input errors.
+    assert!(matches!(
+        ex.run(&[rand_tensor(&[2, 8, 15], 1)], None),
+        Err(rlx_cuda::CudaError::Input(_))
+    ));
+}
+
+#[test]
+fn scanner_finds_the_nan_at_the_log() {
+    if !cuda_available() {
+        return;
+    }
+    // y = exp(log(x) * 2) + 1: log of the negative element makes the NaN.
+    let mut g = Graph::new("nanlog");
+    let x = g.input("x", f32s_shape(&[4, 8]));
+    let two = g.constant(Tensor::from_f32(&[], vec![2.0]).unwrap());
+    let one = g.constant(Tensor::from_f32(&[1, 8], vec![1.0; 8]).unwrap());
+    let l = g.unary(UnaryOp::Log, x, f32s_shape(&[4, 8]));
+    g.set_name(l, "the_log");
+    let m = g.mul(l, two, f32s_shape(&[4, 8]));
+    let e = g.unary(UnaryOp::Exp, m, f32s_shape(&[4, 8]));
+    let y = g.add(e, one, f32s_shape(&[4, 8]));
+    g.set_outputs(vec![y]);
+    let mut v = rand_vec(32, 11, 0.1, 2.0);
+    v[13] = -0.5;
+    let xt = Tensor::from_f32(&[4, 8], v).unwrap();
+
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    all_on_gpu(&ex);
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+    let out = ex.run(std::slice::from_ref(&xt), Some(&mut sc)).unwrap();
+    assert!(f32s(&out[0])[13].is_nan());
+    let reports = sc.reports().to_vec();
+    assert!(!reports.is_empty(), "no NaN report");
+    assert_eq!(reports[0].node, l, "first report: {:?}", reports[0]);
+    assert_eq!(reports[0].index, 13);
+    eprintln!(
+        "cuda scanner: {} at {} ({})",
+        reports[0].op, reports[0].node, reports[0].label
+    );
+
+    // The same report as the CPU backend's.
+    let mut c = CpuExecutor::new(g.clone()).unwrap();
+    let mut sc2 = DebugScanner::new(DebugMode::Warn, "cpu");
+    c.run(std::slice::from_ref(&xt), Some(&mut sc2)).unwrap();
+    assert_eq!(sc2.reports()[0].node, reports[0].node);
+    assert_eq!(sc2.reports()[0].cause, reports[0].cause);
+
+    // Abort mode stops with NanAbort.
+    let mut sc3 = DebugScanner::new(DebugMode::Abort, "cuda");
+    sc3.set_print(false);
+    match ex.run(&[xt], Some(&mut sc3)) {
+        Err(rlx_cuda::CudaError::NanAbort(a)) => assert_eq!(a.report.node, l),
+        other => panic!("expected NanAbort, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn non_f32_nodes_fall_back_with_a_reason() {
+    if !cuda_available() {
+        return;
+    }
+    let mut g = Graph::new("f64");
+    let x = g.input("x", Shape::new(&[6], DType::F64));
+    let y = g.unary(UnaryOp::Exp, x, Shape::new(&[6], DType::F64));
+    let xi = g.input("i", Shape::new(&[6], DType::I64));
+    let z = g.binary(BinaryOp::Add, xi, xi, Shape::new(&[6], DType::I64));
+    g.set_outputs(vec![y, z]);
+    let ex = CudaExecutor::new(g.clone()).unwrap();
+    for (id, p) in ex.placements() {
+        match p {
+            Placement::CpuFallback { reason } => {
+                assert!(reason.contains("not f32"), "{id}: {reason}")
+            }
+            Placement::Gpu => panic!("{id} on the GPU"),
+        }
+    }
+    let xs = Tensor::new(
+        vec![6],
+        rlx_ir::TensorData::F64(vec![0.0, 1.0, -1.0, 2.0, 3.0, 0.5]),
+    )
+    .unwrap();
+    let is = Tensor::new(vec![6], rlx_ir::TensorData::I64(vec![1, 2, 3, 4, 5, 6])).unwrap();
+    let (want, got) = both(&g, &[xs, is]);
+    assert_eq!(got[0].data().to_f64_vec(), want[0].data().to_f64_vec());
+    assert_eq!(got[1].data().to_i64_vec(), want[1].data().to_i64_vec());
+}
+
+#[test]
+fn large_matmul_pedantic_and_tf32() {
+    if !cuda_available() {
+        return;
+    }
+    let (m, k, n) = (512, 2048, 384);
+    let mut g = Graph::new("big");
+    let x = g.input("a", f32s_shape(&[m, k]));
+    let y = g.input("b", f32s_shape(&[k, n]));
+    let z = g.matmul(x, y, f32s_shape(&[m, n]));
+    g.set_outputs(vec![z]);
+    let ins = [rand_tensor(&[m, k], 31), rand_tensor(&[k, n], 32)];
+    let mut c = CpuExecutor::new(g.clone()).unwrap();
+    let want = c.run(&ins, None).unwrap();
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    assert!(!ex.tf32());
+    let got = ex.run(&ins, None).unwrap();
+    let r32 = max_rel(&got[0], &want[0]).unwrap();
+    eprintln!("matmul {m}x{k}x{n} f32 (pedantic): max_rel {r32:.3e}");
+    assert!(r32 < 1e-5, "{r32}");
+    // Timing of the whole run (upload, sgemm, read back), after a warm-up.
+    let t = std::time::Instant::now();
+    for _ in 0..10 {
+        ex.run(&ins, None).unwrap();
+    }
+    eprintln!(
+        "matmul {m}x{k}x{n}: {:.3} ms per run (upload + sgemm + read back)",
+        t.elapsed().as_secs_f64() * 100.0
+    );
+    // SAFETY (edition 2021: set_var is safe): tests of this binary run one at a time on the
+    // device (--test-threads=1); the variable is read only at executor creation.
+    std::env::set_var("RLX_CUDA_TF32", "1");
+    let mut ex2 = CudaExecutor::new(g.clone()).unwrap();
+    std::env::remove_var("RLX_CUDA_TF32");
+    assert!(ex2.tf32());
+    let got2 = ex2.run(&ins, None).unwrap();
+    let rtf = max_rel(&got2[0], &want[0]).unwrap();
+    eprintln!("matmul {m}x{k}x{n} with RLX_CUDA_TF32=1: max_rel {rtf:.3e}");
+    assert!(rtf < 1e-2, "{rtf}");
+}
