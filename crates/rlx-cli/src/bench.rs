@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Device to run on: cpu, or wgpu (the GPU backend, when an adapter is present).
+    /// Device to run on: cpu, wgpu (the Vulkan GPU backend, when an adapter is present) or cuda (when a CUDA driver and device are).
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: String,
     /// CPU worker threads (default: RAYON_NUM_THREADS if set, else one per core).

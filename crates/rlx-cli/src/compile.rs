@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 pub struct CompileArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The device type to compile for (cpu, wgpu). A package loads only on this type.
+    /// The device type to compile for (cpu, wgpu, cuda). A package loads only on this type.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// The package file to write (conventionally `*.rlxpkg`).

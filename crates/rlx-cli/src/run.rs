@@ -51,7 +51,7 @@ pub struct RunArgs {
     /// Print only errors and reports, not the output summaries.
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// Device to run on: cpu (default for models), or wgpu (the GPU backend). A package runs on
+    /// Device to run on: cpu (default for models), wgpu (the Vulkan GPU backend) or cuda. A package runs on
     /// the device type it was compiled for (the default for packages); another type is refused.
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,

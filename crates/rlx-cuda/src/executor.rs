@@ -538,7 +538,10 @@ impl CudaExecutor {
 
     /// Run and read back every node's value (index = node index), leaves included: for the
     /// cross-backend divergence diagnostic. Errors as [`CudaExecutor::run`].
-    pub fn run_all(&mut self, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>, CudaError> {
+    pub fn run_all<I: Borrow<Tensor>>(
+        &mut self,
+        inputs: &[I],
+    ) -> Result<Vec<Option<Tensor>>, CudaError> {
         self.execute(inputs, true)
     }
 

@@ -425,7 +425,7 @@ pub(crate) fn run_cpu<I: std::borrow::Borrow<Tensor> + Sync>(
 /// the printer of a backend that runs the graph on its device and reads values back. Level 3's
 /// `running` line precedes each node's statistics (the run is over by then; the backend's own
 /// error names a node that failed).
-#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "gpu", feature = "cuda")), allow(dead_code))]
 pub(crate) fn print_values(g: &Graph, all: &[Option<Tensor>], cfg: &PrinterConfig) {
     if !cfg.is_on() {
         return;

@@ -3,7 +3,7 @@
 //!
 //! [`Session`](crate::Session), packages, guards, the value printer, `diverge` and `bench` go
 //! through [`Backend`] and [`open`] only; no other code names a backend's executor type.
-//! Each backend lives in a module of this one (`cpu`, `wgpu`) and has a stand-in compiled when
+//! Each backend lives in a module of this one (`cpu`, `wgpu`, `cuda`) and has a stand-in compiled when
 //! its cargo feature is off (its [`probe`] says why it is absent, and [`open`] returns
 //! [`RuntimeError::DeviceUnavailable`]), so every feature combination builds.
 //! docs/DESIGN.md, "How to add a backend", is the checklist.
@@ -14,6 +14,7 @@ use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::{DType, Graph, NodeId, Op, Tensor};
 
 mod cpu;
+mod cuda;
 mod wgpu;
 
 /// Where one node of a compiled graph runs on a backend.
@@ -159,7 +160,7 @@ pub(crate) fn outputs_of(g: &Graph, all: &[Option<Tensor>]) -> Result<Vec<Tensor
 /// scanner and printer of a backend that keeps values on its device. The printer's level-3
 /// "running" lines come before each node's statistics, after the run (the device ran the
 /// whole graph at once; a crash inside it is named by the backend's own error).
-#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "gpu", feature = "cuda")), allow(dead_code))]
 pub(crate) fn run_all_then_report(
     b: &mut dyn Backend,
     inputs: &[&Tensor],
@@ -191,7 +192,7 @@ pub fn probe(device: Device) -> Result<String, String> {
     match device {
         Device::Cpu => Ok(cpu::describe()),
         Device::Wgpu => wgpu::probe(),
-        Device::Cuda => Err("this build of RLX has no CUDA backend yet".into()),
+        Device::Cuda => cuda::probe(),
     }
 }
 
@@ -208,6 +209,6 @@ pub fn open(device: Device, g: Graph) -> Result<Box<dyn Backend>, RuntimeError> 
     match device {
         Device::Cpu => cpu::open(g),
         Device::Wgpu => wgpu::open(g),
-        Device::Cuda => Err(RuntimeError::DeviceUnavailable(device)),
+        Device::Cuda => cuda::open(g),
     }
 }
