@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (issue 30): correctness of every GPU backend on the examples
+# (run on CUDA, `rlx diverge` against the CPU, NaN culprits on CUDA and wgpu), then
+# bench/gpu.sh. Results go to $OUT (at most 8 files: checks.txt, RESULTS-GPU.md,
+# gpu_rlx.tsv, torch.json, logs.tgz).
+#
+# Usage (device machine, repo root, with a stripped release rlx in .devbin/ and Debian's
+# libvulkan1 .deb in .gl/): bench/device_check.sh [bench/gpu.sh options]
+set -u
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done
+ldconfig 2>/dev/null
+export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+R=${RLX_BIN:-.devbin/rlx}
+{
+  echo "== rlx run --device cuda"
+  RLX_DISPATCH_REPORT=1 $R run examples/healthy_mlp --device cuda 2>&1 | tail -4
+  echo "== rlx diverge (every live backend against the CPU)"
+  for e in examples/*/; do $R diverge -q "$e" 2>&1 | grep -E "vs cpu|error|^    "; done
+  for d in cpu cuda wgpu; do
+    echo "== RLX_DEBUG_NANS=1 culprits on $d"
+    for e in examples/*/; do
+      printf '%s: ' "$(basename "$e")"
+      RLX_DEBUG_NANS=1 $R run -q --device $d "$e" 2>&1 | grep -m1 -E "nan-check|error" || echo "(none)"
+    done
+  done
+  echo "== planted wgpu bug"
+  RLX_TEST_PLANTED_BUG=matmul_drop_last_k $R diverge -q examples/healthy_mlp 2>&1 | head -3
+} > "$OUT/checks.txt" 2>&1
+cat "$OUT/checks.txt"
+L=/tmp/rlx-gpu-logs
+mkdir -p $L
+OUT=$L RLX_BIN=$R timeout ${BENCH_TIMEOUT:-460} bench/gpu.sh "$@"
+cp $L/RESULTS-GPU.md $L/gpu_rlx.tsv "$OUT/" 2>/dev/null
+cp ${GPU_BENCH_DIR:-/tmp/rlx-gpu-bench}/torch.json "$OUT/" 2>/dev/null
+tar czf "$OUT/logs.tgz" -C $L . 2>/dev/null
