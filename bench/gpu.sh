@@ -5,7 +5,8 @@
 # (all cores), against PyTorch eager (and torch.compile with --compile) in the same call.
 #
 # Usage:  bench/gpu.sh [--compile] [--models a,b] [--runs N]
-# Env:    RLX_BIN (default target/release/rlx), RLX_BASE_BIN (another build, timed on wgpu
+# Env:    RLX_GPU_DEVICES (GPU backends to time, default "cuda wgpu"; the CPU always),
+#         RLX_BIN (default target/release/rlx), RLX_BASE_BIN (another build, timed on wgpu
 #         too as device "wgpu-base", for an A/B in the same call), GPU_BENCH_DIR (models, default
 #         /tmp/rlx-gpu-bench), OUT (where RESULTS-GPU.md and the logs go, default bench/out).
 # Needs:  python3 with torch, torchvision, transformers and a CUDA GPU; a Vulkan loader and
@@ -34,7 +35,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || 
 python3 bench/gpu_models.py "$DIR" --models "$MODELS" --runs "$RUNS" $COMPILE 2>&1 | tee "$OUT/gpu_torch.log"
 # Devices RLX can use here (cpu always).
 DEVS=cpu
-for d in cuda wgpu; do
+for d in ${RLX_GPU_DEVICES:-cuda wgpu}; do
   if $RLX bench "$DIR/${MODELS%%,*}" --device $d --runs 1 --warmup 0 >/dev/null 2>"$OUT/probe_$d.log"; then
     DEVS="$DEVS $d"
   else
@@ -55,7 +56,7 @@ for m in ${MODELS//,/ }; do
     RLX_DISPATCH_REPORT=1 timeout 300 $bin bench "$DIR/$m" --device $dev --warmup 3 --runs "$RUNS" $extra >"$log" 2>&1
     rc=$?
     med=$(grep '^median:' "$log" | awk '{print $2}')
-    cov=$(grep -E 'dispatch: .*nodes on the' "$log" | tail -1 | sed 's/.*: //')
+    cov=$(grep -E 'dispatch: .*nodes on ' "$log" | tail -1 | sed 's/.*: //')
     echo "$m	$d	${med:-fail(rc=$rc)}	${cov:-}" | tee -a "$OUT/gpu_rlx.tsv"
   done
 done
