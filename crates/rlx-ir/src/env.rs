@@ -174,6 +174,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_WGPU_GEMM_TILE",
+        values: "32|64|128 (default 128)",
+        acts: "when a wgpu executor is created",
+        catches: "nothing: caps the output tile of the wgpu matmul/conv kernel (128x128 with 8x8 per thread, 64x64, 32x32), to time one kernel against another or rule one out",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_WGPU_NAN_TRACE",
         values: "0|1 (1, true, on, yes: on)",
         acts: "each wgpu run (legacy name)",

@@ -826,9 +826,23 @@ fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> 
 
 /// The WGSL dispatches for one node, `Ok(None)` for a Reshape served by a buffer alias,
 /// `Err(reason)` when the node falls back to the CPU.
-/// Output tile of the matmul/conv kernel for products with at least this many rows and
-/// columns ([`kernels::tiled`]'s `big` form).
-const BIG_TILE: usize = 64;
+/// The matmul/conv kernel for an `m` x `n` output (per batch or group) and its tile size:
+/// 128x128 tiles of 8x8 per thread ([`kernels::tiled_128`]) when both are at least 128, 64x64
+/// when at least 64, else 32x32 (a large tile over a small product idles most threads).
+/// `RLX_WGPU_GEMM_TILE=32|64|128` caps the tile (to compare kernels).
+fn gemm_kernel(conv: bool, m: usize, n: usize, drop_last_k: bool) -> (usize, String) {
+    let cap = rlx_ir::env::get("RLX_WGPU_GEMM_TILE")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(128);
+    let fits = |t: usize| m >= t && n >= t && cap >= t;
+    if fits(128) {
+        (128, kernels::tiled_128(conv, drop_last_k))
+    } else if fits(64) {
+        (64, kernels::tiled(conv, drop_last_k, true))
+    } else {
+        (TILE as usize, kernels::tiled(conv, drop_last_k, false))
+    }
+}
 
 /// Float dtypes held as f32 words on the GPU (float16/bfloat16 rounded at each node's output).
 fn float_word(dt: DType) -> bool {
@@ -1182,14 +1196,13 @@ fn build_spec(
                 s.resize(6, 0);
                 meta.extend(s);
             }
-            let big = m >= BIG_TILE && n >= BIG_TILE;
-            let t = if big { BIG_TILE } else { TILE as usize };
+            let (t, src) = gemm_kernel(false, m, n, bug == Some(PlantedBug::MatMulDropLastK));
             let groups = [n.div_ceil(t) as u32, m.div_ceil(t) as u32, u(nb)?];
             if groups.iter().any(|&x| x > maxg) {
                 return Err("matmul exceeds the dispatch limits".into());
             }
             Ok(Some(vec![Spec {
-                src: kernels::tiled(false, bug == Some(PlantedBug::MatMulDropLastK), big),
+                src,
                 inputs: node.inputs.clone(),
                 meta,
                 groups,
@@ -1245,8 +1258,7 @@ fn build_spec(
             let mut inputs = vec![node.inputs[1], node.inputs[0]];
             inputs.push(*node.inputs.get(2).unwrap_or(&node.inputs[1]));
             if mg >= 16 {
-                let big = mg >= BIG_TILE && p >= BIG_TILE;
-                let t = if big { BIG_TILE } else { TILE as usize };
+                let (t, src) = gemm_kernel(true, mg, p, false);
                 let groups3 = [
                     p.div_ceil(t) as u32,
                     mg.div_ceil(t) as u32,
@@ -1256,7 +1268,7 @@ fn build_spec(
                     return Err("conv exceeds the dispatch limits".into());
                 }
                 Ok(Some(vec![Spec {
-                    src: kernels::tiled(true, false, big),
+                    src,
                     inputs,
                     meta,
                     groups: groups3,

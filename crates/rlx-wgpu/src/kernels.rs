@@ -530,68 +530,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 pub fn tiled(conv: bool, drop_last_k: bool, big: bool) -> String {
     let (t, w) = if big { (64u32, 16u32) } else { (TILE, 8) };
     let loads = t * 16 / (w * w);
-    let head = if conv {
-        bindings(&[Ty::F32, Ty::F32, Ty::F32], Ty::F32)
-    } else {
-        bindings(&[Ty::F32, Ty::F32], Ty::F32)
-    };
-    let setup = if conv {
-        "  let M = m[0]; let N = m[1]; let K = m[2];
-  let groups = m[3];
-  let n_img = wg.z / groups;
-  let g = wg.z % groups;
-  let a_off = g * M * K;
-  let b_off = n_img * m[4] * m[8] * m[9] * m[10];
-  let ch0 = g * m[5];
-"
-    } else {
-        "  let M = m[0]; let N = m[1]; let K = m[2];
-  let brank = m[3];
-  var rem = wg.z;
-  var a_off = 0u;
-  var b_off = 0u;
-  for (var d = 0u; d < brank; d++) {
-    let ax = brank - 1u - d;
-    let cc = rem % m[4u + ax];
-    rem = rem / m[4u + ax];
-    a_off += cc * m[10u + ax];
-    b_off += cc * m[16u + ax];
-  }
-"
-    };
-    let load_b = if conv {
-        // k -> (c, t0, t1, t2); p -> (o0, o1, o2); input position per axis.
-        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 {
-  let k2 = m[18] * m[19] * m[20];
-  let c = ch0 + k / k2;
-  var kr = k % k2;
-  let t2 = kr % m[20]; kr = kr / m[20];
-  let t1 = kr % m[19]; let t0 = kr / m[19];
-  let o2 = p % m[16]; let pr = p / m[16];
-  let o1 = pr % m[15]; let o0 = pr / m[15];
-  let i0 = i32(o0 * m[21] + t0 * m[24]) - i32(m[27]);
-  let i1 = i32(o1 * m[22] + t1 * m[25]) - i32(m[28]);
-  let i2 = i32(o2 * m[23] + t2 * m[26]) - i32(m[29]);
-  if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= i32(m[8]) || i1 >= i32(m[9]) || i2 >= i32(m[10])) { return 0.0; }
-  return b[b_off + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
-}
-"
-    } else {
-        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 { return b[b_off + k * m[1] + p]; }\n"
-    };
-    let store = if conv {
-        "        let ch = g * M + r;
-        var v = acc[i * 4u + j];
-        if (m[7] == 1u) { v = v + c[ch]; }
-        o[(n_img * m[6] + ch) * N + col] = v;"
-    } else {
-        "        o[wg.z * M * N + r * N + col] = acc[i * 4u + j];"
-    };
-    let ntiles = if drop_last_k {
-        "select(nt, nt - 1u, nt > 1u)"
-    } else {
-        "nt"
-    };
+    let (head, setup, load_b, store, ntiles) = gemm_pieces(conv, drop_last_k);
+    let store = store.replace("ACC", "acc[i * 4u + j]");
     format!(
         "{head}{PRELUDE}{load_b}
 var<workgroup> As: array<f32, {tk}>;
@@ -647,6 +587,149 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         ww = w * w,
     )
     .replace("ch0_or_zero(wg)", if conv { "ch0" } else { "0u" })
+}
+
+/// The 128x128-tile form of [`tiled`] for products with at least 128 output rows and
+/// columns (same meta and bindings): 16x16 threads, each 8x8 outputs strided by 16 (thread
+/// (x, y) owns rows y + 16i and columns x + 16j, so a warp's shared-memory reads broadcast
+/// along A and are consecutive along B, and its stores are coalesced), k-tiles of 16; A is
+/// staged transposed with a padded row (132) against bank conflicts. 64 accumulators per
+/// thread: four times the outputs per shared-memory load of the 4x4 form.
+pub fn tiled_128(conv: bool, drop_last_k: bool) -> String {
+    let (head, setup, load_b, store, ntiles) = gemm_pieces(conv, drop_last_k);
+    let store = store.replace("ACC", "acc[i * 8u + j]");
+    format!(
+        "{head}{PRELUDE}{load_b}
+var<workgroup> As: array<f32, 2112>;
+var<workgroup> Bs: array<f32, 2048>;
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
+{setup}
+  let row0 = wg.y * 128u;
+  let col0 = wg.x * 128u;
+  let tid = lid.y * 16u + lid.x;
+  var acc: array<f32, 64>;
+  for (var q = 0u; q < 64u; q++) {{ acc[q] = 0.0; }}
+  let nt = (K + 15u) / 16u;
+  let ntiles = {ntiles};
+  for (var t = 0u; t < ntiles; t++) {{
+    let k0 = t * 16u;
+    for (var l = 0u; l < 8u; l++) {{
+      let e = tid + l * 256u;
+      let ar = e / 16u;
+      let ak = e % 16u;
+      var av = 0.0;
+      if (row0 + ar < M && k0 + ak < K) {{ av = a[a_off + (row0 + ar) * K + k0 + ak]; }}
+      As[ak * 132u + ar] = av;
+      let bk = e / 128u;
+      let bc = e % 128u;
+      var bv = 0.0;
+      if (k0 + bk < K && col0 + bc < N) {{ bv = load_b(b_off, ch0_or_zero(wg), k0 + bk, col0 + bc); }}
+      Bs[e] = bv;
+    }}
+    workgroupBarrier();
+    for (var kk = 0u; kk < 16u; kk++) {{
+      var av8: array<f32, 8>;
+      var bv8: array<f32, 8>;
+      for (var i = 0u; i < 8u; i++) {{ av8[i] = As[kk * 132u + lid.y + 16u * i]; }}
+      for (var j = 0u; j < 8u; j++) {{ bv8[j] = Bs[kk * 128u + lid.x + 16u * j]; }}
+      for (var i = 0u; i < 8u; i++) {{
+        for (var j = 0u; j < 8u; j++) {{ acc[i * 8u + j] = fma(av8[i], bv8[j], acc[i * 8u + j]); }}
+      }}
+    }}
+    workgroupBarrier();
+  }}
+  for (var i = 0u; i < 8u; i++) {{
+    let r = row0 + lid.y + 16u * i;
+    if (r >= M) {{ continue; }}
+    for (var j = 0u; j < 8u; j++) {{
+      let col = col0 + lid.x + 16u * j;
+      if (col >= N) {{ continue; }}
+{store}
+    }}
+  }}
+}}
+"
+    )
+    .replace("ch0_or_zero(wg)", if conv { "ch0" } else { "0u" })
+}
+
+/// The parts [`tiled`] and [`tiled_128`] share: bindings, the batch/group offsets, B's
+/// loader (plain or im2col), the store (with `ACC` for the accumulator) and the k-tile count
+/// (one short with the planted bug).
+fn gemm_pieces(
+    conv: bool,
+    drop_last_k: bool,
+) -> (
+    String,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+) {
+    let head = if conv {
+        bindings(&[Ty::F32, Ty::F32, Ty::F32], Ty::F32)
+    } else {
+        bindings(&[Ty::F32, Ty::F32], Ty::F32)
+    };
+    let setup = if conv {
+        "  let M = m[0]; let N = m[1]; let K = m[2];
+  let groups = m[3];
+  let n_img = wg.z / groups;
+  let g = wg.z % groups;
+  let a_off = g * M * K;
+  let b_off = n_img * m[4] * m[8] * m[9] * m[10];
+  let ch0 = g * m[5];
+"
+    } else {
+        "  let M = m[0]; let N = m[1]; let K = m[2];
+  let brank = m[3];
+  var rem = wg.z;
+  var a_off = 0u;
+  var b_off = 0u;
+  for (var d = 0u; d < brank; d++) {
+    let ax = brank - 1u - d;
+    let cc = rem % m[4u + ax];
+    rem = rem / m[4u + ax];
+    a_off += cc * m[10u + ax];
+    b_off += cc * m[16u + ax];
+  }
+"
+    };
+    let load_b = if conv {
+        // k -> (c, t0, t1, t2); p -> (o0, o1, o2); input position per axis.
+        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 {
+  let k2 = m[18] * m[19] * m[20];
+  let c = ch0 + k / k2;
+  var kr = k % k2;
+  let t2 = kr % m[20]; kr = kr / m[20];
+  let t1 = kr % m[19]; let t0 = kr / m[19];
+  let o2 = p % m[16]; let pr = p / m[16];
+  let o1 = pr % m[15]; let o0 = pr / m[15];
+  let i0 = i32(o0 * m[21] + t0 * m[24]) - i32(m[27]);
+  let i1 = i32(o1 * m[22] + t1 * m[25]) - i32(m[28]);
+  let i2 = i32(o2 * m[23] + t2 * m[26]) - i32(m[29]);
+  if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= i32(m[8]) || i1 >= i32(m[9]) || i2 >= i32(m[10])) { return 0.0; }
+  return b[b_off + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
+}
+"
+    } else {
+        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 { return b[b_off + k * m[1] + p]; }\n"
+    };
+    let store = if conv {
+        "        let ch = g * M + r;
+        var v = ACC;
+        if (m[7] == 1u) { v = v + c[ch]; }
+        o[(n_img * m[6] + ch) * N + col] = v;"
+    } else {
+        "        o[wg.z * M * N + r * N + col] = ACC;"
+    };
+    let ntiles = if drop_last_k {
+        "select(nt, nt - 1u, nt > 1u)"
+    } else {
+        "nt"
+    };
+    (head, setup, load_b, store, ntiles)
 }
 
 /// Direct convolution, one thread per output (for small per-group output channel counts,

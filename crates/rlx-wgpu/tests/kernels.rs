@@ -48,6 +48,16 @@ fn conv_variants() {
     if !gpu_available() {
         return;
     }
+    // The 128x128-tile implicit GEMM (>= 128 output channels and positions), with bias.
+    conv_case(
+        &[2, 5, 13, 13],
+        &[130, 5, 3, 3],
+        &[1, 1],
+        &[(1, 1), (1, 1)],
+        &[1, 1],
+        1,
+        true,
+    );
     // tiled (>= 16 output channels per group) and direct paths, odd sizes, pads, strides.
     conv_case(
         &[1, 3, 15, 15],
@@ -512,6 +522,10 @@ fn matmul_odd_sizes_and_batch_broadcast() {
         // the 64x64-tile kernel (>= 64 rows and columns): partial tiles, batch broadcast
         (vec![2, 130, 70], vec![70, 97], vec![2, 130, 97]),
         (vec![64, 16], vec![16, 64], vec![64, 64]),
+        // the 128x128-tile kernel (>= 128 rows and columns): partial tiles, K not a multiple
+        // of 16, batch broadcast
+        (vec![130, 70], vec![70, 200], vec![130, 200]),
+        (vec![2, 1, 128, 33], vec![3, 33, 128], vec![2, 3, 128, 128]),
     ] {
         let mut g = Graph::new("mm");
         let x = g.input("a", Shape::new(&a, DType::F32));
