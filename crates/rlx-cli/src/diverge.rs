@@ -14,7 +14,7 @@ pub const EXIT_SUSPECT: i32 = 1;
 /// Compare every live backend with the CPU on one model and classify each gap.
 ///
 /// Prints one line per backend:
-///   [label]   wgpu vs cpu: max_abs=… max_rel=… max_ulps=… (output #k "name") — round-off (explainable)
+///   [label]   wgpu vs cpu (N/M nodes on wgpu): max_abs=… max_rel=… max_ulps=… (output #k "name") — round-off (explainable)
 /// or `— SUSPECT (…)`, then for a suspect backend the first diverging node, found by comparing
 /// every intermediate value in execution order:
 ///   first divergence at %42 MatMul "layer1.attn.qk" (inputs agree to 3e-7, output differs by 4e-2 …): kernel bug candidate

@@ -72,7 +72,8 @@ fn correct_kernels_are_round_off_on_every_foundation_model() {
     for m in &models {
         let (code, out, err) = diverge(&[m], None);
         assert_eq!(code, 0, "{m}: {out}{err}");
-        assert!(out.contains("wgpu vs cpu: max_abs="), "{m}: {out}");
+        assert!(out.contains("wgpu vs cpu ("), "{m}: {out}");
+        assert!(out.contains(" nodes on wgpu): max_abs="), "{m}: {out}");
         assert!(out.contains("round-off (explainable"), "{m}: {out}");
         assert!(!out.contains("SUSPECT"), "{m}: {out}");
     }

@@ -255,7 +255,7 @@ pub fn backend_divergence(
 /// Print a [`backend_divergence`] report, one line per backend, and return `true` if ANY
 /// backend is suspect (a one-line gate for CI on each machine of a cluster).
 ///
-/// Line form: `[label]   wgpu vs cpu: max_abs=1.2e-6 max_rel=3.4e-5 (output #0) — round-off
+/// Line form: `[label]   wgpu vs cpu (18/19 nodes on wgpu): max_abs=1.2e-6 max_rel=3.4e-5 (output #0) — round-off
 /// (explainable)` or `— SUSPECT (...)`, then the first diverging node when one was found.
 pub fn report_backend_divergence(
     label: &str,
