@@ -175,9 +175,9 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_WGPU_GEMM_TILE",
-        values: "32|64|128 (default 128)",
+        values: "32|64|128 (default 64)",
         acts: "when a wgpu executor is created",
-        catches: "nothing: caps the output tile of the wgpu matmul/conv kernel (128x128 with 8x8 per thread, 64x64, 32x32), to time one kernel against another or rule one out",
+        catches: "nothing: the largest output tile of the wgpu matmul/conv kernel (32x32, 64x64, or 128x128 with 8x8 per thread, slower on the H200), to time one kernel against another or rule one out",
         cost: "none",
         scope: Scope::Runtime,
     },

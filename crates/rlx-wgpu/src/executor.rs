@@ -827,13 +827,16 @@ fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> 
 /// The WGSL dispatches for one node, `Ok(None)` for a Reshape served by a buffer alias,
 /// `Err(reason)` when the node falls back to the CPU.
 /// The matmul/conv kernel for an `m` x `n` output (per batch or group) and its tile size:
-/// 128x128 tiles of 8x8 per thread ([`kernels::tiled_128`]) when both are at least 128, 64x64
-/// when at least 64, else 32x32 (a large tile over a small product idles most threads).
-/// `RLX_WGPU_GEMM_TILE=32|64|128` caps the tile (to compare kernels).
+/// 64x64 when both are at least 64, else 32x32 (a large tile over a small product idles most
+/// threads). `RLX_WGPU_GEMM_TILE=128` allows the 128x128 tile of 8x8 per thread
+/// ([`kernels::tiled_128`]) where both are at least 128: on the H200 (Vulkan) it measured 1.6x
+/// to 3.9x slower than the 64x64 tile (ResNet-50 b32 497 vs 304 ms, BERT-base 788 vs 201 ms;
+/// bench/RESULTS-GPU.md), likely its 64 dynamically indexed accumulators spilling, so it is
+/// not the default. `32` caps the tile at 32x32.
 fn gemm_kernel(conv: bool, m: usize, n: usize, drop_last_k: bool) -> (usize, String) {
     let cap = rlx_ir::env::get("RLX_WGPU_GEMM_TILE")
         .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(128);
+        .unwrap_or(64);
     let fits = |t: usize| m >= t && n >= t && cap >= t;
     if fits(128) {
         (128, kernels::tiled_128(conv, drop_last_k))
