@@ -388,7 +388,7 @@ class Divergence:
     """One backend compared with the CPU oracle (one line of ``rlx diverge``).
 
     Fields:
-        device: the backend (``"wgpu"``).
+        device: the backend (``"wgpu"``, ``"cuda"``).
         suspect: True when the gap is not round-off (a kernel bug candidate, a NaN/Inf on
             one side only, differing integers).
         verdict: ``"round-off"``, ``"suspect"``, or ``"not compared"`` when no node ran on
@@ -579,11 +579,13 @@ class Model:
         self,
         inputs: Optional[Mapping[str, Any]] = None,
         *,
-        devices: Sequence[str] = ("cpu", "wgpu"),
+        devices: Optional[Sequence[str]] = None,
         tol_rel: float = 2e-3,
         localize: bool = True,
     ) -> List[Divergence]:
         """See :func:`diverge`."""
+        if devices is None:
+            devices = ["cpu"] + [d for d in available_devices() if d != "cpu"]
         if isinstance(devices, str):
             devices = (devices,)
         each, _text = self._native.diverge(_arrays(inputs), list(devices), float(tol_rel), bool(localize))
@@ -656,7 +658,7 @@ def run(
             size). Inputs not given are generated as ``rlx run`` does: floats uniform in
             [-1, 1), integer ids in [0, 10), ``*mask*`` inputs all ones; a model folder's
             ``input_<name>.npy`` files are used first.
-        device: ``"cpu"`` or ``"wgpu"``; None is the CPU for models and the compiled device
+        device: ``"cpu"``, ``"wgpu"`` or ``"cuda"``; None is the CPU for models and the compiled device
             type for packages.
         debug_nans: the NaN/Inf localizer: None follows ``RLX_DEBUG_NANS``; ``False``/``"off"``;
             ``True``/``"warn"`` reports the op that created each NaN (and Inf reaching an
@@ -697,7 +699,7 @@ def diverge(
     model: ModelLike,
     inputs: Optional[Mapping[str, Any]] = None,
     *,
-    devices: Sequence[str] = ("cpu", "wgpu"),
+    devices: Optional[Sequence[str]] = None,
     tol_rel: float = 2e-3,
     localize: bool = True,
 ) -> List[Divergence]:
@@ -707,7 +709,9 @@ def diverge(
     Args:
         model: a path or :class:`Model` (not a package).
         inputs: as for :func:`run`; the same inputs feed every device.
-        devices: ``("cpu", backend, ...)``; the first must be ``"cpu"``.
+        devices: ``("cpu", backend, ...)``; the first must be ``"cpu"``. None (the default):
+            the CPU and every other device live here (``available_devices()``), as
+            ``rlx diverge`` compares them.
         tol_rel: relative tolerance on outputs and the per-node localization threshold.
         localize: find the first diverging node of a suspect backend.
 
@@ -716,7 +720,9 @@ def diverge(
 
     Raises:
         DeviceError: a device is unknown or not available on this machine (e.g. ``"wgpu"``
-            without a Vulkan driver), or ``devices[0]`` is not ``"cpu"``.
+            without a Vulkan driver, ``"cuda"`` without a driver and device; the message
+            says which library is missing and lists the live devices), or ``devices[0]`` is
+            not ``"cpu"``.
         ModelError, InputError: as for :func:`run`.
     """
     return _model(model).diverge(inputs, devices=devices, tol_rel=tol_rel, localize=localize)
@@ -746,7 +752,8 @@ def trace(
 
 
 def available_devices() -> List[str]:
-    """Devices live on this machine: ``["cpu"]``, plus ``"wgpu"`` when a GPU adapter exists."""
+    """Devices live on this machine: ``["cpu"]``, plus ``"wgpu"`` when a Vulkan adapter exists
+    and ``"cuda"`` when a CUDA driver, its libraries and a device do."""
     return list(_native.available_devices())
 
 

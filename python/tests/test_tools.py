@@ -26,6 +26,18 @@ def test_diverge_cpu_only_is_empty(healthy):
     assert rlx.diverge(healthy, devices=("cpu", "cpu")) == []
 
 
+def test_diverge_default_compares_every_live_device(healthy):
+    live = [d for d in rlx.available_devices() if d != "cpu"]
+    assert [d.device for d in rlx.diverge(healthy)] == live
+
+
+def test_absent_cuda_says_why(healthy):
+    if "cuda" in rlx.available_devices():
+        pytest.skip("CUDA is live here")
+    with pytest.raises(rlx.DeviceError, match=r"device cuda is not available on this machine: .*\(available: cpu"):
+        rlx.run(healthy, device="cuda")
+
+
 def test_diverge_cpu_vs_wgpu_or_clear_error(healthy):
     if "wgpu" in rlx.available_devices():
         d = rlx.diverge(healthy, devices=("cpu", "wgpu"))
