@@ -2,6 +2,7 @@
 //! proves constants non-finite before anything runs. `rlx-run` is `rlx run`.
 
 pub mod compile;
+pub mod devices;
 pub mod diverge;
 pub mod env_cmd;
 pub mod load;

@@ -9,6 +9,7 @@ mod bench;
 ///   RLX_LINT_NUMERICS=1             report constant subgraphs that fold to NaN/Inf
 ///   RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER=1|2|3  per-op stats (2: values, 3: op name first)
 ///   `rlx env` lists every RLX_* variable with its current value
+///   `rlx devices` lists cpu/wgpu/cuda: live here, or why not
 #[derive(Parser)]
 #[command(name = "rlx", version, about, long_about, verbatim_doc_comment)]
 struct Cli {
@@ -32,13 +33,18 @@ enum Cmd {
     Trace(rlx_cli::trace::TraceArgs),
     /// List every RLX_* environment variable: when it acts, what it catches, its cost, its value.
     Env(rlx_cli::env_cmd::EnvArgs),
+    /// List the device types (cpu, wgpu, cuda): which are live here, and why the others are not.
+    Devices(rlx_cli::devices::DevicesArgs),
 }
 
 fn main() {
     rlx_cli::init_process();
     let cli = Cli::parse();
     // `run` and `bench` size the pool themselves (they take --threads).
-    if !matches!(cli.cmd, Cmd::Run(_) | Cmd::Bench(_) | Cmd::Env(_)) {
+    if !matches!(
+        cli.cmd,
+        Cmd::Run(_) | Cmd::Bench(_) | Cmd::Env(_) | Cmd::Devices(_)
+    ) {
         if let Err(e) = rlx_cli::init_threads(None) {
             eprintln!("rlx: error: {e}");
             std::process::exit(1);
@@ -52,6 +58,7 @@ fn main() {
         Cmd::Compile(a) => rlx_cli::compile::main_compile(a),
         Cmd::Trace(a) => rlx_cli::trace::main_trace(a),
         Cmd::Env(a) => rlx_cli::env_cmd::main_env(a),
+        Cmd::Devices(a) => rlx_cli::devices::main_devices(a),
     };
     std::process::exit(code);
 }
