@@ -352,3 +352,41 @@ fn bench_profile_rejects_a_bad_csv_path_or_device_before_running() {
     assert!(err.contains("CPU backend only"), "{err}");
     assert!(!out.contains("runs:"), "{out}");
 }
+
+/// On a GPU device the bench names the backend and how many nodes its kernels run (the CPU
+/// prints no such line). Skipped without a wgpu adapter unless RLX_REQUIRE_GPU=1.
+#[test]
+fn bench_on_a_gpu_says_how_much_runs_there() {
+    let (code, out, err) = rlx(&["bench", "examples/healthy_mlp", "--runs", "2"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("backend:"), "{out}");
+    if !rlx_runtime::available_devices().contains(&rlx_runtime::Device::Wgpu) {
+        assert!(
+            !rlx_ir::env::is_on("RLX_REQUIRE_GPU"),
+            "RLX_REQUIRE_GPU=1 but no adapter"
+        );
+        eprintln!("skipping bench_on_a_gpu_says_how_much_runs_there: no wgpu adapter");
+        return;
+    }
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            "examples/healthy_mlp",
+            "--device",
+            "wgpu",
+            "--runs",
+            "2",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("backend: "))
+        .expect(&out);
+    assert!(line.starts_with("backend: wgpu ("), "{line}");
+    assert!(
+        line.ends_with("10/10 nodes on wgpu (0 on the cpu)"),
+        "{line}"
+    );
+}
