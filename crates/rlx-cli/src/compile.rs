@@ -9,7 +9,7 @@ use crate::run::{generate_input, read_input_file, RunArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::Tensor;
-use rlx_runtime::{available_devices, load_package, save_package, CompiledGraph, Device, Session};
+use rlx_runtime::{load_package, save_package, CompiledGraph, Device, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -33,12 +33,13 @@ pub struct CompileArgs {
     pub output: PathBuf,
 }
 
-/// A device type name as the CLI accepts it (`cpu`, `wgpu`/`gpu`, `cuda`).
+/// A device type name as the CLI accepts it (`cpu`, `wgpu` or its aliases `gpu`/`vulkan`,
+/// `cuda` or `cuda:0`), case-insensitive.
 pub fn parse_device(s: &str) -> Result<Device> {
     Ok(match s.trim().to_ascii_lowercase().as_str() {
         "cpu" => Device::Cpu,
-        "wgpu" | "gpu" => Device::Wgpu,
-        "cuda" => Device::Cuda,
+        "wgpu" | "gpu" | "vulkan" => Device::Wgpu,
+        "cuda" | "cuda:0" => Device::Cuda,
         other => bail!("--device {other}: unknown device type (known: cpu, wgpu, cuda)"),
     })
 }
@@ -65,12 +66,8 @@ fn compile_inner(a: &CompileArgs) -> Result<()> {
     let device = parse_device(&a.device)?;
     if !rlx_runtime::device_available(device) {
         bail!(
-            "--device {device}: not available on this machine (available: {})",
-            available_devices()
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "--device {device}: {}",
+            rlx_runtime::RuntimeError::DeviceUnavailable(device)
         );
     }
     let loaded = load(&a.model, true)?;

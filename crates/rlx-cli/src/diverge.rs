@@ -5,7 +5,7 @@ use crate::load::{load, ModelArgs};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rlx_runtime::dist::diagnostics::{backend_divergence_with, format_report, DivergenceOptions};
-use rlx_runtime::{available_devices, Device};
+use rlx_runtime::Device;
 use std::path::PathBuf;
 
 /// Exit status when a backend is suspect.
@@ -52,7 +52,7 @@ fn parse_device(s: &str) -> Result<Device> {
     Ok(match s.trim().to_ascii_lowercase().as_str() {
         "cpu" => Device::Cpu,
         "wgpu" | "gpu" | "vulkan" => Device::Wgpu,
-        "cuda" => Device::Cuda,
+        "cuda" | "cuda:0" => Device::Cuda,
         other => bail!("--backends: unknown backend \"{other}\" (known: cpu, wgpu, cuda)"),
     })
 }
@@ -70,17 +70,15 @@ fn inner(a: &DivergeArgs) -> Result<i32> {
             if d == Device::Cpu {
                 bail!("--backends cpu: the CPU is the oracle every backend is compared with; name the other backends (e.g. --backends wgpu)");
             }
-            if !available_devices().contains(&d) {
+            if !rlx_runtime::device_available(d) {
                 bail!(
-                    "--backends: {d} is not available on this machine (available: {})",
-                    available_devices()
-                        .iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "--backends: {}",
+                    rlx_runtime::RuntimeError::DeviceUnavailable(d)
                 );
             }
-            v.push(d);
+            if !v.contains(&d) {
+                v.push(d);
+            }
         }
         Some(v)
     };

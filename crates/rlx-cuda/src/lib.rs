@@ -111,12 +111,33 @@ pub fn search_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-fn dlopen(path: &std::ffi::OsStr) -> Result<(), String> {
+/// The symbol each library must export (a file of that name without it is not the library:
+/// cudarc would panic resolving it).
+fn key_symbol(name: &str) -> Option<&'static [u8]> {
+    if name.starts_with("libcuda.") {
+        Some(b"cuInit\0")
+    } else if name.starts_with("libnvrtc.") {
+        Some(b"nvrtcVersion\0")
+    } else if name.starts_with("libcublas.") {
+        Some(b"cublasCreate_v2\0")
+    } else {
+        None
+    }
+}
+
+fn dlopen(path: &std::ffi::OsStr, symbol: Option<&[u8]>) -> Result<(), String> {
     // SAFETY: loading a shared library runs its initializers; these are the vendor's CUDA
     // libraries, loaded once per process and never unloaded (the handle is leaked so the
     // symbols cudarc resolves later stay valid).
     match unsafe { libloading::Library::new(path) } {
         Ok(lib) => {
+            if let Some(sym) = symbol {
+                // SAFETY: only the symbol's presence is checked; it is not called.
+                if unsafe { lib.get::<*const ()>(sym) }.is_err() {
+                    let s = String::from_utf8_lossy(&sym[..sym.len() - 1]).into_owned();
+                    return Err(format!("it does not export {s}"));
+                }
+            }
             std::mem::forget(lib);
             Ok(())
         }
@@ -129,28 +150,38 @@ fn dlopen(path: &std::ffi::OsStr) -> Result<(), String> {
 /// cache). Returns where it was found, or an error naming the file and the places searched.
 /// Never panics. Once loaded, a library stays loaded for the life of the process.
 pub fn load_library(name: &str, dirs: &[PathBuf]) -> Result<String, String> {
+    let sym = key_symbol(name);
     let mut failures = vec![];
+    let mut odd = false;
     for d in dirs {
         let p = d.join(name);
         if p.is_file() {
-            match dlopen(p.as_os_str()) {
+            match dlopen(p.as_os_str(), sym) {
                 Ok(()) => return Ok(p.display().to_string()),
+                Err(e) if e.contains(&p.display().to_string()) => failures.push(e),
                 Err(e) => failures.push(format!("{}: {e}", p.display())),
             }
+        } else if p.symlink_metadata().is_ok() {
+            // A FIFO, socket or directory of that name: never handed to the loader (opening
+            // a FIFO blocks), and the by-name lookup below would find it first.
+            odd = true;
+            failures.push(format!("{}: not a regular file", p.display()));
         }
     }
-    if dlopen(std::ffi::OsStr::new(name)).is_ok() {
+    if failures.is_empty() && !odd && dlopen(std::ffi::OsStr::new(name), sym).is_ok() {
         return Ok(format!("{name} (dynamic loader's default paths)"));
     }
+    if !failures.is_empty() {
+        return Err(format!(
+            "{name} was found but could not be loaded: {}",
+            failures.join("; ")
+        ));
+    }
     let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    let mut msg = format!(
+    Err(format!(
         "{name} not found (searched {}, and the dynamic loader's default paths)",
         searched.join(", ")
-    );
-    if !failures.is_empty() {
-        msg += &format!("; present but failed to load: {}", failures.join("; "));
-    }
-    Err(msg)
+    ))
 }
 
 /// Load the driver, NVRTC and cuBLAS (with their companions), in that order.

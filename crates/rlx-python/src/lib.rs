@@ -629,20 +629,13 @@ fn parse_backends(devices: &[String]) -> Result<Vec<Device>, Fail> {
             format!("devices[0] = {first:?}: the first device is the oracle, and the oracle is the CPU (\"cpu\")"),
         ));
     }
-    let live = rlx_runtime::available_devices();
     let mut v = vec![];
     for d in &devices[1..] {
         let dev = parse_device(d)?;
-        if !live.contains(&dev) {
+        if !rlx_runtime::device_available(dev) {
             return Err(Fail::new(
                 Kind::Device,
-                format!(
-                    "{dev} is not available on this machine (available: {})",
-                    live.iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                rlx_runtime::RuntimeError::DeviceUnavailable(dev).to_string(),
             ));
         }
         if dev != Device::Cpu && !v.contains(&dev) {

@@ -57,10 +57,11 @@ impl fmt::Display for Device {
     }
 }
 
-/// True when `d` can run here. `Device::Cpu` is answered without probing the GPU, so CPU-only
-/// work never loads a Vulkan driver (no start-up cost, no driver messages).
+/// True when `d` can run here. Only `d` is probed (once per process): `Device::Cpu` is answered
+/// without probing any GPU, so CPU-only work never loads a Vulkan or CUDA driver.
 pub fn device_available(d: Device) -> bool {
-    d == Device::Cpu || available_devices().contains(&d)
+    // Only `d` is probed: a broken CUDA install must not touch a wgpu run, nor the reverse.
+    d == Device::Cpu || backend::probe(d).is_ok()
 }
 
 /// Devices live on this machine. `Device::Cpu` is always first; `Device::Wgpu` follows when

@@ -400,13 +400,16 @@ pub fn backend_divergence_with(
     }
     let backends: Vec<Device> = match &opts.backends {
         Some(b) => {
-            let live = available_devices();
+            let mut v: Vec<Device> = vec![];
             for d in b {
-                if !live.contains(d) {
+                if !crate::device_available(*d) {
                     return Err(RuntimeError::DeviceUnavailable(*d));
                 }
+                if *d != Device::Cpu && !v.contains(d) {
+                    v.push(*d);
+                }
             }
-            b.iter().copied().filter(|d| *d != Device::Cpu).collect()
+            v
         }
         None => available_devices()
             .into_iter()
