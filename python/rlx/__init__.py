@@ -393,6 +393,8 @@ class Divergence:
             one side only, differing integers).
         verdict: ``"round-off"``, ``"suspect"``, or ``"not compared"`` when no node ran on
             the backend (everything fell back to the CPU, so there was nothing to judge).
+        compared: False when no node ran on the backend (then ``verdict`` is
+            ``"not compared"`` and ``suspect`` is False).
         nodes_on_device, nodes_total: compute nodes that ran on the backend's own kernels,
             and all compute nodes of the compiled graph.
         max_abs, max_rel, max_ulps: the worst output gap (max_rel = |b - cpu| / (|cpu| + 1e-6)).
@@ -407,6 +409,7 @@ class Divergence:
     device: str
     suspect: bool
     verdict: str
+    compared: bool
     nodes_on_device: int
     nodes_total: int
     max_abs: float
@@ -428,6 +431,7 @@ class Divergence:
             device=d["device"],
             suspect=bool(d["suspect"]),
             verdict=d["verdict"],
+            compared=bool(d["compared"]),
             nodes_on_device=d["nodes_on_device"],
             nodes_total=d["nodes_total"],
             max_abs=d["max_abs"],

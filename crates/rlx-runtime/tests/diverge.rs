@@ -180,6 +180,23 @@ fn a_backend_that_ran_no_node_is_not_called_round_off() {
     );
     assert!(!line.contains("round-off"), "{line}");
 
+    // A graph with no op at all (output = input): nothing ran anywhere, nothing to judge.
+    let mut g0 = Graph::new("passthru");
+    let x0 = g0.input("x", Shape::new(&[2], DType::F32));
+    g0.set_outputs(vec![x0]);
+    let i0 = vec![(
+        "x".to_string(),
+        Tensor::from_f32(&[2], vec![1.0, 2.0]).unwrap(),
+    )];
+    let r = backend_divergence_with(&g0, &[], &i0, &DivergenceOptions::default()).unwrap();
+    assert!(!r[0].compared && r[0].nodes_total == 0, "{}", r[0]);
+    assert!(
+        r[0].to_string()
+            .contains("not compared — the graph has no op to run"),
+        "{}",
+        r[0]
+    );
+
     let (g, x, w) = model();
     let p = [("w", w.as_slice())];
     let r = backend_divergence(&g, &p, &[("x", x.as_slice())], 2e-3);

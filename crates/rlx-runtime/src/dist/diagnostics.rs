@@ -116,6 +116,9 @@ pub struct NonFiniteMismatch {
     pub output: Option<usize>,
     /// `%id` of the node holding the value.
     pub node: String,
+    /// The output's name (`Graph::output_names`, else `%id`) for an output mismatch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_name: Option<String>,
     /// Flat element index.
     pub index: usize,
     /// The CPU value, as text (`NaN`, `inf`, `-inf`, or the number).
@@ -283,7 +286,7 @@ pub fn format_report(label: &str, report: &[BackendDivergence]) -> String {
             s.push_str(&format!(
                 "    output #{} \"{}\" [{}]: cpu {}, {} {}: {}\n",
                 m.output.unwrap_or(0),
-                m.node,
+                m.output_name.as_deref().unwrap_or(&m.node),
                 m.index,
                 m.cpu,
                 d.device,
@@ -324,6 +327,12 @@ impl fmt::Display for BackendDivergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dev = self.device.to_string();
         if !self.compared {
+            if self.nodes_total == 0 {
+                return write!(
+                    f,
+                    "{dev:>6} vs cpu: not compared — the graph has no op to run (its outputs are inputs or constants)"
+                );
+            }
             return write!(
                 f,
                 "{dev:>6} vs cpu: not compared — 0 of {} nodes ran on {dev} (every node fell back to the CPU, so its outputs are the CPU's own; RLX_DISPATCH_REPORT=1 says why)",
@@ -459,8 +468,9 @@ fn judge(
     let cov = be.coverage();
     d.nodes_on_device = cov.on_device;
     d.nodes_total = cov.total;
-    if cov.on_device == 0 && cov.total > 0 {
-        // Every node ran on the CPU: comparing would be the CPU against itself.
+    if cov.on_device == 0 {
+        // Every node ran on the CPU (or there is none): comparing would be the CPU against
+        // itself.
         d.compared = false;
         d.suspect = false;
         d.set_verdict();
@@ -807,6 +817,7 @@ fn compare_tensors(
                 e.nonfinite = Some(NonFiniteMismatch {
                     output: None,
                     node: id.to_string(),
+                    output_name: None,
                     index: i,
                     cpu: fmt_val(x),
                     other: fmt_val(y),
@@ -882,6 +893,7 @@ pub fn compare_outputs(
                 d.nonfinite.push(NonFiniteMismatch {
                     output: Some(k),
                     node: id.to_string(),
+                    output_name: Some(output_name(g, k)),
                     index: i,
                     cpu: fmt_val(x),
                     other: fmt_val(y),
