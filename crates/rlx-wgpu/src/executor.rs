@@ -953,7 +953,8 @@ fn build_spec(
         }
         Op::Activation(a) => elementwise(&[Ty::F32], Ty::F32, &kernels::activation_expr(*a)),
         Op::Binary(b) => {
-            let (e, ti, to) = kernels::binary_expr(*b).ok_or("integer-only op")?;
+            let (e, ti, to) = kernels::binary_expr(*b)
+                .ok_or("no exact GPU kernel (integer-only op, or Rem/Mod)")?;
             elementwise(&[ti, ti], to, e)
         }
         Op::Select => {

@@ -585,3 +585,61 @@ fn unsupported_dtypes_fall_back_to_cpu() {
         .collect();
     assert_eq!(cpu, vec![cs, n2, nf]);
 }
+
+/// Tanh, Sinh, Asinh, Atanh, Softplus and the tanh-form Gelu near 0 and in Softplus's far
+/// negative tail, against f64 math (the WGSL built-ins lost the low bits there: tanh(3e-5)
+/// came out 3.004e-5, asinh(6e-8) 1.19e-7, softplus(-25) 0). Within 4 f32 ulps of the f64
+/// value (Softplus: plus exp's own 2|x| ulps).
+#[test]
+fn small_arguments_keep_full_precision() {
+    if !gpu_available() {
+        return;
+    }
+    let v: Vec<f32> = vec![
+        6e-8, -6e-8, 3e-5, -3e-5, 1e-3, 0.05, -0.1, 0.29, 0.299, 0.301, -0.31, 0.5, -2.0, 3.0,
+        1e-20, -17.0, -25.0, -60.0,
+    ];
+    let n = v.len();
+    let x = Tensor::from_f32(&[n], v.clone()).unwrap();
+    let f64s: [(Op, fn(f64) -> f64); 6] = [
+        (Op::Activation(Activation::Tanh), f64::tanh),
+        (Op::Unary(UnaryOp::Sinh), f64::sinh),
+        (Op::Unary(UnaryOp::Asinh), f64::asinh),
+        (Op::Activation(Activation::Softplus), |x: f64| {
+            x.exp().ln_1p()
+        }),
+        (Op::Activation(Activation::GeluTanh), |x: f64| {
+            0.5 * x * (1.0 + (0.7978845608028654 * (x + 0.044715 * x * x * x)).tanh())
+        }),
+        (Op::Unary(UnaryOp::Atanh), f64::atanh),
+    ];
+    for (op, f) in f64s {
+        let g = unary_graph(op.clone(), &[n], DType::F32);
+        let mut w = rlx_wgpu::WgpuExecutor::new(g).unwrap();
+        let got = w.run(&[x.clone()], None).unwrap()[0].data().to_f32_vec();
+        for (k, &xi) in v.iter().enumerate() {
+            if matches!(op, Op::Unary(UnaryOp::Atanh)) && xi.abs() >= 1.0 {
+                continue;
+            }
+            if matches!(op, Op::Unary(UnaryOp::Sinh)) && xi.abs() > 10.0 {
+                continue;
+            }
+            let want = f(xi as f64);
+            let ulp = (want.abs() as f32).max(f32::MIN_POSITIVE) as f64 * f32::EPSILON as f64;
+            let d = (got[k] as f64 - want).abs();
+            // WGSL's exp is accurate to 3 + 2|x| ulps (its spec): Softplus's tail carries that.
+            let tol = if matches!(op, Op::Activation(Activation::Softplus)) {
+                4.0 + 2.0 * xi.abs() as f64
+            } else {
+                4.0
+            };
+            assert!(
+                d <= tol * ulp,
+                "{op:?}({xi:e}): {:e} vs {want:e} ({:.1} ulps)",
+                got[k],
+                d / ulp
+            );
+        }
+    }
+    assert_no_uncaptured();
+}

@@ -990,8 +990,20 @@ pub fn localize(
     let (id, _) = worst.unwrap_or((g.outputs[0], 0.0));
     let e = errs[id.index()].clone().unwrap_or_default();
     let (op, label, source_op) = describe(g, id);
+    let inputs_rel = g
+        .node(id)
+        .inputs
+        .iter()
+        .filter_map(|i| errs[i.index()].as_ref().map(|e| e.rel))
+        .fold(0.0f64, f64::max);
+    // Say where the largest difference came from: its inputs, or the op itself (under tol).
+    let whence = if inputs_rel > 0.0 {
+        format!("its inputs already differ by {inputs_rel:.1e}")
+    } else {
+        format!("on identical inputs: that op's own difference, under tol {tol_rel:.1e}")
+    };
     let message = format!(
-        "no op differs from the CPU when replayed on the {dev} backend's own inputs (largest node difference {:.1e} at {id} {op} \"{label}\", carried in from its inputs): the output gap is accumulated round-off, amplified where an output element is near zero",
+        "no op differs from the CPU by more than tol when replayed on the {dev} backend's own inputs (largest node difference {:.1e} at {id} {op} \"{label}\", {whence}): the output gap is accumulated round-off, amplified where an output element is near zero",
         e.rel
     );
     Localization {
@@ -999,7 +1011,7 @@ pub fn localize(
         op,
         label,
         source_op,
-        inputs_rel: 0.0,
+        inputs_rel,
         error: e,
         kind: "accumulated".into(),
         message,
