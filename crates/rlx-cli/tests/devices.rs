@@ -52,4 +52,5 @@ fn devices_lists_every_type_and_agrees_with_the_runtime() {
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.starts_with("cpu    live    cpu ("), "{text}");
+    assert!(text.lines().next().unwrap().ends_with(" cores)"), "{text}");
 }

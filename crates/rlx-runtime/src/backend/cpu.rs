@@ -8,8 +8,9 @@ use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::{DType, Graph, NodeId, Tensor};
 
 pub(super) fn describe() -> String {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("cpu ({threads} threads)")
+    // The machine's cores (the pool's size is set per run: --threads, RAYON_NUM_THREADS).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("cpu ({cores} cores)")
 }
 
 pub(super) fn open(g: Graph) -> Result<Box<dyn Backend>, RuntimeError> {
