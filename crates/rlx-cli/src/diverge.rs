@@ -28,7 +28,9 @@ pub const EXIT_SUSPECT: i32 = 1;
 pub struct DivergeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Relative tolerance on outputs (and the per-node localization threshold).
+    /// Relative tolerance on outputs (and the per-node localization threshold). float16 and
+    /// bfloat16 values are judged against at least 8 unit roundoffs of their dtype (3.9e-3,
+    /// 3.1e-2), whatever smaller TOL is given.
     #[arg(long, default_value_t = 2e-3, value_name = "TOL")]
     pub tol_rel: f64,
     /// Backends to compare with the CPU, comma-separated (default: every live one).

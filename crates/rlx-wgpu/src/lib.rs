@@ -74,8 +74,12 @@ pub fn uncaptured_error_count() -> usize {
 
 fn instance() -> wgpu::Instance {
     quiet_device_select();
-    // `with_env` honours WGPU_BACKEND (and the other WGPU_* variables).
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
+    // `with_env` honours WGPU_BACKEND (and the other WGPU_* variables). An empty WGPU_BACKEND
+    // means the default, as for every RLX_* variable (wgpu would read it as "no backend").
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    let empty =
+        std::env::var_os("WGPU_BACKEND").is_some_and(|v| v.to_string_lossy().trim().is_empty());
+    let desc = if empty { desc } else { desc.with_env() };
     wgpu::Instance::new(desc)
 }
 

@@ -18,7 +18,13 @@ mod real {
     pub(in crate::backend) fn probe() -> Result<String, String> {
         rlx_wgpu::probe()
             .map(|a| format!("{} ({:?})", a.name, a.backend))
-            .ok_or_else(|| "wgpu found no adapter (no Vulkan driver or GPU)".to_string())
+            .ok_or_else(|| match std::env::var("WGPU_BACKEND") {
+                // This build has Vulkan only: another backend name finds nothing.
+                Ok(b) if !b.trim().is_empty() && !b.trim().eq_ignore_ascii_case("vulkan") => format!(
+                    "wgpu found no adapter with WGPU_BACKEND={b:?} (this build has the Vulkan backend only)"
+                ),
+                _ => "wgpu found no adapter (no Vulkan driver or GPU)".to_string(),
+            })
     }
 
     pub(in crate::backend) fn open(g: Graph) -> Result<Box<dyn Backend>, RuntimeError> {
