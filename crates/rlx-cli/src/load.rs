@@ -165,6 +165,12 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
 /// [`load`] with some inputs given as tensors (the Python package's arrays): each binds by
 /// name as `--input NAME=FILE` does, and errors call it "the array given".
 pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> Result<Loaded> {
+    if crate::compile::is_package(&a.model) {
+        bail!(
+            "{}: an RLX package (compiled graph); it runs with `rlx run`. Give this command the model it was compiled from (.onnx or .pt2)",
+            a.model.display()
+        );
+    }
     let dims = parse_dims(&a.dims)?;
     let mut given: HashMap<String, Tensor> = HashMap::new();
     let mut sources: HashMap<String, PathBuf> = HashMap::new();
