@@ -976,6 +976,152 @@ fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
+/// The `copy_map` launches of a Transpose/Broadcast/Slice/Tile/Pad/Concat node: (input
+/// position, metadata, word count) per launch, or why it stays on the CPU.
+pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u64)>, String> {
+    let node = g.node(id);
+    let od = node.shape.dims_usize();
+    let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
+    let dt = |i: NodeId| g.node(i).shape.dtype;
+    let odt = node.shape.dtype;
+    let words = dev_words(odt).ok_or("no device storage for the dtype")?;
+    let ost = strides_of(&od);
+    let copy_meta = |rows: Vec<[i64; 7]>, obase: i64, fill: u32| -> Vec<i64> {
+        map_meta(rows, obase, fill, words)
+    };
+    if node.inputs.iter().any(|&i| dt(i) != odt) {
+        return Err("inputs and output of different dtypes".into());
+    }
+    let id0 = ind(0);
+    let st = strides_of(&id0);
+    let r = od.len();
+    let plain = |d: usize| -> [i64; 7] {
+        [od[d] as i64, id0[d] as i64, st[d] as i64, 0, 1, 0, ost[d] as i64]
+    };
+    let n = node.shape.numel() as u64;
+    let parts = match &node.op {
+        Op::Transpose { perm } => {
+            if perm.len() != r || id0.len() != r || (0..r).any(|d| perm[d] >= r || id0[perm[d]] != od[d]) {
+                return Err(format!("transpose {perm:?} of {id0:?} does not give {od:?}"));
+            }
+            let rows = (0..r)
+                .map(|d| [od[d] as i64, id0[perm[d]] as i64, st[perm[d]] as i64, 0, 1, 0, ost[d] as i64])
+                .collect();
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Broadcast { .. } => {
+            if id0.len() > r {
+                return Err("broadcast to a lower rank".into());
+            }
+            let off = r - id0.len();
+            let mut rows = vec![];
+            for d in 0..r {
+                if d < off || id0[d - off] == 1 {
+                    rows.push([od[d] as i64, 1, 0, 0, 1, 0, ost[d] as i64]);
+                } else if id0[d - off] == od[d] {
+                    rows.push([od[d] as i64, od[d] as i64, st[d - off] as i64, 0, 1, 0, ost[d] as i64]);
+                } else {
+                    return Err(format!("{id0:?} does not broadcast to {od:?}"));
+                }
+            }
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Slice { starts, steps, sizes } => {
+            if starts.len() != r || steps.len() != r || sizes.len() != r || id0.len() != r {
+                return Err("slice attributes do not match the rank".into());
+            }
+            let mut rows = vec![];
+            for d in 0..r {
+                if sizes[d] != od[d] || steps[d] == 0 {
+                    return Err(format!("slice sizes {sizes:?} vs output {od:?}"));
+                }
+                if sizes[d] > 0 {
+                    let last = starts[d] as i64 + (sizes[d] as i64 - 1) * steps[d];
+                    if starts[d] >= id0[d] || last < 0 || last >= id0[d] as i64 {
+                        return Err(format!("slice axis {d} runs outside the input"));
+                    }
+                }
+                rows.push([od[d] as i64, id0[d] as i64, st[d] as i64, starts[d] as i64, steps[d], 0, ost[d] as i64]);
+            }
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Tile { repeats } => {
+            if repeats.len() != r || id0.len() != r || (0..r).any(|d| id0[d] * repeats[d] != od[d]) {
+                return Err(format!("tile {repeats:?} of {id0:?} does not give {od:?}"));
+            }
+            let rows = (0..r)
+                .map(|d| {
+                    let mut x = plain(d);
+                    x[5] = 1;
+                    x
+                })
+                .collect();
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Pad { pads, mode } => {
+            if pads.len() != r || id0.len() != r || (0..r).any(|d| id0[d] + pads[d].0 + pads[d].1 != od[d]) {
+                return Err(format!("pad {pads:?} of {id0:?} does not give {od:?}"));
+            }
+            let (m, fill) = match mode {
+                PadMode::Constant(v) if odt == DType::F32 => (2, (*v as f32).to_bits()),
+                PadMode::Constant(_) => return Err("constant Pad runs on CUDA for f32 only".into()),
+                PadMode::Wrap => (1, 0),
+                PadMode::Reflect => (3, 0),
+                PadMode::Edge => (4, 0),
+            };
+            if m != 2 && (0..r).any(|d| id0[d] == 0 && od[d] > 0) {
+                return Err("reflect/edge/wrap Pad of an empty axis".into());
+            }
+            if m == 3 && (0..r).any(|d| pads[d].0 >= id0[d].max(1) || pads[d].1 >= id0[d].max(1)) {
+                return Err("reflect Pad wider than the axis".into());
+            }
+            if m == 1 && (0..r).any(|d| pads[d].0 > id0[d] || pads[d].1 > id0[d]) {
+                return Err("wrap Pad wider than the axis".into());
+            }
+            let rows = (0..r)
+                .map(|d| {
+                    let mut x = plain(d);
+                    x[3] = -(pads[d].0 as i64);
+                    x[5] = m;
+                    x
+                })
+                .collect();
+            vec![(0, copy_meta(rows, 0, fill), n)]
+        }
+        Op::Concat { axis } => {
+            let axis = *axis;
+            if axis >= r {
+                return Err("concat axis out of range".into());
+            }
+            let mut parts = vec![];
+            let mut at = 0usize;
+            for k in 0..node.inputs.len() {
+                let ik = ind(k);
+                if ik.len() != r || (0..r).any(|d| d != axis && ik[d] != od[d]) {
+                    return Err(format!("concat input {k} {ik:?} does not fit {od:?}"));
+                }
+                let sk = strides_of(&ik);
+                let rows = (0..r)
+                    .map(|d| [ik[d] as i64, ik[d] as i64, sk[d] as i64, 0, 1, 0, ost[d] as i64])
+                    .collect();
+                let cnt = ik.iter().product::<usize>() as u64;
+                parts.push((k, copy_meta(rows, (at * ost[axis]) as i64, 0), cnt));
+                at += ik[axis];
+            }
+            if at != od[axis] {
+                return Err("concat sizes do not add up to the output".into());
+            }
+            parts
+        }
+        other => return Err(format!("{} is not an index-map copy", other.name())),
+    };
+    let parts = parts
+        .into_iter()
+        .map(|(k, m, c)| (k, m, c * words as u64))
+        .collect();
+    Ok(parts)
+}
+
 /// `copy_map` metadata: rows (n, in_dim, in_stride, start, step, mode, out_stride) per
 /// iteration dim; for 2-word elements (i64) every stride and the base double and a last
 /// dim of 2 words is added.
@@ -1032,11 +1178,6 @@ fn plan_node(
         Ok(())
     };
     let words = dev_words(odt).unwrap_or(1);
-    let ost = strides_of(&od);
-    let mut copy_meta = |rows: Vec<[i64; 7]>, obase: i64, fill: u32| -> usize {
-        metas.push(map_meta(rows, obase, fill, words));
-        metas.len() - 1
-    };
     match &node.op {
         Op::Reshape { .. } => Ok(Step::Alias),
         Op::Cast { to, .. } if *to == dt(node.inputs[0]) => Ok(Step::Alias),
@@ -1175,135 +1316,12 @@ fn plan_node(
         | Op::Tile { .. }
         | Op::Pad { .. }
         | Op::Concat { .. } => {
-            if node.inputs.iter().any(|&i| dt(i) != odt) {
-                return Err("inputs and output of different dtypes".into());
-            }
-            let id0 = ind(0);
-            let st = strides_of(&id0);
-            let r = od.len();
-            let plain = |d: usize| -> [i64; 7] {
-                [od[d] as i64, id0[d] as i64, st[d] as i64, 0, 1, 0, ost[d] as i64]
-            };
-            let n = node.shape.numel() as u64;
-            let parts = match &node.op {
-                Op::Transpose { perm } => {
-                    if perm.len() != r || id0.len() != r || (0..r).any(|d| perm[d] >= r || id0[perm[d]] != od[d]) {
-                        return Err(format!("transpose {perm:?} of {id0:?} does not give {od:?}"));
-                    }
-                    let rows = (0..r)
-                        .map(|d| [od[d] as i64, id0[perm[d]] as i64, st[perm[d]] as i64, 0, 1, 0, ost[d] as i64])
-                        .collect();
-                    vec![(0, copy_meta(rows, 0, 0), n)]
-                }
-                Op::Broadcast { .. } => {
-                    if id0.len() > r {
-                        return Err("broadcast to a lower rank".into());
-                    }
-                    let off = r - id0.len();
-                    let mut rows = vec![];
-                    for d in 0..r {
-                        if d < off || id0[d - off] == 1 {
-                            rows.push([od[d] as i64, 1, 0, 0, 1, 0, ost[d] as i64]);
-                        } else if id0[d - off] == od[d] {
-                            rows.push([od[d] as i64, od[d] as i64, st[d - off] as i64, 0, 1, 0, ost[d] as i64]);
-                        } else {
-                            return Err(format!("{id0:?} does not broadcast to {od:?}"));
-                        }
-                    }
-                    vec![(0, copy_meta(rows, 0, 0), n)]
-                }
-                Op::Slice { starts, steps, sizes } => {
-                    if starts.len() != r || steps.len() != r || sizes.len() != r || id0.len() != r {
-                        return Err("slice attributes do not match the rank".into());
-                    }
-                    let mut rows = vec![];
-                    for d in 0..r {
-                        if sizes[d] != od[d] || steps[d] == 0 {
-                            return Err(format!("slice sizes {sizes:?} vs output {od:?}"));
-                        }
-                        if sizes[d] > 0 {
-                            let last = starts[d] as i64 + (sizes[d] as i64 - 1) * steps[d];
-                            if starts[d] >= id0[d] || last < 0 || last >= id0[d] as i64 {
-                                return Err(format!("slice axis {d} runs outside the input"));
-                            }
-                        }
-                        rows.push([od[d] as i64, id0[d] as i64, st[d] as i64, starts[d] as i64, steps[d], 0, ost[d] as i64]);
-                    }
-                    vec![(0, copy_meta(rows, 0, 0), n)]
-                }
-                Op::Tile { repeats } => {
-                    if repeats.len() != r || id0.len() != r || (0..r).any(|d| id0[d] * repeats[d] != od[d]) {
-                        return Err(format!("tile {repeats:?} of {id0:?} does not give {od:?}"));
-                    }
-                    let rows = (0..r)
-                        .map(|d| {
-                            let mut x = plain(d);
-                            x[5] = 1;
-                            x
-                        })
-                        .collect();
-                    vec![(0, copy_meta(rows, 0, 0), n)]
-                }
-                Op::Pad { pads, mode } => {
-                    if pads.len() != r || id0.len() != r || (0..r).any(|d| id0[d] + pads[d].0 + pads[d].1 != od[d]) {
-                        return Err(format!("pad {pads:?} of {id0:?} does not give {od:?}"));
-                    }
-                    let (m, fill) = match mode {
-                        PadMode::Constant(v) if odt == DType::F32 => (2, (*v as f32).to_bits()),
-                        PadMode::Constant(_) => return Err("constant Pad runs on CUDA for f32 only".into()),
-                        PadMode::Wrap => (1, 0),
-                        PadMode::Reflect => (3, 0),
-                        PadMode::Edge => (4, 0),
-                    };
-                    if m != 2 && (0..r).any(|d| id0[d] == 0 && od[d] > 0) {
-                        return Err("reflect/edge/wrap Pad of an empty axis".into());
-                    }
-                    if m == 3 && (0..r).any(|d| pads[d].0 >= id0[d].max(1) || pads[d].1 >= id0[d].max(1)) {
-                        return Err("reflect Pad wider than the axis".into());
-                    }
-                    if m == 1 && (0..r).any(|d| pads[d].0 > id0[d] || pads[d].1 > id0[d]) {
-                        return Err("wrap Pad wider than the axis".into());
-                    }
-                    let rows = (0..r)
-                        .map(|d| {
-                            let mut x = plain(d);
-                            x[3] = -(pads[d].0 as i64);
-                            x[5] = m;
-                            x
-                        })
-                        .collect();
-                    vec![(0, copy_meta(rows, 0, fill), n)]
-                }
-                Op::Concat { axis } => {
-                    let axis = *axis;
-                    if axis >= r {
-                        return Err("concat axis out of range".into());
-                    }
-                    let mut parts = vec![];
-                    let mut at = 0usize;
-                    for k in 0..node.inputs.len() {
-                        let ik = ind(k);
-                        if ik.len() != r || (0..r).any(|d| d != axis && ik[d] != od[d]) {
-                            return Err(format!("concat input {k} {ik:?} does not fit {od:?}"));
-                        }
-                        let sk = strides_of(&ik);
-                        let rows = (0..r)
-                            .map(|d| [ik[d] as i64, ik[d] as i64, sk[d] as i64, 0, 1, 0, ost[d] as i64])
-                            .collect();
-                        let cnt = ik.iter().product::<usize>() as u64;
-                        parts.push((k, copy_meta(rows, (at * ost[axis]) as i64, 0), cnt));
-                        at += ik[axis];
-                    }
-                    if at != od[axis] {
-                        return Err("concat sizes do not add up to the output".into());
-                    }
-                    parts
-                }
-                _ => unreachable!("matched above"),
-            };
-            let parts = parts
+            let parts = copy_plan(g, id)?
                 .into_iter()
-                .map(|(k, m, c)| (k, m, c * words as u64))
+                .map(|(k, m, c)| {
+                    metas.push(m);
+                    (k, metas.len() - 1, c)
+                })
                 .collect();
             Ok(Step::Copy {
                 f: func("copy_map")?,
@@ -1411,6 +1429,119 @@ mod tests {
         assert_eq!((p.m, p.n, p.k), (3, 1, 4));
         assert!(matmul_plan(&[3, 0], &[0, 4]).is_err());
         assert!(matmul_plan(&[3, 4], &[5, 4]).is_err());
+    }
+
+
+    /// The `copy_map` kernel's index arithmetic, run on the host (line for line).
+    fn emulate_copy_map(x: &[u32], o: &mut [u32], n: u64, meta: &[i64]) {
+        let r = meta[0] as usize;
+        for i in 0..n as i64 {
+            let (mut rem, mut ioff, mut ooff) = (i, 0i64, meta[1]);
+            let mut fill = false;
+            for d in (0..r).rev() {
+                let m = &meta[3 + 7 * d..3 + 7 * d + 7];
+                let c = rem % m[0];
+                rem /= m[0];
+                let (mut j, dim) = (m[3] + c * m[4], m[1]);
+                match m[5] {
+                    1 => {
+                        j %= dim;
+                        if j < 0 {
+                            j += dim
+                        }
+                    }
+                    2 => fill |= j < 0 || j >= dim,
+                    3 => {
+                        if dim == 1 {
+                            j = 0
+                        } else {
+                            let p = 2 * (dim - 1);
+                            j %= p;
+                            if j < 0 {
+                                j += p
+                            }
+                            if j >= dim {
+                                j = p - j
+                            }
+                        }
+                    }
+                    4 => j = j.clamp(0, dim - 1),
+                    _ => {}
+                }
+                ioff += j * m[2];
+                ooff += c * m[6];
+            }
+            o[ooff as usize] = if fill { meta[2] as u32 } else { x[ioff as usize] };
+        }
+    }
+
+    fn words_of(t: &Tensor) -> Vec<u32> {
+        match t.data() {
+            TensorData::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
+            TensorData::I64(v) => v.iter().flat_map(|&x| [x as u32, (x as u64 >> 32) as u32]).collect(),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn copy_plans_match_eval_op_on_the_host() {
+        use rlx_ir::Shape;
+        let f = DType::F32;
+        let mk = |dims: &[usize], seed: u32, dt: DType| -> Tensor {
+            let n: usize = dims.iter().product();
+            match dt {
+                DType::F32 => Tensor::from_f32(
+                    dims,
+                    (0..n)
+                        .map(|i| match (i as u32 + seed) % 9 {
+                            0 => f32::NAN,
+                            1 => f32::NEG_INFINITY,
+                            2 => -0.0,
+                            k => (i as f32) * 0.37 - k as f32 + seed as f32,
+                        })
+                        .collect(),
+                )
+                .unwrap(),
+                _ => Tensor::new(
+                    dims.to_vec(),
+                    TensorData::I64((0..n).map(|i| (i as i64 - 5) * 0x1_0000_0003 + seed as i64).collect()),
+                )
+                .unwrap(),
+            }
+        };
+        let cases: Vec<(Op, Vec<Vec<usize>>, Vec<usize>, DType)> = vec![
+            (Op::Transpose { perm: vec![2, 0, 1] }, vec![vec![3, 5, 7]], vec![7, 3, 5], f),
+            (Op::Transpose { perm: vec![1, 0] }, vec![vec![3, 5]], vec![5, 3], DType::I64),
+            (Op::Broadcast { dims: vec![3, 5, 4] }, vec![vec![5, 1]], vec![3, 5, 4], f),
+            (Op::Broadcast { dims: vec![2, 3, 4] }, vec![vec![3, 1]], vec![2, 3, 4], DType::I64),
+            (Op::Slice { starts: vec![6, 1], steps: vec![-2, 3], sizes: vec![4, 3] }, vec![vec![7, 9]], vec![4, 3], f),
+            (Op::Slice { starts: vec![2, 4, 6], steps: vec![-1, 1, -3], sizes: vec![3, 1, 3] }, vec![vec![3, 5, 7]], vec![3, 1, 3], f),
+            (Op::Tile { repeats: vec![2, 3] }, vec![vec![7, 9]], vec![14, 27], f),
+            (Op::Tile { repeats: vec![2, 1] }, vec![vec![3, 5]], vec![6, 5], DType::I64),
+            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Constant(-1.5) }, vec![vec![7, 9]], vec![10, 12], f),
+            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Edge }, vec![vec![7, 9]], vec![10, 12], f),
+            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Reflect }, vec![vec![7, 9]], vec![10, 12], f),
+            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Wrap }, vec![vec![7, 9]], vec![10, 12], f),
+            (Op::Concat { axis: 1 }, vec![vec![3, 5, 7], vec![3, 2, 7], vec![3, 1, 7]], vec![3, 8, 7], f),
+            (Op::Concat { axis: 0 }, vec![vec![3, 5], vec![2, 5]], vec![5, 5], DType::I64),
+        ];
+        for (op, ins, od, dt) in cases {
+            let mut g = Graph::new("copy");
+            let ids: Vec<NodeId> = ins
+                .iter()
+                .enumerate()
+                .map(|(k, d)| g.input(&format!("x{k}"), Shape::new(d, dt)))
+                .collect();
+            let o = g.add_node(op.clone(), ids, Shape::new(&od, dt));
+            let ts: Vec<Tensor> = ins.iter().enumerate().map(|(k, d)| mk(d, k as u32 * 3 + 1, dt)).collect();
+            let want = eval_op(&op, &ts.iter().collect::<Vec<_>>(), &g.node(o).shape).unwrap();
+            let w = words_of(&want);
+            let mut out = vec![0xdead_beefu32; w.len()];
+            for (k, meta, cnt) in copy_plan(&g, o).unwrap() {
+                emulate_copy_map(&words_of(&ts[k]), &mut out, cnt, &meta);
+            }
+            assert_eq!(out, w, "{op:?}");
+        }
     }
 
     #[test]
