@@ -86,6 +86,11 @@ enum Step {
         kind: i32,
         p: [i32; 2],
     },
+    /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
+    Conv {
+        f: CudaFunction,
+        meta: usize,
+    },
     Cpu(String),
 }
 
@@ -759,6 +764,22 @@ impl CudaExecutor {
                             .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
                     }
                 }
+                Step::Conv { f, meta } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let x = self.ptr(node.inputs[0]);
+                        let w = self.ptr(node.inputs[1]);
+                        let b = if node.inputs.len() == 3 { self.ptr(node.inputs[2]) } else { 0u64 };
+                        let o = self.ptr(id);
+                        let m = self.meta_ptrs[*meta];
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x).arg(&w).arg(&b).arg(&o).arg(&nel).arg(&m);
+                        // SAFETY: signature (const float* x3, float*, u64, const i64*); input
+                        // positions are checked against the input dims in the kernel.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
                 Step::Select { f, meta } => {
                     let nel = node.shape.numel() as u64;
                     if nel > 0 {
@@ -1326,6 +1347,38 @@ fn plan_node(
             Ok(Step::Copy {
                 f: func("copy_map")?,
                 parts,
+            })
+        }
+        Op::Conv(a) => {
+            all_f32()?;
+            let (xd, wd) = (ind(0), ind(1));
+            let ns = xd.len().saturating_sub(2);
+            if xd.len() < 3 || wd.len() != xd.len() || od.len() != xd.len() {
+                return Err("conv ranks do not match".into());
+            }
+            let (nn, c, m, gr) = (xd[0], xd[1], wd[0], a.groups.max(1));
+            if c % gr != 0 || m % gr != 0 || wd[1] * gr != c || od[0] != nn || od[1] != m {
+                return Err(format!("conv of {xd:?} by {wd:?} (groups {gr}) does not give {od:?}"));
+            }
+            if a.strides.len() != ns || a.pads.len() != ns || a.dilations.len() != ns {
+                return Err("conv attributes do not match the spatial rank".into());
+            }
+            let has_bias = node.inputs.len() == 3;
+            if has_bias && ind(2).iter().product::<usize>() != m {
+                return Err("conv bias is not [M]".into());
+            }
+            let mut meta = vec![ns as i64, nn as i64, c as i64, m as i64, gr as i64, has_bias as i64];
+            for d in 0..ns {
+                let (i, k, o, s, p, dl) = (xd[2 + d], wd[2 + d], od[2 + d], a.strides[d], a.pads[d].0, a.dilations[d]);
+                if o > 0 && s * (o - 1) + dl * (k.max(1) - 1) + 1 > i + p + a.pads[d].1 + s {
+                    return Err(format!("conv output dims {od:?} do not fit the input"));
+                }
+                meta.extend([i as i64, k as i64, o as i64, s as i64, p as i64, dl as i64]);
+            }
+            metas.push(meta);
+            Ok(Step::Conv {
+                f: func("conv_f32")?,
+                meta: metas.len() - 1,
             })
         }
         Op::Gather { axis } => {

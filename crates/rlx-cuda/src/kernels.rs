@@ -412,6 +412,43 @@ extern "C" __global__ void umap_u32(const u32* __restrict__ x, u32* __restrict__
     o[i] = r;
   }
 }
+
+// Direct convolution (ONNX Conv, NC*spatial), one thread per output element, f32
+// products summed in f32 (no FMA) in (channel, kernel position) order. Padded positions
+// contribute 0*w (as an im2col GEMM does: an infinite or NaN weight still gives NaN).
+// meta = [ns, N, C, M, G, has_bias, then per spatial dim: (in, k, out, stride, pad_begin, dil)].
+extern "C" __global__ void conv_f32(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int ns = (int)meta[0];
+  i64 C = meta[2], M = meta[3], G = meta[4];
+  const i64* sp = meta + 6;
+  i64 Cg = C / G, Mg = M / G;
+  i64 insz = 1, ksz = 1, osz = 1;
+  for (int d = 0; d < ns; ++d) { insz *= sp[6 * d]; ksz *= sp[6 * d + 1]; osz *= sp[6 * d + 2]; }
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 op = (i64)i % osz; i64 q = (i64)i / osz; i64 m = q % M; i64 b = q / M;
+    i64 g = m / Mg;
+    float acc = 0.0f;
+    for (i64 c = 0; c < Cg; ++c) {
+      const float* xc = x + (b * C + g * Cg + c) * insz;
+      const float* wc = w + (m * Cg + c) * ksz;
+      for (i64 kp = 0; kp < ksz; ++kp) {
+        i64 kr = kp, orr = op, off = 0, mul = 1; bool inside = true;
+        for (int d = ns - 1; d >= 0; --d) {
+          const i64* s = sp + 6 * d;
+          i64 kc = kr % s[1]; kr /= s[1];
+          i64 oc = orr % s[2]; orr /= s[2];
+          i64 p = oc * s[3] - s[4] + kc * s[5];
+          if (p < 0 || p >= s[0]) inside = false;
+          off += p * mul; mul *= s[0];
+        }
+        float v = inside ? xc[off] : 0.0f;
+        acc = __fadd_rn(acc, __fmul_rn(v, wc[kp]));
+      }
+    }
+    if (meta[5]) acc = __fadd_rn(acc, bias[m]);
+    o[i] = acc;
+  }
+}
 "#;
 
 /// Compile [`source`] with NVRTC for compute capability `maj.min` and load it.

@@ -342,3 +342,55 @@ fn comparisons_select_and_casts() {
     }
     eprintln!("{} comparison/select/cast outputs identical to rlx-cpu", got.len());
 }
+
+#[test]
+fn conv_groups_dilation_pads_bias() {
+    if !cuda_available() {
+        return;
+    }
+    use rlx_ir::ConvAttrs;
+    // (x dims, w dims, groups, strides, pads, dilations, bias)
+    type Case = (Vec<usize>, Vec<usize>, usize, Vec<usize>, Vec<(usize, usize)>, Vec<usize>, bool);
+    let cases: Vec<Case> = vec![
+        (vec![2, 6, 9, 11], vec![4, 3, 3, 3], 2, vec![2, 1], vec![(1, 0), (2, 1)], vec![1, 2], true),
+        (vec![1, 5, 13], vec![7, 5, 4], 1, vec![3], vec![(2, 2)], vec![1], false),
+        (vec![2, 8, 7, 7], vec![8, 1, 3, 3], 8, vec![1, 1], vec![(1, 1), (1, 1)], vec![1, 1], true),
+        (vec![1, 16, 10, 10], vec![12, 16, 1, 1], 1, vec![2, 2], vec![(0, 0), (0, 0)], vec![1, 1], true),
+        (vec![1, 3, 17, 17], vec![5, 3, 7, 7], 1, vec![2, 2], vec![(3, 3), (3, 3)], vec![1, 1], true),
+        (vec![1, 2, 4, 5, 6], vec![3, 2, 2, 3, 2], 1, vec![1, 2, 1], vec![(1, 0), (0, 1), (1, 1)], vec![2, 1, 1], true),
+    ];
+    for (ci, (xd, wd, groups, strides, pads, dilations, bias)) in cases.into_iter().enumerate() {
+        let ns = xd.len() - 2;
+        let mut od = vec![xd[0], wd[0]];
+        for d in 0..ns {
+            let span = dilations[d] * (wd[2 + d] - 1) + 1;
+            od.push((xd[2 + d] + pads[d].0 + pads[d].1 - span) / strides[d] + 1);
+        }
+        let a = ConvAttrs { strides, pads, dilations, groups };
+        let mut g = Graph::new("conv");
+        let x = g.input("x", sh(&xd, DType::F32));
+        let w = g.input("w", sh(&wd, DType::F32));
+        let mut ins_ids = vec![x, w];
+        if bias {
+            ins_ids.push(g.input("b", sh(&[wd[0]], DType::F32)));
+        }
+        let o = g.add_node(Op::Conv(a.clone()), ins_ids, sh(&od, DType::F32));
+        g.set_outputs(vec![o]);
+        let nx: usize = xd.iter().product();
+        let mut xv = rand_vec(nx, ci as u64, -1.0, 1.0);
+        xv[nx / 3] = f32::NAN;
+        xv[nx / 2] = f32::INFINITY;
+        let mut ins = vec![
+            Tensor::from_f32(&xd, xv).unwrap(),
+            Tensor::from_f32(&wd, rand_vec(wd.iter().product(), ci as u64 + 50, -1.0, 1.0)).unwrap(),
+        ];
+        if bias {
+            ins.push(Tensor::from_f32(&[wd[0]], rand_vec(wd[0], ci as u64 + 70, -1.0, 1.0)).unwrap());
+        }
+        let want = rlx_cpu::eval_op(&Op::Conv(a), &ins.iter().collect::<Vec<_>>(), &g.node(o).shape).unwrap();
+        let mut ex = CudaExecutor::new(g.clone()).unwrap();
+        all_gpu(&ex);
+        let got = ex.run(&ins, None).unwrap();
+        assert_close(&format!("conv case {ci} {xd:?} * {wd:?}"), &got[0], &want, 1e-4);
+    }
+}
