@@ -15,8 +15,11 @@ use std::sync::Arc;
 
 /// Unary kernels: (name, body of `float f(float x, float p0, float p1)`).
 const UNARY: &[(&str, &str)] = &[
-    ("neg", "return -x;"),
-    ("abs", "return fabsf(x);"),
+    // Sign-bit operations, as Rust's `-x` / `x.abs()` on the CPU: a NaN keeps its payload
+    // and gets its sign flipped/cleared (the H200's `neg.f32` returned 0x7fffffff for the
+    // NaN 0x7fc00000, where the CPU gives 0xffc00000).
+    ("neg", "return __uint_as_float(__float_as_uint(x) ^ 0x80000000u);"),
+    ("abs", "return __uint_as_float(__float_as_uint(x) & 0x7fffffffu);"),
     ("exp", "return expf(x);"),
     ("log", "return logf(x);"),
     ("sqrt", "return sqrtf(x);"),
