@@ -13,7 +13,9 @@ use cudarc::driver::{
 use rlx_cpu::eval_op;
 use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::provenance::node_label;
-use rlx_ir::{strides_of, DType, Graph, NodeId, Op, PadMode, ReduceKind, Tensor, TensorData, UnaryOp};
+use rlx_ir::{
+    strides_of, DType, Graph, NodeId, Op, PadMode, ReduceKind, Tensor, TensorData, UnaryOp,
+};
 use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -708,7 +710,11 @@ impl CudaExecutor {
                     nout,
                 } => {
                     if *nout > 0 {
-                        let (x, o, m) = (self.ptr(node.inputs[0]), self.ptr(id), self.meta_ptrs[*meta]);
+                        let (x, o, m) = (
+                            self.ptr(node.inputs[0]),
+                            self.ptr(id),
+                            self.meta_ptrs[*meta],
+                        );
                         let mut l = self.stream.launch_builder(f);
                         l.arg(&x).arg(&o).arg(nout).arg(&m).arg(kind);
                         let cfg = LaunchConfig {
@@ -756,7 +762,13 @@ impl CudaExecutor {
                         let ep = e.device_ptr(&self.stream).0;
                         let nid = id.index() as i32;
                         let mut l = self.stream.launch_builder(f);
-                        l.arg(&x).arg(&ix).arg(&o).arg(&nel).arg(nidx).arg(dim).arg(inner);
+                        l.arg(&x)
+                            .arg(&ix)
+                            .arg(&o)
+                            .arg(&nel)
+                            .arg(nidx)
+                            .arg(dim)
+                            .arg(inner);
                         l.arg(idx64).arg(&ep).arg(&nid);
                         // SAFETY: signature (const u32*, const void*, u32*, u64, i64, i64, i64,
                         // int, int*, int); indices are checked against `dim` in the kernel.
@@ -769,7 +781,11 @@ impl CudaExecutor {
                     if nel > 0 {
                         let x = self.ptr(node.inputs[0]);
                         let w = self.ptr(node.inputs[1]);
-                        let b = if node.inputs.len() == 3 { self.ptr(node.inputs[2]) } else { 0u64 };
+                        let b = if node.inputs.len() == 3 {
+                            self.ptr(node.inputs[2])
+                        } else {
+                            0u64
+                        };
                         let o = self.ptr(id);
                         let m = self.meta_ptrs[*meta];
                         let mut l = self.stream.launch_builder(f);
@@ -1017,16 +1033,39 @@ pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u
     let st = strides_of(&id0);
     let r = od.len();
     let plain = |d: usize| -> [i64; 7] {
-        [od[d] as i64, id0[d] as i64, st[d] as i64, 0, 1, 0, ost[d] as i64]
+        [
+            od[d] as i64,
+            id0[d] as i64,
+            st[d] as i64,
+            0,
+            1,
+            0,
+            ost[d] as i64,
+        ]
     };
     let n = node.shape.numel() as u64;
     let parts = match &node.op {
         Op::Transpose { perm } => {
-            if perm.len() != r || id0.len() != r || (0..r).any(|d| perm[d] >= r || id0[perm[d]] != od[d]) {
-                return Err(format!("transpose {perm:?} of {id0:?} does not give {od:?}"));
+            if perm.len() != r
+                || id0.len() != r
+                || (0..r).any(|d| perm[d] >= r || id0[perm[d]] != od[d])
+            {
+                return Err(format!(
+                    "transpose {perm:?} of {id0:?} does not give {od:?}"
+                ));
             }
             let rows = (0..r)
-                .map(|d| [od[d] as i64, id0[perm[d]] as i64, st[perm[d]] as i64, 0, 1, 0, ost[d] as i64])
+                .map(|d| {
+                    [
+                        od[d] as i64,
+                        id0[perm[d]] as i64,
+                        st[perm[d]] as i64,
+                        0,
+                        1,
+                        0,
+                        ost[d] as i64,
+                    ]
+                })
                 .collect();
             vec![(0, copy_meta(rows, 0, 0), n)]
         }
@@ -1040,14 +1079,26 @@ pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u
                 if d < off || id0[d - off] == 1 {
                     rows.push([od[d] as i64, 1, 0, 0, 1, 0, ost[d] as i64]);
                 } else if id0[d - off] == od[d] {
-                    rows.push([od[d] as i64, od[d] as i64, st[d - off] as i64, 0, 1, 0, ost[d] as i64]);
+                    rows.push([
+                        od[d] as i64,
+                        od[d] as i64,
+                        st[d - off] as i64,
+                        0,
+                        1,
+                        0,
+                        ost[d] as i64,
+                    ]);
                 } else {
                     return Err(format!("{id0:?} does not broadcast to {od:?}"));
                 }
             }
             vec![(0, copy_meta(rows, 0, 0), n)]
         }
-        Op::Slice { starts, steps, sizes } => {
+        Op::Slice {
+            starts,
+            steps,
+            sizes,
+        } => {
             if starts.len() != r || steps.len() != r || sizes.len() != r || id0.len() != r {
                 return Err("slice attributes do not match the rank".into());
             }
@@ -1062,12 +1113,21 @@ pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u
                         return Err(format!("slice axis {d} runs outside the input"));
                     }
                 }
-                rows.push([od[d] as i64, id0[d] as i64, st[d] as i64, starts[d] as i64, steps[d], 0, ost[d] as i64]);
+                rows.push([
+                    od[d] as i64,
+                    id0[d] as i64,
+                    st[d] as i64,
+                    starts[d] as i64,
+                    steps[d],
+                    0,
+                    ost[d] as i64,
+                ]);
             }
             vec![(0, copy_meta(rows, 0, 0), n)]
         }
         Op::Tile { repeats } => {
-            if repeats.len() != r || id0.len() != r || (0..r).any(|d| id0[d] * repeats[d] != od[d]) {
+            if repeats.len() != r || id0.len() != r || (0..r).any(|d| id0[d] * repeats[d] != od[d])
+            {
                 return Err(format!("tile {repeats:?} of {id0:?} does not give {od:?}"));
             }
             let rows = (0..r)
@@ -1080,7 +1140,10 @@ pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u
             vec![(0, copy_meta(rows, 0, 0), n)]
         }
         Op::Pad { pads, mode } => {
-            if pads.len() != r || id0.len() != r || (0..r).any(|d| id0[d] + pads[d].0 + pads[d].1 != od[d]) {
+            if pads.len() != r
+                || id0.len() != r
+                || (0..r).any(|d| id0[d] + pads[d].0 + pads[d].1 != od[d])
+            {
                 return Err(format!("pad {pads:?} of {id0:?} does not give {od:?}"));
             }
             let (m, fill) = match mode {
@@ -1123,7 +1186,17 @@ pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u
                 }
                 let sk = strides_of(&ik);
                 let rows = (0..r)
-                    .map(|d| [ik[d] as i64, ik[d] as i64, sk[d] as i64, 0, 1, 0, ost[d] as i64])
+                    .map(|d| {
+                        [
+                            ik[d] as i64,
+                            ik[d] as i64,
+                            sk[d] as i64,
+                            0,
+                            1,
+                            0,
+                            ost[d] as i64,
+                        ]
+                    })
                     .collect();
                 let cnt = ik.iter().product::<usize>() as u64;
                 parts.push((k, copy_meta(rows, (at * ost[axis]) as i64, 0), cnt));
@@ -1221,9 +1294,17 @@ fn plan_node(
             })
         }
         Op::Unary(u @ (UnaryOp::IsNaN | UnaryOp::IsInf { .. } | UnaryOp::Not)) => {
-            let want = if matches!(u, UnaryOp::Not) { DType::Bool } else { DType::F32 };
+            let want = if matches!(u, UnaryOp::Not) {
+                DType::Bool
+            } else {
+                DType::F32
+            };
             if dt(node.inputs[0]) != want || odt != DType::Bool || ind(0) != od {
-                return Err(format!("{} on {} is not supported on CUDA", node.op.name(), g.node(node.inputs[0]).shape));
+                return Err(format!(
+                    "{} on {} is not supported on CUDA",
+                    node.op.name(),
+                    g.node(node.inputs[0]).shape
+                ));
             }
             let (kind, p) = match *u {
                 UnaryOp::IsNaN => (0, [0, 0]),
@@ -1243,7 +1324,9 @@ fn plan_node(
             }
             let (a, bd) = (ind(0), ind(1));
             if rlx_ir::broadcast_dims(&a, &bd).as_deref() != Some(od.as_slice()) {
-                return Err(format!("inputs {a:?} and {bd:?} do not broadcast to {od:?}"));
+                return Err(format!(
+                    "inputs {a:?} and {bd:?} do not broadcast to {od:?}"
+                ));
             }
             let f = func(&name)?;
             let meta = if a == od && bd == od {
@@ -1269,7 +1352,9 @@ fn plan_node(
             }
             let ds = [ind(0), ind(1), ind(2)];
             for d in &ds {
-                if d.len() > od.len() || rlx_ir::broadcast_dims(d, &od).as_deref() != Some(od.as_slice()) {
+                if d.len() > od.len()
+                    || rlx_ir::broadcast_dims(d, &od).as_deref() != Some(od.as_slice())
+                {
                     return Err(format!("input dims {d:?} do not broadcast to {od:?}"));
                 }
             }
@@ -1308,7 +1393,9 @@ fn plan_node(
             }
             let nout: i64 = kd.iter().product();
             if nout as usize != node.shape.numel() {
-                return Err(format!("reduce of {id0:?} over {axes:?} does not give {od:?}"));
+                return Err(format!(
+                    "reduce of {id0:?} over {axes:?} does not give {od:?}"
+                ));
             }
             let mut m = vec![kd.len() as i64];
             m.extend(&kd);
@@ -1358,7 +1445,9 @@ fn plan_node(
             }
             let (nn, c, m, gr) = (xd[0], xd[1], wd[0], a.groups.max(1));
             if c % gr != 0 || m % gr != 0 || wd[1] * gr != c || od[0] != nn || od[1] != m {
-                return Err(format!("conv of {xd:?} by {wd:?} (groups {gr}) does not give {od:?}"));
+                return Err(format!(
+                    "conv of {xd:?} by {wd:?} (groups {gr}) does not give {od:?}"
+                ));
             }
             if a.strides.len() != ns || a.pads.len() != ns || a.dilations.len() != ns {
                 return Err("conv attributes do not match the spatial rank".into());
@@ -1367,9 +1456,23 @@ fn plan_node(
             if has_bias && ind(2).iter().product::<usize>() != m {
                 return Err("conv bias is not [M]".into());
             }
-            let mut meta = vec![ns as i64, nn as i64, c as i64, m as i64, gr as i64, has_bias as i64];
+            let mut meta = vec![
+                ns as i64,
+                nn as i64,
+                c as i64,
+                m as i64,
+                gr as i64,
+                has_bias as i64,
+            ];
             for d in 0..ns {
-                let (i, k, o, s, p, dl) = (xd[2 + d], wd[2 + d], od[2 + d], a.strides[d], a.pads[d].0, a.dilations[d]);
+                let (i, k, o, s, p, dl) = (
+                    xd[2 + d],
+                    wd[2 + d],
+                    od[2 + d],
+                    a.strides[d],
+                    a.pads[d].0,
+                    a.dilations[d],
+                );
                 if o > 0 && s * (o - 1) + dl * (k.max(1) - 1) + 1 > i + p + a.pads[d].1 + s {
                     return Err(format!("conv output dims {od:?} do not fit the input"));
                 }
@@ -1484,7 +1587,6 @@ mod tests {
         assert!(matmul_plan(&[3, 4], &[5, 4]).is_err());
     }
 
-
     /// The `copy_map` kernel's index arithmetic, run on the host (line for line).
     fn emulate_copy_map(x: &[u32], o: &mut [u32], n: u64, meta: &[i64]) {
         let r = meta[0] as usize;
@@ -1524,14 +1626,21 @@ mod tests {
                 ioff += j * m[2];
                 ooff += c * m[6];
             }
-            o[ooff as usize] = if fill { meta[2] as u32 } else { x[ioff as usize] };
+            o[ooff as usize] = if fill {
+                meta[2] as u32
+            } else {
+                x[ioff as usize]
+            };
         }
     }
 
     fn words_of(t: &Tensor) -> Vec<u32> {
         match t.data() {
             TensorData::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
-            TensorData::I64(v) => v.iter().flat_map(|&x| [x as u32, (x as u64 >> 32) as u32]).collect(),
+            TensorData::I64(v) => v
+                .iter()
+                .flat_map(|&x| [x as u32, (x as u64 >> 32) as u32])
+                .collect(),
             d => panic!("{d:?}"),
         }
     }
@@ -1557,26 +1666,131 @@ mod tests {
                 .unwrap(),
                 _ => Tensor::new(
                     dims.to_vec(),
-                    TensorData::I64((0..n).map(|i| (i as i64 - 5) * 0x1_0000_0003 + seed as i64).collect()),
+                    TensorData::I64(
+                        (0..n)
+                            .map(|i| (i as i64 - 5) * 0x1_0000_0003 + seed as i64)
+                            .collect(),
+                    ),
                 )
                 .unwrap(),
             }
         };
-        let cases: Vec<(Op, Vec<Vec<usize>>, Vec<usize>, DType)> = vec![
-            (Op::Transpose { perm: vec![2, 0, 1] }, vec![vec![3, 5, 7]], vec![7, 3, 5], f),
-            (Op::Transpose { perm: vec![1, 0] }, vec![vec![3, 5]], vec![5, 3], DType::I64),
-            (Op::Broadcast { dims: vec![3, 5, 4] }, vec![vec![5, 1]], vec![3, 5, 4], f),
-            (Op::Broadcast { dims: vec![2, 3, 4] }, vec![vec![3, 1]], vec![2, 3, 4], DType::I64),
-            (Op::Slice { starts: vec![6, 1], steps: vec![-2, 3], sizes: vec![4, 3] }, vec![vec![7, 9]], vec![4, 3], f),
-            (Op::Slice { starts: vec![2, 4, 6], steps: vec![-1, 1, -3], sizes: vec![3, 1, 3] }, vec![vec![3, 5, 7]], vec![3, 1, 3], f),
-            (Op::Tile { repeats: vec![2, 3] }, vec![vec![7, 9]], vec![14, 27], f),
-            (Op::Tile { repeats: vec![2, 1] }, vec![vec![3, 5]], vec![6, 5], DType::I64),
-            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Constant(-1.5) }, vec![vec![7, 9]], vec![10, 12], f),
-            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Edge }, vec![vec![7, 9]], vec![10, 12], f),
-            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Reflect }, vec![vec![7, 9]], vec![10, 12], f),
-            (Op::Pad { pads: vec![(1, 2), (2, 1)], mode: PadMode::Wrap }, vec![vec![7, 9]], vec![10, 12], f),
-            (Op::Concat { axis: 1 }, vec![vec![3, 5, 7], vec![3, 2, 7], vec![3, 1, 7]], vec![3, 8, 7], f),
-            (Op::Concat { axis: 0 }, vec![vec![3, 5], vec![2, 5]], vec![5, 5], DType::I64),
+        type Case = (Op, Vec<Vec<usize>>, Vec<usize>, DType);
+        let cases: Vec<Case> = vec![
+            (
+                Op::Transpose {
+                    perm: vec![2, 0, 1],
+                },
+                vec![vec![3, 5, 7]],
+                vec![7, 3, 5],
+                f,
+            ),
+            (
+                Op::Transpose { perm: vec![1, 0] },
+                vec![vec![3, 5]],
+                vec![5, 3],
+                DType::I64,
+            ),
+            (
+                Op::Broadcast {
+                    dims: vec![3, 5, 4],
+                },
+                vec![vec![5, 1]],
+                vec![3, 5, 4],
+                f,
+            ),
+            (
+                Op::Broadcast {
+                    dims: vec![2, 3, 4],
+                },
+                vec![vec![3, 1]],
+                vec![2, 3, 4],
+                DType::I64,
+            ),
+            (
+                Op::Slice {
+                    starts: vec![6, 1],
+                    steps: vec![-2, 3],
+                    sizes: vec![4, 3],
+                },
+                vec![vec![7, 9]],
+                vec![4, 3],
+                f,
+            ),
+            (
+                Op::Slice {
+                    starts: vec![2, 4, 6],
+                    steps: vec![-1, 1, -3],
+                    sizes: vec![3, 1, 3],
+                },
+                vec![vec![3, 5, 7]],
+                vec![3, 1, 3],
+                f,
+            ),
+            (
+                Op::Tile {
+                    repeats: vec![2, 3],
+                },
+                vec![vec![7, 9]],
+                vec![14, 27],
+                f,
+            ),
+            (
+                Op::Tile {
+                    repeats: vec![2, 1],
+                },
+                vec![vec![3, 5]],
+                vec![6, 5],
+                DType::I64,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Constant(-1.5),
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Edge,
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Reflect,
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Wrap,
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Concat { axis: 1 },
+                vec![vec![3, 5, 7], vec![3, 2, 7], vec![3, 1, 7]],
+                vec![3, 8, 7],
+                f,
+            ),
+            (
+                Op::Concat { axis: 0 },
+                vec![vec![3, 5], vec![2, 5]],
+                vec![5, 5],
+                DType::I64,
+            ),
         ];
         for (op, ins, od, dt) in cases {
             let mut g = Graph::new("copy");
@@ -1586,7 +1800,11 @@ mod tests {
                 .map(|(k, d)| g.input(&format!("x{k}"), Shape::new(d, dt)))
                 .collect();
             let o = g.add_node(op.clone(), ids, Shape::new(&od, dt));
-            let ts: Vec<Tensor> = ins.iter().enumerate().map(|(k, d)| mk(d, k as u32 * 3 + 1, dt)).collect();
+            let ts: Vec<Tensor> = ins
+                .iter()
+                .enumerate()
+                .map(|(k, d)| mk(d, k as u32 * 3 + 1, dt))
+                .collect();
             let want = eval_op(&op, &ts.iter().collect::<Vec<_>>(), &g.node(o).shape).unwrap();
             let w = words_of(&want);
             let mut out = vec![0xdead_beefu32; w.len()];

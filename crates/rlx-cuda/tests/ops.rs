@@ -53,7 +53,12 @@ fn assert_same(what: &str, got: &Tensor, want: &Tensor, any_nan: bool) {
                 } else {
                     x.to_bits() == y.to_bits()
                 };
-                assert!(ok, "{what}: element {i}: cuda {x:?} ({:#x}) cpu {y:?} ({:#x})", x.to_bits(), y.to_bits());
+                assert!(
+                    ok,
+                    "{what}: element {i}: cuda {x:?} ({:#x}) cpu {y:?} ({:#x})",
+                    x.to_bits(),
+                    y.to_bits()
+                );
             }
         }
         (a, b) => assert_eq!(a, b, "{what}"),
@@ -166,25 +171,76 @@ fn data_movement_is_bit_exact() {
     let b = g.input("b", sh(&[3, 1, 4], DType::Bool));
     let l = g.input("l", sh(&[3, 5], DType::I64));
     let mut outs = vec![];
-    outs.push(g.add_node(Op::Transpose { perm: vec![2, 0, 1] }, vec![x], sh(&[7, 3, 5], f)));
-    outs.push(g.add_node(Op::Transpose { perm: vec![1, 0] }, vec![l], sh(&[5, 3], DType::I64)));
-    outs.push(g.add_node(Op::Broadcast { dims: vec![3, 5, 4] }, vec![z], sh(&[3, 5, 4], f)));
-    outs.push(g.add_node(Op::Broadcast { dims: vec![3, 6, 4] }, vec![b], sh(&[3, 6, 4], DType::Bool)));
     outs.push(g.add_node(
-        Op::Slice { starts: vec![6, 1], steps: vec![-2, 3], sizes: vec![4, 3] },
+        Op::Transpose {
+            perm: vec![2, 0, 1],
+        },
+        vec![x],
+        sh(&[7, 3, 5], f),
+    ));
+    outs.push(g.add_node(
+        Op::Transpose { perm: vec![1, 0] },
+        vec![l],
+        sh(&[5, 3], DType::I64),
+    ));
+    outs.push(g.add_node(
+        Op::Broadcast {
+            dims: vec![3, 5, 4],
+        },
+        vec![z],
+        sh(&[3, 5, 4], f),
+    ));
+    outs.push(g.add_node(
+        Op::Broadcast {
+            dims: vec![3, 6, 4],
+        },
+        vec![b],
+        sh(&[3, 6, 4], DType::Bool),
+    ));
+    outs.push(g.add_node(
+        Op::Slice {
+            starts: vec![6, 1],
+            steps: vec![-2, 3],
+            sizes: vec![4, 3],
+        },
         vec![y],
         sh(&[4, 3], f),
     ));
     outs.push(g.add_node(
-        Op::Slice { starts: vec![2, 4, 6], steps: vec![-1, 1, -3], sizes: vec![3, 1, 3] },
+        Op::Slice {
+            starts: vec![2, 4, 6],
+            steps: vec![-1, 1, -3],
+            sizes: vec![3, 1, 3],
+        },
         vec![x],
         sh(&[3, 1, 3], f),
     ));
-    outs.push(g.add_node(Op::Tile { repeats: vec![2, 3] }, vec![y], sh(&[14, 27], f)));
-    outs.push(g.add_node(Op::Tile { repeats: vec![2, 1] }, vec![l], sh(&[6, 5], DType::I64)));
-    for mode in [PadMode::Constant(-1.5), PadMode::Constant(f64::NEG_INFINITY), PadMode::Edge, PadMode::Reflect, PadMode::Wrap] {
+    outs.push(g.add_node(
+        Op::Tile {
+            repeats: vec![2, 3],
+        },
+        vec![y],
+        sh(&[14, 27], f),
+    ));
+    outs.push(g.add_node(
+        Op::Tile {
+            repeats: vec![2, 1],
+        },
+        vec![l],
+        sh(&[6, 5], DType::I64),
+    ));
+    for mode in [
+        PadMode::Constant(-1.5),
+        PadMode::Constant(f64::NEG_INFINITY),
+        PadMode::Edge,
+        PadMode::Reflect,
+        PadMode::Wrap,
+    ] {
         outs.push(g.add_node(
-            Op::Pad { pads: vec![(1, 2), (2, 1)], mode },
+            Op::Pad {
+                pads: vec![(1, 2), (2, 1)],
+                mode,
+            },
             vec![y],
             sh(&[10, 12], f),
         ));
@@ -199,7 +255,11 @@ fn data_movement_is_bit_exact() {
         specials(&[3, 5, 7], 1),
         specials(&[7, 9], 2),
         specials(&[5, 1], 3),
-        Tensor::new(vec![3, 1, 4], TensorData::Bool((0..12).map(|i| i % 3 == 0).collect())).unwrap(),
+        Tensor::new(
+            vec![3, 1, 4],
+            TensorData::Bool((0..12).map(|i| i % 3 == 0).collect()),
+        )
+        .unwrap(),
         Tensor::new(vec![3, 5], TensorData::I64(lv)).unwrap(),
         specials(&[3, 2, 7], 4),
         specials(&[3, 1, 7], 5),
@@ -210,7 +270,10 @@ fn data_movement_is_bit_exact() {
         let o = g.outputs[i];
         assert_same(&format!("{o} {}", g.node(o).op.name()), c, w, false);
     }
-    eprintln!("{} data-movement outputs bit-identical to rlx-cpu", got.len());
+    eprintln!(
+        "{} data-movement outputs bit-identical to rlx-cpu",
+        got.len()
+    );
 }
 
 fn gather_graph(dd: &[usize], axis: usize, idt: DType, nidx: &[usize]) -> (Graph, NodeId) {
@@ -239,13 +302,27 @@ fn gather_i64_i32_negative_and_out_of_range() {
             let (g, _) = gather_graph(&dd, axis, idt, &[2, 3]);
             let it = match idt {
                 DType::I64 => Tensor::new(vec![2, 3], TensorData::I64(idx.clone())).unwrap(),
-                _ => Tensor::new(vec![2, 3], TensorData::I32(idx.iter().map(|&v| v as i32).collect())).unwrap(),
+                _ => Tensor::new(
+                    vec![2, 3],
+                    TensorData::I32(idx.iter().map(|&v| v as i32).collect()),
+                )
+                .unwrap(),
             };
             let ins = vec![specials(&dd, 9), it];
             let (want, got, ex) = run_both(&g, &ins);
             all_gpu(&ex);
-            assert_same(&format!("gather axis {axis} {idt}"), &got[0], &want[0], false);
-            assert_same(&format!("gather+neg axis {axis} {idt}"), &got[1], &want[1], false);
+            assert_same(
+                &format!("gather axis {axis} {idt}"),
+                &got[0],
+                &want[0],
+                false,
+            );
+            assert_same(
+                &format!("gather+neg axis {axis} {idt}"),
+                &got[1],
+                &want[1],
+                false,
+            );
         }
     }
     // Out of range (either side): an error naming the Gather node, on both backends.
@@ -265,10 +342,16 @@ fn gather_i64_i32_negative_and_out_of_range() {
                 assert!(msg.contains("out of range"), "{msg}");
                 eprintln!("index {bad}: {}", ex.run(&ins, None).unwrap_err());
             }
-            other => panic!("index {bad}: expected an error naming {o}, got {:?}", other.map(|_| ())),
+            other => panic!(
+                "index {bad}: expected an error naming {o}, got {:?}",
+                other.map(|_| ())
+            ),
         }
         // The executor recovers: a valid run afterwards succeeds.
-        let ok = vec![ins[0].clone(), Tensor::new(vec![3], TensorData::I64(vec![0, 4, -5])).unwrap()];
+        let ok = vec![
+            ins[0].clone(),
+            Tensor::new(vec![3], TensorData::I64(vec![0, 4, -5])).unwrap(),
+        ];
         let got = ex.run(&ok, None).unwrap();
         let want = c.run(&ok, None).unwrap();
         assert_same("gather after error", &got[0], &want[0], false);
@@ -290,7 +373,13 @@ fn comparisons_select_and_casts() {
     let d = [4, 3, 5];
     let mut outs = vec![];
     let mut bools = vec![];
-    for op in [BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge, BinaryOp::Eq] {
+    for op in [
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+        BinaryOp::Eq,
+    ] {
         let c = g.binary(op, a, b, sh(&d, bo));
         bools.push(c);
         outs.push(c);
@@ -306,21 +395,78 @@ fn comparisons_select_and_casts() {
         outs.push(g.unary(UnaryOp::IsInf { pos, neg }, a, sh(&d, bo)));
     }
     outs.push(g.add_node(Op::Select, vec![bools[0], a, b], sh(&d, f)));
-    let cb = g.add_node(Op::Cast { to: bo, saturate: true }, vec![a], sh(&d, bo));
+    let cb = g.add_node(
+        Op::Cast {
+            to: bo,
+            saturate: true,
+        },
+        vec![a],
+        sh(&d, bo),
+    );
     outs.push(cb);
-    outs.push(g.add_node(Op::Cast { to: f, saturate: true }, vec![cb], sh(&d, f)));
-    outs.push(g.add_node(Op::Cast { to: DType::I32, saturate: true }, vec![cb], sh(&d, DType::I32)));
-    outs.push(g.add_node(Op::Cast { to: DType::I64, saturate: true }, vec![cb], sh(&d, DType::I64)));
-    outs.push(g.add_node(Op::Cast { to: f, saturate: true }, vec![i32v], sh(&d, f)));
-    outs.push(g.add_node(Op::Cast { to: DType::I64, saturate: true }, vec![i32v], sh(&d, DType::I64)));
-    outs.push(g.add_node(Op::Cast { to: f, saturate: true }, vec![i64v], sh(&d, f)));
+    outs.push(g.add_node(
+        Op::Cast {
+            to: f,
+            saturate: true,
+        },
+        vec![cb],
+        sh(&d, f),
+    ));
+    outs.push(g.add_node(
+        Op::Cast {
+            to: DType::I32,
+            saturate: true,
+        },
+        vec![cb],
+        sh(&d, DType::I32),
+    ));
+    outs.push(g.add_node(
+        Op::Cast {
+            to: DType::I64,
+            saturate: true,
+        },
+        vec![cb],
+        sh(&d, DType::I64),
+    ));
+    outs.push(g.add_node(
+        Op::Cast {
+            to: f,
+            saturate: true,
+        },
+        vec![i32v],
+        sh(&d, f),
+    ));
+    outs.push(g.add_node(
+        Op::Cast {
+            to: DType::I64,
+            saturate: true,
+        },
+        vec![i32v],
+        sh(&d, DType::I64),
+    ));
+    outs.push(g.add_node(
+        Op::Cast {
+            to: f,
+            saturate: true,
+        },
+        vec![i64v],
+        sh(&d, f),
+    ));
     g.set_outputs(outs);
     let n = 60;
-    let iv: Vec<i32> = (0..n).map(|k| (k as i32 - 30).wrapping_mul(71_582_791)).collect();
+    let iv: Vec<i32> = (0..n)
+        .map(|k| (k as i32 - 30).wrapping_mul(71_582_791))
+        .collect();
     // i64 values near 2^53..2^62 where f64 then f32 rounding differs from direct rounding.
     let lv: Vec<i64> = (0..n)
         .map(|k| {
-            let base = [0x2000_0010_0000_0001i64, (1 << 53) + 1, -(1 << 40) - 3, 12345, -7][k % 5];
+            let base = [
+                0x2000_0010_0000_0001i64,
+                (1 << 53) + 1,
+                -(1 << 40) - 3,
+                12345,
+                -7,
+            ][k % 5];
             base.wrapping_add(k as i64 * 0x1000_0001)
         })
         .collect();
@@ -340,7 +486,10 @@ fn comparisons_select_and_casts() {
         let o = g.outputs[i];
         assert_same(&format!("{o} {}", g.node(o).op.name()), c, w, false);
     }
-    eprintln!("{} comparison/select/cast outputs identical to rlx-cpu", got.len());
+    eprintln!(
+        "{} comparison/select/cast outputs identical to rlx-cpu",
+        got.len()
+    );
 }
 
 #[test]
@@ -350,14 +499,70 @@ fn conv_groups_dilation_pads_bias() {
     }
     use rlx_ir::ConvAttrs;
     // (x dims, w dims, groups, strides, pads, dilations, bias)
-    type Case = (Vec<usize>, Vec<usize>, usize, Vec<usize>, Vec<(usize, usize)>, Vec<usize>, bool);
+    type Case = (
+        Vec<usize>,
+        Vec<usize>,
+        usize,
+        Vec<usize>,
+        Vec<(usize, usize)>,
+        Vec<usize>,
+        bool,
+    );
     let cases: Vec<Case> = vec![
-        (vec![2, 6, 9, 11], vec![4, 3, 3, 3], 2, vec![2, 1], vec![(1, 0), (2, 1)], vec![1, 2], true),
-        (vec![1, 5, 13], vec![7, 5, 4], 1, vec![3], vec![(2, 2)], vec![1], false),
-        (vec![2, 8, 7, 7], vec![8, 1, 3, 3], 8, vec![1, 1], vec![(1, 1), (1, 1)], vec![1, 1], true),
-        (vec![1, 16, 10, 10], vec![12, 16, 1, 1], 1, vec![2, 2], vec![(0, 0), (0, 0)], vec![1, 1], true),
-        (vec![1, 3, 17, 17], vec![5, 3, 7, 7], 1, vec![2, 2], vec![(3, 3), (3, 3)], vec![1, 1], true),
-        (vec![1, 2, 4, 5, 6], vec![3, 2, 2, 3, 2], 1, vec![1, 2, 1], vec![(1, 0), (0, 1), (1, 1)], vec![2, 1, 1], true),
+        (
+            vec![2, 6, 9, 11],
+            vec![4, 3, 3, 3],
+            2,
+            vec![2, 1],
+            vec![(1, 0), (2, 1)],
+            vec![1, 2],
+            true,
+        ),
+        (
+            vec![1, 5, 13],
+            vec![7, 5, 4],
+            1,
+            vec![3],
+            vec![(2, 2)],
+            vec![1],
+            false,
+        ),
+        (
+            vec![2, 8, 7, 7],
+            vec![8, 1, 3, 3],
+            8,
+            vec![1, 1],
+            vec![(1, 1), (1, 1)],
+            vec![1, 1],
+            true,
+        ),
+        (
+            vec![1, 16, 10, 10],
+            vec![12, 16, 1, 1],
+            1,
+            vec![2, 2],
+            vec![(0, 0), (0, 0)],
+            vec![1, 1],
+            true,
+        ),
+        (
+            vec![1, 3, 17, 17],
+            vec![5, 3, 7, 7],
+            1,
+            vec![2, 2],
+            vec![(3, 3), (3, 3)],
+            vec![1, 1],
+            true,
+        ),
+        (
+            vec![1, 2, 4, 5, 6],
+            vec![3, 2, 2, 3, 2],
+            1,
+            vec![1, 2, 1],
+            vec![(1, 0), (0, 1), (1, 1)],
+            vec![2, 1, 1],
+            true,
+        ),
     ];
     for (ci, (xd, wd, groups, strides, pads, dilations, bias)) in cases.into_iter().enumerate() {
         let ns = xd.len() - 2;
@@ -366,7 +571,12 @@ fn conv_groups_dilation_pads_bias() {
             let span = dilations[d] * (wd[2 + d] - 1) + 1;
             od.push((xd[2 + d] + pads[d].0 + pads[d].1 - span) / strides[d] + 1);
         }
-        let a = ConvAttrs { strides, pads, dilations, groups };
+        let a = ConvAttrs {
+            strides,
+            pads,
+            dilations,
+            groups,
+        };
         let mut g = Graph::new("conv");
         let x = g.input("x", sh(&xd, DType::F32));
         let w = g.input("w", sh(&wd, DType::F32));
@@ -382,15 +592,31 @@ fn conv_groups_dilation_pads_bias() {
         xv[nx / 2] = f32::INFINITY;
         let mut ins = vec![
             Tensor::from_f32(&xd, xv).unwrap(),
-            Tensor::from_f32(&wd, rand_vec(wd.iter().product(), ci as u64 + 50, -1.0, 1.0)).unwrap(),
+            Tensor::from_f32(
+                &wd,
+                rand_vec(wd.iter().product(), ci as u64 + 50, -1.0, 1.0),
+            )
+            .unwrap(),
         ];
         if bias {
-            ins.push(Tensor::from_f32(&[wd[0]], rand_vec(wd[0], ci as u64 + 70, -1.0, 1.0)).unwrap());
+            ins.push(
+                Tensor::from_f32(&[wd[0]], rand_vec(wd[0], ci as u64 + 70, -1.0, 1.0)).unwrap(),
+            );
         }
-        let want = rlx_cpu::eval_op(&Op::Conv(a), &ins.iter().collect::<Vec<_>>(), &g.node(o).shape).unwrap();
+        let want = rlx_cpu::eval_op(
+            &Op::Conv(a),
+            &ins.iter().collect::<Vec<_>>(),
+            &g.node(o).shape,
+        )
+        .unwrap();
         let mut ex = CudaExecutor::new(g.clone()).unwrap();
         all_gpu(&ex);
         let got = ex.run(&ins, None).unwrap();
-        assert_close(&format!("conv case {ci} {xd:?} * {wd:?}"), &got[0], &want, 1e-4);
+        assert_close(
+            &format!("conv case {ci} {xd:?} * {wd:?}"),
+            &got[0],
+            &want,
+            1e-4,
+        );
     }
 }
