@@ -886,12 +886,30 @@ impl CudaExecutor {
             if v[0] != i32::MAX && (v[0] as usize) < n {
                 let id = NodeId(v[0] as u32);
                 let g = &self.graph;
-                let dim = g.node(g.node(id).inputs[0]).shape.dims_usize();
-                return Err(kernel_err(
-                    g,
-                    id,
-                    format!("gather: an index is out of range for data dims {dim:?}"),
-                ));
+                let node = g.node(id);
+                let dd = g.node(node.inputs[0]).shape.dims_usize();
+                let axis = match node.op {
+                    Op::Gather { axis } => axis,
+                    _ => 0,
+                };
+                let size = dd.get(axis).copied().unwrap_or(0) as i64;
+                // Name the first offending index as the CPU does (the indices are read back
+                // only on this error path).
+                let first_bad = self.read_back(&[node.inputs[1]]).ok().and_then(|t| {
+                    t[0].data()
+                        .to_i64_vec()
+                        .iter()
+                        .enumerate()
+                        .find(|(_, &k)| k < -size || k >= size)
+                        .map(|(p, &k)| (p, k))
+                });
+                let msg = match first_bad {
+                    Some((p, k)) => format!(
+                        "gather: index {k} (at position {p} of the indices) is out of range for an axis of size {size}"
+                    ),
+                    None => format!("gather: an index is out of range for data dims {dd:?}"),
+                };
+                return Err(kernel_err(g, id, msg));
             }
         }
         let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
