@@ -13,7 +13,9 @@ use cudarc::driver::{
 use rlx_cpu::eval_op;
 use rlx_ir::numeric_check::DebugScanner;
 use rlx_ir::provenance::node_label;
-use rlx_ir::{strides_of, DType, Graph, NodeId, Op, Tensor, TensorData};
+use rlx_ir::{
+    strides_of, DType, Graph, NodeId, Op, PadMode, ReduceKind, Tensor, TensorData, UnaryOp,
+};
 use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,7 +56,54 @@ enum Step {
         meta: Option<usize>,
     },
     MatMul(MatMulPlan),
+    /// Reduce over axes (`reduce_f32`): metadata index, kind code, output count.
+    Reduce {
+        f: CudaFunction,
+        meta: usize,
+        kind: i32,
+        nout: u64,
+    },
+    /// Index-map copies (`copy_map`): (input position, metadata index, element count) per
+    /// launch (one for Transpose/Broadcast/Slice/Tile/Pad, one per input for Concat).
+    Copy {
+        f: CudaFunction,
+        parts: Vec<(usize, usize, u64)>,
+    },
+    /// ONNX Gather of 32-bit words (`gather_u32`), indices i64 or i32, bounds-checked.
+    Gather {
+        f: CudaFunction,
+        nidx: i64,
+        dim: i64,
+        inner: i64,
+        idx64: i32,
+    },
+    /// `select_u32`: cond (Bool as u32), on_true, on_false, broadcast by metadata.
+    Select {
+        f: CudaFunction,
+        meta: Option<usize>,
+    },
+    /// `umap_u32`: IsNaN, IsInf, Not, simple casts (kind code, two int parameters).
+    UMap {
+        f: CudaFunction,
+        kind: i32,
+        p: [i32; 2],
+    },
+    /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
+    Conv {
+        f: CudaFunction,
+        meta: usize,
+    },
     Cpu(String),
+}
+
+/// 32-bit words per element of a dtype held on the device (Bool as a u32 0/1), or `None`
+/// for a dtype with no device storage (its nodes run on the CPU).
+pub(crate) fn dev_words(dt: DType) -> Option<usize> {
+    match dt {
+        DType::F32 | DType::I32 | DType::U32 | DType::Bool => Some(1),
+        DType::I64 => Some(2),
+        _ => None,
+    }
 }
 
 /// Runs a compiled graph on CUDA device 0. API parallel to `rlx_wgpu::WgpuExecutor`.
@@ -75,6 +124,8 @@ pub struct CudaExecutor {
     meta_ptrs: Vec<u64>,
     /// Host-produced values (leaves, CPU nodes) that GPU nodes read: uploaded.
     upload: Vec<bool>,
+    /// Gather's out-of-range flag (lowest offending node index; i32::MAX when none).
+    err: Option<CudaSlice<i32>>,
     params: Vec<Option<Tensor>>,
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
@@ -267,9 +318,9 @@ impl CudaExecutor {
         // The kernel module is compiled (once per process) only when a node needs it.
         let mut module_cache: Option<Result<Arc<CudaModule>, String>> = None;
         let mut module = || module_cache.get_or_insert_with(|| gpu.module()).clone();
-        let f32_value = |id: NodeId| -> bool {
+        let dev_value = |id: NodeId| -> bool {
             let s = &graph.node(id).shape;
-            s.is_static() && s.dtype == DType::F32
+            s.is_static() && dev_words(s.dtype).is_some()
         };
 
         // 1. Placement.
@@ -280,14 +331,14 @@ impl CudaExecutor {
                 steps.push(Step::Leaf);
                 continue;
             }
-            let r: Result<Step, String> = if !f32_value(node.id) {
+            let r: Result<Step, String> = if !dev_value(node.id) {
                 Err(format!(
-                    "output {} is not f32 (only f32 runs on CUDA yet)",
+                    "output {} is not f32/i32/u32/i64/bool (no CUDA storage for it)",
                     node.shape
                 ))
-            } else if let Some(&bad) = node.inputs.iter().find(|&&i| !f32_value(i)) {
+            } else if let Some(&bad) = node.inputs.iter().find(|&&i| !dev_value(i)) {
                 Err(format!(
-                    "input {bad} ({}) is not f32 (only f32 runs on CUDA yet)",
+                    "input {bad} ({}) is not f32/i32/u32/i64/bool (no CUDA storage for it)",
                     graph.node(bad).shape
                 ))
             } else {
@@ -302,15 +353,16 @@ impl CudaExecutor {
         let mut upload = vec![false; n];
         for node in &graph.nodes {
             let id = node.id;
-            if !matches!(
-                steps[id.index()],
-                Step::Alias | Step::Unary { .. } | Step::Binary { .. } | Step::MatMul(_)
-            ) {
+            if matches!(steps[id.index()], Step::Leaf | Step::Cpu(_)) {
                 continue;
             }
+            let words = |i: NodeId| {
+                let s = &graph.node(i).shape;
+                s.numel() * dev_words(s.dtype).unwrap_or(1)
+            };
             for &i in &node.inputs {
                 if buf[i.index()].is_none() {
-                    sizes.push(graph.node(i).shape.numel());
+                    sizes.push(words(i));
                     buf[i.index()] = Some(sizes.len() - 1);
                     upload[i.index()] = true;
                 }
@@ -318,7 +370,7 @@ impl CudaExecutor {
             buf[id.index()] = match steps[id.index()] {
                 Step::Alias => buf[node.inputs[0].index()],
                 _ => {
-                    sizes.push(node.shape.numel());
+                    sizes.push(words(id));
                     Some(sizes.len() - 1)
                 }
             };
@@ -342,7 +394,17 @@ impl CudaExecutor {
             metas.push(b);
         }
 
+        let err = if steps.iter().any(|s| matches!(s, Step::Gather { .. })) {
+            Some(
+                stream
+                    .alloc_zeros::<i32>(1)
+                    .map_err(|e| cuda_err("allocating the gather error flag", e))?,
+            )
+        } else {
+            None
+        };
         let ex = CudaExecutor {
+            err,
             params: vec![None; n],
             param_ids,
             inputs: graph.inputs(),
@@ -475,27 +537,34 @@ impl CudaExecutor {
             return Ok(());
         };
         let g = &self.graph;
-        let TensorData::F32(v) = t.data() else {
-            return Err(kernel_err(
-                g,
-                id,
-                format!("{} values cannot be uploaded to the GPU", t.dtype()),
-            ));
+        let bools: Vec<u32>;
+        let (src, words): (&[u8], usize) = match t.data() {
+            TensorData::F32(v) => (as_bytes(v), v.len()),
+            TensorData::I32(v) => (as_bytes(v), v.len()),
+            TensorData::U32(v) => (as_bytes(v), v.len()),
+            TensorData::I64(v) => (as_bytes(v), 2 * v.len()),
+            TensorData::Bool(v) => {
+                bools = v.iter().map(|&x| x as u32).collect();
+                (as_bytes(&bools), bools.len())
+            }
+            _ => {
+                return Err(kernel_err(
+                    g,
+                    id,
+                    format!("{} values cannot be uploaded to the GPU", t.dtype()),
+                ))
+            }
         };
-        if v.is_empty() {
+        if words == 0 {
             return Ok(());
         }
-        if v.len() > self.buffers[b].len() {
+        if words > self.buffers[b].len() {
             return Err(kernel_err(g, id, "value larger than its device buffer"));
         }
-        // SAFETY: the destination buffer holds at least v.len() f32 (checked above) and lives
-        // as long as the executor; the stream is this executor's.
+        // SAFETY: the destination buffer holds at least `words` 32-bit words (checked above)
+        // and lives as long as the executor; the stream is this executor's.
         unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                self.ptrs[b],
-                v.as_slice(),
-                self.stream.cu_stream(),
-            )
+            cudarc::driver::result::memcpy_htod_async(self.ptrs[b], src, self.stream.cu_stream())
         }
         .map_err(|e| kernel_err(g, id, format!("upload: {e}")))
     }
@@ -556,6 +625,18 @@ impl CudaExecutor {
             .bind_to_thread()
             .map_err(|e| cuda_err("binding the context", e))?;
         let n = self.graph.len();
+        if let Some(e) = &self.err {
+            let flag = [i32::MAX];
+            // SAFETY: the flag buffer holds one i32.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(
+                    e.device_ptr(&self.stream).0,
+                    &flag[..],
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(|e| cuda_err("resetting the gather error flag", e))?;
+        }
         let mut host: Vec<Option<Cow<'a, Tensor>>> = (0..n).map(|_| None).collect();
         let mut next_input = 0;
         for k in 0..n {
@@ -622,6 +703,126 @@ impl CudaExecutor {
                     self.sgemm(p, a, b, c)
                         .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?;
                 }
+                Step::Reduce {
+                    f,
+                    meta,
+                    kind,
+                    nout,
+                } => {
+                    if *nout > 0 {
+                        let (x, o, m) = (
+                            self.ptr(node.inputs[0]),
+                            self.ptr(id),
+                            self.meta_ptrs[*meta],
+                        );
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x).arg(&o).arg(nout).arg(&m).arg(kind);
+                        let cfg = LaunchConfig {
+                            grid_dim: ((*nout).min(1 << 20) as u32, 1, 1),
+                            block_dim: (256, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        // SAFETY: signature (const float*, float*, u64, const i64*, int); the
+                        // metadata's offsets stay inside the input, `nout` outputs.
+                        unsafe { l.launch(cfg) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::Copy { f, parts } => {
+                    let o = self.ptr(id);
+                    for &(k, meta, cnt) in parts {
+                        if cnt == 0 {
+                            continue;
+                        }
+                        let x = self.ptr(node.inputs[k]);
+                        let m = self.meta_ptrs[meta];
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x).arg(&o).arg(&cnt).arg(&m);
+                        // SAFETY: signature (const u32*, u32*, u64, const i64*); the planned
+                        // index map stays inside both buffers.
+                        unsafe { l.launch(launch_cfg(cnt)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::Gather {
+                    f,
+                    nidx,
+                    dim,
+                    inner,
+                    idx64,
+                } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let (x, ix, o) = (
+                            self.ptr(node.inputs[0]),
+                            self.ptr(node.inputs[1]),
+                            self.ptr(id),
+                        );
+                        let e = self.err.as_ref().expect("allocated for gathers");
+                        let ep = e.device_ptr(&self.stream).0;
+                        let nid = id.index() as i32;
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x)
+                            .arg(&ix)
+                            .arg(&o)
+                            .arg(&nel)
+                            .arg(nidx)
+                            .arg(dim)
+                            .arg(inner);
+                        l.arg(idx64).arg(&ep).arg(&nid);
+                        // SAFETY: signature (const u32*, const void*, u32*, u64, i64, i64, i64,
+                        // int, int*, int); indices are checked against `dim` in the kernel.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::Conv { f, meta } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let x = self.ptr(node.inputs[0]);
+                        let w = self.ptr(node.inputs[1]);
+                        let b = if node.inputs.len() == 3 {
+                            self.ptr(node.inputs[2])
+                        } else {
+                            0u64
+                        };
+                        let o = self.ptr(id);
+                        let m = self.meta_ptrs[*meta];
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x).arg(&w).arg(&b).arg(&o).arg(&nel).arg(&m);
+                        // SAFETY: signature (const float* x3, float*, u64, const i64*); input
+                        // positions are checked against the input dims in the kernel.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::Select { f, meta } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let c = self.ptr(node.inputs[0]);
+                        let a = self.ptr(node.inputs[1]);
+                        let b = self.ptr(node.inputs[2]);
+                        let o = self.ptr(id);
+                        let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&c).arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
+                        // SAFETY: signature (const u32* x3, u32*, u64, const i64*).
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::UMap { f, kind, p } => {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x).arg(&o).arg(&nel).arg(kind).arg(&p[0]).arg(&p[1]);
+                        // SAFETY: signature (const u32*, u32*, u64, int, int, int); the buffers
+                        // hold `nel` elements of the planned dtypes.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
                 Step::Cpu(_) => {
                     let missing: Vec<NodeId> = node
                         .inputs
@@ -674,6 +875,43 @@ impl CudaExecutor {
                 e,
             )
         })?;
+        if let Some(e) = &self.err {
+            let v = self
+                .stream
+                .clone_dtoh(e)
+                .map_err(|e| cuda_err("reading the gather error flag", e))?;
+            self.stream
+                .synchronize()
+                .map_err(|e| cuda_err("synchronizing the gather error flag", e))?;
+            if v[0] != i32::MAX && (v[0] as usize) < n {
+                let id = NodeId(v[0] as u32);
+                let g = &self.graph;
+                let node = g.node(id);
+                let dd = g.node(node.inputs[0]).shape.dims_usize();
+                let axis = match node.op {
+                    Op::Gather { axis } => axis,
+                    _ => 0,
+                };
+                let size = dd.get(axis).copied().unwrap_or(0) as i64;
+                // Name the first offending index as the CPU does (the indices are read back
+                // only on this error path).
+                let first_bad = self.read_back(&[node.inputs[1]]).ok().and_then(|t| {
+                    t[0].data()
+                        .to_i64_vec()
+                        .iter()
+                        .enumerate()
+                        .find(|(_, &k)| k < -size || k >= size)
+                        .map(|(p, &k)| (p, k))
+                });
+                let msg = match first_bad {
+                    Some((p, k)) => format!(
+                        "gather: index {k} (at position {p} of the indices) is out of range for an axis of size {size}"
+                    ),
+                    None => format!("gather: an index is out of range for data dims {dd:?}"),
+                };
+                return Err(kernel_err(g, id, msg));
+            }
+        }
         let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
         for i in want {
             if out[i.index()].is_none() {
@@ -755,15 +993,28 @@ impl CudaExecutor {
             })?;
             let shape = &g.node(id).shape;
             let nel = shape.numel();
+            let words = nel * dev_words(shape.dtype).unwrap_or(1);
             let v: Vec<f32> = if nel == 0 {
                 vec![]
             } else {
                 self.stream
-                    .clone_dtoh(&self.buffers[b].slice(0..nel))
+                    .clone_dtoh(&self.buffers[b].slice(0..words))
                     .map_err(|e| kernel_err(g, id, format!("read back: {e}")))?
             };
+            let data = match shape.dtype {
+                DType::F32 => TensorData::F32(v),
+                DType::I32 => TensorData::I32(v.iter().map(|x| x.to_bits() as i32).collect()),
+                DType::U32 => TensorData::U32(v.iter().map(|x| x.to_bits()).collect()),
+                DType::Bool => TensorData::Bool(v.iter().map(|x| x.to_bits() != 0).collect()),
+                DType::I64 => TensorData::I64(
+                    v.chunks_exact(2)
+                        .map(|w| (w[0].to_bits() as u64 | (w[1].to_bits() as u64) << 32) as i64)
+                        .collect(),
+                ),
+                d => return Err(kernel_err(g, id, format!("{d} has no device storage"))),
+            };
             out.push(
-                Tensor::new(shape.dims_usize(), TensorData::F32(v))
+                Tensor::new(shape.dims_usize(), data)
                     .map_err(|e| kernel_err(g, id, e.to_string()))?,
             );
         }
@@ -772,6 +1023,234 @@ impl CudaExecutor {
             .map_err(|e| cuda_err("synchronizing a read back", e))?;
         Ok(out)
     }
+}
+
+/// The bytes of a slice of plain numbers (for uploads).
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is a plain number type (f32, i32, u32, i64): no padding, any bytes valid u8.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+/// The `copy_map` launches of a Transpose/Broadcast/Slice/Tile/Pad/Concat node: (input
+/// position, metadata, word count) per launch, or why it stays on the CPU.
+pub(crate) fn copy_plan(g: &Graph, id: NodeId) -> Result<Vec<(usize, Vec<i64>, u64)>, String> {
+    let node = g.node(id);
+    let od = node.shape.dims_usize();
+    let ind = |k: usize| g.node(node.inputs[k]).shape.dims_usize();
+    let dt = |i: NodeId| g.node(i).shape.dtype;
+    let odt = node.shape.dtype;
+    let words = dev_words(odt).ok_or("no device storage for the dtype")?;
+    let ost = strides_of(&od);
+    let copy_meta = |rows: Vec<[i64; 7]>, obase: i64, fill: u32| -> Vec<i64> {
+        map_meta(rows, obase, fill, words)
+    };
+    if node.inputs.iter().any(|&i| dt(i) != odt) {
+        return Err("inputs and output of different dtypes".into());
+    }
+    let id0 = ind(0);
+    let st = strides_of(&id0);
+    let r = od.len();
+    let plain = |d: usize| -> [i64; 7] {
+        [
+            od[d] as i64,
+            id0[d] as i64,
+            st[d] as i64,
+            0,
+            1,
+            0,
+            ost[d] as i64,
+        ]
+    };
+    let n = node.shape.numel() as u64;
+    let parts = match &node.op {
+        Op::Transpose { perm } => {
+            if perm.len() != r
+                || id0.len() != r
+                || (0..r).any(|d| perm[d] >= r || id0[perm[d]] != od[d])
+            {
+                return Err(format!(
+                    "transpose {perm:?} of {id0:?} does not give {od:?}"
+                ));
+            }
+            let rows = (0..r)
+                .map(|d| {
+                    [
+                        od[d] as i64,
+                        id0[perm[d]] as i64,
+                        st[perm[d]] as i64,
+                        0,
+                        1,
+                        0,
+                        ost[d] as i64,
+                    ]
+                })
+                .collect();
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Broadcast { .. } => {
+            if id0.len() > r {
+                return Err("broadcast to a lower rank".into());
+            }
+            let off = r - id0.len();
+            let mut rows = vec![];
+            for d in 0..r {
+                if d < off || id0[d - off] == 1 {
+                    rows.push([od[d] as i64, 1, 0, 0, 1, 0, ost[d] as i64]);
+                } else if id0[d - off] == od[d] {
+                    rows.push([
+                        od[d] as i64,
+                        od[d] as i64,
+                        st[d - off] as i64,
+                        0,
+                        1,
+                        0,
+                        ost[d] as i64,
+                    ]);
+                } else {
+                    return Err(format!("{id0:?} does not broadcast to {od:?}"));
+                }
+            }
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Slice {
+            starts,
+            steps,
+            sizes,
+        } => {
+            if starts.len() != r || steps.len() != r || sizes.len() != r || id0.len() != r {
+                return Err("slice attributes do not match the rank".into());
+            }
+            let mut rows = vec![];
+            for d in 0..r {
+                if sizes[d] != od[d] || steps[d] == 0 {
+                    return Err(format!("slice sizes {sizes:?} vs output {od:?}"));
+                }
+                if sizes[d] > 0 {
+                    let last = starts[d] as i64 + (sizes[d] as i64 - 1) * steps[d];
+                    if starts[d] >= id0[d] || last < 0 || last >= id0[d] as i64 {
+                        return Err(format!("slice axis {d} runs outside the input"));
+                    }
+                }
+                rows.push([
+                    od[d] as i64,
+                    id0[d] as i64,
+                    st[d] as i64,
+                    starts[d] as i64,
+                    steps[d],
+                    0,
+                    ost[d] as i64,
+                ]);
+            }
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Tile { repeats } => {
+            if repeats.len() != r || id0.len() != r || (0..r).any(|d| id0[d] * repeats[d] != od[d])
+            {
+                return Err(format!("tile {repeats:?} of {id0:?} does not give {od:?}"));
+            }
+            let rows = (0..r)
+                .map(|d| {
+                    let mut x = plain(d);
+                    x[5] = 1;
+                    x
+                })
+                .collect();
+            vec![(0, copy_meta(rows, 0, 0), n)]
+        }
+        Op::Pad { pads, mode } => {
+            if pads.len() != r
+                || id0.len() != r
+                || (0..r).any(|d| id0[d] + pads[d].0 + pads[d].1 != od[d])
+            {
+                return Err(format!("pad {pads:?} of {id0:?} does not give {od:?}"));
+            }
+            let (m, fill) = match mode {
+                PadMode::Constant(v) if odt == DType::F32 => (2, (*v as f32).to_bits()),
+                PadMode::Constant(_) => return Err("constant Pad runs on CUDA for f32 only".into()),
+                PadMode::Wrap => (1, 0),
+                PadMode::Reflect => (3, 0),
+                PadMode::Edge => (4, 0),
+            };
+            if m != 2 && (0..r).any(|d| id0[d] == 0 && od[d] > 0) {
+                return Err("reflect/edge/wrap Pad of an empty axis".into());
+            }
+            if m == 3 && (0..r).any(|d| pads[d].0 >= id0[d].max(1) || pads[d].1 >= id0[d].max(1)) {
+                return Err("reflect Pad wider than the axis".into());
+            }
+            if m == 1 && (0..r).any(|d| pads[d].0 > id0[d] || pads[d].1 > id0[d]) {
+                return Err("wrap Pad wider than the axis".into());
+            }
+            let rows = (0..r)
+                .map(|d| {
+                    let mut x = plain(d);
+                    x[3] = -(pads[d].0 as i64);
+                    x[5] = m;
+                    x
+                })
+                .collect();
+            vec![(0, copy_meta(rows, 0, fill), n)]
+        }
+        Op::Concat { axis } => {
+            let axis = *axis;
+            if axis >= r {
+                return Err("concat axis out of range".into());
+            }
+            let mut parts = vec![];
+            let mut at = 0usize;
+            for k in 0..node.inputs.len() {
+                let ik = ind(k);
+                if ik.len() != r || (0..r).any(|d| d != axis && ik[d] != od[d]) {
+                    return Err(format!("concat input {k} {ik:?} does not fit {od:?}"));
+                }
+                let sk = strides_of(&ik);
+                let rows = (0..r)
+                    .map(|d| {
+                        [
+                            ik[d] as i64,
+                            ik[d] as i64,
+                            sk[d] as i64,
+                            0,
+                            1,
+                            0,
+                            ost[d] as i64,
+                        ]
+                    })
+                    .collect();
+                let cnt = ik.iter().product::<usize>() as u64;
+                parts.push((k, copy_meta(rows, (at * ost[axis]) as i64, 0), cnt));
+                at += ik[axis];
+            }
+            if at != od[axis] {
+                return Err("concat sizes do not add up to the output".into());
+            }
+            parts
+        }
+        other => return Err(format!("{} is not an index-map copy", other.name())),
+    };
+    let parts = parts
+        .into_iter()
+        .map(|(k, m, c)| (k, m, c * words as u64))
+        .collect();
+    Ok(parts)
+}
+
+/// `copy_map` metadata: rows (n, in_dim, in_stride, start, step, mode, out_stride) per
+/// iteration dim; for 2-word elements (i64) every stride and the base double and a last
+/// dim of 2 words is added.
+fn map_meta(mut rows: Vec<[i64; 7]>, obase: i64, fill: u32, words: usize) -> Vec<i64> {
+    let w = words as i64;
+    for x in rows.iter_mut() {
+        x[2] *= w;
+        x[6] *= w;
+    }
+    if w == 2 {
+        rows.push([2, 2, 1, 0, 1, 0, 1]);
+    }
+    let mut m = vec![rows.len() as i64, obase * w, fill as i64];
+    for x in rows {
+        m.extend(x);
+    }
+    m
 }
 
 fn launch_cfg(n: u64) -> LaunchConfig {
@@ -799,9 +1278,256 @@ fn plan_node(
         m.load_function(name)
             .map_err(|e| format!("kernel {name}: {e}"))
     };
+    let dt = |i: NodeId| g.node(i).shape.dtype;
+    let odt = node.shape.dtype;
+    let all_f32 = || -> Result<(), String> {
+        if odt != DType::F32 {
+            return Err(format!("output {} is not f32", node.shape));
+        }
+        if let Some(&bad) = node.inputs.iter().find(|&&i| dt(i) != DType::F32) {
+            return Err(format!("input {bad} ({}) is not f32", g.node(bad).shape));
+        }
+        Ok(())
+    };
+    let words = dev_words(odt).unwrap_or(1);
     match &node.op {
         Op::Reshape { .. } => Ok(Step::Alias),
+        Op::Cast { to, .. } if *to == dt(node.inputs[0]) => Ok(Step::Alias),
+        Op::Cast { to, .. } => {
+            let from = dt(node.inputs[0]);
+            let kind = match (from, *to) {
+                (DType::F32, DType::Bool) => 3,
+                (DType::Bool, DType::F32) => 4,
+                (DType::I32, DType::F32) => 5,
+                (DType::Bool, DType::I32) => 6,
+                (DType::I64, DType::F32) => 7,
+                (DType::Bool, DType::I64) => 8,
+                (DType::I32, DType::I64) => 9,
+                (f, t) => return Err(format!("no CUDA kernel for Cast {f} -> {t} yet")),
+            };
+            Ok(Step::UMap {
+                f: func("umap_u32")?,
+                kind,
+                p: [0, 0],
+            })
+        }
+        Op::Unary(u @ (UnaryOp::IsNaN | UnaryOp::IsInf { .. } | UnaryOp::Not)) => {
+            let want = if matches!(u, UnaryOp::Not) {
+                DType::Bool
+            } else {
+                DType::F32
+            };
+            if dt(node.inputs[0]) != want || odt != DType::Bool || ind(0) != od {
+                return Err(format!(
+                    "{} on {} is not supported on CUDA",
+                    node.op.name(),
+                    g.node(node.inputs[0]).shape
+                ));
+            }
+            let (kind, p) = match *u {
+                UnaryOp::IsNaN => (0, [0, 0]),
+                UnaryOp::IsInf { pos, neg } => (1, [pos as i32, neg as i32]),
+                _ => (2, [0, 0]),
+            };
+            Ok(Step::UMap {
+                f: func("umap_u32")?,
+                kind,
+                p,
+            })
+        }
+        Op::Binary(b) if kernels::pred_kernel(*b).is_some() => {
+            let (name, idt) = kernels::pred_kernel(*b).expect("checked");
+            if odt != DType::Bool || node.inputs.iter().any(|&i| dt(i) != idt) {
+                return Err(format!("{:?} on CUDA takes {idt} inputs and gives Bool", b));
+            }
+            let (a, bd) = (ind(0), ind(1));
+            if rlx_ir::broadcast_dims(&a, &bd).as_deref() != Some(od.as_slice()) {
+                return Err(format!(
+                    "inputs {a:?} and {bd:?} do not broadcast to {od:?}"
+                ));
+            }
+            let f = func(&name)?;
+            let meta = if a == od && bd == od {
+                None
+            } else {
+                let mut m = vec![od.len() as i64];
+                m.extend(od.iter().map(|&d| d as i64));
+                m.extend(bcast_strides(&a, &od).iter().map(|&s| s as i64));
+                m.extend(bcast_strides(&bd, &od).iter().map(|&s| s as i64));
+                metas.push(m);
+                Some(metas.len() - 1)
+            };
+            Ok(Step::Binary { f, meta })
+        }
+        Op::Select => {
+            if node.inputs.len() != 3
+                || dt(node.inputs[0]) != DType::Bool
+                || dt(node.inputs[1]) != odt
+                || dt(node.inputs[2]) != odt
+                || words != 1
+            {
+                return Err("Select on CUDA takes a Bool condition and two 32-bit values of the output's dtype".into());
+            }
+            let ds = [ind(0), ind(1), ind(2)];
+            for d in &ds {
+                if d.len() > od.len()
+                    || rlx_ir::broadcast_dims(d, &od).as_deref() != Some(od.as_slice())
+                {
+                    return Err(format!("input dims {d:?} do not broadcast to {od:?}"));
+                }
+            }
+            let meta = if ds.iter().all(|d| *d == od) {
+                None
+            } else {
+                let mut m = vec![od.len() as i64];
+                m.extend(od.iter().map(|&d| d as i64));
+                for d in &ds {
+                    m.extend(bcast_strides(d, &od).iter().map(|&s| s as i64));
+                }
+                metas.push(m);
+                Some(metas.len() - 1)
+            };
+            Ok(Step::Select {
+                f: func("select_u32")?,
+                meta,
+            })
+        }
+        Op::Reduce { kind, axes, .. } => {
+            all_f32()?;
+            let id0 = ind(0);
+            if axes.iter().any(|&a| a >= id0.len()) {
+                return Err(format!("reduce axes {axes:?} out of range for {id0:?}"));
+            }
+            let st = strides_of(&id0);
+            let (mut kd, mut ks, mut rd, mut rs) = (vec![], vec![], vec![], vec![]);
+            for d in 0..id0.len() {
+                if axes.contains(&d) {
+                    rd.push(id0[d] as i64);
+                    rs.push(st[d] as i64);
+                } else {
+                    kd.push(id0[d] as i64);
+                    ks.push(st[d] as i64);
+                }
+            }
+            let nout: i64 = kd.iter().product();
+            if nout as usize != node.shape.numel() {
+                return Err(format!(
+                    "reduce of {id0:?} over {axes:?} does not give {od:?}"
+                ));
+            }
+            let mut m = vec![kd.len() as i64];
+            m.extend(&kd);
+            m.extend(&ks);
+            m.push(rd.len() as i64);
+            m.extend(&rd);
+            m.extend(&rs);
+            metas.push(m);
+            let kind = match kind {
+                ReduceKind::Sum => 0,
+                ReduceKind::Mean => 1,
+                ReduceKind::Max => 2,
+                ReduceKind::Min => 3,
+                ReduceKind::Prod => 4,
+            };
+            Ok(Step::Reduce {
+                f: func("reduce_f32")?,
+                meta: metas.len() - 1,
+                kind,
+                nout: nout as u64,
+            })
+        }
+        Op::Transpose { .. }
+        | Op::Broadcast { .. }
+        | Op::Slice { .. }
+        | Op::Tile { .. }
+        | Op::Pad { .. }
+        | Op::Concat { .. } => {
+            let parts = copy_plan(g, id)?
+                .into_iter()
+                .map(|(k, m, c)| {
+                    metas.push(m);
+                    (k, metas.len() - 1, c)
+                })
+                .collect();
+            Ok(Step::Copy {
+                f: func("copy_map")?,
+                parts,
+            })
+        }
+        Op::Conv(a) => {
+            all_f32()?;
+            let (xd, wd) = (ind(0), ind(1));
+            let ns = xd.len().saturating_sub(2);
+            if xd.len() < 3 || wd.len() != xd.len() || od.len() != xd.len() {
+                return Err("conv ranks do not match".into());
+            }
+            let (nn, c, m, gr) = (xd[0], xd[1], wd[0], a.groups.max(1));
+            if c % gr != 0 || m % gr != 0 || wd[1] * gr != c || od[0] != nn || od[1] != m {
+                return Err(format!(
+                    "conv of {xd:?} by {wd:?} (groups {gr}) does not give {od:?}"
+                ));
+            }
+            if a.strides.len() != ns || a.pads.len() != ns || a.dilations.len() != ns {
+                return Err("conv attributes do not match the spatial rank".into());
+            }
+            let has_bias = node.inputs.len() == 3;
+            if has_bias && ind(2).iter().product::<usize>() != m {
+                return Err("conv bias is not [M]".into());
+            }
+            let mut meta = vec![
+                ns as i64,
+                nn as i64,
+                c as i64,
+                m as i64,
+                gr as i64,
+                has_bias as i64,
+            ];
+            for d in 0..ns {
+                let (i, k, o, s, p, dl) = (
+                    xd[2 + d],
+                    wd[2 + d],
+                    od[2 + d],
+                    a.strides[d],
+                    a.pads[d].0,
+                    a.dilations[d],
+                );
+                if o > 0 && s * (o - 1) + dl * (k.max(1) - 1) + 1 > i + p + a.pads[d].1 + s {
+                    return Err(format!("conv output dims {od:?} do not fit the input"));
+                }
+                meta.extend([i as i64, k as i64, o as i64, s as i64, p as i64, dl as i64]);
+            }
+            metas.push(meta);
+            Ok(Step::Conv {
+                f: func("conv_f32")?,
+                meta: metas.len() - 1,
+            })
+        }
+        Op::Gather { axis } => {
+            let dd = ind(0);
+            let ixd = ind(1);
+            let idt = dt(node.inputs[1]);
+            if words != 1 || dt(node.inputs[0]) != odt || !matches!(idt, DType::I64 | DType::I32) {
+                return Err("Gather on CUDA takes 32-bit data and i64/i32 indices".into());
+            }
+            if *axis >= dd.len() {
+                return Err("gather axis out of range".into());
+            }
+            let mut want = dd[..*axis].to_vec();
+            want.extend_from_slice(&ixd);
+            want.extend_from_slice(&dd[axis + 1..]);
+            if want.as_slice() != od.as_slice() {
+                return Err(format!("gather of {dd:?} by {ixd:?} does not give {od:?}"));
+            }
+            Ok(Step::Gather {
+                f: func("gather_u32")?,
+                nidx: ixd.iter().product::<usize>().max(1) as i64,
+                dim: dd[*axis] as i64,
+                inner: dd[axis + 1..].iter().product::<usize>().max(1) as i64,
+                idx64: (idt == DType::I64) as i32,
+            })
+        }
         Op::Unary(_) | Op::Activation(_) => {
+            all_f32()?;
             let (name, p) = kernels::unary_kernel(&node.op).ok_or_else(|| {
                 format!("no CUDA kernel for {} (Bool/integer op)", node.op.name())
             })?;
@@ -811,6 +1537,7 @@ fn plan_node(
             Ok(Step::Unary { f: func(&name)?, p })
         }
         Op::Binary(b) => {
+            all_f32()?;
             let name = kernels::binary_kernel(*b)
                 .ok_or_else(|| format!("no CUDA kernel for {:?} on f32", b))?;
             if node.inputs.len() != 2 {
@@ -836,6 +1563,7 @@ fn plan_node(
             Ok(Step::Binary { f, meta })
         }
         Op::MatMul => {
+            all_f32()?;
             if node.inputs.len() != 2 {
                 return Err("matmul without two inputs".into());
             }
@@ -875,6 +1603,234 @@ mod tests {
         assert_eq!((p.m, p.n, p.k), (3, 1, 4));
         assert!(matmul_plan(&[3, 0], &[0, 4]).is_err());
         assert!(matmul_plan(&[3, 4], &[5, 4]).is_err());
+    }
+
+    /// The `copy_map` kernel's index arithmetic, run on the host (line for line).
+    fn emulate_copy_map(x: &[u32], o: &mut [u32], n: u64, meta: &[i64]) {
+        let r = meta[0] as usize;
+        for i in 0..n as i64 {
+            let (mut rem, mut ioff, mut ooff) = (i, 0i64, meta[1]);
+            let mut fill = false;
+            for d in (0..r).rev() {
+                let m = &meta[3 + 7 * d..3 + 7 * d + 7];
+                let c = rem % m[0];
+                rem /= m[0];
+                let (mut j, dim) = (m[3] + c * m[4], m[1]);
+                match m[5] {
+                    1 => {
+                        j %= dim;
+                        if j < 0 {
+                            j += dim
+                        }
+                    }
+                    2 => fill |= j < 0 || j >= dim,
+                    3 => {
+                        if dim == 1 {
+                            j = 0
+                        } else {
+                            let p = 2 * (dim - 1);
+                            j %= p;
+                            if j < 0 {
+                                j += p
+                            }
+                            if j >= dim {
+                                j = p - j
+                            }
+                        }
+                    }
+                    4 => j = j.clamp(0, dim - 1),
+                    _ => {}
+                }
+                ioff += j * m[2];
+                ooff += c * m[6];
+            }
+            o[ooff as usize] = if fill {
+                meta[2] as u32
+            } else {
+                x[ioff as usize]
+            };
+        }
+    }
+
+    fn words_of(t: &Tensor) -> Vec<u32> {
+        match t.data() {
+            TensorData::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
+            TensorData::I64(v) => v
+                .iter()
+                .flat_map(|&x| [x as u32, (x as u64 >> 32) as u32])
+                .collect(),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn copy_plans_match_eval_op_on_the_host() {
+        use rlx_ir::Shape;
+        let f = DType::F32;
+        let mk = |dims: &[usize], seed: u32, dt: DType| -> Tensor {
+            let n: usize = dims.iter().product();
+            match dt {
+                DType::F32 => Tensor::from_f32(
+                    dims,
+                    (0..n)
+                        .map(|i| match (i as u32 + seed) % 9 {
+                            0 => f32::NAN,
+                            1 => f32::NEG_INFINITY,
+                            2 => -0.0,
+                            k => (i as f32) * 0.37 - k as f32 + seed as f32,
+                        })
+                        .collect(),
+                )
+                .unwrap(),
+                _ => Tensor::new(
+                    dims.to_vec(),
+                    TensorData::I64(
+                        (0..n)
+                            .map(|i| (i as i64 - 5) * 0x1_0000_0003 + seed as i64)
+                            .collect(),
+                    ),
+                )
+                .unwrap(),
+            }
+        };
+        type Case = (Op, Vec<Vec<usize>>, Vec<usize>, DType);
+        let cases: Vec<Case> = vec![
+            (
+                Op::Transpose {
+                    perm: vec![2, 0, 1],
+                },
+                vec![vec![3, 5, 7]],
+                vec![7, 3, 5],
+                f,
+            ),
+            (
+                Op::Transpose { perm: vec![1, 0] },
+                vec![vec![3, 5]],
+                vec![5, 3],
+                DType::I64,
+            ),
+            (
+                Op::Broadcast {
+                    dims: vec![3, 5, 4],
+                },
+                vec![vec![5, 1]],
+                vec![3, 5, 4],
+                f,
+            ),
+            (
+                Op::Broadcast {
+                    dims: vec![2, 3, 4],
+                },
+                vec![vec![3, 1]],
+                vec![2, 3, 4],
+                DType::I64,
+            ),
+            (
+                Op::Slice {
+                    starts: vec![6, 1],
+                    steps: vec![-2, 3],
+                    sizes: vec![4, 3],
+                },
+                vec![vec![7, 9]],
+                vec![4, 3],
+                f,
+            ),
+            (
+                Op::Slice {
+                    starts: vec![2, 4, 6],
+                    steps: vec![-1, 1, -3],
+                    sizes: vec![3, 1, 3],
+                },
+                vec![vec![3, 5, 7]],
+                vec![3, 1, 3],
+                f,
+            ),
+            (
+                Op::Tile {
+                    repeats: vec![2, 3],
+                },
+                vec![vec![7, 9]],
+                vec![14, 27],
+                f,
+            ),
+            (
+                Op::Tile {
+                    repeats: vec![2, 1],
+                },
+                vec![vec![3, 5]],
+                vec![6, 5],
+                DType::I64,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Constant(-1.5),
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Edge,
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Reflect,
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Pad {
+                    pads: vec![(1, 2), (2, 1)],
+                    mode: PadMode::Wrap,
+                },
+                vec![vec![7, 9]],
+                vec![10, 12],
+                f,
+            ),
+            (
+                Op::Concat { axis: 1 },
+                vec![vec![3, 5, 7], vec![3, 2, 7], vec![3, 1, 7]],
+                vec![3, 8, 7],
+                f,
+            ),
+            (
+                Op::Concat { axis: 0 },
+                vec![vec![3, 5], vec![2, 5]],
+                vec![5, 5],
+                DType::I64,
+            ),
+        ];
+        for (op, ins, od, dt) in cases {
+            let mut g = Graph::new("copy");
+            let ids: Vec<NodeId> = ins
+                .iter()
+                .enumerate()
+                .map(|(k, d)| g.input(&format!("x{k}"), Shape::new(d, dt)))
+                .collect();
+            let o = g.add_node(op.clone(), ids, Shape::new(&od, dt));
+            let ts: Vec<Tensor> = ins
+                .iter()
+                .enumerate()
+                .map(|(k, d)| mk(d, k as u32 * 3 + 1, dt))
+                .collect();
+            let want = eval_op(&op, &ts.iter().collect::<Vec<_>>(), &g.node(o).shape).unwrap();
+            let w = words_of(&want);
+            let mut out = vec![0xdead_beefu32; w.len()];
+            for (k, meta, cnt) in copy_plan(&g, o).unwrap() {
+                emulate_copy_map(&words_of(&ts[k]), &mut out, cnt, &meta);
+            }
+            assert_eq!(out, w, "{op:?}");
+        }
     }
 
     #[test]

@@ -15,8 +15,11 @@ use std::sync::Arc;
 
 /// Unary kernels: (name, body of `float f(float x, float p0, float p1)`).
 const UNARY: &[(&str, &str)] = &[
-    ("neg", "return -x;"),
-    ("abs", "return fabsf(x);"),
+    // Sign-bit operations, as Rust's `-x` / `x.abs()` on the CPU: a NaN keeps its payload
+    // and gets its sign flipped/cleared (the H200's `neg.f32` returned 0x7fffffff for the
+    // NaN 0x7fc00000, where the CPU gives 0xffc00000).
+    ("neg", "return __uint_as_float(__float_as_uint(x) ^ 0x80000000u);"),
+    ("abs", "return __uint_as_float(__float_as_uint(x) & 0x7fffffffu);"),
     ("exp", "return expf(x);"),
     ("log", "return logf(x);"),
     ("sqrt", "return sqrtf(x);"),
@@ -224,8 +227,232 @@ extern \"C\" __global__ void b_{name}(const float* a, const float* b, float* __r
 "
         );
     }
+    for (name, ty, body) in PRED2 {
+        s += &format!(
+            "__device__ __forceinline__ bool q_{name}({ty} x, {ty} y) {{ {body} }}
+extern \"C\" __global__ void p_{name}(const {ty}* a, const {ty}* b, unsigned* __restrict__ o, u64 n, const i64* __restrict__ meta) {{
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {{
+    i64 ia = (i64)i, ib = (i64)i;
+    if (meta) {{
+      int r = (int)meta[0]; i64 rem = (i64)i; ia = 0; ib = 0;
+      for (int d = r - 1; d >= 0; --d) {{
+        i64 dim = meta[1 + d]; i64 c = rem % dim; rem /= dim;
+        ia += c * meta[1 + r + d]; ib += c * meta[1 + 2 * r + d];
+      }}
+    }}
+    o[i] = q_{name}(a[ia], b[ib]) ? 1u : 0u;
+  }}
+}}
+"
+        );
+    }
+    s += MOVE;
     s
 }
+
+/// Comparison / logic kernels producing Bool (stored as u32 0/1 on the device):
+/// (name, input C type, body of `bool f(T x, T y)`). Comparisons on f32 are IEEE (any NaN
+/// operand: false), as Rust's `<`/`==` on the CPU.
+const PRED2: &[(&str, &str, &str)] = &[
+    ("eq", "float", "return x == y;"),
+    ("lt", "float", "return x < y;"),
+    ("le", "float", "return x <= y;"),
+    ("gt", "float", "return x > y;"),
+    ("ge", "float", "return x >= y;"),
+    ("and", "unsigned", "return (x != 0u) && (y != 0u);"),
+    ("or", "unsigned", "return (x != 0u) || (y != 0u);"),
+    ("xor", "unsigned", "return (x != 0u) != (y != 0u);"),
+];
+
+/// The kernel (`p_<name>`) for a Bool-producing binary op and the input dtype it takes.
+pub fn pred_kernel(b: BinaryOp) -> Option<(String, rlx_ir::DType)> {
+    use rlx_ir::DType as D;
+    use BinaryOp as B;
+    let (name, dt) = match b {
+        B::Eq => ("eq", D::F32),
+        B::Lt => ("lt", D::F32),
+        B::Le => ("le", D::F32),
+        B::Gt => ("gt", D::F32),
+        B::Ge => ("ge", D::F32),
+        B::And => ("and", D::Bool),
+        B::Or => ("or", D::Bool),
+        B::Xor => ("xor", D::Bool),
+        _ => return None,
+    };
+    Some((format!("p_{name}"), dt))
+}
+
+/// Kernels on 32-bit words (f32, i32, u32, Bool as u32) and index maps: reductions,
+/// the index-map copy (Transpose/Broadcast/Slice/Tile/Pad/Concat), Gather, Select,
+/// unary predicates and casts.
+const MOVE: &str = r#"
+typedef unsigned int u32;
+// Reduce over a row of R elements per output, one block (256 threads) per output.
+// meta = [nk, kept dims[nk], kept strides[nk], nr, red dims[nr], red strides[nr]].
+// kind: 0 Sum, 1 Mean, 2 Max, 3 Min, 4 Prod. Sum/Mean/Prod accumulate in double and round
+// once (as rlx-cpu); Max/Min return NaN when any element is NaN.
+extern "C" __global__ void reduce_f32(const float* __restrict__ x, float* __restrict__ o, u64 nout, const i64* __restrict__ meta, int kind) {
+  __shared__ double sh[256];
+  __shared__ int shn[256];
+  int nk = (int)meta[0];
+  const i64* kd = meta + 1; const i64* ks = meta + 1 + nk;
+  int nr = (int)meta[1 + 2 * nk];
+  const i64* rd = meta + 2 + 2 * nk; const i64* rs = meta + 2 + 2 * nk + nr;
+  i64 R = 1; for (int d = 0; d < nr; ++d) R *= rd[d];
+  for (u64 ob = blockIdx.x; ob < nout; ob += gridDim.x) {
+    i64 rem = (i64)ob, base = 0;
+    for (int d = nk - 1; d >= 0; --d) { i64 c = rem % kd[d]; rem /= kd[d]; base += c * ks[d]; }
+    double acc = (kind == 4) ? 1.0 : 0.0;
+    float m = __int_as_float((kind == 2) ? (int)0xff800000u : 0x7f800000);
+    int nan = 0;
+    for (i64 r = threadIdx.x; r < R; r += blockDim.x) {
+      i64 q = r, off = base;
+      for (int d = nr - 1; d >= 0; --d) { i64 c = q % rd[d]; q /= rd[d]; off += c * rs[d]; }
+      float v = x[off];
+      if (kind <= 1) acc += (double)v;
+      else if (kind == 4) acc *= (double)v;
+      else if (rlx_isnan(v)) nan = 1;
+      else if (kind == 2) { if (v > m) m = v; }
+      else { if (v < m) m = v; }
+    }
+    if (kind >= 2 && kind <= 3) acc = (double)m;
+    sh[threadIdx.x] = acc; shn[threadIdx.x] = nan;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if ((int)threadIdx.x < s) {
+        double a = sh[threadIdx.x], b = sh[threadIdx.x + s];
+        if (kind <= 1) a = a + b;
+        else if (kind == 4) a = a * b;
+        else if (kind == 2) { if (b > a) a = b; }
+        else { if (b < a) a = b; }
+        sh[threadIdx.x] = a; shn[threadIdx.x] |= shn[threadIdx.x + s];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      double a = sh[0];
+      if (kind == 1) a = a / (double)R;
+      float r = (float)a;
+      if ((kind == 2 || kind == 3) && shn[0]) r = RLX_NAN;
+      o[ob] = r;
+    }
+    __syncthreads();
+  }
+}
+
+// Index-map copy of 32-bit words. meta = [r, obase, fill bits, then per iteration dim d:
+// (n_d, in_dim, in_stride, start, step, mode, out_stride)]. Input coordinate
+// j = start + c*step; mode 0: as is, 1: wrap (mod in_dim), 2: constant (outside: fill),
+// 3: reflect, 4: edge (clamp).
+extern "C" __global__ void copy_map(const u32* __restrict__ x, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int r = (int)meta[0];
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 rem = (i64)i, ioff = 0, ooff = meta[1];
+    bool fill = false;
+    for (int d = r - 1; d >= 0; --d) {
+      const i64* m = meta + 3 + 7 * d;
+      i64 c = rem % m[0]; rem /= m[0];
+      i64 j = m[3] + c * m[4], dim = m[1];
+      int mode = (int)m[5];
+      if (mode == 1) { j %= dim; if (j < 0) j += dim; }
+      else if (mode == 2) { if (j < 0 || j >= dim) fill = true; }
+      else if (mode == 3) {
+        if (dim == 1) j = 0;
+        else { i64 p = 2 * (dim - 1); j %= p; if (j < 0) j += p; if (j >= dim) j = p - j; }
+      } else if (mode == 4) { if (j < 0) j = 0; if (j >= dim) j = dim - 1; }
+      ioff += j * m[2];
+      ooff += c * m[6];
+    }
+    o[ooff] = fill ? (u32)meta[2] : x[ioff];
+  }
+}
+
+// ONNX Gather of 32-bit words: out[(b*nidx + j)*inner + t] = x[(b*dim + k)*inner + t],
+// k = idx[j] (+dim when negative). An index outside [-dim, dim) writes 0 and records the
+// node in *err (atomicMin: the first such node in topological order).
+extern "C" __global__ void gather_u32(const u32* __restrict__ x, const void* __restrict__ idx, u32* __restrict__ o, u64 n, i64 nidx, i64 dim, i64 inner, int idx64, int* err, int node) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 t = (i64)i % inner; i64 q = (i64)i / inner; i64 j = q % nidx; i64 b = q / nidx;
+    i64 k = idx64 ? ((const i64*)idx)[j] : (i64)((const int*)idx)[j];
+    if (k < 0) k += dim;
+    if (k < 0 || k >= dim) { atomicMin(err, node); o[i] = 0u; continue; }
+    o[i] = x[(b * dim + k) * inner + t];
+  }
+}
+
+// Select: o = c ? a : b on words, three inputs broadcast; meta = [r, dims, sc, sa, sb].
+extern "C" __global__ void select_u32(const u32* c, const u32* a, const u32* b, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 ic = (i64)i, ia = (i64)i, ib = (i64)i;
+    if (meta) {
+      int r = (int)meta[0]; i64 rem = (i64)i; ic = 0; ia = 0; ib = 0;
+      for (int d = r - 1; d >= 0; --d) {
+        i64 dim = meta[1 + d]; i64 k = rem % dim; rem /= dim;
+        ic += k * meta[1 + r + d]; ia += k * meta[1 + 2 * r + d]; ib += k * meta[1 + 3 * r + d];
+      }
+    }
+    o[i] = c[ic] ? a[ia] : b[ib];
+  }
+}
+
+// Unary word maps: predicates to Bool (u32 0/1) and simple casts. kind:
+// 0 IsNaN, 1 IsInf(pos p0, neg p1), 2 Not, 3 f32->Bool (x != 0: NaN is true),
+// 4 Bool->f32, 5 i32->f32, 6 Bool->i32 (0/1), 7 i64->f32 (through double, as the CPU),
+// 8 Bool->i64, 9 i32->i64 (the output has 2 words per element).
+extern "C" __global__ void umap_u32(const u32* __restrict__ x, u32* __restrict__ o, u64 n, int kind, int p0, int p1) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    u32 r = 0;
+    if (kind == 0) { r = rlx_isnan(__uint_as_float(x[i])) ? 1u : 0u; }
+    else if (kind == 1) { u32 b = x[i]; r = ((b == 0x7f800000u && p0) || (b == 0xff800000u && p1)) ? 1u : 0u; }
+    else if (kind == 2) { r = x[i] ? 0u : 1u; }
+    else if (kind == 3) { r = (__uint_as_float(x[i]) != 0.0f) ? 1u : 0u; }
+    else if (kind == 4) { r = __float_as_uint(x[i] ? 1.0f : 0.0f); }
+    else if (kind == 5) { r = __float_as_uint((float)(double)(int)x[i]); }
+    else if (kind == 6) { r = x[i] ? 1u : 0u; }
+    else if (kind == 7) { long long v = ((const long long*)x)[i]; r = __float_as_uint((float)(double)v); }
+    else if (kind == 8) { ((long long*)o)[i] = x[i] ? 1 : 0; continue; }
+    else if (kind == 9) { ((long long*)o)[i] = (long long)(int)x[i]; continue; }
+    o[i] = r;
+  }
+}
+
+// Direct convolution (ONNX Conv, NC*spatial), one thread per output element, f32
+// products summed in f32 (no FMA) in (channel, kernel position) order. Padded positions
+// contribute 0*w (as an im2col GEMM does: an infinite or NaN weight still gives NaN).
+// meta = [ns, N, C, M, G, has_bias, then per spatial dim: (in, k, out, stride, pad_begin, dil)].
+extern "C" __global__ void conv_f32(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int ns = (int)meta[0];
+  i64 C = meta[2], M = meta[3], G = meta[4];
+  const i64* sp = meta + 6;
+  i64 Cg = C / G, Mg = M / G;
+  i64 insz = 1, ksz = 1, osz = 1;
+  for (int d = 0; d < ns; ++d) { insz *= sp[6 * d]; ksz *= sp[6 * d + 1]; osz *= sp[6 * d + 2]; }
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 op = (i64)i % osz; i64 q = (i64)i / osz; i64 m = q % M; i64 b = q / M;
+    i64 g = m / Mg;
+    float acc = 0.0f;
+    for (i64 c = 0; c < Cg; ++c) {
+      const float* xc = x + (b * C + g * Cg + c) * insz;
+      const float* wc = w + (m * Cg + c) * ksz;
+      for (i64 kp = 0; kp < ksz; ++kp) {
+        i64 kr = kp, orr = op, off = 0, mul = 1; bool inside = true;
+        for (int d = ns - 1; d >= 0; --d) {
+          const i64* s = sp + 6 * d;
+          i64 kc = kr % s[1]; kr /= s[1];
+          i64 oc = orr % s[2]; orr /= s[2];
+          i64 p = oc * s[3] - s[4] + kc * s[5];
+          if (p < 0 || p >= s[0]) inside = false;
+          off += p * mul; mul *= s[0];
+        }
+        float v = inside ? xc[off] : 0.0f;
+        acc = __fadd_rn(acc, __fmul_rn(v, wc[kp]));
+      }
+    }
+    if (meta[5]) acc = __fadd_rn(acc, bias[m]);
+    o[i] = acc;
+  }
+}
+"#;
 
 /// Compile [`source`] with NVRTC for compute capability `maj.min` and load it.
 pub fn compile(ctx: &Arc<CudaContext>, maj: i32, min: i32) -> Result<Arc<CudaModule>, String> {

@@ -12,9 +12,9 @@
 //! the system library directories) and loads it by path, so that cudarc's own loading by
 //! name finds the already-loaded library and never panics on a missing one.
 //!
-//! Values on the GPU are f32 only in this first step; every other dtype, and every op
-//! without a CUDA kernel, runs on the CPU per node (`rlx_cpu::eval_op`) with its inputs
-//! read back and its output uploaded again. Kernels keep IEEE semantics (no fast math, no
+//! Values on the GPU are f32, i32, u32, i64 and Bool (as u32 0/1); every other dtype, and
+//! every op without a CUDA kernel (see docs/CUDA.md for the list), runs on the CPU per node
+//! (`rlx_cpu::eval_op`) with its inputs read back and its output uploaded again. Kernels keep IEEE semantics (no fast math, no
 //! FMA contraction, no flush to zero) and NaN propagates through Max/Min/Relu as on the CPU.
 
 use std::panic::AssertUnwindSafe;
