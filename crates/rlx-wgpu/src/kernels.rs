@@ -49,12 +49,16 @@ fn erf_f(x: f32) -> f32 {
       - x2 * (0.00075757576 - x2 * 0.00010683761)))));
     return 1.1283791671 * x * p;
   }
-  let z = abs(x);
+  let r = erfc_pos(abs(x));
+  return select(r - 1.0, 1.0 - r, x >= 0.0);
+}
+// erfc(z) for z >= 0 (Numerical Recipes' erfcc: fractional error < 1.2e-7), without the
+// cancellation of 1 - erf(z): the far tail keeps its digits.
+fn erfc_pos(z: f32) -> f32 {
   let t = 1.0 / (1.0 + 0.5 * z);
-  let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+  return t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
     + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
     + t * (-0.82215223 + t * 0.17087277)))))))));
-  return select(r - 1.0, 1.0 - r, x >= 0.0);
 }
 fn sigmoid_f(x: f32) -> f32 {
   let e = exp(-abs(x));
@@ -204,7 +208,9 @@ pub fn activation_expr(a: Activation) -> String {
         LeakyRelu { alpha } => format!("select(x, {} * x, x < 0.0)", lit(alpha)),
         Sigmoid => "sigmoid_f(x)".into(),
         Tanh => "tanh_f(x)".into(),
-        Gelu => "0.5 * x * (1.0 + erf_f(x * 0.70710678118654752))".into(),
+        // Below -1, x/2 erfc(-x/sqrt2): 1 + erf(x/sqrt2) cancels in the negative tail (as the
+        // CPU computes it).
+        Gelu => "select(0.5 * x * (1.0 + erf_f(x * 0.70710678118654752)), 0.5 * x * erfc_pos(-x * 0.70710678118654752), x < -1.0)".into(),
         GeluTanh => {
             // 0.5 (1 + tanh(u)) = sigmoid(2u), without 1 + tanh's cancellation for negative x
             // (as the CPU computes it).

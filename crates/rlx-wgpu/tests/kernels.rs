@@ -597,11 +597,14 @@ fn small_arguments_keep_full_precision() {
     }
     let v: Vec<f32> = vec![
         6e-8, -6e-8, 3e-5, -3e-5, 1e-3, 0.05, -0.1, 0.29, 0.299, 0.301, -0.31, 0.5, -2.0, 3.0,
-        1e-20, -17.0, -25.0, -60.0,
+        1e-20, -17.0, -25.0, -60.0, -1.5, -3.5, -5.0, -8.0,
     ];
     let n = v.len();
     let x = Tensor::from_f32(&[n], v.clone()).unwrap();
-    let f64s: [(Op, fn(f64) -> f64); 6] = [
+    let f64s: [(Op, fn(f64) -> f64); 7] = [
+        (Op::Activation(Activation::Gelu), |x: f64| {
+            0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
+        }),
         (Op::Activation(Activation::Tanh), f64::tanh),
         (Op::Unary(UnaryOp::Sinh), f64::sinh),
         (Op::Unary(UnaryOp::Asinh), f64::asinh),
@@ -609,7 +612,7 @@ fn small_arguments_keep_full_precision() {
             x.exp().ln_1p()
         }),
         (Op::Activation(Activation::GeluTanh), |x: f64| {
-            0.5 * x * (1.0 + (0.7978845608028654 * (x + 0.044715 * x * x * x)).tanh())
+            x / (1.0 + (-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)).exp())
         }),
         (Op::Unary(UnaryOp::Atanh), f64::atanh),
     ];
@@ -628,10 +631,16 @@ fn small_arguments_keep_full_precision() {
             let ulp = (want.abs() as f32).max(f32::MIN_POSITIVE) as f64 * f32::EPSILON as f64;
             let d = (got[k] as f64 - want).abs();
             // WGSL's exp is accurate to 3 + 2|x| ulps (its spec): Softplus's tail carries that.
-            let tol = if matches!(op, Op::Activation(Activation::Softplus)) {
-                4.0 + 2.0 * xi.abs() as f64
-            } else {
-                4.0
+            let tol = match op {
+                Op::Activation(Activation::Softplus) => 4.0 + 2.0 * xi.abs() as f64,
+                // erfc_pos: 1.2e-7 fractional (2 ulps) plus exp's 3 + 2|arg| ulps, arg = x^2/2
+                Op::Activation(Activation::Gelu) => 8.0 + (xi as f64).powi(2),
+                // sigmoid(2u) through exp(-|2u|): exp's 3 + 2|2u| ulps
+                Op::Activation(Activation::GeluTanh) => {
+                    let x = xi.abs() as f64;
+                    4.0 + 2.0 * 1.5957691216057308 * (x + 0.044715 * x * x * x)
+                }
+                _ => 4.0,
             };
             assert!(
                 d <= tol * ulp,
