@@ -46,14 +46,18 @@ done
 for m in ${MODELS//,/ }; do
   ALL=$DEVS
   case " $DEVS " in *" wgpu "*) [ -n "${RLX_BASE_BIN:-}" ] && ALL="$ALL wgpu-base" ;; esac
+  # The cost of RLX_DEBUG_NANS=1 on CUDA (issue 30: at most 1.15x): the same run, scanning.
+  case " $DEVS " in *" cuda "*) ALL="$ALL cuda+nans" ;; esac
   for d in $ALL; do
     extra=""
     bin=$RLX
     dev=$d
     [ "$d" = cpu ] && extra="--threads $THREADS"
+    nans=
     [ "$d" = wgpu-base ] && { bin=$RLX_BASE_BIN; dev=wgpu; }
+    [ "$d" = cuda+nans ] && { dev=cuda; nans=1; }
     log="$OUT/rlx_${m}_$d.log"
-    RLX_DISPATCH_REPORT=1 timeout 300 $bin bench "$DIR/$m" --device $dev --warmup 3 --runs "$RUNS" $extra >"$log" 2>&1
+    RLX_DEBUG_NANS=$nans RLX_DISPATCH_REPORT=1 timeout 300 $bin bench "$DIR/$m" --device $dev --warmup 3 --runs "$RUNS" $extra >"$log" 2>&1
     rc=$?
     med=$(grep '^median:' "$log" | awk '{print $2}')
     cov=$(grep -E 'dispatch: .*nodes on ' "$log" | tail -1 | sed 's/.*: //')
@@ -80,6 +84,12 @@ for m, devs in rlx.items():
             ratio = "-"
         name = d if d != "cpu" else f"cpu ({threads} threads)"
         out.append(f"| {m} | {name} | {med} | " + " | ".join(f"{t[c]:.2f}" if c in t else "-" for c in cols) + f" | {ratio} | {cov} |")
+for m, devs in rlx.items():
+    try:
+        on, off = float(devs["cuda+nans"][0]), float(devs["cuda"][0])
+        out.append(f"\n{m}: RLX_DEBUG_NANS=1 on CUDA costs {on / off:.3f}x ({on} vs {off} ms)")
+    except (KeyError, ValueError):
+        pass
 open(sys.argv[3], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 EOF

@@ -103,6 +103,41 @@ fn planted_matmul_bug_is_suspect_and_localized_to_the_first_matmul() {
     assert!(line.contains("inputs agree to"), "{line}");
 }
 
+/// The CUDA backend's planted bug (`cuda_matmul_drop_last_k`: cuBLAS is called with K - 1)
+/// is flagged and localized like wgpu's. Needs CUDA: skips without it, fails instead with
+/// `RLX_REQUIRE_CUDA=1`.
+#[test]
+fn planted_cuda_matmul_bug_is_suspect_and_localized_to_the_first_matmul() {
+    if !available_devices().contains(&Device::Cuda) {
+        assert!(
+            !rlx_ir::env::is_on("RLX_REQUIRE_CUDA"),
+            "RLX_REQUIRE_CUDA=1 but CUDA is not available: {:?}",
+            rlx_runtime::backend::probe(Device::Cuda)
+        );
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipping: no CUDA device");
+        return;
+    }
+    let (code, out, err) = diverge(
+        &["fixtures/transformers/bert_tiny", "--backends", "cuda"],
+        Some("cuda_matmul_drop_last_k"),
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("cuda vs cpu ("), "{out}");
+    assert!(out.contains("SUSPECT"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("first divergence at"))
+        .unwrap_or_else(|| panic!("no localization: {out}"));
+    assert!(line.contains(" MatMul \""), "{line}");
+    assert!(line.contains("/encoder/layer.0/attention/self/"), "{line}");
+    assert!(line.contains("kernel bug candidate"), "{line}");
+    // Without the bug, CUDA is round-off on the same model.
+    let (code, out, err) = diverge(&["fixtures/transformers/bert_tiny", "--backends", "cuda"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("round-off (explainable"), "{out}");
+}
+
 #[test]
 fn planted_reduce_bug_is_localized_to_the_first_layernorm_mean() {
     if !gpu() {

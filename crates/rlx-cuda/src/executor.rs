@@ -11,7 +11,7 @@ use cudarc::driver::{
     CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use rlx_cpu::eval_op;
-use rlx_ir::numeric_check::DebugScanner;
+use rlx_ir::numeric_check::{scan_data, DebugScanner, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{
     strides_of, DType, Graph, NodeId, Op, PadMode, ReduceKind, Tensor, TensorData, UnaryOp,
@@ -129,6 +129,62 @@ pub struct CudaExecutor {
     params: Vec<Option<Tensor>>,
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
+    /// The device-side NaN/Inf scan, planned at the first scanning run.
+    scan: Option<ScanPlan>,
+    /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
+    /// with K > 1 leaves out its last k, so the divergence tools' tests have a CUDA kernel
+    /// bug to find.
+    drop_last_k: bool,
+    /// NaN/Inf counts of params (at `set_param`) and constants (at the first scanning run).
+    leaf_counts: Vec<Option<NonFiniteCounts>>,
+}
+
+/// The device-side scan of `RLX_DEBUG_NANS` ([`kernels::SCAN_BLOCK`]): one launch per run
+/// over every f32 buffer a GPU node wrote, 48 bytes per buffer read back.
+struct ScanPlan {
+    f: CudaFunction,
+    /// [address, elements, first block, blocks] per scanned buffer.
+    table: CudaSlice<u64>,
+    out: CudaSlice<u64>,
+    /// `out`'s preset: zero counts, u64::MAX first indices.
+    init: Vec<u64>,
+    entries: u64,
+    blocks: u32,
+    /// Scan entry of each device buffer (by buffer index).
+    entry: Vec<Option<usize>>,
+}
+
+/// The scan table for buffers of `lens` elements at `addrs`: [address, elements, first
+/// block, blocks] per non-empty buffer, and the total block count. Empty buffers get no
+/// entry (`None` in the returned map).
+pub(crate) fn scan_table(addrs: &[u64], lens: &[u64]) -> (Vec<u64>, Vec<Option<usize>>, u64) {
+    let mut tab = vec![];
+    let mut entry = vec![None; lens.len()];
+    let mut next = 0u64;
+    for (k, (&a, &n)) in addrs.iter().zip(lens).enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let nb = n.div_ceil(kernels::SCAN_PER_BLOCK).min(4096);
+        entry[k] = Some(tab.len() / 4);
+        tab.extend_from_slice(&[a, n, next, nb]);
+        next += nb;
+    }
+    (tab, entry, next)
+}
+
+/// Counts from a scan's six words.
+fn counts_of(len: usize, w: &[u64]) -> NonFiniteCounts {
+    let first = |x: u64| (x != u64::MAX).then_some(x as usize);
+    NonFiniteCounts {
+        len,
+        nan: w[0] as usize,
+        pos_inf: w[1] as usize,
+        neg_inf: w[2] as usize,
+        first_nan: first(w[3]),
+        first_pos_inf: first(w[4]),
+        first_neg_inf: first(w[5]),
+    }
 }
 
 fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CudaError {
@@ -405,6 +461,12 @@ impl CudaExecutor {
         };
         let ex = CudaExecutor {
             err,
+            scan: None,
+            leaf_counts: vec![None; n],
+            drop_last_k: rlx_ir::env::get("RLX_TEST_PLANTED_BUG")
+                .as_deref()
+                .map(str::trim)
+                == Some("cuda_matmul_drop_last_k"),
             params: vec![None; n],
             param_ids,
             inputs: graph.inputs(),
@@ -526,6 +588,7 @@ impl CudaExecutor {
         if self.upload[id.index()] {
             self.write_value(id, &t)?;
         }
+        self.leaf_counts[id.index()] = self.scan.as_ref().map(|_| scan_data(t.data()));
         self.params[id.index()] = Some(t);
         Ok(())
     }
@@ -574,9 +637,12 @@ impl CudaExecutor {
     }
 
     /// Run with `inputs` (owned tensors or references to them) in `graph.inputs()` order;
-    /// returns the outputs in `graph.outputs` order. With `scanner` on, every node's value is
-    /// read back after the run and scanned in topological order (same report as the CPU
-    /// backend; abort mode returns [`CudaError::NanAbort`]).
+    /// returns the outputs in `graph.outputs` order. With `scanner` on, a scan kernel counts
+    /// NaN/±inf in every f32 value a GPU node wrote (one launch after the run; 48 bytes per
+    /// value read back), host values (inputs, params, constants, CPU-fallback nodes) are
+    /// counted on the host, and the counts go to the scanner in topological order: the same
+    /// report as the CPU backend; abort mode returns [`CudaError::NanAbort`] after the run
+    /// that created the first NaN, naming its node.
     ///
     /// Errors: [`CudaError::Input`] naming a mismatched input, [`CudaError::Param`] for an
     /// unset param, [`CudaError::Kernel`] naming the node for a failed launch, cuBLAS call or
@@ -587,15 +653,15 @@ impl CudaExecutor {
         scanner: Option<&mut DebugScanner>,
     ) -> Result<Vec<Tensor>, CudaError> {
         let scanner = scanner.filter(|s| s.is_on());
-        let scan = scanner.is_some();
-        let all = self.execute(inputs, scan)?;
+        if scanner.is_some() && self.scan.is_none() {
+            self.scan = Some(self.plan_scan()?);
+        }
+        let (all, counts) = self.execute(inputs, false, scanner.is_some(), None)?;
         let g = &self.graph;
-        if let Some(sc) = scanner {
+        if let (Some(sc), Some(counts)) = (scanner, counts) {
             sc.begin_run(g);
-            for node in &g.nodes {
-                if let Some(t) = &all[node.id.index()] {
-                    sc.scan_node(g, node.id, t.data())?;
-                }
+            for (k, c) in counts.into_iter().enumerate() {
+                sc.scan_counts(g, NodeId(k as u32), c)?;
             }
             sc.finish_run(g)?;
         }
@@ -611,14 +677,138 @@ impl CudaExecutor {
         &mut self,
         inputs: &[I],
     ) -> Result<Vec<Option<Tensor>>, CudaError> {
-        self.execute(inputs, true)
+        Ok(self.execute(inputs, true, false, None)?.0)
     }
 
+    /// [`CudaExecutor::run_all`] in launch-blocking mode (as `CUDA_LAUNCH_BLOCKING=1`):
+    /// `before(node)` is called before each computing node runs, and the stream is
+    /// synchronized after each GPU node, so a failing kernel is reported as that node's
+    /// error and the last `before` call named it. Slow: for crash localization (the printer's
+    /// level 3).
+    pub fn run_all_hooked<I: Borrow<Tensor>>(
+        &mut self,
+        inputs: &[I],
+        before: &mut dyn FnMut(NodeId),
+    ) -> Result<Vec<Option<Tensor>>, CudaError> {
+        Ok(self.execute(inputs, true, false, Some(before))?.0)
+    }
+
+    /// Plan the device-side scan: a table entry per f32 buffer a GPU node writes, and the
+    /// counts of params already set and of constants (host values that never change).
+    fn plan_scan(&mut self) -> Result<ScanPlan, CudaError> {
+        let g = &self.graph;
+        let f = self
+            .gpu
+            .module()
+            .and_then(|m| {
+                m.load_function("nan_scan")
+                    .map_err(|e| format!("kernel nan_scan: {e}"))
+            })
+            .map_err(|e| CudaError::Cuda(format!("the NaN scan kernel did not load: {e}")))?;
+        let mut scanned = vec![false; self.buffers.len()];
+        for node in &g.nodes {
+            let gpu_made = !matches!(
+                self.steps[node.id.index()],
+                Step::Leaf | Step::Cpu(_) | Step::Alias
+            );
+            if gpu_made && node.shape.dtype == DType::F32 {
+                if let Some(b) = self.buf[node.id.index()] {
+                    scanned[b] = true;
+                }
+            }
+        }
+        // Element counts of the scanned buffers (0: not scanned).
+        let mut lens = vec![0u64; self.buffers.len()];
+        for node in &g.nodes {
+            if let Some(b) = self.buf[node.id.index()] {
+                if scanned[b] && node.shape.dtype == DType::F32 {
+                    lens[b] = node.shape.numel() as u64;
+                }
+            }
+        }
+        let (tab, entry, blocks) = scan_table(&self.ptrs, &lens);
+        let entries = (tab.len() / 4) as u64;
+        let blocks = u32::try_from(blocks)
+            .map_err(|_| CudaError::Cuda(format!("the NaN scan needs {blocks} blocks")))?;
+        let table = if tab.is_empty() {
+            self.stream.alloc_zeros::<u64>(4)
+        } else {
+            self.stream.clone_htod(&tab[..])
+        }
+        .map_err(|e| cuda_err("uploading the NaN scan table", e))?;
+        let mut init = Vec::with_capacity(6 * entries as usize);
+        for _ in 0..entries {
+            init.extend_from_slice(&[0, 0, 0, u64::MAX, u64::MAX, u64::MAX]);
+        }
+        let out = self
+            .stream
+            .alloc_zeros::<u64>(init.len().max(6))
+            .map_err(|e| cuda_err("allocating the NaN scan counts", e))?;
+        for node in &g.nodes {
+            let t = match &node.op {
+                Op::Param { .. } => self.params[node.id.index()].as_ref(),
+                Op::Constant(t) => Some(t.as_ref()),
+                _ => None,
+            };
+            if let Some(t) = t {
+                self.leaf_counts[node.id.index()] = Some(scan_data(t.data()));
+            }
+        }
+        Ok(ScanPlan {
+            f,
+            table,
+            out,
+            init,
+            entries,
+            blocks,
+            entry,
+        })
+    }
+
+    /// Launch the scan over every GPU-written f32 buffer and read its counts back (waits for
+    /// the stream). Returns six words per scan entry.
+    fn device_scan(&self) -> Result<Vec<u64>, CudaError> {
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        if sp.entries == 0 {
+            return Ok(vec![]);
+        }
+        let outp = sp.out.device_ptr(&self.stream).0;
+        // SAFETY: `out` holds 6 words per entry, `init` is that many words.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(outp, &sp.init[..], self.stream.cu_stream())
+        }
+        .map_err(|e| cuda_err("presetting the NaN scan counts", e))?;
+        let tp = sp.table.device_ptr(&self.stream).0;
+        let mut l = self.stream.launch_builder(&sp.f);
+        l.arg(&tp).arg(&sp.entries).arg(&outp);
+        let cfg = LaunchConfig {
+            grid_dim: (sp.blocks, 1, 1),
+            block_dim: (kernels::SCAN_BLOCK as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: signature (const u64*, u64, u64*); every table entry names a live buffer of
+        // at least its element count, `out` holds 6 words per entry.
+        unsafe { l.launch(cfg) }.map_err(|e| cuda_err("launching the NaN scan", e))?;
+        let words = self
+            .stream
+            .clone_dtoh(&sp.out.slice(0..sp.init.len()))
+            .map_err(|e| cuda_err("reading the NaN scan counts", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_err("synchronizing the NaN scan", e))?;
+        Ok(words)
+    }
+
+    /// One run: every node's value when `all`, else the outputs (index = node index), and
+    /// with `scan` every node's NaN/Inf counts (the scan must be planned).
+    #[allow(clippy::type_complexity)]
     fn execute<'a, I: Borrow<Tensor>>(
         &'a self,
         inputs: &'a [I],
         all: bool,
-    ) -> Result<Vec<Option<Tensor>>, CudaError> {
+        scan: bool,
+        mut before: Option<&mut dyn FnMut(NodeId)>,
+    ) -> Result<(Vec<Option<Tensor>>, Option<Vec<NonFiniteCounts>>), CudaError> {
         self.check_inputs(inputs)?;
         self.gpu
             .ctx
@@ -643,6 +833,10 @@ impl CudaExecutor {
             let id = NodeId(k as u32);
             let g = &self.graph;
             let node = g.node(id);
+            let blocking = before.is_some() && !matches!(self.steps[k], Step::Leaf);
+            if let (Some(b), true) = (before.as_deref_mut(), blocking) {
+                b(id);
+            }
             match &self.steps[k] {
                 Step::Leaf => {
                     let t: &Tensor = match &node.op {
@@ -851,7 +1045,22 @@ impl CudaExecutor {
                     host[k] = Some(Cow::Owned(t));
                 }
             }
+            if blocking {
+                self.stream.synchronize().map_err(|e| {
+                    kernel_err(
+                        &self.graph,
+                        id,
+                        format!("the kernel failed (synchronized after its launch): {e}"),
+                    )
+                })?;
+            }
         }
+        // The scan runs after the last kernel, before the read-backs wait for the stream.
+        let scan_words = if scan {
+            Some(self.device_scan()?)
+        } else {
+            None
+        };
         // Read back what was asked for.
         let want: Vec<NodeId> = if all {
             (0..n as u32).map(NodeId).collect()
@@ -912,13 +1121,51 @@ impl CudaExecutor {
                 return Err(kernel_err(g, id, msg));
             }
         }
+        let counts = scan_words.map(|w| self.node_counts(&host, &w));
         let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
         for i in want {
             if out[i.index()].is_none() {
                 out[i.index()] = host[i.index()].as_ref().map(|c| c.as_ref().clone());
             }
         }
-        Ok(out)
+        Ok((out, counts))
+    }
+
+    /// Every node's NaN/Inf counts after a scanning run: device values from the scan's
+    /// words, host values (inputs, CPU-fallback nodes) counted here, params and constants
+    /// from their cached counts, integer and Bool values clean.
+    fn node_counts(&self, host: &[Option<Cow<'_, Tensor>>], words: &[u64]) -> Vec<NonFiniteCounts> {
+        let g = &self.graph;
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        let mut out: Vec<NonFiniteCounts> = Vec::with_capacity(g.len());
+        for node in &g.nodes {
+            let k = node.id.index();
+            let len = node.shape.numel();
+            let clean = NonFiniteCounts {
+                len,
+                ..Default::default()
+            };
+            let c = match &self.steps[k] {
+                Step::Leaf => match (&self.leaf_counts[k], &host[k]) {
+                    (Some(c), _) => *c,
+                    (None, Some(t)) => scan_data(t.data()),
+                    (None, None) => clean,
+                },
+                Step::Cpu(_) => host[k].as_ref().map_or(clean, |t| scan_data(t.data())),
+                // Same values as its input.
+                Step::Alias => NonFiniteCounts {
+                    len,
+                    ..out[node.inputs[0].index()]
+                },
+                _ if node.shape.dtype != DType::F32 => clean,
+                _ => match self.buf[k].and_then(|b| sp.entry[b]) {
+                    Some(e) => counts_of(len, &words[6 * e..6 * e + 6]),
+                    None => clean,
+                },
+            };
+            out.push(c);
+        }
+        out
     }
 
     fn ptr(&self, id: NodeId) -> u64 {
@@ -929,6 +1176,12 @@ impl CudaExecutor {
         let h = *self.blas.handle();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let op = cublasOperation_t::CUBLAS_OP_N;
+        // The planted test bug: the product leaves out its last k (leading dims unchanged).
+        let kk = if self.drop_last_k && p.k > 1 {
+            p.k - 1
+        } else {
+            p.k
+        };
         // Row-major C[m,n] = A[m,k] B[k,n]  <=>  column-major C^T[n,m] = B^T[n,k] A^T[k,m].
         if let Some((nb, sa, sb)) = p.strided {
             // SAFETY: the buffers hold nb (or 1, stride 0) matrices of the planned sizes.
@@ -939,7 +1192,7 @@ impl CudaExecutor {
                     op,
                     p.n,
                     p.m,
-                    p.k,
+                    kk,
                     &alpha,
                     b as *const f32,
                     p.n,
@@ -966,7 +1219,7 @@ impl CudaExecutor {
                         op,
                         p.n,
                         p.m,
-                        p.k,
+                        kk,
                         &alpha,
                         (b as *const f32).add(ob),
                         p.n,
@@ -1576,6 +1829,59 @@ fn plan_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scan table covers each non-empty buffer with contiguous blocks, and the kernel's
+    /// binary search (emulated here) maps every block to its own buffer.
+    #[test]
+    fn scan_table_maps_every_block_to_its_buffer() {
+        let lens = [0u64, 1, 8192, 8193, 0, 8192 * 4096 * 3 + 5, 17];
+        let addrs: Vec<u64> = (0..lens.len() as u64).map(|k| 0x1000 * (k + 1)).collect();
+        let (tab, entry, blocks) = scan_table(&addrs, &lens);
+        assert_eq!(
+            entry,
+            [None, Some(0), Some(1), Some(2), None, Some(3), Some(4)]
+        );
+        let per = |n: u64| n.div_ceil(kernels::SCAN_PER_BLOCK).min(4096);
+        assert_eq!(blocks, lens.iter().map(|&n| per(n)).sum::<u64>());
+        let nent = (tab.len() / 4) as u64;
+        let mut covered = vec![0u64; nent as usize];
+        for b in 0..blocks {
+            let (mut lo, mut hi) = (0u64, nent);
+            while hi - lo > 1 {
+                let mid = (lo + hi) / 2;
+                if tab[4 * mid as usize + 2] <= b {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            let e = 4 * lo as usize;
+            assert!(tab[e + 2] <= b && b < tab[e + 2] + tab[e + 3], "block {b}");
+            covered[lo as usize] += 1;
+        }
+        for (k, (&a, &n)) in addrs.iter().zip(&lens).enumerate() {
+            if let Some(e) = entry[k] {
+                assert_eq!((tab[4 * e], tab[4 * e + 1]), (a, n));
+                assert_eq!(covered[e], per(n));
+                // The blocks' grid stride reaches every element.
+                assert!(
+                    tab[4 * e + 3] * kernels::SCAN_BLOCK * 4 * 8
+                        >= n.min(kernels::SCAN_PER_BLOCK * 4096)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scan_counts_decode() {
+        let c = counts_of(10, &[2, 0, 1, 3, u64::MAX, 9]);
+        assert_eq!((c.nan, c.pos_inf, c.neg_inf), (2, 0, 1));
+        assert_eq!(
+            (c.first_nan, c.first_pos_inf, c.first_neg_inf),
+            (Some(3), None, Some(9))
+        );
+        assert_eq!(c.len, 10);
+    }
 
     #[test]
     fn matmul_plans() {

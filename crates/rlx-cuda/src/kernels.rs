@@ -247,6 +247,7 @@ extern \"C\" __global__ void p_{name}(const {ty}* a, const {ty}* b, unsigned* __
         );
     }
     s += MOVE;
+    s += SCAN;
     s
 }
 
@@ -450,6 +451,56 @@ extern "C" __global__ void conv_f32(const float* __restrict__ x, const float* __
     }
     if (meta[5]) acc = __fadd_rn(acc, bias[m]);
     o[i] = acc;
+  }
+}
+"#;
+
+/// The NaN/Inf scan of `RLX_DEBUG_NANS` (launched once per run, after the run's last
+/// kernel): counts NaN, +inf and -inf in every scanned f32 buffer and the first index of
+/// each, so the host reads back 48 bytes per buffer instead of the buffer.
+///
+/// `tab` = [address, element count, first block, block count] per buffer, sorted by first
+/// block; block `b` finds its buffer by binary search and scans it with a stride of the
+/// buffer's blocks (16-byte loads; device allocations are 256-byte aligned). `out` = [nan,
+/// +inf, -inf, first nan, first +inf, first -inf] per buffer, preset by the host to 0
+/// (counts) and u64::MAX (firsts). A thread that saw only finite values makes no atomic
+/// operation.
+pub const SCAN_BLOCK: u64 = 256;
+/// Elements one block scans per pass (256 threads, 4 words each, 8 iterations).
+pub const SCAN_PER_BLOCK: u64 = 8192;
+const SCAN: &str = r#"
+__device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, u64* c, u64* f) {
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    int k = (u & 0x007fffffu) ? 0 : ((u >> 31) ? 2 : 1);
+    c[k] += 1; if (i < f[k]) f[k] = i;
+  }
+}
+extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* __restrict__ out) {
+  u64 b = blockIdx.x, lo = 0, hi = nent;
+  while (hi - lo > 1) { u64 mid = (lo + hi) / 2; if (tab[4 * mid + 2] <= b) lo = mid; else hi = mid; }
+  const unsigned* x = (const unsigned*)tab[4 * lo];
+  u64 n = tab[4 * lo + 1];
+  u64 stride = tab[4 * lo + 3] * blockDim.x;
+  u64 t = (b - tab[4 * lo + 2]) * blockDim.x + threadIdx.x;
+  u64 c[3] = {0, 0, 0};
+  u64 f[3] = {~0ull, ~0ull, ~0ull};
+  u64 n4 = n / 4;
+  const uint4* x4 = (const uint4*)x;
+  for (u64 j = t; j < n4; j += stride) {
+    uint4 v = x4[j];
+    // A clean group (no word with an all-ones exponent) costs four tests.
+    if (((v.x & 0x7f800000u) == 0x7f800000u) || ((v.y & 0x7f800000u) == 0x7f800000u) ||
+        ((v.z & 0x7f800000u) == 0x7f800000u) || ((v.w & 0x7f800000u) == 0x7f800000u)) {
+      rlx_scan1(v.x, 4 * j, c, f); rlx_scan1(v.y, 4 * j + 1, c, f);
+      rlx_scan1(v.z, 4 * j + 2, c, f); rlx_scan1(v.w, 4 * j + 3, c, f);
+    }
+  }
+  for (u64 i = 4 * n4 + t; i < n; i += stride) rlx_scan1(x[i], i, c, f);
+  if (c[0] | c[1] | c[2]) {
+    u64* o = out + 6 * lo;
+    for (int k = 0; k < 3; ++k) {
+      if (c[k]) { atomicAdd(o + k, c[k]); atomicMin(o + 3 + k, f[k]); }
+    }
   }
 }
 "#;

@@ -474,6 +474,137 @@ fn scanner_finds_the_nan_at_the_log() {
     }
 }
 
+/// The device-side scan's counts (NaN, ±inf and first positions) equal the host's count of
+/// the same values for every node: odd lengths (the scalar tail after 16-byte groups), a
+/// buffer larger than 4096 blocks of 8192 (the grid-stride loop), values that are all NaN,
+/// all clean, a NaN only in the last element, and a CPU-fallback node between GPU nodes.
+#[test]
+fn device_scan_counts_equal_host_counts() {
+    if !cuda_available() {
+        return;
+    }
+    use rlx_ir::numeric_check::scan_data;
+    for &n in &[1usize, 3, 4, 5, 4099, 8192 * 4096 + 4 * 1000 + 3] {
+        let mut g = Graph::new("scan");
+        let s = f32s_shape(&[n]);
+        let x = g.input("x", s.clone());
+        let l = g.unary(UnaryOp::Log, x, s.clone()); // NaN at negatives, -inf at zeros
+        let r = g.unary(UnaryOp::Reciprocal, x, s.clone()); // ±inf at ±0
+        let a = g.add(l, r, s.clone());
+        let q = g.unary(UnaryOp::Sqrt, a, s.clone());
+        let nn = g.unary(UnaryOp::Neg, q, s.clone());
+        g.set_outputs(vec![nn, r]);
+        let mut v = rand_vec(n, n as u64, -2.0, 2.0);
+        for i in (0..n).step_by(5) {
+            v[i] = 0.0;
+        }
+        for i in (0..n).step_by(11) {
+            v[i] = -0.0;
+        }
+        v[n - 1] = f32::NAN;
+        let xt = Tensor::from_f32(&[n], v).unwrap();
+        let mut ex = CudaExecutor::new(g.clone()).unwrap();
+        all_on_gpu(&ex);
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+        sc.set_print(false);
+        ex.run(std::slice::from_ref(&xt), Some(&mut sc)).unwrap();
+        let vals = ex.run_all(std::slice::from_ref(&xt)).unwrap();
+        for node in &g.nodes {
+            let want = scan_data(vals[node.id.index()].as_ref().unwrap().data());
+            assert_eq!(
+                sc.counts()[node.id.index()],
+                want,
+                "n={n}: counts of {} {}",
+                node.id,
+                node.op.name()
+            );
+        }
+        // All clean: no report, zero counts.
+        let clean = Tensor::from_f32(&[n], rand_vec(n, 7, 0.5, 2.0)).unwrap();
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+        sc.set_print(false);
+        ex.run(&[clean], Some(&mut sc)).unwrap();
+        assert!(sc.reports().is_empty(), "n={n}: {:?}", sc.reports());
+        assert!(sc.counts().iter().all(|c| c.is_clean() && c.len == n));
+        // All NaN.
+        let nan = Tensor::from_f32(&[n], vec![f32::NAN; n]).unwrap();
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+        sc.set_print(false);
+        ex.run(&[nan], Some(&mut sc)).unwrap();
+        for node in &g.nodes {
+            let c = sc.counts()[node.id.index()];
+            assert_eq!((c.nan, c.first_nan), (n, Some(0)), "n={n}: {}", node.id);
+        }
+    }
+    // A CPU-fallback node (an undecomposed Softmax) between GPU nodes: counted on the host;
+    // the counts and the reports equal the CPU backend's.
+    let mut g = Graph::new("scan_mixed");
+    let s = f32s_shape(&[7]);
+    let x = g.input("x", s.clone());
+    let y = g.input("y", s.clone());
+    let d = g.div(x, y, s.clone());
+    let sm = g.softmax(d, 0, s.clone());
+    let e = g.unary(UnaryOp::Exp, sm, s.clone());
+    g.set_outputs(vec![e]);
+    let xt = Tensor::from_f32(&[7], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]).unwrap();
+    let yt = Tensor::from_f32(&[7], vec![1.0, 0.0, 2.0, 0.0, 3.0, 1.0, 1.0]).unwrap();
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    assert!(matches!(
+        ex.placements()
+            .into_iter()
+            .find(|(i, _)| *i == sm)
+            .unwrap()
+            .1,
+        Placement::CpuFallback { .. }
+    ));
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+    sc.set_print(false);
+    ex.run(&[xt.clone(), yt.clone()], Some(&mut sc)).unwrap();
+    let mut c = CpuExecutor::new(g.clone()).unwrap();
+    let mut sc2 = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc2.set_print(false);
+    c.run(&[xt, yt], Some(&mut sc2)).unwrap();
+    assert_eq!(sc.counts(), sc2.counts());
+    assert!(!sc.reports().is_empty());
+    let nodes = |r: &[rlx_ir::numeric_check::NanReport]| -> Vec<_> {
+        r.iter()
+            .map(|r| (r.node, r.cause.clone(), r.index))
+            .collect()
+    };
+    assert_eq!(nodes(sc.reports()), nodes(sc2.reports()));
+}
+
+/// Launch-blocking mode (the printer's level 3): `before` names every computing node in
+/// order, and the values equal a plain run's.
+#[test]
+fn launch_blocking_run_names_each_node_before_it_runs() {
+    if !cuda_available() {
+        return;
+    }
+    let g = mixed_graph();
+    let wv = Tensor::from_f32(&[16, 12], rand_vec(192, 9, -0.5, 0.5)).unwrap();
+    let x = rand_tensor(&[2, 8, 16], 4);
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    ex.set_param("w", wv).unwrap();
+    let plain = ex.run_all(std::slice::from_ref(&x)).unwrap();
+    let mut seen = vec![];
+    let hooked = ex
+        .run_all_hooked(std::slice::from_ref(&x), &mut |id| seen.push(id))
+        .unwrap();
+    let want: Vec<_> = g
+        .nodes
+        .iter()
+        .filter(|n| !n.op.is_leaf())
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(seen, want);
+    for (a, b) in plain.iter().zip(&hooked) {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert_eq!(a.shape(), b.shape());
+        assert_eq!(format!("{:?}", a.data()), format!("{:?}", b.data()));
+    }
+}
+
 #[test]
 fn non_f32_nodes_fall_back_with_a_reason() {
     if !cuda_available() {

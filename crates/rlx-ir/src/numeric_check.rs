@@ -826,11 +826,9 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
                 .iter()
                 .map(|x| {
                     let s = st(x);
-                    if s.len == 0 {
-                        0
-                    } else {
-                        s.nan_count * (out.len / s.len).max(1)
-                    }
+                    out.len
+                        .checked_div(s.len)
+                        .map_or(0, |r| s.nan_count * r.max(1))
                 })
                 .sum();
             if !elementwise || out.nan <= carried {
@@ -930,6 +928,12 @@ impl DebugScanner {
     /// A scanner configured by `RLX_DEBUG_NANS` (read once, here).
     pub fn from_env(backend: &str) -> DebugScanner {
         DebugScanner::new(DebugMode::from_env(), backend)
+    }
+
+    /// Every node's NaN/Inf counts from the last run (index = node index; default counts for
+    /// a node not scanned).
+    pub fn counts(&self) -> &[NonFiniteCounts] {
+        &self.counts
     }
 
     pub fn mode(&self) -> DebugMode {
@@ -1177,18 +1181,17 @@ impl DebugScanner {
         self.destroyed.push(origin);
         let dc = self.counts[d.index()];
         let infs = dc.pos_inf + dc.neg_inf;
-        let zeroed = if dc.len == 0 {
-            infs
-        } else {
-            (infs * (out.len / dc.len).max(1)).min(out.len)
-        };
+        let zeroed = out
+            .len
+            .checked_div(dc.len)
+            .map_or(infs, |r| (infs * r.max(1)).min(out.len));
         let kind = self.states[origin.index()]
             .inf_kind
             .unwrap_or(BadKind::PosInf);
         let cause = creation_cause(g, origin, &self.states);
         let dims = node.shape.dims_usize();
         let per_row = dims.last().copied().unwrap_or(1).max(1);
-        let rows = if zeroed >= per_row && zeroed % per_row == 0 {
+        let rows = if zeroed >= per_row && zeroed.is_multiple_of(per_row) {
             format!(" ({} row(s) of {per_row})", zeroed / per_row)
         } else {
             String::new()

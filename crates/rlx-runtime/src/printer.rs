@@ -422,11 +422,17 @@ pub(crate) fn run_cpu<I: std::borrow::Borrow<Tensor> + Sync>(
 }
 
 /// Print per `cfg` from every node's value after a whole run (`all[k]` is node `k`'s value):
-/// the printer of a backend that runs the graph on its device and reads values back. Level 3's
-/// `running` line precedes each node's statistics (the run is over by then; the backend's own
-/// error names a node that failed).
+/// the printer of a backend that runs the graph on its device and reads values back. With
+/// `running_lines`, level 3's `running` line precedes each node's statistics (the run is over
+/// by then; the backend's own error names a node that failed); without, the backend printed
+/// them before each launch.
 #[cfg_attr(not(any(feature = "gpu", feature = "cuda")), allow(dead_code))]
-pub(crate) fn print_values(g: &Graph, all: &[Option<Tensor>], cfg: &PrinterConfig) {
+pub(crate) fn print_values(
+    g: &Graph,
+    all: &[Option<Tensor>],
+    cfg: &PrinterConfig,
+    running_lines: bool,
+) {
     if !cfg.is_on() {
         return;
     }
@@ -437,7 +443,7 @@ pub(crate) fn print_values(g: &Graph, all: &[Option<Tensor>], cfg: &PrinterConfi
             continue;
         };
         if let Some(l) = cfg.line_after(g, n.id, t) {
-            if let Some(b) = cfg.line_before(g, n.id) {
+            if let Some(b) = cfg.line_before(g, n.id).filter(|_| running_lines) {
                 let _ = writeln!(e, "{b}");
             }
             printed += 1;

@@ -70,6 +70,21 @@ mod real {
             scanner: Option<&mut DebugScanner>,
             printer: &PrinterConfig,
         ) -> Result<Vec<Tensor>, RuntimeError> {
+            if printer.level >= 3 {
+                // Each node's "running" line before its launch, and a synchronization after
+                // it, so the last line printed names the kernel that failed.
+                let g = CudaExecutor::graph(self).clone();
+                let mut before = |id: NodeId| {
+                    if let Some(l) = printer.line_before(&g, id) {
+                        use std::io::Write;
+                        let mut e = std::io::stderr().lock();
+                        let _ = writeln!(e, "{l}");
+                        let _ = e.flush();
+                    }
+                };
+                let all = CudaExecutor::run_all_hooked(self, inputs, &mut before).map_err(err)?;
+                return crate::backend::report_all(&g, &all, scanner, printer, true);
+            }
             if printer.is_on() {
                 return crate::backend::run_all_then_report(self, inputs, scanner, printer);
             }

@@ -168,8 +168,20 @@ pub(crate) fn run_all_then_report(
     printer: &PrinterConfig,
 ) -> Result<Vec<Tensor>, RuntimeError> {
     let all = b.run_all(inputs)?;
-    let g = b.graph();
-    crate::printer::print_values(g, &all, printer);
+    report_all(b.graph(), &all, scanner, printer, false)
+}
+
+/// Print (per `printer`; its level-3 "running" lines unless `ran_lines_printed`) and scan
+/// every node's value `all` of a finished run, in topological order; returns the outputs.
+#[cfg_attr(not(any(feature = "gpu", feature = "cuda")), allow(dead_code))]
+pub(crate) fn report_all(
+    g: &Graph,
+    all: &[Option<Tensor>],
+    scanner: Option<&mut DebugScanner>,
+    printer: &PrinterConfig,
+    ran_lines_printed: bool,
+) -> Result<Vec<Tensor>, RuntimeError> {
+    crate::printer::print_values(g, all, printer, !ran_lines_printed);
     if let Some(sc) = scanner.filter(|s| s.is_on()) {
         sc.begin_run(g);
         for n in &g.nodes {
@@ -180,7 +192,7 @@ pub(crate) fn run_all_then_report(
         }
         sc.finish_run(g).map_err(RuntimeError::NanAbort)?;
     }
-    outputs_of(g, &all)
+    outputs_of(g, all)
 }
 
 /// Every backend this build knows, in the order [`crate::available_devices`] lists them.
