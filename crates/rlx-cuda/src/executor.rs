@@ -96,11 +96,18 @@ enum Step {
     Cpu(String),
 }
 
+/// Float dtypes held as f32 words on the device (float16/bfloat16 rounded at each node's
+/// output to their dtype).
+pub(crate) fn float_word(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::F16 | DType::BF16)
+}
+
 /// 32-bit words per element of a dtype held on the device (Bool as a u32 0/1), or `None`
 /// for a dtype with no device storage (its nodes run on the CPU).
 pub(crate) fn dev_words(dt: DType) -> Option<usize> {
     match dt {
-        DType::F32 | DType::I32 | DType::U32 | DType::Bool => Some(1),
+        // float16/bfloat16 as f32 words holding values of their dtype.
+        DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::U32 | DType::Bool => Some(1),
         DType::I64 => Some(2),
         _ => None,
     }
@@ -131,6 +138,9 @@ pub struct CudaExecutor {
     inputs: Vec<NodeId>,
     /// The device-side NaN/Inf scan, planned at the first scanning run.
     scan: Option<ScanPlan>,
+    /// The in-place rounding of a float16/bfloat16 node's output (`round_f16`/`round_bf16`),
+    /// for nodes that compute; `None` for f32 and for ops that only move rounded values.
+    rounds: Vec<Option<CudaFunction>>,
     /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
     /// with K > 1 leaves out its last k, so the divergence tools' tests have a CUDA kernel
     /// bug to find.
@@ -389,18 +399,48 @@ impl CudaExecutor {
             }
             let r: Result<Step, String> = if !dev_value(node.id) {
                 Err(format!(
-                    "output {} is not f32/i32/u32/i64/bool (no CUDA storage for it)",
+                    "output {} is not f32/f16/bf16/i32/u32/i64/bool (no CUDA storage for it)",
                     node.shape
                 ))
             } else if let Some(&bad) = node.inputs.iter().find(|&&i| !dev_value(i)) {
                 Err(format!(
-                    "input {bad} ({}) is not f32/i32/u32/i64/bool (no CUDA storage for it)",
+                    "input {bad} ({}) is not f32/f16/bf16/i32/u32/i64/bool (no CUDA storage for it)",
                     graph.node(bad).shape
                 ))
             } else {
                 plan_node(&graph, node.id, &mut module, &mut metas_host)
             };
             steps.push(r.unwrap_or_else(Step::Cpu));
+        }
+
+        // float16/bfloat16 outputs of computing GPU nodes are rounded to their dtype.
+        let mut rounds: Vec<Option<CudaFunction>> = Vec::with_capacity(n);
+        for node in &graph.nodes {
+            let dt = node.shape.dtype;
+            let computes = !matches!(
+                steps[node.id.index()],
+                Step::Leaf
+                    | Step::Cpu(_)
+                    | Step::Alias
+                    | Step::Copy { .. }
+                    | Step::Gather { .. }
+                    | Step::Select { .. }
+            );
+            let name = match dt {
+                DType::F16 => "round_f16",
+                DType::BF16 => "round_bf16",
+                _ => "",
+            };
+            let f = if computes && !name.is_empty() {
+                let m = module().map_err(|e| kernel_err(&graph, node.id, e))?;
+                Some(
+                    m.load_function(name)
+                        .map_err(|e| kernel_err(&graph, node.id, format!("kernel {name}: {e}")))?,
+                )
+            } else {
+                None
+            };
+            rounds.push(f);
         }
 
         // 2. Buffers: every GPU-produced value, and every host value a GPU node reads.
@@ -463,6 +503,7 @@ impl CudaExecutor {
             err,
             scan: None,
             leaf_counts: vec![None; n],
+            rounds,
             drop_last_k: rlx_ir::env::get("RLX_TEST_PLANTED_BUG")
                 .as_deref()
                 .map(str::trim)
@@ -601,8 +642,13 @@ impl CudaExecutor {
         };
         let g = &self.graph;
         let bools: Vec<u32>;
+        let wide: Vec<f32>;
         let (src, words): (&[u8], usize) = match t.data() {
             TensorData::F32(v) => (as_bytes(v), v.len()),
+            d @ (TensorData::F16(_) | TensorData::BF16(_)) => {
+                wide = d.to_f32_vec();
+                (as_bytes(&wide), wide.len())
+            }
             TensorData::I32(v) => (as_bytes(v), v.len()),
             TensorData::U32(v) => (as_bytes(v), v.len()),
             TensorData::I64(v) => (as_bytes(v), 2 * v.len()),
@@ -711,7 +757,7 @@ impl CudaExecutor {
                 self.steps[node.id.index()],
                 Step::Leaf | Step::Cpu(_) | Step::Alias
             );
-            if gpu_made && node.shape.dtype == DType::F32 {
+            if gpu_made && float_word(node.shape.dtype) {
                 if let Some(b) = self.buf[node.id.index()] {
                     scanned[b] = true;
                 }
@@ -721,7 +767,7 @@ impl CudaExecutor {
         let mut lens = vec![0u64; self.buffers.len()];
         for node in &g.nodes {
             if let Some(b) = self.buf[node.id.index()] {
-                if scanned[b] && node.shape.dtype == DType::F32 {
+                if scanned[b] && float_word(node.shape.dtype) {
                     lens[b] = node.shape.numel() as u64;
                 }
             }
@@ -1045,6 +1091,17 @@ impl CudaExecutor {
                     host[k] = Some(Cow::Owned(t));
                 }
             }
+            if let Some(f) = &self.rounds[k] {
+                let nel = node.shape.numel() as u64;
+                if nel > 0 {
+                    let o = self.ptr(id);
+                    let mut l = self.stream.launch_builder(f);
+                    l.arg(&o).arg(&nel);
+                    // SAFETY: signature (float*, u64); the node's buffer holds `nel` words.
+                    unsafe { l.launch(launch_cfg(nel)) }
+                        .map_err(|e| kernel_err(g, id, format!("launch (rounding): {e}")))?;
+                }
+            }
             if blocking {
                 self.stream.synchronize().map_err(|e| {
                     kernel_err(
@@ -1157,7 +1214,7 @@ impl CudaExecutor {
                     len,
                     ..out[node.inputs[0].index()]
                 },
-                _ if node.shape.dtype != DType::F32 => clean,
+                _ if !float_word(node.shape.dtype) => clean,
                 _ => match self.buf[k].and_then(|b| sp.entry[b]) {
                     Some(e) => counts_of(len, &words[6 * e..6 * e + 6]),
                     None => clean,
@@ -1256,6 +1313,11 @@ impl CudaExecutor {
             };
             let data = match shape.dtype {
                 DType::F32 => TensorData::F32(v),
+                // Exact: the words hold values of the dtype (NaN payloads kept as `half` does).
+                DType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+                DType::BF16 => {
+                    TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect())
+                }
                 DType::I32 => TensorData::I32(v.iter().map(|x| x.to_bits() as i32).collect()),
                 DType::U32 => TensorData::U32(v.iter().map(|x| x.to_bits()).collect()),
                 DType::Bool => TensorData::Bool(v.iter().map(|x| x.to_bits() != 0).collect()),
@@ -1533,12 +1595,16 @@ fn plan_node(
     };
     let dt = |i: NodeId| g.node(i).shape.dtype;
     let odt = node.shape.dtype;
+    // Float ops compute on f32 words: the output is f32/f16/bf16 and every input has its dtype.
     let all_f32 = || -> Result<(), String> {
-        if odt != DType::F32 {
-            return Err(format!("output {} is not f32", node.shape));
+        if !float_word(odt) {
+            return Err(format!("output {} is not f32/f16/bf16", node.shape));
         }
-        if let Some(&bad) = node.inputs.iter().find(|&&i| dt(i) != DType::F32) {
-            return Err(format!("input {bad} ({}) is not f32", g.node(bad).shape));
+        if let Some(&bad) = node.inputs.iter().find(|&&i| dt(i) != odt) {
+            return Err(format!(
+                "input {bad} ({}) is not {odt} like the output",
+                g.node(bad).shape
+            ));
         }
         Ok(())
     };
@@ -1546,9 +1612,25 @@ fn plan_node(
     match &node.op {
         Op::Reshape { .. } => Ok(Step::Alias),
         Op::Cast { to, .. } if *to == dt(node.inputs[0]) => Ok(Step::Alias),
+        // Widening to f32: the words already hold the value.
+        Op::Cast { to: DType::F32, .. }
+            if matches!(dt(node.inputs[0]), DType::F16 | DType::BF16) =>
+        {
+            Ok(Step::Alias)
+        }
+        // Between float dtypes: a copy, then the output's rounding.
+        Op::Cast { to, .. } if float_word(*to) && float_word(dt(node.inputs[0])) => {
+            Ok(Step::Unary {
+                f: func("u_copy")?,
+                p: [0.0, 0.0],
+            })
+        }
         Op::Cast { to, .. } => {
             let from = dt(node.inputs[0]);
-            let kind = match (from, *to) {
+            // To float16/bfloat16 through f32 (the output's rounding follows).
+            let to_word = if float_word(*to) { DType::F32 } else { *to };
+            let from_word = if float_word(from) { DType::F32 } else { from };
+            let kind = match (from_word, to_word) {
                 (DType::F32, DType::Bool) => 3,
                 (DType::Bool, DType::F32) => 4,
                 (DType::I32, DType::F32) => 5,
@@ -1556,7 +1638,7 @@ fn plan_node(
                 (DType::I64, DType::F32) => 7,
                 (DType::Bool, DType::I64) => 8,
                 (DType::I32, DType::I64) => 9,
-                (f, t) => return Err(format!("no CUDA kernel for Cast {f} -> {t} yet")),
+                _ => return Err(format!("no CUDA kernel for Cast {from} -> {to} yet")),
             };
             Ok(Step::UMap {
                 f: func("umap_u32")?,
@@ -1565,12 +1647,13 @@ fn plan_node(
             })
         }
         Op::Unary(u @ (UnaryOp::IsNaN | UnaryOp::IsInf { .. } | UnaryOp::Not)) => {
-            let want = if matches!(u, UnaryOp::Not) {
-                DType::Bool
+            let i0 = dt(node.inputs[0]);
+            let ok = if matches!(u, UnaryOp::Not) {
+                i0 == DType::Bool
             } else {
-                DType::F32
+                float_word(i0)
             };
-            if dt(node.inputs[0]) != want || odt != DType::Bool || ind(0) != od {
+            if !ok || odt != DType::Bool || ind(0) != od {
                 return Err(format!(
                     "{} on {} is not supported on CUDA",
                     node.op.name(),
@@ -1590,7 +1673,12 @@ fn plan_node(
         }
         Op::Binary(b) if kernels::pred_kernel(*b).is_some() => {
             let (name, idt) = kernels::pred_kernel(*b).expect("checked");
-            if odt != DType::Bool || node.inputs.iter().any(|&i| dt(i) != idt) {
+            // Float comparisons take f32/f16/bf16 words alike (both inputs of one dtype).
+            let same = |i: NodeId| {
+                dt(i) == idt
+                    || (idt == DType::F32 && float_word(dt(i)) && dt(i) == dt(node.inputs[0]))
+            };
+            if odt != DType::Bool || !node.inputs.iter().all(|&i| same(i)) {
                 return Err(format!("{:?} on CUDA takes {idt} inputs and gives Bool", b));
             }
             let (a, bd) = (ind(0), ind(1));
@@ -2161,6 +2249,9 @@ mod tests {
             }),
         ] {
             let (n, _) = kernels::unary_kernel(&op).unwrap();
+            assert!(src.contains(&format!("void {n}(")), "{n}");
+        }
+        for n in ["u_copy", "round_f16", "round_bf16", "nan_scan"] {
             assert!(src.contains(&format!("void {n}(")), "{n}");
         }
         assert!(kernels::unary_kernel(&Op::Unary(rlx_ir::UnaryOp::IsNaN)).is_none());

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 /// Unary kernels: (name, body of `float f(float x, float p0, float p1)`).
 const UNARY: &[(&str, &str)] = &[
+    // A copy (Cast between float dtypes, before the output's rounding).
+    ("copy", "return x;"),
     // Sign-bit operations, as Rust's `-x` / `x.abs()` on the CPU: a NaN keeps its payload
     // and gets its sign flipped/cleared (the H200's `neg.f32` returned 0x7fffffff for the
     // NaN 0x7fc00000, where the CPU gives 0xffc00000).
@@ -248,6 +250,7 @@ extern \"C\" __global__ void p_{name}(const {ty}* a, const {ty}* b, unsigned* __
     }
     s += MOVE;
     s += SCAN;
+    s += ROUND;
     s
 }
 
@@ -466,6 +469,36 @@ extern "C" __global__ void conv_f32(const float* __restrict__ x, const float* __
 /// (counts) and u64::MAX (firsts). A thread that saw only finite values makes no atomic
 /// operation.
 pub const SCAN_BLOCK: u64 = 256;
+/// float16/bfloat16 values live on the device as f32 words; after a node that computes in
+/// one of them, its output is rounded in place to the dtype (round to nearest, ties to even;
+/// float16 overflows to ±inf from 65520 up and has subnormals down to 2^-24; NaN kept), so
+/// every op rounds once, as IEEE arithmetic in that dtype would.
+const ROUND: &str = r#"
+extern "C" __global__ void round_bf16(float* o, u64 n) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    unsigned b = __float_as_uint(o[i]);
+    if ((b & 0x7fffffffu) > 0x7f800000u) continue;
+    unsigned lsb = (b >> 16) & 1u;
+    o[i] = __uint_as_float((b + 0x7fffu + lsb) & 0xffff0000u);
+  }
+}
+extern "C" __global__ void round_f16(float* o, u64 n) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    unsigned b = __float_as_uint(o[i]);
+    unsigned s = b & 0x80000000u, a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) continue;
+    if (a >= 0x477ff000u) { o[i] = __uint_as_float(s | 0x7f800000u); continue; }
+    if (a < 0x38800000u) {
+      // Below 2^-14: multiples of 2^-24 (both scalings are exact; rintf ties to even).
+      float q = rintf(__uint_as_float(a) * 16777216.0f) * 5.9604644775390625e-8f;
+      o[i] = __uint_as_float(s | __float_as_uint(q));
+      continue;
+    }
+    unsigned lsb = (a >> 13) & 1u;
+    o[i] = __uint_as_float(s | ((a + 0xfffu + lsb) & 0xffffe000u));
+  }
+}
+"#;
 /// Elements one block scans per pass (256 threads, 4 words each, 8 iterations).
 pub const SCAN_PER_BLOCK: u64 = 8192;
 const SCAN: &str = r#"

@@ -113,7 +113,15 @@ mod real {
         }
 
         fn dtypes(&self) -> &'static [DType] {
-            &[DType::F32]
+            &[
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::I64,
+                DType::I32,
+                DType::U32,
+                DType::Bool,
+            ]
         }
     }
 }

@@ -99,7 +99,14 @@ mod real {
         }
 
         fn dtypes(&self) -> &'static [DType] {
-            &[DType::F32, DType::I64, DType::I32, DType::Bool]
+            &[
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::I64,
+                DType::I32,
+                DType::Bool,
+            ]
         }
     }
 }
