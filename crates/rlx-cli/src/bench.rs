@@ -65,7 +65,8 @@ pub struct BenchArgs {
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// After the timed runs, time as many runs again with a clock read around every node
-    /// (CPU only) and print the source ops (ONNX node names) that took the most time.
+    /// (CPU; on CUDA, CUDA events between nodes; not on wgpu) and print the source ops (ONNX
+    /// node names) that took the most time.
     #[arg(long)]
     pub profile: bool,
     /// How many source ops the --profile table lists (0: all).
@@ -106,8 +107,8 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     }
     let threads = rlx_cli::init_threads(a.threads)?;
     let device = rlx_cli::compile::parse_device(&a.device)?;
-    if a.profile && device != Device::Cpu {
-        bail!("--profile: per-node profiling runs on the CPU backend only (--device cpu)");
+    if a.profile && device == Device::Wgpu {
+        bail!("--profile: per-node profiling runs on the CPU and CUDA backends (--device cpu or cuda), not on wgpu");
     }
     // The CSV goes to a temporary file beside FILE, renamed when written: a bad path fails
     // here, before any run, and a failed write leaves no partial FILE.

@@ -349,7 +349,7 @@ fn bench_profile_rejects_a_bad_csv_path_or_device_before_running() {
         None,
     );
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("CPU backend only"), "{err}");
+    assert!(err.contains("CPU and CUDA backends"), "{err}");
     assert!(!out.contains("runs:"), "{out}");
 }
 

@@ -133,7 +133,10 @@ fn planted_cuda_matmul_bug_is_suspect_and_localized_to_the_first_matmul() {
     assert!(line.contains("/encoder/layer.0/attention/self/"), "{line}");
     assert!(line.contains("kernel bug candidate"), "{line}");
     // Without the bug, CUDA is round-off on the same model.
-    let (code, out, err) = diverge(&["fixtures/transformers/bert_tiny", "--backends", "cuda"], None);
+    let (code, out, err) = diverge(
+        &["fixtures/transformers/bert_tiny", "--backends", "cuda"],
+        None,
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("round-off (explainable"), "{out}");
 }

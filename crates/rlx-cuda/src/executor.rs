@@ -141,12 +141,24 @@ pub struct CudaExecutor {
     /// The in-place rounding of a float16/bfloat16 node's output (`round_f16`/`round_bf16`),
     /// for nodes that compute; `None` for f32 and for ops that only move rounded values.
     rounds: Vec<Option<CudaFunction>>,
+    /// Per-node times (CUDA events around each node) while profiling is on.
+    times: Option<rlx_cpu::NodeTimes>,
     /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
     /// with K > 1 leaves out its last k, so the divergence tools' tests have a CUDA kernel
     /// bug to find.
     drop_last_k: bool,
     /// NaN/Inf counts of params (at `set_param`) and constants (at the first scanning run).
     leaf_counts: Vec<Option<NonFiniteCounts>>,
+}
+
+/// What one run gives back (see [`CudaExecutor::execute`]).
+struct RunOut {
+    /// Node values asked for (index = node index).
+    vals: Vec<Option<Tensor>>,
+    /// Every node's NaN/Inf counts, when scanning.
+    counts: Option<Vec<NonFiniteCounts>>,
+    /// (node index, nanoseconds) per computing node, when profiling: CUDA event to event.
+    times: Option<Vec<(usize, u64)>>,
 }
 
 /// The device-side scan of `RLX_DEBUG_NANS` ([`kernels::SCAN_BLOCK`]): one launch per run
@@ -502,6 +514,7 @@ impl CudaExecutor {
         let ex = CudaExecutor {
             err,
             scan: None,
+            times: None,
             leaf_counts: vec![None; n],
             rounds,
             drop_last_k: rlx_ir::env::get("RLX_TEST_PLANTED_BUG")
@@ -702,7 +715,17 @@ impl CudaExecutor {
         if scanner.is_some() && self.scan.is_none() {
             self.scan = Some(self.plan_scan()?);
         }
-        let (all, counts) = self.execute(inputs, false, scanner.is_some(), None)?;
+        let RunOut {
+            vals: all,
+            counts,
+            times,
+        } = self.execute(inputs, false, scanner.is_some(), None)?;
+        if let (Some(p), Some(t)) = (self.times.as_mut(), times) {
+            p.runs += 1;
+            for (k, ns) in t {
+                p.ns[k] += ns;
+            }
+        }
         let g = &self.graph;
         if let (Some(sc), Some(counts)) = (scanner, counts) {
             sc.begin_run(g);
@@ -723,7 +746,7 @@ impl CudaExecutor {
         &mut self,
         inputs: &[I],
     ) -> Result<Vec<Option<Tensor>>, CudaError> {
-        Ok(self.execute(inputs, true, false, None)?.0)
+        Ok(self.execute(inputs, true, false, None)?.vals)
     }
 
     /// [`CudaExecutor::run_all`] in launch-blocking mode (as `CUDA_LAUNCH_BLOCKING=1`):
@@ -736,7 +759,23 @@ impl CudaExecutor {
         inputs: &[I],
         before: &mut dyn FnMut(NodeId),
     ) -> Result<Vec<Option<Tensor>>, CudaError> {
-        Ok(self.execute(inputs, true, false, Some(before))?.0)
+        Ok(self.execute(inputs, true, false, Some(before))?.vals)
+    }
+
+    /// Time every computing node of the following [`CudaExecutor::run`]s with CUDA events
+    /// (`true`; resets the times) or stop (`false`). A node's time is from the event before
+    /// it to the event before the next node on the stream: its kernels (and, for a CPU
+    /// fallback, the read-back, the CPU's work and the upload).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.times = on.then(|| rlx_cpu::NodeTimes {
+            runs: 0,
+            ns: vec![0; self.graph.len()],
+        });
+    }
+
+    /// Per-node times summed over the runs since profiling was turned on (`None` when off).
+    pub fn profile(&self) -> Option<&rlx_cpu::NodeTimes> {
+        self.times.as_ref()
     }
 
     /// Plan the device-side scan: a table entry per f32 buffer a GPU node writes, and the
@@ -854,7 +893,7 @@ impl CudaExecutor {
         all: bool,
         scan: bool,
         mut before: Option<&mut dyn FnMut(NodeId)>,
-    ) -> Result<(Vec<Option<Tensor>>, Option<Vec<NonFiniteCounts>>), CudaError> {
+    ) -> Result<RunOut, CudaError> {
         self.check_inputs(inputs)?;
         self.gpu
             .ctx
@@ -875,10 +914,20 @@ impl CudaExecutor {
         }
         let mut host: Vec<Option<Cow<'a, Tensor>>> = (0..n).map(|_| None).collect();
         let mut next_input = 0;
+        let timed = |stream: &CudaStream| {
+            stream
+                .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| cuda_err("recording a profiling event", e))
+        };
+        let mut events: Option<Vec<(usize, cudarc::driver::CudaEvent)>> =
+            self.times.as_ref().map(|_| Vec::new());
         for k in 0..n {
             let id = NodeId(k as u32);
             let g = &self.graph;
             let node = g.node(id);
+            if let (Some(ev), false) = (events.as_mut(), matches!(self.steps[k], Step::Leaf)) {
+                ev.push((k, timed(&self.stream)?));
+            }
             let blocking = before.is_some() && !matches!(self.steps[k], Step::Leaf);
             if let (Some(b), true) = (before.as_deref_mut(), blocking) {
                 b(id);
@@ -1112,6 +1161,10 @@ impl CudaExecutor {
                 })?;
             }
         }
+        let end = match &events {
+            Some(_) => Some(timed(&self.stream)?),
+            None => None,
+        };
         // The scan runs after the last kernel, before the read-backs wait for the stream.
         let scan_words = if scan {
             Some(self.device_scan()?)
@@ -1179,13 +1232,31 @@ impl CudaExecutor {
             }
         }
         let counts = scan_words.map(|w| self.node_counts(&host, &w));
+        let times = match (events, end) {
+            (Some(ev), Some(end)) => {
+                let mut t = Vec::with_capacity(ev.len());
+                for (j, (k, e)) in ev.iter().enumerate() {
+                    let next = ev.get(j + 1).map_or(&end, |x| &x.1);
+                    let ms = e
+                        .elapsed_ms(next)
+                        .map_err(|e| cuda_err("reading a profiling event", e))?;
+                    t.push((*k, (ms as f64 * 1e6) as u64));
+                }
+                Some(t)
+            }
+            _ => None,
+        };
         let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
         for i in want {
             if out[i.index()].is_none() {
                 out[i.index()] = host[i.index()].as_ref().map(|c| c.as_ref().clone());
             }
         }
-        Ok((out, counts))
+        Ok(RunOut {
+            vals: out,
+            counts,
+            times,
+        })
     }
 
     /// Every node's NaN/Inf counts after a scanning run: device values from the scan's

@@ -95,6 +95,15 @@ mod real {
             CudaExecutor::run_all(self, inputs).map_err(err)
         }
 
+        fn set_profiling(&mut self, on: bool) -> Result<(), RuntimeError> {
+            CudaExecutor::set_profiling(self, on);
+            Ok(())
+        }
+
+        fn profile(&self) -> Option<&rlx_cpu::NodeTimes> {
+            CudaExecutor::profile(self)
+        }
+
         fn placements(&self) -> Vec<(NodeId, Placement)> {
             CudaExecutor::placements(self)
                 .into_iter()
