@@ -5,7 +5,9 @@
 # gpu_rlx.tsv, torch.json, logs.tgz).
 #
 # Usage (device machine, repo root, with a stripped release rlx in .devbin/ and Debian's
-# libvulkan1 .deb in .gl/): bench/device_check.sh [bench/gpu.sh options]
+# libvulkan1 .deb in .gl/; optional: rlx-cuda's test binaries in .cudabin/, the zoo and torch
+# fixtures in .devdata/{light,torch}/): bench/device_check.sh [bench/gpu.sh options]
+# CHECKS_ONLY=1 skips bench/gpu.sh.
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -17,8 +19,20 @@ R=${RLX_BIN:-.devbin/rlx}
 {
   echo "== rlx run --device cuda"
   RLX_DISPATCH_REPORT=1 $R run examples/healthy_mlp --device cuda 2>&1 | tail -4
-  echo "== rlx diverge (every live backend against the CPU)"
-  for e in examples/*/; do $R diverge -q "$e" 2>&1 | grep -E "vs cpu|error|^    "; done
+  if [ -d .cudabin ]; then
+    echo "== rlx-cuda's tests on the GPU (RLX_REQUIRE_CUDA=1: a skip is a failure)"
+    for t in .cudabin/*; do
+      printf '%s: ' "$(basename "$t")"
+      (cd crates/rlx-cuda && RLX_REQUIRE_CUDA=1 "../../$t" --test-threads 1 2>&1) \
+        | grep -E "^test result|FAILED|panicked" | tr '\n' ' '
+      echo
+    done
+  fi
+  echo "== rlx diverge (every live backend against the CPU): examples, fixtures, zoo and torch models"
+  for e in examples/*/ fixtures/transformers/*/ ${DEVDATA:-.devdata}/light/*/ ${DEVDATA:-.devdata}/torch/*/; do
+    [ -d "$e" ] || continue
+    $R diverge -q "$e" 2>&1 | grep -E "vs cpu|error|^    "
+  done
   for d in cpu cuda wgpu; do
     echo "== RLX_DEBUG_NANS=1 culprits on $d"
     for e in examples/*/; do
@@ -27,9 +41,14 @@ R=${RLX_BIN:-.devbin/rlx}
     done
   done
   echo "== planted wgpu bug"
-  RLX_TEST_PLANTED_BUG=matmul_drop_last_k $R diverge -q examples/healthy_mlp 2>&1 | head -3
+  RLX_TEST_PLANTED_BUG=matmul_drop_last_k $R diverge -q --backends wgpu fixtures/transformers/bert_tiny 2>&1 | grep -E "vs cpu|first divergence" | head -3
+  echo "== planted CUDA bug"
+  RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k $R diverge -q --backends cuda fixtures/transformers/bert_tiny 2>&1 | grep -E "vs cpu|first divergence" | head -3
+  echo "== printer level 3 on CUDA (launch-blocking): last lines"
+  RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER=3 $R run -q --device cuda examples/healthy_mlp 2>&1 | grep "rlx print" | head -4
 } > "$OUT/checks.txt" 2>&1
 cat "$OUT/checks.txt"
+[ -n "${CHECKS_ONLY:-}" ] && exit 0
 L=/tmp/rlx-gpu-logs
 mkdir -p $L
 OUT=$L RLX_BIN=$R timeout ${BENCH_TIMEOUT:-460} bench/gpu.sh "$@"
