@@ -56,12 +56,14 @@ enum Step {
         meta: Option<usize>,
     },
     MatMul(MatMulPlan),
-    /// Reduce over axes (`reduce_f32`): metadata index, kind code, output count.
+    /// Reduce over axes (`reduce_f32`): metadata index, kind code, output count; over the
+    /// trailing axes (`reduce_rows`, a warp per output) `rows` is the row length.
     Reduce {
         f: CudaFunction,
         meta: usize,
         kind: i32,
         nout: u64,
+        rows: Option<u64>,
     },
     /// Index-map copies (`copy_map`): (input position, metadata index, element count) per
     /// launch (one for Transpose/Broadcast/Slice/Tile/Pad, one per input for Concat).
@@ -235,6 +237,40 @@ fn bcast_strides(ind: &[usize], out: &[usize]) -> Vec<usize> {
             }
         })
         .collect()
+}
+
+/// Broadcast metadata of a binary kernel: `[rank, dims[rank], strides of each input[rank]]`
+/// over the output dims `od`, with adjacent axes merged where every input's strides allow
+/// (a bias add over [1024, 768] stays rank 2; [8, 128, 768] - [8, 128, 1] becomes rank 2),
+/// so the kernel divides once per remaining axis.
+pub(crate) fn bcast_meta(inputs: &[&[usize]], od: &[usize]) -> Vec<i64> {
+    let st: Vec<Vec<usize>> = inputs.iter().map(|d| bcast_strides(d, od)).collect();
+    // Axes kept after merging (outermost first): (dim, stride per input).
+    let mut axes: Vec<(usize, Vec<usize>)> = vec![];
+    for (d, &dim) in od.iter().enumerate() {
+        if dim == 1 {
+            continue; // contributes nothing to any index
+        }
+        let cur: Vec<usize> = st.iter().map(|s| s[d]).collect();
+        if let Some((pd, ps)) = axes.last_mut() {
+            // Merge when each input's previous stride is this stride times this dim.
+            if ps.iter().zip(&cur).all(|(&p, &c)| p == c * dim) {
+                *pd *= dim;
+                *ps = cur;
+                continue;
+            }
+        }
+        axes.push((dim, cur));
+    }
+    if axes.is_empty() {
+        axes.push((1, vec![0; inputs.len()]));
+    }
+    let mut m = vec![axes.len() as i64];
+    m.extend(axes.iter().map(|(d, _)| *d as i64));
+    for k in 0..inputs.len() {
+        m.extend(axes.iter().map(|(_, s)| s[k] as i64));
+    }
+    m
 }
 
 fn i32_of(v: usize, what: &str) -> Result<i32, String> {
@@ -1009,9 +1045,32 @@ impl CudaExecutor {
                 }
                 Step::Reduce {
                     f,
+                    kind,
+                    nout,
+                    rows: Some(r),
+                    ..
+                } => {
+                    if *nout > 0 {
+                        let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&x).arg(&o).arg(nout).arg(r).arg(kind);
+                        let cfg = LaunchConfig {
+                            grid_dim: ((*nout).div_ceil(8).clamp(1, 1 << 20) as u32, 1, 1),
+                            block_dim: (256, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        // SAFETY: signature (const float*, float*, u64, u64, int); the input
+                        // holds nout * r contiguous values, the output nout.
+                        unsafe { l.launch(cfg) }
+                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                    }
+                }
+                Step::Reduce {
+                    f,
                     meta,
                     kind,
                     nout,
+                    rows: None,
                 } => {
                     if *nout > 0 {
                         let (x, o, m) = (
@@ -1778,11 +1837,7 @@ fn plan_node(
             let meta = if a == od && bd == od {
                 None
             } else {
-                let mut m = vec![od.len() as i64];
-                m.extend(od.iter().map(|&d| d as i64));
-                m.extend(bcast_strides(&a, &od).iter().map(|&s| s as i64));
-                m.extend(bcast_strides(&bd, &od).iter().map(|&s| s as i64));
-                metas.push(m);
+                metas.push(bcast_meta(&[&a, &bd], &od));
                 Some(metas.len() - 1)
             };
             Ok(Step::Binary { f, meta })
@@ -1857,11 +1912,27 @@ fn plan_node(
                 ReduceKind::Min => 3,
                 ReduceKind::Prod => 4,
             };
+            // Trailing axes: every output's inputs are one contiguous row.
+            let nr = rd.len();
+            let mut sorted = axes.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let trailing = sorted.len() == nr
+                && sorted
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &a)| a == id0.len() - nr + k);
+            let rows = trailing.then(|| rd.iter().product::<i64>() as u64);
             Ok(Step::Reduce {
-                f: func("reduce_f32")?,
+                f: func(if rows.is_some() {
+                    "reduce_rows"
+                } else {
+                    "reduce_f32"
+                })?,
                 meta: metas.len() - 1,
                 kind,
                 nout: nout as u64,
+                rows,
             })
         }
         Op::Transpose { .. }
@@ -1870,15 +1941,18 @@ fn plan_node(
         | Op::Tile { .. }
         | Op::Pad { .. }
         | Op::Concat { .. } => {
-            let parts = copy_plan(g, id)?
+            let parts: Vec<(usize, usize, u64)> = copy_plan(g, id)?
                 .into_iter()
                 .map(|(k, m, c)| {
                     metas.push(m);
                     (k, metas.len() - 1, c)
                 })
                 .collect();
+            // 32-bit coordinates when every value involved has fewer than 2^31 words.
+            let small = |d: &[usize]| d.iter().product::<usize>() * words < (1 << 31);
+            let all_small = small(&od) && (0..node.inputs.len()).all(|k| small(&ind(k)));
             Ok(Step::Copy {
-                f: func("copy_map")?,
+                f: func(if all_small { "copy_map32" } else { "copy_map" })?,
                 parts,
             })
         }
@@ -1981,11 +2055,7 @@ fn plan_node(
             let meta = if a == od && bd == od {
                 None
             } else {
-                let mut m = vec![od.len() as i64];
-                m.extend(od.iter().map(|&d| d as i64));
-                m.extend(bcast_strides(&a, &od).iter().map(|&s| s as i64));
-                m.extend(bcast_strides(&bd, &od).iter().map(|&s| s as i64));
-                metas.push(m);
+                metas.push(bcast_meta(&[&a, &bd], &od));
                 Some(metas.len() - 1)
             };
             Ok(Step::Binary { f, meta })
@@ -2045,6 +2115,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Merged broadcast metadata indexes every element as the unmerged one does.
+    #[test]
+    fn bcast_meta_merges_axes_without_changing_indices() {
+        let cases: &[(&[usize], &[usize], &[usize])] = &[
+            (&[1024, 768], &[768], &[1024, 768]),
+            (&[8, 128, 768], &[8, 128, 1], &[8, 128, 768]),
+            (&[8, 12, 128, 128], &[8, 1, 1, 128], &[8, 12, 128, 128]),
+            (&[2, 1, 3], &[1, 4, 1], &[2, 4, 3]),
+            (&[1, 1], &[1], &[1, 1]),
+            (&[5, 1, 7], &[5, 6, 7], &[5, 6, 7]),
+            (&[3], &[2, 3], &[2, 3]),
+        ];
+        for &(a, b, od) in cases {
+            let m = bcast_meta(&[a, b], od);
+            let r = m[0] as usize;
+            let (sa, sb) = (bcast_strides(a, od), bcast_strides(b, od));
+            let n: usize = od.iter().product();
+            for i in 0..n {
+                // Unmerged.
+                let (mut rem, mut ia, mut ib) = (i, 0, 0);
+                for d in (0..od.len()).rev() {
+                    let c = rem % od[d];
+                    rem /= od[d];
+                    ia += c * sa[d];
+                    ib += c * sb[d];
+                }
+                // Merged, as the kernel does.
+                let (mut rem2, mut ja, mut jb) = (i as i64, 0i64, 0i64);
+                for d in (0..r).rev() {
+                    let c = rem2 % m[1 + d];
+                    rem2 /= m[1 + d];
+                    ja += c * m[1 + r + d];
+                    jb += c * m[1 + 2 * r + d];
+                }
+                assert_eq!(
+                    (ia as i64, ib as i64),
+                    (ja, jb),
+                    "{a:?} {b:?} -> {od:?} at {i}"
+                );
+            }
+        }
+        assert_eq!(bcast_meta(&[&[1024, 768], &[768]], &[1024, 768])[0], 2);
+        assert_eq!(
+            bcast_meta(&[&[8, 128, 768], &[8, 128, 1]], &[8, 128, 768])[0],
+            2
+        );
     }
 
     #[test]
@@ -2338,7 +2456,14 @@ mod tests {
             let (n, _) = kernels::unary_kernel(&op).unwrap();
             assert!(src.contains(&format!("void {n}(")), "{n}");
         }
-        for n in ["u_copy", "round_f16", "round_bf16", "nan_scan"] {
+        for n in [
+            "u_copy",
+            "round_f16",
+            "round_bf16",
+            "nan_scan",
+            "copy_map32",
+            "reduce_rows",
+        ] {
             assert!(src.contains(&format!("void {n}(")), "{n}");
         }
         assert!(kernels::unary_kernel(&Op::Unary(rlx_ir::UnaryOp::IsNaN)).is_none());

@@ -197,6 +197,27 @@ __device__ __forceinline__ double rlx_sigmoid(double x) {
 }
 typedef unsigned long long u64;
 typedef long long i64;
+// Broadcast indices of output element i (meta = [rank, dims, strides of a, strides of b]).
+// 32-bit division when the output has fewer than 2^31 elements (inputs are never larger):
+// 64-bit division is emulated on the GPU and made elementwise kernels several times slower.
+__device__ __forceinline__ void rlx_bidx(u64 i, u64 n, const i64* __restrict__ meta, i64* ia, i64* ib) {
+  int r = (int)meta[0];
+  if (n <= 0x7fffffffull) {
+    unsigned rem = (unsigned)i, ua = 0u, ub = 0u;
+    for (int d = r - 1; d >= 0; --d) {
+      unsigned dim = (unsigned)meta[1 + d]; unsigned c = rem % dim; rem /= dim;
+      ua += c * (unsigned)meta[1 + r + d]; ub += c * (unsigned)meta[1 + 2 * r + d];
+    }
+    *ia = (i64)ua; *ib = (i64)ub;
+    return;
+  }
+  i64 rem = (i64)i, xa = 0, xb = 0;
+  for (int d = r - 1; d >= 0; --d) {
+    i64 dim = meta[1 + d]; i64 c = rem % dim; rem /= dim;
+    xa += c * meta[1 + r + d]; xb += c * meta[1 + 2 * r + d];
+  }
+  *ia = xa; *ib = xb;
+}
 "#,
     );
     for (name, body) in UNARY {
@@ -216,13 +237,7 @@ extern \"C\" __global__ void u_{name}(const float* __restrict__ a, float* __rest
 extern \"C\" __global__ void b_{name}(const float* a, const float* b, float* __restrict__ o, u64 n, const i64* __restrict__ meta) {{
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {{
     i64 ia = (i64)i, ib = (i64)i;
-    if (meta) {{
-      int r = (int)meta[0]; i64 rem = (i64)i; ia = 0; ib = 0;
-      for (int d = r - 1; d >= 0; --d) {{
-        i64 dim = meta[1 + d]; i64 c = rem % dim; rem /= dim;
-        ia += c * meta[1 + r + d]; ib += c * meta[1 + 2 * r + d];
-      }}
-    }}
+    if (meta) rlx_bidx(i, n, meta, &ia, &ib);
     o[i] = g_{name}(a[ia], b[ib]);
   }}
 }}
@@ -235,13 +250,7 @@ extern \"C\" __global__ void b_{name}(const float* a, const float* b, float* __r
 extern \"C\" __global__ void p_{name}(const {ty}* a, const {ty}* b, unsigned* __restrict__ o, u64 n, const i64* __restrict__ meta) {{
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {{
     i64 ia = (i64)i, ib = (i64)i;
-    if (meta) {{
-      int r = (int)meta[0]; i64 rem = (i64)i; ia = 0; ib = 0;
-      for (int d = r - 1; d >= 0; --d) {{
-        i64 dim = meta[1 + d]; i64 c = rem % dim; rem /= dim;
-        ia += c * meta[1 + r + d]; ib += c * meta[1 + 2 * r + d];
-      }}
-    }}
+    if (meta) rlx_bidx(i, n, meta, &ia, &ib);
     o[i] = q_{name}(a[ia], b[ib]) ? 1u : 0u;
   }}
 }}
@@ -368,6 +377,73 @@ extern "C" __global__ void copy_map(const u32* __restrict__ x, u32* __restrict__
       ooff += c * m[6];
     }
     o[ooff] = fill ? (u32)meta[2] : x[ioff];
+  }
+}
+
+// copy_map with 32-bit coordinates (same metadata), for values of fewer than 2^31 elements
+// on both sides: 32-bit division instead of emulated 64-bit division.
+extern "C" __global__ void copy_map32(const u32* __restrict__ x, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int r = (int)meta[0];
+  int obase = (int)meta[1];
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    int rem = (int)i, ioff = 0, ooff = obase;
+    bool fill = false;
+    for (int d = r - 1; d >= 0; --d) {
+      const i64* m = meta + 3 + 7 * d;
+      int nd = (int)m[0];
+      int c = rem % nd; rem /= nd;
+      int j = (int)m[3] + c * (int)m[4], dim = (int)m[1];
+      int mode = (int)m[5];
+      if (mode == 1) { j %= dim; if (j < 0) j += dim; }
+      else if (mode == 2) { if (j < 0 || j >= dim) fill = true; }
+      else if (mode == 3) {
+        if (dim == 1) j = 0;
+        else { int p = 2 * (dim - 1); j %= p; if (j < 0) j += p; if (j >= dim) j = p - j; }
+      } else if (mode == 4) { if (j < 0) j = 0; if (j >= dim) j = dim - 1; }
+      ioff += j * (int)m[2];
+      ooff += c * (int)m[6];
+    }
+    o[ooff] = fill ? (u32)meta[2] : x[ioff];
+  }
+}
+
+// Reduce over the trailing axes (each output's R inputs contiguous at ob*R): one warp per
+// output, lanes stride the row, accumulation in double (Sum/Mean/Prod) or f32 (Max/Min with
+// a NaN flag), combined by warp shuffles: the same values as reduce_f32, without its index
+// arithmetic and with 8 rows per 256-thread block instead of one.
+extern "C" __global__ void reduce_rows(const float* __restrict__ x, float* __restrict__ o, u64 nout, u64 R, int kind) {
+  unsigned lane = threadIdx.x & 31u;
+  u64 w = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  u64 nw = ((u64)gridDim.x * blockDim.x) >> 5;
+  for (u64 ob = w; ob < nout; ob += nw) {
+    const float* row = x + ob * R;
+    double acc = (kind == 4) ? 1.0 : 0.0;
+    float m = __int_as_float((kind == 2) ? (int)0xff800000u : 0x7f800000);
+    int nan = 0;
+    for (u64 r = lane; r < R; r += 32) {
+      float v = row[r];
+      if (kind <= 1) acc += (double)v;
+      else if (kind == 4) acc *= (double)v;
+      else if (rlx_isnan(v)) nan = 1;
+      else if (kind == 2) { if (v > m) m = v; }
+      else { if (v < m) m = v; }
+    }
+    for (int s = 16; s > 0; s >>= 1) {
+      double b = __shfl_down_sync(0xffffffffu, acc, s);
+      float mb = __shfl_down_sync(0xffffffffu, m, s);
+      if (kind <= 1) acc += b;
+      else if (kind == 4) acc *= b;
+      else if (kind == 2) { if (mb > m) m = mb; }
+      else { if (mb < m) m = mb; }
+    }
+    nan = __any_sync(0xffffffffu, nan);
+    if (lane == 0) {
+      float res;
+      if (kind == 2 || kind == 3) res = nan ? RLX_NAN : m;
+      else if (kind == 1) res = (float)(acc / (double)R);
+      else res = (float)acc;
+      o[ob] = res;
+    }
   }
 }
 

@@ -687,7 +687,10 @@ fn large_matmul_full_f32_by_default_and_tf32_on_request() {
     );
     // TF32 rounds each input to a 10-bit mantissa: about 2^-10 per product.
     assert!(rtf < 4e-3, "{rtf:.3e}");
-    assert!(rtf > 1e-6, "RLX_CUDA_TF32=1 gave f32 accuracy ({rtf:.3e}): TF32 was not used");
+    assert!(
+        rtf > 1e-6,
+        "RLX_CUDA_TF32=1 gave f32 accuracy ({rtf:.3e}): TF32 was not used"
+    );
 }
 
 /// The matmul error metric on the CPU reference itself (runs without a GPU): rlx-cpu's f32
