@@ -319,6 +319,15 @@ fn matmul_plan(a: &[usize], b: &[usize]) -> Result<MatMulPlan, String> {
     i32_of(m * k, "A's size")?;
     i32_of(k * n, "B's size")?;
     let plan = match (kind(&sa), kind(&sb)) {
+        // A batched contiguously times one B (a linear layer on [batch, seq, hidden]): the
+        // batch folds into M, one GEMM of (batch*M) x K by K x N (C is contiguous too).
+        (Some(1), Some(0)) if nb > 1 => MatMulPlan {
+            m: i32_of(nb * m, "batch*M")?,
+            n: n32,
+            k: k32,
+            strided: Some((1, 0, 0)),
+            offsets: vec![],
+        },
         (Some(ka), Some(kb)) => MatMulPlan {
             m: m32,
             n: n32,
@@ -2182,9 +2191,13 @@ mod tests {
         let p = matmul_plan(&[3, 4], &[4, 5]).unwrap();
         assert_eq!((p.m, p.n, p.k), (3, 5, 4));
         assert_eq!(p.strided, Some((1, 0, 0)));
-        // Batched with B broadcast: strided with B's stride 0.
+        // Batched A with one B: the batch folds into M (one 18x4 by 4x5 GEMM).
         let p = matmul_plan(&[2, 3, 3, 4], &[4, 5]).unwrap();
-        assert_eq!(p.strided, Some((6, 12, 0)));
+        assert_eq!((p.m, p.n, p.k), (18, 5, 4));
+        assert_eq!(p.strided, Some((1, 0, 0)));
+        // One A with a batched B: strided with A's stride 0.
+        let p = matmul_plan(&[3, 4], &[6, 4, 5]).unwrap();
+        assert_eq!(p.strided, Some((6, 0, 20)));
         // Both batched the same way.
         let p = matmul_plan(&[6, 3, 4], &[6, 4, 5]).unwrap();
         assert_eq!(p.strided, Some((6, 12, 20)));
