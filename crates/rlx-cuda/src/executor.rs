@@ -143,6 +143,10 @@ pub struct CudaExecutor {
     /// The in-place rounding of a float16/bfloat16 node's output (`round_f16`/`round_bf16`),
     /// for nodes that compute; `None` for f32 and for ops that only move rounded values.
     rounds: Vec<Option<CudaFunction>>,
+    /// Elementwise fusion: each node's part, and the groups' kernels (runs that need every
+    /// value, i.e. scanning, `run_all` and launch-blocking, run the unfused steps).
+    fz: Vec<Fz>,
+    groups: Vec<FusedGroup>,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
     /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
@@ -151,6 +155,25 @@ pub struct CudaExecutor {
     drop_last_k: bool,
     /// NaN/Inf counts of params (at `set_param`) and constants (at the first scanning run).
     leaf_counts: Vec<Option<NonFiniteCounts>>,
+}
+
+/// A node's part in elementwise fusion ([`crate::fuse`]), for runs that use it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fz {
+    /// Runs its own step.
+    No,
+    /// Computed inside its group's kernel (its value is not written).
+    Member,
+    /// The group's last node: the group's kernel runs here (index into `groups`).
+    Sink(usize),
+}
+
+/// One fused elementwise kernel: `f(out, n, meta)`.
+struct FusedGroup {
+    f: CudaFunction,
+    /// Index into `meta_ptrs`: input addresses, then broadcast metadata.
+    meta: usize,
+    n: u64,
 }
 
 /// What one run gives back (see [`CudaExecutor::execute`]).
@@ -502,6 +525,34 @@ impl CudaExecutor {
             rounds.push(f);
         }
 
+        // Elementwise fusion (RLX_CUDA_FUSE=0 turns it off): groups of f32 Unary/Binary nodes.
+        let eligible: Vec<bool> = graph
+            .nodes
+            .iter()
+            .map(|node| {
+                let k = node.id.index();
+                matches!(steps[k], Step::Unary { .. } | Step::Binary { .. })
+                    && !matches!(node.op, Op::Cast { .. })
+                    && node.shape.dtype == DType::F32
+                    && rounds[k].is_none()
+                    && node.shape.numel() > 0
+                    && node.shape.numel() < (1 << 31)
+                    && node
+                        .inputs
+                        .iter()
+                        .all(|&i| graph.node(i).shape.dtype == DType::F32)
+            })
+            .collect();
+        let fuse_on = !matches!(
+            rlx_ir::env::parse_switch(rlx_ir::env::get("RLX_CUDA_FUSE").as_deref()),
+            rlx_ir::env::Switch::Off
+        );
+        let planned = if fuse_on {
+            crate::fuse::plan_groups(&graph, &eligible)
+        } else {
+            vec![]
+        };
+
         // 2. Buffers: every GPU-produced value, and every host value a GPU node reads.
         let mut buf: Vec<Option<usize>> = vec![None; n];
         let mut sizes: Vec<usize> = vec![];
@@ -539,6 +590,73 @@ impl CudaExecutor {
             ptrs.push(b.device_ptr(&stream).0);
             buffers.push(b);
         }
+        // Fused kernels: one NVRTC program for the executor's groups; if it fails to build,
+        // every node runs its own step (noted under RLX_DISPATCH_REPORT).
+        let mut fz = vec![Fz::No; n];
+        let mut groups: Vec<FusedGroup> = vec![];
+        if !planned.is_empty() {
+            let mut src = kernels::device_functions();
+            let mut exts = vec![];
+            let mut ok = Ok(());
+            for (gi, members) in planned.iter().enumerate() {
+                let ext = crate::fuse::external_inputs(&graph, members);
+                let od = graph
+                    .node(*members.last().expect("non-empty"))
+                    .shape
+                    .dims_usize();
+                let full: Vec<bool> = ext
+                    .iter()
+                    .map(|&e| graph.node(e).shape.dims_usize() == od)
+                    .collect();
+                match crate::fuse::kernel_source(&graph, members, &ext, &full, &format!("fz_{gi}"))
+                {
+                    Ok(k) => src += &k,
+                    Err(e) => ok = Err(e),
+                }
+                exts.push((ext, od));
+            }
+            let (maj, min) = gpu.info.compute_capability;
+            let module =
+                ok.and_then(|_| kernels::compile_source(&gpu.ctx, maj, min, &src, "rlx_fused.cu"));
+            match module {
+                Ok(m) => {
+                    for (gi, (members, (ext, od))) in planned.iter().zip(exts).enumerate() {
+                        let f = m
+                            .load_function(&format!("fz_{gi}"))
+                            .map_err(|e| cuda_err("loading a fused kernel", e))?;
+                        let dims: Vec<Vec<usize>> = ext
+                            .iter()
+                            .map(|&e| graph.node(e).shape.dims_usize().to_vec())
+                            .collect();
+                        let refs: Vec<&[usize]> = dims.iter().map(|d| d.as_slice()).collect();
+                        let mut meta: Vec<i64> = ext
+                            .iter()
+                            .map(|&e| ptrs[buf[e.index()].expect("GPU inputs have buffers")] as i64)
+                            .collect();
+                        meta.extend(bcast_meta(&refs, &od));
+                        metas_host.push(meta);
+                        for &mb in members {
+                            fz[mb.index()] = Fz::Member;
+                        }
+                        let sink = *members.last().expect("non-empty");
+                        fz[sink.index()] = Fz::Sink(groups.len());
+                        groups.push(FusedGroup {
+                            f,
+                            meta: metas_host.len() - 1,
+                            n: od.iter().product::<usize>() as u64,
+                        });
+                    }
+                }
+                Err(e) => {
+                    if rlx_ir::env::is_on("RLX_DISPATCH_REPORT") {
+                        eprintln!(
+                            "rlx-cuda: elementwise fusion is off for {}: {e}",
+                            graph.name
+                        );
+                    }
+                }
+            }
+        }
         let mut metas = Vec::with_capacity(metas_host.len());
         let mut meta_ptrs = Vec::with_capacity(metas_host.len());
         for m in &metas_host {
@@ -562,6 +680,8 @@ impl CudaExecutor {
             err,
             scan: None,
             times: None,
+            fz,
+            groups,
             leaf_counts: vec![None; n],
             rounds,
             drop_last_k: rlx_ir::env::get("RLX_TEST_PLANTED_BUG")
@@ -642,6 +762,13 @@ impl CudaExecutor {
                 }
             }
         }
+        if !self.groups.is_empty() {
+            let members = self.fz.iter().filter(|f| **f != Fz::No).count();
+            eprintln!(
+                "rlx-cuda dispatch: {} fused elementwise kernels run {members} nodes (a run that scans NaN or reads every value runs them one by one)",
+                self.groups.len()
+            );
+        }
         eprintln!(
             "rlx-cuda dispatch: {} on {} (sm_{}{}{}): {ng} nodes on cuda, {nc} on the cpu",
             g.name,
@@ -650,6 +777,11 @@ impl CudaExecutor {
             self.gpu.info.compute_capability.1,
             if self.tf32 { ", TF32 matmuls" } else { "" }
         );
+    }
+
+    /// How many fused elementwise kernels ordinary runs launch (0 with `RLX_CUDA_FUSE=0`).
+    pub fn fused_groups(&self) -> usize {
+        self.groups.len()
     }
 
     /// Set the Param node named `name` to `t` (uploaded now if a GPU node reads it).
@@ -979,14 +1111,30 @@ impl CudaExecutor {
                 .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| cuda_err("recording a profiling event", e))
         };
+        // Fused groups replace their members unless every value is wanted.
+        let fuse = !all && !scan && before.is_none();
         let mut events: Option<Vec<(usize, cudarc::driver::CudaEvent)>> =
             self.times.as_ref().map(|_| Vec::new());
         for k in 0..n {
             let id = NodeId(k as u32);
             let g = &self.graph;
             let node = g.node(id);
+            if fuse && self.fz[k] == Fz::Member {
+                continue;
+            }
             if let (Some(ev), false) = (events.as_mut(), matches!(self.steps[k], Step::Leaf)) {
                 ev.push((k, timed(&self.stream)?));
+            }
+            if let (true, Fz::Sink(gi)) = (fuse, self.fz[k]) {
+                let fg = &self.groups[gi];
+                let (o, m) = (self.ptr(id), self.meta_ptrs[fg.meta]);
+                let mut l = self.stream.launch_builder(&fg.f);
+                l.arg(&o).arg(&fg.n).arg(&m);
+                // SAFETY: signature (float*, u64, const i64*); the metadata holds the group's
+                // input addresses (live buffers) and broadcast strides within them.
+                unsafe { l.launch(launch_cfg(fg.n)) }
+                    .map_err(|e| kernel_err(g, id, format!("launch (fused group): {e}")))?;
+                continue;
             }
             let blocking = before.is_some() && !matches!(self.steps[k], Step::Leaf);
             if let (Some(b), true) = (before.as_deref_mut(), blocking) {

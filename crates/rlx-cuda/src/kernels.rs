@@ -185,10 +185,8 @@ pub fn binary_kernel(b: BinaryOp) -> Option<String> {
     Some(format!("b_{name}"))
 }
 
-/// The whole program's source.
-pub fn source() -> String {
-    let mut s = String::from(
-        r#"// rlx-cuda elementwise kernels (generated; see crates/rlx-cuda/src/kernels.rs)
+/// Definitions every program starts with: NaN helpers, integer types, broadcast indexing.
+const PRELUDE: &str = r#"// rlx-cuda elementwise kernels (generated; see crates/rlx-cuda/src/kernels.rs)
 #define RLX_NAN __int_as_float(0x7fc00000)
 __device__ __forceinline__ bool rlx_isnan(float x) { return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u; }
 __device__ __forceinline__ double rlx_sigmoid(double x) {
@@ -218,8 +216,26 @@ __device__ __forceinline__ void rlx_bidx(u64 i, u64 n, const i64* __restrict__ m
   }
   *ia = xa; *ib = xb;
 }
-"#,
-    );
+"#;
+
+/// The device functions `f_<unary>(x, p0, p1)` and `g_<binary>(x, y)` after [`PRELUDE`]:
+/// what fused elementwise kernels ([`crate::fuse`]) are written in.
+pub fn device_functions() -> String {
+    let mut s = String::from(PRELUDE);
+    for (name, body) in UNARY {
+        s += &format!(
+            "__device__ __forceinline__ float f_{name}(float x, float p0, float p1) {{ {body} }}\n"
+        );
+    }
+    for (name, body) in BINARY {
+        s += &format!("__device__ __forceinline__ float g_{name}(float x, float y) {{ {body} }}\n");
+    }
+    s
+}
+
+/// The whole program's source.
+pub fn source() -> String {
+    let mut s = String::from(PRELUDE);
     for (name, body) in UNARY {
         s += &format!(
             "__device__ __forceinline__ float f_{name}(float x, float p0, float p1) {{ {body} }}
@@ -616,6 +632,17 @@ extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* 
 
 /// Compile [`source`] with NVRTC for compute capability `maj.min` and load it.
 pub fn compile(ctx: &Arc<CudaContext>, maj: i32, min: i32) -> Result<Arc<CudaModule>, String> {
+    compile_source(ctx, maj, min, &source(), "rlx_elementwise.cu")
+}
+
+/// Compile `src` with NVRTC (the same options as [`compile`]) and load it.
+pub fn compile_source(
+    ctx: &Arc<CudaContext>,
+    maj: i32,
+    min: i32,
+    src: &str,
+    name: &str,
+) -> Result<Arc<CudaModule>, String> {
     let opts = |arch: bool| CompileOptions {
         ftz: Some(false),
         prec_sqrt: Some(true),
@@ -627,14 +654,13 @@ pub fn compile(ctx: &Arc<CudaContext>, maj: i32, min: i32) -> Result<Arc<CudaMod
         } else {
             vec![]
         },
-        name: Some("rlx_elementwise.cu".into()),
+        name: Some(name.into()),
         ..Default::default()
     };
-    let src = source();
-    let ptx = match compile_ptx_with_opts(&src, opts(true)) {
+    let ptx = match compile_ptx_with_opts(src, opts(true)) {
         Ok(p) => p,
         // An NVRTC older than the device: its default virtual architecture, JIT-compiled up.
-        Err(first) => compile_ptx_with_opts(&src, opts(false))
+        Err(first) => compile_ptx_with_opts(src, opts(false))
             .map_err(|e| format!("NVRTC: {first:?}; without --gpu-architecture: {e:?}"))?,
     };
     ctx.load_module(ptx)

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaModule};
 
 mod executor;
+mod fuse;
 mod kernels;
 
 pub use executor::{CudaExecutor, Placement};

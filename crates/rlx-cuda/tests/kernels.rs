@@ -605,6 +605,81 @@ fn launch_blocking_run_names_each_node_before_it_runs() {
     }
 }
 
+/// Fused elementwise kernels give the unfused kernels' bits (same float operations in the
+/// same order), with broadcast inputs, NaN/±inf in the data, and a CPU-fallback node and a
+/// MatMul between groups; `RLX_CUDA_FUSE=0` turns fusion off with the same values.
+#[test]
+fn fused_elementwise_groups_are_bit_identical_to_unfused() {
+    if !cuda_available() {
+        return;
+    }
+    let (b, t, h) = (3, 5, 33);
+    let s3 = f32s_shape(&[b, t, h]);
+    let mut g = Graph::new("fused");
+    let x = g.input("x", s3.clone());
+    let gamma = g.input("gamma", f32s_shape(&[h]));
+    let w = g.input("w", f32s_shape(&[h, h]));
+    // A LayerNorm-like tail and an erf-GELU: Sub, Mul, Div, Erf, Add, Mul chains.
+    let mean = g.add_node(
+        Op::Reduce {
+            kind: ReduceKind::Mean,
+            axes: vec![2],
+            keepdims: true,
+        },
+        vec![x],
+        f32s_shape(&[b, t, 1]),
+    );
+    let c = g.binary(BinaryOp::Sub, x, mean, s3.clone());
+    let sq = g.mul(c, c, s3.clone());
+    let scaled = g.mul(sq, gamma, s3.clone());
+    let y = g.matmul(scaled, w, s3.clone());
+    let two = g.constant(Tensor::from_f32(&[], vec![std::f32::consts::SQRT_2]).unwrap());
+    let half = g.constant(Tensor::from_f32(&[], vec![0.5]).unwrap());
+    let one = g.constant(Tensor::from_f32(&[], vec![1.0]).unwrap());
+    let d = g.div(y, two, s3.clone());
+    let e = g.unary(UnaryOp::Erf, d, s3.clone());
+    let a = g.add(e, one, s3.clone());
+    let m = g.mul(y, a, s3.clone());
+    let gl = g.mul(m, half, s3.clone());
+    let sm = g.softmax(gl, 2, s3.clone()); // CPU fallback between groups
+    let l = g.unary(UnaryOp::Log, sm, s3.clone());
+    let out = g.activation(Activation::Tanh, l, s3.clone());
+    g.set_outputs(vec![out, gl]);
+    let mut xv = rand_vec(b * t * h, 5, -3.0, 3.0);
+    xv[7] = f32::NAN;
+    xv[40] = f32::INFINITY;
+    let ins = [
+        Tensor::from_f32(&[b, t, h], xv).unwrap(),
+        rand_tensor(&[h], 6),
+        rand_tensor(&[h, h], 7),
+    ];
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    assert!(ex.fused_groups() >= 2, "{} groups", ex.fused_groups());
+    let fused = ex.run(&ins, None).unwrap();
+    let all = ex.run_all(&ins).unwrap();
+    std::env::set_var("RLX_CUDA_FUSE", "0");
+    let mut plain = CudaExecutor::new(g.clone()).unwrap();
+    std::env::remove_var("RLX_CUDA_FUSE");
+    assert_eq!(plain.fused_groups(), 0);
+    let unfused = plain.run(&ins, None).unwrap();
+    for (k, o) in g.outputs.iter().enumerate() {
+        let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
+        assert_eq!(
+            bits(&fused[k]),
+            bits(all[o.index()].as_ref().unwrap()),
+            "output {k}"
+        );
+        assert_eq!(bits(&fused[k]), bits(&unfused[k]), "output {k}");
+    }
+    // And the CPU agrees within round-off.
+    let mut c = CpuExecutor::new(g.clone()).unwrap();
+    let want = c.run(&ins, None).unwrap();
+    for k in 0..2 {
+        let e = max_rel(&fused[k], &want[k]).unwrap();
+        assert!(e < 1e-4, "output {k}: {e:.3e}");
+    }
+}
+
 #[test]
 fn non_f32_nodes_fall_back_with_a_reason() {
     if !cuda_available() {

@@ -169,8 +169,16 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CUDA_TF32",
         values: "0|1 (default 0)",
         acts: "when a CUDA executor is created",
-        catches: "1: cuBLAS f32 matmuls may use TF32 tensor cores (10-bit mantissa inputs); default pedantic f32 math",
+        catches: "1: cuBLAS f32 matmuls may use TF32 tensor cores (10-bit mantissa inputs); default full f32 math",
         cost: "1: faster matmuls, errors near 1e-3 relative against the CPU",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_CUDA_FUSE",
+        values: "0|1 (default 1)",
+        acts: "when a CUDA executor is created",
+        catches: "0: every elementwise node runs its own kernel (fused groups give bit-identical values; runs that scan NaN or read every value back never fuse)",
+        cost: "0: slower runs (one kernel and one buffer write per elementwise node)",
         scope: Scope::Runtime,
     },
     EnvVar {

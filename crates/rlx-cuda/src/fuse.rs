@@ -1,0 +1,184 @@
+//! Elementwise fusion: chains and trees of f32 Unary/Activation/Binary nodes of one output
+//! size, whose inner values have no other reader, run as one generated kernel that reads the
+//! group's external inputs once and writes only the group's last value.
+//!
+//! A fused run computes every element with the same float operations in the same order as the
+//! unfused kernels (NVRTC without FMA contraction), so its outputs are bit-identical. The inner
+//! values are not materialized: runs that need them (the NaN scan of `RLX_DEBUG_NANS`,
+//! `run_all` for divergence replay and the printer, launch-blocking) use the unfused steps.
+
+use crate::kernels;
+use rlx_ir::{Graph, NodeId, Op};
+
+/// Groups of at least two nodes (members in topological order, the last one the group's
+/// output), from the nodes `eligible` marks (elementwise f32 ops on the GPU). A node joins the
+/// group of an input when that input is the group's last member, has no other reader and is
+/// not a graph output, and has the node's dims.
+pub(crate) fn plan_groups(g: &Graph, eligible: &[bool]) -> Vec<Vec<NodeId>> {
+    let uses = g.use_counts();
+    let mut group_of: Vec<Option<usize>> = vec![None; g.len()];
+    let mut groups: Vec<Vec<NodeId>> = vec![];
+    for node in &g.nodes {
+        let k = node.id.index();
+        if !eligible[k] {
+            continue;
+        }
+        let mut joined: Vec<usize> = vec![];
+        for &i in &node.inputs {
+            let Some(gi) = group_of[i.index()] else {
+                continue;
+            };
+            let sink = *groups[gi].last().expect("groups are never empty");
+            if sink == i
+                && uses[i.index()] == 1
+                && g.node(i).shape.dims_usize() == node.shape.dims_usize()
+                && !joined.contains(&gi)
+            {
+                joined.push(gi);
+            }
+        }
+        let gi = match joined.split_first() {
+            None => {
+                groups.push(vec![]);
+                groups.len() - 1
+            }
+            Some((&first, rest)) => {
+                for &o in rest {
+                    let moved = std::mem::take(&mut groups[o]);
+                    for m in &moved {
+                        group_of[m.index()] = Some(first);
+                    }
+                    groups[first].extend(moved);
+                }
+                // Keep topological order (groups merged here are disjoint and each ordered).
+                groups[first].sort();
+                first
+            }
+        };
+        groups[gi].push(node.id);
+        group_of[k] = Some(gi);
+    }
+    groups.into_iter().filter(|m| m.len() >= 2).collect()
+}
+
+/// The inputs a group reads from outside (first use order).
+pub(crate) fn external_inputs(g: &Graph, members: &[NodeId]) -> Vec<NodeId> {
+    let mut ext = vec![];
+    for &m in members {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !ext.contains(&i) {
+                ext.push(i);
+            }
+        }
+    }
+    ext
+}
+
+fn lit(x: f32) -> String {
+    format!("__int_as_float(0x{:08x})", x.to_bits())
+}
+
+/// CUDA source of kernel `name(float* o, u64 n, const i64* meta)` for a group, where `meta` =
+/// [address of each external input, then the broadcast metadata of [`crate::executor`]'s
+/// `bcast_meta` over the group's dims]. Element counts below 2^31 (32-bit index math).
+/// `full[e]` says external input `e` has the group's dims (read at `i`, no index math).
+pub(crate) fn kernel_source(
+    g: &Graph,
+    members: &[NodeId],
+    ext: &[NodeId],
+    full: &[bool],
+    name: &str,
+) -> Result<String, String> {
+    let ne = ext.len();
+    let mut s = format!(
+        "extern \"C\" __global__ void {name}(float* __restrict__ o, u64 n, const i64* __restrict__ meta) {{\n"
+    );
+    for e in 0..ne {
+        s += &format!("  const float* __restrict__ x{e} = (const float*)meta[{e}];\n");
+    }
+    s += &format!("  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n");
+    s += "  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {\n";
+    let bcast: Vec<usize> = (0..ne).filter(|&e| !full[e]).collect();
+    if !bcast.is_empty() {
+        s += "    unsigned rem = (unsigned)i;\n";
+        for &e in &bcast {
+            s += &format!("    unsigned j{e} = 0u;\n");
+        }
+        s += "    for (int d = r - 1; d >= 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned c = rem % dim; rem /= dim;\n";
+        for &e in &bcast {
+            s += &format!("      j{e} += c * (unsigned)bm[1 + r * {} + d];\n", e + 1);
+        }
+        s += "    }\n";
+    }
+    for (e, &f) in full.iter().enumerate().take(ne) {
+        let at = if f { "i".to_string() } else { format!("j{e}") };
+        s += &format!("    float v{e} = x{e}[{at}];\n");
+    }
+    let var = |id: NodeId| -> String {
+        match ext.iter().position(|&x| x == id) {
+            Some(e) => format!("v{e}"),
+            None => format!("t{}", id.index()),
+        }
+    };
+    for &m in members {
+        let node = g.node(m);
+        let expr = match &node.op {
+            Op::Binary(b) => {
+                let k = kernels::binary_kernel(*b)
+                    .ok_or_else(|| format!("{m}: no kernel for {b:?}"))?;
+                let f = k.strip_prefix("b_").unwrap_or(&k);
+                format!("g_{f}({}, {})", var(node.inputs[0]), var(node.inputs[1]))
+            }
+            op => {
+                let (k, p) = kernels::unary_kernel(op)
+                    .ok_or_else(|| format!("{m}: no kernel for {}", op.name()))?;
+                let f = k.strip_prefix("u_").unwrap_or(&k);
+                format!(
+                    "f_{f}({}, {}, {})",
+                    var(node.inputs[0]),
+                    lit(p[0]),
+                    lit(p[1])
+                )
+            }
+        };
+        s += &format!("    float t{} = {expr};\n", m.index());
+    }
+    let last = members.last().expect("non-empty group");
+    s += &format!("    o[i] = t{};\n  }}\n}}\n", last.index());
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::{Activation, DType, Shape, UnaryOp};
+
+    fn sh(d: &[usize]) -> Shape {
+        Shape::new(d, DType::F32)
+    }
+
+    #[test]
+    fn groups_follow_single_use_chains_of_one_size() {
+        let mut g = Graph::new("fuse");
+        let x = g.input("x", sh(&[4, 8]));
+        let b = g.input("b", sh(&[8]));
+        let a = g.add(x, b, sh(&[4, 8])); // 2
+        let e = g.unary(UnaryOp::Exp, a, sh(&[4, 8])); // 3
+        let r = g.activation(Activation::Relu, e, sh(&[4, 8])); // 4: e has one use
+        let n = g.unary(UnaryOp::Neg, x, sh(&[4, 8])); // 5: a new group
+        let m = g.mul(r, n, sh(&[4, 8])); // 6: joins both groups
+        let s = g.unary(UnaryOp::Sqrt, m, sh(&[4, 8])); // 7
+        let t = g.unary(UnaryOp::Abs, s, sh(&[4, 8])); // 8: s is an output too: not joined
+        g.set_outputs(vec![s, t]);
+        let eligible: Vec<bool> = g.nodes.iter().map(|n| !n.op.is_leaf()).collect();
+        let groups = plan_groups(&g, &eligible);
+        assert_eq!(groups, vec![vec![a, e, r, n, m, s]]);
+        let ext = external_inputs(&g, &groups[0]);
+        assert_eq!(ext, vec![x, b]);
+        let src = kernel_source(&g, &groups[0], &ext, &[true, false], "fz_0").unwrap();
+        assert!(src.contains("float v1 = x1[j1];"), "{src}");
+        assert!(src.contains("g_add(v0, v1)"), "{src}");
+        assert!(src.contains("float t7 = f_sqrt(t6"), "{src}");
+        assert!(src.contains("o[i] = t7;"), "{src}");
+    }
+}
