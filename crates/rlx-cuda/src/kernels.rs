@@ -591,8 +591,9 @@ extern "C" __global__ void round_f16(float* o, u64 n) {
   }
 }
 "#;
-/// Elements one block scans per pass (256 threads, 4 words each, 8 iterations).
-pub const SCAN_PER_BLOCK: u64 = 8192;
+/// Elements one block scans (256 threads, 4 words each, 32 iterations): fewer, longer blocks
+/// spend less of the scan on finding their buffer.
+pub const SCAN_PER_BLOCK: u64 = 32768;
 const SCAN: &str = r#"
 __device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, u64* c, u64* f) {
   if ((u & 0x7f800000u) == 0x7f800000u) {

@@ -476,7 +476,7 @@ fn scanner_finds_the_nan_at_the_log() {
 
 /// The device-side scan's counts (NaN, ±inf and first positions) equal the host's count of
 /// the same values for every node: odd lengths (the scalar tail after 16-byte groups), a
-/// buffer larger than 4096 blocks of 8192 (the grid-stride loop), values that are all NaN,
+/// buffer larger than 4096 blocks of 32768 (the grid-stride loop), values that are all NaN,
 /// all clean, a NaN only in the last element, and a CPU-fallback node between GPU nodes.
 #[test]
 fn device_scan_counts_equal_host_counts() {
@@ -484,7 +484,7 @@ fn device_scan_counts_equal_host_counts() {
         return;
     }
     use rlx_ir::numeric_check::scan_data;
-    for &n in &[1usize, 3, 4, 5, 4099, 8192 * 4096 + 4 * 1000 + 3] {
+    for &n in &[1usize, 3, 4, 5, 4099, 32768 * 4096 + 4 * 1000 + 3] {
         let mut g = Graph::new("scan");
         let s = f32s_shape(&[n]);
         let x = g.input("x", s.clone());
