@@ -146,8 +146,8 @@ pub struct CudaExecutor {
     /// The in-place rounding of a float16/bfloat16 node's output (`round_f16`/`round_bf16`),
     /// for nodes that compute; `None` for f32 and for ops that only move rounded values.
     rounds: Vec<Option<CudaFunction>>,
-    /// Elementwise fusion: each node's part, and the groups' kernels (runs that need every
-    /// value, i.e. scanning, `run_all` and launch-blocking, run the unfused steps).
+    /// Elementwise fusion: each node's part, and the groups' kernels (runs that read every
+    /// value back, `run_all` and launch-blocking, run the unfused steps).
     fz: Vec<Fz>,
     groups: Vec<FusedGroup>,
     /// Page-locked host memory for large read-backs (allocated at the first one, grown).
@@ -176,6 +176,8 @@ enum Fz {
 /// One fused elementwise kernel: `f(out, n, meta)`.
 struct FusedGroup {
     f: CudaFunction,
+    /// Members in topological order (the last is the sink).
+    members: Vec<NodeId>,
     /// Index into `meta_ptrs`: input addresses, then broadcast metadata.
     meta: usize,
     n: u64,
@@ -204,6 +206,10 @@ struct ScanPlan {
     blocks: u32,
     /// Scan entry of each device buffer (by buffer index).
     entry: Vec<Option<usize>>,
+    /// Count slot (after the table's entries) of each fused member but the groups' last
+    /// nodes, counted inside the fused kernels; `group_slot[g]` is group g's first.
+    member_slot: Vec<Option<usize>>,
+    group_slot: Vec<usize>,
 }
 
 /// The scan table for buffers of `lens` elements at `addrs`: [address, elements, first
@@ -647,6 +653,7 @@ impl CudaExecutor {
                         fz[sink.index()] = Fz::Sink(groups.len());
                         groups.push(FusedGroup {
                             f,
+                            members: members.clone(),
                             meta: metas_host.len() - 1,
                             n: od.iter().product::<usize>() as u64,
                         });
@@ -771,7 +778,7 @@ impl CudaExecutor {
         if !self.groups.is_empty() {
             let members = self.fz.iter().filter(|f| **f != Fz::No).count();
             eprintln!(
-                "rlx-cuda dispatch: {} fused elementwise kernels run {members} nodes (a run that scans NaN or reads every value runs them one by one)",
+                "rlx-cuda dispatch: {} fused elementwise kernels run {members} nodes (a run that reads every value back runs them one by one)",
                 self.groups.len()
             );
         }
@@ -994,7 +1001,9 @@ impl CudaExecutor {
                 self.steps[node.id.index()],
                 Step::Leaf | Step::Cpu(_) | Step::Alias
             );
-            if gpu_made && float_word(node.shape.dtype) {
+            // A fused member's buffer is not written in a fused run: counted in its kernel.
+            let member = self.fz[node.id.index()] == Fz::Member;
+            if gpu_made && !member && float_word(node.shape.dtype) {
                 if let Some(b) = self.buf[node.id.index()] {
                     scanned[b] = true;
                 }
@@ -1019,8 +1028,18 @@ impl CudaExecutor {
             self.stream.clone_htod(&tab[..])
         }
         .map_err(|e| cuda_err("uploading the NaN scan table", e))?;
-        let mut init = Vec::with_capacity(6 * entries as usize);
-        for _ in 0..entries {
+        let mut member_slot = vec![None; g.len()];
+        let mut group_slot = Vec::with_capacity(self.groups.len());
+        let mut slots = entries as usize;
+        for fg in &self.groups {
+            group_slot.push(slots);
+            for &m in &fg.members[..fg.members.len() - 1] {
+                member_slot[m.index()] = Some(slots);
+                slots += 1;
+            }
+        }
+        let mut init = Vec::with_capacity(6 * slots);
+        for _ in 0..slots {
             init.extend_from_slice(&[0, 0, 0, u64::MAX, u64::MAX, u64::MAX]);
         }
         let out = self
@@ -1045,33 +1064,47 @@ impl CudaExecutor {
             entries,
             blocks,
             entry,
+            member_slot,
+            group_slot,
         })
     }
 
-    /// Launch the scan over every GPU-written f32 buffer and read its counts back (waits for
-    /// the stream). Returns six words per scan entry.
-    fn device_scan(&self) -> Result<Vec<u64>, CudaError> {
+    /// Preset the scan's counts (zero counts, no first index) before a scanning run's
+    /// kernels: the fused kernels count their members while the run goes.
+    fn preset_scan(&self) -> Result<(), CudaError> {
         let sp = self.scan.as_ref().expect("planned before a scanning run");
-        if sp.entries == 0 {
-            return Ok(vec![]);
+        if sp.init.is_empty() {
+            return Ok(());
         }
         let outp = sp.out.device_ptr(&self.stream).0;
-        // SAFETY: `out` holds 6 words per entry, `init` is that many words.
+        // SAFETY: `out` holds `init.len()` words (at least 6).
         unsafe {
             cudarc::driver::result::memcpy_htod_async(outp, &sp.init[..], self.stream.cu_stream())
         }
-        .map_err(|e| cuda_err("presetting the NaN scan counts", e))?;
-        let tp = sp.table.device_ptr(&self.stream).0;
-        let mut l = self.stream.launch_builder(&sp.f);
-        l.arg(&tp).arg(&sp.entries).arg(&outp);
-        let cfg = LaunchConfig {
-            grid_dim: (sp.blocks, 1, 1),
-            block_dim: (kernels::SCAN_BLOCK as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: signature (const u64*, u64, u64*); every table entry names a live buffer of
-        // at least its element count, `out` holds 6 words per entry.
-        unsafe { l.launch(cfg) }.map_err(|e| cuda_err("launching the NaN scan", e))?;
+        .map_err(|e| cuda_err("presetting the NaN scan counts", e))
+    }
+
+    /// Launch the scan over every GPU-written f32 buffer and read all counts back (waits for
+    /// the stream). Returns six words per scan entry, then per fused member slot.
+    fn device_scan(&self) -> Result<Vec<u64>, CudaError> {
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        if sp.init.is_empty() {
+            return Ok(vec![]);
+        }
+        let outp = sp.out.device_ptr(&self.stream).0;
+        if sp.entries > 0 {
+            let tp = sp.table.device_ptr(&self.stream).0;
+            let mut l = self.stream.launch_builder(&sp.f);
+            l.arg(&tp).arg(&sp.entries).arg(&outp);
+            let cfg = LaunchConfig {
+                grid_dim: (sp.blocks, 1, 1),
+                block_dim: (kernels::SCAN_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: signature (const u64*, u64, u64*); every table entry names a live
+            // buffer of at least its element count, `out` holds 6 words per entry.
+            unsafe { l.launch(cfg) }.map_err(|e| cuda_err("launching the NaN scan", e))?;
+        }
         let words = self
             .stream
             .clone_dtoh(&sp.out.slice(0..sp.init.len()))
@@ -1117,8 +1150,16 @@ impl CudaExecutor {
                 .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| cuda_err("recording a profiling event", e))
         };
-        // Fused groups replace their members unless every value is wanted.
-        let fuse = !all && !scan && before.is_none();
+        // Fused groups replace their members unless every value is read back or the run is
+        // launch-blocking (a scanning run counts the members inside the fused kernels).
+        let fuse = !all && before.is_none();
+        if scan {
+            self.preset_scan()?;
+        }
+        let cnt_base: u64 = match (&self.scan, scan) {
+            (Some(sp), true) => sp.out.device_ptr(&self.stream).0,
+            _ => 0,
+        };
         let mut events: Option<Vec<(usize, cudarc::driver::CudaEvent)>> =
             self.times.as_ref().map(|_| Vec::new());
         for k in 0..n {
@@ -1134,10 +1175,15 @@ impl CudaExecutor {
             if let (true, Fz::Sink(gi)) = (fuse, self.fz[k]) {
                 let fg = &self.groups[gi];
                 let (o, m) = (self.ptr(id), self.meta_ptrs[fg.meta]);
+                let cnt: u64 = match (&self.scan, cnt_base) {
+                    (Some(sp), b) if b != 0 => b + 48 * sp.group_slot[gi] as u64,
+                    _ => 0,
+                };
                 let mut l = self.stream.launch_builder(&fg.f);
-                l.arg(&o).arg(&fg.n).arg(&m);
-                // SAFETY: signature (float*, u64, const i64*); the metadata holds the group's
-                // input addresses (live buffers) and broadcast strides within them.
+                l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
+                // SAFETY: signature (float*, u64, const i64*, u64*); the metadata holds the
+                // group's input addresses (live buffers) and broadcast strides within them;
+                // `cnt` is null or 6 words per counted member inside the scan's counts.
                 unsafe { l.launch(launch_cfg(fg.n)) }
                     .map_err(|e| kernel_err(g, id, format!("launch (fused group): {e}")))?;
                 continue;
@@ -1511,6 +1557,10 @@ impl CudaExecutor {
                 len,
                 ..Default::default()
             };
+            if let Some(slot) = sp.member_slot[k] {
+                out.push(counts_of(len, &words[6 * slot..6 * slot + 6]));
+                continue;
+            }
             let c = match &self.steps[k] {
                 Step::Leaf => match (&self.leaf_counts[k], &host[k]) {
                     (Some(c), _) => *c,

@@ -4,8 +4,9 @@
 //!
 //! A fused run computes every element with the same float operations in the same order as the
 //! unfused kernels (NVRTC without FMA contraction), so its outputs are bit-identical. The inner
-//! values are not materialized: runs that need them (the NaN scan of `RLX_DEBUG_NANS`,
-//! `run_all` for divergence replay and the printer, launch-blocking) use the unfused steps.
+//! values are not materialized: a scanning run (`RLX_DEBUG_NANS`) counts their NaN/Inf inside
+//! the kernel; runs that need the values themselves (`run_all` for divergence replay and the
+//! printer, launch-blocking) use the unfused steps.
 
 use crate::kernels;
 use rlx_ir::{Graph, NodeId, Op};
@@ -78,10 +79,13 @@ fn lit(x: f32) -> String {
     format!("__int_as_float(0x{:08x})", x.to_bits())
 }
 
-/// CUDA source of kernel `name(float* o, u64 n, const i64* meta)` for a group, where `meta` =
-/// [address of each external input, then the broadcast metadata of [`crate::executor`]'s
-/// `bcast_meta` over the group's dims]. Element counts below 2^31 (32-bit index math).
-/// `full[e]` says external input `e` has the group's dims (read at `i`, no index math).
+/// CUDA source of kernel `name(float* o, u64 n, const i64* meta, u64* cnt)` for a group, where
+/// `meta` = [address of each external input, then the broadcast metadata of
+/// [`crate::executor`]'s `bcast_meta` over the group's dims]. Element counts below 2^31
+/// (32-bit index math). `full[e]` says external input `e` has the group's dims (read at `i`,
+/// no index math). With `cnt` non-null (a scanning run), the NaN/±inf counts and first indices
+/// of every member but the last (whose value is written and scanned like any other) go to
+/// `cnt[6 j ..]` for the j-th member, as `nan_scan` writes them.
 pub(crate) fn kernel_source(
     g: &Graph,
     members: &[NodeId],
@@ -91,8 +95,12 @@ pub(crate) fn kernel_source(
 ) -> Result<String, String> {
     let ne = ext.len();
     let mut s = format!(
-        "extern \"C\" __global__ void {name}(float* __restrict__ o, u64 n, const i64* __restrict__ meta) {{\n"
+        "extern \"C\" __global__ void {name}(float* __restrict__ o, u64 n, const i64* __restrict__ meta, u64* __restrict__ cnt) {{\n"
     );
+    let counted = &members[..members.len().saturating_sub(1)];
+    for j in 0..counted.len() {
+        s += &format!("  u64 c{j}[3] = {{0, 0, 0}}, f{j}[3] = {{~0ull, ~0ull, ~0ull}};\n");
+    }
     for e in 0..ne {
         s += &format!("  const float* __restrict__ x{e} = (const float*)meta[{e}];\n");
     }
@@ -142,9 +150,26 @@ pub(crate) fn kernel_source(
             }
         };
         s += &format!("    float t{} = {expr};\n", m.index());
+        if let Some(j) = counted.iter().position(|&c| c == m) {
+            s += &format!(
+                "    if (cnt) rlx_scan1(__float_as_uint(t{}), i, c{j}, f{j});\n",
+                m.index()
+            );
+        }
     }
     let last = members.last().expect("non-empty group");
-    s += &format!("    o[i] = t{};\n  }}\n}}\n", last.index());
+    s += &format!("    o[i] = t{};\n  }}\n", last.index());
+    if !counted.is_empty() {
+        s += "  if (cnt) {\n";
+        for j in 0..counted.len() {
+            s += &format!(
+                "    if (c{j}[0] | c{j}[1] | c{j}[2]) rlx_flush(c{j}, f{j}, cnt + {});\n",
+                6 * j
+            );
+        }
+        s += "  }\n";
+    }
+    s += "}\n";
     Ok(s)
 }
 
@@ -180,5 +205,12 @@ mod tests {
         assert!(src.contains("g_add(v0, v1)"), "{src}");
         assert!(src.contains("float t7 = f_sqrt(t6"), "{src}");
         assert!(src.contains("o[i] = t7;"), "{src}");
+        // Every member but the last is counted in a scanning run (slot j = position).
+        assert!(
+            src.contains("rlx_scan1(__float_as_uint(t2), i, c0, f0)"),
+            "{src}"
+        );
+        assert!(src.contains("rlx_flush(c4, f4, cnt + 24)"), "{src}");
+        assert!(!src.contains("__float_as_uint(t7)"), "{src}");
     }
 }

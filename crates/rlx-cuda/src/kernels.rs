@@ -216,6 +216,19 @@ __device__ __forceinline__ void rlx_bidx(u64 i, u64 n, const i64* __restrict__ m
   }
   *ia = xa; *ib = xb;
 }
+// NaN/Inf counting of one value at index i: c = [nan, +inf, -inf] counts, f = first indices.
+__device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, u64* c, u64* f) {
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    int k = (u & 0x007fffffu) ? 0 : ((u >> 31) ? 2 : 1);
+    c[k] += 1; if (i < f[k]) f[k] = i;
+  }
+}
+// Add a thread's counts into out[0..6] = [nan, +inf, -inf, first nan, first +inf, first -inf].
+__device__ __forceinline__ void rlx_flush(const u64* c, const u64* f, u64* out) {
+  for (int k = 0; k < 3; ++k) {
+    if (c[k]) { atomicAdd(out + k, c[k]); atomicMin(out + 3 + k, f[k]); }
+  }
+}
 "#;
 
 /// The device functions `f_<unary>(x, p0, p1)` and `g_<binary>(x, y)` after [`PRELUDE`]:
@@ -595,12 +608,6 @@ extern "C" __global__ void round_f16(float* o, u64 n) {
 /// spend less of the scan on finding their buffer.
 pub const SCAN_PER_BLOCK: u64 = 32768;
 const SCAN: &str = r#"
-__device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, u64* c, u64* f) {
-  if ((u & 0x7f800000u) == 0x7f800000u) {
-    int k = (u & 0x007fffffu) ? 0 : ((u >> 31) ? 2 : 1);
-    c[k] += 1; if (i < f[k]) f[k] = i;
-  }
-}
 extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* __restrict__ out) {
   u64 b = blockIdx.x, lo = 0, hi = nent;
   while (hi - lo > 1) { u64 mid = (lo + hi) / 2; if (tab[4 * mid + 2] <= b) lo = mid; else hi = mid; }
@@ -622,12 +629,7 @@ extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* 
     }
   }
   for (u64 i = 4 * n4 + t; i < n; i += stride) rlx_scan1(x[i], i, c, f);
-  if (c[0] | c[1] | c[2]) {
-    u64* o = out + 6 * lo;
-    for (int k = 0; k < 3; ++k) {
-      if (c[k]) { atomicAdd(o + k, c[k]); atomicMin(o + 3 + k, f[k]); }
-    }
-  }
+  if (c[0] | c[1] | c[2]) rlx_flush(c, f, out + 6 * lo);
 }
 "#;
 

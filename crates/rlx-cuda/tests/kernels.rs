@@ -671,6 +671,29 @@ fn fused_elementwise_groups_are_bit_identical_to_unfused() {
         );
         assert_eq!(bits(&fused[k]), bits(&unfused[k]), "output {k}");
     }
+    // A scanning run stays fused, counting the members inside the fused kernels: the same
+    // counts and reports as the unfused executor's scan and as the CPU's.
+    let scan = |ex: &mut CudaExecutor| {
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+        sc.set_print(false);
+        ex.run(&ins, Some(&mut sc)).unwrap();
+        sc
+    };
+    let (s1, s2) = (scan(&mut ex), scan(&mut plain));
+    assert_eq!(s1.counts(), s2.counts());
+    assert!(s1.counts().iter().any(|c| c.nan > 0));
+    let mut cs = DebugScanner::new(DebugMode::Warn, "cpu");
+    cs.set_print(false);
+    CpuExecutor::new(g.clone())
+        .unwrap()
+        .run(&ins, Some(&mut cs))
+        .unwrap();
+    let key = |r: &[rlx_ir::numeric_check::NanReport]| -> Vec<_> {
+        r.iter()
+            .map(|r| (r.node, r.cause.clone(), r.index))
+            .collect()
+    };
+    assert_eq!(key(s1.reports()), key(cs.reports()));
     // And the CPU agrees within round-off.
     let mut c = CpuExecutor::new(g.clone()).unwrap();
     let want = c.run(&ins, None).unwrap();

@@ -177,7 +177,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CUDA_FUSE",
         values: "0|1 (default 1)",
         acts: "when a CUDA executor is created",
-        catches: "0: every elementwise node runs its own kernel (fused groups give bit-identical values; runs that scan NaN or read every value back never fuse)",
+        catches: "0: every elementwise node runs its own kernel (fused groups give bit-identical values and count their inner values' NaN/Inf when RLX_DEBUG_NANS is on; runs that read every value back never fuse)",
         cost: "0: slower runs (one kernel and one buffer write per elementwise node)",
         scope: Scope::Runtime,
     },
