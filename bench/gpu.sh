@@ -5,6 +5,7 @@
 # (all cores), against PyTorch eager (and torch.compile with --compile) in the same call.
 #
 # Usage:  bench/gpu.sh [--compile] [--models a,b] [--runs N]
+#         (models: resnet50, bert_base, qwen3_0_6b and their _bf16 exports, all by default)
 # Env:    RLX_GPU_DEVICES (GPU backends to time, default "cuda wgpu"; the CPU always),
 #         RLX_BIN (default target/release/rlx), RLX_BASE_BIN (another build, timed on wgpu
 #         too as device "wgpu-base", for an A/B in the same call), GPU_BENCH_DIR (models, default
@@ -15,7 +16,7 @@ set -u
 RLX=${RLX_BIN:-target/release/rlx}
 DIR=${GPU_BENCH_DIR:-/tmp/rlx-gpu-bench}
 OUT=${OUT:-bench/out}
-MODELS=resnet50,bert_base,qwen3_0_6b
+MODELS=resnet50,bert_base,qwen3_0_6b,resnet50_bf16,bert_base_bf16,qwen3_0_6b_bf16
 RUNS=10
 COMPILE=
 while [ $# -gt 0 ]; do
@@ -45,6 +46,8 @@ done
 : > "$OUT/gpu_rlx.tsv"
 for m in ${MODELS//,/ }; do
   ALL=$DEVS
+  # bfloat16 exports (name_bf16) run on CUDA only: its bfloat16 path against torch eager bf16.
+  case $m in *_bf16) ALL=""; case " $DEVS " in *" cuda "*) ALL="cuda cuda+nans" ;; esac ;; esac
   case " $DEVS " in *" wgpu "*) [ -n "${RLX_BASE_BIN:-}" ] && ALL="$ALL wgpu-base" ;; esac
   # The cost of RLX_DEBUG_NANS=1 on CUDA (issue 30: at most 1.15x): the same run, scanning.
   case " $DEVS " in *" cuda "*) ALL="$ALL cuda+nans" ;; esac
@@ -73,13 +76,15 @@ rlx = {}
 for m, d, med, *cov in rows:
     rlx.setdefault(m, {})[d] = (med, cov[0] if cov else "")
 cols = ["eager_f32", "compile_f32", "eager_bf16", "compile_bf16"]
-out = ["| model | RLX device | RLX ms | " + " | ".join(f"torch {c} ms" for c in cols) + " | RLX / eager f32 | placement |",
+out = ["| model | RLX device | RLX ms | " + " | ".join(f"torch {c} ms" for c in cols) + " | RLX / torch eager (same dtype) | placement |",
        "|---" * (6 + len(cols)) + "|"]
 for m, devs in rlx.items():
-    t = torch.get(m, {})
+    bf16 = m.endswith("_bf16")
+    t = torch.get(m[: -len("_bf16")] if bf16 else m, {})
+    peer = "eager_bf16" if bf16 else "eager_f32"
     for d, (med, cov) in devs.items():
         try:
-            ratio = f"{float(med) / t['eager_f32']:.2f}" if "eager_f32" in t else "-"
+            ratio = f"{float(med) / t[peer]:.2f} (vs {peer})" if peer in t else "-"
         except ValueError:
             ratio = "-"
         name = d if d != "cpu" else f"cpu ({threads} threads)"

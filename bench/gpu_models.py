@@ -12,6 +12,11 @@ Models (issue 30 item 7):
   qwen3_0_6b transformers Qwen3ForCausalLM at Qwen3-0.6B's dims (28 layers, hidden 1024,
              16 heads / 8 KV heads, head_dim 128, MLP 3072, vocab 151936), prefill 1 x 512
 
+A name with the suffix `_bf16` (`bert_base_bf16`) exports the same model with bfloat16
+weights and activations (an f32 image input is cast to bfloat16 inside the program; token ids
+stay int64) for RLX's bfloat16 path; it is not timed here (torch's eager_bf16 of the base
+model is its peer).
+
 Usage: python3 bench/gpu_models.py DIR [--models a,b] [--compile] [--runs N]
 """
 import argparse
@@ -45,6 +50,17 @@ def build(name):
         ids = torch.randint(0, cfg.vocab_size, (1, 512), generator=g)
         return m, (ids,), {"use_cache": False}
     raise SystemExit(f"unknown model {name}")
+
+
+class CastInput(torch.nn.Module):
+    """Runs `m` on its float32 input cast to bfloat16 (NumPy has no bfloat16 for the .npy)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x.to(torch.bfloat16))
 
 
 def export(name, m, args, kwargs, d):
@@ -88,6 +104,14 @@ def main():
     out = {}
     for name in a.models.split(","):
         t0 = time.time()
+        if name.endswith("_bf16"):
+            m, args, kwargs = build(name[: -len("_bf16")])
+            m = m.eval().to(torch.bfloat16)
+            if name.startswith("resnet50"):
+                m = CastInput(m)
+            names = export(name, m, args, kwargs, os.path.join(a.dir, name))
+            print(f"{name}: exported bfloat16 ({', '.join(names)}) in {time.time() - t0:.1f} s", flush=True)
+            continue
         m, args, kwargs = build(name)
         m = m.eval()
         names = export(name, m, args, kwargs, os.path.join(a.dir, name))
@@ -110,7 +134,13 @@ def main():
             m.to("cpu", torch.float32)
             torch.cuda.empty_cache()
         out[name] = r
-    with open(os.path.join(a.dir, "torch.json"), "w") as f:
+    path = os.path.join(a.dir, "torch.json")
+    if os.path.exists(path):  # keep the times of models not run now
+        with open(path) as f:
+            old = json.load(f)
+        old.update({k: v for k, v in out.items() if v})
+        out = old
+    with open(path, "w") as f:
         json.dump(out, f, indent=1)
 
 
