@@ -154,6 +154,9 @@ pub struct CudaExecutor {
     staging: std::sync::Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
+    /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
+    /// 16-bit copies of A and B (cuBLAS GemmEx, f32 accumulation, output rounded after).
+    half_mm: Vec<Option<HalfMm>>,
     /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
     /// with K > 1 leaves out its last k, so the divergence tools' tests have a CUDA kernel
     /// bug to find.
@@ -181,6 +184,14 @@ struct FusedGroup {
     /// Index into `meta_ptrs`: input addresses, then broadcast metadata.
     meta: usize,
     n: u64,
+}
+
+/// A float16/bfloat16 MatMul's operands converted to 16 bits for cuBLAS GemmEx.
+struct HalfMm {
+    conv: CudaFunction,
+    a16: CudaSlice<u16>,
+    b16: CudaSlice<u16>,
+    bf: bool,
 }
 
 /// What one run gives back (see [`CudaExecutor::execute`]).
@@ -688,7 +699,36 @@ impl CudaExecutor {
         } else {
             None
         };
+        let mut half_mm: Vec<Option<HalfMm>> = Vec::with_capacity(n);
+        for node in &graph.nodes {
+            let dt = node.shape.dtype;
+            let h = if matches!(steps[node.id.index()], Step::MatMul(_))
+                && matches!(dt, DType::F16 | DType::BF16)
+            {
+                let m = module().map_err(|e| kernel_err(&graph, node.id, e))?;
+                let conv = m.load_function("to_half_bits").map_err(|e| {
+                    kernel_err(&graph, node.id, format!("kernel to_half_bits: {e}"))
+                })?;
+                let len = |i: NodeId| graph.node(i).shape.numel().max(1);
+                let a16 = stream
+                    .alloc_zeros::<u16>(len(node.inputs[0]))
+                    .map_err(|e| cuda_err("allocating a 16-bit matmul operand", e))?;
+                let b16 = stream
+                    .alloc_zeros::<u16>(len(node.inputs[1]))
+                    .map_err(|e| cuda_err("allocating a 16-bit matmul operand", e))?;
+                Some(HalfMm {
+                    conv,
+                    a16,
+                    b16,
+                    bf: dt == DType::BF16,
+                })
+            } else {
+                None
+            };
+            half_mm.push(h);
+        }
         let ex = CudaExecutor {
+            half_mm,
             err,
             scan: None,
             staging: std::sync::Mutex::new(None),
@@ -1249,8 +1289,14 @@ impl CudaExecutor {
                         self.ptr(node.inputs[1]),
                         self.ptr(id),
                     );
-                    self.sgemm(p, a, b, c)
-                        .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?;
+                    match &self.half_mm[k] {
+                        Some(h) => self
+                            .half_gemm(p, h, (node.inputs[0], a), (node.inputs[1], b), c)
+                            .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?,
+                        None => self
+                            .sgemm(p, a, b, c)
+                            .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?,
+                    }
                 }
                 Step::Reduce {
                     f,
@@ -1679,6 +1725,114 @@ impl CudaExecutor {
             .zip(src.par_chunks(CHUNK))
             .for_each(|(d, s)| d.copy_from_slice(s));
         Ok(out)
+    }
+
+    /// A float16/bfloat16 MatMul on tensor cores: A and B (f32 words holding 16-bit values)
+    /// are converted to their 16-bit encoding (exact), then cuBLAS GemmEx with f32
+    /// accumulation writes f32 into C, which the node's rounding then rounds to the dtype.
+    fn half_gemm(
+        &self,
+        p: &MatMulPlan,
+        h: &HalfMm,
+        (ia, a): (NodeId, u64),
+        (ib, b): (NodeId, u64),
+        c: u64,
+    ) -> Result<(), String> {
+        use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType};
+        let bf = h.bf as i32;
+        for (x, dst, id) in [(a, &h.a16, ia), (b, &h.b16, ib)] {
+            let nel = self.graph.node(id).shape.numel() as u64;
+            if nel == 0 {
+                continue;
+            }
+            let d = dst.device_ptr(&self.stream).0;
+            let mut l = self.stream.launch_builder(&h.conv);
+            l.arg(&x).arg(&d).arg(&nel).arg(&bf);
+            // SAFETY: signature (const u32*, u16*, u64, int); both buffers hold `nel` values.
+            unsafe { l.launch(launch_cfg(nel)) }.map_err(|e| format!("to_half_bits: {e}"))?;
+        }
+        let (a16, b16) = (
+            h.a16.device_ptr(&self.stream).0,
+            h.b16.device_ptr(&self.stream).0,
+        );
+        let hh = *self.blas.handle();
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let op = cublasOperation_t::CUBLAS_OP_N;
+        let ty = if h.bf {
+            cudaDataType::CUDA_R_16BF
+        } else {
+            cudaDataType::CUDA_R_16F
+        };
+        let kk = if self.drop_last_k && p.k > 1 {
+            p.k - 1
+        } else {
+            p.k
+        };
+        let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+        let ct = cublasComputeType_t::CUBLAS_COMPUTE_32F;
+        let f32t = cudaDataType::CUDA_R_32F;
+        if let Some((nb, sa, sb)) = p.strided {
+            // SAFETY: the 16-bit copies hold the operands' values in the planned layout; C
+            // holds nb matrices of m x n f32.
+            unsafe {
+                cudarc::cublas::result::gemm_strided_batched_ex(
+                    hh,
+                    op,
+                    op,
+                    p.n,
+                    p.m,
+                    kk,
+                    (&alpha as *const f32).cast(),
+                    b16 as *const std::ffi::c_void,
+                    ty,
+                    p.n,
+                    sb,
+                    a16 as *const std::ffi::c_void,
+                    ty,
+                    p.k,
+                    sa,
+                    (&beta as *const f32).cast(),
+                    c as *mut std::ffi::c_void,
+                    f32t,
+                    p.n,
+                    (p.m as i64) * (p.n as i64),
+                    nb,
+                    ct,
+                    algo,
+                )
+            }
+            .map_err(|e| e.to_string())?;
+        } else {
+            let mn = p.m as usize * p.n as usize;
+            for (bi, &(oa, ob)) in p.offsets.iter().enumerate() {
+                // SAFETY: offsets index whole matrices inside the 16-bit copies and C.
+                unsafe {
+                    cudarc::cublas::result::gemm_ex(
+                        hh,
+                        op,
+                        op,
+                        p.n,
+                        p.m,
+                        kk,
+                        (&alpha as *const f32).cast(),
+                        (b16 as *const u16).add(ob).cast(),
+                        ty,
+                        p.n,
+                        (a16 as *const u16).add(oa).cast(),
+                        ty,
+                        p.k,
+                        (&beta as *const f32).cast(),
+                        (c as *mut f32).add(bi * mn).cast(),
+                        f32t,
+                        p.n,
+                        ct,
+                        algo,
+                    )
+                }
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
     }
 
     /// Copy `ids`' buffers back to the host (waits for the stream).

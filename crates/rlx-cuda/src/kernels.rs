@@ -579,6 +579,27 @@ pub const SCAN_BLOCK: u64 = 256;
 /// float16 overflows to ±inf from 65520 up and has subnormals down to 2^-24; NaN kept), so
 /// every op rounds once, as IEEE arithmetic in that dtype would.
 const ROUND: &str = r#"
+// The 16-bit encoding of f32 words that hold float16 (bf == 0) or bfloat16 (bf == 1) values
+// exactly (rounded by round_f16/round_bf16 or uploaded from half values): the operands of a
+// tensor-core GEMM. NaN becomes the dtype's quiet NaN with its sign.
+extern "C" __global__ void to_half_bits(const unsigned* __restrict__ x, unsigned short* __restrict__ o, u64 n, int bf) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    unsigned b = x[i];
+    unsigned s = (b >> 16) & 0x8000u, a = b & 0x7fffffffu, h;
+    if (bf) {
+      h = (a > 0x7f800000u) ? 0x7fc0u : (a >> 16);
+    } else if (a > 0x7f800000u) {
+      h = 0x7e00u;
+    } else if (a >= 0x47800000u) {
+      h = 0x7c00u;
+    } else if (a >= 0x38800000u) {
+      h = (a - 0x38000000u) >> 13;
+    } else {
+      h = (unsigned)(__uint_as_float(a) * 16777216.0f);
+    }
+    o[i] = (unsigned short)(s | h);
+  }
+}
 extern "C" __global__ void round_bf16(float* o, u64 n) {
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
     unsigned b = __float_as_uint(o[i]);

@@ -298,3 +298,82 @@ fn f16_overflow_is_reported_at_the_same_node_as_on_the_cpu() {
         .iter()
         .any(|r| r.node == d && r.label == "mlp.diff"));
 }
+
+/// float16/bfloat16 MatMuls run on tensor cores from 16-bit copies of the operands: A times
+/// the identity gives A back exactly (the conversion keeps every finite value of the dtype:
+/// the largest, subnormals, ties), and a 64x96x80 product matches f64 math rounded to the
+/// dtype within the dtype's round-off of an f32-accumulated sum.
+#[test]
+fn f16_and_bf16_matmul_on_tensor_cores() {
+    if !cuda_available() {
+        return;
+    }
+    for dt in [DType::F16, DType::BF16] {
+        let q = |v: &[f32]| -> Vec<f32> {
+            v.iter()
+                .map(|&x| match dt {
+                    DType::F16 => f16::from_f32(x).to_f32(),
+                    _ => bf16::from_f32(x).to_f32(),
+                })
+                .collect()
+        };
+        let t = |d: &[usize], v: &[f32]| {
+            Tensor::new(
+                d.to_vec(),
+                TensorData::from_f64(dt, &v.iter().map(|&x| x as f64).collect::<Vec<_>>()),
+            )
+            .unwrap()
+        };
+        // Finite values of the dtype; f32-subnormal magnitudes (bfloat16 subnormals) left
+        // out: a GPU may flush them.
+        let mut av: Vec<f32> = q(&edges())
+            .into_iter()
+            .filter(|x| x.is_finite() && (*x == 0.0 || x.abs() >= f32::MIN_POSITIVE))
+            .collect();
+        let rows = (av.len() / 8).min(16);
+        av.truncate(rows * 8);
+        let mut eye = vec![0f32; 64];
+        for i in 0..8 {
+            eye[i * 8 + i] = 1.0;
+        }
+        let mut g = Graph::new("mm_eye");
+        let x = g.input("a", Shape::new(&[rows, 8], dt));
+        let e = g.input("i", Shape::new(&[8, 8], dt));
+        let y = g.matmul(x, e, Shape::new(&[rows, 8], dt));
+        g.set_outputs(vec![y]);
+        let got = run_gpu(&g, &[t(&[rows, 8], &av), t(&[8, 8], &eye)]);
+        let gv = got[0].data().to_f32_vec();
+        for (k, (&w, &o)) in av.iter().zip(&gv).enumerate() {
+            assert!(w == o, "{dt} A*I at {k}: {o:e}, want {w:e}");
+        }
+        // A larger product against f64.
+        let (m, k, n) = (64, 96, 80);
+        let a = q(&rand_vec(m * k, 41, -2.0, 2.0));
+        let b = q(&rand_vec(k * n, 42, -2.0, 2.0));
+        let mut g = Graph::new("mm_big");
+        let x = g.input("a", Shape::new(&[m, k], dt));
+        let w = g.input("b", Shape::new(&[k, n], dt));
+        let y = g.matmul(x, w, Shape::new(&[m, n], dt));
+        g.set_outputs(vec![y]);
+        let got = run_gpu(&g, &[t(&[m, k], &a), t(&[k, n], &b)]);
+        let gy = got[0].data().to_f32_vec();
+        let eps = if dt == DType::F16 { 9.8e-4 } else { 7.8e-3 };
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .sum();
+                let scale: f64 = (0..k)
+                    .map(|p| (a[i * k + p] as f64 * b[p * n + j] as f64).abs())
+                    .sum();
+                let d = (gy[i * n + j] as f64 - want).abs();
+                // One rounding of the result plus f32 accumulation (far smaller).
+                assert!(
+                    d <= eps * want.abs() + 1e-5 * scale,
+                    "{dt} [{i},{j}]: {} vs {want}",
+                    gy[i * n + j]
+                );
+            }
+        }
+    }
+}
