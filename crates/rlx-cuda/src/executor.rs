@@ -157,6 +157,11 @@ pub struct CudaExecutor {
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
     /// 16-bit copies of A and B (cuBLAS GemmEx, f32 accumulation, output rounded after).
     half_mm: Vec<Option<HalfMm>>,
+    /// `err`'s raw address (0 without gathers).
+    err_ptr: u64,
+    /// Whether ordinary runs can be one CUDA graph (no CPU step), and the graph's state.
+    graphable: bool,
+    cuda_graph: std::sync::Mutex<CudaGraphState>,
     /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
     /// with K > 1 leaves out its last k, so the divergence tools' tests have a CUDA kernel
     /// bug to find.
@@ -189,9 +194,28 @@ struct FusedGroup {
 /// A float16/bfloat16 MatMul's operands converted to 16 bits for cuBLAS GemmEx.
 struct HalfMm {
     conv: CudaFunction,
-    a16: CudaSlice<u16>,
-    b16: CudaSlice<u16>,
+    /// The 16-bit copies (kept alive) and their raw addresses (no event recording, so the
+    /// calls can be captured in a CUDA graph).
+    _a16: CudaSlice<u16>,
+    _b16: CudaSlice<u16>,
+    a16: u64,
+    b16: u64,
     bf: bool,
+}
+
+/// A captured CUDA graph. cudarc's `CudaGraph` is not `Send` (graph objects are not internally
+/// synchronized); the executor only touches it under its mutex.
+struct SendGraph(cudarc::driver::CudaGraph);
+// SAFETY: every access goes through `CudaExecutor::cuda_graph`'s mutex, one thread at a time.
+unsafe impl Send for SendGraph {}
+
+/// Where an executor's CUDA graph stands.
+enum CudaGraphState {
+    /// Ordinary runs without a graph so far (the count): the second one is captured.
+    Warmup(u32),
+    Ready(SendGraph),
+    /// Not used (why: off by `RLX_CUDA_GRAPH=0`, or a capture failed).
+    Off(String),
 }
 
 /// What one run gives back (see [`CudaExecutor::execute`]).
@@ -716,10 +740,13 @@ impl CudaExecutor {
                 let b16 = stream
                     .alloc_zeros::<u16>(len(node.inputs[1]))
                     .map_err(|e| cuda_err("allocating a 16-bit matmul operand", e))?;
+                let (ap, bp) = (a16.device_ptr(&stream).0, b16.device_ptr(&stream).0);
                 Some(HalfMm {
                     conv,
-                    a16,
-                    b16,
+                    a16: ap,
+                    b16: bp,
+                    _a16: a16,
+                    _b16: b16,
                     bf: dt == DType::BF16,
                 })
             } else {
@@ -727,7 +754,23 @@ impl CudaExecutor {
             };
             half_mm.push(h);
         }
+        let graphable = !steps.iter().any(|s| matches!(s, Step::Cpu(_)));
+        let graph_state = if matches!(
+            rlx_ir::env::parse_switch(rlx_ir::env::get("RLX_CUDA_GRAPH").as_deref()),
+            rlx_ir::env::Switch::Off
+        ) {
+            CudaGraphState::Off("RLX_CUDA_GRAPH=0".into())
+        } else {
+            CudaGraphState::Warmup(0)
+        };
+        let err_ptr = match &err {
+            Some(e) => e.device_ptr(&stream).0,
+            None => 0,
+        };
         let ex = CudaExecutor {
+            err_ptr,
+            graphable,
+            cuda_graph: std::sync::Mutex::new(graph_state),
             half_mm,
             err,
             scan: None,
@@ -822,6 +865,15 @@ impl CudaExecutor {
                 self.groups.len()
             );
         }
+        match (&*self.lock_graph(), self.graphable) {
+            (CudaGraphState::Off(why), _) => eprintln!("rlx-cuda dispatch: CUDA graph off ({why})"),
+            (_, false) => eprintln!(
+                "rlx-cuda dispatch: CUDA graph off (a CPU-fallback node needs the host inside the run)"
+            ),
+            _ => eprintln!(
+                "rlx-cuda dispatch: ordinary runs are captured as a CUDA graph at their second run and replayed"
+            ),
+        }
         eprintln!(
             "rlx-cuda dispatch: {} on {} (sm_{}{}{}): {ng} nodes on cuda, {nc} on the cpu",
             g.name,
@@ -830,6 +882,16 @@ impl CudaExecutor {
             self.gpu.info.compute_capability.1,
             if self.tf32 { ", TF32 matmuls" } else { "" }
         );
+    }
+
+    fn lock_graph(&self) -> std::sync::MutexGuard<'_, CudaGraphState> {
+        self.cuda_graph.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether ordinary runs replay a captured CUDA graph now (after their second run; never
+    /// with a CPU-fallback node or `RLX_CUDA_GRAPH=0`).
+    pub fn uses_cuda_graph(&self) -> bool {
+        matches!(&*self.lock_graph(), CudaGraphState::Ready(_))
     }
 
     /// How many fused elementwise kernels ordinary runs launch (0 with `RLX_CUDA_FUSE=0`).
@@ -1202,292 +1264,393 @@ impl CudaExecutor {
         };
         let mut events: Option<Vec<(usize, cudarc::driver::CudaEvent)>> =
             self.times.as_ref().map(|_| Vec::new());
-        for k in 0..n {
-            let id = NodeId(k as u32);
-            let g = &self.graph;
-            let node = g.node(id);
-            if fuse && self.fz[k] == Fz::Member {
-                continue;
-            }
-            if let (Some(ev), false) = (events.as_mut(), matches!(self.steps[k], Step::Leaf)) {
-                ev.push((k, timed(&self.stream)?));
-            }
-            if let (true, Fz::Sink(gi)) = (fuse, self.fz[k]) {
-                let fg = &self.groups[gi];
-                let (o, m) = (self.ptr(id), self.meta_ptrs[fg.meta]);
-                let cnt: u64 = match (&self.scan, cnt_base) {
-                    (Some(sp), b) if b != 0 => b + 48 * sp.group_slot[gi] as u64,
-                    _ => 0,
+        // CUDA graph: an ordinary run of a graph with no CPU step is captured once (at its
+        // second such run: the first one warms cuBLAS up) and replayed after; inputs are
+        // uploaded before the replay, outputs read after it.
+        let graph_mode = fuse
+            && !scan
+            && events.is_none()
+            && self.graphable
+            && !matches!(&*self.lock_graph(), CudaGraphState::Off(_));
+        if graph_mode {
+            for (k, step) in self.steps.iter().enumerate() {
+                if !matches!(step, Step::Leaf) {
+                    continue;
+                }
+                let node = self.graph.node(NodeId(k as u32));
+                let t: &Tensor = match &node.op {
+                    Op::Input { .. } => {
+                        let t: &Tensor = inputs[next_input].borrow();
+                        next_input += 1;
+                        if self.upload[k] {
+                            self.write_value(node.id, t)?;
+                        }
+                        t
+                    }
+                    Op::Param { name } => self.params[k].as_ref().ok_or_else(|| {
+                        CudaError::Param(format!(
+                            "param \"{name}\" ({}) was not set before run",
+                            node.shape
+                        ))
+                    })?,
+                    Op::Constant(t) => t.as_ref(),
+                    _ => unreachable!("leaf"),
                 };
-                let mut l = self.stream.launch_builder(&fg.f);
-                l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
-                // SAFETY: signature (float*, u64, const i64*, u64*); the metadata holds the
-                // group's input addresses (live buffers) and broadcast strides within them;
-                // `cnt` is null or 6 words per counted member inside the scan's counts.
-                unsafe { l.launch(launch_cfg(fg.n)) }
-                    .map_err(|e| kernel_err(g, id, format!("launch (fused group): {e}")))?;
-                continue;
+                host[k] = Some(Cow::Borrowed(t));
             }
-            let blocking = before.is_some() && !matches!(self.steps[k], Step::Leaf);
-            if let (Some(b), true) = (before.as_deref_mut(), blocking) {
-                b(id);
+        }
+        let (replay, capture) = if graph_mode {
+            let st = self.lock_graph();
+            match &*st {
+                CudaGraphState::Ready(_) => (true, false),
+                CudaGraphState::Warmup(r) => (false, *r >= 1),
+                CudaGraphState::Off(_) => (false, false),
             }
-            match &self.steps[k] {
-                Step::Leaf => {
-                    let t: &Tensor = match &node.op {
-                        Op::Input { .. } => {
-                            let t: &Tensor = inputs[next_input].borrow();
-                            next_input += 1;
-                            t
-                        }
-                        Op::Param { name } => self.params[k].as_ref().ok_or_else(|| {
-                            CudaError::Param(format!(
-                                "param \"{name}\" ({}) was not set before run",
-                                node.shape
-                            ))
-                        })?,
-                        Op::Constant(t) => t.as_ref(),
-                        _ => unreachable!("leaf"),
+        } else {
+            (false, false)
+        };
+        if capture {
+            self.stream
+                .begin_capture(
+                    cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                )
+                .map_err(|e| cuda_err("starting a CUDA graph capture", e))?;
+        }
+        let mut launch_all = || -> Result<(), CudaError> {
+            for k in 0..n {
+                let id = NodeId(k as u32);
+                let g = &self.graph;
+                let node = g.node(id);
+                if fuse && self.fz[k] == Fz::Member {
+                    continue;
+                }
+                if let (Some(ev), false) = (events.as_mut(), matches!(self.steps[k], Step::Leaf)) {
+                    ev.push((k, timed(&self.stream)?));
+                }
+                if let (true, Fz::Sink(gi)) = (fuse, self.fz[k]) {
+                    let fg = &self.groups[gi];
+                    let (o, m) = (self.ptr(id), self.meta_ptrs[fg.meta]);
+                    let cnt: u64 = match (&self.scan, cnt_base) {
+                        (Some(sp), b) if b != 0 => b + 48 * sp.group_slot[gi] as u64,
+                        _ => 0,
                     };
-                    if matches!(node.op, Op::Input { .. }) && self.upload[k] {
-                        self.write_value(id, t)?;
-                    }
-                    host[k] = Some(Cow::Borrowed(t));
+                    let mut l = self.stream.launch_builder(&fg.f);
+                    l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
+                    // SAFETY: signature (float*, u64, const i64*, u64*); the metadata holds the
+                    // group's input addresses (live buffers) and broadcast strides within them;
+                    // `cnt` is null or 6 words per counted member inside the scan's counts.
+                    unsafe { l.launch(launch_cfg(fg.n)) }
+                        .map_err(|e| kernel_err(g, id, format!("launch (fused group): {e}")))?;
+                    continue;
                 }
-                Step::Alias => {}
-                Step::Unary { f, p } => {
-                    let nel = node.shape.numel() as u64;
-                    if nel > 0 {
-                        let a = self.ptr(node.inputs[0]);
-                        let o = self.ptr(id);
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&a).arg(&o).arg(&nel).arg(&p[0]).arg(&p[1]);
-                        // SAFETY: the kernel's signature is (const float*, float*, u64, float,
-                        // float); both buffers hold at least `nel` f32.
-                        unsafe { l.launch(launch_cfg(nel)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
+                let blocking = before.is_some() && !matches!(self.steps[k], Step::Leaf);
+                if let (Some(b), true) = (before.as_deref_mut(), blocking) {
+                    b(id);
                 }
-                Step::Binary { f, meta } => {
-                    let nel = node.shape.numel() as u64;
-                    if nel > 0 {
-                        let a = self.ptr(node.inputs[0]);
-                        let b = self.ptr(node.inputs[1]);
-                        let o = self.ptr(id);
-                        let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
-                        // SAFETY: signature (const float*, const float*, float*, u64, const
-                        // i64*); the metadata's strides stay inside each input's buffer.
-                        unsafe { l.launch(launch_cfg(nel)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::MatMul(p) => {
-                    let (a, b, c) = (
-                        self.ptr(node.inputs[0]),
-                        self.ptr(node.inputs[1]),
-                        self.ptr(id),
-                    );
-                    match &self.half_mm[k] {
-                        Some(h) => self
-                            .half_gemm(p, h, (node.inputs[0], a), (node.inputs[1], b), c)
-                            .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?,
-                        None => self
-                            .sgemm(p, a, b, c)
-                            .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?,
-                    }
-                }
-                Step::Reduce {
-                    f,
-                    kind,
-                    nout,
-                    rows: Some(r),
-                    ..
-                } => {
-                    if *nout > 0 {
-                        let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&x).arg(&o).arg(nout).arg(r).arg(kind);
-                        let cfg = LaunchConfig {
-                            grid_dim: ((*nout).div_ceil(8).clamp(1, 1 << 20) as u32, 1, 1),
-                            block_dim: (256, 1, 1),
-                            shared_mem_bytes: 0,
+                match &self.steps[k] {
+                    Step::Leaf if graph_mode => {}
+                    Step::Leaf => {
+                        let t: &Tensor = match &node.op {
+                            Op::Input { .. } => {
+                                let t: &Tensor = inputs[next_input].borrow();
+                                next_input += 1;
+                                t
+                            }
+                            Op::Param { name } => self.params[k].as_ref().ok_or_else(|| {
+                                CudaError::Param(format!(
+                                    "param \"{name}\" ({}) was not set before run",
+                                    node.shape
+                                ))
+                            })?,
+                            Op::Constant(t) => t.as_ref(),
+                            _ => unreachable!("leaf"),
                         };
-                        // SAFETY: signature (const float*, float*, u64, u64, int); the input
-                        // holds nout * r contiguous values, the output nout.
-                        unsafe { l.launch(cfg) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::Reduce {
-                    f,
-                    meta,
-                    kind,
-                    nout,
-                    rows: None,
-                } => {
-                    if *nout > 0 {
-                        let (x, o, m) = (
-                            self.ptr(node.inputs[0]),
-                            self.ptr(id),
-                            self.meta_ptrs[*meta],
-                        );
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&x).arg(&o).arg(nout).arg(&m).arg(kind);
-                        let cfg = LaunchConfig {
-                            grid_dim: ((*nout).min(1 << 20) as u32, 1, 1),
-                            block_dim: (256, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
-                        // SAFETY: signature (const float*, float*, u64, const i64*, int); the
-                        // metadata's offsets stay inside the input, `nout` outputs.
-                        unsafe { l.launch(cfg) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::Copy { f, parts } => {
-                    let o = self.ptr(id);
-                    for &(k, meta, cnt) in parts {
-                        if cnt == 0 {
-                            continue;
+                        if matches!(node.op, Op::Input { .. }) && self.upload[k] {
+                            self.write_value(id, t)?;
                         }
-                        let x = self.ptr(node.inputs[k]);
-                        let m = self.meta_ptrs[meta];
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&x).arg(&o).arg(&cnt).arg(&m);
-                        // SAFETY: signature (const u32*, u32*, u64, const i64*); the planned
-                        // index map stays inside both buffers.
-                        unsafe { l.launch(launch_cfg(cnt)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        host[k] = Some(Cow::Borrowed(t));
                     }
-                }
-                Step::Gather {
-                    f,
-                    nidx,
-                    dim,
-                    inner,
-                    idx64,
-                } => {
-                    let nel = node.shape.numel() as u64;
-                    if nel > 0 {
-                        let (x, ix, o) = (
+                    Step::Alias => {}
+                    Step::Unary { f, p } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let a = self.ptr(node.inputs[0]);
+                            let o = self.ptr(id);
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&a).arg(&o).arg(&nel).arg(&p[0]).arg(&p[1]);
+                            // SAFETY: the kernel's signature is (const float*, float*, u64, float,
+                            // float); both buffers hold at least `nel` f32.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::Binary { f, meta } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let a = self.ptr(node.inputs[0]);
+                            let b = self.ptr(node.inputs[1]);
+                            let o = self.ptr(id);
+                            let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
+                            // SAFETY: signature (const float*, const float*, float*, u64, const
+                            // i64*); the metadata's strides stay inside each input's buffer.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::MatMul(p) => {
+                        let (a, b, c) = (
                             self.ptr(node.inputs[0]),
                             self.ptr(node.inputs[1]),
                             self.ptr(id),
                         );
-                        let e = self.err.as_ref().expect("allocated for gathers");
-                        let ep = e.device_ptr(&self.stream).0;
-                        let nid = id.index() as i32;
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&x)
-                            .arg(&ix)
-                            .arg(&o)
-                            .arg(&nel)
-                            .arg(nidx)
-                            .arg(dim)
-                            .arg(inner);
-                        l.arg(idx64).arg(&ep).arg(&nid);
-                        // SAFETY: signature (const u32*, const void*, u32*, u64, i64, i64, i64,
-                        // int, int*, int); indices are checked against `dim` in the kernel.
-                        unsafe { l.launch(launch_cfg(nel)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::Conv { f, meta } => {
-                    let nel = node.shape.numel() as u64;
-                    if nel > 0 {
-                        let x = self.ptr(node.inputs[0]);
-                        let w = self.ptr(node.inputs[1]);
-                        let b = if node.inputs.len() == 3 {
-                            self.ptr(node.inputs[2])
-                        } else {
-                            0u64
-                        };
-                        let o = self.ptr(id);
-                        let m = self.meta_ptrs[*meta];
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&x).arg(&w).arg(&b).arg(&o).arg(&nel).arg(&m);
-                        // SAFETY: signature (const float* x3, float*, u64, const i64*); input
-                        // positions are checked against the input dims in the kernel.
-                        unsafe { l.launch(launch_cfg(nel)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::Select { f, meta } => {
-                    let nel = node.shape.numel() as u64;
-                    if nel > 0 {
-                        let c = self.ptr(node.inputs[0]);
-                        let a = self.ptr(node.inputs[1]);
-                        let b = self.ptr(node.inputs[2]);
-                        let o = self.ptr(id);
-                        let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&c).arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
-                        // SAFETY: signature (const u32* x3, u32*, u64, const i64*).
-                        unsafe { l.launch(launch_cfg(nel)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::UMap { f, kind, p } => {
-                    let nel = node.shape.numel() as u64;
-                    if nel > 0 {
-                        let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
-                        let mut l = self.stream.launch_builder(f);
-                        l.arg(&x).arg(&o).arg(&nel).arg(kind).arg(&p[0]).arg(&p[1]);
-                        // SAFETY: signature (const u32*, u32*, u64, int, int, int); the buffers
-                        // hold `nel` elements of the planned dtypes.
-                        unsafe { l.launch(launch_cfg(nel)) }
-                            .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
-                    }
-                }
-                Step::Cpu(_) => {
-                    let missing: Vec<NodeId> = node
-                        .inputs
-                        .iter()
-                        .copied()
-                        .filter(|i| host[i.index()].is_none())
-                        .collect();
-                    if !missing.is_empty() {
-                        let got = self.read_back(&missing)?;
-                        for (i, t) in missing.iter().zip(got) {
-                            host[i.index()] = Some(Cow::Owned(t));
+                        match &self.half_mm[k] {
+                            Some(h) => self
+                                .half_gemm(p, h, (node.inputs[0], a), (node.inputs[1], b), c)
+                                .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?,
+                            None => self
+                                .sgemm(p, a, b, c)
+                                .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?,
                         }
                     }
-                    let g = &self.graph;
-                    let node = g.node(id);
-                    let ins: Vec<&Tensor> = node
-                        .inputs
-                        .iter()
-                        .map(|i| host[i.index()].as_deref().expect("read back above"))
-                        .collect();
-                    let t = eval_op(&node.op, &ins, &node.shape)
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    if self.upload[k] {
-                        self.write_value(id, &t)?;
+                    Step::Reduce {
+                        f,
+                        kind,
+                        nout,
+                        rows: Some(r),
+                        ..
+                    } => {
+                        if *nout > 0 {
+                            let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&o).arg(nout).arg(r).arg(kind);
+                            let cfg = LaunchConfig {
+                                grid_dim: ((*nout).div_ceil(8).clamp(1, 1 << 20) as u32, 1, 1),
+                                block_dim: (256, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            // SAFETY: signature (const float*, float*, u64, u64, int); the input
+                            // holds nout * r contiguous values, the output nout.
+                            unsafe { l.launch(cfg) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
                     }
-                    host[k] = Some(Cow::Owned(t));
+                    Step::Reduce {
+                        f,
+                        meta,
+                        kind,
+                        nout,
+                        rows: None,
+                    } => {
+                        if *nout > 0 {
+                            let (x, o, m) = (
+                                self.ptr(node.inputs[0]),
+                                self.ptr(id),
+                                self.meta_ptrs[*meta],
+                            );
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&o).arg(nout).arg(&m).arg(kind);
+                            let cfg = LaunchConfig {
+                                grid_dim: ((*nout).min(1 << 20) as u32, 1, 1),
+                                block_dim: (256, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            // SAFETY: signature (const float*, float*, u64, const i64*, int); the
+                            // metadata's offsets stay inside the input, `nout` outputs.
+                            unsafe { l.launch(cfg) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::Copy { f, parts } => {
+                        let o = self.ptr(id);
+                        for &(k, meta, cnt) in parts {
+                            if cnt == 0 {
+                                continue;
+                            }
+                            let x = self.ptr(node.inputs[k]);
+                            let m = self.meta_ptrs[meta];
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&o).arg(&cnt).arg(&m);
+                            // SAFETY: signature (const u32*, u32*, u64, const i64*); the planned
+                            // index map stays inside both buffers.
+                            unsafe { l.launch(launch_cfg(cnt)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::Gather {
+                        f,
+                        nidx,
+                        dim,
+                        inner,
+                        idx64,
+                    } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let (x, ix, o) = (
+                                self.ptr(node.inputs[0]),
+                                self.ptr(node.inputs[1]),
+                                self.ptr(id),
+                            );
+                            let ep = self.err_ptr;
+                            let nid = id.index() as i32;
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x)
+                                .arg(&ix)
+                                .arg(&o)
+                                .arg(&nel)
+                                .arg(nidx)
+                                .arg(dim)
+                                .arg(inner);
+                            l.arg(idx64).arg(&ep).arg(&nid);
+                            // SAFETY: signature (const u32*, const void*, u32*, u64, i64, i64, i64,
+                            // int, int*, int); indices are checked against `dim` in the kernel.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::Conv { f, meta } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let x = self.ptr(node.inputs[0]);
+                            let w = self.ptr(node.inputs[1]);
+                            let b = if node.inputs.len() == 3 {
+                                self.ptr(node.inputs[2])
+                            } else {
+                                0u64
+                            };
+                            let o = self.ptr(id);
+                            let m = self.meta_ptrs[*meta];
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&w).arg(&b).arg(&o).arg(&nel).arg(&m);
+                            // SAFETY: signature (const float* x3, float*, u64, const i64*); input
+                            // positions are checked against the input dims in the kernel.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::Select { f, meta } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let c = self.ptr(node.inputs[0]);
+                            let a = self.ptr(node.inputs[1]);
+                            let b = self.ptr(node.inputs[2]);
+                            let o = self.ptr(id);
+                            let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&c).arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
+                            // SAFETY: signature (const u32* x3, u32*, u64, const i64*).
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::UMap { f, kind, p } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&o).arg(&nel).arg(kind).arg(&p[0]).arg(&p[1]);
+                            // SAFETY: signature (const u32*, u32*, u64, int, int, int); the buffers
+                            // hold `nel` elements of the planned dtypes.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::Cpu(_) => {
+                        let missing: Vec<NodeId> = node
+                            .inputs
+                            .iter()
+                            .copied()
+                            .filter(|i| host[i.index()].is_none())
+                            .collect();
+                        if !missing.is_empty() {
+                            let got = self.read_back(&missing)?;
+                            for (i, t) in missing.iter().zip(got) {
+                                host[i.index()] = Some(Cow::Owned(t));
+                            }
+                        }
+                        let g = &self.graph;
+                        let node = g.node(id);
+                        let ins: Vec<&Tensor> = node
+                            .inputs
+                            .iter()
+                            .map(|i| host[i.index()].as_deref().expect("read back above"))
+                            .collect();
+                        let t = eval_op(&node.op, &ins, &node.shape)
+                            .map_err(|e| kernel_err(g, id, e.to_string()))?;
+                        if self.upload[k] {
+                            self.write_value(id, &t)?;
+                        }
+                        host[k] = Some(Cow::Owned(t));
+                    }
+                }
+                if let Some(f) = &self.rounds[k] {
+                    let nel = node.shape.numel() as u64;
+                    if nel > 0 {
+                        let o = self.ptr(id);
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&o).arg(&nel);
+                        // SAFETY: signature (float*, u64); the node's buffer holds `nel` words.
+                        unsafe { l.launch(launch_cfg(nel)) }
+                            .map_err(|e| kernel_err(g, id, format!("launch (rounding): {e}")))?;
+                    }
+                }
+                if blocking {
+                    self.stream.synchronize().map_err(|e| {
+                        kernel_err(
+                            &self.graph,
+                            id,
+                            format!("the kernel failed (synchronized after its launch): {e}"),
+                        )
+                    })?;
                 }
             }
-            if let Some(f) = &self.rounds[k] {
-                let nel = node.shape.numel() as u64;
-                if nel > 0 {
-                    let o = self.ptr(id);
-                    let mut l = self.stream.launch_builder(f);
-                    l.arg(&o).arg(&nel);
-                    // SAFETY: signature (float*, u64); the node's buffer holds `nel` words.
-                    unsafe { l.launch(launch_cfg(nel)) }
-                        .map_err(|e| kernel_err(g, id, format!("launch (rounding): {e}")))?;
+            Ok(())
+        };
+        let launched = if replay { Ok(()) } else { launch_all() };
+        if capture {
+            let graph = self
+                .stream
+                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+            let mut st = self.lock_graph();
+            match (launched, graph) {
+                (Ok(()), Ok(Some(gr))) => *st = CudaGraphState::Ready(SendGraph(gr)),
+                (Err(e), _) => {
+                    *st = CudaGraphState::Off(format!("capture failed: {e}"));
+                    return Err(e);
+                }
+                (Ok(()), other) => {
+                    let why = match other {
+                        Err(e) => format!("capture failed: {e}"),
+                        _ => "capture gave no graph".into(),
+                    };
+                    if rlx_ir::env::is_on("RLX_DISPATCH_REPORT") {
+                        eprintln!(
+                            "rlx-cuda dispatch: CUDA graph off for {} ({why})",
+                            self.graph.name
+                        );
+                    }
+                    *st = CudaGraphState::Off(why);
+                    drop(st);
+                    // Nothing ran (the kernels were only recorded): run again without a graph.
+                    return self.execute(inputs, all, scan, None);
                 }
             }
-            if blocking {
-                self.stream.synchronize().map_err(|e| {
-                    kernel_err(
-                        &self.graph,
-                        id,
-                        format!("the kernel failed (synchronized after its launch): {e}"),
-                    )
-                })?;
+        } else {
+            launched?;
+            if graph_mode && !replay {
+                let mut st = self.lock_graph();
+                if let CudaGraphState::Warmup(r) = &mut *st {
+                    *r += 1;
+                }
+            }
+        }
+        if graph_mode {
+            if let CudaGraphState::Ready(gr) = &*self.lock_graph() {
+                if replay || capture {
+                    gr.0.launch()
+                        .map_err(|e| cuda_err("launching the CUDA graph", e))?;
+                }
             }
         }
         let end = match &events {
@@ -1740,21 +1903,17 @@ impl CudaExecutor {
     ) -> Result<(), String> {
         use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType};
         let bf = h.bf as i32;
-        for (x, dst, id) in [(a, &h.a16, ia), (b, &h.b16, ib)] {
+        for (x, d, id) in [(a, h.a16, ia), (b, h.b16, ib)] {
             let nel = self.graph.node(id).shape.numel() as u64;
             if nel == 0 {
                 continue;
             }
-            let d = dst.device_ptr(&self.stream).0;
             let mut l = self.stream.launch_builder(&h.conv);
             l.arg(&x).arg(&d).arg(&nel).arg(&bf);
             // SAFETY: signature (const u32*, u16*, u64, int); both buffers hold `nel` values.
             unsafe { l.launch(launch_cfg(nel)) }.map_err(|e| format!("to_half_bits: {e}"))?;
         }
-        let (a16, b16) = (
-            h.a16.device_ptr(&self.stream).0,
-            h.b16.device_ptr(&self.stream).0,
-        );
+        let (a16, b16) = (h.a16, h.b16);
         let hh = *self.blas.handle();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let op = cublasOperation_t::CUBLAS_OP_N;

@@ -703,6 +703,82 @@ fn fused_elementwise_groups_are_bit_identical_to_unfused() {
     }
 }
 
+/// Ordinary runs of a graph without CPU steps are captured as a CUDA graph at their second run
+/// and replayed after: every run's outputs equal a graph-less executor's on new inputs, a
+/// scanning run in between still scans, and a Gather index out of range is still an error
+/// naming the node in a replayed run.
+#[test]
+fn cuda_graph_replay_matches_ordinary_runs() {
+    if !cuda_available() {
+        return;
+    }
+    let mut g = Graph::new("graph_replay");
+    let x = g.input("x", f32s_shape(&[6, 16]));
+    let ids = g.input("ids", Shape::new(&[3], DType::I64));
+    let w = g.param("w", f32s_shape(&[16, 8]));
+    let h = g.matmul(x, w, f32s_shape(&[6, 8]));
+    let e = g.unary(UnaryOp::Exp, h, f32s_shape(&[6, 8]));
+    let t = g.activation(Activation::Tanh, e, f32s_shape(&[6, 8]));
+    let s = g.add_node(
+        Op::Reduce {
+            kind: ReduceKind::Sum,
+            axes: vec![1],
+            keepdims: true,
+        },
+        vec![t],
+        f32s_shape(&[6, 1]),
+    );
+    let q = g.div(t, s, f32s_shape(&[6, 8]));
+    let gth = g.add_node(Op::Gather { axis: 0 }, vec![q, ids], f32s_shape(&[3, 8]));
+    g.set_outputs(vec![gth, s]);
+    let wv = rand_tensor(&[16, 8], 3);
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    ex.set_param("w", wv.clone()).unwrap();
+    std::env::set_var("RLX_CUDA_GRAPH", "0");
+    let mut plain = CudaExecutor::new(g.clone()).unwrap();
+    std::env::remove_var("RLX_CUDA_GRAPH");
+    plain.set_param("w", wv).unwrap();
+    for r in 0..5u64 {
+        let ins = [
+            rand_tensor(&[6, 16], 10 + r),
+            Tensor::new(
+                vec![3],
+                rlx_ir::TensorData::I64(vec![(r % 6) as i64, 5, -1]),
+            )
+            .unwrap(),
+        ];
+        let got = ex.run(&ins, None).unwrap();
+        let want = plain.run(&ins, None).unwrap();
+        for k in 0..2 {
+            let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
+            assert_eq!(bits(&got[k]), bits(&want[k]), "run {r} output {k}");
+        }
+        assert_eq!(ex.uses_cuda_graph(), r >= 1, "run {r}");
+        assert!(!plain.uses_cuda_graph());
+        if r == 2 {
+            let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+            sc.set_print(false);
+            ex.run(&ins, Some(&mut sc)).unwrap();
+            assert!(sc.counts().iter().all(|c| c.is_clean()));
+        }
+    }
+    let bad = [
+        rand_tensor(&[6, 16], 99),
+        Tensor::new(vec![3], rlx_ir::TensorData::I64(vec![0, 6, 1])).unwrap(),
+    ];
+    let err = ex.run(&bad, None).unwrap_err().to_string();
+    assert!(err.contains("Gather") && err.contains("index 6"), "{err}");
+    // And it recovers.
+    let ok = [
+        rand_tensor(&[6, 16], 98),
+        Tensor::new(vec![3], rlx_ir::TensorData::I64(vec![0, 1, 2])).unwrap(),
+    ];
+    assert_eq!(
+        f32s(&ex.run(&ok, None).unwrap()[0]),
+        f32s(&plain.run(&ok, None).unwrap()[0])
+    );
+}
+
 #[test]
 fn non_f32_nodes_fall_back_with_a_reason() {
     if !cuda_available() {

@@ -174,6 +174,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CUDA_GRAPH",
+        values: "0|1 (default 1)",
+        acts: "when a CUDA executor is created",
+        catches: "0: no CUDA graph (every run launches its kernels one by one; runs that scan, profile or read every value back never use the graph)",
+        cost: "0: more launch overhead per run",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CUDA_FUSE",
         values: "0|1 (default 1)",
         acts: "when a CUDA executor is created",
