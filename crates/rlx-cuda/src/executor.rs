@@ -184,6 +184,8 @@ enum Fz {
 /// One fused elementwise kernel: `f(out, n, meta)`.
 struct FusedGroup {
     f: CudaFunction,
+    /// The same kernel counting its members' NaN/Inf (scanning runs).
+    f_scan: CudaFunction,
     /// Members in topological order (the last is the sink).
     members: Vec<NodeId>,
     /// Index into `meta_ptrs`: input addresses, then broadcast metadata.
@@ -670,6 +672,9 @@ impl CudaExecutor {
                         let f = m
                             .load_function(&format!("fz_{gi}"))
                             .map_err(|e| cuda_err("loading a fused kernel", e))?;
+                        let f_scan = m
+                            .load_function(&format!("fz_{gi}_scan"))
+                            .map_err(|e| cuda_err("loading a fused kernel", e))?;
                         let dims: Vec<Vec<usize>> = ext
                             .iter()
                             .map(|&e| graph.node(e).shape.dims_usize().to_vec())
@@ -688,6 +693,7 @@ impl CudaExecutor {
                         fz[sink.index()] = Fz::Sink(groups.len());
                         groups.push(FusedGroup {
                             f,
+                            f_scan,
                             members: members.clone(),
                             meta: metas_host.len() - 1,
                             n: od.iter().product::<usize>() as u64,
@@ -1334,7 +1340,9 @@ impl CudaExecutor {
                         (Some(sp), b) if b != 0 => b + 48 * sp.group_slot[gi] as u64,
                         _ => 0,
                     };
-                    let mut l = self.stream.launch_builder(&fg.f);
+                    let mut l =
+                        self.stream
+                            .launch_builder(if cnt != 0 { &fg.f_scan } else { &fg.f });
                     l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
                     // SAFETY: signature (float*, u64, const i64*, u64*); the metadata holds the
                     // group's input addresses (live buffers) and broadcast strides within them;
@@ -2018,9 +2026,14 @@ impl CudaExecutor {
             let data = match shape.dtype {
                 DType::F32 => TensorData::F32(v),
                 // Exact: the words hold values of the dtype (NaN payloads kept as `half` does).
-                DType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+                // In parallel: a 78M-value bfloat16 logits tensor took ~80 ms on one thread.
+                DType::F16 => {
+                    use rayon::prelude::*;
+                    TensorData::F16(v.par_iter().map(|&x| half::f16::from_f32(x)).collect())
+                }
                 DType::BF16 => {
-                    TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect())
+                    use rayon::prelude::*;
+                    TensorData::BF16(v.par_iter().map(|&x| half::bf16::from_f32(x)).collect())
                 }
                 DType::I32 => TensorData::I32(v.iter().map(|x| x.to_bits() as i32).collect()),
                 DType::U32 => TensorData::U32(v.iter().map(|x| x.to_bits()).collect()),

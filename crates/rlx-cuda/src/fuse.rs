@@ -93,13 +93,31 @@ pub(crate) fn kernel_source(
     full: &[bool],
     name: &str,
 ) -> Result<String, String> {
+    Ok(variant(g, members, ext, full, name, false)?
+        + &variant(g, members, ext, full, &format!("{name}_scan"), true)?)
+}
+
+/// One kernel of [`kernel_source`]: `scan` adds the members' NaN/Inf counting (a separate
+/// kernel, so ordinary runs carry none of its registers or branches).
+fn variant(
+    g: &Graph,
+    members: &[NodeId],
+    ext: &[NodeId],
+    full: &[bool],
+    name: &str,
+    scan: bool,
+) -> Result<String, String> {
     let ne = ext.len();
     let mut s = format!(
         "extern \"C\" __global__ void {name}(float* __restrict__ o, u64 n, const i64* __restrict__ meta, u64* __restrict__ cnt) {{\n"
     );
-    let counted = &members[..members.len().saturating_sub(1)];
+    let counted = if scan {
+        &members[..members.len().saturating_sub(1)]
+    } else {
+        &[]
+    };
     for j in 0..counted.len() {
-        s += &format!("  u64 c{j}[3] = {{0, 0, 0}}, f{j}[3] = {{~0ull, ~0ull, ~0ull}};\n");
+        s += &format!("  RlxCnt c{j}; rlx_cnt_init(c{j});\n");
     }
     for e in 0..ne {
         s += &format!("  const float* __restrict__ x{e} = (const float*)meta[{e}];\n");
@@ -151,23 +169,16 @@ pub(crate) fn kernel_source(
         };
         s += &format!("    float t{} = {expr};\n", m.index());
         if let Some(j) = counted.iter().position(|&c| c == m) {
-            s += &format!(
-                "    if (cnt) rlx_scan1(__float_as_uint(t{}), i, c{j}, f{j});\n",
-                m.index()
-            );
+            s += &format!("    rlx_scan1(__float_as_uint(t{}), i, c{j});\n", m.index());
         }
     }
     let last = members.last().expect("non-empty group");
     s += &format!("    o[i] = t{};\n  }}\n", last.index());
-    if !counted.is_empty() {
-        s += "  if (cnt) {\n";
-        for j in 0..counted.len() {
-            s += &format!(
-                "    if (c{j}[0] | c{j}[1] | c{j}[2]) rlx_flush(c{j}, f{j}, cnt + {});\n",
-                6 * j
-            );
-        }
-        s += "  }\n";
+    for j in 0..counted.len() {
+        s += &format!(
+            "  if (rlx_cnt_any(c{j})) rlx_flush(c{j}, cnt + {});\n",
+            6 * j
+        );
     }
     s += "}\n";
     Ok(s)
@@ -207,10 +218,13 @@ mod tests {
         assert!(src.contains("o[i] = t7;"), "{src}");
         // Every member but the last is counted in a scanning run (slot j = position).
         assert!(
-            src.contains("rlx_scan1(__float_as_uint(t2), i, c0, f0)"),
+            src.contains("rlx_scan1(__float_as_uint(t2), i, c0)"),
             "{src}"
         );
-        assert!(src.contains("rlx_flush(c4, f4, cnt + 24)"), "{src}");
+        assert!(src.contains("rlx_flush(c4, cnt + 24)"), "{src}");
+        // Two kernels: the ordinary one counts nothing.
+        let plain = &src[..src.find("fz_0_scan").unwrap()];
+        assert!(!plain.contains("rlx_scan1"), "{plain}");
         assert!(!src.contains("__float_as_uint(t7)"), "{src}");
     }
 }

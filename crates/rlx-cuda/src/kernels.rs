@@ -216,18 +216,24 @@ __device__ __forceinline__ void rlx_bidx(u64 i, u64 n, const i64* __restrict__ m
   }
   *ia = xa; *ib = xb;
 }
-// NaN/Inf counting of one value at index i: c = [nan, +inf, -inf] counts, f = first indices.
-__device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, u64* c, u64* f) {
+// NaN/Inf counts of one thread: n0..n2 = NaN, +inf, -inf counts, f0..f2 their first indices
+// (a struct of scalars, so it stays in registers; arrays indexed at run time would go to
+// local memory).
+struct RlxCnt { u64 n0, n1, n2, f0, f1, f2; };
+__device__ __forceinline__ void rlx_cnt_init(RlxCnt& c) { c.n0 = c.n1 = c.n2 = 0ull; c.f0 = c.f1 = c.f2 = ~0ull; }
+__device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, RlxCnt& c) {
   if ((u & 0x7f800000u) == 0x7f800000u) {
-    int k = (u & 0x007fffffu) ? 0 : ((u >> 31) ? 2 : 1);
-    c[k] += 1; if (i < f[k]) f[k] = i;
+    if (u & 0x007fffffu) { c.n0 += 1ull; if (i < c.f0) c.f0 = i; }
+    else if (u >> 31) { c.n2 += 1ull; if (i < c.f2) c.f2 = i; }
+    else { c.n1 += 1ull; if (i < c.f1) c.f1 = i; }
   }
 }
+__device__ __forceinline__ bool rlx_cnt_any(const RlxCnt& c) { return (c.n0 | c.n1 | c.n2) != 0ull; }
 // Add a thread's counts into out[0..6] = [nan, +inf, -inf, first nan, first +inf, first -inf].
-__device__ __forceinline__ void rlx_flush(const u64* c, const u64* f, u64* out) {
-  for (int k = 0; k < 3; ++k) {
-    if (c[k]) { atomicAdd(out + k, c[k]); atomicMin(out + 3 + k, f[k]); }
-  }
+__device__ __forceinline__ void rlx_flush(const RlxCnt& c, u64* out) {
+  if (c.n0) { atomicAdd(out, c.n0); atomicMin(out + 3, c.f0); }
+  if (c.n1) { atomicAdd(out + 1, c.n1); atomicMin(out + 4, c.f1); }
+  if (c.n2) { atomicAdd(out + 2, c.n2); atomicMin(out + 5, c.f2); }
 }
 "#;
 
@@ -636,8 +642,7 @@ extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* 
   u64 n = tab[4 * lo + 1];
   u64 stride = tab[4 * lo + 3] * blockDim.x;
   u64 t = (b - tab[4 * lo + 2]) * blockDim.x + threadIdx.x;
-  u64 c[3] = {0, 0, 0};
-  u64 f[3] = {~0ull, ~0ull, ~0ull};
+  RlxCnt c; rlx_cnt_init(c);
   u64 n4 = n / 4;
   const uint4* x4 = (const uint4*)x;
   for (u64 j = t; j < n4; j += stride) {
@@ -645,12 +650,12 @@ extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* 
     // A clean group (no word with an all-ones exponent) costs four tests.
     if (((v.x & 0x7f800000u) == 0x7f800000u) || ((v.y & 0x7f800000u) == 0x7f800000u) ||
         ((v.z & 0x7f800000u) == 0x7f800000u) || ((v.w & 0x7f800000u) == 0x7f800000u)) {
-      rlx_scan1(v.x, 4 * j, c, f); rlx_scan1(v.y, 4 * j + 1, c, f);
-      rlx_scan1(v.z, 4 * j + 2, c, f); rlx_scan1(v.w, 4 * j + 3, c, f);
+      rlx_scan1(v.x, 4 * j, c); rlx_scan1(v.y, 4 * j + 1, c);
+      rlx_scan1(v.z, 4 * j + 2, c); rlx_scan1(v.w, 4 * j + 3, c);
     }
   }
-  for (u64 i = 4 * n4 + t; i < n; i += stride) rlx_scan1(x[i], i, c, f);
-  if (c[0] | c[1] | c[2]) rlx_flush(c, f, out + 6 * lo);
+  for (u64 i = 4 * n4 + t; i < n; i += stride) rlx_scan1(x[i], i, c);
+  if (rlx_cnt_any(c)) rlx_flush(c, out + 6 * lo);
 }
 "#;
 
