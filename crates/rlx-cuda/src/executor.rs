@@ -90,6 +90,15 @@ enum Step {
         kind: i32,
         p: [i32; 2],
     },
+    /// A 2-D convolution with groups 1 as a GEMM per batch (cuBLAS): `W[M, C*KH*KW]` times
+    /// the input (1x1, stride 1, no pads) or its im2col columns (`im2col_f32` into the
+    /// executor's shared column buffer; `im2col` = (kernel, metadata index, column count));
+    /// then `bias_nchw` when there is a bias (`bias` = (kernel, HW, M)).
+    ConvGemm {
+        plan: MatMulPlan,
+        im2col: Option<(CudaFunction, usize, u64)>,
+        bias: Option<(CudaFunction, u64, u64)>,
+    },
     /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
     Conv {
         f: CudaFunction,
@@ -157,6 +166,10 @@ pub struct CudaExecutor {
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
     /// 16-bit copies of A and B (cuBLAS GemmEx, f32 accumulation, output rounded after).
     half_mm: Vec<Option<HalfMm>>,
+    /// The im2col column buffer shared by every convolution (sized to the largest; they run
+    /// one after another on the stream) and its raw address.
+    _cols: Option<CudaSlice<f32>>,
+    cols_ptr: u64,
     /// `err`'s raw address (0 without gathers).
     err_ptr: u64,
     /// Whether ordinary runs can be one CUDA graph (no CPU step), and the graph's state.
@@ -769,11 +782,33 @@ impl CudaExecutor {
         } else {
             CudaGraphState::Warmup(0)
         };
+        let ncols = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::ConvGemm {
+                    im2col: Some((_, _, c)),
+                    ..
+                } => Some(*c as usize),
+                _ => None,
+            })
+            .max();
+        let cols = match ncols {
+            Some(c) => Some(stream.alloc_zeros::<f32>(c.max(1)).map_err(|e| {
+                cuda_err(&format!("allocating {} bytes of im2col columns", c * 4), e)
+            })?),
+            None => None,
+        };
+        let cols_ptr = match &cols {
+            Some(c) => c.device_ptr(&stream).0,
+            None => 0,
+        };
         let err_ptr = match &err {
             Some(e) => e.device_ptr(&stream).0,
             None => 0,
         };
         let ex = CudaExecutor {
+            _cols: cols,
+            cols_ptr,
             err_ptr,
             graphable,
             cuda_graph: std::sync::Mutex::new(graph_state),
@@ -1515,6 +1550,39 @@ impl CudaExecutor {
                             // int, int*, int); indices are checked against `dim` in the kernel.
                             unsafe { l.launch(launch_cfg(nel)) }
                                 .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
+                    Step::ConvGemm { plan, im2col, bias } => {
+                        let x = self.ptr(node.inputs[0]);
+                        let w = self.ptr(node.inputs[1]);
+                        let o = self.ptr(id);
+                        let cols = match im2col {
+                            Some((f, meta, cnt)) => {
+                                let m = self.meta_ptrs[*meta];
+                                let cp = self.cols_ptr;
+                                let mut l = self.stream.launch_builder(f);
+                                l.arg(&x).arg(&cp).arg(cnt).arg(&m);
+                                // SAFETY: signature (const float*, float*, u64, const i64*); the
+                                // column buffer holds the largest conv's `cnt` columns, input
+                                // positions are checked against the input dims in the kernel.
+                                unsafe { l.launch(launch_cfg(*cnt)) }.map_err(|e| {
+                                    kernel_err(g, id, format!("launch (im2col): {e}"))
+                                })?;
+                                cp
+                            }
+                            None => x,
+                        };
+                        self.sgemm(plan, w, cols, o)
+                            .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?;
+                        if let Some((f, hw, m)) = bias {
+                            let b = self.ptr(node.inputs[2]);
+                            let nel = node.shape.numel() as u64;
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&o).arg(&b).arg(&nel).arg(hw).arg(m);
+                            // SAFETY: signature (float*, const float*, u64, u64, u64); the bias
+                            // holds m values, the output nel.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch (bias): {e}")))?;
                         }
                     }
                     Step::Conv { f, meta } => {
@@ -2568,6 +2636,71 @@ fn plan_node(
                     return Err(format!("conv output dims {od:?} do not fit the input"));
                 }
                 meta.extend([i as i64, k as i64, o as i64, s as i64, p as i64, dl as i64]);
+            }
+            // 2-D, groups 1: a GEMM per batch (direct kernel otherwise, and as the reference).
+            let gemm_ok = ns == 2 && gr == 1 && od[2] * od[3] > 0;
+            let (kh, kw) = (
+                wd.get(2).copied().unwrap_or(1),
+                wd.get(3).copied().unwrap_or(1),
+            );
+            let kdim = c * kh * kw;
+            let ohw = od.get(2).copied().unwrap_or(0) * od.get(3).copied().unwrap_or(0);
+            let pointwise = gemm_ok
+                && kh == 1
+                && kw == 1
+                && a.strides.iter().all(|&s| s == 1)
+                && a.pads.iter().all(|&p| p == (0, 0))
+                && ohw == xd[2] * xd[3];
+            let sizes_ok = i32_of(m, "M").is_ok()
+                && i32_of(kdim, "K").is_ok()
+                && i32_of(ohw, "OHW").is_ok()
+                && i32_of(nn, "N").is_ok()
+                && i32_of(m * kdim, "W").is_ok()
+                && (pointwise || i32_of(nn * kdim * ohw, "columns").is_ok());
+            if gemm_ok && sizes_ok {
+                let plan = MatMulPlan {
+                    m: m as i32,
+                    n: ohw as i32,
+                    k: kdim as i32,
+                    strided: Some((nn as i32, 0, (kdim * ohw) as i64)),
+                    offsets: vec![],
+                };
+                let im2col = if pointwise {
+                    None
+                } else {
+                    let (pt, pl) = (a.pads[0].0, a.pads[1].0);
+                    metas.push(
+                        [
+                            c,
+                            xd[2],
+                            xd[3],
+                            kh,
+                            kw,
+                            od[2],
+                            od[3],
+                            a.strides[0],
+                            a.strides[1],
+                            pt,
+                            pl,
+                            a.dilations[0],
+                            a.dilations[1],
+                        ]
+                        .iter()
+                        .map(|&v| v as i64)
+                        .collect(),
+                    );
+                    Some((
+                        func("im2col_f32")?,
+                        metas.len() - 1,
+                        (nn * kdim * ohw) as u64,
+                    ))
+                };
+                let bias = if has_bias {
+                    Some((func("bias_nchw")?, ohw as u64, m as u64))
+                } else {
+                    None
+                };
+                return Ok(Step::ConvGemm { plan, im2col, bias });
             }
             metas.push(meta);
             Ok(Step::Conv {

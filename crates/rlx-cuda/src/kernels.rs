@@ -482,6 +482,39 @@ extern "C" __global__ void reduce_rows(const float* __restrict__ x, float* __res
   }
 }
 
+// im2col for a 2-D convolution (groups 1): col[b][(c*KH + ky)*KW + kx][oy*OW + ox] =
+// x[b][c][oy*sh - ph + ky*dh][ox*sw - pw + kx*dw], 0 outside the input (a padded position then
+// adds 0*w in the GEMM, as rlx-cpu's im2col does: an inf or NaN weight still gives NaN).
+// meta = [C, H, W, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw]; n = N*C*KH*KW*OH*OW < 2^31.
+extern "C" __global__ void im2col_f32(const float* __restrict__ x, float* __restrict__ col, u64 n, const i64* __restrict__ meta) {
+  unsigned C = (unsigned)meta[0], H = (unsigned)meta[1], W = (unsigned)meta[2];
+  unsigned KH = (unsigned)meta[3], KW = (unsigned)meta[4], OH = (unsigned)meta[5], OW = (unsigned)meta[6];
+  int sh = (int)meta[7], sw = (int)meta[8], ph = (int)meta[9], pw = (int)meta[10];
+  int dh = (int)meta[11], dw = (int)meta[12];
+  unsigned OHW = OH * OW, K = C * KH * KW;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    unsigned q = (unsigned)i;
+    unsigned p = q % OHW; q /= OHW;
+    unsigned kk = q % K; unsigned b = q / K;
+    unsigned ox = p % OW, oy = p / OW;
+    unsigned kx = kk % KW; unsigned t = kk / KW; unsigned ky = t % KH; unsigned c = t / KH;
+    int iy = (int)oy * sh - ph + (int)ky * dh;
+    int ix = (int)ox * sw - pw + (int)kx * dw;
+    float v = 0.0f;
+    if (iy >= 0 && iy < (int)H && ix >= 0 && ix < (int)W)
+      v = x[((u64)(b * C + c) * H + (unsigned)iy) * W + (unsigned)ix];
+    col[i] = v;
+  }
+}
+
+// o[i] += bias[(i / hw) % m]: a convolution's bias over NCHW output.
+extern "C" __global__ void bias_nchw(float* __restrict__ o, const float* __restrict__ bias, u64 n, u64 hw, u64 m) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    u64 c = (n <= 0x7fffffffull) ? (u64)(((unsigned)i / (unsigned)hw) % (unsigned)m) : (i / hw) % m;
+    o[i] = o[i] + bias[c];
+  }
+}
+
 // ONNX Gather of 32-bit words: out[(b*nidx + j)*inner + t] = x[(b*dim + k)*inner + t],
 // k = idx[j] (+dim when negative). An index outside [-dim, dim) writes 0 and records the
 // node in *err (atomicMin: the first such node in topological order).
