@@ -99,6 +99,11 @@ enum Step {
         im2col: Option<(CudaFunction, usize, u64)>,
         bias: Option<(CudaFunction, u64, u64)>,
     },
+    /// 2-D MaxPool/AveragePool (`pool2d_f32`), metadata index.
+    Pool {
+        f: CudaFunction,
+        meta: usize,
+    },
     /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
     Conv {
         f: CudaFunction,
@@ -1585,6 +1590,22 @@ impl CudaExecutor {
                                 .map_err(|e| kernel_err(g, id, format!("launch (bias): {e}")))?;
                         }
                     }
+                    Step::Pool { f, meta } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let (x, o, m) = (
+                                self.ptr(node.inputs[0]),
+                                self.ptr(id),
+                                self.meta_ptrs[*meta],
+                            );
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&o).arg(&nel).arg(&m);
+                            // SAFETY: signature (const float*, float*, u64, const i64*); input
+                            // positions are checked against the input dims in the kernel.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
                     Step::Conv { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
@@ -2705,6 +2726,55 @@ fn plan_node(
             metas.push(meta);
             Ok(Step::Conv {
                 f: func("conv_f32")?,
+                meta: metas.len() - 1,
+            })
+        }
+        Op::Pool(a) => {
+            all_f32()?;
+            let xd = ind(0);
+            let kind = match a.kind {
+                rlx_ir::PoolKind::Max => (0, false),
+                rlx_ir::PoolKind::Avg { count_include_pad } => (1, count_include_pad),
+                rlx_ir::PoolKind::Lp { .. } => return Err("no CUDA kernel for LpPool yet".into()),
+            };
+            if xd.len() != 4 || od.len() != 4 || od[0] != xd[0] || od[1] != xd[1] {
+                return Err("CUDA pooling takes NCHW (2 spatial dims)".into());
+            }
+            if a.kernel.len() != 2
+                || a.strides.len() != 2
+                || a.pads.len() != 2
+                || a.dilations.len() != 2
+            {
+                return Err("pool attributes do not match the spatial rank".into());
+            }
+            if xd.iter().chain(od.iter()).any(|&d| d > (1 << 30)) {
+                return Err("pool dims too large for the CUDA kernel".into());
+            }
+            metas.push(
+                [
+                    xd[2],
+                    xd[3],
+                    od[2],
+                    od[3],
+                    a.kernel[0],
+                    a.kernel[1],
+                    a.strides[0],
+                    a.strides[1],
+                    a.pads[0].0,
+                    a.pads[1].0,
+                    a.pads[0].1,
+                    a.pads[1].1,
+                    a.dilations[0],
+                    a.dilations[1],
+                    kind.0,
+                    kind.1 as usize,
+                ]
+                .iter()
+                .map(|&v| v as i64)
+                .collect(),
+            );
+            Ok(Step::Pool {
+                f: func("pool2d_f32")?,
                 meta: metas.len() - 1,
             })
         }

@@ -515,6 +515,58 @@ extern "C" __global__ void bias_nchw(float* __restrict__ o, const float* __restr
   }
 }
 
+// 2-D MaxPool / AveragePool, one thread per output. meta = [H, W, OH, OW, kh, kw, sh, sw,
+// ph, pw, pe_h, pe_w, dh, dw, kind (0 max, 1 avg), count_include_pad]. Taps in window order
+// (rows, then columns), as rlx-cpu. Max: a NaN tap gives NaN, no valid tap -inf. Avg: the f32
+// sum of the valid taps over their count, or over the taps inside the declared pads with
+// count_include_pad; a sum that is not finite is redone in double, as rlx-cpu does.
+extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int H = (int)meta[0], W = (int)meta[1], OH = (int)meta[2], OW = (int)meta[3];
+  int kh = (int)meta[4], kw = (int)meta[5], sh = (int)meta[6], sw = (int)meta[7];
+  int ph = (int)meta[8], pw = (int)meta[9], peh = (int)meta[10], pew = (int)meta[11];
+  int dh = (int)meta[12], dw = (int)meta[13], kind = (int)meta[14], cip = (int)meta[15];
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    u64 q = i; int ox = (int)(q % OW); q /= OW; int oy = (int)(q % OH); u64 plane = q / OH;
+    const float* xp = x + plane * (u64)H * W;
+    float acc = kind == 0 ? __int_as_float(0xff800000) : 0.0f;
+    bool nan = false;
+    int valid = 0, counted = 0;
+    for (int ky = 0; ky < kh; ++ky) {
+      int iy = oy * sh - ph + ky * dh;
+      bool yin = iy >= 0 && iy < H, ycount = iy >= -ph && iy < H + peh;
+      for (int kx = 0; kx < kw; ++kx) {
+        int ix = ox * sw - pw + kx * dw;
+        if (ycount && ix >= -pw && ix < W + pew) counted++;
+        if (!yin || ix < 0 || ix >= W) continue;
+        float v = xp[(u64)iy * W + ix];
+        valid++;
+        if (kind == 0) { if (rlx_isnan(v)) nan = true; else if (v > acc) acc = v; }
+        else acc = __fadd_rn(acc, v);
+      }
+    }
+    float r;
+    if (kind == 0) r = nan ? RLX_NAN : acc;
+    else {
+      int cnt = cip ? counted : valid;
+      if (isfinite(acc)) r = __fdiv_rn(acc, (float)cnt);
+      else {
+        double s = 0.0;
+        for (int ky = 0; ky < kh; ++ky) {
+          int iy = oy * sh - ph + ky * dh;
+          if (iy < 0 || iy >= H) continue;
+          for (int kx = 0; kx < kw; ++kx) {
+            int ix = ox * sw - pw + kx * dw;
+            if (ix < 0 || ix >= W) continue;
+            s += (double)xp[(u64)iy * W + ix];
+          }
+        }
+        r = (float)(s / (double)cnt);
+      }
+    }
+    o[i] = r;
+  }
+}
+
 // ONNX Gather of 32-bit words: out[(b*nidx + j)*inner + t] = x[(b*dim + k)*inner + t],
 // k = idx[j] (+dim when negative). An index outside [-dim, dim) writes 0 and records the
 // node in *err (atomicMin: the first such node in topological order).

@@ -649,3 +649,124 @@ fn conv_groups_dilation_pads_bias() {
         );
     }
 }
+
+/// MaxPool and AveragePool (2-D) on CUDA against rlx-cpu: ResNet's 3x3 stride 2 pad 1 max,
+/// average with and without count_include_pad, dilation, a ceil-mode window past the end
+/// pad, a global 7x7 average; NaN and ±inf in the data (Max: NaN wins; bit-exact).
+#[test]
+fn pool_max_avg_with_nan() {
+    if !cuda_available() {
+        return;
+    }
+    use rlx_ir::{PoolAttrs, PoolKind};
+    // (x dims, kind, kernel, strides, pads, dilations, ceil_mode)
+    type Case = (
+        [usize; 4],
+        PoolKind,
+        [usize; 2],
+        [usize; 2],
+        [(usize, usize); 2],
+        [usize; 2],
+        bool,
+    );
+    let avg = |c| PoolKind::Avg {
+        count_include_pad: c,
+    };
+    let cases: Vec<Case> = vec![
+        (
+            [2, 3, 15, 15],
+            PoolKind::Max,
+            [3, 3],
+            [2, 2],
+            [(1, 1), (1, 1)],
+            [1, 1],
+            false,
+        ),
+        (
+            [1, 4, 9, 8],
+            avg(true),
+            [3, 3],
+            [1, 1],
+            [(1, 1), (1, 1)],
+            [1, 1],
+            false,
+        ),
+        (
+            [1, 4, 9, 8],
+            avg(false),
+            [3, 3],
+            [1, 1],
+            [(1, 1), (1, 1)],
+            [1, 1],
+            false,
+        ),
+        (
+            [1, 2, 11, 10],
+            PoolKind::Max,
+            [2, 3],
+            [1, 2],
+            [(0, 1), (2, 0)],
+            [2, 1],
+            false,
+        ),
+        (
+            [1, 3, 8, 8],
+            avg(true),
+            [3, 3],
+            [2, 2],
+            [(0, 0), (0, 0)],
+            [1, 1],
+            true,
+        ),
+        (
+            [2, 5, 7, 7],
+            avg(false),
+            [7, 7],
+            [1, 1],
+            [(0, 0), (0, 0)],
+            [1, 1],
+            false,
+        ),
+    ];
+    for (ci, (xd, kind, kernel, strides, pads, dilations, ceil_mode)) in
+        cases.into_iter().enumerate()
+    {
+        let a = PoolAttrs {
+            kind,
+            kernel: kernel.to_vec(),
+            strides: strides.to_vec(),
+            pads: pads.to_vec(),
+            dilations: dilations.to_vec(),
+            ceil_mode,
+        };
+        let mut od = vec![xd[0], xd[1]];
+        for d in 0..2 {
+            let span = dilations[d] * (kernel[d] - 1) + 1;
+            let num = xd[2 + d] + pads[d].0 + pads[d].1 - span;
+            let mut o = if ceil_mode {
+                num.div_ceil(strides[d]) + 1
+            } else {
+                num / strides[d] + 1
+            };
+            if ceil_mode && (o - 1) * strides[d] >= xd[2 + d] + pads[d].0 {
+                o -= 1;
+            }
+            od.push(o);
+        }
+        let mut g = Graph::new("pool");
+        let x = g.input("x", sh(&xd, DType::F32));
+        let o = g.add_node(Op::Pool(a.clone()), vec![x], sh(&od, DType::F32));
+        g.set_outputs(vec![o]);
+        let xt = specials(&xd, ci as u64 + 3);
+        let want = rlx_cpu::eval_op(&Op::Pool(a), &[&xt], &g.node(o).shape).unwrap();
+        let mut ex = CudaExecutor::new(g.clone()).unwrap();
+        all_gpu(&ex);
+        let got = ex.run(&[xt], None).unwrap();
+        let what = format!("pool case {ci} {kind:?} {xd:?} -> {od:?}");
+        if matches!(kind, PoolKind::Max) {
+            assert_same(&what, &got[0], &want, true);
+        } else {
+            assert_close(&what, &got[0], &want, 1e-6);
+        }
+    }
+}
