@@ -6,7 +6,8 @@
 #
 # Usage:  bench/gpu.sh [--compile] [--models a,b] [--runs N]
 #         (models: resnet50, bert_base, qwen3_0_6b and their _bf16 exports, all by default)
-# Env:    RLX_GPU_DEVICES (GPU backends to time, default "cuda wgpu"; the CPU always),
+# Env:    RLX_GPU_DEVICES (GPU backends to time, default "cuda wgpu"), RLX_BENCH_CPU=0 (skip
+#         RLX's CPU backend),
 #         RLX_BIN (default target/release/rlx), RLX_BASE_BIN (another build, timed on wgpu
 #         too as device "wgpu-base", for an A/B in the same call), GPU_BENCH_DIR (models, default
 #         /tmp/rlx-gpu-bench), OUT (where RESULTS-GPU.md and the logs go, default bench/out).
@@ -34,8 +35,9 @@ THREADS=$(nproc)
 echo "== $($RLX --version 2>&1)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
 python3 bench/gpu_models.py "$DIR" --models "$MODELS" --runs "$RUNS" $COMPILE 2>&1 | tee "$OUT/gpu_torch.log"
-# Devices RLX can use here (cpu always).
+# Devices RLX can use here (cpu unless RLX_BENCH_CPU=0).
 DEVS=cpu
+[ "${RLX_BENCH_CPU:-1}" = 0 ] && DEVS=""
 for d in ${RLX_GPU_DEVICES:-cuda wgpu}; do
   if $RLX bench "$DIR/${MODELS%%,*}" --device $d --runs 1 --warmup 0 >/dev/null 2>"$OUT/probe_$d.log"; then
     DEVS="$DEVS $d"
@@ -46,11 +48,11 @@ done
 : > "$OUT/gpu_rlx.tsv"
 for m in ${MODELS//,/ }; do
   ALL=$DEVS
-  # bfloat16 exports (name_bf16) run on CUDA only: its bfloat16 path against torch eager bf16.
-  case $m in *_bf16) ALL=""; case " $DEVS " in *" cuda "*) ALL="cuda cuda+nans" ;; esac ;; esac
   case " $DEVS " in *" wgpu "*) [ -n "${RLX_BASE_BIN:-}" ] && ALL="$ALL wgpu-base" ;; esac
   # The cost of RLX_DEBUG_NANS=1 on CUDA (issue 30: at most 1.15x): the same run, scanning.
   case " $DEVS " in *" cuda "*) ALL="$ALL cuda+nans" ;; esac
+  # bfloat16 exports (name_bf16) run on CUDA only: its bfloat16 path against torch eager bf16.
+  case $m in *_bf16) ALL=""; case " $DEVS " in *" cuda "*) ALL="cuda cuda+nans" ;; esac ;; esac
   for d in $ALL; do
     extra=""
     bin=$RLX
