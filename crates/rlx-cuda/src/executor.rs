@@ -118,9 +118,6 @@ pub(crate) fn float_word(dt: DType) -> bool {
     matches!(dt, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// Read-backs of at least this many 32-bit words (16 MiB) go through a pinned buffer.
-const STAGED_READ_BACK: usize = 1 << 22;
-
 /// 32-bit words per element of a dtype held on the device (Bool as a u32 0/1), or `None`
 /// for a dtype with no device storage (its nodes run on the CPU).
 pub(crate) fn dev_words(dt: DType) -> Option<usize> {
@@ -164,8 +161,6 @@ pub struct CudaExecutor {
     /// value back, `run_all` and launch-blocking, run the unfused steps).
     fz: Vec<Fz>,
     groups: Vec<FusedGroup>,
-    /// Page-locked host memory for large read-backs (allocated at the first one, grown).
-    staging: std::sync::Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
@@ -820,7 +815,6 @@ impl CudaExecutor {
             half_mm,
             err,
             scan: None,
-            staging: std::sync::Mutex::new(None),
             times: None,
             fz,
             groups,
@@ -1387,7 +1381,16 @@ impl CudaExecutor {
                     // SAFETY: signature (float*, u64, const i64*, u64*); the metadata holds the
                     // group's input addresses (live buffers) and broadcast strides within them;
                     // `cnt` is null or 6 words per counted member inside the scan's counts.
-                    unsafe { l.launch(launch_cfg(fg.n)) }
+                    // A counting kernel runs on fewer threads, each over several elements, so
+                    // its per-warp flush happens less often.
+                    let cfg = if cnt != 0 {
+                        let mut c = launch_cfg(fg.n);
+                        c.grid_dim.0 = c.grid_dim.0.min(4096);
+                        c
+                    } else {
+                        launch_cfg(fg.n)
+                    };
+                    unsafe { l.launch(cfg) }
                         .map_err(|e| kernel_err(g, id, format!("launch (fused group): {e}")))?;
                     continue;
                 }
@@ -1958,35 +1961,6 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// Read `words` 32-bit words of buffer `b` through the pinned staging buffer: the DMA
-    /// into page-locked memory runs at full PCIe speed, then all cores copy into the new
-    /// `Vec` (and take its first-touch page faults in parallel). A 311 MB logits tensor
-    /// (Qwen3 prefill of 512 tokens) took about 27 ms through a pageable copy.
-    fn read_back_staged(&self, b: usize, words: usize) -> Result<Vec<f32>, String> {
-        use rayon::prelude::*;
-        let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if st.as_ref().is_none_or(|p| p.len() < words) {
-            *st = None; // free the smaller one first
-                        // SAFETY: the memory is written by the copy below before it is read; flags 0:
-                        // cached (not write-combined) memory, which the host reads at full speed.
-            let p = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<f32>(words, 0) }
-                .map_err(|e| format!("allocating {} MB of pinned memory: {e}", words >> 18))?;
-            *st = Some(p);
-        }
-        let pinned = st.as_mut().expect("allocated above");
-        self.stream
-            .memcpy_dtoh(&self.buffers[b].slice(0..words), pinned)
-            .map_err(|e| e.to_string())?;
-        self.stream.synchronize().map_err(|e| e.to_string())?;
-        let src = &pinned.as_slice().map_err(|e| e.to_string())?[..words];
-        let mut out = vec![0f32; words];
-        const CHUNK: usize = 1 << 18;
-        out.par_chunks_mut(CHUNK)
-            .zip(src.par_chunks(CHUNK))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-        Ok(out)
-    }
-
     /// A float16/bfloat16 MatMul on tensor cores: A and B (f32 words holding 16-bit values)
     /// are converted to their 16-bit encoding (exact), then cuBLAS GemmEx with f32
     /// accumulation writes f32 into C, which the node's rounding then rounds to the dtype.
@@ -2104,9 +2078,6 @@ impl CudaExecutor {
             let words = nel * dev_words(shape.dtype).unwrap_or(1);
             let v: Vec<f32> = if nel == 0 {
                 vec![]
-            } else if words >= STAGED_READ_BACK {
-                self.read_back_staged(b, words)
-                    .map_err(|e| kernel_err(g, id, format!("read back: {e}")))?
             } else {
                 self.stream
                     .clone_dtoh(&self.buffers[b].slice(0..words))

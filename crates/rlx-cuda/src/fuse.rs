@@ -175,10 +175,7 @@ fn variant(
     let last = members.last().expect("non-empty group");
     s += &format!("    o[i] = t{};\n  }}\n", last.index());
     for j in 0..counted.len() {
-        s += &format!(
-            "  if (rlx_cnt_any(c{j})) rlx_flush(c{j}, cnt + {});\n",
-            6 * j
-        );
+        s += &format!("  rlx_flush(c{j}, cnt + {});\n", 6 * j);
     }
     s += "}\n";
     Ok(s)

@@ -229,8 +229,22 @@ __device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, RlxCnt& c) {
   }
 }
 __device__ __forceinline__ bool rlx_cnt_any(const RlxCnt& c) { return (c.n0 | c.n1 | c.n2) != 0ull; }
-// Add a thread's counts into out[0..6] = [nan, +inf, -inf, first nan, first +inf, first -inf].
-__device__ __forceinline__ void rlx_flush(const RlxCnt& c, u64* out) {
+// Add a warp's counts into out[0..6] = [nan, +inf, -inf, first nan, first +inf, first -inf].
+// Every lane of the warp calls it (after the kernel's loop); the lanes' counts are combined
+// by shuffles and lane 0 makes the atomic operations, only when some lane saw a non-finite
+// value (a masked attention row of -inf otherwise sent millions of atomics to one address).
+__device__ __forceinline__ u64 rlx_min64(u64 a, u64 b) { return a < b ? a : b; }
+__device__ __forceinline__ void rlx_flush(RlxCnt c, u64* out) {
+  if (!__any_sync(0xffffffffu, rlx_cnt_any(c))) return;
+  for (int s = 16; s > 0; s >>= 1) {
+    c.n0 += __shfl_down_sync(0xffffffffu, c.n0, s);
+    c.n1 += __shfl_down_sync(0xffffffffu, c.n1, s);
+    c.n2 += __shfl_down_sync(0xffffffffu, c.n2, s);
+    c.f0 = rlx_min64(c.f0, __shfl_down_sync(0xffffffffu, c.f0, s));
+    c.f1 = rlx_min64(c.f1, __shfl_down_sync(0xffffffffu, c.f1, s));
+    c.f2 = rlx_min64(c.f2, __shfl_down_sync(0xffffffffu, c.f2, s));
+  }
+  if ((threadIdx.x & 31u) != 0u) return;
   if (c.n0) { atomicAdd(out, c.n0); atomicMin(out + 3, c.f0); }
   if (c.n1) { atomicAdd(out + 1, c.n1); atomicMin(out + 4, c.f1); }
   if (c.n2) { atomicAdd(out + 2, c.n2); atomicMin(out + 5, c.f2); }
@@ -740,7 +754,7 @@ extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* 
     }
   }
   for (u64 i = 4 * n4 + t; i < n; i += stride) rlx_scan1(x[i], i, c);
-  if (rlx_cnt_any(c)) rlx_flush(c, out + 6 * lo);
+  rlx_flush(c, out + 6 * lo);
 }
 "#;
 
