@@ -75,6 +75,24 @@ pub(crate) fn external_inputs(g: &Graph, members: &[NodeId]) -> Vec<NodeId> {
     ext
 }
 
+/// Name kernel sources written with the placeholder `FZ_NAME` (see [`kernel_source`]): equal
+/// sources share one kernel. Returns the program text (distinct kernels named `fz_<k>`) and
+/// each source's kernel number `k`.
+pub(crate) fn dedupe(sources: &[String]) -> (String, Vec<usize>) {
+    let mut distinct: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut src = String::new();
+    let mut kernel_of = Vec::with_capacity(sources.len());
+    for k in sources {
+        let next = distinct.len();
+        let id = *distinct.entry(k.as_str()).or_insert_with(|| {
+            src += &k.replace("FZ_NAME", &format!("fz_{next}"));
+            next
+        });
+        kernel_of.push(id);
+    }
+    (src, kernel_of)
+}
+
 fn lit(x: f32) -> String {
     format!("__int_as_float(0x{:08x})", x.to_bits())
 }
@@ -143,7 +161,11 @@ fn variant(
     let var = |id: NodeId| -> String {
         match ext.iter().position(|&x| x == id) {
             Some(e) => format!("v{e}"),
-            None => format!("t{}", id.index()),
+            // By position in the group, so identical groups (one per layer) give one source.
+            None => format!(
+                "t{}",
+                members.iter().position(|&m| m == id).expect("a member")
+            ),
         }
     };
     for &m in members {
@@ -167,13 +189,13 @@ fn variant(
                 )
             }
         };
-        s += &format!("    float t{} = {expr};\n", m.index());
+        let pos = members.iter().position(|&x| x == m).expect("a member");
+        s += &format!("    float t{pos} = {expr};\n");
         if let Some(j) = counted.iter().position(|&c| c == m) {
-            s += &format!("    rlx_scan1(__float_as_uint(t{}), i, c{j});\n", m.index());
+            s += &format!("    rlx_scan1(__float_as_uint(t{pos}), i, c{j});\n");
         }
     }
-    let last = members.last().expect("non-empty group");
-    s += &format!("    o[i] = t{};\n  }}\n", last.index());
+    s += &format!("    o[i] = t{};\n  }}\n", members.len() - 1);
     for j in 0..counted.len() {
         s += &format!("  rlx_flush(c{j}, cnt + {});\n", 6 * j);
     }
@@ -188,6 +210,35 @@ mod tests {
 
     fn sh(d: &[usize]) -> Shape {
         Shape::new(d, DType::F32)
+    }
+
+    /// Two layers' identical chains give one kernel; a different chain its own.
+    #[test]
+    fn identical_groups_share_a_kernel() {
+        let mut g = Graph::new("layers");
+        let s = sh(&[2, 8]);
+        let mut srcs = vec![];
+        let mut x = g.input("x", s.clone());
+        for layer in 0..3 {
+            let e = g.unary(UnaryOp::Exp, x, s.clone());
+            let op = if layer == 2 {
+                UnaryOp::Sqrt
+            } else {
+                UnaryOp::Neg
+            };
+            let n = g.unary(op, e, s.clone());
+            let ext = external_inputs(&g, &[e, n]);
+            srcs.push(kernel_source(&g, &[e, n], &ext, &[true], "FZ_NAME").unwrap());
+            x = g.unary(UnaryOp::Abs, n, s.clone());
+        }
+        let (src, kernel_of) = dedupe(&srcs);
+        assert_eq!(kernel_of, vec![0, 0, 1]);
+        assert!(
+            src.contains("void fz_0(") && src.contains("void fz_0_scan("),
+            "{src}"
+        );
+        assert!(src.contains("void fz_1(") && !src.contains("fz_2"), "{src}");
+        assert!(!src.contains("FZ_NAME"), "{src}");
     }
 
     #[test]
@@ -211,17 +262,17 @@ mod tests {
         let src = kernel_source(&g, &groups[0], &ext, &[true, false], "fz_0").unwrap();
         assert!(src.contains("float v1 = x1[j1];"), "{src}");
         assert!(src.contains("g_add(v0, v1)"), "{src}");
-        assert!(src.contains("float t7 = f_sqrt(t6"), "{src}");
-        assert!(src.contains("o[i] = t7;"), "{src}");
+        assert!(src.contains("float t5 = f_sqrt(t4"), "{src}");
+        assert!(src.contains("o[i] = t5;"), "{src}");
         // Every member but the last is counted in a scanning run (slot j = position).
         assert!(
-            src.contains("rlx_scan1(__float_as_uint(t2), i, c0)"),
+            src.contains("rlx_scan1(__float_as_uint(t0), i, c0)"),
             "{src}"
         );
         assert!(src.contains("rlx_flush(c4, cnt + 24)"), "{src}");
         // Two kernels: the ordinary one counts nothing.
         let plain = &src[..src.find("fz_0_scan").unwrap()];
         assert!(!plain.contains("rlx_scan1"), "{plain}");
-        assert!(!src.contains("__float_as_uint(t7)"), "{src}");
+        assert!(!src.contains("__float_as_uint(t5)"), "{src}");
     }
 }
