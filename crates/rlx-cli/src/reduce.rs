@@ -575,7 +575,7 @@ impl Checker {
             };
             return Ok(Some(Failure {
                 label: Some(l.label.clone()),
-                line: format!("{}: {}", self.device, l.message),
+                line: format!("[{}] {}", self.device, l.message),
             }));
         }
         let mut s = Session::new(Device::Cpu)
@@ -651,7 +651,10 @@ impl Progress {
 /// Zeller's ddmin over `items`: a 1-minimal subset for which `test` holds (`test(items)`
 /// must hold). `test` may return a smaller set it really used (the closure), which replaces
 /// the subset.
-fn ddmin(items: Vec<usize>, test: &mut dyn FnMut(&[usize]) -> Option<Vec<usize>>) -> Vec<usize> {
+pub fn ddmin(
+    items: Vec<usize>,
+    test: &mut dyn FnMut(&[usize]) -> Option<Vec<usize>>,
+) -> Vec<usize> {
     let mut c = items;
     let mut n = 2usize;
     while c.len() >= 2 {
@@ -804,15 +807,10 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
     let label = o.labels[culprit].clone();
     if !a.quiet {
         eprintln!(
-            "rlx reduce: {} at {} \"{label}\" ({})",
-            match a.until {
-                Until::Nan => "NaN created",
-                Until::Inf => "Inf created",
-                Until::Diverge(_) => "first divergence",
-                Until::Error(_) => "error",
-            },
+            "rlx reduce: the full model fails: {}\nrlx reduce: culprit {} \"{label}\"; reducing it and its {} ancestor node(s)",
+            failure.line,
             o.nodes()[culprit].op_type,
-            failure.line
+            o.ancestors(culprit).len()
         );
     }
     let feed_map: HashMap<String, Tensor> = feeds.iter().cloned().collect();
@@ -948,7 +946,7 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
     let ok = matches!(&again, Ok(Some(f)) if f.label.as_deref() == Some(label.as_str()));
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "rlx reduce: {} nodes -> {} ({}), model {} -> {} (+ {} of inputs), {tests} trial runs in {secs:.2} s",
+        "rlx reduce: {} nodes -> {} ({}), model {} -> {} (+ {} of inputs), {tests} trial runs in {secs:.3} s",
         n_nodes,
         reduced.kept.len(),
         reduced
@@ -981,18 +979,52 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Feeds for `--until error` when the model does not import: the given files and folder
-/// inputs (nothing is generated: without an import there are no shapes).
+/// Feeds for `--until error` when the model does not import: the files given, the model
+/// folder's `input_<name>.npy`, else values generated from the declared shapes (symbolic
+/// dims from `--dim`, else 1), as `rlx run` binds them.
 fn error_feeds(a: &ReduceArgs) -> Result<Vec<(String, Tensor)>> {
-    let mut out = vec![];
+    let mut given: HashMap<String, Tensor> = HashMap::new();
     for spec in &a.model.inputs {
-        let Some((name, file)) = spec.split_once('=') else {
+        if let Some((name, file)) = spec.split_once('=') {
+            given.insert(
+                name.to_string(),
+                crate::run::read_input_file(Path::new(file))
+                    .with_context(|| format!("input \"{name}\""))?,
+            );
+        }
+    }
+    let dims = crate::load::parse_dims(&a.model.dims)?;
+    let m = crate::load::SourceModel::open(&model_path(&a.model.model))?;
+    let decls = m.declared_inputs();
+    let mut out = vec![];
+    for name in m.input_names() {
+        if let Some(t) = given.remove(&name) {
+            out.push((name, t));
             continue;
-        };
-        out.push((
-            name.to_string(),
-            crate::run::read_input_file(Path::new(file))?,
-        ));
+        }
+        let p = a.model.model.join(format!("input_{}.npy", sanitize(&name)));
+        if a.model.model.is_dir() && p.is_file() {
+            out.push((name, crate::npy::read_npy(&p)?));
+            continue;
+        }
+        if let Some((_, decl)) = decls.iter().find(|d| d.0 == name) {
+            let d: Vec<usize> = decl
+                .dims
+                .iter()
+                .map(|d| match d {
+                    rlx_ir::Dim::Static(v) => *v,
+                    rlx_ir::Dim::Sym(s) => dims.get(s).copied().unwrap_or(1),
+                })
+                .collect();
+            let shape = rlx_ir::Shape::new(&d, decl.dtype);
+            out.push((
+                name.clone(),
+                crate::run::generate_input(&name, &shape, a.model.seed),
+            ));
+        }
+    }
+    if let Some(name) = given.keys().next() {
+        bail!("--input {name}: the model has no input named \"{name}\"");
     }
     Ok(out)
 }

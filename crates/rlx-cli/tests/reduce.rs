@@ -412,3 +412,20 @@ fn planted_wgpu_divergence_reduces_to_a_small_repro_that_still_diverges() {
         out.lines().next().unwrap_or("")
     );
 }
+
+/// ddmin finds a 1-minimal subset: here exactly the two items the test needs.
+#[test]
+fn ddmin_finds_the_needed_items() {
+    let mut runs = 0;
+    let got = rlx_cli::reduce::ddmin((0..40).collect(), &mut |s: &[usize]| {
+        runs += 1;
+        (s.contains(&3) && s.contains(&31)).then(|| s.to_vec())
+    });
+    assert_eq!(got, vec![3, 31]);
+    assert!(runs < 100, "{runs} tests");
+    // A test that reports the smaller set it really used shrinks faster.
+    let got = rlx_cli::reduce::ddmin((0..40).collect(), &mut |s: &[usize]| {
+        s.contains(&7).then(|| vec![7])
+    });
+    assert_eq!(got, vec![7]);
+}
