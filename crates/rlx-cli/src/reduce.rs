@@ -946,7 +946,7 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
     let ok = matches!(&again, Ok(Some(f)) if f.label.as_deref() == Some(label.as_str()));
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "rlx reduce: {} nodes -> {} ({}), model {} -> {} (+ {} of inputs), {tests} trial runs in {secs:.3} s",
+        "rlx reduce: {} nodes -> {} ({}), model {} -> {} (+ {} of inputs), {tests} trial run(s), {secs:.3} s in all",
         n_nodes,
         reduced.kept.len(),
         reduced
