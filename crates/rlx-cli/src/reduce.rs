@@ -488,6 +488,7 @@ fn record(
         .map_err(|e| anyhow!("recording the values at the cut: {e}"))?;
     s.set_debug_mode(Some(DebugMode::Off));
     s.set_print_reports(false);
+    s.set_value_printer(Some(rlx_runtime::printer::PrinterConfig::off()));
     let outs = s
         .run_tensors(feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect())
         .map_err(|e| anyhow!("recording the values at the cut: {e}"))?;
@@ -542,6 +543,7 @@ impl Checker {
                     .try_compile(graph?)
                     .map_err(|e| anyhow!("{e}"))?;
                 s.set_debug_mode(Some(DebugMode::Off));
+                s.set_value_printer(Some(rlx_runtime::printer::PrinterConfig::off()));
                 s.run_tensors(feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect())
                     .map_err(|e| anyhow!("{e}"))?;
                 Ok(())
@@ -581,6 +583,7 @@ impl Checker {
         let mut s = Session::new(Device::Cpu)
             .try_compile(graph)
             .map_err(|e| anyhow!("{e}"))?;
+        s.set_value_printer(Some(rlx_runtime::printer::PrinterConfig::off()));
         let want_nan = self.until == Until::Nan;
         s.set_debug_mode(Some(if want_nan {
             DebugMode::Warn
@@ -1072,12 +1075,37 @@ fn first_failing_prefix(
 
 fn rlx_command(until: &Until, device: Device, dir: &Path) -> String {
     let d = dir.display();
+    let env = env_prefix();
     match until {
-        Until::Nan => format!("RLX_DEBUG_NANS=1 rlx run {d}"),
-        Until::Inf => format!("RLX_DEBUG_NANS=strict rlx run {d}"),
-        Until::Diverge(_) => format!("rlx diverge {d} --backends {device}"),
-        Until::Error(_) => format!("rlx run {d}"),
+        Until::Nan => format!("{env}RLX_DEBUG_NANS=1 rlx run {d}"),
+        Until::Inf => format!("{env}RLX_DEBUG_NANS=strict rlx run {d}"),
+        Until::Diverge(_) => format!("{env}rlx diverge {d} --backends {device}"),
+        Until::Error(_) => format!("{env}rlx run {d}"),
     }
+}
+
+/// The `RLX_*` settings of this run that change what a model computes (runtime switches, a
+/// planted test bug), as `NAME=value ` words to put before the reproducing command.
+fn env_prefix() -> String {
+    let mut s = String::new();
+    for v in rlx_ir::env::VARS {
+        let wanted = matches!(v.scope, rlx_ir::env::Scope::Runtime)
+            || v.name == "RLX_TEST_PLANTED_BUG";
+        if !wanted || v.name == "RLX_DEBUG_NANS" {
+            continue;
+        }
+        if let Some(val) = rlx_ir::env::get(v.name).filter(|x| !x.is_empty()) {
+            let plain = val
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._,:/=-".contains(c));
+            if plain {
+                s += &format!("{}={val} ", v.name);
+            } else {
+                s += &format!("{}='{}' ", v.name, val.replace('\'', "'\\''"));
+            }
+        }
+    }
+    s
 }
 
 fn readme(
