@@ -801,11 +801,24 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
                     failure.line
                 )
             })?,
-        None => bail!(
-            "{}: {}: the value is already in a graph input (your data) or an initializer, not created by a node; nothing to reduce",
-            path.display(),
-            failure.line
-        ),
+        None => {
+            let g = graph(&o.model);
+            let name = failure.label.clone().unwrap_or_default();
+            let leaf = g.input.iter().any(|v| v.name == name)
+                || g.initializer.iter().any(|t| t.name == name);
+            if leaf {
+                bail!(
+                    "{}: {}: the value is already in the graph input or initializer \"{name}\" (the data, not a node, holds it); nothing to reduce",
+                    path.display(),
+                    failure.line
+                )
+            }
+            bail!(
+                "{}: {}: \"{name}\" is not a node of the main graph (a node inside a subgraph?); rlx reduce cannot cut there yet",
+                path.display(),
+                failure.line
+            )
+        }
     };
     let label = o.labels[culprit].clone();
     if !a.quiet {
@@ -1089,8 +1102,8 @@ fn rlx_command(until: &Until, device: Device, dir: &Path) -> String {
 fn env_prefix() -> String {
     let mut s = String::new();
     for v in rlx_ir::env::VARS {
-        let wanted = matches!(v.scope, rlx_ir::env::Scope::Runtime)
-            || v.name == "RLX_TEST_PLANTED_BUG";
+        let wanted =
+            matches!(v.scope, rlx_ir::env::Scope::Runtime) || v.name == "RLX_TEST_PLANTED_BUG";
         if !wanted || v.name == "RLX_DEBUG_NANS" {
             continue;
         }

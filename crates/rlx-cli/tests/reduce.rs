@@ -405,6 +405,16 @@ fn planted_wgpu_divergence_reduces_to_a_small_repro_that_still_diverges() {
     // Without the planted bug the repro is round-off: the repro holds the bug, not the data.
     let (code, out, err) = rlx(&["diverge", "-q", &d, "--backends", "wgpu"], &[]);
     assert_eq!(code, 0, "{out}{err}");
+    // The README's command carries the planted bug, so it reproduces as written.
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(
+        readme.contains("RLX_TEST_PLANTED_BUG=matmul_drop_last_k rlx diverge"),
+        "{readme}"
+    );
+    // onnxruntime loads and runs the repro (its MatMul is correct: all finite).
+    if let Some(py) = python() {
+        assert_eq!(ort_nonfinite(&py, &dir), (0, 0));
+    }
     eprintln!(
         "bert_tiny: {} -> {} nodes ({})",
         onnx_nodes(&repo().join(m).join("model.onnx")).len(),
@@ -428,4 +438,23 @@ fn ddmin_finds_the_needed_items() {
         s.contains(&7).then(|| vec![7])
     });
     assert_eq!(got, vec![7]);
+}
+
+/// A NaN that the input data already holds was created by no node: nothing to reduce.
+#[test]
+fn a_nan_in_the_input_data_is_not_reduced() {
+    let src = tmp("nan-input");
+    std::fs::create_dir_all(&src.0).unwrap();
+    let ex = repo().join("examples/healthy_mlp");
+    std::fs::copy(ex.join("model.onnx"), src.join("model.onnx")).unwrap();
+    let mut v = vec![0.5f32; 4 * 16];
+    v[5] = f32::NAN;
+    let t = rlx_ir::Tensor::new(vec![4, 16], rlx_ir::TensorData::F32(v)).unwrap();
+    rlx_cli::npy::write_npy(&src.join("input_x.npy"), &t).unwrap();
+    let dir = tmp("nan-input-out");
+    let (s, d) = (src.0.display().to_string(), dir.0.display().to_string());
+    let (code, out, err) = rlx(&["reduce", &s, "--until", "nan", "-o", &d], &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("graph input or initializer \"x\""), "{err}");
+    assert!(!dir.exists());
 }
