@@ -305,6 +305,19 @@ fn bad_arguments_are_one_clear_error_each() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("/nonexistent/m.onnx"), "{err}");
+    // A torch.export program: not yet, one line saying so.
+    let (code, _, err) = rlx(
+        &["reduce", "/nonexistent/m.pt2", "--until", "nan", "-o", &d],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not reduce .pt2 programs yet") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (code, _, err) = rlx(&["reduce", ex, "--until", "diverge:cpu", "-o", &d], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the CPU is the oracle"), "{err}");
     assert!(!dir.exists());
 }
 
