@@ -7,6 +7,7 @@ pub mod diverge;
 pub mod env_cmd;
 pub mod load;
 pub mod npy;
+pub mod reduce;
 pub mod run;
 pub mod trace;
 

@@ -35,6 +35,8 @@ enum Cmd {
     Env(rlx_cli::env_cmd::EnvArgs),
     /// List the device types (cpu, wgpu, cuda): which are live here, and why the others are not.
     Devices(rlx_cli::devices::DevicesArgs),
+    /// Shrink a model to the smallest subgraph that still fails the same way; write a repro folder.
+    Reduce(rlx_cli::reduce::ReduceArgs),
 }
 
 fn main() {
@@ -59,6 +61,7 @@ fn main() {
         Cmd::Trace(a) => rlx_cli::trace::main_trace(a),
         Cmd::Env(a) => rlx_cli::env_cmd::main_env(a),
         Cmd::Devices(a) => rlx_cli::devices::main_devices(a),
+        Cmd::Reduce(a) => rlx_cli::reduce::main_reduce(a),
     };
     std::process::exit(code);
 }
