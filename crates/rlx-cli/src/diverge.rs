@@ -42,6 +42,11 @@ pub struct DivergeArgs {
     /// Label printed in brackets at the start of each line (default: the model file name).
     #[arg(long)]
     pub label: Option<String>,
+    /// Also write DIR/diverge.html (self-contained: every compute node's difference from the
+    /// CPU on a log scale, the first diverging node highlighted) and DIR/diverge.json (the
+    /// report with every node). Reads every node back on both sides, whatever the verdict.
+    #[arg(long, value_name = "DIR")]
+    pub html: Option<PathBuf>,
     /// Skip the per-node localization of a suspect backend.
     #[arg(long)]
     pub no_localize: bool,
@@ -84,6 +89,9 @@ fn inner(a: &DivergeArgs) -> Result<i32> {
         }
         Some(v)
     };
+    if let Some(dir) = &a.html {
+        crate::diverge_html::prepare_dir(dir)?;
+    }
     let loaded = load(&a.model, a.quiet)?;
     let label = a.label.clone().unwrap_or_else(|| {
         let p = crate::run::model_path(&a.model.model);
@@ -99,20 +107,28 @@ fn inner(a: &DivergeArgs) -> Result<i32> {
         tol_rel: a.tol_rel,
         backends,
         localize: !a.no_localize,
+        node_errors: a.html.is_some(),
         ..Default::default()
     };
     let report = backend_divergence_with(&loaded.graph, &[], &loaded.feeds, &opts)
         .map_err(|e| anyhow!("{e}"))?;
     let text = format_report(&label, &report);
+    let model = crate::run::model_path(&a.model.model).display().to_string();
+    let json = serde_json::json!({
+        "model": model,
+        "label": label,
+        "tol_rel": a.tol_rel,
+        "oracle": "cpu",
+        "backends": report,
+        "suspect": report.iter().any(|d| d.suspect),
+    });
+    if let Some(dir) = &a.html {
+        crate::diverge_html::write(dir, &model, &label, &report, &json)?;
+        if !a.quiet {
+            eprintln!("rlx: wrote {}", dir.join("diverge.html").display());
+        }
+    }
     if let Some(p) = &a.json {
-        let json = serde_json::json!({
-            "model": crate::run::model_path(&a.model.model).display().to_string(),
-            "label": label,
-            "tol_rel": a.tol_rel,
-            "oracle": "cpu",
-            "backends": report,
-            "suspect": report.iter().any(|d| d.suspect),
-        });
         let s = serde_json::to_string_pretty(&json)?;
         if p.as_os_str() == "-" {
             println!("{s}");

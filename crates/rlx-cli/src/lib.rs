@@ -4,6 +4,7 @@
 pub mod compile;
 pub mod devices;
 pub mod diverge;
+pub mod diverge_html;
 pub mod env_cmd;
 pub mod load;
 pub mod npy;

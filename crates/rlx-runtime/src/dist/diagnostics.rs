@@ -107,6 +107,37 @@ pub struct BackendDivergence {
     pub tol_rel: f64,
     /// When suspect: where the divergence starts (see [`Localization`]).
     pub localization: Option<Localization>,
+    /// Every compute node in execution order with its difference from the CPU, when
+    /// [`DivergenceOptions::node_errors`] asked for it and the backend was compared.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeDiff>,
+}
+
+/// One compute node's difference between a backend and the CPU (see
+/// [`DivergenceOptions::node_errors`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeDiff {
+    /// `%id` of the node in the compiled graph.
+    pub node: String,
+    /// Its op (`MatMul`, ...).
+    pub op: String,
+    /// Its label (the source model's name for the op).
+    pub label: String,
+    /// The source op type when the node is a step of a decomposed op.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_op: Option<String>,
+    /// The node's dtype.
+    pub dtype: String,
+    /// The tolerance its values are judged against ([`dtype_tol`]).
+    pub tol: f64,
+    /// Ran on the backend's own kernels (false: a CPU fallback).
+    pub on_device: bool,
+    /// Accumulated: the node's value in the backend's full run against the CPU's full run
+    /// (scale-aware relative error). `None` when either run kept no value for it.
+    pub accumulated: Option<NodeError>,
+    /// Own: the backend's value against the node's op replayed on the CPU with the backend's
+    /// own inputs (the node's kernel alone). `None` when it could not be replayed.
+    pub own: Option<NodeError>,
 }
 
 /// A NaN/Inf on one side and something else on the other.
@@ -182,6 +213,9 @@ pub struct DivergenceOptions {
     pub localize: bool,
     /// Compile options for both backends (the same compiled graph runs on each).
     pub compile: CompileOptions,
+    /// Read every node back on both sides (whatever the verdict) and fill
+    /// [`BackendDivergence::nodes`]: one more run per side plus a CPU replay of every op.
+    pub node_errors: bool,
 }
 
 impl Default for DivergenceOptions {
@@ -194,6 +228,7 @@ impl Default for DivergenceOptions {
                 lint: false,
                 ..CompileOptions::default()
             },
+            node_errors: false,
         }
     }
 }
@@ -476,12 +511,27 @@ fn judge(
         d.set_verdict();
         return Ok(d);
     }
-    if d.suspect && opts.localize {
-        let mut cpu_nodes: Vec<Option<Tensor>> = vec![None; compiled.len()];
-        cpu.run_observed(feeds, None, &mut |id, t| {
-            cpu_nodes[id.index()] = Some(t.clone())
-        })?;
-        let other_nodes = be.run_all(&refs).map_err(|e| named(dev, e))?;
+    let localizing = d.suspect && opts.localize;
+    if !localizing && !opts.node_errors {
+        return Ok(d);
+    }
+    let mut cpu_nodes: Vec<Option<Tensor>> = vec![None; compiled.len()];
+    cpu.run_observed(feeds, None, &mut |id, t| {
+        cpu_nodes[id.index()] = Some(t.clone())
+    })?;
+    let other_nodes = be.run_all(&refs).map_err(|e| named(dev, e))?;
+    if opts.node_errors {
+        let placed = be.placements();
+        d.nodes = node_diffs(
+            compiled,
+            dev,
+            &cpu_nodes,
+            &other_nodes,
+            opts.tol_rel,
+            &placed,
+        );
+    }
+    if localizing {
         let l = localize(compiled, dev, &cpu_nodes, &other_nodes, opts.tol_rel);
         if l.kind == "accumulated" && d.nonfinite.is_empty() && d.int_mismatches == 0 {
             d.suspect = false;
@@ -857,6 +907,7 @@ pub fn compare_outputs(
         amplified_near_zero: false,
         tol_rel,
         localization: None,
+        nodes: vec![],
     };
     let mut over_tol = false;
     for (k, (a, b)) in cpu.iter().zip(other).enumerate() {
@@ -922,6 +973,55 @@ fn describe(g: &Graph, id: NodeId) -> (String, String, Option<String>) {
         .filter(|s| *s != op)
         .map(str::to_string);
     (op.to_string(), label, src)
+}
+
+/// Every compute node of `g` in execution order with its accumulated difference (the two
+/// full runs' values) and its own difference (the op replayed on the CPU with `other`'s
+/// inputs, against `other`'s value).
+pub fn node_diffs(
+    g: &Graph,
+    dev: Device,
+    cpu: &[Option<Tensor>],
+    other: &[Option<Tensor>],
+    tol_rel: f64,
+    placements: &[(NodeId, crate::backend::Placement)],
+) -> Vec<NodeDiff> {
+    fn val(v: &[Option<Tensor>], id: NodeId) -> Option<&Tensor> {
+        v.get(id.index()).and_then(|t| t.as_ref())
+    }
+    let on_device: std::collections::HashSet<NodeId> = placements
+        .iter()
+        .filter(|(_, p)| *p == crate::backend::Placement::Device)
+        .map(|(id, _)| *id)
+        .collect();
+    crate::backend::compute_nodes(g)
+        .map(|n| {
+            let (op, label, source_op) = describe(g, n.id);
+            let b = val(other, n.id);
+            let accumulated = match (val(cpu, n.id), b) {
+                (Some(a), Some(b)) => Some(compare_tensors(g, n.id, dev, a, b, true)),
+                _ => None,
+            };
+            let ins: Option<Vec<&Tensor>> = n.inputs.iter().map(|i| val(other, *i)).collect();
+            let own = match (ins, b) {
+                (Some(ins), Some(b)) => rlx_cpu::eval_op(&n.op, &ins, &n.shape)
+                    .ok()
+                    .map(|r| compare_tensors(g, n.id, dev, &r, b, true)),
+                _ => None,
+            };
+            NodeDiff {
+                node: n.id.to_string(),
+                op,
+                label,
+                source_op,
+                dtype: n.shape.dtype.to_string(),
+                tol: dtype_tol(n.shape.dtype, tol_rel),
+                on_device: on_device.contains(&n.id),
+                accumulated,
+                own,
+            }
+        })
+        .collect()
 }
 
 /// Find the first node where `other` parts from `cpu` (both indexed by node). Nodes without
