@@ -520,3 +520,107 @@ tr.over td {{ background: #fff7ed; }} tr.nf td {{ background: #f5f3ff; }} tr.fir
         model = esc(model),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_runtime::dist::diagnostics::{Localization, NonFiniteMismatch};
+    use rlx_runtime::Device;
+
+    fn err(rel: f64) -> NodeError {
+        NodeError {
+            rel,
+            abs: rel,
+            ..Default::default()
+        }
+    }
+
+    fn report(n: usize, first: Option<usize>, nan_at: Option<usize>) -> BackendDivergence {
+        let nodes = (0..n)
+            .map(|i| {
+                let mut acc = err(1e-7 * (1 + i % 97) as f64);
+                if nan_at == Some(i) {
+                    acc.nonfinite = Some(NonFiniteMismatch {
+                        output: None,
+                        node: format!("%{i}"),
+                        output_name: None,
+                        index: 3,
+                        cpu: "NaN".into(),
+                        other: "0".into(),
+                        what: "the wgpu backend dropped a NaN".into(),
+                    });
+                }
+                NodeDiff {
+                    node: format!("%{i}"),
+                    op: "Add".into(),
+                    label: format!("layer{i}/add<&>"),
+                    source_op: None,
+                    dtype: "f32".into(),
+                    tol: 2e-3,
+                    on_device: i % 50 != 7,
+                    accumulated: Some(acc),
+                    own: Some(err(0.0)),
+                }
+            })
+            .collect();
+        BackendDivergence {
+            device: Device::Wgpu,
+            nodes_on_device: n,
+            nodes_total: n,
+            compared: true,
+            verdict: "suspect".into(),
+            max_abs: 1.0,
+            max_rel: 1.0,
+            worst_output: 0,
+            worst_output_name: "y".into(),
+            max_ulps: 1,
+            worst_index: 0,
+            worst_values: (0.0, 1.0),
+            nonfinite: vec![],
+            int_mismatches: 0,
+            suspect: first.is_some(),
+            amplified_near_zero: false,
+            tol_rel: 2e-3,
+            localization: first.map(|i| Localization {
+                node: format!("%{i}"),
+                op: "Add".into(),
+                label: format!("layer{i}/add<&>"),
+                source_op: None,
+                inputs_rel: 0.0,
+                error: err(1e-6),
+                kind: "kernel_bug_candidate".into(),
+                message: "first divergence".into(),
+                source: None,
+            }),
+            nodes,
+        }
+    }
+
+    #[test]
+    fn thousands_of_nodes_chart_all_and_table_the_top_plus_the_first() {
+        let n = 5000;
+        // the first diverging node has a small accumulated error: not in the top 40
+        let h = html("m.onnx", "m", &[report(n, Some(10), Some(4000))]);
+        assert_eq!(h.matches(r#"<rect class="bar""#).count(), n);
+        let rows = h.matches("<tr id=\"wgpu-n").count();
+        assert!(rows <= TABLE_TOP + 2, "{rows}");
+        assert!(h.contains(r#"<tr id="wgpu-n10" class="first" data-first-divergence="true">"#));
+        assert!(h.contains(r#"<tr id="wgpu-n4000" class="nf">"#));
+        assert_eq!(h.matches(r#"class="nfmark""#).count(), 1);
+        // labels are escaped
+        assert!(h.contains("layer10/add&lt;&amp;&gt;") && !h.contains("add<&>"));
+        assert!(h.len() < 8 << 20, "{} bytes", h.len());
+    }
+
+    #[test]
+    fn a_backend_that_ran_no_node_says_so_and_draws_nothing() {
+        let mut d = report(5, None, None);
+        d.compared = false;
+        d.nodes.clear();
+        d.verdict = "not compared".into();
+        let h = html("m.onnx", "m", &[d]);
+        assert!(h.contains(r#"id="not-compared-wgpu""#));
+        assert!(h.contains("not compared (ran no node)"));
+        assert!(!h.contains("<svg"));
+    }
+}
