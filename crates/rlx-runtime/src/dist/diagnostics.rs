@@ -1332,6 +1332,17 @@ mod tests {
             tol_rel,
             ..DivergenceOptions::default()
         };
+        verdict_with(g, p, i, fault, &opts, on_device)
+    }
+
+    fn verdict_with(
+        g: &Graph,
+        p: &[(String, Tensor)],
+        i: &[(String, Tensor)],
+        fault: impl Fn(&Graph) -> Fault,
+        opts: &DivergenceOptions,
+        on_device: bool,
+    ) -> BackendDivergence {
         let compiled = compile(g.clone(), &opts.compile).unwrap().graph;
         let feeds = order_inputs(&compiled, i).unwrap();
         let mut cpu = CpuExecutor::new(compiled.clone()).unwrap();
@@ -1349,7 +1360,7 @@ mod tests {
             &cpu_out,
             &feeds,
             &mut be,
-            &opts,
+            opts,
         )
         .unwrap()
     }
@@ -1613,6 +1624,47 @@ mod tests {
         assert_eq!(l.inputs_rel, 0.0);
         // 1.5x is 0.5 relative (the scale-aware floor lowers it a little).
         assert!(l.error.rel > 0.4 && l.error.rel <= 0.5, "{}", l.error.rel);
+    }
+
+    /// `node_errors`: one entry per compute node in execution order; the planted node's own
+    /// (replayed) error is its fault, the nodes after it carry the difference (accumulated
+    /// beyond tol) with no own error, the nodes before it agree; asked for, it is filled for a
+    /// backend that is not suspect too.
+    #[test]
+    fn node_errors_give_every_compute_node_accumulated_and_own() {
+        let (g, p, i) = cancel_chain();
+        let opts = DivergenceOptions {
+            node_errors: true,
+            ..DivergenceOptions::default()
+        };
+        let d = verdict_with(
+            &g,
+            &p,
+            &i,
+            |g| Fault::Scale(named(g, "scale"), 1.01),
+            &opts,
+            true,
+        );
+        assert!(d.suspect, "{d}");
+        let labels: Vec<&str> = d.nodes.iter().map(|n| n.label.as_str()).collect();
+        assert_eq!(labels, ["scale", "cancel", "gain"]);
+        assert_eq!(d.nodes.len(), d.nodes_total);
+        let acc = |k: usize| d.nodes[k].accumulated.as_ref().unwrap().rel;
+        let own = |k: usize| d.nodes[k].own.as_ref().unwrap().rel;
+        assert!(own(0) > 5e-3, "{}", own(0));
+        assert!(acc(0) > 5e-3 && acc(1) > 2e-3 && acc(2) > 2e-3);
+        assert!(own(1) < 1e-6 && own(2) < 1e-6, "{} {}", own(1), own(2));
+        assert!(d.nodes.iter().all(|n| n.on_device && n.tol == 2e-3));
+        let quiet = verdict_with(&g, &p, &i, |_| Fault::Noise(0.0), &opts, true);
+        assert!(!quiet.suspect);
+        assert_eq!(quiet.nodes.len(), 3);
+        assert!(quiet
+            .nodes
+            .iter()
+            .all(|n| n.accumulated.as_ref().unwrap().rel == 0.0));
+        // without the option nothing is read back for a backend that agrees
+        let off = verdict(&g, &p, &i, |_| Fault::Noise(0.0), 2e-3);
+        assert!(off.nodes.is_empty());
     }
 
     /// (c) A difference made at `scale` (1%) and carried: `cancel` and `gain` differ from the
