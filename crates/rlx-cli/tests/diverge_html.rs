@@ -184,6 +184,59 @@ fn round_off_picture_has_no_highlight() {
     );
 }
 
+/// A NaN fed to healthy_mlp reaches its Relu; the planted `relu_drops_nan` wgpu kernel turns
+/// it into 0. The picture marks that node (named by the text report) and every node after it
+/// as NaN/Inf on one side only.
+#[test]
+fn nan_on_one_side_is_marked() {
+    if !gpu() {
+        return;
+    }
+    let dir = tmpdir("nan");
+    let mut b = std::fs::read(repo().join("examples/healthy_mlp/input_x.npy")).unwrap();
+    let data = 10 + u16::from_le_bytes([b[8], b[9]]) as usize;
+    assert!(String::from_utf8_lossy(&b[10..data]).contains("'<f4'"));
+    b[data..data + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let x = dir.join("x_nan.npy");
+    std::fs::write(&x, &b).unwrap();
+    let out_dir = dir.join("report");
+    let (code, out, err) = diverge(
+        &[
+            "examples/healthy_mlp",
+            "--input",
+            &format!("x={}", x.display()),
+            "--backends",
+            "wgpu",
+            "--html",
+            out_dir.to_str().unwrap(),
+        ],
+        Some("relu_drops_nan"),
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("kernel bug candidate"))
+        .unwrap_or_else(|| panic!("no localization: {out}"));
+    assert!(line.contains("dropped a NaN"), "{line}");
+    let label = line.split('"').nth(1).unwrap();
+    let html = std::fs::read_to_string(out_dir.join("diverge.html")).unwrap();
+    assert!(html.contains(r#"class="nfmark""#));
+    let row = html
+        .split(r#"data-first-divergence="true""#)
+        .nth(1)
+        .expect("highlighted row");
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(
+        row.contains(label) && row.contains("dropped a NaN"),
+        "{row}"
+    );
+    let nf_rows = html.matches(r#"class="nf""#).count();
+    assert!(
+        nf_rows >= 1,
+        "nodes after the Relu carry the NaN on one side only"
+    );
+}
+
 #[test]
 fn bad_html_path_is_one_clear_error_before_the_runs() {
     let dir = tmpdir("bad");
