@@ -112,6 +112,7 @@ fn nonfinite(n: &NodeDiff) -> bool {
 fn err_str(e: &Option<NodeError>) -> String {
     match e {
         None => "-".into(),
+        Some(e) if e.nonfinite.is_some() => format!("NaN/Inf (finite: {})", fmt_f64(e.rel)),
         Some(e) => fmt_f64(e.rel),
     }
 }
@@ -224,7 +225,12 @@ fn chart(d: &BackendDivergence, dev: &str) -> String {
         } else {
             C_BAR
         };
-        let y = if r.is_finite() { y_of(r) } else { top + band };
+        // a NaN/Inf on one side only (or an integer mismatch) reaches the band at the top
+        let y = if r.is_finite() && !nf {
+            y_of(r)
+        } else {
+            top + band * 0.5
+        };
         let hh = (base - y).max(1.0);
         let _ = write!(
             s,
@@ -255,14 +261,19 @@ fn chart(d: &BackendDivergence, dev: &str) -> String {
         3.0
     };
     for (i, nd) in nodes.iter().enumerate() {
-        if let Some(r) = rel(&nd.own).filter(|r| *r > 10f64.powf(dlo)) {
-            let _ = write!(
-                s,
-                r#"<circle class="own" cx="{:.1}" cy="{:.1}" r="{rdot}" fill="{C_OWN}"/>"#,
-                x_of(i) + bw / 2.0,
-                if r.is_finite() { y_of(r) } else { top + band }
-            );
-        }
+        let Some(own) = &nd.own else { continue };
+        let y = if own.nonfinite.is_some() || !own.rel.is_finite() {
+            top + band * 0.5
+        } else if own.rel > 10f64.powf(dlo) {
+            y_of(own.rel)
+        } else {
+            continue;
+        };
+        let _ = write!(
+            s,
+            r#"<circle class="own" cx="{:.1}" cy="{y:.1}" r="{rdot}" fill="{C_OWN}"/>"#,
+            x_of(i) + bw / 2.0,
+        );
     }
     // tolerance line
     let yt = y_of(d.tol_rel);
