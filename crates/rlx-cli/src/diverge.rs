@@ -21,6 +21,10 @@ pub const EXIT_SUSPECT: i32 = 1;
 /// A NaN/Inf on one side only is reported by name ("cpu NaN, wgpu 0 at %17 Relu …: the wgpu
 /// backend dropped a NaN"). max_rel = |b − cpu| / (|cpu| + 1e-6) over finite output elements.
 ///
+/// With --html DIR, also DIR/diverge.html: every compute node's difference from the CPU in
+/// execution order on a log scale (accumulated over the full runs, and the node's own on
+/// replay), the first diverging node highlighted; DIR/diverge.json has every node.
+///
 /// Exit status: 0 when every backend's gap is round-off (or only the CPU is live), 1 when any
 /// backend is suspect, 2 on an error (bad model or input, a requested backend not live).
 #[derive(Args, Debug, Clone)]
