@@ -395,6 +395,10 @@ pub struct NanReport {
     /// (`Cause::InputsHeldInf`'s origin), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inf_origin_source: Option<crate::SourceLoc>,
+    /// Where in a sequence of runs this one was (`prefill`, `decode step 37, position 52`),
+    /// set by the caller through [`DebugScanner::set_context`]; printed after the label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 impl NanReport {
@@ -430,8 +434,16 @@ impl NanReport {
         use std::fmt::Write as _;
         writeln!(
             f,
-            "rlx nan-check: {} at index {} of {} {} \"{}\"",
-            self.kind, self.index, self.node, self.op, self.label
+            "rlx nan-check: {} at index {} of {} {} \"{}\"{}",
+            self.kind,
+            self.index,
+            self.node,
+            self.op,
+            self.label,
+            self.context
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
         )?;
         if let Some(loc) = &self.source {
             writeln!(f, "  at {loc}")?;
@@ -906,6 +918,7 @@ pub struct DebugScanner {
     destroyed: Vec<NodeId>,
     propagators: usize,
     summary: Option<String>,
+    context: Option<String>,
 }
 
 impl DebugScanner {
@@ -924,7 +937,14 @@ impl DebugScanner {
             destroyed: vec![],
             propagators: 0,
             summary: None,
+            context: None,
         }
+    }
+
+    /// Tag every report of the following runs with `context` (e.g. `decode step 37,
+    /// position 52`), printed in parentheses after the node's label; `None` removes it.
+    pub fn set_context(&mut self, context: Option<String>) {
+        self.context = context;
     }
 
     /// A scanner configured by `RLX_DEBUG_NANS` (read once, here).
@@ -1026,6 +1046,7 @@ impl DebugScanner {
                 Some(o) => g.node(*o).origin.as_ref().and_then(|x| x.source.clone()),
                 None => None,
             },
+            context: self.context.clone(),
         }
     }
 
