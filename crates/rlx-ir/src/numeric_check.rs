@@ -627,6 +627,7 @@ fn hint_for_key(key: &str, op: &str, cause: &Cause, kind: BadKind, dtype: DType)
             | "simplifiedlayernormalization"
     );
     let s = match key.as_str() {
+        "kvcache" => "the KV cache already holds this value: an earlier step (the prefill or an earlier decode step) wrote it; its report names the op that created it".into(),
         "input" => "the input data already holds this value: check the data pipeline or tokenizer output".into(),
         "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it), or the tensor constant your code builds (torch.tensor([...]) in forward is stored as lifted_tensor_N)".into(),
         "constant" => "a constant in the model is non-finite: if it is a mask fill, use a large finite value such as torch.finfo(dtype).min instead of inf".into(),

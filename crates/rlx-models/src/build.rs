@@ -142,7 +142,6 @@ impl ModelGraphs {
     /// `present_value.{l}` `[kv_heads, t, head_dim]`.
     pub fn prefill(&self, t: usize, all_logits: bool) -> Result<Built, ModelError> {
         let mut b = B::new(self, "prefill");
-        b.at("model.embed_tokens", "Embedding");
         let ids = b.g.input("input_ids", Shape::new(&[t], DType::I64));
         let emb = b.w("model.embed_tokens.weight");
         let mut h = b.op(Op::Gather { axis: 0 }, vec![emb, ids]);
@@ -190,12 +189,14 @@ impl ModelGraphs {
     /// new token's rows, which the caller writes into the caches at `position`.
     pub fn decode(&self) -> Result<Built, ModelError> {
         let (m, dt) = (self.max_len, self.dtype);
+        debug_assert!(m > 0);
         let c = &self.cfg;
         let mut b = B::new(self, "decode");
-        b.at("model.embed_tokens", "Embedding");
         let ids = b.g.input("input_ids", Shape::new(&[1], DType::I64));
         let pos = b.g.input("position", Shape::new(&[1], DType::I64));
         let mask = b.g.input("attn_mask", Shape::new(&[1, m], DType::F32));
+        // The caches: a NaN they hold was written by an earlier step (reported there).
+        b.at("past_key_values", "KVCache");
         let mut past = vec![];
         for l in 0..c.layers {
             let k = b.g.input(

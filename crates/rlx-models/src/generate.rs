@@ -5,6 +5,7 @@ use crate::build::ModelGraphs;
 use crate::checkpoint::Checkpoint;
 use crate::config::LlmConfig;
 use crate::ModelError;
+use rlx_ir::numeric_check::{DebugMode, NanReport};
 use rlx_ir::{DType, Tensor, TensorData};
 use rlx_runtime::{CompiledGraph, Device, Session};
 use std::path::{Path, PathBuf};
@@ -52,6 +53,8 @@ pub struct Generator {
     tokenizer: tokenizers::Tokenizer,
     device: Device,
     decode: Option<CompiledGraph>,
+    debug: Option<DebugMode>,
+    reports: Vec<NanReport>,
 }
 
 struct Rng(u64);
@@ -194,7 +197,25 @@ impl Generator {
             tokenizer,
             device,
             decode: None,
+            debug: None,
+            reports: vec![],
         })
+    }
+
+    /// Override `RLX_DEBUG_NANS` for this generator's runs (`None`: read the variable at
+    /// each run, the default). Reports are printed to stderr either way.
+    pub fn set_debug_mode(&mut self, mode: Option<DebugMode>) {
+        self.debug = mode;
+        if let Some(d) = self.decode.as_mut() {
+            d.set_debug_mode(mode);
+        }
+    }
+
+    /// The NaN/Inf reports of the last [`Generator::generate`] or
+    /// [`Generator::prompt_logits`] call, from every run (prefill and each decode step, told
+    /// apart by `NanReport::context`).
+    pub fn nan_reports(&self) -> &[NanReport] {
+        &self.reports
     }
 
     /// The config read from config.json.
@@ -243,20 +264,23 @@ impl Generator {
 
     fn prefill_graph(&self, t: usize, all: bool) -> Result<CompiledGraph, ModelError> {
         let g = self.graphs.prefill(t, all)?.graph;
-        Session::new(self.device)
+        let mut c = Session::new(self.device)
             .try_compile(g)
-            .map_err(rt("compiling the prefill graph"))
+            .map_err(rt("compiling the prefill graph"))?;
+        c.set_debug_mode(self.debug);
+        Ok(c)
     }
 
     /// The logits of every prompt position, f32 `[t, vocab]` (one prefill run).
-    pub fn prompt_logits(&self, ids: &[i64]) -> Result<Tensor, ModelError> {
+    pub fn prompt_logits(&mut self, ids: &[i64]) -> Result<Tensor, ModelError> {
         self.check_ids(ids)?;
         let mut c = self.prefill_graph(ids.len(), true)?;
         c.set_report_context(Some("prefill".into()));
         let x = Tensor::from_i64(&[ids.len()], ids.to_vec()).expect("dims");
-        let out = c
-            .run_tensor_refs(&[("input_ids", &x)])
-            .map_err(rt("prefill"))?;
+        self.reports.clear();
+        let r = c.run_tensor_refs(&[("input_ids", &x)]);
+        self.reports.extend_from_slice(c.nan_reports());
+        let out = r.map_err(rt("prefill"))?;
         let l = &out[0];
         Ok(Tensor::new(l.dims().to_vec(), l.data().cast(DType::F32)).expect("dims"))
     }
@@ -300,9 +324,10 @@ impl Generator {
         pre.set_report_context(Some("prefill".into()));
         let x = Tensor::from_i64(&[t], prompt_ids.to_vec()).expect("dims");
         let t0 = Instant::now();
-        let res = pre
-            .run_tensor_refs(&[("input_ids", &x)])
-            .map_err(rt("prefill"))?;
+        self.reports.clear();
+        let res = pre.run_tensor_refs(&[("input_ids", &x)]);
+        self.reports.extend_from_slice(pre.nan_reports());
+        let res = res.map_err(rt("prefill"))?;
         out.prefill_tokens_per_s = t as f64 / t0.elapsed().as_secs_f64().max(1e-9);
         drop(pre);
         let logits = res[0].data().to_f32_vec();
@@ -336,9 +361,10 @@ impl Generator {
         // Decode, compiled once per generator (for its max_len) and reused for every token.
         if self.decode.is_none() {
             let g = self.graphs.decode()?.graph;
-            let c = Session::new(self.device)
+            let mut c = Session::new(self.device)
                 .try_compile(g)
                 .map_err(rt("compiling the decode-step graph"))?;
+            c.set_debug_mode(self.debug);
             self.decode = Some(c);
         }
         let names: Vec<(String, String)> = (0..cfg.layers)
@@ -363,9 +389,9 @@ impl Generator {
             let dec = self.decode.as_mut().expect("compiled above");
             dec.set_report_context(Some(format!("decode step {step}, position {pos}")));
             let t1 = Instant::now();
-            let r = dec
-                .run_tensor_refs(&inputs)
-                .map_err(rt(&format!("decode step {step}, position {pos}")))?;
+            let r = dec.run_tensor_refs(&inputs);
+            self.reports.extend_from_slice(dec.nan_reports());
+            let r = r.map_err(rt(&format!("decode step {step}, position {pos}")))?;
             decode_time += t1.elapsed().as_secs_f64();
             steps += 1;
             for l in 0..cfg.layers {

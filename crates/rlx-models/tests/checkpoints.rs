@@ -54,7 +54,7 @@ fn ids(v: &serde_json::Value) -> Vec<i64> {
 
 fn check_logits(name: &str, dtype: DType, file: &str, rtol: f32, atol_frac: f32) {
     let Some(dir) = fixture(name) else { return };
-    let g = Generator::open(&dir, Some(dtype), Device::Cpu, 64).unwrap();
+    let mut g = Generator::open(&dir, Some(dtype), Device::Cpu, 64).unwrap();
     let gen = json(&dir.join("generate.json"));
     let prompt = ids(&gen["prompt_ids"]);
     // the Rust tokenizer gives transformers' (Python tokenizers') ids
@@ -158,4 +158,166 @@ fn sampling_is_seeded() {
     let b = g.generate(&p, &opts(7), &mut |_, _| {}).unwrap();
     assert_eq!(a.generated_ids, b.generated_ids);
     assert_eq!(a.generated_ids.len(), 12);
+}
+
+#[test]
+fn f16_mlp_overflow_is_reported_at_the_checkpoint_module_with_its_step() {
+    let Some(dir) = fixture("qwen3-f16-overflow") else {
+        return;
+    };
+    let exp = json(&dir.join("expected_report.json"));
+    let module = exp["inf_module"].as_str().unwrap(); // from torch's forward hooks
+    let prompt = ids(&exp["prompt_ids"]);
+    let mut g = Generator::open(&dir, Some(DType::F16), Device::Cpu, prompt.len() + 3).unwrap();
+    g.set_debug_mode(Some(rlx_ir::numeric_check::DebugMode::Warn));
+    let opts = GenOptions {
+        max_new_tokens: 3,
+        sampler: Sampler::greedy(),
+        stop_at_eos: false,
+    };
+    g.generate(&prompt, &opts, &mut |_, _| {}).unwrap();
+    let reps = g.nan_reports();
+    let text: Vec<String> = reps.iter().map(|r| r.to_string()).collect();
+    let all = text.join("\n");
+    // Prefill: the +inf is created at down_proj (named as the culprit or as the Inf origin
+    // of the NaN it turns into), tagged "(prefill)".
+    let pre: Vec<&String> = text.iter().filter(|t| t.contains("(prefill)")).collect();
+    assert!(!pre.is_empty(), "no prefill report:\n{all}");
+    assert!(
+        pre.iter().any(|t| t.contains(&format!("\"{module}\""))),
+        "prefill reports do not name {module}:\n{all}"
+    );
+    // A decode step k feeds the token at position len(prompt) + k - 1; the overflow
+    // recurs there at down_proj, named as the op that produced the +inf.
+    let n = prompt.len();
+    let ok = reps.iter().any(|r| {
+        r.label == module
+            && r.is_culprit()
+            && (1..=2).any(|k| {
+                r.context.as_deref() == Some(&format!("decode step {k}, position {}", n + k - 1))
+            })
+    });
+    assert!(
+        ok,
+        "no decode-step report naming {module} with its step and position:\n{all}"
+    );
+    // A NaN the cache carries from an earlier step is told apart from bad input data.
+    for r in reps.iter().filter(|r| r.label.starts_with("past_")) {
+        assert!(r.to_string().contains("KV cache"), "{r}");
+    }
+}
+
+fn copy_dir(src: &Path, name: &str) -> PathBuf {
+    let dst = std::env::temp_dir().join(format!("rlx-models-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    dst
+}
+
+fn open_err(dir: &Path) -> String {
+    match Generator::open(dir, None, Device::Cpu, 16) {
+        Ok(_) => panic!("{} opened", dir.display()),
+        Err(e) => {
+            let _: &ModelError = &e;
+            e.to_string()
+        }
+    }
+}
+
+fn edit_config(dir: &Path, key: &str, v: serde_json::Value) {
+    let p = dir.join("config.json");
+    let mut c = json(&p);
+    c[key] = v;
+    std::fs::write(&p, serde_json::to_string(&c).unwrap()).unwrap();
+}
+
+#[test]
+fn bad_folders_give_one_clear_error_naming_file_and_tensor() {
+    let (Some(q), Some(l)) = (fixture("qwen3-tiny"), fixture("llama-tiny")) else {
+        return;
+    };
+    // missing config.json
+    let d = copy_dir(&q, "noconfig");
+    std::fs::remove_file(d.join("config.json")).unwrap();
+    let e = open_err(&d);
+    assert!(
+        e.contains("config.json") && e.contains("cannot read"),
+        "{e}"
+    );
+    // corrupt config.json
+    std::fs::write(d.join("config.json"), "{\"hidden_size\": 64,").unwrap();
+    let e = open_err(&d);
+    assert!(
+        e.contains("config.json") && e.contains("not a usable config.json"),
+        "{e}"
+    );
+    // a truncated safetensors file
+    let d = copy_dir(&q, "truncated");
+    let f = d.join("model.safetensors");
+    let b = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &b[..b.len() / 2]).unwrap();
+    let e = open_err(&d);
+    assert!(
+        e.contains("model.safetensors") && e.contains("not a valid safetensors"),
+        "{e}"
+    );
+    // a shard missing from a sharded checkpoint
+    let d = copy_dir(&l, "noshard");
+    std::fs::remove_file(d.join("model-00002-of-00003.safetensors")).unwrap();
+    let e = open_err(&d);
+    assert!(
+        e.contains("model-00002-of-00003.safetensors") && e.contains("shard missing"),
+        "{e}"
+    );
+    // a tensor whose shape is not what config.json implies
+    let d = copy_dir(&q, "shape");
+    edit_config(&d, "intermediate_size", serde_json::json!(96));
+    let e = open_err(&d);
+    assert!(
+        e.contains("model.safetensors")
+            && e.contains("\"model.layers.0.mlp.gate_proj.weight\" has shape [128, 64]")
+            && e.contains("[96, 64]"),
+        "{e}"
+    );
+    // a tensor missing (config asks for a third layer)
+    let d = copy_dir(&q, "missing");
+    edit_config(&d, "num_hidden_layers", serde_json::json!(3));
+    let e = open_err(&d);
+    assert!(
+        e.contains("\"model.layers.2.input_layernorm.weight\" is missing"),
+        "{e}"
+    );
+    // a tokenizer that does not load
+    let d = copy_dir(&q, "tokenizer");
+    std::fs::write(d.join("tokenizer.json"), "{\"version\": \"1.0\"}").unwrap();
+    let e = open_err(&d);
+    assert!(
+        e.contains("tokenizer.json") && e.contains("does not load"),
+        "{e}"
+    );
+    // an unsupported architecture
+    let d = copy_dir(&q, "arch");
+    edit_config(&d, "model_type", serde_json::json!("gpt2"));
+    edit_config(&d, "architectures", serde_json::json!(["GPT2LMHeadModel"]));
+    let e = open_err(&d);
+    assert!(
+        e.contains("unsupported architecture") && e.contains("gpt2"),
+        "{e}"
+    );
+    for n in [
+        "noconfig",
+        "truncated",
+        "noshard",
+        "shape",
+        "missing",
+        "tokenizer",
+        "arch",
+    ] {
+        let _ = std::fs::remove_dir_all(
+            std::env::temp_dir().join(format!("rlx-models-{}-{n}", std::process::id())),
+        );
+    }
 }
