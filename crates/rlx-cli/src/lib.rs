@@ -5,6 +5,7 @@ pub mod compile;
 pub mod devices;
 pub mod diverge;
 pub mod env_cmd;
+pub mod generate;
 pub mod load;
 pub mod npy;
 pub mod run;

@@ -163,6 +163,33 @@ fn scatter(dst: &mut TensorData, src: &TensorData, at: impl Fn(usize) -> usize) 
     }
 }
 
+fn load_tokenizer(dir: &Path) -> Result<tokenizers::Tokenizer, ModelError> {
+    let tpath = dir.join("tokenizer.json");
+    if !tpath.is_file() {
+        return Err(ModelError::Tokenizer {
+            path: tpath,
+            msg: "missing (a tokenizer.json is needed to turn text into token ids)".into(),
+        });
+    }
+    tokenizers::Tokenizer::from_file(&tpath).map_err(|e| ModelError::Tokenizer {
+        path: tpath.clone(),
+        msg: format!("does not load: {e}"),
+    })
+}
+
+/// Token ids of `text` with `dir/tokenizer.json` (no special tokens added), without loading
+/// the weights: callers size the KV cache ([`Generator::open`]'s `max_len`) from it.
+///
+/// Errors: a missing or unloadable tokenizer.json, text that does not encode.
+pub fn tokenize(dir: &Path, text: &str) -> Result<Vec<i64>, ModelError> {
+    let t = load_tokenizer(dir)?;
+    let enc = t.encode(text, false).map_err(|e| ModelError::Tokenizer {
+        path: dir.join("tokenizer.json"),
+        msg: format!("cannot encode the prompt: {e}"),
+    })?;
+    Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
+}
+
 impl Generator {
     /// Open a checkpoint folder: config.json, the safetensors files, tokenizer.json; weights
     /// converted to `dtype` (the checkpoint's own when `None`), rotary tables for `max_len`
@@ -176,18 +203,7 @@ impl Generator {
         max_len: usize,
     ) -> Result<Generator, ModelError> {
         let cfg = LlmConfig::load(dir)?;
-        let tpath = dir.join("tokenizer.json");
-        if !tpath.is_file() {
-            return Err(ModelError::Tokenizer {
-                path: tpath,
-                msg: "missing (a tokenizer.json is needed to turn text into token ids)".into(),
-            });
-        }
-        let tokenizer =
-            tokenizers::Tokenizer::from_file(&tpath).map_err(|e| ModelError::Tokenizer {
-                path: tpath.clone(),
-                msg: format!("does not load: {e}"),
-            })?;
+        let tokenizer = load_tokenizer(dir)?;
         let ck = Checkpoint::open(dir)?;
         let dtype = dtype.unwrap_or(cfg.dtype);
         let graphs = ModelGraphs::load(cfg, &ck, dtype, max_len.max(1))?;

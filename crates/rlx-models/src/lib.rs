@@ -17,7 +17,7 @@ mod generate;
 pub use build::{Built, ModelGraphs};
 pub use checkpoint::Checkpoint;
 pub use config::{Family, LlmConfig};
-pub use generate::{GenOptions, Generation, Generator, Sampler};
+pub use generate::{tokenize, GenOptions, Generation, Generator, Sampler};
 
 use std::path::PathBuf;
 
