@@ -839,11 +839,9 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
                 .iter()
                 .map(|x| {
                     let s = st(x);
-                    if s.len == 0 {
-                        0
-                    } else {
-                        s.nan_count * (out.len / s.len).max(1)
-                    }
+                    out.len
+                        .checked_div(s.len)
+                        .map_or(0, |r| s.nan_count * r.max(1))
                 })
                 .sum();
             if !elementwise || out.nan <= carried {
@@ -1199,18 +1197,17 @@ impl DebugScanner {
         self.destroyed.push(origin);
         let dc = self.counts[d.index()];
         let infs = dc.pos_inf + dc.neg_inf;
-        let zeroed = if dc.len == 0 {
-            infs
-        } else {
-            (infs * (out.len / dc.len).max(1)).min(out.len)
-        };
+        let zeroed = out
+            .len
+            .checked_div(dc.len)
+            .map_or(infs, |r| (infs * r.max(1)).min(out.len));
         let kind = self.states[origin.index()]
             .inf_kind
             .unwrap_or(BadKind::PosInf);
         let cause = creation_cause(g, origin, &self.states);
         let dims = node.shape.dims_usize();
         let per_row = dims.last().copied().unwrap_or(1).max(1);
-        let rows = if zeroed >= per_row && zeroed % per_row == 0 {
+        let rows = if zeroed >= per_row && zeroed.is_multiple_of(per_row) {
             format!(" ({} row(s) of {per_row})", zeroed / per_row)
         } else {
             String::new()

@@ -143,13 +143,21 @@ impl LlmConfig {
         }
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || raw.num_hidden_layers == 0 {
+        if heads == 0
+            || kv_heads == 0
+            || !heads.is_multiple_of(kv_heads)
+            || raw.num_hidden_layers == 0
+        {
             return Err(cfg_err(format!(
                 "num_attention_heads {heads} must be a positive multiple of num_key_value_heads {kv_heads}, and num_hidden_layers positive"
             )));
         }
         let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
-        if head_dim == 0 || head_dim % 2 != 0 || raw.hidden_size == 0 || raw.vocab_size == 0 {
+        if head_dim == 0
+            || !head_dim.is_multiple_of(2)
+            || raw.hidden_size == 0
+            || raw.vocab_size == 0
+        {
             return Err(cfg_err(format!(
                 "head_dim {head_dim} must be even and positive, hidden_size and vocab_size positive"
             )));
