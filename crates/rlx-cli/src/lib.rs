@@ -6,6 +6,7 @@ pub mod devices;
 pub mod diverge;
 pub mod diverge_html;
 pub mod env_cmd;
+pub mod generate;
 pub mod load;
 pub mod npy;
 pub mod reduce;

@@ -33,6 +33,9 @@ enum Cmd {
     Trace(rlx_cli::trace::TraceArgs),
     /// List every RLX_* environment variable: when it acts, what it catches, its cost, its value.
     Env(rlx_cli::env_cmd::EnvArgs),
+    /// Generate text from a Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3; the
+    /// family from config.json) with a KV cache; also `rlx-run qwen3 --model DIR ...`.
+    Generate(rlx_cli::generate::GenerateArgs),
     /// List the device types (cpu, wgpu, cuda): which are live here, and why the others are not.
     Devices(rlx_cli::devices::DevicesArgs),
     /// Shrink a model to the smallest subgraph that still fails the same way; write a repro folder.
@@ -45,7 +48,7 @@ fn main() {
     // `run` and `bench` size the pool themselves (they take --threads).
     if !matches!(
         cli.cmd,
-        Cmd::Run(_) | Cmd::Bench(_) | Cmd::Env(_) | Cmd::Devices(_)
+        Cmd::Run(_) | Cmd::Bench(_) | Cmd::Env(_) | Cmd::Devices(_) | Cmd::Generate(_)
     ) {
         if let Err(e) = rlx_cli::init_threads(None) {
             eprintln!("rlx: error: {e}");
@@ -62,6 +65,7 @@ fn main() {
         Cmd::Env(a) => rlx_cli::env_cmd::main_env(a),
         Cmd::Devices(a) => rlx_cli::devices::main_devices(a),
         Cmd::Reduce(a) => rlx_cli::reduce::main_reduce(a),
+        Cmd::Generate(a) => rlx_cli::generate::main_generate(a, None),
     };
     std::process::exit(code);
 }

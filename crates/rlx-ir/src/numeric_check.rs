@@ -395,6 +395,10 @@ pub struct NanReport {
     /// (`Cause::InputsHeldInf`'s origin), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inf_origin_source: Option<crate::SourceLoc>,
+    /// Where in a sequence of runs this one was (`prefill`, `decode step 37, position 52`),
+    /// set by the caller through [`DebugScanner::set_context`]; printed after the label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 impl NanReport {
@@ -430,8 +434,16 @@ impl NanReport {
         use std::fmt::Write as _;
         writeln!(
             f,
-            "rlx nan-check: {} at index {} of {} {} \"{}\"",
-            self.kind, self.index, self.node, self.op, self.label
+            "rlx nan-check: {} at index {} of {} {} \"{}\"{}",
+            self.kind,
+            self.index,
+            self.node,
+            self.op,
+            self.label,
+            self.context
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
         )?;
         if let Some(loc) = &self.source {
             writeln!(f, "  at {loc}")?;
@@ -615,6 +627,7 @@ fn hint_for_key(key: &str, op: &str, cause: &Cause, kind: BadKind, dtype: DType)
             | "simplifiedlayernormalization"
     );
     let s = match key.as_str() {
+        "kvcache" => "the KV cache already holds this value: an earlier step (the prefill or an earlier decode step) wrote it; its report names the op that created it".into(),
         "input" => "the input data already holds this value: check the data pipeline or tokenizer output".into(),
         "param" | "initializer" => "the weights hold a non-finite value: check the checkpoint (and the training run that wrote it), or the tensor constant your code builds (torch.tensor([...]) in forward is stored as lifted_tensor_N)".into(),
         "constant" => "a constant in the model is non-finite: if it is a mask fill, use a large finite value such as torch.finfo(dtype).min instead of inf".into(),
@@ -904,6 +917,7 @@ pub struct DebugScanner {
     destroyed: Vec<NodeId>,
     propagators: usize,
     summary: Option<String>,
+    context: Option<String>,
 }
 
 impl DebugScanner {
@@ -922,7 +936,14 @@ impl DebugScanner {
             destroyed: vec![],
             propagators: 0,
             summary: None,
+            context: None,
         }
+    }
+
+    /// Tag every report of the following runs with `context` (e.g. `decode step 37,
+    /// position 52`), printed in parentheses after the node's label; `None` removes it.
+    pub fn set_context(&mut self, context: Option<String>) {
+        self.context = context;
     }
 
     /// A scanner configured by `RLX_DEBUG_NANS` (read once, here).
@@ -1030,6 +1051,7 @@ impl DebugScanner {
                 Some(o) => g.node(*o).origin.as_ref().and_then(|x| x.source.clone()),
                 None => None,
             },
+            context: self.context.clone(),
         }
     }
 

@@ -238,6 +238,8 @@ pub struct CompiledGraph {
     param_values: BTreeMap<String, Tensor>,
     /// `None`: follow `RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER` at each run.
     value_printer: Option<printer::PrinterConfig>,
+    /// Appended to every NaN report of the next runs (`decode step 3, position 12`).
+    report_context: Option<String>,
 }
 
 impl CompiledGraph {
@@ -261,6 +263,7 @@ impl CompiledGraph {
             check_inputs: None,
             param_values: BTreeMap::new(),
             value_printer: None,
+            report_context: None,
         }
     }
 
@@ -346,6 +349,14 @@ impl CompiledGraph {
     /// each run). Useful in tests and tools that run several graphs in one process.
     pub fn set_debug_mode(&mut self, mode: Option<DebugMode>) {
         self.debug_override = mode;
+    }
+
+    /// Tag the NaN reports of the following runs with `context`, printed after the node's
+    /// label: `rlx nan-check: NaN at ... "model.layers.1.mlp.down_proj" (decode step 37,
+    /// position 52)` (also `NanReport::context`). `None` (the default) adds nothing. For
+    /// callers that run one graph many times (a generation loop).
+    pub fn set_report_context(&mut self, context: Option<String>) {
+        self.report_context = context;
     }
 
     /// Print NaN/Inf reports to stderr as they are found (default true).
@@ -543,6 +554,7 @@ impl CompiledGraph {
         if mode.is_on() {
             let mut sc = DebugScanner::new(mode, &self.device.to_string());
             sc.set_print(self.print_reports);
+            sc.set_context(self.report_context.clone());
             let r = Self::run_exec(&mut self.exec, &ordered, Some(&mut sc), &pcfg);
             self.reports = sc.reports().to_vec();
             self.nan_summary = sc.summary().map(str::to_string);

@@ -12,8 +12,37 @@ struct Cli {
     args: rlx_cli::run::RunArgs,
 }
 
+/// `rlx-run qwen3 --model DIR --prompt TEXT ...`: generation from a checkpoint folder.
+#[derive(Parser)]
+#[command(
+    name = "rlx-run",
+    version,
+    about = "Generate text from a Hugging Face checkpoint folder"
+)]
+struct GenCli {
+    #[command(flatten)]
+    args: rlx_cli::generate::GenerateArgs,
+}
+
 fn main() {
     rlx_cli::init_process();
+    // `rlx-run qwen3 --model DIR ...` (a family name, not a model path, as first argument)
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(first) = argv.get(1).and_then(|a| a.to_str()) {
+        let has_model = argv.iter().any(|a| {
+            a.to_str()
+                .is_some_and(|s| s == "--model" || s.starts_with("--model="))
+        });
+        if rlx_cli::generate::FAMILIES.contains(&first)
+            && (has_model || !std::path::Path::new(first).exists())
+        {
+            let fam = first.to_string();
+            let rest = std::iter::once(std::ffi::OsString::from(format!("rlx-run {fam}")))
+                .chain(argv[2..].iter().cloned());
+            let g = GenCli::parse_from(rest);
+            std::process::exit(rlx_cli::generate::main_generate(g.args, Some(&fam)));
+        }
+    }
     let cli = Cli::parse();
     std::process::exit(rlx_cli::run::main_run(cli.args));
 }

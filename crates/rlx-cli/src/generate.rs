@@ -1,0 +1,166 @@
+//! `rlx generate` and `rlx-run qwen3`: text generation from a Hugging Face checkpoint
+//! folder (config.json, *.safetensors, tokenizer.json) through `rlx_models`.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use rlx_ir::DType;
+use rlx_models::{GenOptions, Generator, ModelError, Sampler};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Families `rlx-run <family>` accepts (`rlx generate` takes the one config.json names).
+pub const FAMILIES: &[&str] = &["qwen3", "qwen2", "llama", "mistral"];
+
+/// Options of `rlx generate` / `rlx-run qwen3`.
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    /// Checkpoint folder: config.json, model.safetensors (or shards with
+    /// model.safetensors.index.json; f32, f16 or bf16) and tokenizer.json.
+    #[arg(long, value_name = "DIR")]
+    pub model: PathBuf,
+    /// The prompt text (tokenized with tokenizer.json, no special tokens added).
+    #[arg(long)]
+    pub prompt: String,
+    /// Tokens to generate at most (stops earlier at config.json's eos_token_id).
+    #[arg(long, default_value_t = 128)]
+    pub max_new_tokens: usize,
+    /// Sampling temperature; 0 is greedy (argmax).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens before sampling (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1: all).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the sampler's random generator.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run dtype: f32, f16 or bf16 (default: the checkpoint's dtype).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// cpu (default), wgpu or cuda.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Keep generating past config.json's eos_token_id (llama.cpp's --ignore-eos).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// CPU worker threads (default: RAYON_NUM_THREADS if set, else one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Write {"prompt_ids", "generated_ids", "text", "prefill_tokens_per_s",
+    /// "decode_tokens_per_s"} to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+fn parse_dtype(s: &str) -> Result<DType> {
+    Ok(match s.trim().to_ascii_lowercase().as_str() {
+        "f32" | "float32" => DType::F32,
+        "f16" | "float16" => DType::F16,
+        "bf16" | "bfloat16" => DType::BF16,
+        o => bail!("--dtype {o}: unknown (known: f32, f16, bf16)"),
+    })
+}
+
+fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
+    crate::init_threads(a.threads)?;
+    let device = crate::compile::parse_device(a.device.as_deref().unwrap_or("cpu"))?;
+    let dtype = a.dtype.as_deref().map(parse_dtype).transpose()?;
+    if !(a.temperature >= 0.0 && a.temperature.is_finite()) {
+        bail!(
+            "--temperature {}: must be finite and >= 0 (0 is greedy)",
+            a.temperature
+        );
+    }
+    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
+        bail!("--top-p {}: must be in (0, 1]", a.top_p);
+    }
+    let cfg = rlx_models::LlmConfig::load(&a.model)?;
+    if let Some(f) = family {
+        let fam_ok = match f {
+            "qwen3" => cfg.family == rlx_models::Family::Qwen3,
+            "qwen2" => cfg.family == rlx_models::Family::Qwen2,
+            _ => cfg.family == rlx_models::Family::Llama,
+        };
+        if !fam_ok {
+            bail!(
+                "{}: config.json's model_type is {:?}, not {f} (`rlx generate` takes the family from config.json)",
+                a.model.join("config.json").display(),
+                cfg.model_type
+            );
+        }
+    }
+    // The cache holds the prompt and the new tokens; the prompt is tokenized first.
+    let ids = rlx_models::tokenize(&a.model, &a.prompt)?;
+    let max_len = (ids.len() + a.max_new_tokens).max(1);
+    let mut g = Generator::open(&a.model, dtype, device, max_len)?;
+    let opts = GenOptions {
+        max_new_tokens: a.max_new_tokens,
+        sampler: Sampler {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+        stop_at_eos: !a.ignore_eos,
+    };
+    // Stream: decode everything so far and print what is new (byte-level BPE pieces can
+    // complete a character only with the next token).
+    let mut so_far: Vec<i64> = vec![];
+    let mut printed = 0usize;
+    let mut out = std::io::stdout();
+    let res = g.generate(&ids, &opts, &mut |g, tok| {
+        so_far.push(tok);
+        if let Ok(t) = g.decode_text(&so_far) {
+            if t.len() > printed && t.is_char_boundary(printed) {
+                let _ = write!(out, "{}", &t[printed..]);
+                let _ = out.flush();
+                printed = t.len();
+            }
+        }
+    });
+    println!();
+    let res = match res {
+        Ok(r) => r,
+        Err(ModelError::Runtime { context, source }) if source.as_nan_abort().is_some() => {
+            eprintln!("rlx: generation stopped at {context} (RLX_DEBUG_NANS=abort)");
+            return Ok(3);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    eprintln!(
+        "rlx: prefill {} tokens at {:.1} tokens/s; decode {} tokens at {:.1} tokens/s ({}, {:?})",
+        res.prompt_ids.len(),
+        res.prefill_tokens_per_s,
+        res.generated_ids.len().saturating_sub(1),
+        res.decode_tokens_per_s,
+        device,
+        g.graphs.dtype
+    );
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({
+            "prompt_ids": res.prompt_ids,
+            "generated_ids": res.generated_ids,
+            "text": res.text,
+            "prefill_tokens_per_s": res.prefill_tokens_per_s,
+            "decode_tokens_per_s": res.decode_tokens_per_s,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()))?;
+    }
+    Ok(0)
+}
+
+/// Entry point of `rlx generate` (`family` = `None`) and `rlx-run <family>` (the family
+/// must match config.json). Exit 0, 1 on an error (one line naming the file and tensor),
+/// 3 when `RLX_DEBUG_NANS=abort` stopped generation.
+pub fn main_generate(a: GenerateArgs, family: Option<&str>) -> i32 {
+    match inner(&a, family) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rlx: error: {e:#}");
+            1
+        }
+    }
+}
