@@ -2360,6 +2360,27 @@ fn launch_cfg(n: u64) -> LaunchConfig {
     }
 }
 
+/// A two-input kernel over broadcast inputs `a`, `b` giving `od` (its metadata pushed to
+/// `metas` unless both inputs have the output's dims).
+fn binary_step(
+    f: CudaFunction,
+    a: &[usize],
+    b: &[usize],
+    od: &[usize],
+    metas: &mut Vec<Vec<i64>>,
+) -> Result<Step, String> {
+    if rlx_ir::broadcast_dims(a, b).as_deref() != Some(od) {
+        return Err(format!("inputs {a:?} and {b:?} do not broadcast to {od:?}"));
+    }
+    let meta = if a == od && b == od {
+        None
+    } else {
+        metas.push(bcast_meta(&[a, b], od));
+        Some(metas.len() - 1)
+    };
+    Ok(Step::Binary { f, meta })
+}
+
 /// The step for a node whose output and inputs are all f32, or `Err(reason)` for the CPU.
 fn plan_node(
     g: &Graph,
@@ -2463,20 +2484,7 @@ fn plan_node(
             if odt != DType::Bool || !node.inputs.iter().all(|&i| same(i)) {
                 return Err(format!("{:?} on CUDA takes {idt} inputs and gives Bool", b));
             }
-            let (a, bd) = (ind(0), ind(1));
-            if rlx_ir::broadcast_dims(&a, &bd).as_deref() != Some(od.as_slice()) {
-                return Err(format!(
-                    "inputs {a:?} and {bd:?} do not broadcast to {od:?}"
-                ));
-            }
-            let f = func(&name)?;
-            let meta = if a == od && bd == od {
-                None
-            } else {
-                metas.push(bcast_meta(&[&a, &bd], &od));
-                Some(metas.len() - 1)
-            };
-            Ok(Step::Binary { f, meta })
+            binary_step(func(&name)?, &ind(0), &ind(1), &od, metas)
         }
         Op::Select => {
             if node.inputs.len() != 3
@@ -2795,20 +2803,7 @@ fn plan_node(
             if node.inputs.len() != 2 {
                 return Err("binary op without two inputs".into());
             }
-            let (a, bd) = (ind(0), ind(1));
-            if rlx_ir::broadcast_dims(&a, &bd).as_deref() != Some(od.as_slice()) {
-                return Err(format!(
-                    "inputs {a:?} and {bd:?} do not broadcast to {od:?}"
-                ));
-            }
-            let f = func(&name)?;
-            let meta = if a == od && bd == od {
-                None
-            } else {
-                metas.push(bcast_meta(&[&a, &bd], &od));
-                Some(metas.len() - 1)
-            };
-            Ok(Step::Binary { f, meta })
+            binary_step(func(&name)?, &ind(0), &ind(1), &od, metas)
         }
         Op::MatMul => {
             all_f32()?;
