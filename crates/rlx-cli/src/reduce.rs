@@ -11,6 +11,8 @@
 //! delta-debug (ddmin) the ancestors, keeping a candidate only when it, run alone, still fails
 //! the same way at a node of the same ONNX name. Everything happens on the `ModelProto`, so
 //! the repro is an `.onnx` file any tool loads.
+//! (One file over 1,000 lines: the pipeline cut → record → shrink → write is read top to
+//! bottom; its ONNX editing helpers are private to it. Split when a second user appears.)
 
 use crate::load::{load, ModelArgs};
 use crate::npy::write_npy;

@@ -32,6 +32,9 @@
 //!
 //! Tolerance: about `2e-3` for f32 forward graphs. CPU reductions accumulate in f64, GPU
 //! ones in f32, so a long reduction legitimately differs by a few ULPs times its length.
+//! (One file over 1,000 lines: the divergence report, its localization by replay and its
+//! tests form one contract (`rlx diverge`, `--html`, the Python binding read it); the tests are
+//! about half of it.)
 
 use crate::backend::Backend;
 use crate::printer::PrinterConfig;

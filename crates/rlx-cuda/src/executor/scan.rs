@@ -1,0 +1,236 @@
+//! The device-side NaN/Inf scan of `RLX_DEBUG_NANS`: a table of the buffers GPU nodes wrote,
+//! one `nan_scan` launch after the run, counts for fused members taken inside their kernels,
+//! and every node's `NonFiniteCounts` for the scanner.
+
+use super::*;
+
+/// The device-side scan of `RLX_DEBUG_NANS` ([`kernels::SCAN_BLOCK`]): one launch per run
+/// over every f32 buffer a GPU node wrote, 48 bytes per buffer read back.
+pub(super) struct ScanPlan {
+    pub(super) f: CudaFunction,
+    /// [address, elements, first block, blocks] per scanned buffer.
+    pub(super) table: CudaSlice<u64>,
+    pub(super) out: CudaSlice<u64>,
+    /// `out`'s preset: zero counts, u64::MAX first indices.
+    pub(super) init: Vec<u64>,
+    pub(super) entries: u64,
+    pub(super) blocks: u32,
+    /// Scan entry of each device buffer (by buffer index).
+    pub(super) entry: Vec<Option<usize>>,
+    /// Count slot (after the table's entries) of each fused member but the groups' last
+    /// nodes, counted inside the fused kernels; `group_slot[g]` is group g's first.
+    pub(super) member_slot: Vec<Option<usize>>,
+    pub(super) group_slot: Vec<usize>,
+}
+
+/// The scan table for buffers of `lens` elements at `addrs`: [address, elements, first
+/// block, blocks] per non-empty buffer, and the total block count. Empty buffers get no
+/// entry (`None` in the returned map).
+pub(super) fn scan_table(addrs: &[u64], lens: &[u64]) -> (Vec<u64>, Vec<Option<usize>>, u64) {
+    let mut tab = vec![];
+    let mut entry = vec![None; lens.len()];
+    let mut next = 0u64;
+    for (k, (&a, &n)) in addrs.iter().zip(lens).enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let nb = n.div_ceil(kernels::SCAN_PER_BLOCK).min(4096);
+        entry[k] = Some(tab.len() / 4);
+        tab.extend_from_slice(&[a, n, next, nb]);
+        next += nb;
+    }
+    (tab, entry, next)
+}
+
+/// Counts from a scan's six words.
+pub(super) fn counts_of(len: usize, w: &[u64]) -> NonFiniteCounts {
+    let first = |x: u64| (x != u64::MAX).then_some(x as usize);
+    NonFiniteCounts {
+        len,
+        nan: w[0] as usize,
+        pos_inf: w[1] as usize,
+        neg_inf: w[2] as usize,
+        first_nan: first(w[3]),
+        first_pos_inf: first(w[4]),
+        first_neg_inf: first(w[5]),
+    }
+}
+
+impl CudaExecutor {
+    /// Plan the device-side scan: a table entry per f32 buffer a GPU node writes, and the
+    /// counts of params already set and of constants (host values that never change).
+    pub(super) fn plan_scan(&mut self) -> Result<ScanPlan, CudaError> {
+        let g = &self.graph;
+        let f = self
+            .gpu
+            .module()
+            .and_then(|m| {
+                m.load_function("nan_scan")
+                    .map_err(|e| format!("kernel nan_scan: {e}"))
+            })
+            .map_err(|e| CudaError::Cuda(format!("the NaN scan kernel did not load: {e}")))?;
+        let mut scanned = vec![false; self.buffers.len()];
+        for node in &g.nodes {
+            let gpu_made = !matches!(
+                self.steps[node.id.index()],
+                Step::Leaf | Step::Cpu(_) | Step::Alias
+            );
+            // A fused member's buffer is not written in a fused run: counted in its kernel.
+            let member = self.fz[node.id.index()] == Fz::Member;
+            if gpu_made && !member && float_word(node.shape.dtype) {
+                if let Some(b) = self.buf[node.id.index()] {
+                    scanned[b] = true;
+                }
+            }
+        }
+        // Element counts of the scanned buffers (0: not scanned).
+        let mut lens = vec![0u64; self.buffers.len()];
+        for node in &g.nodes {
+            if let Some(b) = self.buf[node.id.index()] {
+                if scanned[b] && float_word(node.shape.dtype) {
+                    lens[b] = node.shape.numel() as u64;
+                }
+            }
+        }
+        let (tab, entry, blocks) = scan_table(&self.ptrs, &lens);
+        let entries = (tab.len() / 4) as u64;
+        let blocks = u32::try_from(blocks)
+            .map_err(|_| CudaError::Cuda(format!("the NaN scan needs {blocks} blocks")))?;
+        let table = if tab.is_empty() {
+            self.stream.alloc_zeros::<u64>(4)
+        } else {
+            self.stream.clone_htod(&tab[..])
+        }
+        .map_err(|e| cuda_err("uploading the NaN scan table", e))?;
+        let mut member_slot = vec![None; g.len()];
+        let mut group_slot = Vec::with_capacity(self.groups.len());
+        let mut slots = entries as usize;
+        for fg in &self.groups {
+            group_slot.push(slots);
+            for &m in &fg.members[..fg.members.len() - 1] {
+                member_slot[m.index()] = Some(slots);
+                slots += 1;
+            }
+        }
+        let mut init = Vec::with_capacity(6 * slots);
+        for _ in 0..slots {
+            init.extend_from_slice(&[0, 0, 0, u64::MAX, u64::MAX, u64::MAX]);
+        }
+        let out = self
+            .stream
+            .alloc_zeros::<u64>(init.len().max(6))
+            .map_err(|e| cuda_err("allocating the NaN scan counts", e))?;
+        for node in &g.nodes {
+            let t = match &node.op {
+                Op::Param { .. } => self.params[node.id.index()].as_ref(),
+                Op::Constant(t) => Some(t.as_ref()),
+                _ => None,
+            };
+            if let Some(t) = t {
+                self.leaf_counts[node.id.index()] = Some(scan_data(t.data()));
+            }
+        }
+        Ok(ScanPlan {
+            f,
+            table,
+            out,
+            init,
+            entries,
+            blocks,
+            entry,
+            member_slot,
+            group_slot,
+        })
+    }
+
+    /// Preset the scan's counts (zero counts, no first index) before a scanning run's
+    /// kernels: the fused kernels count their members while the run goes.
+    pub(super) fn preset_scan(&self) -> Result<(), CudaError> {
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        if sp.init.is_empty() {
+            return Ok(());
+        }
+        let outp = sp.out.device_ptr(&self.stream).0;
+        // SAFETY: `out` holds `init.len()` words (at least 6).
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(outp, &sp.init[..], self.stream.cu_stream())
+        }
+        .map_err(|e| cuda_err("presetting the NaN scan counts", e))
+    }
+
+    /// Launch the scan over every GPU-written f32 buffer and read all counts back (waits for
+    /// the stream). Returns six words per scan entry, then per fused member slot.
+    pub(super) fn device_scan(&self) -> Result<Vec<u64>, CudaError> {
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        if sp.init.is_empty() {
+            return Ok(vec![]);
+        }
+        let outp = sp.out.device_ptr(&self.stream).0;
+        if sp.entries > 0 {
+            let tp = sp.table.device_ptr(&self.stream).0;
+            let mut l = self.stream.launch_builder(&sp.f);
+            l.arg(&tp).arg(&sp.entries).arg(&outp);
+            let cfg = LaunchConfig {
+                grid_dim: (sp.blocks, 1, 1),
+                block_dim: (kernels::SCAN_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: signature (const u64*, u64, u64*); every table entry names a live
+            // buffer of at least its element count, `out` holds 6 words per entry.
+            unsafe { l.launch(cfg) }.map_err(|e| cuda_err("launching the NaN scan", e))?;
+        }
+        let words = self
+            .stream
+            .clone_dtoh(&sp.out.slice(0..sp.init.len()))
+            .map_err(|e| cuda_err("reading the NaN scan counts", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_err("synchronizing the NaN scan", e))?;
+        Ok(words)
+    }
+
+    /// Every node's NaN/Inf counts after a scanning run: device values from the scan's
+    /// words, host values (inputs, CPU-fallback nodes) counted here, params and constants
+    /// from their cached counts, integer and Bool values clean.
+    pub(super) fn node_counts(
+        &self,
+        host: &[Option<Cow<'_, Tensor>>],
+        words: &[u64],
+    ) -> Vec<NonFiniteCounts> {
+        let g = &self.graph;
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        let mut out: Vec<NonFiniteCounts> = Vec::with_capacity(g.len());
+        for node in &g.nodes {
+            let k = node.id.index();
+            let len = node.shape.numel();
+            let clean = NonFiniteCounts {
+                len,
+                ..Default::default()
+            };
+            if let Some(slot) = sp.member_slot[k] {
+                out.push(counts_of(len, &words[6 * slot..6 * slot + 6]));
+                continue;
+            }
+            let c = match &self.steps[k] {
+                Step::Leaf => match (&self.leaf_counts[k], &host[k]) {
+                    (Some(c), _) => *c,
+                    (None, Some(t)) => scan_data(t.data()),
+                    (None, None) => clean,
+                },
+                Step::Cpu(_) => host[k].as_ref().map_or(clean, |t| scan_data(t.data())),
+                // Same values as its input.
+                Step::Alias => NonFiniteCounts {
+                    len,
+                    ..out[node.inputs[0].index()]
+                },
+                _ if !float_word(node.shape.dtype) => clean,
+                _ => match self.buf[k].and_then(|b| sp.entry[b]) {
+                    Some(e) => counts_of(len, &words[6 * e..6 * e + 6]),
+                    None => clean,
+                },
+            };
+            out.push(c);
+        }
+        out
+    }
+}
