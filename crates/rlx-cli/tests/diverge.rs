@@ -6,27 +6,9 @@
 //! `RLX_REQUIRE_GPU=1` (CI), where they fail.
 
 mod common;
-use common::{fixture, repo, TmpDir};
+use common::{fixture, gpu, repo, TmpDir};
 use rlx_runtime::{available_devices, Device};
 use std::process::Command;
-
-fn gpu() -> bool {
-    if available_devices().contains(&Device::Wgpu) {
-        return true;
-    }
-    if rlx_ir::env::is_on("RLX_REQUIRE_GPU") {
-        panic!("RLX_REQUIRE_GPU=1 but no wgpu adapter is available (install mesa-vulkan-drivers)");
-    }
-    {
-        use std::io::Write; // past the test harness's capture: the skip shows in CI logs
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipping {}: no wgpu adapter",
-            std::thread::current().name().unwrap_or("?")
-        );
-    }
-    false
-}
 
 fn diverge(args: &[&str], bug: Option<&str>) -> (i32, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));

@@ -9,10 +9,9 @@
 //! adapter unless RLX_REQUIRE_GPU=1.
 
 mod common;
-use common::{fixture, repo, TmpDir};
+use common::{fixture, gpu, repo, TmpDir};
 use prost::Message;
 use rlx_onnx_import::proto::ModelProto;
-use rlx_runtime::{available_devices, Device};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -362,23 +361,6 @@ fn an_import_error_reduces_to_the_node_it_names() {
     // Another text: the model does not fail that way.
     let (code, out, _) = rlx(&["reduce", &s, "--until", "error:Gemm", "-o", &d], &[]);
     assert_eq!(code, 1, "{out}");
-}
-
-fn gpu() -> bool {
-    if available_devices().contains(&Device::Wgpu) {
-        return true;
-    }
-    assert!(
-        !rlx_ir::env::is_on("RLX_REQUIRE_GPU"),
-        "RLX_REQUIRE_GPU=1 but no wgpu adapter is available (install mesa-vulkan-drivers)"
-    );
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipping {}: no wgpu adapter",
-        std::thread::current().name().unwrap_or("?")
-    );
-    false
 }
 
 /// The label in `rlx diverge`'s `first divergence at %N Op "label"` line.

@@ -1,6 +1,8 @@
 //! Shared helpers for the cross-crate tests: load fixtures, run models, compare.
 #![allow(dead_code)]
 
+pub mod chromium;
+
 use rlx_cli::npy::read_npy;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::{Tensor, TensorData};
@@ -155,4 +157,24 @@ impl Drop for TmpDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Whether a wgpu adapter is live (lavapipe in CI). Without one the test is skipped (a line on
+/// stderr), unless `RLX_REQUIRE_GPU=1`, where it fails.
+pub fn gpu() -> bool {
+    if rlx_runtime::available_devices().contains(&rlx_runtime::Device::Wgpu) {
+        return true;
+    }
+    if rlx_ir::env::is_on("RLX_REQUIRE_GPU") {
+        panic!("RLX_REQUIRE_GPU=1 but no wgpu adapter is available (install mesa-vulkan-drivers)");
+    }
+    {
+        use std::io::Write; // past the test harness's capture: the skip shows in CI logs
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping {}: no wgpu adapter",
+            std::thread::current().name().unwrap_or("?")
+        );
+    }
+    false
 }
