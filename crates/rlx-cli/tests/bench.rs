@@ -203,7 +203,7 @@ fn harness_smoke_mode_prints_the_table() {
     if diff == "n/a" {
         // bench.py prints n/a when numpy is missing: the value comparison did not run.
         assert!(
-            rlx_ir::env::get("RLX_REQUIRE_NUMPY").map_or(true, |v| v != "1"),
+            rlx_ir::env::get("RLX_REQUIRE_NUMPY").is_none_or(|v| v != "1"),
             "RLX_REQUIRE_NUMPY=1 but bench.py found no numpy ({}): {row}",
             py.display()
         );

@@ -331,7 +331,7 @@ fn extra_expected_output_is_a_failure() {
     let src = rlx_conformance::workspace_root().join("test_abs");
     if !src.join("model.onnx").is_file() {
         assert!(
-            rlx_ir::env::get("RLX_REQUIRE_FIXTURES").map_or(true, |v| v != "1"),
+            rlx_ir::env::get("RLX_REQUIRE_FIXTURES").is_none_or(|v| v != "1"),
             "RLX_REQUIRE_FIXTURES=1 but {} is missing (run scripts/onnx-node-suite)",
             src.display()
         );

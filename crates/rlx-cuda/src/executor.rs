@@ -119,6 +119,12 @@ enum Step {
         f: CudaFunction,
         meta: usize,
     },
+    /// A convolution on cuDNN (`crate::cudnn`): index into `convs`; then `bias_nchw` when
+    /// there is a bias (`bias` = (kernel, spatial size, M)).
+    CudnnConv {
+        plan: usize,
+        bias: Option<(CudaFunction, u64, u64)>,
+    },
     /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
     Conv {
         f: CudaFunction,
@@ -187,15 +193,62 @@ pub struct CudaExecutor {
     cols_ptr: u64,
     /// `err`'s raw address (0 without gathers).
     err_ptr: u64,
+    /// cuDNN's plans, then its handle (dropped after the plans, before the stream).
+    convs: Vec<crate::cudnn::ConvPlan>,
+    cudnn: Option<crate::cudnn::Handle>,
+    /// The one cuDNN workspace (sized to the largest chosen need) and its raw address.
+    _workspace: Option<CudaSlice<u8>>,
+    workspace_ptr: u64,
+    workspace_bytes: usize,
+    /// How each Conv runs (cuDNN and its algorithm, or the GEMM/direct path and why).
+    notes: Vec<Option<String>>,
+    /// cuDNN's version and file, or why Conv nodes do not use it (dispatch report).
+    cudnn_status: Result<String, String>,
     /// Whether ordinary runs can be one CUDA graph (no CPU step), and the graph's state.
     graphable: bool,
-    cuda_graph: std::sync::Mutex<CudaGraphState>,
+    /// Index 0: ordinary runs; 1: scanning runs (their kernels count NaN/Inf, and the
+    /// `nan_scan` launch is part of the graph).
+    cuda_graph: std::sync::Mutex<[CudaGraphState; 2]>,
     /// Test-only planted bug (`RLX_TEST_PLANTED_BUG=cuda_matmul_drop_last_k`): every MatMul
     /// with K > 1 leaves out its last k, so the divergence tools' tests have a CUDA kernel
     /// bug to find.
     drop_last_k: bool,
     /// NaN/Inf counts of params (at `set_param`) and constants (at the first scanning run).
     leaf_counts: Vec<Option<NonFiniteCounts>>,
+    /// Device-time measurement (see [`CudaExecutor::set_device_timing`]) and the last run's.
+    device_timing: bool,
+    last_device_ms: std::sync::Mutex<Option<f64>>,
+    /// Page-locked host buffers for large input uploads and output read-backs, per device
+    /// buffer, allocated at first use and reused (see [`STAGE_MIN_BYTES`]).
+    staging: std::sync::Mutex<HashMap<usize, Pinned>>,
+}
+
+/// Transfers of at least this many bytes go through a page-locked (pinned) host buffer: the
+/// DMA runs at full bus speed, and the copy between it and the tensor's own memory is made
+/// by all cores (a 311 MB logits read-back straight into fresh pageable memory took most of
+/// a Qwen3 prefill's wall time).
+const STAGE_MIN_BYTES: usize = 4 << 20;
+
+/// A page-locked host allocation (`cuMemHostAlloc`), freed on drop.
+struct Pinned {
+    ptr: *mut u8,
+    bytes: usize,
+}
+// SAFETY: plain host memory owned by the executor, used under its `staging` mutex.
+unsafe impl Send for Pinned {}
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_host` and freed once, here.
+        let _ = unsafe { cudarc::driver::result::free_host(self.ptr as *mut std::ffi::c_void) };
+    }
+}
+
+/// Copy `src` into `dst` (same length) on all cores.
+fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
+    use rayon::prelude::*;
+    dst.par_chunks_mut(1 << 18)
+        .zip(src.par_chunks(1 << 18))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// A node's part in elementwise fusion ([`crate::fuse`]), for runs that use it.
@@ -519,6 +572,23 @@ impl CudaExecutor {
             steps.push(r.unwrap_or_else(Step::Cpu));
         }
 
+        // 1b. Convolutions on cuDNN where it can run them (RLX_CUDNN=0: im2col + cuBLAS or
+        // the direct kernel, as planned above).
+        let (convs, cudnn, notes, cudnn_status, direct_steps) =
+            plan_cudnn(&graph, &mut steps, &gpu, &stream, tf32, &mut module)?;
+        let workspace_bytes = convs.iter().map(|c| c.workspace).max().unwrap_or(0);
+        let workspace = if workspace_bytes > 0 {
+            Some(stream.alloc_zeros::<u8>(workspace_bytes).map_err(|e| {
+                cuda_err(
+                    &format!("allocating the cuDNN workspace ({workspace_bytes} bytes)"),
+                    e,
+                )
+            })?)
+        } else {
+            None
+        };
+        let workspace_ptr = workspace.as_ref().map_or(0, |w| w.device_ptr(&stream).0);
+
         // float16/bfloat16 outputs of computing GPU nodes are rounded to their dtype.
         let mut rounds: Vec<Option<CudaFunction>> = Vec::with_capacity(n);
         for node in &graph.nodes {
@@ -742,13 +812,16 @@ impl CudaExecutor {
             half_mm.push(h);
         }
         let graphable = !steps.iter().any(|s| matches!(s, Step::Cpu(_)));
-        let graph_state = if matches!(
+        let graph_off = matches!(
             rlx_ir::env::parse_switch(rlx_ir::env::get("RLX_CUDA_GRAPH").as_deref()),
             rlx_ir::env::Switch::Off
-        ) {
-            CudaGraphState::Off("RLX_CUDA_GRAPH=0".into())
-        } else {
-            CudaGraphState::Warmup(0)
+        );
+        let graph_state = || {
+            if graph_off {
+                CudaGraphState::Off("RLX_CUDA_GRAPH=0".into())
+            } else {
+                CudaGraphState::Warmup(0)
+            }
         };
         let ncols = steps
             .iter()
@@ -774,12 +847,19 @@ impl CudaExecutor {
             Some(e) => e.device_ptr(&stream).0,
             None => 0,
         };
-        let ex = CudaExecutor {
+        let mut ex = CudaExecutor {
+            convs,
+            cudnn,
+            _workspace: workspace,
+            workspace_ptr,
+            workspace_bytes,
+            notes,
+            cudnn_status,
             _cols: cols,
             cols_ptr,
             err_ptr,
             graphable,
-            cuda_graph: std::sync::Mutex::new(graph_state),
+            cuda_graph: std::sync::Mutex::new([graph_state(), graph_state()]),
             half_mm,
             err,
             scan: None,
@@ -787,6 +867,9 @@ impl CudaExecutor {
             fz,
             groups,
             leaf_counts: vec![None; n],
+            device_timing: false,
+            last_device_ms: std::sync::Mutex::new(None),
+            staging: std::sync::Mutex::new(HashMap::new()),
             rounds,
             drop_last_k: rlx_ir::env::get("RLX_TEST_PLANTED_BUG")
                 .as_deref()
@@ -808,6 +891,25 @@ impl CudaExecutor {
             upload,
             graph,
         };
+        // One trial run of each cuDNN convolution on its (zeroed) buffers: a plan that cuDNN
+        // ranked but cannot run goes back to the step planned before cuDNN, with the reason,
+        // instead of failing every run.
+        for (k, before) in direct_steps {
+            if let Err(e) = ex.trial_conv(k) {
+                let id = NodeId(k as u32);
+                ex.notes[k] = Some(format!(
+                    "{} (cuDNN failed a trial run: {e})",
+                    step_kind(&before)
+                ));
+                ex.steps[k] = before;
+                if rlx_ir::env::is_on("RLX_DISPATCH_REPORT") {
+                    eprintln!(
+                        "rlx-cuda dispatch: {id} Conv \"{}\": cuDNN trial run failed: {e}",
+                        node_label(&ex.graph, id)
+                    );
+                }
+            }
+        }
         // Constants are uploaded once.
         for node in &ex.graph.nodes {
             if let Op::Constant(t) = &node.op {
@@ -866,6 +968,28 @@ impl CudaExecutor {
                 }
             }
         }
+        let on_cudnn = self
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::CudnnConv { .. }))
+            .count();
+        let other = self
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::ConvGemm { .. } | Step::Conv { .. }))
+            .count();
+        if on_cudnn + other > 0 {
+            match &self.cudnn_status {
+                Ok(v) => eprintln!(
+                    "rlx-cuda dispatch: {} convolutions: {on_cudnn} on {v}, {other} on im2col + cuBLAS or the direct kernel; cuDNN workspace {} bytes",
+                    g.name, self.workspace_bytes
+                ),
+                Err(e) => eprintln!(
+                    "rlx-cuda dispatch: {} convolutions: {other} on im2col + cuBLAS or the direct kernel (cuDNN not used: {e})",
+                    g.name
+                ),
+            }
+        }
         if !self.groups.is_empty() {
             let members = self.fz.iter().filter(|f| **f != Fz::No).count();
             eprintln!(
@@ -873,7 +997,7 @@ impl CudaExecutor {
                 self.groups.len()
             );
         }
-        match (&*self.lock_graph(), self.graphable) {
+        match (&self.lock_graph()[0], self.graphable) {
             (CudaGraphState::Off(why), _) => eprintln!("rlx-cuda dispatch: CUDA graph off ({why})"),
             (_, false) => eprintln!(
                 "rlx-cuda dispatch: CUDA graph off (a CPU-fallback node needs the host inside the run)"
@@ -892,14 +1016,75 @@ impl CudaExecutor {
         );
     }
 
-    fn lock_graph(&self) -> std::sync::MutexGuard<'_, CudaGraphState> {
+    fn lock_graph(&self) -> std::sync::MutexGuard<'_, [CudaGraphState; 2]> {
         self.cuda_graph.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run the cuDNN convolution of node `k` once and wait for it (at creation, on the
+    /// zeroed buffers).
+    fn trial_conv(&self, k: usize) -> Result<(), String> {
+        let Step::CudnnConv { plan, .. } = &self.steps[k] else {
+            return Ok(());
+        };
+        let node = self.graph.node(NodeId(k as u32));
+        let h = self.cudnn.as_ref().ok_or("no cuDNN handle")?;
+        let (x, w, o) = (
+            self.ptr(node.inputs[0]),
+            self.ptr(node.inputs[1]),
+            self.ptr(node.id),
+        );
+        // SAFETY: the node's operand and output buffers and the workspace of the largest
+        // chosen need, all owned by `self`.
+        unsafe { self.convs[*plan].forward(h, x, w, o, self.workspace_ptr, self.workspace_bytes) }?;
+        self.stream
+            .synchronize()
+            .map_err(|e| format!("synchronizing: {e}"))
+    }
+
+    /// How a Conv node runs (`"cuDNN IMPLICIT_PRECOMP_GEMM, FMA math, workspace 0 bytes"`,
+    /// or `"im2col + cuBLAS (cuDNN not used: RLX_CUDNN=0)"`, ...); `None` for other nodes.
+    pub fn kernel_note(&self, id: NodeId) -> Option<&str> {
+        self.notes.get(id.index()).and_then(|n| n.as_deref())
+    }
+
+    /// cuDNN as this executor uses it: its version and file, or why Conv nodes do not use
+    /// it (`RLX_CUDNN=0`, the library missing, no convolution on the GPU).
+    pub fn cudnn_status(&self) -> Result<&str, &str> {
+        self.cudnn_status.as_deref().map_err(|e| e.as_str())
+    }
+
+    /// Measure each run's device time: CUDA events on the stream just before the run's
+    /// first kernel (after the inputs' uploads when the run replays a CUDA graph) and after
+    /// its last (the NaN scan included), so the host-to-device and device-to-host copies are
+    /// left out, as PyTorch's CUDA-event timings of a model whose inputs and outputs stay on
+    /// the GPU leave them out. Read with [`CudaExecutor::last_device_ms`].
+    pub fn set_device_timing(&mut self, on: bool) {
+        self.device_timing = on;
+        *self
+            .last_device_ms
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The last run's device time in milliseconds (with [`CudaExecutor::set_device_timing`]
+    /// on; `None` before such a run).
+    pub fn last_device_ms(&self) -> Option<f64> {
+        *self
+            .last_device_ms
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether scanning runs (`RLX_DEBUG_NANS`) replay their own captured CUDA graph now
+    /// (after their second run; never with a CPU-fallback node or `RLX_CUDA_GRAPH=0`).
+    pub fn scan_uses_cuda_graph(&self) -> bool {
+        matches!(&self.lock_graph()[1], CudaGraphState::Ready(_))
     }
 
     /// Whether ordinary runs replay a captured CUDA graph now (after their second run; never
     /// with a CPU-fallback node or `RLX_CUDA_GRAPH=0`).
     pub fn uses_cuda_graph(&self) -> bool {
-        matches!(&*self.lock_graph(), CudaGraphState::Ready(_))
+        matches!(&self.lock_graph()[0], CudaGraphState::Ready(_))
     }
 
     /// How many fused elementwise kernels ordinary runs launch (0 with `RLX_CUDA_FUSE=0`).
@@ -985,12 +1170,59 @@ impl CudaExecutor {
         if words > self.buffers[b].len() {
             return Err(kernel_err(g, id, "value larger than its device buffer"));
         }
+        // Large graph inputs (uploaded every run) go through a pinned buffer. It is rewritten
+        // only at the next run's upload, after this run's final synchronization.
+        if src.len() >= STAGE_MIN_BYTES && matches!(g.node(id).op, Op::Input { .. }) {
+            let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+            let p = self
+                .stage(&mut st, b, src.len())
+                .map_err(|e| kernel_err(g, id, e))?;
+            // SAFETY: `p` holds at least `src.len()` bytes (allocated for this buffer's size).
+            let pin = unsafe { std::slice::from_raw_parts_mut(p, src.len()) };
+            par_copy(pin, src);
+            // SAFETY: as below; the pinned source stays allocated (owned by `staging`).
+            return unsafe {
+                cudarc::driver::result::memcpy_htod_async(
+                    self.ptrs[b],
+                    &*pin,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(|e| kernel_err(g, id, format!("upload: {e}")));
+        }
         // SAFETY: the destination buffer holds at least `words` 32-bit words (checked above)
         // and lives as long as the executor; the stream is this executor's.
         unsafe {
             cudarc::driver::result::memcpy_htod_async(self.ptrs[b], src, self.stream.cu_stream())
         }
         .map_err(|e| kernel_err(g, id, format!("upload: {e}")))
+    }
+
+    /// The pinned staging buffer of device buffer `b` (allocated at first use with the
+    /// device buffer's size, which bounds every transfer through it); `bytes` is checked
+    /// against it.
+    fn stage(
+        &self,
+        st: &mut HashMap<usize, Pinned>,
+        b: usize,
+        bytes: usize,
+    ) -> Result<*mut u8, String> {
+        let cap = self.buffers[b].len() * 4;
+        if bytes > cap {
+            return Err(format!(
+                "{bytes} bytes do not fit the {cap}-byte device buffer"
+            ));
+        }
+        if let Some(p) = st.get(&b) {
+            debug_assert!(bytes <= p.bytes);
+            return Ok(p.ptr);
+        }
+        // SAFETY: a plain allocation of `cap` bytes; freed by `Pinned`'s drop.
+        let ptr = unsafe { cudarc::driver::result::malloc_host(cap, 0) }
+            .map_err(|e| format!("allocating {cap} bytes of pinned host memory: {e}"))?
+            as *mut u8;
+        st.insert(b, Pinned { ptr, bytes: cap });
+        Ok(ptr)
     }
 
     fn check_inputs<I: Borrow<Tensor>>(&self, inputs: &[I]) -> Result<(), CudaError> {
@@ -1142,12 +1374,14 @@ impl CudaExecutor {
             self.times.as_ref().map(|_| Vec::new());
         // CUDA graph: an ordinary run of a graph with no CPU step is captured once (at its
         // second such run: the first one warms cuBLAS up) and replayed after; inputs are
-        // uploaded before the replay, outputs read after it.
+        // uploaded before the replay, outputs read after it. Scanning runs have their own
+        // graph (slot 1: the counting kernels and the NaN scan; the counts are preset before
+        // the replay and read after it).
+        let slot = scan as usize;
         let graph_mode = fuse
-            && !scan
             && events.is_none()
             && self.graphable
-            && !matches!(&*self.lock_graph(), CudaGraphState::Off(_));
+            && !matches!(&self.lock_graph()[slot], CudaGraphState::Off(_));
         if graph_mode {
             for (k, step) in self.steps.iter().enumerate() {
                 if !matches!(step, Step::Leaf) {
@@ -1177,7 +1411,7 @@ impl CudaExecutor {
         }
         let (replay, capture) = if graph_mode {
             let st = self.lock_graph();
-            match &*st {
+            match &st[slot] {
                 CudaGraphState::Ready(_) => (true, false),
                 CudaGraphState::Warmup(r) => (false, *r >= 1),
                 CudaGraphState::Off(_) => (false, false),
@@ -1429,6 +1663,41 @@ impl CudaExecutor {
                                 .map_err(|e| kernel_err(g, id, format!("launch (bias): {e}")))?;
                         }
                     }
+                    Step::CudnnConv { plan, bias } => {
+                        let (x, w, o) = (
+                            self.ptr(node.inputs[0]),
+                            self.ptr(node.inputs[1]),
+                            self.ptr(id),
+                        );
+                        let h = self
+                            .cudnn
+                            .as_ref()
+                            .ok_or_else(|| kernel_err(g, id, "no cuDNN handle".to_string()))?;
+                        // SAFETY: x, w, o are this executor's buffers of the node's operand and
+                        // output sizes (the plan's descriptors were made from those dims); the
+                        // workspace holds the largest chosen need; all live as long as `self`.
+                        unsafe {
+                            self.convs[*plan].forward(
+                                h,
+                                x,
+                                w,
+                                o,
+                                self.workspace_ptr,
+                                self.workspace_bytes,
+                            )
+                        }
+                        .map_err(|e| kernel_err(g, id, format!("cuDNN: {e}")))?;
+                        if let Some((f, hw, m)) = bias {
+                            let b = self.ptr(node.inputs[2]);
+                            let nel = node.shape.numel() as u64;
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&o).arg(&b).arg(&nel).arg(hw).arg(m);
+                            // SAFETY: signature (float*, const float*, u64, u64, u64); the bias
+                            // holds m values, the output nel.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch (bias): {e}")))?;
+                        }
+                    }
                     Step::Pool { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
@@ -1543,16 +1812,26 @@ impl CudaExecutor {
             }
             Ok(())
         };
-        let launched = if replay { Ok(()) } else { launch_all() };
+        let dev_start = if self.device_timing {
+            Some(timed(&self.stream)?)
+        } else {
+            None
+        };
+        // The NaN scan runs after the last kernel (inside the graph when there is one).
+        let launched = if replay {
+            Ok(())
+        } else {
+            launch_all().and_then(|()| if scan { self.launch_scan() } else { Ok(()) })
+        };
         if capture {
             let graph = self
                 .stream
                 .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
             let mut st = self.lock_graph();
             match (launched, graph) {
-                (Ok(()), Ok(Some(gr))) => *st = CudaGraphState::Ready(SendGraph(gr)),
+                (Ok(()), Ok(Some(gr))) => st[slot] = CudaGraphState::Ready(SendGraph(gr)),
                 (Err(e), _) => {
-                    *st = CudaGraphState::Off(format!("capture failed: {e}"));
+                    st[slot] = CudaGraphState::Off(format!("capture failed: {e}"));
                     return Err(e);
                 }
                 (Ok(()), other) => {
@@ -1566,7 +1845,7 @@ impl CudaExecutor {
                             self.graph.name
                         );
                     }
-                    *st = CudaGraphState::Off(why);
+                    st[slot] = CudaGraphState::Off(why);
                     drop(st);
                     // Nothing ran (the kernels were only recorded): run again without a graph.
                     return self.execute(inputs, all, scan, None);
@@ -1576,29 +1855,29 @@ impl CudaExecutor {
             launched?;
             if graph_mode && !replay {
                 let mut st = self.lock_graph();
-                if let CudaGraphState::Warmup(r) = &mut *st {
+                if let CudaGraphState::Warmup(r) = &mut st[slot] {
                     *r += 1;
                 }
             }
         }
         if graph_mode {
-            if let CudaGraphState::Ready(gr) = &*self.lock_graph() {
+            if let CudaGraphState::Ready(gr) = &self.lock_graph()[slot] {
                 if replay || capture {
                     gr.0.launch()
                         .map_err(|e| cuda_err("launching the CUDA graph", e))?;
                 }
             }
         }
+        let dev_end = match &dev_start {
+            Some(_) => Some(timed(&self.stream)?),
+            None => None,
+        };
         let end = match &events {
             Some(_) => Some(timed(&self.stream)?),
             None => None,
         };
-        // The scan runs after the last kernel, before the read-backs wait for the stream.
-        let scan_words = if scan {
-            Some(self.device_scan()?)
-        } else {
-            None
-        };
+        // The scan's counts (its kernel ran last, above), before the read-backs.
+        let scan_words = if scan { Some(self.read_scan()?) } else { None };
         // Read back what was asked for.
         let want: Vec<NodeId> = if all {
             (0..n as u32).map(NodeId).collect()
@@ -1658,6 +1937,15 @@ impl CudaExecutor {
                 };
                 return Err(kernel_err(g, id, msg));
             }
+        }
+        if let (Some(a), Some(b)) = (&dev_start, &dev_end) {
+            let ms = a
+                .elapsed_ms(b)
+                .map_err(|e| cuda_err("reading the device-time events", e))?;
+            *self
+                .last_device_ms
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(ms as f64);
         }
         let counts = scan_words.map(|w| self.node_counts(&host, &w));
         let times = match (events, end) {
@@ -1873,6 +2161,32 @@ impl CudaExecutor {
             let words = nel * dev_words(shape.dtype).unwrap_or(1);
             let v: Vec<f32> = if nel == 0 {
                 vec![]
+            } else if words * 4 >= STAGE_MIN_BYTES {
+                // Through the pinned buffer (full-speed DMA), then copied on all cores.
+                let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+                let p = self
+                    .stage(&mut st, b, words * 4)
+                    .map_err(|e| kernel_err(g, id, e))?;
+                // SAFETY: `p` holds at least `words` f32 (checked by `stage`), page-locked.
+                let pin = unsafe { std::slice::from_raw_parts_mut(p as *mut f32, words) };
+                // SAFETY: the device buffer holds `words` words; the copy is waited for below
+                // before `pin` is read.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtoh_async(
+                        &mut *pin,
+                        self.ptrs[b],
+                        self.stream.cu_stream(),
+                    )
+                }
+                .map_err(|e| kernel_err(g, id, format!("read back: {e}")))?;
+                self.stream
+                    .synchronize()
+                    .map_err(|e| cuda_err("synchronizing a read back", e))?;
+                // Zeroed by the allocator (fresh pages, not a pass over them); the pages are
+                // first touched by the parallel copy.
+                let mut v = vec![0f32; words];
+                par_copy(&mut v, pin);
+                v
             } else {
                 self.stream
                     .clone_dtoh(&self.buffers[b].slice(0..words))
@@ -1926,6 +2240,117 @@ fn launch_cfg(n: u64) -> LaunchConfig {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// What a planned Conv step is, in words (dispatch notes).
+fn step_kind(s: &Step) -> &'static str {
+    match s {
+        Step::CudnnConv { .. } => "cuDNN",
+        Step::ConvGemm { im2col: None, .. } => "cuBLAS GEMM (pointwise)",
+        Step::ConvGemm { .. } => "im2col + cuBLAS",
+        Step::Conv { .. } => "direct conv_f32",
+        _ => "other",
+    }
+}
+
+/// cuDNN plans, its handle, per-node notes, cuDNN's status, and the steps they replaced.
+type CudnnPlanning = (
+    Vec<crate::cudnn::ConvPlan>,
+    Option<crate::cudnn::Handle>,
+    Vec<Option<String>>,
+    Result<String, String>,
+    Vec<(usize, Step)>,
+);
+
+/// Move every Conv step (im2col GEMM or direct) that cuDNN can run onto cuDNN; each Conv's
+/// note says where it runs and, when not on cuDNN, why. The replaced steps are returned so
+/// that a plan failing its trial run goes back to them.
+fn plan_cudnn(
+    graph: &Graph,
+    steps: &mut [Step],
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    tf32: bool,
+    module: &mut dyn FnMut() -> Result<Arc<CudaModule>, String>,
+) -> Result<CudnnPlanning, CudaError> {
+    use crate::cudnn;
+    let n = graph.len();
+    let mut notes: Vec<Option<String>> = vec![None; n];
+    let is_conv = |s: &Step| matches!(s, Step::Conv { .. } | Step::ConvGemm { .. });
+    let status = if !steps.iter().any(is_conv) {
+        Err("no convolution on the GPU".to_string())
+    } else if matches!(
+        rlx_ir::env::parse_switch(rlx_ir::env::get("RLX_CUDNN").as_deref()),
+        rlx_ir::env::Switch::Off
+    ) {
+        Err("RLX_CUDNN=0".to_string())
+    } else {
+        gpu.cudnn()
+    };
+    let mut handle: Option<Result<cudnn::Handle, String>> = None;
+    let mut convs = vec![];
+    let mut replaced = vec![];
+    for node in &graph.nodes {
+        let k = node.id.index();
+        if !is_conv(&steps[k]) {
+            continue;
+        }
+        let Op::Conv(a) = &node.op else { continue };
+        let r: Result<Step, String> = (|| {
+            let lib = status
+                .as_ref()
+                .map_err(|e| format!("cuDNN not used: {e}"))?;
+            let dims = |i: NodeId| graph.node(i).shape.dims_usize();
+            let geom = cudnn::conv_geometry(
+                &dims(node.inputs[0]),
+                &dims(node.inputs[1]),
+                &node.shape.dims_usize(),
+                a,
+            )?;
+            let h = handle
+                .get_or_insert_with(|| cudnn::Handle::new(stream))
+                .as_ref()
+                .map_err(|e| format!("{lib}: {e}"))?;
+            let plan = cudnn::ConvPlan::new(h, &geom, tf32)?;
+            let bias = if node.inputs.len() == 3 {
+                let m = geom.y[1] as u64;
+                let inner: u64 = geom.y[2..].iter().map(|&d| d as u64).product();
+                let f = module()
+                    .and_then(|md| {
+                        md.load_function("bias_nchw")
+                            .map_err(|e| format!("kernel bias_nchw: {e}"))
+                    })
+                    .map_err(|e| format!("bias kernel: {e}"))?;
+                Some((f, inner, m))
+            } else {
+                None
+            };
+            notes[k] = Some(format!(
+                "cuDNN {}, {} math, workspace {} bytes",
+                cudnn::algo_name(plan.algo),
+                if plan.tensor_op {
+                    "TF32 tensor-op"
+                } else {
+                    "FMA"
+                },
+                plan.workspace
+            ));
+            convs.push(plan);
+            Ok(Step::CudnnConv {
+                plan: convs.len() - 1,
+                bias,
+            })
+        })();
+        match r {
+            Ok(st) => replaced.push((k, std::mem::replace(&mut steps[k], st))),
+            Err(why) => notes[k] = Some(format!("{} ({why})", step_kind(&steps[k]))),
+        }
+    }
+    let handle = match handle {
+        Some(Ok(h)) => Some(h),
+        _ => None,
+    };
+    Ok((convs, handle, notes, status, replaced))
 }
 
 #[cfg(test)]

@@ -134,29 +134,28 @@ fn variant(
     } else {
         &[]
     };
-    for j in 0..counted.len() {
-        s += &format!("  RlxCnt c{j}; rlx_cnt_init(c{j});\n");
-    }
     for e in 0..ne {
         s += &format!("  const float* __restrict__ x{e} = (const float*)meta[{e}];\n");
     }
     s += &format!("  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n");
-    s += "  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {\n";
+    let lp = "  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {\n";
+    // The loop body: broadcast indices, the external loads, then one value per member.
+    let mut body = String::new();
     let bcast: Vec<usize> = (0..ne).filter(|&e| !full[e]).collect();
     if !bcast.is_empty() {
-        s += "    unsigned rem = (unsigned)i;\n";
+        body += "    unsigned rem = (unsigned)i;\n";
         for &e in &bcast {
-            s += &format!("    unsigned j{e} = 0u;\n");
+            body += &format!("    unsigned j{e} = 0u;\n");
         }
-        s += "    for (int d = r - 1; d >= 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned c = rem % dim; rem /= dim;\n";
+        body += "    for (int d = r - 1; d >= 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned c = rem % dim; rem /= dim;\n";
         for &e in &bcast {
-            s += &format!("      j{e} += c * (unsigned)bm[1 + r * {} + d];\n", e + 1);
+            body += &format!("      j{e} += c * (unsigned)bm[1 + r * {} + d];\n", e + 1);
         }
-        s += "    }\n";
+        body += "    }\n";
     }
     for (e, &f) in full.iter().enumerate().take(ne) {
         let at = if f { "i".to_string() } else { format!("j{e}") };
-        s += &format!("    float v{e} = x{e}[{at}];\n");
+        body += &format!("    float v{e} = x{e}[{at}];\n");
     }
     let var = |id: NodeId| -> String {
         match ext.iter().position(|&x| x == id) {
@@ -190,14 +189,42 @@ fn variant(
             }
         };
         let pos = members.iter().position(|&x| x == m).expect("a member");
-        s += &format!("    float t{pos} = {expr};\n");
-        if let Some(j) = counted.iter().position(|&c| c == m) {
-            s += &format!("    rlx_scan1(__float_as_uint(t{pos}), i, c{j});\n");
-        }
+        body += &format!("    float t{pos} = {expr};\n");
+    }
+    let pos = |m: &NodeId| members.iter().position(|x| x == m).expect("a member");
+    // Scanning: the fast loop keeps one flag (some inner value of this thread's elements is
+    // NaN or ±inf); only a warp with a flagged lane counts, by recomputing its elements
+    // (the same operations, so the same values) with the per-kind counters. Counters for every
+    // member in the main loop would cost registers (occupancy) on every clean run.
+    if !counted.is_empty() {
+        s += "  bool bad = false;\n";
+    }
+    s += lp;
+    s += &body;
+    if !counted.is_empty() {
+        let flags: Vec<String> = counted
+            .iter()
+            .map(|m| format!("rlx_nf(t{})", pos(m)))
+            .collect();
+        s += &format!("    bad |= {};\n", flags.join(" | "));
     }
     s += &format!("    o[i] = t{};\n  }}\n", members.len() - 1);
-    for j in 0..counted.len() {
-        s += &format!("  rlx_flush(c{j}, cnt + {});\n", 6 * j);
+    if !counted.is_empty() {
+        s += "  if (__any_sync(0xffffffffu, bad)) {\n";
+        for j in 0..counted.len() {
+            s += &format!("  RlxCnt c{j}; rlx_cnt_init(c{j});\n");
+        }
+        s += "  if (bad) {\n";
+        s += lp;
+        s += &body;
+        for (j, m) in counted.iter().enumerate() {
+            s += &format!("    rlx_scan1(__float_as_uint(t{}), i, c{j});\n", pos(m));
+        }
+        s += "  }\n  }\n";
+        for j in 0..counted.len() {
+            s += &format!("  rlx_flush(c{j}, cnt + {});\n", 6 * j);
+        }
+        s += "  }\n";
     }
     s += "}\n";
     Ok(s)
@@ -239,6 +266,27 @@ mod tests {
         );
         assert!(src.contains("void fz_1(") && !src.contains("fz_2"), "{src}");
         assert!(!src.contains("FZ_NAME"), "{src}");
+        // The plain kernel keeps no flag; the scanning one flags the inner value (Exp) in its
+        // loop and counts it only in a warp that saw a non-finite value.
+        let plain = &src[src.find("void fz_0(").unwrap()..src.find("void fz_0_scan(").unwrap()];
+        assert!(
+            !plain.contains("bad") && !plain.contains("RlxCnt"),
+            "{plain}"
+        );
+        let scan = &src[src.find("void fz_0_scan(").unwrap()..];
+        let scan = &scan[..scan.find("void fz_1").unwrap_or(scan.len())];
+        eprintln!("{scan}");
+        assert!(scan.contains("bad |= rlx_nf(t0);"), "{scan}");
+        let fast_loop = scan.find("bad |=").unwrap();
+        assert!(scan.find("RlxCnt c0").unwrap() > fast_loop, "{scan}");
+        assert!(
+            scan.contains("rlx_scan1(__float_as_uint(t0), i, c0)"),
+            "{scan}"
+        );
+        assert!(
+            !scan.contains("__float_as_uint(t1)"),
+            "the sink is scanned by nan_scan: {scan}"
+        );
     }
 
     #[test]

@@ -228,6 +228,8 @@ __device__ __forceinline__ void rlx_scan1(unsigned u, u64 i, RlxCnt& c) {
     else { c.n1 += 1ull; if (i < c.f1) c.f1 = i; }
   }
 }
+// Whether a value is NaN or ±inf (all-ones exponent).
+__device__ __forceinline__ bool rlx_nf(float t) { return (__float_as_uint(t) & 0x7f800000u) == 0x7f800000u; }
 __device__ __forceinline__ bool rlx_cnt_any(const RlxCnt& c) { return (c.n0 | c.n1 | c.n2) != 0ull; }
 // Add a warp's counts into out[0..6] = [nan, +inf, -inf, first nan, first +inf, first -inf].
 // Every lane of the warp calls it (after the kernel's loop); the lanes' counts are combined
@@ -544,6 +546,7 @@ extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __rest
     const float* xp = x + plane * (u64)H * W;
     float acc = kind == 0 ? __int_as_float(0xff800000) : 0.0f;
     bool nan = false;
+    float nanv = 0.0f;
     int valid = 0, counted = 0;
     for (int ky = 0; ky < kh; ++ky) {
       int iy = oy * sh - ph + ky * dh;
@@ -554,12 +557,13 @@ extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __rest
         if (!yin || ix < 0 || ix >= W) continue;
         float v = xp[(u64)iy * W + ix];
         valid++;
-        if (kind == 0) { if (rlx_isnan(v)) nan = true; else if (v > acc) acc = v; }
+        // Max: the first NaN tap wins with its payload (as rlx-cpu's 2-D pool).
+        if (kind == 0) { if (rlx_isnan(v)) { if (!nan) { nan = true; nanv = v; } } else if (v > acc) acc = v; }
         else acc = __fadd_rn(acc, v);
       }
     }
     float r;
-    if (kind == 0) r = nan ? RLX_NAN : acc;
+    if (kind == 0) r = nan ? nanv : acc;
     else {
       int cnt = cip ? counted : valid;
       if (isfinite(acc)) r = __fdiv_rn(acc, (float)cnt);

@@ -1,5 +1,6 @@
 //! RLX CUDA backend: runs a compiled [`rlx_ir::Graph`] on an NVIDIA GPU through the CUDA
-//! driver API, with cuBLAS for MatMul and NVRTC-compiled kernels for elementwise math.
+//! driver API, with cuBLAS for MatMul, cuDNN (when present) for Conv and NVRTC-compiled
+//! kernels for elementwise math, reductions, pooling and the rest.
 //!
 //! * [`probe`]: is there a CUDA driver, NVRTC, cuBLAS and a device? (cached; never panics;
 //!   the error names the library file that is missing)
@@ -7,7 +8,8 @@
 //!   `run`, `run_all`, `placements`; `RLX_DISPATCH_REPORT=1` prints the placements).
 //!
 //! Nothing CUDA is needed to build: `cudarc` loads `libcuda.so.1`, `libnvrtc.so.13` and
-//! `libcublas.so.13` at run time. [`probe`] first looks for each file itself (in
+//! `libcublas.so.13` at run time, and `libcudnn.so.9` (optional: Conv on cuDNN, see
+//! [`cudnn_info`]) when a graph has a convolution. [`probe`] first looks for each file itself (in
 //! `LD_LIBRARY_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`, `/usr/local/nvidia/lib64`,
 //! the system library directories) and loads it by path, so that cudarc's own loading by
 //! name finds the already-loaded library and never panics on a missing one.
@@ -23,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaModule};
 
+mod cudnn;
 mod executor;
 mod fuse;
 mod kernels;
@@ -121,6 +124,8 @@ fn key_symbol(name: &str) -> Option<&'static [u8]> {
         Some(b"nvrtcVersion\0")
     } else if name.starts_with("libcublas.") {
         Some(b"cublasCreate_v2\0")
+    } else if name.starts_with("libcudnn.") {
+        Some(b"cudnnCreate\0")
     } else {
         None
     }
@@ -202,12 +207,82 @@ fn load_libraries() -> Result<Vec<String>, String> {
     Ok(found)
 }
 
+/// The cuDNN library file (cuDNN 9; optional: without it Conv runs on the direct kernel).
+pub const CUDNN_LIB: &str = "libcudnn.so.9";
+
+/// Every cuDNN entry point the backend calls. cudarc resolves each lazily and panics on a
+/// missing one, so all of them are checked present when the library is loaded.
+const CUDNN_SYMBOLS: &[&str] = &[
+    "cudnnGetVersion",
+    "cudnnGetErrorString",
+    "cudnnCreate",
+    "cudnnDestroy",
+    "cudnnSetStream",
+    "cudnnCreateTensorDescriptor",
+    "cudnnSetTensorNdDescriptor",
+    "cudnnDestroyTensorDescriptor",
+    "cudnnCreateFilterDescriptor",
+    "cudnnSetFilterNdDescriptor",
+    "cudnnDestroyFilterDescriptor",
+    "cudnnCreateConvolutionDescriptor",
+    "cudnnSetConvolutionNdDescriptor",
+    "cudnnSetConvolutionMathType",
+    "cudnnSetConvolutionGroupCount",
+    "cudnnDestroyConvolutionDescriptor",
+    "cudnnGetConvolutionNdForwardOutputDim",
+    "cudnnGetConvolutionForwardAlgorithm_v7",
+    "cudnnGetConvolutionForwardWorkspaceSize",
+    "cudnnConvolutionForward",
+];
+
+/// Load cuDNN 9 (by path, from the same directories as the other libraries), check that
+/// it exports every entry point the backend calls and that cudarc's own by-name loading
+/// sees a 9.x library. `Err` says why not (the file missing, with the directories searched;
+/// a missing symbol; another major version). Never panics.
+fn load_cudnn() -> Result<String, String> {
+    let dirs = search_dirs();
+    let path = load_library(CUDNN_LIB, &dirs)?;
+    let file = path
+        .strip_suffix(" (dynamic loader's default paths)")
+        .unwrap_or(&path)
+        .to_string();
+    // SAFETY: the library is already loaded (above); this only takes another reference to
+    // it to look the symbols up, none is called.
+    let lib = unsafe { libloading::Library::new(&file) }
+        .map_err(|e| format!("{CUDNN_LIB}: reopening {file}: {e}"))?;
+    for sym in CUDNN_SYMBOLS {
+        let mut z = sym.as_bytes().to_vec();
+        z.push(0);
+        // SAFETY: presence check only; the symbol is not called.
+        if unsafe { lib.get::<*const ()>(&z) }.is_err() {
+            return Err(format!("{file} does not export {sym}"));
+        }
+    }
+    std::mem::forget(lib);
+    let v = std::panic::catch_unwind(cudarc::cudnn::result::get_version)
+        .map_err(|p| format!("cudnnGetVersion panicked: {}", panic_msg(p)))?;
+    // cuDNN 9 numbers its versions major*10000 + minor*100 + patch.
+    if !(90000..100000).contains(&v) {
+        return Err(format!(
+            "{file} loaded, but the cuDNN that cudarc resolves by name reports version {v}, not 9.x"
+        ));
+    }
+    Ok(format!(
+        "cuDNN {}.{}.{} ({path})",
+        v / 10000,
+        v / 100 % 100,
+        v % 100
+    ))
+}
+
 /// The process-wide CUDA state: the primary context of device 0 and the kernel module
 /// (compiled once by NVRTC, on first use).
 pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub info: CudaInfo,
     pub module: Mutex<Option<Result<Arc<CudaModule>, String>>>,
+    /// cuDNN, loaded on first use: its version and file, or why it is not used.
+    pub cudnn: OnceLock<Result<String, String>>,
 }
 
 fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {
@@ -246,6 +321,7 @@ fn init() -> Result<Arc<Gpu>, String> {
             ctx,
             info,
             module: Mutex::new(None),
+            cudnn: OnceLock::new(),
         }))
     }));
     match r {
@@ -272,7 +348,25 @@ pub fn probe() -> Result<CudaInfo, String> {
         .clone()
 }
 
+/// cuDNN as the CUDA backend would use it: `Ok("cuDNN 9.14.0 (/usr/lib/.../libcudnn.so.9)")`,
+/// or why Conv runs on the direct kernel instead (no device, the library file missing with
+/// the directories searched, a missing entry point, another major version). Loaded once per
+/// process and cached; never panics. `RLX_CUDNN=0` turns cuDNN off per executor, not here.
+pub fn cudnn_info() -> Result<String, String> {
+    gpu()?.cudnn()
+}
+
 impl Gpu {
+    /// cuDNN, loaded on first use (cached, errors too).
+    pub(crate) fn cudnn(&self) -> Result<String, String> {
+        self.cudnn
+            .get_or_init(|| {
+                std::panic::catch_unwind(load_cudnn)
+                    .unwrap_or_else(|p| Err(format!("loading cuDNN panicked: {}", panic_msg(p))))
+            })
+            .clone()
+    }
+
     /// The elementwise kernel module, compiled by NVRTC on first use (cached, errors too).
     pub(crate) fn module(&self) -> Result<Arc<CudaModule>, String> {
         let mut m = self.module.lock().unwrap_or_else(|e| e.into_inner());
@@ -292,4 +386,26 @@ impl Gpu {
 #[doc(hidden)]
 pub fn kernel_source() -> String {
     kernels::source()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Without cuDNN the error names the file and the directories searched; with it (the
+    /// device machine) the version is 9.x and cudarc's by-name lookup found the same library.
+    #[test]
+    fn cudnn_loads_or_says_why() {
+        match super::load_cudnn() {
+            Ok(v) => {
+                eprintln!("{v}");
+                assert!(v.starts_with("cuDNN 9."), "{v}");
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                assert!(e.contains(super::CUDNN_LIB), "{e}");
+                if e.contains("not found") {
+                    assert!(e.contains("searched"), "{e}");
+                }
+            }
+        }
+    }
 }

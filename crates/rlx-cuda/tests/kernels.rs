@@ -779,6 +779,76 @@ fn cuda_graph_replay_matches_ordinary_runs() {
     );
 }
 
+/// Scanning runs replay their own CUDA graph from the second on: the counts of every node
+/// (NaN from Log of the negative inputs, +inf from Exp overflow, inside fused groups and
+/// not) match a graph-less executor's and the input's own count, run after run, with the
+/// bad values at different places each run (a stale replay would repeat the old counts).
+#[test]
+fn scanning_runs_replay_a_cuda_graph_with_fresh_counts() {
+    if !cuda_available() {
+        return;
+    }
+    let mut g = Graph::new("scan_replay");
+    let x = g.input("x", f32s_shape(&[64, 33]));
+    let w = g.param("w", f32s_shape(&[33, 33]));
+    let l = g.unary(UnaryOp::Log, x, f32s_shape(&[64, 33]));
+    let e = g.unary(UnaryOp::Exp, x, f32s_shape(&[64, 33]));
+    let t = g.activation(Activation::Tanh, l, f32s_shape(&[64, 33]));
+    let s = g.add(t, e, f32s_shape(&[64, 33]));
+    let m = g.matmul(s, w, f32s_shape(&[64, 33]));
+    g.set_outputs(vec![m]);
+    let wv = rand_tensor(&[33, 33], 5);
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    ex.set_param("w", wv.clone()).unwrap();
+    std::env::set_var("RLX_CUDA_GRAPH", "0");
+    let mut plain = CudaExecutor::new(g.clone()).unwrap();
+    std::env::remove_var("RLX_CUDA_GRAPH");
+    plain.set_param("w", wv).unwrap();
+    for r in 0..6usize {
+        let mut v = f32s(&rand_tensor(&[64, 33], 40 + r as u64));
+        for x in v.iter_mut() {
+            *x = x.abs() + 0.5;
+        }
+        // r + 1 negatives (Log gives NaN) and r overflowing values (Exp gives +inf).
+        let negs: Vec<usize> = (0..=r).map(|k| (k * 97 + r * 13) % v.len()).collect();
+        for &i in &negs {
+            v[i] = -1.0;
+        }
+        let n = v.len();
+        for k in 0..r {
+            v[(k * 31 + 7 + r) % n] = 200.0;
+        }
+        let expect_nan = v.iter().filter(|&&x| x < 0.0).count();
+        let expect_inf = v.iter().filter(|&&x| x > 100.0).count();
+        let ins = [Tensor::from_f32(&[64, 33], v).unwrap()];
+        let mut a = DebugScanner::new(DebugMode::Warn, "cuda");
+        a.set_print(false);
+        let mut b = DebugScanner::new(DebugMode::Warn, "cuda");
+        b.set_print(false);
+        let got = ex.run(&ins, Some(&mut a)).unwrap();
+        let want = plain.run(&ins, Some(&mut b)).unwrap();
+        assert_eq!(
+            a.counts(),
+            b.counts(),
+            "run {r}: counts differ from the graph-less run"
+        );
+        assert_eq!(
+            a.counts()[l.index()].nan,
+            expect_nan,
+            "run {r}: Log's NaN count"
+        );
+        assert_eq!(
+            a.counts()[e.index()].pos_inf,
+            expect_inf,
+            "run {r}: Exp's +inf count"
+        );
+        let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
+        assert_eq!(bits(&got[0]), bits(&want[0]), "run {r}");
+        assert_eq!(ex.scan_uses_cuda_graph(), r >= 1, "run {r}");
+        assert!(!ex.uses_cuda_graph(), "ordinary runs have their own graph");
+    }
+}
+
 #[test]
 fn non_f32_nodes_fall_back_with_a_reason() {
     if !cuda_available() {

@@ -21,7 +21,7 @@ fn a_fifo_named_like_the_driver_is_not_opened() {
         return;
     }
     // Would block forever if the FIFO were handed to the dynamic loader.
-    let e = rlx_cuda::load_library("libcuda.so.1", &[d.clone()]).unwrap_err();
+    let e = rlx_cuda::load_library("libcuda.so.1", std::slice::from_ref(&d)).unwrap_err();
     assert!(e.contains("was found but could not be loaded"), "{e}");
     assert!(e.contains("not a regular file"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
@@ -44,13 +44,13 @@ fn a_library_without_cuinit_is_refused_by_name_of_the_symbol() {
     };
     let d = dir("libm");
     std::os::unix::fs::symlink(libm, d.join("libcuda.so.1")).unwrap();
-    let e = rlx_cuda::load_library("libcuda.so.1", &[d.clone()]).unwrap_err();
+    let e = rlx_cuda::load_library("libcuda.so.1", std::slice::from_ref(&d)).unwrap_err();
     assert!(e.contains("does not export cuInit"), "{e}");
     assert!(!e.contains("not found"), "{e}");
     // A text file of that name: found, not loadable, the path named once.
     std::fs::remove_file(d.join("libcuda.so.1")).unwrap();
     std::fs::write(d.join("libcuda.so.1"), "not a library").unwrap();
-    let e = rlx_cuda::load_library("libcuda.so.1", &[d.clone()]).unwrap_err();
+    let e = rlx_cuda::load_library("libcuda.so.1", std::slice::from_ref(&d)).unwrap_err();
     assert!(
         e.starts_with("libcuda.so.1 was found but could not be loaded: "),
         "{e}"

@@ -159,6 +159,7 @@ fn reduce_all_kinds_axes_and_nan() {
 }
 
 #[test]
+#[allow(clippy::vec_init_then_push)] // one push per case reads better than one long vec![]
 fn data_movement_is_bit_exact() {
     if !cuda_available() {
         return;

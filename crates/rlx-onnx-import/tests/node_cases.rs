@@ -95,7 +95,7 @@ fn run_case(name: &str, frozen: &[usize]) -> Result<(), String> {
 fn check(cases: &[(&str, &[usize])]) {
     if !root().exists() {
         assert!(
-            rlx_ir::env::get("RLX_REQUIRE_FIXTURES").map_or(true, |v| v != "1"),
+            rlx_ir::env::get("RLX_REQUIRE_FIXTURES").is_none_or(|v| v != "1"),
             "RLX_REQUIRE_FIXTURES=1 but {} is missing (run scripts/onnx-node-suite)",
             root().display()
         );

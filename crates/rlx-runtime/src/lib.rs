@@ -321,6 +321,18 @@ impl CompiledGraph {
         self.exec.set_profiling(on)
     }
 
+    /// Measure the device time of the following runs where the backend can (CUDA: CUDA
+    /// events around the run's kernels, host-to-device and device-to-host copies left out).
+    /// Returns whether this backend measures it.
+    pub fn set_device_timing(&mut self, on: bool) -> bool {
+        self.exec.set_device_timing(on)
+    }
+
+    /// The last run's device time in milliseconds (see [`CompiledGraph::set_device_timing`]).
+    pub fn last_device_ms(&self) -> Option<f64> {
+        self.exec.last_device_ms()
+    }
+
     /// The per-node times since profiling was turned on: None when it is off or no run
     /// was made since.
     pub fn profile(&self) -> Option<Profile> {

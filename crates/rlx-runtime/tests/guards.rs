@@ -307,7 +307,7 @@ fn wgpu_graph_refuses_inputs_declared_on_the_cpu() {
     // check itself).
     if !rlx_runtime::available_devices().contains(&Device::Wgpu) {
         assert!(
-            rlx_ir::env::get("RLX_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            rlx_ir::env::get("RLX_REQUIRE_GPU").is_none_or(|v| v != "1"),
             "RLX_REQUIRE_GPU=1 but no wgpu adapter"
         );
         {

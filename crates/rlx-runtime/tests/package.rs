@@ -414,7 +414,7 @@ fn a_wgpu_package_does_not_load_on_the_cpu() {
 fn a_package_compiled_for_wgpu_loads_on_wgpu_only() {
     if !rlx_runtime::available_devices().contains(&Device::Wgpu) {
         assert!(
-            rlx_ir::env::get("RLX_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            rlx_ir::env::get("RLX_REQUIRE_GPU").is_none_or(|v| v != "1"),
             "RLX_REQUIRE_GPU=1 but no wgpu adapter"
         );
         {

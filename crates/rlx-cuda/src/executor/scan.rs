@@ -77,7 +77,11 @@ impl CudaExecutor {
             );
             // A fused member's buffer is not written in a fused run: counted in its kernel.
             let member = self.fz[node.id.index()] == Fz::Member;
-            if gpu_made && !member && float_word(node.shape.dtype) {
+            // Graph inputs a GPU node reads are counted on the device after their upload
+            // (counting a large input on the host would cost more than the whole scan).
+            let uploaded_input =
+                matches!(node.op, Op::Input { .. }) && self.upload[node.id.index()];
+            if (gpu_made || uploaded_input) && !member && float_word(node.shape.dtype) {
                 if let Some(b) = self.buf[node.id.index()] {
                     scanned[b] = true;
                 }
@@ -158,12 +162,12 @@ impl CudaExecutor {
         .map_err(|e| cuda_err("presetting the NaN scan counts", e))
     }
 
-    /// Launch the scan over every GPU-written f32 buffer and read all counts back (waits for
-    /// the stream). Returns six words per scan entry, then per fused member slot.
-    pub(super) fn device_scan(&self) -> Result<Vec<u64>, CudaError> {
+    /// Launch the scan over every GPU-written f32 buffer (no host synchronization, so a CUDA
+    /// graph can capture it).
+    pub(super) fn launch_scan(&self) -> Result<(), CudaError> {
         let sp = self.scan.as_ref().expect("planned before a scanning run");
         if sp.init.is_empty() {
-            return Ok(vec![]);
+            return Ok(());
         }
         let outp = sp.out.device_ptr(&self.stream).0;
         if sp.entries > 0 {
@@ -179,6 +183,16 @@ impl CudaExecutor {
             // buffer of at least its element count, `out` holds 6 words per entry.
             unsafe { l.launch(cfg) }.map_err(|e| cuda_err("launching the NaN scan", e))?;
         }
+        Ok(())
+    }
+
+    /// Read all counts back after [`Self::launch_scan`] (waits for the stream). Returns six
+    /// words per scan entry, then per fused member slot.
+    pub(super) fn read_scan(&self) -> Result<Vec<u64>, CudaError> {
+        let sp = self.scan.as_ref().expect("planned before a scanning run");
+        if sp.init.is_empty() {
+            return Ok(vec![]);
+        }
         let words = self
             .stream
             .clone_dtoh(&sp.out.slice(0..sp.init.len()))
@@ -190,7 +204,8 @@ impl CudaExecutor {
     }
 
     /// Every node's NaN/Inf counts after a scanning run: device values from the scan's
-    /// words, host values (inputs, CPU-fallback nodes) counted here, params and constants
+    /// words (uploaded graph inputs too), host values (inputs no GPU node reads, CPU-fallback
+    /// nodes) counted here, params and constants
     /// from their cached counts, integer and Bool values clean.
     pub(super) fn node_counts(
         &self,
@@ -212,10 +227,18 @@ impl CudaExecutor {
                 continue;
             }
             let c = match &self.steps[k] {
-                Step::Leaf => match (&self.leaf_counts[k], &host[k]) {
-                    (Some(c), _) => *c,
-                    (None, Some(t)) => scan_data(t.data()),
-                    (None, None) => clean,
+                Step::Leaf => match (
+                    &self.leaf_counts[k],
+                    self.buf[k].and_then(|b| sp.entry[b]),
+                    &host[k],
+                ) {
+                    (Some(c), _, _) => *c,
+                    // An uploaded graph input: counted by the device scan.
+                    (None, Some(e), _) if matches!(node.op, Op::Input { .. }) => {
+                        counts_of(len, &words[6 * e..6 * e + 6])
+                    }
+                    (None, _, Some(t)) => scan_data(t.data()),
+                    (None, _, None) => clean,
                 },
                 Step::Cpu(_) => host[k].as_ref().map_or(clean, |t| scan_data(t.data())),
                 // Same values as its input.

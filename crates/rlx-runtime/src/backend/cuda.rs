@@ -104,6 +104,15 @@ mod real {
             CudaExecutor::profile(self)
         }
 
+        fn set_device_timing(&mut self, on: bool) -> bool {
+            CudaExecutor::set_device_timing(self, on);
+            true
+        }
+
+        fn last_device_ms(&self) -> Option<f64> {
+            CudaExecutor::last_device_ms(self)
+        }
+
         fn placements(&self) -> Vec<(NodeId, Placement)> {
             CudaExecutor::placements(self)
                 .into_iter()

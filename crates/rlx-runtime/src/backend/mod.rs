@@ -142,6 +142,19 @@ pub trait Backend: Send {
     fn profile(&self) -> Option<&rlx_cpu::NodeTimes> {
         None
     }
+
+    /// Measure the device time of the following runs (GPU backends that can: the run's
+    /// kernels alone, host transfers left out). Returns whether the backend measures it.
+    fn set_device_timing(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
+    /// The last run's device time in milliseconds, when [`Backend::set_device_timing`] is on
+    /// and the backend measures it.
+    fn last_device_ms(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// The outputs of `g` picked from every node's value.
