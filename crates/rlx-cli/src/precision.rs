@@ -537,6 +537,9 @@ pub struct NodeStats {
     /// The node's ONNX name (else its first output's name).
     pub name: String,
     pub op: String,
+    /// A float32 compute node (not Constant, Shape or Size; some float32 input or output):
+    /// the nodes that can be kept and are counted.
+    pub float: bool,
     /// Largest finite |x| of its float32 outputs over every calibration input.
     pub max_abs_out: f64,
     /// Largest finite |x| of its float32 inputs (initializers included).
@@ -551,13 +554,16 @@ pub struct NodeStats {
     pub terms: Option<usize>,
     /// The node alone in the low dtype on its rounded inputs (first calibration input):
     /// max |low − f32| / max |f32| over its outputs; `inf` when it made NaN/Inf from finite.
+    #[serde(serialize_with = "ser_err")]
     pub own_error: Option<f64>,
     /// Why the node could not be run alone in the low dtype, if it could not.
     pub own_failed: Option<String>,
     /// The all-low-precision model's value at this node against float32 (first calibration
     /// input), same measure; `inf` when it is NaN/Inf where float32 is finite.
+    #[serde(serialize_with = "ser_err")]
     pub accumulated_error: Option<f64>,
     /// The written model's value at this node against float32 (first calibration input).
+    #[serde(serialize_with = "ser_err")]
     pub final_error: Option<f64>,
     pub kept: bool,
     /// Why it is kept (empty when it is not).
@@ -566,11 +572,28 @@ pub struct NodeStats {
     pub without_it: Option<String>,
 }
 
+/// JSON has no infinity: a non-finite error is written as the string "inf" (or "NaN").
+fn ser_f64<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if x.is_finite() {
+        s.serialize_f64(*x)
+    } else {
+        s.serialize_str(&num(*x))
+    }
+}
+
+fn ser_err<S: serde::Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(v) => ser_f64(v, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// The outcome of running one mixed model on every input set.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
     pub finite: bool,
     /// Largest output error (relative to the output's largest |x|) over the input sets.
+    #[serde(serialize_with = "ser_f64")]
     pub max_rel: f64,
     /// Output and input set of `max_rel`.
     pub worst: String,
@@ -1131,6 +1154,7 @@ fn inner(a: &PrecisionArgs) -> Result<i32> {
             index: k,
             name: o.labels[k].clone(),
             op: n.op_type.clone(),
+            float: float_nodes[k],
             ..Default::default()
         };
         let (mut z, mut sub, mut nz) = (0, 0, 0);
