@@ -258,8 +258,12 @@ def autocast_rule(m: onnx.ModelProto, calib: list) -> dict:
             reasons[label] = f"initializer {big[0]} > {INIT_MAX:g}"
     computed = {o for n in m.graph.node if n.op_type != "Constant" for o in n.output}
     biggest = max(((k, v) for k, v in mx.items() if k in computed), key=lambda kv: kv[1])
+    # the first computed node (execution order) whose float32 output passes float16's range
+    first = next((n.name or n.output[0] for n in m.graph.node if n.op_type != "Constant"
+                  and max((mx.get(o, 0.0) for o in n.output), default=0.0) > F16_MAX), None)
     return {"data_max": DATA_MAX, "init_max": INIT_MAX, "kept": kept, "count": len(kept),
-            "reasons": reasons, "largest_f32": {"tensor": biggest[0], "max_abs": biggest[1]}}
+            "reasons": reasons, "largest_f32": {"tensor": biggest[0], "max_abs": biggest[1]},
+            "first_overflow": first}
 
 
 def write_sets(d: Path, sets: list, m: onnx.ModelProto | None) -> None:
@@ -307,6 +311,7 @@ def main(argv: list[str]) -> int:
             return 1
         (d / "autocast_rule.json").write_text(json.dumps(rule, indent=1) + "\n")
         meta = {"generator": "scripts/gen_precision_models.py", "largest_f32": big,
+                "first_overflow": rule["first_overflow"],
                 "calibration_sets": N_CALIB, "heldout_sets": N_HELD,
                 "nodes": len(m.graph.node)}
         (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
