@@ -1466,16 +1466,16 @@ fn inner(a: &PrecisionArgs) -> Result<i32> {
         }
     }
     let mut kept = vec![];
-    for k in 0..g0.node.len() {
+    for (k, s) in stats.iter_mut().enumerate() {
         if keep.contains(&k) {
-            stats[k].kept = true;
-            stats[k].reason = reason.get(&k).cloned().unwrap_or_default();
-            stats[k].without_it = without.get(&k).cloned();
+            s.kept = true;
+            s.reason = reason.get(&k).cloned().unwrap_or_default();
+            s.without_it = without.get(&k).cloned();
             kept.push(KeptNode {
-                name: o.labels[k].clone(),
-                op: g0.node[k].op_type.clone(),
-                reason: stats[k].reason.clone(),
-                without_it: stats[k].without_it.clone(),
+                name: s.name.clone(),
+                op: s.op.clone(),
+                reason: s.reason.clone(),
+                without_it: s.without_it.clone(),
             });
         }
     }
