@@ -128,8 +128,7 @@ fn chart(r: &Report, nodes: &[&NodeStats]) -> String {
     );
     let _ = write!(
         s,
-        r#"<text x="{ML}" y="22" class="ptitle">{} vs float32: error per node (max |low − f32| / max |f32|, log scale), in execution order — bar: whole model in {}, dot: node alone, green: written model</text>"#,
-        esc(&r.to),
+        r#"<text x="{ML}" y="22" class="ptitle">error vs float32 per node (log scale, execution order) — bar: all {}, dot: node alone, green: written model</text>"#,
         esc(&r.to)
     );
     let stepd = ((dhi - dlo) / 8.0).ceil().max(1.0);
