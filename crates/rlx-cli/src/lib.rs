@@ -9,6 +9,8 @@ pub mod env_cmd;
 pub mod generate;
 pub mod load;
 pub mod npy;
+pub mod precision;
+pub mod precision_html;
 pub mod reduce;
 pub mod run;
 pub mod trace;

@@ -40,6 +40,8 @@ enum Cmd {
     Devices(rlx_cli::devices::DevicesArgs),
     /// Shrink a model to the smallest subgraph that still fails the same way; write a repro folder.
     Reduce(rlx_cli::reduce::ReduceArgs),
+    /// Find the few nodes to keep in float32 for a float16/bfloat16 model; write the mixed model.
+    Precision(rlx_cli::precision::PrecisionArgs),
 }
 
 fn main() {
@@ -65,6 +67,7 @@ fn main() {
         Cmd::Env(a) => rlx_cli::env_cmd::main_env(a),
         Cmd::Devices(a) => rlx_cli::devices::main_devices(a),
         Cmd::Reduce(a) => rlx_cli::reduce::main_reduce(a),
+        Cmd::Precision(a) => rlx_cli::precision::main_precision(a),
         Cmd::Generate(a) => rlx_cli::generate::main_generate(a, None),
     };
     std::process::exit(code);

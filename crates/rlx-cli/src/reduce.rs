@@ -128,23 +128,23 @@ struct Failure {
 }
 
 /// The original model, decoded, with the bookkeeping the reducer needs.
-struct Onnx {
-    model: ModelProto,
+pub(crate) struct Onnx {
+    pub(crate) model: ModelProto,
     /// The model's folder (external data is resolved against it).
-    base: PathBuf,
+    pub(crate) base: PathBuf,
     /// Tensor name → index of the node producing it.
-    producer: HashMap<String, usize>,
+    pub(crate) producer: HashMap<String, usize>,
     /// Initializer name → index.
-    inits: HashMap<String, usize>,
+    pub(crate) inits: HashMap<String, usize>,
     /// Per node: every tensor name it reads (its inputs and outer-scope names its subgraphs use).
-    uses: Vec<Vec<String>>,
+    pub(crate) uses: Vec<Vec<String>>,
     /// Tensors whose value depends on a graph input (the others are constants).
-    dynamic: HashSet<String>,
+    pub(crate) dynamic: HashSet<String>,
     /// Per node: its label (as the importer gives it).
-    labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
 }
 
-fn graph(m: &ModelProto) -> &GraphProto {
+pub(crate) fn graph(m: &ModelProto) -> &GraphProto {
     m.graph.as_ref().expect("checked when opened")
 }
 
@@ -178,7 +178,7 @@ fn node_uses(n: &NodeProto, out: &mut Vec<String>) {
 }
 
 /// The label the importer gives a node: its name, else its first output's name.
-fn node_label(n: &NodeProto) -> String {
+pub(crate) fn node_label(n: &NodeProto) -> String {
     if !n.name.is_empty() {
         return n.name.clone();
     }
@@ -190,7 +190,7 @@ fn node_label(n: &NodeProto) -> String {
 }
 
 impl Onnx {
-    fn open(path: &Path) -> Result<Onnx> {
+    pub(crate) fn open(path: &Path) -> Result<Onnx> {
         let bytes = crate::run::read_regular_file(path)?;
         let model = ModelProto::decode(&bytes[..])
             .map_err(|e| anyhow!("{}: not a valid ONNX model ({e})", path.display()))?;
@@ -239,7 +239,7 @@ impl Onnx {
         })
     }
 
-    fn nodes(&self) -> &[NodeProto] {
+    pub(crate) fn nodes(&self) -> &[NodeProto] {
         &graph(&self.model).node
     }
 
@@ -303,7 +303,7 @@ impl Onnx {
     }
 
     /// An initializer with its data inline (external data read from the model's folder).
-    fn inline_init(&self, t: &TensorProto) -> Result<TensorProto> {
+    pub(crate) fn inline_init(&self, t: &TensorProto) -> Result<TensorProto> {
         if t.data_location != proto::DATA_LOCATION_EXTERNAL {
             return Ok(t.clone());
         }
@@ -314,7 +314,7 @@ impl Onnx {
 }
 
 /// A value info with a static tensor type.
-fn tensor_vi(name: &str, dtype: DType, dims: &[usize]) -> ValueInfoProto {
+pub(crate) fn tensor_vi(name: &str, dtype: DType, dims: &[usize]) -> ValueInfoProto {
     ValueInfoProto {
         name: name.to_string(),
         r#type: Some(proto::TypeProto {
@@ -441,7 +441,7 @@ fn build(
 }
 
 /// Import a model from bytes with static input shapes taken from `feeds`.
-fn import(
+pub(crate) fn import(
     bytes: &[u8],
     base: &Path,
     feeds: &[(String, Tensor)],
@@ -458,7 +458,7 @@ fn import(
 
 /// Run `model` (restricted to what `names` need) on the CPU and return the values of the
 /// tensors `names`, the graph's inputs fed by `feeds`.
-fn record(
+pub(crate) fn record(
     o: &Onnx,
     feeds: &[(String, Tensor)],
     names: &[String],
@@ -505,7 +505,7 @@ fn record(
 }
 
 /// The ONNX label an error message names (the longest one it quotes, else contains).
-fn label_in(msg: &str, labels: &[String]) -> Option<String> {
+pub(crate) fn label_in(msg: &str, labels: &[String]) -> Option<String> {
     let best = |quoted: bool| {
         labels
             .iter()
@@ -703,7 +703,7 @@ pub struct Reduced {
     pub tests: usize,
 }
 
-fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     if b >= 1 << 20 {
         format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
     } else if b >= 1 << 10 {
