@@ -1030,7 +1030,9 @@ impl DebugScanner {
         .unwrap_or(0);
         let op = display_op(g, id);
         let src = source_op_type(g, id).map(str::to_string);
-        let fix = fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype);
+        // A sampler's temperature division gets its own line before the op's generic one.
+        let fix = crate::sampling::sampler_fix(g, id, &cause)
+            .or_else(|| fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype));
         let r_cause_origin = match &cause {
             Cause::InputsHeldInf { inf_origin, .. } => *inf_origin,
             _ => None,
