@@ -155,16 +155,11 @@ fn a_bad_folder_is_one_error_line() {
 
 /// `rlx generate` on qwen3-tiny, greedy, past EOS, with `env` set.
 fn generate(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let prompt = json(&dir.join("generate.json"))["prompt"].clone();
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
     c.args(["generate", "--model"])
         .arg(dir)
-        .args([
-            "--prompt",
-            &json(&dir.join("generate.json"))["prompt"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        ])
+        .args(["--prompt", prompt.as_str().unwrap()])
         .arg("--ignore-eos")
         .args(extra);
     for v in [

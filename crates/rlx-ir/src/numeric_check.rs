@@ -9,6 +9,7 @@
 //!   by a `Where`) gets at most one summary line;
 //! * `strict` reports every non-finite value where it first appears (first-trip rule);
 //! * `abort` stops at the first NaN created, or at the end of the run when an Inf reached an output.
+//!
 //! (One file over 1,000 lines: the scanner's rules (culprit vs propagator, Inf origins, fixes)
 //! share `NodeState` and are one contract; the tests live beside it. A split is due when a
 //! second scanner needs only part of it.)

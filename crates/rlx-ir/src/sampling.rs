@@ -141,7 +141,7 @@ pub fn temperature_division(g: &Graph, id: NodeId) -> bool {
     };
     match n.op {
         Op::Unary(UnaryOp::Reciprocal) if one_value(g, n.inputs[0]) => {
-            consumers(g, id).any(|c| is_div(c))
+            consumers(g, id).any(&is_div)
         }
         _ => is_div(id),
     }
