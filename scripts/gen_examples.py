@@ -432,6 +432,37 @@ def inf_absorbed() -> Example:
     )
 
 
+def sampler_temperature_zero() -> Example:
+    """A sampler as graph ops: softmax(logits / temperature) with temperature = 0."""
+    rng = np.random.default_rng(1008)
+    V = 16
+    g = G()
+    scaled = g.op("Div", "sampler.temperature_div", ["logits", "temperature"])
+    g.op("Softmax", "sampler.softmax", [scaled], out="probs", axis=-1)
+    m = g.model(
+        "sampler_temperature_zero",
+        [vi("logits", F32, [1, V]), vi("temperature", F32, [])],
+        [vi("probs", F32, [1, V])],
+        "The sampling step of a generation loop written as graph ops: the next token's logits "
+        "divided by a temperature input, then Softmax. temperature = 0 (a user asking for greedy "
+        "decoding) makes every logit +-inf, and the softmax of a row holding +inf is NaN.",
+    )
+    logits = f32(rng.normal(0, 3, (1, V)))
+    assert (logits != 0).all()  # x / 0 is +-inf everywhere (0 / 0 would be NaN at the Div)
+    return Example(
+        "sampler_temperature_zero", m,
+        {"logits": logits, "temperature": np.array(0.0, dtype=np.float32)},
+        summary="softmax(logits / temperature) with temperature = 0: +-inf at the Div, NaN at the Softmax.",
+        nan_origins=["sampler.softmax"],
+        inf_origins=["sampler.temperature_div"],
+        outputs_finite=False,
+        rlx_default='NaN at Softmax "sampler.softmax" (its input holds +inf: inf - max = inf - inf); '
+        'the Inf origin is Div "sampler.temperature_div" (x / 0). The fix line is the sampler\'s: '
+        "take the greedy path (argmax) for T = 0, as transformers' do_sample=False, or clamp T.",
+        notes="rlx generate never divides by a temperature of 0: --temperature 0 is greedy.",
+    )
+
+
 ALL = [
     attention_masked_nan,
     rmsnorm_eps0_nan,
@@ -441,6 +472,7 @@ ALL = [
     healthy_mlp,
     inf_absorbed,
     f16_activation_growth,
+    sampler_temperature_zero,
 ]
 
 

@@ -20,6 +20,10 @@ library on a generated text), and the reference values transformers computes:
 * logits_bf16.npy:     (llama-tiny) the same in bfloat16 as transformers runs it, as float32
 * generate.json:       {"prompt": ..., "prompt_ids": [...], "generated_ids": [...]} from
                        `generate(do_sample=False, max_new_tokens=32)` in float32
+* module_stats.json (qwen3-tiny): for the prefill and decode steps 1 and 3 of the greedy
+                       generation, min/max/mean/max|x| (float64) of a few modules' outputs
+                       (forward hooks on the full sequence: the prefill's rows, or the new
+                       token's row of step k), to check `rlx generate --trace` against
 * expected_report.json (qwen3-f16-overflow): the module whose output first holds +inf in
                        float16 (found with forward hooks, never from RLX's output)
 
@@ -130,6 +134,45 @@ def references(cls, out, tok, bf16=False):
     return ids, gen
 
 
+# Modules whose outputs module_stats.json records: each is one op in RLX's graphs (Gather,
+# MatMul) labelled with this path.
+STAT_MODULES = ["model.embed_tokens", "model.layers.0.self_attn.o_proj",
+                "model.layers.1.mlp.down_proj", "lm_head"]
+STAT_STEPS = [0, 1, 3]  # 0 is the prefill
+
+
+def module_stats(cls, out, ids, gen):
+    """Statistics of STAT_MODULES' outputs per run of the greedy generation (see the module doc).
+
+    Decode step k feeds gen[k-1] at position len(ids) + k - 1: the full sequence ids + gen[:k]
+    run without a cache gives that row. The prefill records every row, except lm_head's last
+    (RLX's prefill computes the last position's logits only)."""
+    model = cls.from_pretrained(out, dtype=torch.float32).eval()
+    mods = dict(model.named_modules())
+    res = {}
+    for step in STAT_STEPS:
+        caught = {}
+        hooks = [mods[n].register_forward_hook(
+            lambda _m, _i, o, n=n: caught.__setitem__(n, o[0] if isinstance(o, tuple) else o))
+            for n in STAT_MODULES]
+        with torch.no_grad():
+            model(torch.tensor([ids + gen[:step]]))
+        for h in hooks:
+            h.remove()
+        entry = {}
+        for n in STAT_MODULES:
+            a = caught[n][0].double().numpy()
+            if step > 0 or n == "lm_head":
+                a = a[-1:]
+            entry[n] = {"shape": list(a.shape), "min": float(a.min()), "max": float(a.max()),
+                        "mean": float(a.mean()), "max_abs": float(np.abs(a).max())}
+        name = "prefill" if step == 0 else f"decode step {step}, position {len(ids) + step - 1}"
+        res[name] = entry
+    with open(os.path.join(out, "module_stats.json"), "w") as f:
+        json.dump({"prompt": PROMPT, "prompt_ids": ids, "generated_ids": gen, "runs": res}, f,
+                  indent=1)
+
+
 def qwen3(out, tok):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -144,7 +187,9 @@ def qwen3(out, tok):
     m = Qwen3ForCausalLM(cfg).eval()
     reinit(m, seed=1, emb=0.05, scale=2.0)
     save_common(m, tok, out, torch.float32)
-    return references(Qwen3ForCausalLM, out, tok)
+    ids, gen = references(Qwen3ForCausalLM, out, tok)
+    module_stats(Qwen3ForCausalLM, out, ids, gen)
+    return ids, gen
 
 
 def llama(out, tok):

@@ -1,10 +1,16 @@
 //! `rlx generate` and `rlx-run qwen3`: text generation from a Hugging Face checkpoint
 //! folder (config.json, *.safetensors, tokenizer.json) through `rlx_models`.
+//!
+//! Every debugging switch works while generating (docs/DEBUGGING.md, "While generating"):
+//! `RLX_DEBUG_NANS` reports carry the run (`(prefill)`, `(decode step k, position p)`) and
+//! `abort` stops generation there (exit 3); the printer's lines carry it too, its filter takes
+//! module paths, and `--print-step` limits it to one run; `--trace DIR --trace-step S` writes
+//! `rlx trace`'s report of one run; `RLX_LINT_NUMERICS=1` lints both graphs when compiled.
 
 use anyhow::{bail, Result};
 use clap::Args;
 use rlx_ir::DType;
-use rlx_models::{GenOptions, Generator, ModelError, Sampler};
+use rlx_models::{GenOptions, Generator, ModelError, Sampler, Step};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -24,8 +30,10 @@ pub struct GenerateArgs {
     /// Tokens to generate at most (stops earlier at config.json's eos_token_id).
     #[arg(long, default_value_t = 128)]
     pub max_new_tokens: usize,
-    /// Sampling temperature; 0 is greedy (argmax).
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature: logits are divided by it before top-k/top-p sampling. 0 is
+    /// greedy: the argmax of the logits (transformers' do_sample=False), never a division by
+    /// 0. A negative or NaN value is an error.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep the K most likely tokens before sampling (0: all).
     #[arg(long, default_value_t = 0)]
@@ -52,6 +60,40 @@ pub struct GenerateArgs {
     /// "decode_tokens_per_s"} to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Print intermediate values of one run only: `prefill`, or decode step K (K >= 1, the
+    /// `decode step K` of reports and printer lines). Uses
+    /// RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER's level (1 when unset) and
+    /// RLX_FILTERED_OPS_TO_PRINT's filter (module paths: `model.layers.1.mlp`).
+    #[arg(long, value_name = "prefill|K")]
+    pub print_step: Option<String>,
+    /// Write `rlx trace`'s report (trace.json, trace.html: per-op statistics, labelled with
+    /// the checkpoint's module paths) of the run --trace-step names into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
+    /// The run --trace records: `prefill` (default), or decode step K (K >= 1: it feeds the
+    /// K-th generated token, at position prompt_len + K - 1). A generation of N new tokens
+    /// has decode steps 1..N-1.
+    #[arg(long, value_name = "prefill|K", requires = "trace")]
+    pub trace_step: Option<String>,
+}
+
+/// Parse `--print-step` / `--trace-step`, checking that the generation will reach it.
+fn parse_step(flag: &str, v: &str, max_new_tokens: usize) -> Result<Step> {
+    let s = Step::parse(v).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+    match s {
+        _ if max_new_tokens == 0 => {
+            bail!("{flag} {v}: --max-new-tokens 0 runs nothing (not even the prefill)")
+        }
+        Step::Decode(k) if k >= max_new_tokens => bail!(
+            "{flag} {v}: a generation of --max-new-tokens {max_new_tokens} has {}",
+            if max_new_tokens == 1 {
+                "no decode step (only the prefill)".to_string()
+            } else {
+                format!("decode steps 1..{}", max_new_tokens - 1)
+            }
+        ),
+        s => Ok(s),
+    }
 }
 
 fn parse_dtype(s: &str) -> Result<DType> {
@@ -76,6 +118,21 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--top-p {}: must be in (0, 1]", a.top_p);
     }
+    let print_step = (a.print_step.as_deref())
+        .map(|v| parse_step("--print-step", v, a.max_new_tokens))
+        .transpose()?;
+    let trace_step = match (&a.trace, a.trace_step.as_deref()) {
+        (Some(dir), v) => {
+            // Refuse an unusable folder before the model is loaded.
+            crate::npy::create_output_dir(dir).map_err(|e| anyhow::anyhow!("--trace: {e:#}"))?;
+            Some(parse_step(
+                "--trace-step",
+                v.unwrap_or("prefill"),
+                a.max_new_tokens,
+            )?)
+        }
+        (None, _) => None,
+    };
     let cfg = rlx_models::LlmConfig::load(&a.model)?;
     if let Some(f) = family {
         let fam_ok = match f {
@@ -95,6 +152,7 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
     let ids = rlx_models::tokenize(&a.model, &a.prompt)?;
     let max_len = (ids.len() + a.max_new_tokens).max(1);
     let mut g = Generator::open(&a.model, dtype, device, max_len)?;
+    g.set_print_step(print_step);
     let opts = GenOptions {
         max_new_tokens: a.max_new_tokens,
         sampler: Sampler {
@@ -110,7 +168,7 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
     let mut so_far: Vec<i64> = vec![];
     let mut printed = 0usize;
     let mut out = std::io::stdout();
-    let res = g.generate(&ids, &opts, &mut |g, tok| {
+    let mut on_token = |g: &Generator, tok: i64| {
         so_far.push(tok);
         if let Ok(t) = g.decode_text(&so_far) {
             if t.len() > printed && t.is_char_boundary(printed) {
@@ -119,8 +177,44 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
                 printed = t.len();
             }
         }
-    });
+    };
+    let mut trace = crate::trace::Trace {
+        model: a.model.display().to_string(),
+        device: device.to_string(),
+        ..Default::default()
+    };
+    let res = match trace_step {
+        Some(step) => g.generate_observed(&ids, &opts, &mut on_token, step, &mut |gr, id, t| {
+            trace.record(gr, id, t)
+        }),
+        None => g.generate(&ids, &opts, &mut on_token),
+    };
     println!();
+    if rlx_compile::numeric_lint::lint_enabled_from_env() {
+        for l in g.lints() {
+            if l.lints == 0 {
+                eprintln!(
+                    "rlx numeric-lint: {} graph: no constant folds to NaN/Inf ({} nodes checked)",
+                    l.graph, l.nodes
+                );
+            } else {
+                eprintln!(
+                    "rlx numeric-lint: {} graph: {} lint(s), printed above",
+                    l.graph, l.lints
+                );
+            }
+        }
+    }
+    // The traced run's report is written even when a NaN abort stopped generation after it.
+    let mut trace_missing = None;
+    if let (Some(dir), Some(step)) = (&a.trace, trace_step) {
+        if trace.ops.is_empty() {
+            trace_missing = Some(step);
+        } else {
+            trace.context = trace_context(step, ids.len());
+            crate::trace::write_and_summarize(&trace, dir, &mut std::io::stderr())?;
+        }
+    }
     let res = match res {
         Ok(r) => r,
         Err(ModelError::Runtime { context, source }) if source.as_nan_abort().is_some() => {
@@ -129,6 +223,12 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
         }
         Err(e) => return Err(e.into()),
     };
+    if let Some(step) = trace_missing {
+        bail!(
+            "--trace-step: the generation ended after {} decode step(s) (an end-of-sequence token; --ignore-eos goes on), before {step}: nothing traced",
+            res.generated_ids.len().saturating_sub(1)
+        );
+    }
     eprintln!(
         "rlx: prefill {} tokens at {:.1} tokens/s; decode {} tokens at {:.1} tokens/s ({}, {:?})",
         res.prompt_ids.len(),
@@ -150,6 +250,14 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
             .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()))?;
     }
     Ok(0)
+}
+
+/// The report context of run `step` for a prompt of `t` tokens, as the generator names it.
+fn trace_context(step: Step, t: usize) -> Option<String> {
+    Some(match step {
+        Step::Prefill => "prefill".to_string(),
+        Step::Decode(k) => format!("decode step {k}, position {}", t + k - 1),
+    })
 }
 
 /// Entry point of `rlx generate` (`family` = `None`) and `rlx-run <family>` (the family

@@ -51,6 +51,11 @@ pub struct TraceOp {
 #[derive(Debug, Clone, Default)]
 pub struct Trace {
     pub model: String,
+    /// Which run of a generation this is (`prefill`, `decode step 3, position 12`;
+    /// `rlx generate --trace`), `None` for a model's one run.
+    pub context: Option<String>,
+    /// The device the run was made on (`cpu` when empty).
+    pub device: String,
     pub ops: Vec<TraceOp>,
     pub error: Option<String>,
 }
@@ -91,6 +96,15 @@ impl Trace {
         });
     }
 
+    /// [`Trace::device`], `cpu` when empty.
+    pub fn device_name(&self) -> &str {
+        if self.device.is_empty() {
+            "cpu"
+        } else {
+            &self.device
+        }
+    }
+
     /// The first op (in execution order) whose value holds NaN or Inf.
     pub fn first_nonfinite(&self) -> Option<&TraceOp> {
         self.ops.iter().find(|o| !o.stats.is_finite())
@@ -116,7 +130,8 @@ impl Trace {
             |o: &TraceOp| json!({"index": o.index, "id": o.id.0, "op": o.op, "label": o.label});
         json!({
             "model": self.model,
-            "device": "cpu",
+            "context": self.context,
+            "device": self.device_name(),
             "error": self.error,
             "first_nonfinite": self.first_nonfinite().map(brief),
             "overflow_lines": self.overflow_lines().iter().map(|(d, l)| json!({"dtype": d.to_string(), "max": l})).collect::<Vec<_>>(),
@@ -172,34 +187,51 @@ pub fn trace_model(a: &ModelArgs) -> Result<Trace> {
 
 fn inner(a: &TraceArgs) -> Result<i32> {
     let trace = trace_model(&a.model)?;
-    write_trace(&trace, &a.output_dir)?;
-    println!("rlx trace: {} ops recorded", trace.ops.len());
-    match trace.first_nonfinite() {
-        Some(o) => println!(
-            "rlx trace: first non-finite value at #{} {} {} \"{}\" ({} NaN, {} +inf, {} -inf)",
-            o.index, o.id, o.op, o.label, o.stats.nan, o.stats.pos_inf, o.stats.neg_inf
-        ),
-        None => println!("rlx trace: every recorded value is finite"),
-    }
-    if let Some(p) = peak(&trace) {
-        println!(
-            "rlx trace: largest max|x| {} at {} {} \"{}\"",
-            fmt_f64(p.stats.max_abs.unwrap_or(0.0)),
-            p.id,
-            p.op,
-            p.label
-        );
-    }
-    println!(
-        "rlx trace: wrote {} and {}",
-        a.output_dir.join("trace.json").display(),
-        a.output_dir.join("trace.html").display()
-    );
+    write_and_summarize(&trace, &a.output_dir, &mut std::io::stdout())?;
     if let Some(e) = &trace.error {
         eprintln!("rlx: error: the run stopped: {e} (the trace holds the ops before it)");
         return Ok(1);
     }
     Ok(0)
+}
+
+/// Write `trace.json` and `trace.html` into `dir` and print the summary lines to `out`:
+/// ops recorded, the first non-finite value, the largest max|x|, the files written.
+///
+/// Errors: the folder or a file cannot be written (named).
+pub fn write_and_summarize(trace: &Trace, dir: &Path, out: &mut dyn std::io::Write) -> Result<()> {
+    write_trace(trace, dir)?;
+    let ctx = trace
+        .context
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    writeln!(out, "rlx trace: {} ops recorded{ctx}", trace.ops.len())?;
+    match trace.first_nonfinite() {
+        Some(o) => writeln!(
+            out,
+            "rlx trace: first non-finite value at #{} {} {} \"{}\" ({} NaN, {} +inf, {} -inf)",
+            o.index, o.id, o.op, o.label, o.stats.nan, o.stats.pos_inf, o.stats.neg_inf
+        )?,
+        None => writeln!(out, "rlx trace: every recorded value is finite")?,
+    }
+    if let Some(p) = peak(trace) {
+        writeln!(
+            out,
+            "rlx trace: largest max|x| {} at {} {} \"{}\"",
+            fmt_f64(p.stats.max_abs.unwrap_or(0.0)),
+            p.id,
+            p.op,
+            p.label
+        )?;
+    }
+    writeln!(
+        out,
+        "rlx trace: wrote {} and {}",
+        dir.join("trace.json").display(),
+        dir.join("trace.html").display()
+    )?;
+    Ok(())
 }
 
 /// The float op with the largest finite max|x|.
@@ -663,7 +695,7 @@ tr.nf td {{ background: #fff7ed; }} tr.first td {{ background: #fee2e2; font-wei
 tr:target td {{ outline: 2px solid {C_LINE}; }}
 </style></head><body>
 <h1>rlx trace</h1>
-<p class="meta">{model} · cpu · {nops} ops recorded (graph inputs and computed ops; parameters and constants omitted) · dtypes: {dts}</p>
+<p class="meta">{model}{ctx} · {device} · {nops} ops recorded (graph inputs and computed ops; parameters and constants omitted) · dtypes: {dts}</p>
 {summary}
 <div class="card">{svg}</div>
 <div class="card">{svg2}</div>
@@ -673,6 +705,12 @@ tr:target td {{ outline: 2px solid {C_LINE}; }}
 </body></html>
 "#,
         model = esc(&t.model),
+        ctx = t
+            .context
+            .as_deref()
+            .map(|c| format!(" · <b id=\"context\">{}</b>", esc(c)))
+            .unwrap_or_default(),
+        device = esc(t.device_name()),
         nops = t.ops.len(),
         dts = esc(&dts.join(", ")),
     )

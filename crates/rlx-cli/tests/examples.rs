@@ -39,6 +39,7 @@ fn outputs_match_reference_evaluator() {
         "cast_f16_overflow",
         "healthy_mlp",
         "inf_absorbed",
+        "sampler_temperature_zero",
     ] {
         check_outputs(name);
     }
@@ -69,6 +70,7 @@ fn culprits_match_expectations() {
         "rmsnorm_eps0_nan",
         "rmsnorm_rsqrt_inf_nan",
         "cast_f16_overflow",
+        "sampler_temperature_zero",
     ] {
         let dir = repo().join("examples").join(name);
         let e = expect(&dir);
@@ -100,6 +102,51 @@ fn culprits_match_expectations() {
         assert!(text.starts_with("rlx nan-check: NaN at index "), "{text}");
         assert!(text.contains(&format!("\"{nan_origin}\"")), "{text}");
     }
+}
+
+/// A temperature of 0 dividing the logits gets the sampler's fix line (issue 31), and only
+/// there: the other NaN examples keep their own lines.
+#[test]
+fn temperature_zero_gets_the_samplers_fix_line() {
+    let (reports, _, _) = diagnose("sampler_temperature_zero", DebugMode::Warn);
+    let fix = reports[0].fix.as_deref().unwrap_or("");
+    assert!(
+        fix.starts_with("the sampler divides the logits by a temperature of 0"),
+        "{fix}"
+    );
+    assert!(
+        fix.contains("argmax") && fix.contains("do_sample=False"),
+        "{fix}"
+    );
+    assert!(fix.contains("max(T, 1e-5)"), "{fix}");
+    for name in [
+        "attention_masked_nan",
+        "rmsnorm_eps0_nan",
+        "rmsnorm_rsqrt_inf_nan",
+        "cast_f16_overflow",
+    ] {
+        let (reports, _, _) = diagnose(name, DebugMode::Warn);
+        assert!(
+            reports
+                .iter()
+                .all(|r| !r.fix.as_deref().unwrap_or("").contains("temperature")),
+            "{name}: {reports:#?}"
+        );
+    }
+    // From the command line: the report, then the fix, on stderr.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["run", "examples/sampler_temperature_zero"])
+        .current_dir(repo())
+        .env("RLX_DEBUG_NANS", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("\"sampler.softmax\""), "{err}");
+    assert!(err.contains("\"sampler.temperature_div\""), "{err}");
+    assert!(
+        err.contains("fix: the sampler divides the logits by a temperature of 0"),
+        "{err}"
+    );
 }
 
 #[test]

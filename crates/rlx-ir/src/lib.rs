@@ -13,6 +13,7 @@ pub mod narrow;
 pub mod numeric_check;
 pub mod op;
 pub mod provenance;
+pub mod sampling;
 pub mod shape;
 pub mod tensor;
 

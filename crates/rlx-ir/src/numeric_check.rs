@@ -9,6 +9,7 @@
 //!   by a `Where`) gets at most one summary line;
 //! * `strict` reports every non-finite value where it first appears (first-trip rule);
 //! * `abort` stops at the first NaN created, or at the end of the run when an Inf reached an output.
+//!
 //! (One file over 1,000 lines: the scanner's rules (culprit vs propagator, Inf origins, fixes)
 //! share `NodeState` and are one contract; the tests live beside it. A split is due when a
 //! second scanner needs only part of it.)
@@ -1030,7 +1031,9 @@ impl DebugScanner {
         .unwrap_or(0);
         let op = display_op(g, id);
         let src = source_op_type(g, id).map(str::to_string);
-        let fix = fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype);
+        // A sampler's temperature division gets its own line before the op's generic one.
+        let fix = crate::sampling::sampler_fix(g, id, &cause)
+            .or_else(|| fix_hint(&op, src.as_deref(), &cause, kind, node.shape.dtype));
         let r_cause_origin = match &cause {
             Cause::InputsHeldInf { inf_origin, .. } => *inf_origin,
             _ => None,

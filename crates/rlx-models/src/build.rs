@@ -143,6 +143,7 @@ impl ModelGraphs {
     pub fn prefill(&self, t: usize, all_logits: bool) -> Result<Built, ModelError> {
         let mut b = B::new(self, "prefill");
         let ids = b.g.input("input_ids", Shape::new(&[t], DType::I64));
+        b.at("model.embed_tokens", "Embedding");
         let emb = b.w("model.embed_tokens.weight");
         let mut h = b.op(Op::Gather { axis: 0 }, vec![emb, ids]);
         let (cos, sin) = b.rope_consts(Some(t), None);

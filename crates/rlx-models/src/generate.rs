@@ -6,8 +6,9 @@ use crate::checkpoint::Checkpoint;
 use crate::config::LlmConfig;
 use crate::ModelError;
 use rlx_ir::numeric_check::{DebugMode, NanReport};
-use rlx_ir::{DType, Tensor, TensorData};
-use rlx_runtime::{CompiledGraph, Device, Session};
+use rlx_ir::{DType, Graph, NodeId, Tensor, TensorData};
+use rlx_runtime::printer::PrinterConfig;
+use rlx_runtime::{CompiledGraph, Device, RuntimeError, Session};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -22,6 +23,48 @@ pub struct Sampler {
     pub top_p: f32,
     pub seed: u64,
 }
+
+/// One run of a generation, named as NaN reports and printer lines name it: the prompt's
+/// prefill (`(prefill)`), or decode step `k` (1-based, `(decode step k, position p)`): step
+/// `k` feeds the `k`-th generated token at position `p = prompt_len + k - 1` and yields the
+/// logits of token `k + 1`. A generation of `n` new tokens runs the prefill and `n - 1`
+/// decode steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Prefill,
+    Decode(usize),
+}
+
+impl Step {
+    /// `prefill` (or `0`), or a decode step `k >= 1`.
+    ///
+    /// Errors: anything else, in words that name the accepted forms.
+    pub fn parse(s: &str) -> Result<Step, String> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("prefill") || t == "0" {
+            return Ok(Step::Prefill);
+        }
+        match t.parse::<usize>() {
+            Ok(k) if k >= 1 => Ok(Step::Decode(k)),
+            _ => Err(format!(
+                "{s:?}: expected `prefill` or a decode step number k >= 1 (as in `decode step k` of a report)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Prefill => f.write_str("prefill"),
+            Step::Decode(k) => write!(f, "decode step {k}"),
+        }
+    }
+}
+
+/// A callback that sees every node's value of one run: `(graph, node, value)`, in
+/// topological order ([`CompiledGraph::run_tensor_refs_observed`]).
+pub type Observer<'a> = &'a mut dyn FnMut(&Graph, NodeId, &Tensor);
 
 /// What to generate: at most `max_new_tokens` tokens, stopping early at an end-of-sequence
 /// id from config.json when `stop_at_eos`.
@@ -55,6 +98,21 @@ pub struct Generator {
     decode: Option<CompiledGraph>,
     debug: Option<DebugMode>,
     reports: Vec<NanReport>,
+    /// `Some(step)`: the value printer prints that run only.
+    print_step: Option<Step>,
+    /// Per graph compiled (`prefill`, `decode`): nodes, and lints found (`RLX_LINT_NUMERICS`).
+    linted: Vec<GraphLints>,
+}
+
+/// The numeric lint's result on one graph a generator compiled ([`Generator::lints`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphLints {
+    /// `prefill` or `decode`.
+    pub graph: &'static str,
+    /// Nodes of the graph as built (before compiling).
+    pub nodes: usize,
+    /// Lints printed for it (0 when the lint is off or found nothing).
+    pub lints: usize,
 }
 
 struct Rng(u64);
@@ -215,6 +273,8 @@ impl Generator {
             decode: None,
             debug: None,
             reports: vec![],
+            print_step: None,
+            linted: vec![],
         })
     }
 
@@ -224,6 +284,44 @@ impl Generator {
         self.debug = mode;
         if let Some(d) = self.decode.as_mut() {
             d.set_debug_mode(mode);
+        }
+    }
+
+    /// Print intermediate values (`RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER`, filtered by
+    /// `RLX_FILTERED_OPS_TO_PRINT`) on the run `step` only, the other runs silenced;
+    /// when the variable is unset or 0, that run prints at level 1. `None` (the default):
+    /// every run follows the variables.
+    pub fn set_print_step(&mut self, step: Option<Step>) {
+        self.print_step = step;
+    }
+
+    /// The printer setting of run `step` (`None`: follow the environment).
+    fn printer_for(&self, step: Step) -> Option<PrinterConfig> {
+        let want = self.print_step?;
+        if want != step {
+            return Some(PrinterConfig::off());
+        }
+        let mut p = PrinterConfig::from_env();
+        if !p.is_on() {
+            p.level = 1;
+        }
+        Some(p)
+    }
+
+    /// The graphs compiled so far with their node and lint counts (lints are printed when
+    /// compiling under `RLX_LINT_NUMERICS=1`; each graph once per prompt length).
+    pub fn lints(&self) -> &[GraphLints] {
+        &self.linted
+    }
+
+    fn note_lints(&mut self, graph: &'static str, c: &CompiledGraph) {
+        let e = GraphLints {
+            graph,
+            nodes: c.source_graph().len(),
+            lints: c.lints().len(),
+        };
+        if !self.linted.contains(&e) {
+            self.linted.push(e);
         }
     }
 
@@ -313,6 +411,53 @@ impl Generator {
         opts: &GenOptions,
         on_token: &mut dyn FnMut(&Generator, i64),
     ) -> Result<Generation, ModelError> {
+        self.generate_with(prompt_ids, opts, on_token, None)
+    }
+
+    /// [`Generator::generate`], with `observe` called on every node's value of the run
+    /// `step` (the prefill, or decode step `k`): its inputs (the token, position, mask and
+    /// KV caches of a decode step), weights and every computed op, labelled with module
+    /// paths. NaN scanning, the printer and the report context work as in the other runs.
+    /// `observe` is never called when the generation ends before `step` (at an
+    /// end-of-sequence token, or `max_new_tokens` reached: a generation of `n` tokens has
+    /// `n - 1` decode steps).
+    ///
+    /// Errors: as `generate`.
+    pub fn generate_observed(
+        &mut self,
+        prompt_ids: &[i64],
+        opts: &GenOptions,
+        on_token: &mut dyn FnMut(&Generator, i64),
+        step: Step,
+        observe: Observer<'_>,
+    ) -> Result<Generation, ModelError> {
+        self.generate_with(prompt_ids, opts, on_token, Some((step, observe)))
+    }
+
+    /// One run of `c`: observed when `hook` names `step`; printer as [`Self::set_print_step`].
+    fn run_step(
+        &self,
+        c: &mut CompiledGraph,
+        step: Step,
+        inputs: &[(&str, &Tensor)],
+        hook: &mut Option<(Step, Observer<'_>)>,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        if self.print_step.is_some() {
+            c.set_value_printer(self.printer_for(step));
+        }
+        match hook {
+            Some((s, obs)) if *s == step => c.run_tensor_refs_observed(inputs, &mut **obs),
+            _ => c.run_tensor_refs(inputs),
+        }
+    }
+
+    fn generate_with(
+        &mut self,
+        prompt_ids: &[i64],
+        opts: &GenOptions,
+        on_token: &mut dyn FnMut(&Generator, i64),
+        mut hook: Option<(Step, Observer<'_>)>,
+    ) -> Result<Generation, ModelError> {
         self.check_ids(prompt_ids)?;
         let t = prompt_ids.len();
         let ml = self.graphs.max_len;
@@ -337,11 +482,12 @@ impl Generator {
         }
         // Prefill.
         let mut pre = self.prefill_graph(t, false)?;
+        self.note_lints("prefill", &pre);
         pre.set_report_context(Some("prefill".into()));
         let x = Tensor::from_i64(&[t], prompt_ids.to_vec()).expect("dims");
         let t0 = Instant::now();
         self.reports.clear();
-        let res = pre.run_tensor_refs(&[("input_ids", &x)]);
+        let res = self.run_step(&mut pre, Step::Prefill, &[("input_ids", &x)], &mut hook);
         self.reports.extend_from_slice(pre.nan_reports());
         let res = res.map_err(rt("prefill"))?;
         out.prefill_tokens_per_s = t as f64 / t0.elapsed().as_secs_f64().max(1e-9);
@@ -381,6 +527,7 @@ impl Generator {
                 .try_compile(g)
                 .map_err(rt("compiling the decode-step graph"))?;
             c.set_debug_mode(self.debug);
+            self.note_lints("decode", &c);
             self.decode = Some(c);
         }
         let names: Vec<(String, String)> = (0..cfg.layers)
@@ -402,11 +549,12 @@ impl Generator {
                 inputs.push((kn, &kc[l]));
                 inputs.push((vn, &vc[l]));
             }
-            let dec = self.decode.as_mut().expect("compiled above");
+            let mut dec = self.decode.take().expect("compiled above");
             dec.set_report_context(Some(format!("decode step {step}, position {pos}")));
             let t1 = Instant::now();
-            let r = dec.run_tensor_refs(&inputs);
+            let r = self.run_step(&mut dec, Step::Decode(step), &inputs, &mut hook);
             self.reports.extend_from_slice(dec.nan_reports());
+            self.decode = Some(dec);
             let r = r.map_err(rt(&format!("decode step {step}, position {pos}")))?;
             decode_time += t1.elapsed().as_secs_f64();
             steps += 1;

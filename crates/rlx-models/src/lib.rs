@@ -17,7 +17,9 @@ mod generate;
 pub use build::{Built, ModelGraphs};
 pub use checkpoint::Checkpoint;
 pub use config::{Family, LlmConfig};
-pub use generate::{tokenize, GenOptions, Generation, Generator, Sampler};
+pub use generate::{
+    tokenize, GenOptions, Generation, Generator, GraphLints, Observer, Sampler, Step,
+};
 
 use std::path::PathBuf;
 

@@ -363,10 +363,11 @@ impl CompiledGraph {
         self.debug_override = mode;
     }
 
-    /// Tag the NaN reports of the following runs with `context`, printed after the node's
-    /// label: `rlx nan-check: NaN at ... "model.layers.1.mlp.down_proj" (decode step 37,
-    /// position 52)` (also `NanReport::context`). `None` (the default) adds nothing. For
-    /// callers that run one graph many times (a generation loop).
+    /// Tag the NaN reports and printer lines of the following runs with `context`, printed
+    /// after the node's label: `rlx nan-check: NaN at ... "model.layers.1.mlp.down_proj"
+    /// (decode step 37, position 52)` (also `NanReport::context`), `rlx print: %40 MatMul
+    /// "lm_head" (decode step 37, position 52) f32[1, 384] ...`. `None` (the default) adds
+    /// nothing. For callers that run one graph many times (a generation loop).
     pub fn set_report_context(&mut self, context: Option<String>) {
         self.report_context = context;
     }
@@ -560,7 +561,9 @@ impl CompiledGraph {
                 m
             }
         });
-        let pcfg = (self.value_printer.clone()).unwrap_or_else(printer::PrinterConfig::from_env);
+        let pcfg = (self.value_printer.clone())
+            .unwrap_or_else(printer::PrinterConfig::from_env)
+            .with_context(self.report_context.clone());
         self.reports.clear();
         self.nan_summary = None;
         if mode.is_on() {
@@ -599,6 +602,82 @@ impl CompiledGraph {
         let refs: Vec<&Tensor> = ordered.iter().collect();
         self.exec
             .run_observed(&refs, &mut |id: NodeId, t: &Tensor| observe(&g, id, t))
+    }
+
+    /// [`CompiledGraph::run_tensor_refs`] that also calls `observe(graph, node, value)` for
+    /// every node in topological order (graph inputs, parameters, constants and computed
+    /// ops), as [`CompiledGraph::run_observed`], while the NaN scan (`RLX_DEBUG_NANS` or
+    /// [`CompiledGraph::set_debug_mode`]), the value printer and the report context work as
+    /// in a plain run: `rlx generate --trace` records one step of a generation this way.
+    ///
+    /// The run is never fused (every node's value is handed out). Printer lines come after
+    /// the run's nodes have run, level 3's `running` line included. An abort
+    /// (`RLX_DEBUG_NANS=abort`) is returned after the run, with the values observed up to
+    /// the end of the graph.
+    ///
+    /// Errors: as `run_tensors`.
+    pub fn run_tensor_refs_observed(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+        observe: &mut dyn FnMut(&Graph, NodeId, &Tensor),
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        use std::io::Write as _;
+        self.guard_inputs(inputs, self.device)?;
+        let ordered = self.order_inputs(inputs.to_vec())?;
+        let mode = self.debug_override.unwrap_or_else(DebugMode::from_env);
+        let pcfg = (self.value_printer.clone())
+            .unwrap_or_else(printer::PrinterConfig::from_env)
+            .with_context(self.report_context.clone());
+        self.reports.clear();
+        self.nan_summary = None;
+        let g = self.exec.graph().clone();
+        let mut sc = mode.is_on().then(|| {
+            let mut sc = DebugScanner::new(mode, &self.device.to_string());
+            sc.set_print(self.print_reports);
+            sc.set_context(self.report_context.clone());
+            sc.begin_run(&g);
+            sc
+        });
+        let mut abort: Option<rlx_ir::numeric_check::NanAbort> = None;
+        let mut printed = 0usize;
+        let r = self
+            .exec
+            .run_observed(&ordered, &mut |id: NodeId, t: &Tensor| {
+                observe(&g, id, t);
+                if let Some(l) = pcfg.line_after(&g, id, t) {
+                    let mut e = std::io::stderr().lock();
+                    if let Some(b) = pcfg.line_before(&g, id) {
+                        let _ = writeln!(e, "{b}");
+                    }
+                    printed += 1;
+                    let _ = writeln!(e, "{l}");
+                }
+                if let (Some(sc), None) = (sc.as_mut(), &abort) {
+                    if let Err(a) = sc.scan_node(&g, id, t.data()) {
+                        abort = Some(a);
+                    }
+                }
+            });
+        if pcfg.is_on() && printed == 0 && r.is_ok() {
+            eprintln!(
+                "rlx: note: {} matched no op",
+                printer::RLX_FILTERED_OPS_TO_PRINT
+            );
+        }
+        if let Some(mut sc) = sc {
+            if abort.is_none() && r.is_ok() {
+                if let Err(a) = sc.finish_run(&g) {
+                    abort = Some(a);
+                }
+            }
+            self.reports = sc.reports().to_vec();
+            self.nan_summary = sc.summary().map(str::to_string);
+        }
+        let out = r?;
+        match abort {
+            Some(a) => Err(RuntimeError::NanAbort(a)),
+            None => Ok(out),
+        }
     }
 
     fn order_inputs<I>(&self, inputs: Vec<(&str, I)>) -> Result<Vec<I>, RuntimeError> {

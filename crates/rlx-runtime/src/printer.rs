@@ -12,7 +12,16 @@
 //! What is printed: graph inputs and every computed op. Parameters and constants are not
 //! (they are the same on every run; an imported model has thousands).
 //! `RLX_FILTERED_OPS_TO_PRINT=pat1,pat2` keeps only nodes whose label, op name or `%id`
-//! matches one of the glob patterns (`*` any run of characters, `?` one character).
+//! matches one of the glob patterns (`*` any run of characters, `?` one character). A pattern
+//! also matches every node inside the module it names ([`label_matches`]): with the module
+//! paths of a checkpoint (`rlx generate`), `model.layers.1.mlp` selects
+//! `model.layers.1.mlp`, `model.layers.1.mlp.down_proj`, `model.layers.1.mlp.act_fn`, ... and
+//! not `model.layers.10.mlp`.
+//!
+//! A run with a context ([`PrinterConfig::context`], set from
+//! `CompiledGraph::set_report_context`: `prefill`, `decode step 3, position 12`) prints it
+//! after the label, as NaN reports do: `rlx print: %40 MatMul "lm_head" (decode step 3,
+//! position 12) f32[1, 384] ...`.
 //!
 //! Statistics are computed in f64 over the finite elements; integer min/max are exact (i128).
 
@@ -259,6 +268,23 @@ pub fn glob_match(pat: &str, s: &str) -> bool {
     i == p.len()
 }
 
+/// Whether glob `pat` matches the node label `label` or a module that contains it: `label`
+/// itself, or any prefix of it that ends just before a `.` or `/` (the module paths
+/// `model.layers.1.mlp` and `model.layers.1` of `model.layers.1.mlp.down_proj`; the scopes
+/// `/encoder` and `/encoder/layer.0` of an ONNX exporter's `/encoder/layer.0/attention/MatMul`;
+/// `layers.0.mlp` of a torch.export label `layers.0.mlp/linear_2`). So `model.layers.1.mlp`
+/// selects that module and everything in it but not `model.layers.10.mlp`, and
+/// `model.layers.?.mlp` every layer's MLP. Case-sensitive, as [`glob_match`].
+pub fn label_matches(pat: &str, label: &str) -> bool {
+    if glob_match(pat, label) {
+        return true;
+    }
+    label
+        .char_indices()
+        .filter(|&(i, c)| i > 0 && (c == '.' || c == '/'))
+        .any(|(i, _)| glob_match(pat, &label[..i]))
+}
+
 /// What the printer prints (see the module docs for the levels).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PrinterConfig {
@@ -266,6 +292,9 @@ pub struct PrinterConfig {
     pub level: u8,
     /// Glob patterns; empty prints every node.
     pub filters: Vec<String>,
+    /// Printed after each node's label in parentheses (`decode step 3, position 12`), `None`
+    /// for nothing. `CompiledGraph` sets it from its report context for each run.
+    pub context: Option<String>,
 }
 
 impl PrinterConfig {
@@ -274,6 +303,7 @@ impl PrinterConfig {
         PrinterConfig {
             level: level.min(3),
             filters: vec![],
+            context: None,
         }
     }
 
@@ -325,12 +355,27 @@ impl PrinterConfig {
         )
     }
 
+    /// The same printer with `context` printed after every label (`None`: nothing).
+    pub fn with_context(mut self, context: Option<String>) -> PrinterConfig {
+        self.context = context;
+        self
+    }
+
     pub fn is_on(&self) -> bool {
         self.level > 0
     }
 
+    /// `"label"`, then ` (context)` when the run has one.
+    fn label_str(&self, g: &Graph, id: NodeId) -> String {
+        match &self.context {
+            Some(c) => format!("\"{}\" ({c})", node_label(g, id)),
+            None => format!("\"{}\"", node_label(g, id)),
+        }
+    }
+
     /// Whether node `id` of `g` is printed: graph inputs and computed ops (not params or
-    /// constants) whose label, op name or `%id` matches a filter (any node when no filter).
+    /// constants) whose label (or a module containing it, [`label_matches`]), op name or
+    /// `%id` matches a filter (any node when no filter).
     pub fn selects(&self, g: &Graph, id: NodeId) -> bool {
         let node = g.node(id);
         if matches!(node.op, Op::Param { .. } | Op::Constant(_)) {
@@ -344,16 +389,16 @@ impl PrinterConfig {
         let pid = id.to_string();
         self.filters
             .iter()
-            .any(|p| glob_match(p, &label) || glob_match(p, &op) || glob_match(p, &pid))
+            .any(|p| label_matches(p, &label) || glob_match(p, &op) || glob_match(p, &pid))
     }
 
     /// The line printed before node `id` runs (level 3), or `None`.
     pub fn line_before(&self, g: &Graph, id: NodeId) -> Option<String> {
         (self.level >= 3 && self.selects(g, id)).then(|| {
             format!(
-                "rlx print: running {id} {} \"{}\"",
+                "rlx print: running {id} {} {}",
                 g.node(id).op.name(),
-                node_label(g, id)
+                self.label_str(g, id)
             )
         })
     }
@@ -365,9 +410,9 @@ impl PrinterConfig {
         }
         let node = g.node(id);
         let mut s = format!(
-            "rlx print: {id} {} \"{}\" {} {}",
+            "rlx print: {id} {} {} {} {}",
             node.op.name(),
-            node_label(g, id),
+            self.label_str(g, id),
             t.shape(),
             TensorStats::of(t)
         );
@@ -415,7 +460,7 @@ pub(crate) fn run_cpu<I: std::borrow::Borrow<Tensor> + Sync>(
     let r = exec.run_hooked(inputs, scanner, before, Some(&mut observe));
     if printed == 0 && r.is_ok() {
         eprintln!(
-            "rlx: note: {RLX_FILTERED_OPS_TO_PRINT} matched no op (patterns are case-sensitive globs with * and ?, matched against the label, the op name and %id)"
+            "rlx: note: {RLX_FILTERED_OPS_TO_PRINT} matched no op (patterns are case-sensitive globs with * and ?, matched against the label or a module containing it, the op name and %id)"
         );
     }
     r
@@ -453,7 +498,7 @@ pub(crate) fn print_values(
     if printed == 0 {
         let _ = writeln!(
             e,
-            "rlx: note: {RLX_FILTERED_OPS_TO_PRINT} matched no op (patterns are case-sensitive globs with * and ?, matched against the label, the op name and %id)"
+            "rlx: note: {RLX_FILTERED_OPS_TO_PRINT} matched no op (patterns are case-sensitive globs with * and ?, matched against the label or a module containing it, the op name and %id)"
         );
     }
 }
@@ -473,6 +518,28 @@ mod tests {
         assert!(glob_match("a*b*c", "aXXbYYc"));
         assert!(!glob_match("a*b*c", "aXXbYY"));
         assert!(glob_match("MatMul", "MatMul"));
+    }
+
+    #[test]
+    fn module_paths() {
+        let l = "model.layers.1.mlp.down_proj";
+        assert!(label_matches("model.layers.1.mlp", l));
+        assert!(label_matches("model.layers.1.mlp", "model.layers.1.mlp"));
+        assert!(label_matches("model.layers.1", l));
+        assert!(label_matches("model.layers.1.mlp.*", l));
+        assert!(label_matches("model.layers.?.mlp", l));
+        assert!(!label_matches(
+            "model.layers.1",
+            "model.layers.10.mlp.down_proj"
+        ));
+        assert!(!label_matches("model.layers.1.ml", l));
+        assert!(!label_matches("mlp", l), "a prefix, not any segment");
+        assert!(label_matches(
+            "/encoder/layer.0",
+            "/encoder/layer.0/attention/MatMul"
+        ));
+        assert!(label_matches("layers.0.mlp", "layers.0.mlp/linear_2"));
+        assert!(!label_matches("", "/x"));
     }
 
     #[test]
