@@ -218,37 +218,6 @@ pub struct CudaExecutor {
     /// Device-time measurement (see [`CudaExecutor::set_device_timing`]) and the last run's.
     device_timing: bool,
     last_device_ms: std::sync::Mutex<Option<f64>>,
-    /// Page-locked host buffers for large input uploads and output read-backs, per device
-    /// buffer, allocated at first use and reused (see [`STAGE_MIN_BYTES`]).
-    staging: std::sync::Mutex<HashMap<usize, Pinned>>,
-}
-
-/// Transfers of at least this many bytes go through a page-locked (pinned) host buffer: the
-/// DMA runs at full bus speed, and the copy between it and the tensor's own memory is made
-/// by all cores (a 311 MB logits read-back straight into fresh pageable memory took most of
-/// a Qwen3 prefill's wall time).
-const STAGE_MIN_BYTES: usize = 4 << 20;
-
-/// A page-locked host allocation (`cuMemHostAlloc`), freed on drop.
-struct Pinned {
-    ptr: *mut u8,
-    bytes: usize,
-}
-// SAFETY: plain host memory owned by the executor, used under its `staging` mutex.
-unsafe impl Send for Pinned {}
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `malloc_host` and freed once, here.
-        let _ = unsafe { cudarc::driver::result::free_host(self.ptr as *mut std::ffi::c_void) };
-    }
-}
-
-/// Copy `src` into `dst` (same length) on all cores.
-fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
-    use rayon::prelude::*;
-    dst.par_chunks_mut(1 << 18)
-        .zip(src.par_chunks(1 << 18))
-        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// A node's part in elementwise fusion ([`crate::fuse`]), for runs that use it.
@@ -869,7 +838,6 @@ impl CudaExecutor {
             leaf_counts: vec![None; n],
             device_timing: false,
             last_device_ms: std::sync::Mutex::new(None),
-            staging: std::sync::Mutex::new(HashMap::new()),
             rounds,
             drop_last_k: rlx_ir::env::get("RLX_TEST_PLANTED_BUG")
                 .as_deref()
@@ -1170,59 +1138,12 @@ impl CudaExecutor {
         if words > self.buffers[b].len() {
             return Err(kernel_err(g, id, "value larger than its device buffer"));
         }
-        // Large graph inputs (uploaded every run) go through a pinned buffer. It is rewritten
-        // only at the next run's upload, after this run's final synchronization.
-        if src.len() >= STAGE_MIN_BYTES && matches!(g.node(id).op, Op::Input { .. }) {
-            let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-            let p = self
-                .stage(&mut st, b, src.len())
-                .map_err(|e| kernel_err(g, id, e))?;
-            // SAFETY: `p` holds at least `src.len()` bytes (allocated for this buffer's size).
-            let pin = unsafe { std::slice::from_raw_parts_mut(p, src.len()) };
-            par_copy(pin, src);
-            // SAFETY: as below; the pinned source stays allocated (owned by `staging`).
-            return unsafe {
-                cudarc::driver::result::memcpy_htod_async(
-                    self.ptrs[b],
-                    &*pin,
-                    self.stream.cu_stream(),
-                )
-            }
-            .map_err(|e| kernel_err(g, id, format!("upload: {e}")));
-        }
         // SAFETY: the destination buffer holds at least `words` 32-bit words (checked above)
         // and lives as long as the executor; the stream is this executor's.
         unsafe {
             cudarc::driver::result::memcpy_htod_async(self.ptrs[b], src, self.stream.cu_stream())
         }
         .map_err(|e| kernel_err(g, id, format!("upload: {e}")))
-    }
-
-    /// The pinned staging buffer of device buffer `b` (allocated at first use with the
-    /// device buffer's size, which bounds every transfer through it); `bytes` is checked
-    /// against it.
-    fn stage(
-        &self,
-        st: &mut HashMap<usize, Pinned>,
-        b: usize,
-        bytes: usize,
-    ) -> Result<*mut u8, String> {
-        let cap = self.buffers[b].len() * 4;
-        if bytes > cap {
-            return Err(format!(
-                "{bytes} bytes do not fit the {cap}-byte device buffer"
-            ));
-        }
-        if let Some(p) = st.get(&b) {
-            debug_assert!(bytes <= p.bytes);
-            return Ok(p.ptr);
-        }
-        // SAFETY: a plain allocation of `cap` bytes; freed by `Pinned`'s drop.
-        let ptr = unsafe { cudarc::driver::result::malloc_host(cap, 0) }
-            .map_err(|e| format!("allocating {cap} bytes of pinned host memory: {e}"))?
-            as *mut u8;
-        st.insert(b, Pinned { ptr, bytes: cap });
-        Ok(ptr)
     }
 
     fn check_inputs<I: Borrow<Tensor>>(&self, inputs: &[I]) -> Result<(), CudaError> {
@@ -2161,32 +2082,6 @@ impl CudaExecutor {
             let words = nel * dev_words(shape.dtype).unwrap_or(1);
             let v: Vec<f32> = if nel == 0 {
                 vec![]
-            } else if words * 4 >= STAGE_MIN_BYTES {
-                // Through the pinned buffer (full-speed DMA), then copied on all cores.
-                let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-                let p = self
-                    .stage(&mut st, b, words * 4)
-                    .map_err(|e| kernel_err(g, id, e))?;
-                // SAFETY: `p` holds at least `words` f32 (checked by `stage`), page-locked.
-                let pin = unsafe { std::slice::from_raw_parts_mut(p as *mut f32, words) };
-                // SAFETY: the device buffer holds `words` words; the copy is waited for below
-                // before `pin` is read.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtoh_async(
-                        &mut *pin,
-                        self.ptrs[b],
-                        self.stream.cu_stream(),
-                    )
-                }
-                .map_err(|e| kernel_err(g, id, format!("read back: {e}")))?;
-                self.stream
-                    .synchronize()
-                    .map_err(|e| cuda_err("synchronizing a read back", e))?;
-                // Zeroed by the allocator (fresh pages, not a pass over them); the pages are
-                // first touched by the parallel copy.
-                let mut v = vec![0f32; words];
-                par_copy(&mut v, pin);
-                v
             } else {
                 self.stream
                     .clone_dtoh(&self.buffers[b].slice(0..words))
