@@ -234,8 +234,10 @@ enum Fz {
 /// One fused elementwise kernel: `f(out, n, meta)`.
 struct FusedGroup {
     f: CudaFunction,
-    /// The same kernel counting its members' NaN/Inf (scanning runs).
+    /// The same kernel flagging a non-finite inner value (scanning runs), and the kernel
+    /// launched after it that counts the members' NaN/Inf when the flag is set.
     f_scan: CudaFunction,
+    f_cnt: CudaFunction,
     /// Members in topological order (the last is the sink).
     members: Vec<NodeId>,
     /// Index into `meta_ptrs`: input addresses, then broadcast metadata.
@@ -695,6 +697,9 @@ impl CudaExecutor {
                         let f_scan = m
                             .load_function(&format!("fz_{k}_scan"))
                             .map_err(|e| cuda_err("loading a fused kernel", e))?;
+                        let f_cnt = m
+                            .load_function(&format!("fz_{k}_cnt"))
+                            .map_err(|e| cuda_err("loading a fused kernel", e))?;
                         let dims: Vec<Vec<usize>> = ext
                             .iter()
                             .map(|&e| graph.node(e).shape.dims_usize().to_vec())
@@ -714,6 +719,7 @@ impl CudaExecutor {
                         groups.push(FusedGroup {
                             f,
                             f_scan,
+                            f_cnt,
                             members: members.clone(),
                             meta: metas_host.len() - 1,
                             n: od.iter().product::<usize>() as u64,
@@ -1371,18 +1377,24 @@ impl CudaExecutor {
                     l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
                     // SAFETY: signature (float*, u64, const i64*, u64*); the metadata holds the
                     // group's input addresses (live buffers) and broadcast strides within them;
-                    // `cnt` is null or 6 words per counted member inside the scan's counts.
-                    // A counting kernel runs on fewer threads, each over several elements, so
-                    // its per-warp flush happens less often.
-                    let cfg = if cnt != 0 {
-                        let mut c = launch_cfg(fg.n);
-                        c.grid_dim.0 = c.grid_dim.0.min(4096);
-                        c
-                    } else {
-                        launch_cfg(fg.n)
-                    };
-                    unsafe { l.launch(cfg) }
+                    // `cnt` is null or 6 words per counted member, then the flag word, inside
+                    // the scan's counts.
+                    unsafe { l.launch(launch_cfg(fg.n)) }
                         .map_err(|e| kernel_err(g, id, format!("launch (fused group): {e}")))?;
+                    if cnt != 0 {
+                        // The counting kernel: returns at once unless a value was flagged; it
+                        // runs on fewer threads, each over several elements, so its per-warp
+                        // flush happens less often.
+                        let mut l = self.stream.launch_builder(&fg.f_cnt);
+                        l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
+                        let mut c = launch_cfg(fg.n);
+                        c.grid_dim.0 = c.grid_dim.0.min(1024);
+                        // SAFETY: as above (the same signature and arguments; it writes only
+                        // the counts).
+                        unsafe { l.launch(c) }.map_err(|e| {
+                            kernel_err(g, id, format!("launch (fused group count): {e}"))
+                        })?;
+                    }
                     continue;
                 }
                 let blocking = before.is_some() && !matches!(self.steps[k], Step::Leaf);

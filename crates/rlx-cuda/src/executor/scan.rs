@@ -115,6 +115,9 @@ impl CudaExecutor {
                 member_slot[m.index()] = Some(slots);
                 slots += 1;
             }
+            // The group's flag word (first word of one more slot, preset to 0): set by the
+            // fused kernel when an inner value is NaN/±inf, read by its counting kernel.
+            slots += 1;
         }
         let mut init = Vec::with_capacity(6 * slots);
         for _ in 0..slots {
