@@ -94,6 +94,13 @@ enum Step {
         inner: i64,
         idx64: i32,
     },
+    /// ONNX GatherND of 32-bit words (`gather_nd_u32`), metadata index, indices i64 or i32,
+    /// bounds-checked like Gather.
+    GatherNd {
+        f: CudaFunction,
+        meta: usize,
+        idx64: i32,
+    },
     /// `select_u32`: cond (Bool as u32), on_true, on_false, broadcast by metadata.
     Select {
         f: CudaFunction,
@@ -571,6 +578,7 @@ impl CudaExecutor {
                     | Step::Alias
                     | Step::Copy { .. }
                     | Step::Gather { .. }
+                    | Step::GatherNd { .. }
                     | Step::Select { .. }
             );
             let name = match dt {
@@ -746,7 +754,10 @@ impl CudaExecutor {
             metas.push(b);
         }
 
-        let err = if steps.iter().any(|s| matches!(s, Step::Gather { .. })) {
+        let err = if steps
+            .iter()
+            .any(|s| matches!(s, Step::Gather { .. } | Step::GatherNd { .. }))
+        {
             Some(
                 stream
                     .alloc_zeros::<i32>(1)
@@ -1563,6 +1574,26 @@ impl CudaExecutor {
                                 .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
                         }
                     }
+                    Step::GatherNd { f, meta, idx64 } => {
+                        let nel = node.shape.numel() as u64;
+                        if nel > 0 {
+                            let (x, ix, o) = (
+                                self.ptr(node.inputs[0]),
+                                self.ptr(node.inputs[1]),
+                                self.ptr(id),
+                            );
+                            let (ep, nid, m) =
+                                (self.err_ptr, id.index() as i32, self.meta_ptrs[*meta]);
+                            let mut l = self.stream.launch_builder(f);
+                            l.arg(&x).arg(&ix).arg(&o).arg(&nel).arg(&m);
+                            l.arg(idx64).arg(&ep).arg(&nid);
+                            // SAFETY: signature (const u32*, const void*, u32*, u64, const i64*,
+                            // int, int*, int); every index is checked against its data dim in
+                            // the kernel, the metadata describes the node's own dims.
+                            unsafe { l.launch(launch_cfg(nel)) }
+                                .map_err(|e| kernel_err(g, id, format!("launch: {e}")))?;
+                        }
+                    }
                     Step::ConvGemm { plan, im2col, bias } => {
                         let x = self.ptr(node.inputs[0]);
                         let w = self.ptr(node.inputs[1]);
@@ -1851,6 +1882,15 @@ impl CudaExecutor {
                     Op::Gather { axis } => axis,
                     _ => 0,
                 };
+                if let Op::GatherND { batch_dims } = node.op {
+                    return Err(kernel_err(
+                        g,
+                        id,
+                        format!(
+                            "GatherND: an index is out of range for data dims {dd:?} (batch_dims {batch_dims})"
+                        ),
+                    ));
+                }
                 let size = dd.get(axis).copied().unwrap_or(0) as i64;
                 // Name the first offending index as the CPU does (the indices are read back
                 // only on this error path).

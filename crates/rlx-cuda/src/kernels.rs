@@ -598,6 +598,28 @@ extern "C" __global__ void gather_u32(const u32* __restrict__ x, const void* __r
   }
 }
 
+// ONNX GatherND of 32-bit words: output element i = (batch bi, index row j, slice position t);
+// the row's q indices (negative counts from the end, each checked against its data dim; an
+// index out of range sets *err to the lowest such node and writes 0) pick the slice.
+// meta = [q, m (rows per batch), slice, per_batch, then q data dims, then q strides].
+extern "C" __global__ void gather_nd_u32(const u32* __restrict__ x, const void* __restrict__ idx, u32* __restrict__ o, u64 n, const i64* __restrict__ meta, int idx64, int* err, int node) {
+  int q = (int)meta[0];
+  i64 m = meta[1], slice = meta[2], per_batch = meta[3];
+  const i64* dims = meta + 4; const i64* strides = meta + 4 + q;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 t = (i64)i % slice; i64 rest = (i64)i / slice; i64 j = rest % m; i64 bi = rest / m;
+    i64 row = (bi * m + j) * q, off = 0; bool bad = false;
+    for (int k = 0; k < q; ++k) {
+      i64 v = idx64 ? ((const i64*)idx)[row + k] : (i64)((const int*)idx)[row + k];
+      if (v < 0) v += dims[k];
+      if (v < 0 || v >= dims[k]) { bad = true; break; }
+      off += v * strides[k];
+    }
+    if (bad) { atomicMin(err, node); o[i] = 0u; continue; }
+    o[i] = x[bi * per_batch + off + t];
+  }
+}
+
 // Select: o = c ? a : b on words, three inputs broadcast; meta = [r, dims, sc, sa, sb].
 extern "C" __global__ void select_u32(const u32* c, const u32* a, const u32* b, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
@@ -630,6 +652,8 @@ extern "C" __global__ void umap_u32(const u32* __restrict__ x, u32* __restrict__
     else if (kind == 7) { long long v = ((const long long*)x)[i]; r = __float_as_uint((float)(double)v); }
     else if (kind == 8) { ((long long*)o)[i] = x[i] ? 1 : 0; continue; }
     else if (kind == 9) { ((long long*)o)[i] = (long long)(int)x[i]; continue; }
+    else if (kind == 10) { r = ((const long long*)x)[i] != 0 ? 1u : 0u; }
+    else if (kind == 11) { r = x[i] != 0u ? 1u : 0u; }
     o[i] = r;
   }
 }

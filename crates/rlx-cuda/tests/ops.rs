@@ -771,3 +771,100 @@ fn pool_max_avg_with_nan() {
         }
     }
 }
+
+/// GatherND (ONNX: batch_dims 0 and 1, index depth 1 and 2, negative indices, i32 and i64
+/// indices) and Cast i64/i32 → Bool run on CUDA and equal rlx-cpu bit for bit (which follows
+/// the ONNX spec examples, `rlx-cpu`'s `gather_nd_spec_examples`); an index out of range is
+/// an error naming the GatherND node.
+#[test]
+fn gather_nd_and_casts_to_bool_on_cuda() {
+    if !cuda_available() {
+        return;
+    }
+    let mut g = Graph::new("gnd");
+    let f = DType::F32;
+    let x = g.input("x", sh(&[4, 5, 6], f));
+    let i1 = g.input("i1", sh(&[3, 1], DType::I64));
+    let i2 = g.input("i2", sh(&[2, 3, 2], DType::I32));
+    let ib = g.input("ib", sh(&[4, 2, 1], DType::I64));
+    let l = g.input("l", sh(&[7], DType::I64));
+    let k = g.input("k", sh(&[5], DType::I32));
+    let o1 = g.add_node(
+        Op::GatherND { batch_dims: 0 },
+        vec![x, i1],
+        sh(&[3, 5, 6], f),
+    );
+    let o2 = g.add_node(
+        Op::GatherND { batch_dims: 0 },
+        vec![x, i2],
+        sh(&[2, 3, 6], f),
+    );
+    let o3 = g.add_node(
+        Op::GatherND { batch_dims: 1 },
+        vec![x, ib],
+        sh(&[4, 2, 6], f),
+    );
+    let c1 = g.add_node(
+        Op::Cast {
+            to: DType::Bool,
+            saturate: true,
+        },
+        vec![l],
+        sh(&[7], DType::Bool),
+    );
+    let c2 = g.add_node(
+        Op::Cast {
+            to: DType::Bool,
+            saturate: true,
+        },
+        vec![k],
+        sh(&[5], DType::Bool),
+    );
+    g.set_outputs(vec![o1, o2, o3, c1, c2]);
+    let ins = |bad: i64| {
+        vec![
+            rand_tensor(&[4, 5, 6], 3),
+            Tensor::new(vec![3, 1], TensorData::I64(vec![2, -1, 0])).unwrap(),
+            Tensor::new(
+                vec![2, 3, 2],
+                TensorData::I32(vec![0, 4, 3, -5, 1, 2, -4, 0, 2, 2, 3, 1]),
+            )
+            .unwrap(),
+            Tensor::new(
+                vec![4, 2, 1],
+                TensorData::I64(vec![4, 0, -1, 2, 3, bad, 1, 1]),
+            )
+            .unwrap(),
+            // 1 << 40 has a zero low word: true all the same.
+            Tensor::new(
+                vec![7],
+                TensorData::I64(vec![0, 1, -1, 1 << 40, i64::MIN, 7, 0]),
+            )
+            .unwrap(),
+            Tensor::new(vec![5], TensorData::I32(vec![0, -3, 0, i32::MIN, 9])).unwrap(),
+        ]
+    };
+    let good = ins(-5);
+    let (want, got) = both(&g, &good);
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.dims(), b.dims(), "output {k}");
+        assert_eq!(a.data(), b.data(), "output {k}");
+    }
+    let want_bool: Vec<bool> = [0i64, 1, -1, 1 << 40, i64::MIN, 7, 0]
+        .iter()
+        .map(|&v| v != 0)
+        .collect();
+    assert_eq!(got[3].data(), &TensorData::Bool(want_bool));
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    for (id, p) in ex.placements() {
+        assert_eq!(p, Placement::Gpu, "{id} {}", g.node(id).op.name());
+    }
+    let err = ex.run(&ins(5), None).unwrap_err().to_string();
+    assert!(
+        err.contains("GatherND") && err.contains("out of range"),
+        "{err}"
+    );
+    // And it recovers.
+    let again = ex.run(&good, None).unwrap();
+    assert_eq!(again[2].data(), want[2].data());
+}

@@ -305,6 +305,8 @@ pub(super) fn plan_node(
                 (DType::I64, DType::F32) => 7,
                 (DType::Bool, DType::I64) => 8,
                 (DType::I32, DType::I64) => 9,
+                (DType::I64, DType::Bool) => 10,
+                (DType::I32 | DType::U32, DType::Bool) => 11,
                 _ => return Err(format!("no CUDA kernel for Cast {from} -> {to} yet")),
             };
             Ok(Step::UMap {
@@ -647,6 +649,48 @@ pub(super) fn plan_node(
                 nidx: ixd.iter().product::<usize>().max(1) as i64,
                 dim: dd[*axis] as i64,
                 inner: dd[axis + 1..].iter().product::<usize>().max(1) as i64,
+                idx64: (idt == DType::I64) as i32,
+            })
+        }
+        Op::GatherND { batch_dims } => {
+            let (dd, ixd) = (ind(0), ind(1));
+            let idt = dt(node.inputs[1]);
+            if words != 1 || dt(node.inputs[0]) != odt || !matches!(idt, DType::I64 | DType::I32) {
+                return Err("GatherND on CUDA takes 32-bit data and i64/i32 indices".into());
+            }
+            let b = *batch_dims;
+            let q = ixd.last().copied().unwrap_or(usize::MAX);
+            if ixd.is_empty()
+                || b >= ixd.len()
+                || b.saturating_add(q) > dd.len()
+                || dd[..b] != ixd[..b]
+            {
+                return Err(format!(
+                    "GatherND of {dd:?} by {ixd:?} (batch_dims {b}) does not fit"
+                ));
+            }
+            let mut want = ixd[..ixd.len() - 1].to_vec();
+            want.extend_from_slice(&dd[b + q..]);
+            if want.as_slice() != od.as_slice() {
+                return Err(format!(
+                    "GatherND of {dd:?} by {ixd:?} does not give {od:?}"
+                ));
+            }
+            let m: usize = ixd[b..ixd.len() - 1].iter().product();
+            let slice: usize = dd[b + q..].iter().product();
+            let per_batch: usize = dd[b..].iter().product();
+            let mut meta = vec![
+                q as i64,
+                m.max(1) as i64,
+                slice.max(1) as i64,
+                per_batch as i64,
+            ];
+            meta.extend(dd[b..b + q].iter().map(|&d| d as i64));
+            meta.extend((0..q).map(|k| dd[b + k + 1..].iter().product::<usize>() as i64));
+            metas.push(meta);
+            Ok(Step::GatherNd {
+                f: func("gather_nd_u32")?,
+                meta: metas.len() - 1,
                 idx64: (idt == DType::I64) as i32,
             })
         }
