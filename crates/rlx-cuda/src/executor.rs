@@ -598,22 +598,23 @@ impl CudaExecutor {
             rounds.push(f);
         }
 
-        // Elementwise fusion (RLX_CUDA_FUSE=0 turns it off): groups of f32 Unary/Binary nodes.
+        // Elementwise fusion (RLX_CUDA_FUSE=0 turns it off): groups of Unary/Binary nodes
+        // computing in f32, or in float16/bfloat16 (each member rounds its value inside the
+        // fused kernel, so the group needs no rounding pass).
         let eligible: Vec<bool> = graph
             .nodes
             .iter()
             .map(|node| {
                 let k = node.id.index();
+                let dt = node.shape.dtype;
+                let half = matches!(dt, DType::F16 | DType::BF16);
                 matches!(steps[k], Step::Unary { .. } | Step::Binary { .. })
                     && !matches!(node.op, Op::Cast { .. })
-                    && node.shape.dtype == DType::F32
-                    && rounds[k].is_none()
+                    && (dt == DType::F32 || half)
+                    && rounds[k].is_some() == half
                     && node.shape.numel() > 0
                     && node.shape.numel() < (1 << 31)
-                    && node
-                        .inputs
-                        .iter()
-                        .all(|&i| graph.node(i).shape.dtype == DType::F32)
+                    && node.inputs.iter().all(|&i| graph.node(i).shape.dtype == dt)
             })
             .collect();
         let fuse_on = !matches!(

@@ -265,6 +265,13 @@ fn head_and_body(
                 )
             }
         };
+        // A float16/bfloat16 member rounds its value to its dtype, as the unfused node's
+        // in-place rounding does (same function), so fused and unfused runs stay bit-identical.
+        let expr = match node.shape.dtype {
+            rlx_ir::DType::BF16 => format!("rlx_rbf16({expr})"),
+            rlx_ir::DType::F16 => format!("rlx_rf16({expr})"),
+            _ => expr,
+        };
         let pos = members.iter().position(|&x| x == m).expect("a member");
         body += &format!("    float t{pos} = {expr};\n");
     }

@@ -195,6 +195,29 @@ __device__ __forceinline__ double rlx_sigmoid(double x) {
 }
 typedef unsigned long long u64;
 typedef long long i64;
+// An f32 value rounded to bfloat16 / float16 (round to nearest, ties to even; float16
+// overflows to ±inf from 65520 up and keeps subnormals down to 2^-24; NaN unchanged): what
+// round_bf16/round_f16 do in place after a node, and fused half-precision kernels after each
+// member.
+__device__ __forceinline__ float rlx_rbf16(float v) {
+  unsigned b = __float_as_uint(v);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return v;
+  unsigned lsb = (b >> 16) & 1u;
+  return __uint_as_float((b + 0x7fffu + lsb) & 0xffff0000u);
+}
+__device__ __forceinline__ float rlx_rf16(float v) {
+  unsigned b = __float_as_uint(v);
+  unsigned s = b & 0x80000000u, a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return v;
+  if (a >= 0x477ff000u) return __uint_as_float(s | 0x7f800000u);
+  if (a < 0x38800000u) {
+    // Below 2^-14: multiples of 2^-24 (both scalings are exact; rintf ties to even).
+    float q = rintf(__uint_as_float(a) * 16777216.0f) * 5.9604644775390625e-8f;
+    return __uint_as_float(s | __float_as_uint(q));
+  }
+  unsigned lsb = (a >> 13) & 1u;
+  return __uint_as_float(s | ((a + 0xfffu + lsb) & 0xffffe000u));
+}
 // Broadcast indices of output element i (meta = [rank, dims, strides of a, strides of b]).
 // 32-bit division when the output has fewer than 2^31 elements (inputs are never larger):
 // 64-bit division is emulated on the GPU and made elementwise kernels several times slower.
@@ -734,28 +757,12 @@ extern "C" __global__ void to_half_bits(const unsigned* __restrict__ x, unsigned
   }
 }
 extern "C" __global__ void round_bf16(float* o, u64 n) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    unsigned b = __float_as_uint(o[i]);
-    if ((b & 0x7fffffffu) > 0x7f800000u) continue;
-    unsigned lsb = (b >> 16) & 1u;
-    o[i] = __uint_as_float((b + 0x7fffu + lsb) & 0xffff0000u);
-  }
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    o[i] = rlx_rbf16(o[i]);
 }
 extern "C" __global__ void round_f16(float* o, u64 n) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    unsigned b = __float_as_uint(o[i]);
-    unsigned s = b & 0x80000000u, a = b & 0x7fffffffu;
-    if (a > 0x7f800000u) continue;
-    if (a >= 0x477ff000u) { o[i] = __uint_as_float(s | 0x7f800000u); continue; }
-    if (a < 0x38800000u) {
-      // Below 2^-14: multiples of 2^-24 (both scalings are exact; rintf ties to even).
-      float q = rintf(__uint_as_float(a) * 16777216.0f) * 5.9604644775390625e-8f;
-      o[i] = __uint_as_float(s | __float_as_uint(q));
-      continue;
-    }
-    unsigned lsb = (a >> 13) & 1u;
-    o[i] = __uint_as_float(s | ((a + 0xfffu + lsb) & 0xffffe000u));
-  }
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    o[i] = rlx_rf16(o[i]);
 }
 "#;
 /// Elements one block scans (256 threads, 4 words each, 32 iterations): fewer, longer blocks

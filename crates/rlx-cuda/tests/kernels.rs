@@ -970,3 +970,80 @@ fn matmul_error_metric_on_the_cpu() {
         assert!(mm_error(a, b, o, &ins, &bad) > kk * U);
     }
 }
+
+/// float16/bfloat16 elementwise chains fuse too: each member rounds its value inside the
+/// fused kernel with the function the per-node rounding uses, so fused runs give the unfused
+/// run's bits (broadcast input, NaN and an f16 overflow to +inf in the data), scanning runs
+/// give the unfused run's counts, and the CPU's float16/bfloat16 path agrees within one unit
+/// of the dtype's last place.
+#[test]
+fn half_precision_groups_fuse_bit_identically() {
+    if !cuda_available() {
+        return;
+    }
+    for dt in [DType::F16, DType::BF16] {
+        let (b, t, h) = (3, 5, 33);
+        let s3 = Shape::new(&[b, t, h], dt);
+        let mut g = Graph::new("fused_half");
+        let x = g.input("x", s3.clone());
+        let gamma = g.input("gamma", Shape::new(&[h], dt));
+        let m = g.mul(x, gamma, s3.clone());
+        let e = g.unary(UnaryOp::Exp, m, s3.clone());
+        let a = g.add(e, x, s3.clone());
+        let th = g.activation(Activation::Tanh, a, s3.clone());
+        let out = g.mul(th, e, s3.clone());
+        g.set_outputs(vec![out]);
+        let mut xv = rand_vec(b * t * h, 11, -3.0, 3.0);
+        xv[7] = f32::NAN;
+        xv[40] = 12.0; // exp(12 * gamma) may pass float16's 65504
+        let gv = rand_vec(h, 12, 0.5, 1.5);
+        let half = |v: Vec<f32>, d: &[usize]| -> Tensor {
+            let data = match dt {
+                DType::F16 => {
+                    rlx_ir::TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect())
+                }
+                _ => rlx_ir::TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+            };
+            Tensor::new(d.to_vec(), data).unwrap()
+        };
+        let ins = [half(xv, &[b, t, h]), half(gv, &[h])];
+        let mut ex = CudaExecutor::new(g.clone()).unwrap();
+        assert!(ex.fused_groups() >= 1, "{dt}: {} groups", ex.fused_groups());
+        std::env::set_var("RLX_CUDA_FUSE", "0");
+        let mut plain = CudaExecutor::new(g.clone()).unwrap();
+        std::env::remove_var("RLX_CUDA_FUSE");
+        assert_eq!(plain.fused_groups(), 0);
+        let fused = ex.run(&ins, None).unwrap();
+        let unfused = plain.run(&ins, None).unwrap();
+        let vals = |t: &Tensor| -> Vec<f32> { t.data().to_f32_vec() };
+        let bits = |t: &Tensor| -> Vec<u32> { vals(t).iter().map(|x| x.to_bits()).collect() };
+        assert_eq!(bits(&fused[0]), bits(&unfused[0]), "{dt}");
+        let scan = |ex: &mut CudaExecutor| {
+            let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+            sc.set_print(false);
+            ex.run(&ins, Some(&mut sc)).unwrap();
+            sc
+        };
+        let (s1, s2) = (scan(&mut ex), scan(&mut plain));
+        assert_eq!(s1.counts(), s2.counts(), "{dt}");
+        assert!(
+            s1.counts()[e.index()].nan > 0,
+            "{dt}: the NaN input reaches Exp"
+        );
+        let want = CpuExecutor::new(g.clone())
+            .unwrap()
+            .run(&ins, None)
+            .unwrap();
+        let ulp = if dt == DType::F16 {
+            2f32.powi(-10)
+        } else {
+            2f32.powi(-7)
+        };
+        for (i, (&x, &y)) in vals(&fused[0]).iter().zip(&vals(&want[0])).enumerate() {
+            let ok = (x.is_nan() && y.is_nan())
+                || x == y
+                || (x - y).abs() <= 2.0 * ulp * y.abs().max(2f32.powi(-14));
+            assert!(ok, "{dt} element {i}: cuda {x} cpu {y}");
+        }
+    }
+}
