@@ -279,8 +279,24 @@ impl ConvPlan {
     /// algorithm of [`choose_algo`] whose workspace query succeeds under the math type
     /// (FMA, or the candidate's own when `tf32`). `Err` names the call that failed or says
     /// that no algorithm qualified.
-    pub(crate) fn new(h: &Handle, g: &ConvGeom, tf32: bool) -> Result<ConvPlan, String> {
+    ///
+    /// `bf16`: input, filter and output in bfloat16 (the executor converts the f32 words to
+    /// 16-bit encodings and back), f32 accumulation (compute type FLOAT), tensor-op math (what
+    /// bfloat16 convolutions run on), the output rounded once to bfloat16 by cuDNN.
+    pub(crate) fn new(
+        h: &Handle,
+        g: &ConvGeom,
+        tf32: bool,
+        bf16: bool,
+    ) -> Result<ConvPlan, String> {
         let f32t = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        let dt = if bf16 {
+            sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16
+        } else {
+            f32t
+        };
+        // bfloat16 data runs on tensor cores only.
+        let tf32 = tf32 || bf16;
         let mut p = ConvPlan {
             x: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
@@ -303,13 +319,13 @@ impl ConvPlan {
         // SAFETY: live descriptors (above); every dims/strides array holds `nd` (or `nd - 2`
         // for the convolution's) ints and outlives the call.
         unsafe {
-            result::set_tensornd_descriptor(p.x, f32t, nd, g.x.as_ptr(), xs.as_ptr())
+            result::set_tensornd_descriptor(p.x, dt, nd, g.x.as_ptr(), xs.as_ptr())
                 .map_err(|e| err("cudnnSetTensorNdDescriptor (input)", e))?;
-            result::set_tensornd_descriptor(p.y, f32t, nd, g.y.as_ptr(), ys.as_ptr())
+            result::set_tensornd_descriptor(p.y, dt, nd, g.y.as_ptr(), ys.as_ptr())
                 .map_err(|e| err("cudnnSetTensorNdDescriptor (output)", e))?;
             result::set_filternd_descriptor(
                 p.w,
-                f32t,
+                dt,
                 sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
                 nd,
                 g.w.as_ptr(),

@@ -131,6 +131,9 @@ enum Step {
     CudnnConv {
         plan: usize,
         bias: Option<(CudaFunction, u64, u64)>,
+        /// bfloat16 on tensor cores: the operands converted to 16-bit encodings, the output
+        /// converted back (a bfloat16 value, so the node needs no rounding pass).
+        half: Option<HalfConv>,
     },
     /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
     Conv {
@@ -250,6 +253,20 @@ struct FusedGroup {
     /// Index into `meta_ptrs`: input addresses, then broadcast metadata.
     meta: usize,
     n: u64,
+}
+
+/// A bfloat16 convolution's 16-bit copies of input, filter and output (kept alive; raw
+/// addresses), the conversion kernels and the element counts.
+struct HalfConv {
+    to16: CudaFunction,
+    from16: CudaFunction,
+    _bufs: [CudaSlice<u16>; 3],
+    x16: u64,
+    w16: u64,
+    y16: u64,
+    nx: u64,
+    nw: u64,
+    ny: u64,
 }
 
 /// A float16/bfloat16 MatMul's operands converted to 16 bits for cuBLAS GemmEx.
@@ -1009,16 +1026,19 @@ impl CudaExecutor {
     /// Run the cuDNN convolution of node `k` once and wait for it (at creation, on the
     /// zeroed buffers).
     fn trial_conv(&self, k: usize) -> Result<(), String> {
-        let Step::CudnnConv { plan, .. } = &self.steps[k] else {
+        let Step::CudnnConv { plan, half, .. } = &self.steps[k] else {
             return Ok(());
         };
         let node = self.graph.node(NodeId(k as u32));
         let h = self.cudnn.as_ref().ok_or("no cuDNN handle")?;
-        let (x, w, o) = (
-            self.ptr(node.inputs[0]),
-            self.ptr(node.inputs[1]),
-            self.ptr(node.id),
-        );
+        let (x, w, o) = match half {
+            Some(hc) => (hc.x16, hc.w16, hc.y16),
+            None => (
+                self.ptr(node.inputs[0]),
+                self.ptr(node.inputs[1]),
+                self.ptr(node.id),
+            ),
+        };
         // SAFETY: the node's operand and output buffers and the workspace of the largest
         // chosen need, all owned by `self`.
         unsafe { self.convs[*plan].forward(h, x, w, o, self.workspace_ptr, self.workspace_bytes) }?;
@@ -1628,7 +1648,7 @@ impl CudaExecutor {
                                 .map_err(|e| kernel_err(g, id, format!("launch (bias): {e}")))?;
                         }
                     }
-                    Step::CudnnConv { plan, bias } => {
+                    Step::CudnnConv { plan, bias, half } => {
                         let (x, w, o) = (
                             self.ptr(node.inputs[0]),
                             self.ptr(node.inputs[1]),
@@ -1638,20 +1658,46 @@ impl CudaExecutor {
                             .cudnn
                             .as_ref()
                             .ok_or_else(|| kernel_err(g, id, "no cuDNN handle".to_string()))?;
-                        // SAFETY: x, w, o are this executor's buffers of the node's operand and
-                        // output sizes (the plan's descriptors were made from those dims); the
-                        // workspace holds the largest chosen need; all live as long as `self`.
+                        let (cx, cw, cy) = match half {
+                            Some(hc) => {
+                                let bf = 1i32;
+                                for (src, dst, n) in [(x, hc.x16, hc.nx), (w, hc.w16, hc.nw)] {
+                                    let mut l = self.stream.launch_builder(&hc.to16);
+                                    l.arg(&src).arg(&dst).arg(&n).arg(&bf);
+                                    // SAFETY: signature (const unsigned*, unsigned short*, u64,
+                                    // int); both buffers hold `n` elements.
+                                    unsafe { l.launch(launch_cfg(n)) }.map_err(|e| {
+                                        kernel_err(g, id, format!("launch (to bfloat16): {e}"))
+                                    })?;
+                                }
+                                (hc.x16, hc.w16, hc.y16)
+                            }
+                            None => (x, w, o),
+                        };
+                        // SAFETY: cx, cw, cy are this executor's buffers of the node's operand
+                        // and output sizes in the plan's data type (the descriptors were made
+                        // from those dims); the workspace holds the largest chosen need; all
+                        // live as long as `self`.
                         unsafe {
                             self.convs[*plan].forward(
                                 h,
-                                x,
-                                w,
-                                o,
+                                cx,
+                                cw,
+                                cy,
                                 self.workspace_ptr,
                                 self.workspace_bytes,
                             )
                         }
                         .map_err(|e| kernel_err(g, id, format!("cuDNN: {e}")))?;
+                        if let Some(hc) = half {
+                            let mut l = self.stream.launch_builder(&hc.from16);
+                            l.arg(&hc.y16).arg(&o).arg(&hc.ny);
+                            // SAFETY: signature (const unsigned short*, float*, u64); both hold
+                            // the output's `ny` elements.
+                            unsafe { l.launch(launch_cfg(hc.ny)) }.map_err(|e| {
+                                kernel_err(g, id, format!("launch (from bfloat16): {e}"))
+                            })?;
+                        }
                         if let Some((f, hw, m)) = bias {
                             let b = self.ptr(node.inputs[2]);
                             let nel = node.shape.numel() as u64;
@@ -1754,7 +1800,9 @@ impl CudaExecutor {
                         host[k] = Some(Cow::Owned(t));
                     }
                 }
-                if let Some(f) = &self.rounds[k] {
+                // A bfloat16 cuDNN convolution's output is already bfloat16.
+                let rounded = matches!(self.steps[k], Step::CudnnConv { half: Some(_), .. });
+                if let (Some(f), false) = (&self.rounds[k], rounded) {
                     let nel = node.shape.numel() as u64;
                     if nel > 0 {
                         let o = self.ptr(id);
@@ -2259,7 +2307,47 @@ fn plan_cudnn(
                 .get_or_insert_with(|| cudnn::Handle::new(stream))
                 .as_ref()
                 .map_err(|e| format!("{lib}: {e}"))?;
-            let plan = cudnn::ConvPlan::new(h, &geom, tf32)?;
+            // bfloat16 without a bias on tensor cores: cuDNN rounds its f32 accumulation once
+            // to bfloat16, as the CPU's bfloat16 path rounds the f32 result once (a bias
+            // would be a second rounding: those stay on the f32-word path).
+            let bf16 = node.shape.dtype == DType::BF16
+                && node.inputs.len() == 2
+                && node
+                    .inputs
+                    .iter()
+                    .all(|&i| graph.node(i).shape.dtype == DType::BF16)
+                && !rlx_ir::env::is_off("RLX_CUDNN_BF16");
+            let plan = cudnn::ConvPlan::new(h, &geom, tf32, bf16)?;
+            let half = if bf16 {
+                let md = module()?;
+                let load = |n: &str| md.load_function(n).map_err(|e| format!("kernel {n}: {e}"));
+                let numel = |i: NodeId| graph.node(i).shape.numel().max(1);
+                let (nx, nw, ny) = (
+                    numel(node.inputs[0]),
+                    numel(node.inputs[1]),
+                    node.shape.numel().max(1),
+                );
+                let alloc = |n: usize| {
+                    stream
+                        .alloc_zeros::<u16>(n)
+                        .map_err(|e| format!("allocating a bfloat16 conv buffer: {e}"))
+                };
+                let bufs = [alloc(nx)?, alloc(nw)?, alloc(ny)?];
+                let ptr = |b: &CudaSlice<u16>| b.device_ptr(stream).0;
+                Some(HalfConv {
+                    to16: load("to_half_bits")?,
+                    from16: load("bf16_bits_to_f32")?,
+                    x16: ptr(&bufs[0]),
+                    w16: ptr(&bufs[1]),
+                    y16: ptr(&bufs[2]),
+                    _bufs: bufs,
+                    nx: nx as u64,
+                    nw: nw as u64,
+                    ny: ny as u64,
+                })
+            } else {
+                None
+            };
             let bias = if node.inputs.len() == 3 {
                 let m = geom.y[1] as u64;
                 let inner: u64 = geom.y[2..].iter().map(|&d| d as u64).product();
@@ -2276,7 +2364,9 @@ fn plan_cudnn(
             notes[k] = Some(format!(
                 "cuDNN {}, {} math, workspace {} bytes",
                 cudnn::algo_name(plan.algo),
-                if plan.tensor_op {
+                if half.is_some() {
+                    "bfloat16 tensor-op"
+                } else if plan.tensor_op {
                     "TF32 tensor-op"
                 } else {
                     "FMA"
@@ -2287,6 +2377,7 @@ fn plan_cudnn(
             Ok(Step::CudnnConv {
                 plan: convs.len() - 1,
                 bias,
+                half,
             })
         })();
         match r {

@@ -756,6 +756,11 @@ extern "C" __global__ void to_half_bits(const unsigned* __restrict__ x, unsigned
     o[i] = (unsigned short)(s | h);
   }
 }
+// bfloat16 encodings back to f32 words (exact).
+extern "C" __global__ void bf16_bits_to_f32(const unsigned short* __restrict__ x, float* __restrict__ o, u64 n) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    o[i] = __uint_as_float((unsigned)x[i] << 16);
+}
 extern "C" __global__ void round_bf16(float* o, u64 n) {
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     o[i] = rlx_rbf16(o[i]);

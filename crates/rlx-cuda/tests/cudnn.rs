@@ -617,3 +617,90 @@ fn lp_pool_falls_back_with_a_reason() {
         p => panic!("{p:?}"),
     }
 }
+
+/// A bfloat16 convolution without bias runs on cuDNN's bfloat16 tensor-op kernels (f32
+/// accumulation, the output rounded once to bfloat16, as the CPU's bfloat16 path rounds its
+/// f32 result once): every output is a bfloat16 value, within one bfloat16 unit of the CPU's
+/// (the f32 sums' order differs, which can move a rounding by one unit), NaN/±inf at the CPU's
+/// positions; with a bias, or `RLX_CUDNN_BF16=0`, it stays on the f32-word path.
+#[test]
+fn bf16_conv_on_tensor_cores() {
+    if !cuda_available() || rlx_cuda::cudnn_info().is_err() {
+        return;
+    }
+    let a = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(1, 1), (1, 1)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let (xd, wd, od) = (
+        [2usize, 16, 14, 14],
+        [32usize, 16, 3, 3],
+        [2usize, 32, 14, 14],
+    );
+    let bf = DType::BF16;
+    let mut g = Graph::new("conv_bf16");
+    let x = g.input("x", sh(&xd, bf));
+    let w = g.input("w", sh(&wd, bf));
+    let o = g.add_node(Op::Conv(a.clone()), vec![x, w], sh(&od, bf));
+    g.set_outputs(vec![o]);
+    let nx: usize = xd.iter().product();
+    let mut xv = rand_vec(nx, 31, -2.0, 2.0);
+    xv[nx / 3] = f32::NAN;
+    xv[nx / 2] = f32::INFINITY;
+    let to_bf = |v: Vec<f32>, d: &[usize]| {
+        Tensor::new(
+            d.to_vec(),
+            TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+        )
+        .unwrap()
+    };
+    let ins = vec![
+        to_bf(xv, &xd),
+        to_bf(rand_vec(wd.iter().product(), 32, -0.5, 0.5), &wd),
+    ];
+    let want = rlx_cpu::CpuExecutor::new(g.clone())
+        .unwrap()
+        .run(&ins, None)
+        .unwrap();
+    let mut ex = CudaExecutor::new(g.clone()).unwrap();
+    let note = ex.kernel_note(o).unwrap_or("").to_string();
+    assert!(note.contains("bfloat16 tensor-op"), "{note}");
+    let got = ex.run(&ins, None).unwrap();
+    let (gv, wv) = (got[0].data().to_f32_vec(), want[0].data().to_f32_vec());
+    let scale = wv
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f32, |m, v| m.max(v.abs()));
+    let mut nan = 0;
+    for (i, (&c, &r)) in gv.iter().zip(&wv).enumerate() {
+        assert_eq!(
+            c.to_bits() & 0xffff,
+            0,
+            "element {i}: {c} is not a bfloat16 value"
+        );
+        if r.is_nan() || r.is_infinite() {
+            nan += 1;
+            assert!(
+                (r.is_nan() && c.is_nan()) || c == r,
+                "element {i}: cuda {c} cpu {r}"
+            );
+            continue;
+        }
+        let tol = r.abs() * 2f32.powi(-7) + scale * 1e-3;
+        assert!(
+            (c - r).abs() <= tol,
+            "element {i}: cuda {c} cpu {r} (tol {tol})"
+        );
+    }
+    assert!(nan > 0, "the NaN/inf inputs reach outputs");
+    eprintln!("bf16 conv on cuDNN ({note}): {nan} non-finite outputs at the CPU's positions");
+    // RLX_CUDNN_BF16=0: the f32-word path, same values within the same bound.
+    std::env::set_var("RLX_CUDNN_BF16", "0");
+    let ex2 = CudaExecutor::new(g.clone());
+    std::env::remove_var("RLX_CUDNN_BF16");
+    let ex2 = ex2.unwrap();
+    let note2 = ex2.kernel_note(o).unwrap_or("").to_string();
+    assert!(!note2.contains("bfloat16"), "{note2}");
+}
