@@ -987,6 +987,96 @@ impl NativeModel {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Tools that write files: `rlx reduce`, `rlx precision`
+
+/// `UsageError(InputError, ValueError)`: a bad argument to a tool, with clap's message.
+/// Made in the module's init (a class with two bases is one line of Python, not a macro).
+static USAGE_ERROR: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+
+/// A clap error (what the CLI prints before exiting 2) as `UsageError`: its text without
+/// the `error: ` prefix and the `--help` hint.
+fn usage_fail(py: Python<'_>, e: &clap::Error) -> PyErr {
+    let text = e.render().to_string();
+    let text = text.trim().trim_start_matches("error: ");
+    let msg = text
+        .lines()
+        .filter(|l| !l.starts_with("For more information, try"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    match USAGE_ERROR.get(py) {
+        Some(t) => PyErr::from_type(t.bind(py).clone(), msg.trim().to_string()),
+        None => InputError::new_err(msg.trim().to_string()),
+    }
+}
+
+/// An error of `rlx reduce` / `rlx precision` (the CLI's `rlx: error:` line, without it):
+/// the caller's inputs, the model, or anything else (an existing output, a failed check).
+fn tool_fail(e: anyhow::Error, model: &std::path::Path) -> Fail {
+    let msg = format!("{e:#}");
+    let input = load_fail(anyhow::anyhow!("{msg}")).kind == Kind::Input;
+    // The model's errors name it first (`PATH: ...`, `cannot read PATH: ...`).
+    let names = [
+        rlx_cli::run::model_path(model).display().to_string(),
+        model.display().to_string(),
+    ];
+    let about_model = names
+        .iter()
+        .any(|p| msg.starts_with(&format!("{p}:")) || msg.starts_with(&format!("cannot read {p}")));
+    let kind = if input {
+        Kind::Input
+    } else if about_model {
+        Kind::Model
+    } else {
+        Kind::Other
+    };
+    Fail::new(kind, msg)
+}
+
+/// `rlx reduce ARGS` (`args`: what follows `rlx reduce`). Returns the lines the CLI prints
+/// on stdout; raises `RlxError` with the CLI's line when the model does not fail that way
+/// (nothing written), `UsageError` on a bad argument.
+#[pyfunction]
+fn reduce(py: Python<'_>, args: Vec<String>) -> PyResult<Vec<String>> {
+    guard(|| {
+        let a =
+            rlx_cli::reduce::ReduceArgs::try_parse_from(&args).map_err(|e| usage_fail(py, &e))?;
+        rlx_cli::init_threads(None).map_err(|e| Fail::new(Kind::Other, e.to_string()))?;
+        let r = py.detach(|| -> Result<Vec<String>, Fail> {
+            let mut lines = vec![];
+            match rlx_cli::reduce::run(&a, &mut |l| lines.push(l.to_string())) {
+                Ok(rlx_cli::reduce::Outcome::Written(_)) => Ok(lines),
+                Ok(rlx_cli::reduce::Outcome::NotFailing(line)) => Err(Fail::new(
+                    Kind::Other,
+                    line.trim_start_matches("rlx reduce: ").to_string(),
+                )),
+                Err(e) => Err(tool_fail(e, &a.model.model)),
+            }
+        })?;
+        Ok(r)
+    })
+}
+
+/// `rlx precision ARGS` (`args`: what follows `rlx precision`). Returns `(verified, lines)`:
+/// whether the written model was verified (the CLI's exit 0) and the lines it prints on
+/// stdout; raises `UsageError` on a bad argument, `RlxError` (or a subclass) on an error
+/// (nothing written).
+#[pyfunction]
+fn precision(py: Python<'_>, args: Vec<String>) -> PyResult<(bool, Vec<String>)> {
+    guard(|| {
+        let a = rlx_cli::precision::PrecisionArgs::try_parse_from(&args)
+            .map_err(|e| usage_fail(py, &e))?;
+        rlx_cli::init_threads(None).map_err(|e| Fail::new(Kind::Other, e.to_string()))?;
+        let r = py.detach(|| -> Result<(bool, Vec<String>), Fail> {
+            let mut lines = vec![];
+            let ok = rlx_cli::precision::run(&a, &mut |l| lines.push(l.to_string()))
+                .map_err(|e| tool_fail(e, &a.model.model))?;
+            Ok((ok, lines))
+        })?;
+        Ok(r)
+    })
+}
+
 /// Devices live on this machine (`"cpu"` first, then `"wgpu"` when an adapter exists).
 #[pyfunction]
 fn available_devices() -> Vec<String> {
@@ -1024,6 +1114,22 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(available_devices, m)?)?;
     m.add_function(wrap_pyfunction!(env_debug_mode, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(precision, m)?)?;
+    // A bad argument to a tool is both the package's `InputError` and Python's `ValueError`.
+    let ns = pyo3::types::PyDict::new(py);
+    ns.set_item("InputError", py.get_type::<InputError>())?;
+    py.run(
+        c"class UsageError(InputError, ValueError):\n    \"\"\"A bad argument to a tool (rlx.reduce, rlx.precision): clap's message, as the CLI prints it before exiting 2.\"\"\"\n    __module__ = 'rlx'\n",
+        Some(&ns),
+        None,
+    )?;
+    let usage = ns
+        .get_item("UsageError")?
+        .ok_or_else(|| RlxError::new_err("UsageError was not defined"))?
+        .cast_into::<pyo3::types::PyType>()?;
+    m.add("UsageError", &usage)?;
+    let _ = USAGE_ERROR.set(py, usage.unbind());
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
