@@ -215,3 +215,19 @@ def test_precision_no_search_needs_keep(tmp_path):
     fx = precision_fixture("f16_activation_growth_f32")
     with pytest.raises(rlx.UsageError, match="--keep"):
         rlx.precision(fx, no_search=True, out=tmp_path / "m.onnx")
+
+
+def test_precision_unverified_model_warns(tmp_path):
+    fx = precision_fixture("f16_activation_growth_f32")
+    out = tmp_path / "m.onnx"
+    # Keeping only the first scale in float32 leaves the later overflowing layers in float16.
+    with pytest.warns(RuntimeWarning, match="written but not verified"):
+        res = rlx.precision(fx, keep=["block2.scale"], no_search=True, calibration=fx / "calib", out=out)
+    assert not res.ok and res.kept_names == ["block2.scale"] and out.is_file()
+    # onnxruntime agrees that float16 overflows there: the float32 model's largest value
+    # exceeds float16's range.
+    ort = _ort()
+    if ort is not None:
+        s = ort.InferenceSession(str(fx / "model.onnx"), providers=["CPUExecutionProvider"])
+        worst = max(float(np.max(np.abs(o))) for f in _sets(fx / "calib") for o in s.run(None, f))
+        assert worst > float(np.finfo(np.float16).max)
