@@ -1737,7 +1737,10 @@ mod tests {
             .unwrap_err()
             .render()
             .to_string();
-        assert!(e.contains("--keep") && e.contains("Usage: rlx precision"), "{e}");
+        assert!(
+            e.contains("--keep") && e.contains("Usage: rlx precision"),
+            "{e}"
+        );
     }
 
     #[test]

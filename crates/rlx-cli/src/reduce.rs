@@ -727,7 +727,7 @@ pub(crate) fn human_bytes(b: u64) -> String {
 /// What [`run`] did.
 pub enum Outcome {
     /// The repro was written to `--output-dir` and checked to reproduce when loaded back.
-    Written(Reduced),
+    Written(Box<Reduced>),
     /// The model does not fail that way on these inputs; nothing was written. The line says
     /// so (the CLI prints it on stdout and exits 1).
     NotFailing(String),
@@ -1020,7 +1020,7 @@ pub fn run(a: &ReduceArgs, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
         reduced.feeds.len(),
         rlx_command(&a.until, device, dir)
     ));
-    Ok(Outcome::Written(reduced))
+    Ok(Outcome::Written(Box::new(reduced)))
 }
 
 /// Feeds for `--until error` when the model does not import: the files given, the model
@@ -1257,7 +1257,10 @@ mod tests {
             .unwrap_err()
             .render()
             .to_string();
-        assert!(e.contains("invalid value 'sometimes' for '--until <KIND>'"), "{e}");
+        assert!(
+            e.contains("invalid value 'sometimes' for '--until <KIND>'"),
+            "{e}"
+        );
         assert!(ReduceArgs::try_parse_from(["m.onnx"]).is_err());
     }
 }

@@ -9,9 +9,12 @@
 //!   arrays out: the runtime's `Vec` becomes the NumPy array's buffer (no copy);
 //! * the GIL is released while importing, compiling and running;
 //! * every error is a Python exception whose message is the CLI's one line, and a Rust
-//!   panic is caught here and raised as `RlxError` (never unwinding into Python).
-//! (One file just over 1,000 lines: the whole Python boundary in one place, conversion helpers
-//! and the `Model` class; split when another class is added.)
+//!   panic is caught here and raised as `RlxError` (never unwinding into Python);
+//! * `rlx.reduce` and `rlx.precision` parse the CLI's own arguments
+//!   (`ReduceArgs::try_parse_from`) and call `rlx_cli::reduce::run` / `precision::run`.
+//!
+//! (One file over 1,000 lines: the whole Python boundary in one place, conversion helpers,
+//! the `Model` class and the two file-writing tools; split when another class is added.)
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyException;
@@ -346,6 +349,8 @@ struct Compiled {
     generated: HashMap<String, Tensor>,
 }
 
+// One per model: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     /// An importable model (`.onnx`, folder, `.pt2`): the graph imported with no arrays
     /// given (symbolic dims bound by `dims`, else 1), and the inputs generated for it.
@@ -482,13 +487,16 @@ struct State {
     compiled: Option<Compiled>,
 }
 
+/// A compiled graph and its feeds in graph input order.
+type Prepared<'a> = (&'a mut CompiledGraph, Vec<(String, Tensor)>);
+
 impl State {
     /// Compile (or reuse) the graph for `device` and `arrays`, and order the feeds.
     fn prepare(
         &mut self,
         device: Option<Device>,
         arrays: Vec<(String, Tensor)>,
-    ) -> Result<(&mut CompiledGraph, Vec<(String, Tensor)>), Fail> {
+    ) -> Result<Prepared<'_>, Fail> {
         let device = device.unwrap_or_else(|| self.source.default_device());
         let key = key_of(device, &arrays);
         if self.compiled.as_ref().map(|c| &c.key) != Some(&key) {
