@@ -8,9 +8,13 @@
   line of your code.
 * :func:`lint` (constants that fold to NaN/Inf), :func:`diverge` (every backend against the
   CPU, first diverging node) and :func:`trace` (per-op statistics, HTML report).
+* :func:`reduce` (``rlx reduce``: cut a model down to the smallest repro that still fails the
+  same way) and :func:`precision` (``rlx precision``: the few nodes to keep in float32 for a
+  float16/bfloat16 model; writes that model).
 
 Every error is an :class:`RlxError` (:class:`ModelError`, :class:`InputError`,
-:class:`DeviceError`, :class:`NonFiniteError`) whose message is the CLI's one line.
+:class:`DeviceError`, :class:`NonFiniteError`; :class:`UsageError`, also a ``ValueError``,
+for a bad argument to :func:`reduce` / :func:`precision`) whose message is the CLI's one line.
 The environment switches of the CLI (``RLX_DEBUG_NANS``, ``RLX_LINT_NUMERICS``,
 ``RLX_RUNTIME_CHECK_INPUTS``, ``RLX_DEBUG_INTERMEDIATE_VALUE_PRINTER``, ``RAYON_NUM_THREADS``,
 ...) work the same here; ``rlx env`` lists them.
@@ -20,15 +24,18 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import re
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _native
-from ._native import DeviceError, InputError, ModelError, RlxError
+from ._native import DeviceError, InputError, ModelError, RlxError, UsageError
 
 __version__: str = _native.__version__
 
@@ -38,6 +45,8 @@ __all__ = [
     "lint",
     "diverge",
     "trace",
+    "reduce",
+    "precision",
     "debug",
     "available_devices",
     "Model",
@@ -47,11 +56,14 @@ __all__ = [
     "Finding",
     "Divergence",
     "Trace",
+    "PrecisionResult",
+    "KeptNode",
     "RlxError",
     "ModelError",
     "InputError",
     "DeviceError",
     "NonFiniteError",
+    "UsageError",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -759,6 +771,293 @@ def available_devices() -> List[str]:
     """Devices live on this machine: ``["cpu"]``, plus ``"wgpu"`` when a Vulkan adapter exists
     and ``"cuda"`` when a CUDA driver, its libraries and a device do."""
     return list(_native.available_devices())
+
+
+# ---------------------------------------------------------------------------------------
+# Tools that write files: reduce, precision (the CLI's commands, parsed by its own definitions)
+
+# rlx dtypes a .npy file carries to the CLI's --input (its reader: crates/rlx-cli/src/npy.rs).
+_NPY_DTYPES = {"f32", "f64", "f16", "i64", "i32", "i16", "i8", "u8", "u16", "u32", "u64", "bool"}
+
+
+def _model_arg(model: ModelLike) -> str:
+    if isinstance(model, Model):
+        return model.path
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    raise ModelError(f"model: expected a path or an rlx.Model, got {type(model).__name__}")
+
+
+def _sanitize(name: str) -> str:
+    """The CLI's file-name form of a tensor name (``input_<name>.npy``; run.rs ``sanitize``)."""
+    s = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return f"output{s}" if s in ("", ".", "..") else s
+
+
+def _save_npy(name: str, x: Any, path: str) -> None:
+    dt, a = _as_numpy(name, x)
+    if dt not in _NPY_DTYPES:
+        raise InputError(
+            f'input "{name}": {_TO_NUMPY.get(dt, dt)} arrays cannot be passed to the CLI as .npy '
+            f"(it reads {', '.join(_TO_NUMPY[d] for d in sorted(_NPY_DTYPES))})"
+        )
+    if dt == "f16":
+        a = a.view(np.float16)
+    np.save(path, a, allow_pickle=False)
+
+
+def _input_flags(inputs: Optional[Mapping[str, Any]], tmp: str) -> List[str]:
+    """``--input NAME=FILE`` per array, each saved as a .npy in ``tmp``."""
+    if inputs is None:
+        return []
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs: expected a dict of input name -> array, got {type(inputs).__name__}")
+    flags = []
+    for k, (name, x) in enumerate(inputs.items()):
+        if not isinstance(name, str):
+            raise InputError(f"inputs: input names are strings, got {name!r}")
+        f = os.path.join(tmp, f"arg{k}.npy")
+        _save_npy(name, x, f)
+        flags.append(f"--input={name}={f}")
+    return flags
+
+
+def _input_sets(what: str, sets: Any, tmp: str) -> str:
+    """A folder of input sets for --calibration / --verify: a path as given, or a sequence of
+    ``{name: array}`` dicts written as ``tmp/<what>/<k>/input_<name>.npy``."""
+    if isinstance(sets, (str, os.PathLike)):
+        return os.fspath(sets)
+    if isinstance(sets, Mapping):
+        sets = [sets]
+    if not isinstance(sets, Sequence) or not all(isinstance(d, Mapping) for d in sets) or not sets:
+        raise InputError(
+            f"{what}: expected a folder of input_<name>.npy files (or of subfolders holding them), "
+            f"or a non-empty list of dicts of input name -> array; got {type(sets).__name__}"
+        )
+    root = os.path.join(tmp, what)
+    for k, d in enumerate(sets):
+        sub = os.path.join(root, f"{k:04d}")
+        os.makedirs(sub)
+        for name, x in d.items():
+            if not isinstance(name, str):
+                raise InputError(f"{what}[{k}]: input names are strings, got {name!r}")
+            _save_npy(name, x, os.path.join(sub, f"input_{_sanitize(name)}.npy"))
+    return root
+
+
+def reduce(
+    model: ModelLike,
+    until: str = "nan",
+    *,
+    inputs: Optional[Mapping[str, Any]] = None,
+    out: PathLike = "repro",
+    force: bool = False,
+    tol_rel: float = 2e-3,
+) -> pathlib.Path:
+    """Shrink an ONNX model to the smallest subgraph that still fails the same way and write
+    it as a repro folder (``rlx reduce``).
+
+    The folder holds ``model.onnx`` (the kept nodes; every tensor entering them from a cut-off
+    node is a graph input or initializer holding the value it had in the full run),
+    ``input_<name>.npy`` per graph input, and ``README.md`` (what failed, how to reproduce it
+    with ``rlx run`` and onnxruntime). ``rlx.run(folder, debug_nans=True)`` reproduces it. The
+    written folder is checked to reproduce the failure at the same node before this returns.
+
+    Args:
+        model: an ONNX file, a model folder (``model.onnx`` and optional ``input_<name>.npy``)
+            or an :class:`Model` loaded from one (``.pt2`` and packages are refused).
+        until: what "fails the same way" means, as ``--until``: ``"nan"`` (the first NaN
+            created: the culprit the localizer names), ``"inf"`` (the first +inf/-inf
+            created), ``"diverge"`` / ``"diverge:BACKEND"`` (the first node where ``wgpu`` or
+            ``cuda`` diverges from the CPU beyond ``tol_rel``), ``"error"`` / ``"error:TEXT"``
+            (an import, compile or run error whose message contains TEXT).
+        inputs: arrays by input name (NumPy arrays or ``torch.Tensor``, as for :func:`run`;
+            dtypes the CLI's ``.npy`` reader takes: float32/64/16, int8..64, uint8..64, bool).
+            They are saved to temporary ``.npy`` files (deleted afterwards) and passed as
+            ``--input NAME=FILE``. Inputs not given: the model folder's ``input_<name>.npy``,
+            else generated as ``rlx run`` does.
+        out: the repro folder (``-o``); created if missing.
+        force: replace the repro files in an existing ``out`` (``--force``); without it an
+            existing ``out`` is an error and is left untouched.
+        tol_rel: relative tolerance for ``until="diverge"`` (``--tol-rel``).
+
+    Returns:
+        the folder written, as a ``pathlib.Path``.
+
+    Raises:
+        RlxError: the model does not fail that way on these inputs (the CLI's line; nothing is
+            written), ``out`` exists and ``force`` is False, or the repro did not reproduce.
+        UsageError: an ``until`` the CLI does not take (a ``ValueError`` too; clap's message).
+        ModelError: the model cannot be read or imported.
+        InputError: an input name, dtype or shape the model does not take.
+    """
+    if not isinstance(until, str):
+        raise UsageError(f"until={until!r}: expected nan, inf, diverge[:BACKEND] or error[:TEXT]")
+    path = _model_arg(model)
+    with tempfile.TemporaryDirectory(prefix="rlx-reduce-") as tmp:
+        argv = [f"--until={until}", f"--output-dir={os.fspath(out)}", f"--tol-rel={float(tol_rel)!r}", "-q"]
+        argv += _input_flags(inputs, tmp)
+        if force:
+            argv.append("--force")
+        _native.reduce(argv + ["--", path])
+    return pathlib.Path(out)
+
+
+@dataclass(frozen=True)
+class KeptNode:
+    """One node :func:`precision` kept in float32: its ONNX ``name``, ``op`` type, ``reason``
+    (``"output 2.1e5 > float16 max 65504"``, ...) and ``without_it`` (what went wrong when
+    it was dropped, or None)."""
+
+    name: str
+    op: str
+    reason: str
+    without_it: Optional[str] = None
+
+
+class PrecisionResult:
+    """What :func:`precision` found and wrote.
+
+    Attributes:
+        path: the mixed-precision ONNX model written (``pathlib.Path``). Its graph inputs and
+            outputs stay float32.
+        kept: the nodes kept in float32 (:class:`KeptNode`), in execution order.
+        ok: True when the written model was verified finite and within ``tol_rel`` of float32
+            on every calibration and held-back input set (the CLI's exit status 0).
+        to: ``"float16"`` or ``"bfloat16"``.
+        report: the CLI's ``--json`` report as a dict (every node's statistics, the
+            verifications ``calibration`` / ``held_back`` / ``all_low``, ``first_failing``,
+            ``casts_inserted``, ...).
+        text: the lines ``rlx precision`` prints (``str(result)``).
+    """
+
+    def __init__(self, report: Dict[str, Any], ok: bool, text: str):
+        self.report = report
+        self.ok = ok
+        self.text = text
+        self.path = pathlib.Path(report["output"])
+        self.to: str = report["to"]
+        self.kept: List[KeptNode] = [
+            KeptNode(k["name"], k["op"], k["reason"], k.get("without_it")) for k in report["kept"]
+        ]
+
+    @property
+    def kept_names(self) -> List[str]:
+        """The kept nodes' ONNX names."""
+        return [k.name for k in self.kept]
+
+    def to_json(self) -> Dict[str, Any]:
+        """The report as the CLI writes it with ``--json`` (a dict of JSON values)."""
+        return self.report
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return (
+            f"PrecisionResult(path={str(self.path)!r}, to={self.to!r}, ok={self.ok}, "
+            f"kept={self.kept_names!r})"
+        )
+
+
+def precision(
+    model: ModelLike,
+    to: str = "f16",
+    *,
+    inputs: Optional[Mapping[str, Any]] = None,
+    calibration: Any = None,
+    out: Optional[PathLike] = None,
+    tol_rel: Optional[float] = None,
+    verify: Any = None,
+    keep: Union[None, str, Sequence[str]] = None,
+    no_search: bool = False,
+    max_trials: Optional[int] = None,
+    html: Optional[PathLike] = None,
+    force: bool = False,
+) -> PrecisionResult:
+    """Find the few nodes of a float32 ONNX model that must stay float32 when the rest runs
+    in float16 or bfloat16, and write that mixed-precision model (``rlx precision``).
+
+    The search runs the model in RLX on every calibration input set; the written model is
+    loaded back and verified with the NaN localizer on every calibration and ``verify`` set.
+
+    Args:
+        model: a float32 ONNX file, a model folder, or an :class:`Model` loaded from one.
+        to: the low dtype (``--to``): ``"f16"``/``"float16"`` or ``"bf16"``/``"bfloat16"``.
+        inputs: one input set as arrays by name (``--input``; as for :func:`reduce`), used
+            when ``calibration`` is None. Neither: the model folder's ``input_<name>.npy``.
+        calibration: input sets for the search (``--calibration``): a folder holding
+            ``input_<name>.npy`` or subfolders that each hold them; or a list of
+            ``{name: array}`` dicts (written to temporary files).
+        out: the model to write (``-o``); None: ``<model name>_<f16|bf16>.onnx`` in the current
+            directory, as the CLI does.
+        tol_rel: largest error allowed at each output relative to its largest float32 |x|
+            (``--tol-rel``; None: the CLI's default, 0.01).
+        verify: held-back input sets checked on the written model only (``--verify``): a
+            folder, a list of folders, or a list of ``{name: array}`` dicts.
+        keep: node names to keep in float32 whatever the search finds (``--keep``).
+        no_search: keep exactly ``keep`` (``--no-search``).
+        max_trials: most trial runs of the search (``--max-trials``; None: the CLI's 200).
+        html: also write ``html/precision.html`` and ``html/precision.json`` (``--html``).
+        force: replace ``out`` if it exists (``--force``).
+
+    Returns:
+        a :class:`PrecisionResult` (``.path``, ``.kept``, ``.ok``, ``.report``, ``.to_json()``).
+        When the written model failed its verification (``.ok`` False; the CLI exits 1) a
+        ``RuntimeWarning`` says why; the model is written all the same.
+
+    Raises:
+        UsageError: a ``to`` the CLI does not take (``"fp8"``, ``"f32"``), ``no_search``
+            without ``keep`` (a ``ValueError`` too; clap's message).
+        RlxError: ``out`` exists and ``force`` is False (nothing written).
+        ModelError: the model cannot be read, is already float16/bfloat16, or has control flow.
+        InputError: input sets that do not fit the model.
+    """
+    path = _model_arg(model)
+    with tempfile.TemporaryDirectory(prefix="rlx-precision-") as tmp:
+        report_file = os.path.join(tmp, "report.json")
+        argv = [f"--to={to}", f"--json={report_file}", "-q"]
+        argv += _input_flags(inputs, tmp)
+        if calibration is not None:
+            argv.append(f"--calibration={_input_sets('calibration', calibration, tmp)}")
+        if out is not None:
+            argv.append(f"--output={os.fspath(out)}")
+        if tol_rel is not None:
+            argv.append(f"--tol-rel={float(tol_rel)!r}")
+        if verify is not None:
+            if isinstance(verify, (str, os.PathLike, Mapping)):
+                verify = [verify]
+            dicts = [v for v in verify if isinstance(v, Mapping)]
+            dirs = [os.fspath(v) for v in verify if not isinstance(v, Mapping)]
+            if dicts:
+                dirs.append(_input_sets("verify", dicts, tmp))
+            for d in dirs:
+                argv.append(f"--verify={d}")
+        if keep is not None:
+            names = [keep] if isinstance(keep, str) else list(keep)
+            if names:
+                argv.append(f"--keep={','.join(names)}")
+        if no_search:
+            argv.append("--no-search")
+        if max_trials is not None:
+            argv.append(f"--max-trials={int(max_trials)}")
+        if html is not None:
+            argv.append(f"--html={os.fspath(html)}")
+        if force:
+            argv.append("--force")
+        ok, lines = _native.precision(argv + ["--", path])
+        with open(report_file, encoding="utf-8") as f:
+            report = json.load(f)
+    res = PrecisionResult(report, bool(ok), "\n".join(lines))
+    if not res.ok:
+        bad = [ln for ln in lines if "FAILED" in ln]
+        warnings.warn(
+            f"rlx.precision: {res.path} was written but not verified: "
+            + ("; ".join(bad) if bad else "see result.report"),
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return res
 
 
 # ---------------------------------------------------------------------------------------

@@ -85,3 +85,5 @@ def test_exception_hierarchy():
     for cls in (rlx.ModelError, rlx.InputError, rlx.DeviceError, rlx.NonFiniteError):
         assert issubclass(cls, rlx.RlxError)
     assert issubclass(rlx.RlxError, Exception)
+    # A bad tool argument (rlx.reduce until=..., rlx.precision to=...) is a ValueError too.
+    assert issubclass(rlx.UsageError, rlx.InputError) and issubclass(rlx.UsageError, ValueError)

@@ -73,3 +73,22 @@ pub fn init_process() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+
+/// Parse a subcommand's arguments (`args`: what follows `rlx <name>` on a command line) with
+/// the CLI's own definitions, so the same validation, defaults and messages apply: how the
+/// Python package (`rlx.reduce`, `rlx.precision`) builds [`reduce::ReduceArgs`] and
+/// [`precision::PrecisionArgs`]. `name` is the command as usage lines show it
+/// (`"rlx reduce"`).
+///
+/// Errors: clap's (an unknown flag, a bad value, a missing argument; the CLI exits 2 on
+/// them); `Error::render` gives the text the CLI prints.
+pub fn parse_args<A, I, T>(name: &'static str, args: I) -> Result<A, clap::Error>
+where
+    A: clap::Args + clap::FromArgMatches,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cmd = A::augment_args(clap::Command::new(name).no_binary_name(true));
+    let m = cmd.try_get_matches_from_mut(args)?;
+    A::from_arg_matches(&m).map_err(|e| e.format(&mut cmd))
+}

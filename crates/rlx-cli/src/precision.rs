@@ -110,6 +110,17 @@ pub struct PrecisionArgs {
     pub quiet: bool,
 }
 
+impl PrecisionArgs {
+    /// Parse what follows `rlx precision` on a command line (see [`crate::parse_args`]).
+    pub fn try_parse_from<I, T>(args: I) -> Result<PrecisionArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        crate::parse_args("rlx precision", args)
+    }
+}
+
 /// Parse `--to`: the low-precision dtypes the CPU backend runs with rounding at op borders.
 pub fn parse_to(s: &str) -> Result<DType, String> {
     match s.trim().to_ascii_lowercase().as_str() {
@@ -934,7 +945,15 @@ pub struct KeptNode {
     pub without_it: Option<String>,
 }
 
-fn inner(a: &PrecisionArgs) -> Result<i32> {
+/// `rlx precision` without the process around it (the Python package's `rlx.precision`):
+/// search, write the mixed-precision model (and `--json`/`--html` if asked) and verify it.
+/// The lines the CLI prints on stdout go to `say`, in order; notes on stderr follow
+/// `a.quiet`. Returns whether the written model was verified finite and within `--tol-rel`
+/// on every calibration and `--verify` input set (the CLI exits 0 then, else 1).
+///
+/// Errors: the CLI's (`rlx: error: ...` there; nothing written): an existing output without
+/// `a.force`, a model already in low precision, input sets that do not fit the model.
+pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
     let t0 = Instant::now();
     let low = a.to;
     let max_finite = low.max_finite().unwrap_or(f64::MAX);
@@ -1503,12 +1522,12 @@ fn inner(a: &PrecisionArgs) -> Result<i32> {
         first_failing,
         nodes: stats,
     };
-    print_table(&report, a.tol_rel);
+    print_table(&report, a.tol_rel, say);
     let json = serde_json::to_value(&report)?;
     if let Some(j) = &a.json {
         let body = serde_json::to_string_pretty(&json)?;
         if j.as_os_str() == "-" {
-            println!("{body}");
+            say(&body);
         } else {
             crate::npy::write_replacing(j, |mut f| {
                 f.write_all(body.as_bytes())?;
@@ -1529,25 +1548,25 @@ fn inner(a: &PrecisionArgs) -> Result<i32> {
     if let Some(g) = gave_up {
         eprintln!("rlx precision: the search gave up: {g}");
     }
-    println!(
+    say(&format!(
         "rlx precision: wrote {} ({} node(s) of {} kept in float32, {casts} Cast(s) at region borders; inputs and outputs stay float32)",
         out_path.display(),
         report.kept_count,
         n_float
-    );
-    println!(
+    ));
+    say(&format!(
         "rlx precision: verified in RLX (RLX_DEBUG_NANS=1) on {} calibration input set(s): {}",
         samples.len(),
         verdict_word(&calib, a.tol_rel)
-    );
+    ));
     if let Some(v) = &held_v {
-        println!(
+        say(&format!(
             "rlx precision: verified on {} held-back input set(s): {}",
             held.len(),
             verdict_word(v, a.tol_rel)
-        );
+        ));
     }
-    Ok(if ok { 0 } else { 1 })
+    Ok(ok)
 }
 
 fn verdict_word(v: &Verdict, tol: f64) -> String {
@@ -1571,19 +1590,22 @@ fn bits_lost(terms: Option<usize>, low: DType) -> Option<String> {
     Some(format!("sum of {n} terms loses {b} bits"))
 }
 
-fn print_table(r: &Report, tol: f64) {
-    println!(
+fn print_table(r: &Report, tol: f64, say: &mut dyn FnMut(&str)) {
+    say(&format!(
         "rlx precision: all {} (nothing kept): {}",
         r.to,
         r.all_low.line(tol)
-    );
+    ));
     if let Some(f) = &r.first_failing {
-        println!("rlx precision: first failing node in all-{}: \"{f}\"", r.to);
+        say(&format!(
+            "rlx precision: first failing node in all-{}: \"{f}\"",
+            r.to
+        ));
     }
-    println!(
+    say(&format!(
         "rlx precision: keep {} of {} float32 node(s), {} trial run(s), {:.2} s",
         r.kept_count, r.float_nodes, r.trials, r.seconds
-    );
+    ));
     if r.kept.is_empty() {
         return;
     }
@@ -1595,11 +1617,11 @@ fn print_table(r: &Report, tol: f64) {
         .unwrap_or(4)
         .clamp(4, 60);
     let wo = r.kept.iter().map(|k| k.op.len()).max().unwrap_or(2).max(2);
-    println!("  {:wn$}  {:wo$}  why kept", "node", "op");
+    say(&format!("  {:wn$}  {:wo$}  why kept", "node", "op"));
     for k in &r.kept {
-        println!("  {:wn$}  {:wo$}  {}", k.name, k.op, k.reason);
+        say(&format!("  {:wn$}  {:wo$}  {}", k.name, k.op, k.reason));
         if let Some(w) = &k.without_it {
-            println!("  {:wn$}  {:wo$}    without it: {w}", "", "");
+            say(&format!("  {:wn$}  {:wo$}    without it: {w}", "", ""));
         }
     }
 }
@@ -1670,8 +1692,8 @@ fn own_error(
 
 /// Entry point of `rlx precision`; returns the exit status.
 pub fn main_precision(a: PrecisionArgs) -> i32 {
-    match inner(&a) {
-        Ok(c) => c,
+    match run(&a, &mut |l| println!("{l}")) {
+        Ok(ok) => i32::from(!ok),
         Err(e) => {
             eprintln!("rlx: error: {e:#}");
             1
@@ -1697,6 +1719,28 @@ mod tests {
         assert_eq!(parse_to("bfloat16"), Ok(DType::BF16));
         assert!(parse_to("fp8").unwrap_err().contains("cannot simulate"));
         assert!(parse_to("f32").unwrap_err().contains("already float32"));
+    }
+
+    #[test]
+    fn args_parse_as_on_the_command_line() {
+        let a = PrecisionArgs::try_parse_from(["m.onnx", "--to=bf16", "--keep", "a,b"]).unwrap();
+        assert_eq!(a.to, DType::BF16);
+        assert_eq!(a.keep, ["a", "b"]);
+        assert_eq!((a.tol_rel, a.max_trials, a.output), (1e-2, 200, None));
+        let e = PrecisionArgs::try_parse_from(["m.onnx", "--to", "fp8"])
+            .unwrap_err()
+            .render()
+            .to_string();
+        assert!(e.contains("invalid value 'fp8' for '--to <DTYPE>'"), "{e}");
+        assert!(e.contains("cannot simulate"), "{e}");
+        let e = PrecisionArgs::try_parse_from(["m.onnx", "--to", "f16", "--no-search"])
+            .unwrap_err()
+            .render()
+            .to_string();
+        assert!(
+            e.contains("--keep") && e.contains("Usage: rlx precision"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -67,6 +67,17 @@ pub struct ReduceArgs {
     pub quiet: bool,
 }
 
+impl ReduceArgs {
+    /// Parse what follows `rlx reduce` on a command line (see [`crate::parse_args`]).
+    pub fn try_parse_from<I, T>(args: I) -> Result<ReduceArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        crate::parse_args("rlx reduce", args)
+    }
+}
+
 /// What "fails the same way" means.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Until {
@@ -713,7 +724,23 @@ pub(crate) fn human_bytes(b: u64) -> String {
     }
 }
 
-fn inner(a: &ReduceArgs) -> Result<i32> {
+/// What [`run`] did.
+pub enum Outcome {
+    /// The repro was written to `--output-dir` and checked to reproduce when loaded back.
+    Written(Box<Reduced>),
+    /// The model does not fail that way on these inputs; nothing was written. The line says
+    /// so (the CLI prints it on stdout and exits 1).
+    NotFailing(String),
+}
+
+/// `rlx reduce` without the process around it (the Python package's `rlx.reduce`): reduce
+/// `a.model` and write the repro to `a.output_dir`. The lines the CLI prints on stdout go to
+/// `say`, in order; notes on stderr follow `a.quiet`.
+///
+/// Errors: the CLI's (`rlx: error: ...` there): an existing folder without `a.force`, a
+/// model that cannot be read or imported, inputs that do not fit it, a repro that does not
+/// reproduce. Nothing is written when the model does not fail the way asked.
+pub fn run(a: &ReduceArgs, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let t0 = Instant::now();
     let path = model_path(&a.model.model);
     if rlx_torch_import::is_pt2(&path) {
@@ -782,12 +809,11 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
         (_, Err(e)) => return Err(e),
     };
     let Some(failure) = checker.probe(&o, full, &feeds)? else {
-        println!(
+        return Ok(Outcome::NotFailing(format!(
             "rlx reduce: {} does not fail with --until {} on these inputs; nothing written",
             path.display(),
             a.until
-        );
-        return Ok(1);
+        )));
     };
     let culprit = match &failure.label {
         Some(l) => o.labels.iter().position(|x| x == l),
@@ -963,7 +989,7 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
     };
     let ok = matches!(&again, Ok(Some(f)) if f.label.as_deref() == Some(label.as_str()));
     let secs = t0.elapsed().as_secs_f64();
-    println!(
+    say(&format!(
         "rlx reduce: {} nodes -> {} ({}), model {} -> {} (+ {} of inputs), {tests} trial run(s), {secs:.3} s in all",
         n_nodes,
         reduced.kept.len(),
@@ -976,7 +1002,7 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
         human_bytes(model_bytes),
         human_bytes(bytes.len() as u64),
         human_bytes(input_bytes),
-    );
+    ));
     if !ok {
         bail!(
             "the repro written to {} does not reproduce the failure when loaded back ({}); please report this",
@@ -988,13 +1014,13 @@ fn inner(a: &ReduceArgs) -> Result<i32> {
             }
         );
     }
-    println!(
+    say(&format!(
         "rlx reduce: wrote {} (model.onnx, {} input file(s), README.md); reproduce with: {}",
         dir.display(),
         reduced.feeds.len(),
         rlx_command(&a.until, device, dir)
-    );
-    Ok(0)
+    ));
+    Ok(Outcome::Written(Box::new(reduced)))
 }
 
 /// Feeds for `--until error` when the model does not import: the files given, the model
@@ -1203,11 +1229,38 @@ fn readme(
 
 /// Entry point of `rlx reduce`; returns the exit status.
 pub fn main_reduce(a: ReduceArgs) -> i32 {
-    match inner(&a) {
-        Ok(c) => c,
+    match run(&a, &mut |l| println!("{l}")) {
+        Ok(Outcome::Written(_)) => 0,
+        Ok(Outcome::NotFailing(line)) => {
+            println!("{line}");
+            1
+        }
         Err(e) => {
             eprintln!("rlx: error: {e:#}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_parse_as_on_the_command_line() {
+        let a = ReduceArgs::try_parse_from(["m.onnx", "--until=error:bad", "-q"]).unwrap();
+        assert_eq!(a.until.to_string(), "error:bad");
+        assert_eq!(a.output_dir, PathBuf::from("repro"));
+        assert_eq!((a.tol_rel, a.force, a.quiet), (2e-3, false, true));
+        assert_eq!(a.model.model, PathBuf::from("m.onnx"));
+        let e = ReduceArgs::try_parse_from(["m.onnx", "--until", "sometimes"])
+            .unwrap_err()
+            .render()
+            .to_string();
+        assert!(
+            e.contains("invalid value 'sometimes' for '--until <KIND>'"),
+            "{e}"
+        );
+        assert!(ReduceArgs::try_parse_from(["m.onnx"]).is_err());
     }
 }

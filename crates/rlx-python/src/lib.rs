@@ -9,9 +9,12 @@
 //!   arrays out: the runtime's `Vec` becomes the NumPy array's buffer (no copy);
 //! * the GIL is released while importing, compiling and running;
 //! * every error is a Python exception whose message is the CLI's one line, and a Rust
-//!   panic is caught here and raised as `RlxError` (never unwinding into Python).
-//! (One file just over 1,000 lines: the whole Python boundary in one place, conversion helpers
-//! and the `Model` class; split when another class is added.)
+//!   panic is caught here and raised as `RlxError` (never unwinding into Python);
+//! * `rlx.reduce` and `rlx.precision` parse the CLI's own arguments
+//!   (`ReduceArgs::try_parse_from`) and call `rlx_cli::reduce::run` / `precision::run`.
+//!
+//! (One file over 1,000 lines: the whole Python boundary in one place, conversion helpers,
+//! the `Model` class and the two file-writing tools; split when another class is added.)
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyException;
@@ -346,6 +349,8 @@ struct Compiled {
     generated: HashMap<String, Tensor>,
 }
 
+// One per model: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     /// An importable model (`.onnx`, folder, `.pt2`): the graph imported with no arrays
     /// given (symbolic dims bound by `dims`, else 1), and the inputs generated for it.
@@ -482,13 +487,16 @@ struct State {
     compiled: Option<Compiled>,
 }
 
+/// A compiled graph and its feeds in graph input order.
+type Prepared<'a> = (&'a mut CompiledGraph, Vec<(String, Tensor)>);
+
 impl State {
     /// Compile (or reuse) the graph for `device` and `arrays`, and order the feeds.
     fn prepare(
         &mut self,
         device: Option<Device>,
         arrays: Vec<(String, Tensor)>,
-    ) -> Result<(&mut CompiledGraph, Vec<(String, Tensor)>), Fail> {
+    ) -> Result<Prepared<'_>, Fail> {
         let device = device.unwrap_or_else(|| self.source.default_device());
         let key = key_of(device, &arrays);
         if self.compiled.as_ref().map(|c| &c.key) != Some(&key) {
@@ -987,6 +995,96 @@ impl NativeModel {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Tools that write files: `rlx reduce`, `rlx precision`
+
+/// `UsageError(InputError, ValueError)`: a bad argument to a tool, with clap's message.
+/// Made in the module's init (a class with two bases is one line of Python, not a macro).
+static USAGE_ERROR: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+
+/// A clap error (what the CLI prints before exiting 2) as `UsageError`: its text without
+/// the `error: ` prefix and the `--help` hint.
+fn usage_fail(py: Python<'_>, e: &clap::Error) -> PyErr {
+    let text = e.render().to_string();
+    let text = text.trim().trim_start_matches("error: ");
+    let msg = text
+        .lines()
+        .filter(|l| !l.starts_with("For more information, try"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    match USAGE_ERROR.get(py) {
+        Some(t) => PyErr::from_type(t.bind(py).clone(), msg.trim().to_string()),
+        None => InputError::new_err(msg.trim().to_string()),
+    }
+}
+
+/// An error of `rlx reduce` / `rlx precision` (the CLI's `rlx: error:` line, without it):
+/// the caller's inputs, the model, or anything else (an existing output, a failed check).
+fn tool_fail(e: anyhow::Error, model: &std::path::Path) -> Fail {
+    let msg = format!("{e:#}");
+    let input = load_fail(anyhow::anyhow!("{msg}")).kind == Kind::Input;
+    // The model's errors name it first (`PATH: ...`, `cannot read PATH: ...`).
+    let names = [
+        rlx_cli::run::model_path(model).display().to_string(),
+        model.display().to_string(),
+    ];
+    let about_model = names
+        .iter()
+        .any(|p| msg.starts_with(&format!("{p}:")) || msg.starts_with(&format!("cannot read {p}")));
+    let kind = if input {
+        Kind::Input
+    } else if about_model {
+        Kind::Model
+    } else {
+        Kind::Other
+    };
+    Fail::new(kind, msg)
+}
+
+/// `rlx reduce ARGS` (`args`: what follows `rlx reduce`). Returns the lines the CLI prints
+/// on stdout; raises `RlxError` with the CLI's line when the model does not fail that way
+/// (nothing written), `UsageError` on a bad argument.
+#[pyfunction]
+fn reduce(py: Python<'_>, args: Vec<String>) -> PyResult<Vec<String>> {
+    guard(|| {
+        let a =
+            rlx_cli::reduce::ReduceArgs::try_parse_from(&args).map_err(|e| usage_fail(py, &e))?;
+        rlx_cli::init_threads(None).map_err(|e| Fail::new(Kind::Other, e.to_string()))?;
+        let r = py.detach(|| -> Result<Vec<String>, Fail> {
+            let mut lines = vec![];
+            match rlx_cli::reduce::run(&a, &mut |l| lines.push(l.to_string())) {
+                Ok(rlx_cli::reduce::Outcome::Written(_)) => Ok(lines),
+                Ok(rlx_cli::reduce::Outcome::NotFailing(line)) => Err(Fail::new(
+                    Kind::Other,
+                    line.trim_start_matches("rlx reduce: ").to_string(),
+                )),
+                Err(e) => Err(tool_fail(e, &a.model.model)),
+            }
+        })?;
+        Ok(r)
+    })
+}
+
+/// `rlx precision ARGS` (`args`: what follows `rlx precision`). Returns `(verified, lines)`:
+/// whether the written model was verified (the CLI's exit 0) and the lines it prints on
+/// stdout; raises `UsageError` on a bad argument, `RlxError` (or a subclass) on an error
+/// (nothing written).
+#[pyfunction]
+fn precision(py: Python<'_>, args: Vec<String>) -> PyResult<(bool, Vec<String>)> {
+    guard(|| {
+        let a = rlx_cli::precision::PrecisionArgs::try_parse_from(&args)
+            .map_err(|e| usage_fail(py, &e))?;
+        rlx_cli::init_threads(None).map_err(|e| Fail::new(Kind::Other, e.to_string()))?;
+        let r = py.detach(|| -> Result<(bool, Vec<String>), Fail> {
+            let mut lines = vec![];
+            let ok = rlx_cli::precision::run(&a, &mut |l| lines.push(l.to_string()))
+                .map_err(|e| tool_fail(e, &a.model.model))?;
+            Ok((ok, lines))
+        })?;
+        Ok(r)
+    })
+}
+
 /// Devices live on this machine (`"cpu"` first, then `"wgpu"` when an adapter exists).
 #[pyfunction]
 fn available_devices() -> Vec<String> {
@@ -1024,6 +1122,22 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(available_devices, m)?)?;
     m.add_function(wrap_pyfunction!(env_debug_mode, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(precision, m)?)?;
+    // A bad argument to a tool is both the package's `InputError` and Python's `ValueError`.
+    let ns = pyo3::types::PyDict::new(py);
+    ns.set_item("InputError", py.get_type::<InputError>())?;
+    py.run(
+        c"class UsageError(InputError, ValueError):\n    \"\"\"A bad argument to a tool (rlx.reduce, rlx.precision): clap's message, as the CLI prints it before exiting 2.\"\"\"\n    __module__ = 'rlx'\n",
+        Some(&ns),
+        None,
+    )?;
+    let usage = ns
+        .get_item("UsageError")?
+        .ok_or_else(|| RlxError::new_err("UsageError was not defined"))?
+        .cast_into::<pyo3::types::PyType>()?;
+    m.add("UsageError", &usage)?;
+    let _ = USAGE_ERROR.set(py, usage.unbind());
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
