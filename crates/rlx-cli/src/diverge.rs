@@ -35,7 +35,12 @@ pub struct DivergeArgs {
     /// Relative tolerance on outputs (and the per-node localization threshold). float16 and
     /// bfloat16 values are judged against at least 8 unit roundoffs of their dtype (3.9e-3,
     /// 3.1e-2), whatever smaller TOL is given.
-    #[arg(long, default_value_t = 2e-3, value_name = "TOL")]
+    #[arg(
+        long,
+        default_value_t = 2e-3,
+        value_name = "TOL",
+        allow_negative_numbers = true
+    )]
     pub tol_rel: f64,
     /// Backends to compare with the CPU, comma-separated (default: every live one).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -93,6 +98,10 @@ fn inner(a: &DivergeArgs) -> Result<i32> {
         }
         Some(v)
     };
+    // Both outputs checked before anything runs or is written.
+    if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
+        crate::npy::check_output_file("--json", p, false)?;
+    }
     if let Some(dir) = &a.html {
         crate::diverge_html::prepare_dir(dir)?;
     }

@@ -9,6 +9,8 @@ pub mod env_cmd;
 pub mod generate;
 pub mod load;
 pub mod npy;
+#[rustfmt::skip]
+pub mod onnx_types;
 pub mod precision;
 pub mod precision_html;
 pub mod reduce;

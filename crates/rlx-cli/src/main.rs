@@ -38,9 +38,10 @@ enum Cmd {
     Generate(rlx_cli::generate::GenerateArgs),
     /// List the device types (cpu, wgpu, cuda): which are live here, and why the others are not.
     Devices(rlx_cli::devices::DevicesArgs),
-    /// Shrink a model to the smallest subgraph that still fails the same way; write a repro folder.
+    // No doc comment here: clap would take it as the whole help (a one-paragraph doc comment
+    // sets long_about to none) and hide ReduceArgs' long help; its first paragraph is the about.
     Reduce(rlx_cli::reduce::ReduceArgs),
-    /// Find the few nodes to keep in float32 for a float16/bfloat16 model; write the mixed model.
+    // As Reduce: the help is PrecisionArgs' doc comment.
     Precision(rlx_cli::precision::PrecisionArgs),
 }
 

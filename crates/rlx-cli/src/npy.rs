@@ -172,3 +172,71 @@ pub fn create_output_dir(dir: &Path) -> Result<()> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
 }
+
+/// Check before any work that an output file `path` given as `flag` (`--json`, `-o`) can be
+/// written: not a directory, its folder exists (unless `create_parent`: then only a folder
+/// that exists must be writable) and a file can be created in it. Writes nothing that stays.
+pub fn check_output_file(flag: &str, path: &Path, create_parent: bool) -> Result<()> {
+    if path.is_dir() {
+        bail!("{flag} {}: is a directory", path.display());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        if create_parent && !dir.exists() {
+            return Ok(());
+        }
+        bail!(
+            "{flag} {}: no such directory {}",
+            path.display(),
+            dir.display()
+        );
+    }
+    let probe = dir.join(format!(".rlx-write-test-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .with_context(|| {
+            format!(
+                "{flag} {}: cannot write in {}",
+                path.display(),
+                dir.display()
+            )
+        })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// `path` made absolute with symlinks resolved, also when it does not exist yet (its
+/// existing ancestor resolved, the rest appended): to tell whether two paths name one place.
+pub fn resolved(path: &Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut rest = vec![];
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(p) = cur.canonicalize() {
+            let mut out = p;
+            for r in rest.iter().rev() {
+                out.push(r);
+            }
+            return out;
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}

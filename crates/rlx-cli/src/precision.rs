@@ -48,8 +48,11 @@ use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Find a small set of nodes to keep in float32 so that the float16/bfloat16 model is finite
-/// on every calibration input and within --tol-rel of float32; write that mixed model.
+/// Find the few nodes to keep in float32 for a float16/bfloat16 model; write the mixed model.
+///
+/// The kept set makes the low-precision model finite on every calibration input and within
+/// --tol-rel of float32. MODEL is an ONNX model (.onnx, or a folder holding model.onnx); nodes
+/// whose op takes no float16/bfloat16 at the model's opset (by onnx's schemas) stay float32.
 ///
 /// Calibration inputs: --calibration DIR (DIR/input_<name>.npy is one input set; subfolders
 /// of DIR holding input_<name>.npy are one set each), else --input NAME=FILE and the model
@@ -68,7 +71,7 @@ use std::time::Instant;
 /// in low precision, calibration inputs that do not match the model: nothing is written);
 /// 2 for a usage error (an unsupported --to).
 #[derive(Args, Debug, Clone)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, mut_arg("model", |a| a.help(crate::reduce::MODEL_HELP)))]
 pub struct PrecisionArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -82,7 +85,12 @@ pub struct PrecisionArgs {
     #[arg(long, short = 'o', value_name = "OUT.onnx")]
     pub output: Option<PathBuf>,
     /// Largest error allowed at each graph output, relative to the output's largest |x| in float32.
-    #[arg(long, default_value_t = 1e-2, value_name = "R")]
+    #[arg(
+        long,
+        default_value_t = 1e-2,
+        value_name = "R",
+        allow_negative_numbers = true
+    )]
     pub tol_rel: f64,
     /// Write the report as JSON (every node's statistics, the kept nodes, the verification); - for stdout.
     #[arg(long, value_name = "FILE")]
@@ -96,7 +104,7 @@ pub struct PrecisionArgs {
     /// Nodes (ONNX names, comma-separated) to keep in float32 whatever the search finds.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub keep: Vec<String>,
-    /// No search: keep exactly the --keep nodes, then write and verify (to judge another tool's choice).
+    /// No search: keep the --keep nodes (and those ONNX requires in float32), then write and verify (to judge another tool's choice).
     #[arg(long, requires = "keep")]
     pub no_search: bool,
     /// Most trial runs of the mixed model (growing and shrinking the kept set).
@@ -168,7 +176,9 @@ fn precision_bits(d: DType) -> u32 {
     }
 }
 
-/// A number for people: 4 significant digits, exponent form outside [1e-3, 1e5).
+/// A number for people, one format for every number of a report: exponent form with 2
+/// significant digits outside [0.1, 1e5) (`9e-4`, `1e-2`, `2.1e5`), else up to 4 significant
+/// digits (`0.5`, `65504`).
 pub fn num(x: f64) -> String {
     if x.is_nan() {
         return "NaN".into();
@@ -179,7 +189,7 @@ pub fn num(x: f64) -> String {
     let a = x.abs();
     if a == 0.0 {
         "0".into()
-    } else if !(1e-3..1e5).contains(&a) {
+    } else if !(0.1..1e5).contains(&a) {
         let s = format!("{x:.1e}");
         s.replace(".0e", "e")
     } else {
@@ -192,6 +202,54 @@ pub fn num(x: f64) -> String {
             s
         }
     }
+}
+
+/// Does slot `slot` (an input when `input`, else an output) of the ONNX op `op` admit `low`
+/// (float16 or bfloat16) at `opset`, by onnx's own schemas (the generated
+/// [`crate::onnx_types::TABLE`])? `None` for an op the table does not have at that opset.
+pub fn slot_admits(op: &str, opset: u32, input: bool, slot: usize, low: DType) -> Option<bool> {
+    let r = crate::onnx_types::TABLE
+        .iter()
+        .rev()
+        .find(|r| r.0 == op && r.1 <= opset)?;
+    let (n, m) = match (input, low) {
+        (true, DType::BF16) => (r.2, r.6),
+        (false, DType::BF16) => (r.3, r.7),
+        (true, _) => (r.2, r.4),
+        (false, _) => (r.3, r.5),
+    };
+    let i = slot.min((n as usize).saturating_sub(1));
+    Some(i < 32 && (m >> i) & 1 == 1)
+}
+
+/// Why `op` cannot take `low` at `opset` in that slot: "IsInf takes no float16 before opset
+/// 20" (the first schema version that admits it), else "Conv takes no bfloat16 in ONNX".
+fn no_low_reason(op: &str, opset: u32, input: bool, slot: usize, low: DType) -> String {
+    let from = crate::onnx_types::TABLE
+        .iter()
+        .filter(|r| r.0 == op && r.1 > opset)
+        .map(|r| r.1)
+        .find(|&v| slot_admits(op, v, input, slot, low) == Some(true));
+    let what = if low == DType::BF16 {
+        "bfloat16"
+    } else {
+        "float16"
+    };
+    match from {
+        Some(v) => format!("{op} takes no {what} before opset {v} (the model's opset is {opset})"),
+        None => format!(
+            "{op} takes no {what} in ONNX (onnx {} schemas)",
+            crate::onnx_types::ONNX_VERSION
+        ),
+    }
+}
+
+/// The model's opset of the default ONNX domain.
+fn default_opset(m: &ModelProto) -> Option<u32> {
+    m.opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version.max(0) as u32)
 }
 
 /// Ops whose inputs may be of any type (no Cast is inserted in front of them).
@@ -525,13 +583,24 @@ fn samples_from_dir(a: &PrecisionArgs, dir: &Path, flag: &str) -> Result<Vec<Sam
         let l = load(
             &ModelArgs {
                 model: model_path(&a.model.model),
-                inputs,
+                inputs: inputs.clone(),
                 dims: a.model.dims.clone(),
                 seed: a.model.seed,
             },
             true,
         )
-        .with_context(|| format!("{flag} {}", d.display()))?;
+        .map_err(|e| {
+            // Name the file of the input the error is about (a shape or dtype mismatch).
+            let msg = format!("{e:#}");
+            let file = inputs.iter().find_map(|s| {
+                let (n, f) = s.split_once('=')?;
+                (msg.contains(&format!("\"{n}\"")) && !msg.contains(f)).then_some(f)
+            });
+            match file {
+                Some(f) => e.context(format!("{flag} {f}")),
+                None => e.context(format!("{flag} {}", d.display())),
+            }
+        })?;
         out.push(Sample {
             name: d.display().to_string(),
             feeds: l.feeds,
@@ -971,11 +1040,25 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&a.model.model, low));
+    if out_path.is_dir() {
+        bail!("-o {}: is a directory", out_path.display());
+    }
+    if crate::npy::resolved(&out_path) == crate::npy::resolved(&path) {
+        bail!(
+            "-o {}: is the float32 model itself ({}); write the mixed model to another file",
+            out_path.display(),
+            path.display()
+        );
+    }
     if out_path.exists() && !a.force {
         bail!(
             "-o {}: exists; pass --force to replace it",
             out_path.display()
         );
+    }
+    crate::npy::check_output_file("-o", &out_path, true)?;
+    if let Some(j) = a.json.as_ref().filter(|j| j.as_os_str() != "-") {
+        crate::npy::check_output_file("--json", j, false)?;
     }
     if let Some(d) = &a.html {
         crate::diverge_html::prepare_dir(d)?;
@@ -1019,12 +1102,50 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
         Some(d) => samples_from_dir(a, d, "--calibration")?,
         None => {
             let l = load(&a.model, a.quiet)?;
-            vec![Sample {
-                name: if a.model.inputs.is_empty() {
-                    "the model folder's inputs".into()
+            // Which inputs came from a file (--input, the folder's input_<name>.npy).
+            let from_folder = |n: &str| {
+                a.model.model.is_dir()
+                    && a.model
+                        .model
+                        .join(format!("input_{}.npy", sanitize(n)))
+                        .is_file()
+            };
+            let given = l
+                .feeds
+                .iter()
+                .filter(|(n, _)| {
+                    from_folder(n)
+                        || a.model.inputs.iter().any(|s| {
+                            s.split_once('=').is_some_and(|(k, _)| k == n) || !s.contains('=')
+                        })
+                })
+                .count();
+            let name = if given == l.feeds.len() {
+                if a.model.inputs.is_empty() {
+                    "the model folder's inputs".to_string()
                 } else {
-                    "--input".into()
-                },
+                    "--input".to_string()
+                }
+            } else {
+                let gen = format!(
+                    "generated inputs (deterministic, in [-1, 1), --seed {})",
+                    a.model.seed
+                );
+                if !a.quiet {
+                    eprintln!(
+                        "rlx precision: {} of {} input(s) generated (deterministic, in [-1, 1)): the kept set fits these values only; give real inputs with --calibration DIR",
+                        l.feeds.len() - given,
+                        l.feeds.len()
+                    );
+                }
+                if given == 0 {
+                    gen
+                } else {
+                    format!("the given inputs and {gen}")
+                }
+            };
+            vec![Sample {
+                name,
                 feeds: l.feeds,
             }]
         }
@@ -1112,13 +1233,20 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
             types.insert(n.clone(), t.dtype());
             stat(n, t);
         }
+        // The reference outputs come from the same kind of run as every trial and the
+        // verification (recording every tensor may compile the graph differently: a model
+        // with every node kept must measure exactly 0).
+        let (r_outs, _) = run_model(&o, &o.model, &s.feeds, DebugMode::Warn)
+            .with_context(|| format!("running the float32 model on {}", s.name))?;
+        if r_outs.len() != out_names.len() {
+            bail!(
+                "the float32 model gave {} output(s), its graph declares {}",
+                r_outs.len(),
+                out_names.len()
+            );
+        }
         let mut r = vec![];
-        for name in &out_names {
-            let t = vals
-                .get(name)
-                .cloned()
-                .or_else(|| s.feeds.iter().find(|f| &f.0 == name).map(|f| f.1.clone()))
-                .ok_or_else(|| anyhow!("graph output \"{name}\" was not computed"))?;
+        for (name, t) in out_names.iter().zip(r_outs) {
             if t.dtype().is_float() && t.data().to_f64_vec().iter().any(|x| !x.is_finite()) {
                 bail!(
                     "the float32 model's output \"{name}\" already holds NaN/Inf on {} (find out why first: RLX_DEBUG_NANS=1 rlx run {})",
@@ -1246,6 +1374,58 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
             add(k, "--keep".into(), &mut keep, &mut order);
         }
     }
+    // Always float32 (never dropped by the shrink step, also with --no-search): a node whose
+    // op's ONNX type constraints at the model's opset do not admit the low dtype in a slot
+    // it would convert (the written model must pass onnx.checker and load in onnxruntime),
+    // and a node reading a float32 initializer whose values overflow the low dtype
+    // (converted, the initializer would hold inf).
+    let opset = default_opset(&o.model);
+    if low == DType::BF16 && opset.is_some_and(|v| v < 13) {
+        bail!(
+            "{}: opset {}: ONNX has bfloat16 Casts from opset 13 on; upgrade the model's opset (onnx.version_converter) or use --to f16",
+            path.display(),
+            opset.unwrap_or(0)
+        );
+    }
+    let mut fixed: HashSet<usize> = HashSet::new();
+    for &k in &float_idx {
+        let n = &g0.node[k];
+        let op = n.op_type.as_str();
+        let converted_in = |i: usize, t: &String| {
+            !t.is_empty() && is_f32(t) && !f32_slot(op, i) && !any_input_op(op)
+        };
+        let mut why = None;
+        if let Some(v) = opset.filter(|_| n.domain.is_empty() || n.domain == "ai.onnx") {
+            let bad_in = (0..n.input.len()).find(|&i| {
+                converted_in(i, &n.input[i]) && slot_admits(op, v, true, i, low) == Some(false)
+            });
+            let bad_out = (0..n.output.len()).find(|&i| {
+                !n.output[i].is_empty()
+                    && is_f32(&n.output[i])
+                    && slot_admits(op, v, false, i, low) == Some(false)
+            });
+            why = bad_in
+                .map(|i| no_low_reason(op, v, true, i, low))
+                .or_else(|| bad_out.map(|i| no_low_reason(op, v, false, i, low)));
+        }
+        if why.is_none() {
+            why = (0..n.input.len())
+                .filter(|&i| converted_in(i, &n.input[i]) && o.inits.contains_key(&n.input[i]))
+                .map(|i| &n.input[i])
+                .find(|t| max_abs.get(*t).is_some_and(|m| *m > max_finite))
+                .map(|t| {
+                    format!(
+                        "initializer \"{t}\" max |x| {} > {}: it would hold inf in {lname}",
+                        num(max_abs[t]),
+                        num(max_finite)
+                    )
+                });
+        }
+        if let Some(w) = why {
+            fixed.insert(k);
+            add(k, w, &mut keep, &mut order);
+        }
+    }
     let all_low = ctx.evaluate(&HashSet::new(), None);
     if !a.no_search {
         for &k in &float_idx {
@@ -1353,12 +1533,18 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
     }
     // 3. Shrink by trial (latest first).
     let mut without: HashMap<usize, String> = HashMap::new();
+    if !a.no_search && gave_up.is_none() && ctx.trials >= a.max_trials {
+        gave_up = Some(format!(
+            "stopped after {} trial runs (--max-trials {}): the kept set was not shrunk",
+            ctx.trials, a.max_trials
+        ));
+    }
     if !a.no_search && verdict.ok(a.tol_rel) {
         let cands: Vec<usize> = order
             .iter()
             .rev()
             .copied()
-            .filter(|k| reason.get(k).is_some_and(|r| r != "--keep"))
+            .filter(|k| !fixed.contains(k) && reason.get(k).is_some_and(|r| r != "--keep"))
             .collect();
         for (i, k) in cands.iter().copied().enumerate() {
             if ctx.trials >= a.max_trials {
@@ -1389,6 +1575,43 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
     if let Some(g) = mixed.graph.as_mut() {
         for t in g.initializer.iter_mut() {
             *t = o.inline_init(t)?;
+        }
+    }
+    // A written model holds no non-finite initializer the float32 model did not have.
+    let non_finite = |t: &Tensor| {
+        t.data()
+            .to_f64_vec()
+            .iter()
+            .filter(|x| !x.is_finite())
+            .count()
+    };
+    for t in &graph(&mixed).initializer {
+        if !low_types.contains(&t.data_type) {
+            continue;
+        }
+        let v =
+            tensor_from_proto(t, None).map_err(|e| anyhow!("initializer \"{}\": {e}", t.name))?;
+        let bad = non_finite(&v);
+        if bad == 0 {
+            continue;
+        }
+        let src = t
+            .name
+            .strip_suffix(&format!("__rlx_{lname}"))
+            .unwrap_or(&t.name);
+        let had = match o.inits.get(src) {
+            Some(&i) => non_finite(
+                &tensor_from_proto(&o.inline_init(&g0.initializer[i])?, Some(&o.base))
+                    .map_err(|e| anyhow!("initializer \"{src}\": {e}"))?,
+            ),
+            None => 0,
+        };
+        if bad > had {
+            bail!(
+                "refusing to write {}: initializer \"{}\" (\"{src}\" in {lname}) holds {bad} non-finite value(s) that the float32 model does not have; nothing written",
+                out_path.display(),
+                t.name
+            );
         }
     }
     let bytes = mixed.encode_to_vec();
@@ -1428,18 +1651,9 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
     let calib = check(&samples, &refs)?;
     let mut held_refs = vec![];
     for s in &held {
-        let vals = record(&o, &s.feeds, &out_names)
+        let (outs, _) = run_model(&o, &o.model, &s.feeds, DebugMode::Warn)
             .with_context(|| format!("running the float32 model on {}", s.name))?;
-        held_refs.push(
-            out_names
-                .iter()
-                .map(|n| {
-                    vals.get(n)
-                        .cloned()
-                        .unwrap_or_else(|| Tensor::scalar_f32(0.0))
-                })
-                .collect::<Vec<_>>(),
-        );
+        held_refs.push(outs);
     }
     let held_v = if held.is_empty() {
         None
@@ -1711,6 +1925,10 @@ mod tests {
         assert_eq!(num(65504.0), "65504");
         assert_eq!(num(0.5), "0.5");
         assert_eq!(num(3.0e-6), "3e-6");
+        // one format below 0.1: no "0.01089" beside "8e-4"
+        assert_eq!(num(0.01089), "1.1e-2");
+        assert_eq!(num(0.002007), "2e-3");
+        assert_eq!(num(1e-2), "1e-2");
     }
 
     #[test]

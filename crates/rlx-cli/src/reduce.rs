@@ -34,8 +34,10 @@ use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Shrink a model to the smallest subgraph that still fails the same way; write it as
-/// DIR/model.onnx, DIR/input_<name>.npy and DIR/README.md (`rlx run DIR` reproduces it).
+/// Shrink a model to the smallest subgraph that still fails the same way; write a repro folder.
+///
+/// The repro is DIR/model.onnx, DIR/input_<name>.npy and DIR/README.md (`rlx run DIR`
+/// reproduces it). MODEL is an ONNX model (.onnx, or a folder holding model.onnx).
 ///
 ///   --until nan              the first NaN created (the node RLX_DEBUG_NANS names)
 ///   --until inf              the first +inf/-inf created (as RLX_DEBUG_NANS=strict names it)
@@ -46,7 +48,7 @@ use std::time::Instant;
 /// Exit status: 0 when a repro was written; 1 when the model does not fail that way on these
 /// inputs (nothing is written), or on an error; 2 for a usage error.
 #[derive(Args, Debug, Clone)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, mut_arg("model", |a| a.help(MODEL_HELP)))]
 pub struct ReduceArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -60,7 +62,12 @@ pub struct ReduceArgs {
     #[arg(long)]
     pub force: bool,
     /// Relative tolerance for --until diverge (as `rlx diverge --tol-rel`).
-    #[arg(long, default_value_t = 2e-3, value_name = "TOL")]
+    #[arg(
+        long,
+        default_value_t = 2e-3,
+        value_name = "TOL",
+        allow_negative_numbers = true
+    )]
     pub tol_rel: f64,
     /// No notes on stderr (where each input came from, progress).
     #[arg(long, short = 'q')]
@@ -77,6 +84,10 @@ impl ReduceArgs {
         crate::parse_args("rlx reduce", args)
     }
 }
+
+/// MODEL's help for `rlx reduce` and `rlx precision` (they take ONNX only, not .pt2).
+pub(crate) const MODEL_HELP: &str =
+    "ONNX model file (.onnx), or a folder holding model.onnx (and optional input_<name>.npy files)";
 
 /// What "fails the same way" means.
 #[derive(Debug, Clone, PartialEq)]
@@ -764,6 +775,14 @@ pub fn run(a: &ReduceArgs, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     }
     if dir.exists() && !dir.is_dir() {
         bail!("{} is a file, not a directory", dir.display());
+    }
+    let model_dir = path.parent().map(crate::npy::resolved);
+    if model_dir.is_some_and(|m| m == crate::npy::resolved(dir)) {
+        bail!(
+            "-o {}: is the folder of the model being reduced ({}); writing the repro there would replace it: -o another folder",
+            dir.display(),
+            path.display()
+        );
     }
     if !(a.tol_rel > 0.0 && a.tol_rel.is_finite()) {
         bail!("--tol-rel {}: must be a positive number", a.tol_rel);

@@ -299,3 +299,29 @@ fn picture_renders_in_headless_chromium() {
         "marker does not name {label}"
     );
 }
+
+#[test]
+fn an_unwritable_json_path_is_refused_before_the_html_is_written() {
+    let dir = tmpdir("json");
+    let html = dir.join("report");
+    for j in [
+        "/proc/nope.json".to_string(),
+        dir.join("missing/d.json").display().to_string(),
+    ] {
+        let (code, out, err) = diverge(
+            &[
+                "examples/healthy_mlp",
+                "--html",
+                html.to_str().unwrap(),
+                "--json",
+                &j,
+            ],
+            None,
+        );
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(out.is_empty(), "no run before the check: {out}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("--json"), "{err}");
+        assert!(!html.exists(), "{} was written", html.display());
+    }
+}

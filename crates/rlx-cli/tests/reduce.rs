@@ -453,3 +453,104 @@ fn a_nan_in_the_input_data_is_not_reduced() {
     assert!(err.contains("graph input or initializer \"x\""), "{err}");
     assert!(!dir.exists());
 }
+
+#[test]
+fn the_repro_may_not_replace_the_model_being_reduced() {
+    let t = tmp("selfcopy");
+    let m = t.join("selfcopy");
+    std::fs::create_dir_all(&m).unwrap();
+    for e in std::fs::read_dir(repo().join("examples/attention_masked_nan"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(e.path(), m.join(e.file_name())).unwrap();
+    }
+    let before: Vec<(std::ffi::OsString, Vec<u8>)> = {
+        let mut v: Vec<_> = std::fs::read_dir(&m)
+            .unwrap()
+            .flatten()
+            .map(|e| (e.file_name(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let d = m.display().to_string();
+    let model = m.join("model.onnx").display().to_string();
+    for args in [
+        vec![
+            "reduce",
+            d.as_str(),
+            "--until",
+            "nan",
+            "-o",
+            d.as_str(),
+            "--force",
+        ],
+        vec![
+            "reduce",
+            model.as_str(),
+            "--until",
+            "nan",
+            "-o",
+            d.as_str(),
+            "--force",
+        ],
+    ] {
+        let (code, out, err) = rlx(&args, &[]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            err.contains("is the folder of the model being reduced"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    let mut after: Vec<_> = std::fs::read_dir(&m)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    after.sort();
+    assert!(before == after, "the model's folder changed");
+}
+
+#[test]
+fn the_readme_ends_with_a_newline_and_negative_tol_rel_is_the_commands_error() {
+    let dir = tmp("newline");
+    let d = dir.0.display().to_string();
+    let (code, out, err) = rlx(
+        &[
+            "reduce",
+            "examples/attention_masked_nan",
+            "--until",
+            "nan",
+            "-o",
+            &d,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(
+        readme.ends_with("```\n") && !readme.ends_with("\n\n"),
+        "README.md does not end with one newline: {:?}",
+        &readme[readme.len().saturating_sub(20)..]
+    );
+    let (code, _, err) = rlx(
+        &[
+            "reduce",
+            "examples/attention_masked_nan",
+            "--until",
+            "diverge",
+            "--tol-rel",
+            "-1",
+            "-o",
+            &format!("{d}-neg"),
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--tol-rel -1: must be a positive number"),
+        "{err}"
+    );
+}
