@@ -194,7 +194,11 @@ fn bad_arguments_are_clear_errors() {
         None,
     );
     assert_eq!(code, 2);
-    assert!(err.contains("cannot write /nonexistent/d/r.json"), "{err}");
+    // Checked before any work, naming the flag and the missing directory.
+    assert!(
+        err.contains("--json /nonexistent/d/r.json") && err.contains("/nonexistent/d"),
+        "{err}"
+    );
     let (code, _, err) = diverge(&["examples/healthy_mlp", "--backends", "cuda"], None);
     assert_eq!(code, 2);
     assert!(err.contains("cuda is not available"), "{err}");
