@@ -77,18 +77,80 @@ pub(crate) fn esc(s: &str) -> String {
     o
 }
 
-const W: f64 = 1160.0;
-const ML: f64 = 70.0;
-const MR: f64 = 20.0;
-const PW: f64 = W - ML - MR;
+// Chart geometry and colors, shared with the precision report (`precision_html`).
+pub(crate) const W: f64 = 1160.0;
+pub(crate) const ML: f64 = 70.0;
+pub(crate) const MR: f64 = 20.0;
+pub(crate) const PW: f64 = W - ML - MR;
 
-const C_BAR: &str = "#2563eb";
-const C_OVER: &str = "#ea580c";
-const C_FIRST: &str = "#dc2626";
-const C_NF: &str = "#7c3aed";
+pub(crate) const C_BAR: &str = "#2563eb";
+pub(crate) const C_OVER: &str = "#ea580c";
+pub(crate) const C_FIRST: &str = "#dc2626";
+pub(crate) const C_NF: &str = "#7c3aed";
 const C_FALLBACK: &str = "#9ca3af";
-const C_OWN: &str = "#111827";
-const C_TOL: &str = "#d97706";
+pub(crate) const C_OWN: &str = "#111827";
+pub(crate) const C_TOL: &str = "#d97706";
+
+/// The y axis of both HTML charts: relative error on a log scale from `1e{dlo}` up to the
+/// decade above the largest finite value (at least ten times the tolerance, at least 1), a
+/// band above it for NaN/Inf, plot area `h` high starting at `top`.
+pub(crate) struct LogAxis {
+    pub dlo: f64,
+    pub dhi: f64,
+    pub top: f64,
+    pub band: f64,
+    pub h: f64,
+}
+
+impl LogAxis {
+    pub(crate) fn new(floor_decade: f64, finite_max: f64, tol_rel: f64) -> LogAxis {
+        let dlo = floor_decade;
+        let dhi = (finite_max.max(tol_rel * 10.0).max(1.0))
+            .log10()
+            .ceil()
+            .max(dlo + 1.0);
+        LogAxis {
+            dlo,
+            dhi,
+            top: 40.0,
+            band: 30.0,
+            h: 300.0,
+        }
+    }
+
+    /// The y coordinate of relative error `r` (0 and below sit on the floor).
+    pub(crate) fn y(&self, r: f64) -> f64 {
+        let (dlo, dhi) = (self.dlo, self.dhi);
+        let v = if r > 0.0 { r.log10() } else { dlo };
+        self.top + self.band + self.h - (v.clamp(dlo, dhi) - dlo) / (dhi - dlo) * self.h
+    }
+
+    /// Gridlines with their decade labels, and the NaN/Inf band's label.
+    pub(crate) fn draw(&self, s: &mut String) {
+        let (dlo, dhi, top, band) = (self.dlo, self.dhi, self.top, self.band);
+        let y_of = |r: f64| self.y(r);
+        let stepd = ((dhi - dlo) / 8.0).ceil().max(1.0);
+        let mut k = dlo;
+        while k <= dhi + 1e-9 {
+            let y = y_of(10f64.powf(k));
+            let _ = write!(
+                s,
+                r#"<line x1="{ML}" x2="{}" y1="{y:.1}" y2="{y:.1}" class="grid"/><text x="{}" y="{:.1}" class="ylab">1e{}</text>"#,
+                W - MR,
+                ML - 6.0,
+                y + 4.0,
+                k as i64
+            );
+            k += stepd;
+        }
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{:.1}" class="ylab nfl">NaN/Inf</text>"#,
+            ML - 6.0,
+            top + band * 0.5 + 4.0
+        );
+    }
+}
 
 /// The first diverging node the localizer named (a kernel bug candidate or a non-finite
 /// divergence), as its `%id`.
@@ -166,16 +228,9 @@ fn chart(d: &BackendDivergence, dev: &str) -> String {
         })
         .filter(|r| r.is_finite())
         .fold(0.0f64, f64::max);
-    let dlo = FLOOR_DECADE;
-    let dhi = (finite_max.max(d.tol_rel * 10.0).max(1.0))
-        .log10()
-        .ceil()
-        .max(dlo + 1.0);
-    let (top, band, h) = (40.0, 30.0, 300.0);
-    let y_of = |r: f64| {
-        let v = if r > 0.0 { r.log10() } else { dlo };
-        top + band + h - (v.clamp(dlo, dhi) - dlo) / (dhi - dlo) * h
-    };
+    let ax = LogAxis::new(FLOOR_DECADE, finite_max, d.tol_rel);
+    let (dlo, top, band, h) = (ax.dlo, ax.top, ax.band, ax.h);
+    let y_of = |r: f64| ax.y(r);
     let bw = PW / n as f64;
     let x_of = |i: usize| ML + bw * i as f64;
     let base = top + band + h;
@@ -189,26 +244,7 @@ fn chart(d: &BackendDivergence, dev: &str) -> String {
         s,
         r#"<text x="{ML}" y="22" class="ptitle">{dev} vs cpu: relative difference per node (log scale), in execution order — bar: accumulated (full runs), dot: own (replayed on the same inputs)</text>"#
     );
-    let stepd = ((dhi - dlo) / 8.0).ceil().max(1.0);
-    let mut k = dlo;
-    while k <= dhi + 1e-9 {
-        let y = y_of(10f64.powf(k));
-        let _ = write!(
-            s,
-            r#"<line x1="{ML}" x2="{}" y1="{y:.1}" y2="{y:.1}" class="grid"/><text x="{}" y="{:.1}" class="ylab">1e{}</text>"#,
-            W - MR,
-            ML - 6.0,
-            y + 4.0,
-            k as i64
-        );
-        k += stepd;
-    }
-    let _ = write!(
-        s,
-        r#"<text x="{}" y="{:.1}" class="ylab nfl">NaN/Inf</text>"#,
-        ML - 6.0,
-        top + band * 0.5 + 4.0
-    );
+    ax.draw(&mut s);
     // bars: one per compute node
     for (i, nd) in nodes.iter().enumerate() {
         let is_first = first == Some(nd.node.as_str());

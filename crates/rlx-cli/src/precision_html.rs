@@ -12,7 +12,9 @@
 //! the first failing node, and the nodes with the largest errors. Styled as
 //! `diverge_html` (same page layout, colours and escaping).
 
-use crate::diverge_html::esc;
+use crate::diverge_html::{
+    esc, LogAxis, C_BAR, C_FIRST, C_NF, C_OVER, C_OWN, C_TOL, ML, MR, PW, W,
+};
 use crate::precision::{num, NodeStats, Report};
 use anyhow::Result;
 use serde_json::Value;
@@ -22,17 +24,7 @@ use std::path::Path;
 /// Rows of the table besides the kept nodes and the first failing one.
 pub const TABLE_TOP: usize = 40;
 const FLOOR_DECADE: f64 = -8.0;
-const W: f64 = 1160.0;
-const ML: f64 = 70.0;
-const MR: f64 = 20.0;
-const PW: f64 = W - ML - MR;
-const C_BAR: &str = "#2563eb";
-const C_OVER: &str = "#ea580c";
-const C_FIRST: &str = "#dc2626";
-const C_NF: &str = "#7c3aed";
-const C_OWN: &str = "#111827";
 const C_FINAL: &str = "#16a34a";
-const C_TOL: &str = "#d97706";
 
 /// Write `precision.json` (`json`) and `precision.html` into `dir` (created by the caller's
 /// `prepare_dir`).
@@ -105,18 +97,9 @@ fn chart(r: &Report, nodes: &[&NodeStats]) -> String {
         .flatten()
         .filter(|e| e.is_finite())
         .fold(0.0f64, f64::max);
-    let dlo = FLOOR_DECADE;
-    let dhi = finite_max
-        .max(r.tol_rel * 10.0)
-        .max(1.0)
-        .log10()
-        .ceil()
-        .max(dlo + 1.0);
-    let (top, band, h) = (40.0, 30.0, 300.0);
-    let y_of = |e: f64| {
-        let v = if e > 0.0 { e.log10() } else { dlo };
-        top + band + h - (v.clamp(dlo, dhi) - dlo) / (dhi - dlo) * h
-    };
+    let ax = LogAxis::new(FLOOR_DECADE, finite_max, r.tol_rel);
+    let (dlo, top, band, h) = (ax.dlo, ax.top, ax.band, ax.h);
+    let y_of = |e: f64| ax.y(e);
     let bw = PW / n as f64;
     let x_of = |i: usize| ML + bw * i as f64;
     let base = top + band + h;
@@ -131,26 +114,7 @@ fn chart(r: &Report, nodes: &[&NodeStats]) -> String {
         r#"<text x="{ML}" y="22" class="ptitle">error vs float32 per node (log scale, execution order) — bar: all {}, dot: node alone, green: written model</text>"#,
         esc(&r.to)
     );
-    let stepd = ((dhi - dlo) / 8.0).ceil().max(1.0);
-    let mut k = dlo;
-    while k <= dhi + 1e-9 {
-        let y = y_of(10f64.powf(k));
-        let _ = write!(
-            s,
-            r#"<line x1="{ML}" x2="{}" y1="{y:.1}" y2="{y:.1}" class="grid"/><text x="{}" y="{:.1}" class="ylab">1e{}</text>"#,
-            W - MR,
-            ML - 6.0,
-            y + 4.0,
-            k as i64
-        );
-        k += stepd;
-    }
-    let _ = write!(
-        s,
-        r#"<text x="{}" y="{:.1}" class="ylab nfl">NaN/Inf</text>"#,
-        ML - 6.0,
-        top + band * 0.5 + 4.0
-    );
+    ax.draw(&mut s);
     for (i, nd) in nodes.iter().enumerate() {
         let is_first = first == Some(nd.name.as_str());
         let e = nd.accumulated_error.unwrap_or(0.0);

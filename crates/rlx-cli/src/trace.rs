@@ -7,6 +7,7 @@
 //! Recorded nodes: graph inputs and every computed op (parameters and constants are not), in
 //! the order the CPU executor runs them.
 
+use crate::diverge_html::esc;
 use crate::load::{load, ModelArgs};
 use anyhow::{anyhow, Result};
 use clap::Args;
@@ -256,21 +257,6 @@ pub fn main_trace(a: TraceArgs) -> i32 {
             1
         }
     }
-}
-
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
 }
 
 fn shape_str(o: &TraceOp) -> String {

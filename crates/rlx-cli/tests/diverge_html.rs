@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::chromium::{chromium, chromium_cmd, decode_png};
+use common::chromium::{chromium, dump_dom, nonwhite, red, screenshot};
 use common::{gpu, repo, TmpDir};
 use serde_json::Value;
 
@@ -259,36 +259,18 @@ fn picture_renders_in_headless_chromium() {
         dir.join("diverge.html").canonicalize().unwrap().display()
     );
     let png = dir.join("shot.png");
-    let o = chromium_cmd(&bin, &tmpdir("profile"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(&url)
-        .output()
-        .unwrap();
-    assert!(
-        png.is_file(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let (w, h, px) = decode_png(&std::fs::read(&png).unwrap());
+    let (w, h, px) = screenshot(&bin, &tmpdir("profile"), &url, &png);
     assert_eq!((w, h), (1200, 800));
-    let nonwhite = px.iter().filter(|p| p.iter().any(|&c| c < 235)).count();
+    let nonwhite = nonwhite(&px);
     assert!(
         nonwhite > w * h / 20,
         "screenshot looks blank: {nonwhite} non-white pixels"
     );
     // the first divergence color (#dc2626) is on screen: its bar, marker and label
-    let red = px
-        .iter()
-        .filter(|p| p[0] > 200 && p[1] < 70 && p[2] < 70)
-        .count();
+    let red = red(&px);
     assert!(red > 100, "no red highlight in the screenshot ({red} px)");
     // DOM as rendered: the marker names the text report's node
-    let o = chromium_cmd(&bin, &tmpdir("profile"))
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&o.stdout);
+    let dom = dump_dom(&bin, &tmpdir("profile"), &url);
     let label = first_label(&out);
     let marker = dom
         .split(r#"id="first-divergence-marker-wgpu""#)

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::chromium::{chromium, chromium_cmd, decode_png};
+use common::chromium::{chromium, dump_dom, nonwhite, red, screenshot};
 use common::{fixture, repo, TmpDir};
 use rlx_cli::npy::read_npy;
 use rlx_ir::numeric_check::DebugMode;
@@ -418,33 +418,15 @@ fn report_renders_in_headless_chromium_with_the_first_overflow_highlighted() {
             .display()
     );
     let png = t.join("shot.png");
-    let o = chromium_cmd(&bin, &tmpdir("profile"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(&url)
-        .output()
-        .unwrap();
-    assert!(
-        png.is_file(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let (w, h, px) = decode_png(&std::fs::read(&png).unwrap());
-    let nonwhite = px.iter().filter(|p| p.iter().any(|&c| c < 235)).count();
+    let (w, h, px) = screenshot(&bin, &tmpdir("profile"), &url, &png);
+    let nonwhite = nonwhite(&px);
     assert!(
         nonwhite > w * h / 20,
         "screenshot looks blank: {nonwhite} non-white pixels"
     );
-    let red = px
-        .iter()
-        .filter(|p| p[0] > 200 && p[1] < 70 && p[2] < 70)
-        .count();
+    let red = red(&px);
     assert!(red > 100, "no red highlight in the screenshot ({red} px)");
-    let o = chromium_cmd(&bin, &tmpdir("profile"))
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&o.stdout);
+    let dom = dump_dom(&bin, &tmpdir("profile"), &url);
     let marker = dom
         .split(r#"id="first-failure-marker""#)
         .nth(1)

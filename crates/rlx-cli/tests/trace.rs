@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::chromium::{chromium, chromium_cmd, decode_png};
+use common::chromium::{chromium, dump_dom, nonwhite, red, screenshot};
 use common::TmpDir;
 use rlx_cli::npy::read_npy;
 use serde_json::Value;
@@ -256,36 +256,18 @@ fn html_report_renders_in_headless_chromium() {
     let url = format!("file://{}", html.canonicalize().unwrap().display());
     // screenshot: exists, and is not blank (many non-white pixels, the red NaN marks drawn)
     let png = dir.join("shot.png");
-    let o = chromium_cmd(&bin, &tmpdir("profile"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(&url)
-        .output()
-        .unwrap();
-    assert!(
-        png.is_file(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let (w, h, px) = decode_png(&std::fs::read(&png).unwrap());
+    let (w, h, px) = screenshot(&bin, &tmpdir("profile"), &url, &png);
     assert_eq!((w, h), (1200, 800));
-    let nonwhite = px.iter().filter(|p| p.iter().any(|&c| c < 235)).count();
+    let nonwhite = nonwhite(&px);
     assert!(
         nonwhite > w * h / 50,
         "screenshot looks blank: {nonwhite} non-white pixels"
     );
     // the NaN color (#dc2626) is on screen: the first non-finite marker and the NaN bars
-    let red = px
-        .iter()
-        .filter(|p| p[0] > 200 && p[1] < 70 && p[2] < 70)
-        .count();
+    let red = red(&px);
     assert!(red > 100, "no red marks in the screenshot ({red} px)");
     // DOM: the marked first non-finite op is the one trace.json names
-    let o = chromium_cmd(&bin, &tmpdir("profile"))
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&o.stdout);
+    let dom = dump_dom(&bin, &tmpdir("profile"), &url);
     let label = j["first_nonfinite"]["label"].as_str().unwrap();
     assert_eq!(label, "layer0.attn.mask_fill");
     let marker = dom

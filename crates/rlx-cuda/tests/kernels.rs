@@ -1,5 +1,9 @@
 //! CUDA kernels against rlx-cpu (the reference): MatMul on cuBLAS, elementwise math with
 //! broadcasting, NaN propagation, CPU fallback, the NaN scanner.
+//!
+//! (One file over 1,000 lines: it is one test binary, so the device machine runs it as one
+//! gzipped file from `.cudabin/`; the ops, cuDNN and half-precision tests already have their
+//! own binaries. Split the scanner and CUDA-graph tests out when it grows further.)
 mod common;
 use common::*;
 use rlx_cpu::CpuExecutor;

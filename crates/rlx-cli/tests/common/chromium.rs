@@ -115,3 +115,46 @@ pub fn decode_png(bytes: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
     }
     (w, h, px)
 }
+
+/// Screenshot `url` at 1200x800 into `png` with a fresh `profile`; asserts the file was
+/// written (naming Chromium's stderr otherwise) and returns it decoded.
+pub fn screenshot(
+    bin: &Path,
+    profile: &Path,
+    url: &str,
+    png: &Path,
+) -> (usize, usize, Vec<[u8; 3]>) {
+    let o = chromium_cmd(bin, profile)
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        png.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    decode_png(&std::fs::read(png).unwrap())
+}
+
+/// The page's DOM after Chromium rendered it (scripts run).
+pub fn dump_dom(bin: &Path, profile: &Path, url: &str) -> String {
+    let o = chromium_cmd(bin, profile)
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Pixels that are not (near) white: a blank page has almost none.
+pub fn nonwhite(px: &[[u8; 3]]) -> usize {
+    px.iter().filter(|p| p.iter().any(|&c| c < 235)).count()
+}
+
+/// Pixels of the reports' highlight red (#dc2626 and its antialiased neighbours).
+pub fn red(px: &[[u8; 3]]) -> usize {
+    px.iter()
+        .filter(|p| p[0] > 200 && p[1] < 70 && p[2] < 70)
+        .count()
+}
