@@ -43,6 +43,8 @@ macro_rules! isa_fn {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub(crate) mod chain;
 pub(crate) mod conv;
 #[cfg(target_arch = "x86_64")]
