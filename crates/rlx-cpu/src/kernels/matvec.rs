@@ -39,7 +39,7 @@ const PANEL_N: usize = 256;
 const PANEL_M: usize = 256;
 
 /// Output columns per block of the `[K, N]` kernel (its f32 partial sums stay in L1).
-const COL_BLOCK: usize = 512;
+const COL_BLOCK: usize = 1024;
 /// Rows of x per pass of the `[K, N]` kernel.
 const COL_ROWS: usize = 8;
 
@@ -220,7 +220,12 @@ macro_rules! mv_kernels {
             while t < kv {
                 let mut b = [zero(); C];
                 for r in 0..C {
-                    b[r] = load(w.add(r * wcs + t));
+                    let p = w.add(r * wcs + t);
+                    b[r] = load(p);
+                    // The next block's rows at the same offset (a hint: never faults).
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        p.wrapping_add(C * wcs).cast(),
+                    );
                 }
                 for i in 0..R {
                     let a = ldx(x.add(i * xrs + t));
@@ -321,7 +326,44 @@ macro_rules! mv_kernels {
                         std::slice::from_raw_parts_mut(accp.add(i * COL_BLOCK), cw).fill(0.0);
                     }
                     let xi = x.add(i0 * xrs);
-                    for t in 0..k {
+                    // Four rows of B per pass over the partial sums (each output still
+                    // sums its terms in order of t).
+                    let k4 = k - k % 4;
+                    let mut t = 0;
+                    while t < k4 {
+                        let w0 = w.add(t * wrs + c0);
+                        let (w1, w2, w3) = (w0.add(wrs), w0.add(2 * wrs), w0.add(3 * wrs));
+                        let mut c = 0;
+                        while c < cv {
+                            let (b0, b1, b2, b3) =
+                                (load(w0.add(c)), load(w1.add(c)), load(w2.add(c)), load(w3.add(c)));
+                            for i in 0..mr {
+                                let xt = xi.add(i * xrs + t);
+                                let p = accp.add(i * COL_BLOCK + c);
+                                let mut a = ldx(p);
+                                a = fma(set1(*xt), b0, a);
+                                a = fma(set1(*xt.add(1)), b1, a);
+                                a = fma(set1(*xt.add(2)), b2, a);
+                                a = fma(set1(*xt.add(3)), b3, a);
+                                stx(p, a);
+                            }
+                            c += L;
+                        }
+                        for c in cv..cw {
+                            for i in 0..mr {
+                                let xt = xi.add(i * xrs + t);
+                                let p = accp.add(i * COL_BLOCK + c);
+                                let mut a = *p;
+                                a = (*xt).mul_add((*w0.add(c)).widen(), a);
+                                a = (*xt.add(1)).mul_add((*w1.add(c)).widen(), a);
+                                a = (*xt.add(2)).mul_add((*w2.add(c)).widen(), a);
+                                a = (*xt.add(3)).mul_add((*w3.add(c)).widen(), a);
+                                *p = a;
+                            }
+                        }
+                        t += 4;
+                    }
+                    for t in k4..k {
                         let wr = w.add(t * wrs + c0);
                         let mut xs = [zero(); COL_ROWS];
                         for i in 0..mr {
