@@ -8,7 +8,7 @@
 //! products of more rows take `matvec::panels` (B widened a panel of columns at a time).
 //! Neither widens a whole 16-bit operand.
 
-use super::matvec::{self, MvElem, MV_MAX_M};
+use super::matvec::{self, MvElem};
 use super::{invalid, make, KResult};
 use gemm::Parallelism;
 use half::{bf16, f16};
@@ -362,7 +362,7 @@ impl MmElem for f32 {
         parallel: bool,
     ) -> KResult<()> {
         match matvec::layout(&b, k, n) {
-            Some(lay) if m <= MV_MAX_M => {
+            Some(lay) if m <= matvec::max_m(lay) => {
                 if mv_checks(m, n, k, &a, &b, dst)? {
                     // SAFETY: dst holds m*n (checked), a distinct &mut slice.
                     unsafe { matvec::small_m(m, n, k, a, b, lay, dst.as_mut_ptr().cast(), parallel) };
@@ -391,7 +391,7 @@ fn product16<T: MvElem>(
     // SAFETY: dst holds m*n (checked), a distinct &mut slice; the views fit (checked).
     unsafe {
         match matvec::layout(&b, k, n) {
-            Some(lay) if m <= MV_MAX_M => {
+            Some(lay) if m <= matvec::max_m(lay) => {
                 matvec::small_m(m, n, k, a, b, lay, d, parallel);
                 Ok(())
             }

@@ -8,7 +8,7 @@
 //!   where cancellation makes 2·γ·S exceed an ulp, |new − ref| ≤ 2·γ·S + one ulp;
 //! * NaN exactly where the reference has NaN, ±Inf exactly where it has the same Inf.
 
-use super::matvec::{Simd, FORCE_SIMD, MV_MAX_M};
+use super::matvec::{Simd, FORCE_SIMD, MV_MAX_M_COLS, MV_MAX_M_ROWS};
 use super::*;
 use rlx_ir::DType;
 use std::sync::atomic::Ordering;
@@ -158,6 +158,10 @@ fn check(c: &Case, xa: &[f32], xb: &[f32], new: &Tensor, old: &Tensor) -> Result
     Ok(())
 }
 
+/// Held by the tests that pin an ISA through `FORCE_SIMD` (a global), so each runs its
+/// ISA copies in turn.
+static ISA_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn isas() -> Vec<u8> {
     let mut v = vec![3];
     if matvec::simd() != Simd::Plain {
@@ -177,10 +181,11 @@ const DTS: [DType; 3] = [DType::F32, DType::BF16, DType::F16];
 fn matvec_matches_reference() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut cases = 0;
+    let _lock = ISA_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     for isa in isas() {
         FORCE_SIMD.store(isa, Ordering::Relaxed);
         for dt in DTS {
-            for &m in &[1, 2, 3, 7, 64, 300] {
+            for &m in &[1, 2, 3, 7, 32, 64, 300] {
                 for &k in &[1, 7, 17, 100, 1023] {
                     for &n in &[1, 3, 33, 257] {
                         for bt in [true, false] {
@@ -213,7 +218,14 @@ fn matvec_parallel_split_matches_reference() {
     let mut rng = Rng(7);
     pool.install(|| {
         for dt in DTS {
-            for &(m, k, n) in &[(1, 256, 4099), (MV_MAX_M, 129, 2050), (MV_MAX_M + 1, 64, 600), (5, 512, 1031)] {
+            for &(m, k, n) in &[
+                (1, 256, 4099),
+                (MV_MAX_M_COLS, 129, 2050),
+                (MV_MAX_M_COLS + 1, 64, 600),
+                (MV_MAX_M_ROWS, 100, 700),
+                (MV_MAX_M_ROWS + 1, 64, 300),
+                (5, 512, 1031),
+            ] {
                 for bt in [true, false] {
                     let c = Case { dt, m, k, n, bt, at: false };
                     let xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
@@ -230,6 +242,7 @@ fn matvec_parallel_split_matches_reference() {
 /// bf16/f16 denormal weights are not flushed.
 #[test]
 fn matvec_nan_inf_denormal_positions() {
+    let _lock = ISA_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     for isa in isas() {
         FORCE_SIMD.store(isa, Ordering::Relaxed);
         for dt in DTS {
