@@ -365,7 +365,9 @@ impl MmElem for f32 {
             Some(lay) if m <= matvec::max_m(lay) => {
                 if mv_checks(m, n, k, &a, &b, dst)? {
                     // SAFETY: dst holds m*n (checked), a distinct &mut slice.
-                    unsafe { matvec::small_m(m, n, k, a, b, lay, dst.as_mut_ptr().cast(), parallel) };
+                    unsafe {
+                        matvec::small_m(m, n, k, a, b, lay, dst.as_mut_ptr().cast(), parallel)
+                    };
                 }
                 Ok(())
             }

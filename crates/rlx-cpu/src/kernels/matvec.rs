@@ -174,11 +174,22 @@ struct Ptr<T>(*mut T);
 // SAFETY: only used for disjoint writes by the tasks of one call, which outlives them.
 unsafe impl<T> Send for Ptr<T> {}
 unsafe impl<T> Sync for Ptr<T> {}
+impl<T> Ptr<T> {
+    /// The pointer (a method, so that closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
 #[derive(Clone, Copy)]
 struct CPtr<T>(*const T);
 // SAFETY: read-only data that outlives the tasks.
 unsafe impl<T> Send for CPtr<T> {}
 unsafe impl<T> Sync for CPtr<T> {}
+impl<T> CPtr<T> {
+    fn get(self) -> *const T {
+        self.0
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // Kernels. Each ISA module has `rows`, `cols` and `widen` with the same contracts:
@@ -349,8 +360,12 @@ macro_rules! mv_kernels {
                         let (w1, w2, w3) = (w0.add(wrs), w0.add(2 * wrs), w0.add(3 * wrs));
                         let mut c = 0;
                         while c < cv {
-                            let (b0, b1, b2, b3) =
-                                (load(w0.add(c)), load(w1.add(c)), load(w2.add(c)), load(w3.add(c)));
+                            let (b0, b1, b2, b3) = (
+                                load(w0.add(c)),
+                                load(w1.add(c)),
+                                load(w2.add(c)),
+                                load(w3.add(c)),
+                            );
                             for i in 0..mr {
                                 let xt = xi.add(i * xrs + t);
                                 let p = accp.add(i * COL_BLOCK + c);
@@ -720,9 +735,7 @@ pub(crate) unsafe fn small_m<T: MvElem>(
     };
     let threads = rayon::current_num_threads();
     let bytes = k * n * std::mem::size_of::<T>();
-    let split = parallel
-        && threads > 1
-        && (bytes >= MV_PAR_BYTES || m * n * k >= GEMM_PAR_FLOPS);
+    let split = parallel && threads > 1 && (bytes >= MV_PAR_BYTES || m * n * k >= GEMM_PAR_FLOPS);
     // Chunks of whole register blocks; two per thread so a slow thread sheds work.
     let align = match lay {
         Layout::Rows => 4,
@@ -734,9 +747,23 @@ pub(crate) unsafe fn small_m<T: MvElem>(
     let (xp, wp, op) = (CPtr(x), CPtr(w), Ptr(dst));
     let run = move |c: usize| {
         let (n0, n1) = (c * chunk, ((c + 1) * chunk).min(n));
-        let (xp, wp, op) = (xp, wp, op);
         // SAFETY: the caller's contract; tasks write disjoint column ranges.
-        unsafe { kernel(isa, lay, m, xp.0, xrs, k, wp.0, ws, n0, n1, op.0, n) };
+        unsafe {
+            kernel(
+                isa,
+                lay,
+                m,
+                xp.get(),
+                xrs,
+                k,
+                wp.get(),
+                ws,
+                n0,
+                n1,
+                op.get(),
+                n,
+            )
+        };
     };
     if tasks <= 1 {
         run(0);
@@ -794,7 +821,6 @@ pub(crate) unsafe fn panels<T: MvElem>(
         let split = big && npan >= 2 * threads;
         let gemm_par = big && !split;
         let one = |p: usize| -> KResult<()> {
-            let op = op;
             let j0 = p * PANEL_N;
             let nc = PANEL_N.min(n - j0);
             let mut fresh = (Vec::new(), Vec::new());
@@ -837,10 +863,20 @@ pub(crate) unsafe fn panels<T: MvElem>(
                     rs: prs,
                     cs: pcs,
                 };
-                let out = op.0.add(i0 * n + j0);
+                let out = op.get().add(i0 * n + j0);
                 if T::KIND == Kind::F32 {
                     // f32: straight into dst.
-                    return gemm_uninit_ptr(mc, nc, k, av, bv, out.cast::<f32>(), (n, 1), gemm_par, false);
+                    return gemm_uninit_ptr(
+                        mc,
+                        nc,
+                        k,
+                        av,
+                        bv,
+                        out.cast::<f32>(),
+                        (n, 1),
+                        gemm_par,
+                        false,
+                    );
                 }
                 tile.clear();
                 tile.reserve(mc * nc);

@@ -66,8 +66,16 @@ impl Case {
     fn exact(&self, a: &[f64], b: &[f64], i: usize, j: usize) -> (f64, f64) {
         let (mut s, mut abs) = (0.0, 0.0);
         for t in 0..self.k {
-            let x = if self.at { a[t * self.m + i] } else { a[i * self.k + t] };
-            let w = if self.bt { b[j * self.k + t] } else { b[t * self.n + j] };
+            let x = if self.at {
+                a[t * self.m + i]
+            } else {
+                a[i * self.k + t]
+            };
+            let w = if self.bt {
+                b[j * self.k + t]
+            } else {
+                b[t * self.n + j]
+            };
             s += x * w;
             abs += (x * w).abs();
         }
@@ -107,7 +115,11 @@ fn ulp16(dt: DType, v: f64) -> f64 {
         DType::F16 => (10, -14),
         _ => (7, -126),
     };
-    let e = if v > 0.0 { v.log2().floor() as i32 } else { emin };
+    let e = if v > 0.0 {
+        v.log2().floor() as i32
+    } else {
+        emin
+    };
     2f64.powi(e.max(emin) - mant)
 }
 
@@ -123,7 +135,12 @@ fn check(c: &Case, xa: &[f32], xb: &[f32], new: &Tensor, old: &Tensor) -> Result
     for i in 0..c.m {
         for j in 0..c.n {
             let (y, o) = (nv[i * c.n + j], ov[i * c.n + j]);
-            let at = || format!("{:?} m={} k={} n={} bt={} at={} ({i},{j}): new {y} ref {o}", c.dt, c.m, c.k, c.n, c.bt, c.at);
+            let at = || {
+                format!(
+                    "{:?} m={} k={} n={} bt={} at={} ({i},{j}): new {y} ref {o}",
+                    c.dt, c.m, c.k, c.n, c.bt, c.at
+                )
+            };
             if o.is_nan() || y.is_nan() {
                 if !(o.is_nan() && y.is_nan()) {
                     return Err(format!("NaN mismatch {}", at()));
@@ -191,7 +208,14 @@ fn matvec_matches_reference() {
                         for bt in [true, false] {
                             // The strided-A case only where it is cheap.
                             for at in [false, m <= 7 && n == 33] {
-                                let c = Case { dt, m, k, n, bt, at };
+                                let c = Case {
+                                    dt,
+                                    m,
+                                    k,
+                                    n,
+                                    bt,
+                                    at,
+                                };
                                 let xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
                                 let xb: Vec<f32> = (0..k * n).map(|_| rng.next()).collect();
                                 let (new, old) = c.run(&xa, &xb);
@@ -214,7 +238,10 @@ fn matvec_matches_reference() {
 /// Large N (several threads' chunks, the parallel split) and the M threshold's edges.
 #[test]
 fn matvec_parallel_split_matches_reference() {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
     let mut rng = Rng(7);
     pool.install(|| {
         for dt in DTS {
@@ -227,7 +254,14 @@ fn matvec_parallel_split_matches_reference() {
                 (5, 512, 1031),
             ] {
                 for bt in [true, false] {
-                    let c = Case { dt, m, k, n, bt, at: false };
+                    let c = Case {
+                        dt,
+                        m,
+                        k,
+                        n,
+                        bt,
+                        at: false,
+                    };
                     let xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
                     let xb: Vec<f32> = (0..k * n).map(|_| rng.next()).collect();
                     let (new, old) = c.run(&xa, &xb);
@@ -248,7 +282,14 @@ fn matvec_nan_inf_denormal_positions() {
         for dt in DTS {
             for &(m, k, n) in &[(1, 37, 21), (3, 40, 19), (2, 16, 16), (20, 33, 300)] {
                 for bt in [true, false] {
-                    let c = Case { dt, m, k, n, bt, at: false };
+                    let c = Case {
+                        dt,
+                        m,
+                        k,
+                        n,
+                        bt,
+                        at: false,
+                    };
                     let mut rng = Rng(11);
                     let mut xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
                     let mut xb: Vec<f32> = (0..k * n).map(|_| rng.next()).collect();
@@ -309,8 +350,12 @@ fn matvec_batched_matches_reference() {
             (&[2, 40, 16][..], &[16, 70][..], None),
             (&[3, 300, 8][..], &[3, 8, 5][..], None),
         ] {
-            let xa: Vec<f32> = (0..ad.iter().product::<usize>()).map(|_| rng.next()).collect();
-            let xb: Vec<f32> = (0..bd.iter().product::<usize>()).map(|_| rng.next()).collect();
+            let xa: Vec<f32> = (0..ad.iter().product::<usize>())
+                .map(|_| rng.next())
+                .collect();
+            let xb: Vec<f32> = (0..bd.iter().product::<usize>())
+                .map(|_| rng.next())
+                .collect();
             let (a, b) = (tensor(dt, ad, &xa), tensor(dt, bd, &xb));
             let old = matmul_perm_reference(&a, None, &b, bperm).unwrap();
             let new = matmul_perm(&a, None, &b, bperm, &Shape::new(old.dims(), dt)).unwrap();
@@ -348,13 +393,27 @@ fn median(reps: usize, mut f: impl FnMut()) -> f64 {
 #[ignore]
 fn matvec_bench() {
     let mut rng = Rng(5);
-    let shapes = [(1usize, 1024usize, 3072usize), (1, 3072, 1024), (1, 1024, 151936)];
+    let shapes = [
+        (1usize, 1024usize, 3072usize),
+        (1, 3072, 1024),
+        (1, 1024, 151936),
+    ];
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         for dt in [DType::F32, DType::BF16] {
             for &(m, k, n) in &shapes {
                 for bt in [true, false] {
-                    let c = Case { dt, m, k, n, bt, at: false };
+                    let c = Case {
+                        dt,
+                        m,
+                        k,
+                        n,
+                        bt,
+                        at: false,
+                    };
                     let xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
                     let xb: Vec<f32> = (0..k * n).map(|_| rng.next()).collect();
                     let (a, b) = c.operands(&xa, &xb);
@@ -366,9 +425,18 @@ fn matvec_bench() {
                         let tn = median(reps, || {
                             std::hint::black_box(matmul_perm(&a, pa, &b, pb, &shape).unwrap());
                         });
-                        let to = median(if n > 100_000 && dt != DType::F32 { 3 } else { reps }, || {
-                            std::hint::black_box(matmul_perm_reference(&a, pa, &b, pb).unwrap());
-                        });
+                        let to = median(
+                            if n > 100_000 && dt != DType::F32 {
+                                3
+                            } else {
+                                reps
+                            },
+                            || {
+                                std::hint::black_box(
+                                    matmul_perm_reference(&a, pa, &b, pb).unwrap(),
+                                );
+                            },
+                        );
                         (tn, to)
                     });
                     println!(
@@ -395,10 +463,20 @@ fn matvec_m_sweep() {
     let mut rng = Rng(9);
     let (k, n) = (1024, 3072);
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         for dt in [DType::F32, DType::BF16] {
             for &m in &[1usize, 2, 4, 8, 12, 16, 32, 512] {
-                let c = Case { dt, m, k, n, bt: true, at: false };
+                let c = Case {
+                    dt,
+                    m,
+                    k,
+                    n,
+                    bt: true,
+                    at: false,
+                };
                 let xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
                 let xb: Vec<f32> = (0..k * n).map(|_| rng.next()).collect();
                 let (a, b) = c.operands(&xa, &xb);
@@ -407,18 +485,40 @@ fn matvec_m_sweep() {
                 let (ta, tb, tr) = pool.install(|| {
                     let mut out = vec![0f32; m * n];
                     fn av<T>(d: &[T], k: usize) -> View<'_, T> {
-                        View { data: d, off: 0, rs: k, cs: 1 }
+                        View {
+                            data: d,
+                            off: 0,
+                            rs: k,
+                            cs: 1,
+                        }
                     }
                     fn bv<T>(d: &[T], k: usize) -> View<'_, T> {
-                        View { data: d, off: 0, rs: 1, cs: k }
+                        View {
+                            data: d,
+                            off: 0,
+                            rs: 1,
+                            cs: k,
+                        }
                     }
                     let (ta, tb) = match (a.data(), b.data()) {
                         (TensorData::F32(x), TensorData::F32(y)) => (
                             median(15, || unsafe {
-                                matvec::small_m(m, n, k, av(x, k), bv(y, k), matvec::Layout::Rows, out.as_mut_ptr(), true)
+                                matvec::small_m(
+                                    m,
+                                    n,
+                                    k,
+                                    av(x, k),
+                                    bv(y, k),
+                                    matvec::Layout::Rows,
+                                    out.as_mut_ptr(),
+                                    true,
+                                )
                             }),
                             median(15, || {
-                                let d = unsafe { &mut *(out.as_mut_slice() as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) };
+                                let d = unsafe {
+                                    &mut *(out.as_mut_slice() as *mut [f32]
+                                        as *mut [std::mem::MaybeUninit<f32>])
+                                };
                                 gemm_uninit(m, n, k, av(x, k), bv(y, k), d, true).unwrap()
                             }),
                         ),
@@ -426,10 +526,28 @@ fn matvec_m_sweep() {
                             let mut o16 = vec![bf16::ZERO; m * n];
                             (
                                 median(15, || unsafe {
-                                    matvec::small_m(m, n, k, av(x, k), bv(y, k), matvec::Layout::Rows, o16.as_mut_ptr(), true)
+                                    matvec::small_m(
+                                        m,
+                                        n,
+                                        k,
+                                        av(x, k),
+                                        bv(y, k),
+                                        matvec::Layout::Rows,
+                                        o16.as_mut_ptr(),
+                                        true,
+                                    )
                                 }),
                                 median(15, || unsafe {
-                                    matvec::panels(m, n, k, av(x, k), bv(y, k), o16.as_mut_ptr(), true).unwrap()
+                                    matvec::panels(
+                                        m,
+                                        n,
+                                        k,
+                                        av(x, k),
+                                        bv(y, k),
+                                        o16.as_mut_ptr(),
+                                        true,
+                                    )
+                                    .unwrap()
                                 }),
                             )
                         }
