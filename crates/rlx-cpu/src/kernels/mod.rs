@@ -54,6 +54,7 @@ pub(crate) mod fastmath;
 pub(crate) mod grid;
 pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod matvec;
 pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
