@@ -127,7 +127,8 @@ fn pack_x(m: usize, k: usize, x: &[u16], rs: usize) -> Vec<u16> {
 }
 
 /// `y[m, n] (row-major, contiguous, overwritten) = Σ_k x[m, k] · w[n, k]`, `x` with row
-/// stride `x_rs`, `w` `[n, k]` contiguous. Returns false (and leaves `y` alone) when the
+/// stride `x_rs`, `w` `[n, k]` contiguous, split over the rayon pool when `parallel` and
+/// the product is large. Returns false (and leaves `y` alone) when the
 /// sizes or the CPU do not allow the AMX path ([`supported`]).
 pub(crate) fn matmul_bf16_nt(
     m: usize,
@@ -137,6 +138,7 @@ pub(crate) fn matmul_bf16_nt(
     x_rs: usize,
     w: &[bf16],
     y: &mut [f32],
+    parallel: bool,
 ) -> bool {
     if !supported(m, n, k)
         || x.len() < (m - 1) * x_rs + k
@@ -167,7 +169,7 @@ pub(crate) fn matmul_bf16_nt(
         // columns of its own weight blocks only; bounds checked above.
         unsafe { tiles(m, n, k, mblocks, s, e, wb, &xp, yp.0) }
     };
-    if tasks.len() > 1 && (m * n * k) >= (1 << 22) {
+    if parallel && tasks.len() > 1 && (m * n * k) >= super::matmul::GEMM_PAR_FLOPS {
         tasks.into_par_iter().for_each(run);
     } else {
         tasks.into_iter().for_each(run);
@@ -209,9 +211,18 @@ unsafe fn tiles(
         while mb < mblocks {
             let two = mb + 1 < mblocks;
             let b0 = xp.as_ptr().add(mb * T * k);
-            let b1 = if two { xp.as_ptr().add((mb + 1) * T * k) } else { b0 };
-            asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
-                 options(nostack, nomem));
+            let b1 = if two {
+                xp.as_ptr().add((mb + 1) * T * k)
+            } else {
+                b0
+            };
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
             let mut kk = 0;
             while kk < k {
                 asm!(
@@ -299,11 +310,17 @@ mod tests {
             eprintln!("skipped: no AMX bf16 on this CPU");
             return;
         }
-        for &(m, n, k) in &[(1, 32, 32), (17, 64, 64), (33, 96, 128), (64, 32, 1024), (5, 160, 96)] {
+        for &(m, n, k) in &[
+            (1, 32, 32),
+            (17, 64, 64),
+            (33, 96, 128),
+            (64, 32, 1024),
+            (5, 160, 96),
+        ] {
             let x = rand_bf16(m * k, 7 + m as u64);
             let w = rand_bf16(n * k, 11 + n as u64);
             let mut y = vec![f32::NAN; m * n];
-            assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y));
+            assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y, true));
             let r = reference(m, n, k, &x, &w);
             for i in 0..m * n {
                 let bound: f64 = (0..k)
@@ -336,7 +353,7 @@ mod tests {
         x[2 * k] = bf16::from_bits(0x0040); // row 2: a subnormal operand, flushed
         x[3 * k + 5] = bf16::from_f32(0.5); // row 3: 0.5 · 1
         let mut y = vec![0f32; m * n];
-        assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y));
+        assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y, true));
         assert!(y[..n].iter().all(|v| v.is_nan()));
         assert_eq!(y[n], f32::INFINITY);
         assert!(y[n + 3].is_nan());
@@ -359,7 +376,7 @@ mod tests {
         let mut ts = vec![];
         for _ in 0..7 {
             let t = std::time::Instant::now();
-            assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y));
+            assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y, true));
             ts.push(t.elapsed().as_secs_f64());
         }
         ts.sort_by(f64::total_cmp);
@@ -377,7 +394,7 @@ mod tests {
         let x = vec![bf16::ONE; 3 * 31];
         let w = vec![bf16::ONE; 32 * 31];
         let mut y = vec![0f32; 3 * 32];
-        assert!(!matmul_bf16_nt(3, 32, 31, &x, 31, &w, &mut y));
+        assert!(!matmul_bf16_nt(3, 32, 31, &x, 31, &w, &mut y, true));
         assert!(y.iter().all(|&v| v == 0.0));
     }
 }

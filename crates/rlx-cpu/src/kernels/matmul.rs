@@ -426,6 +426,33 @@ impl MmElem for bf16 {
         dst: &mut [MaybeUninit<bf16>],
         parallel: bool,
     ) -> KResult<()> {
+        #[cfg(target_arch = "x86_64")]
+        if m > matvec::max_m(matvec::Layout::Rows)
+            && a.cs == 1
+            && b.rs == 1
+            && b.cs == k
+            && dst.len() >= m * n
+            && super::amx::supported(m, n, k)
+        {
+            // Prefill-sized product against [N, K] weights: AMX tiles (module docs of
+            // `amx`: exact products, f32 sums, subnormals flushed), rounded once here.
+            let mut y = vec![0f32; m * n];
+            if super::amx::matmul_bf16_nt(
+                m,
+                n,
+                k,
+                &a.data[a.off..],
+                a.rs,
+                &b.data[b.off..],
+                &mut y,
+                parallel,
+            ) {
+                for (d, v) in dst[..m * n].iter_mut().zip(&y) {
+                    d.write(bf16::from_f32(*v));
+                }
+                return Ok(());
+            }
+        }
         product16(m, n, k, a, b, dst, parallel)
     }
 }

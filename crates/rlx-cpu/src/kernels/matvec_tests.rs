@@ -571,3 +571,39 @@ fn matvec_m_sweep() {
         }
     }
 }
+
+/// bfloat16 products of more than `MV_MAX_M_ROWS` rows against `[N, K]` weights with
+/// `K % 32 == 0` and `N % 32 == 0` take the AMX path where the CPU has it
+/// (`kernels::amx`); the same bound as every other path holds (random operands are normal
+/// numbers, so AMX's subnormal flush does not show). Also checks that a product the AMX
+/// path refuses (`K % 32 != 0`) still matches.
+#[test]
+fn bf16_prefill_products_match_reference() {
+    let mut rng = Rng(0x5eed_a3c5);
+    let dt = DType::BF16;
+    for &(m, k, n, bt) in &[
+        (33, 32, 32, true),
+        (64, 96, 128, true),
+        (300, 128, 64, true),
+        (65, 100, 64, true),
+        (64, 96, 128, false),
+    ] {
+        let c = Case {
+            dt,
+            m,
+            k,
+            n,
+            bt,
+            at: false,
+        };
+        let xa: Vec<f32> = (0..m * k).map(|_| rng.next()).collect();
+        let xb: Vec<f32> = (0..k * n).map(|_| rng.next()).collect();
+        let (new, old) = c.run(&xa, &xb);
+        if let Err(e) = check(&c, &xa, &xb, &new, &old) {
+            panic!(
+                "amx={} {m}x{k}x{n} bt={bt}: {e}",
+                crate::kernels::amx::available()
+            );
+        }
+    }
+}
