@@ -1,9 +1,15 @@
 //! Matrix products through the `gemm` crate: ONNX MatMul (`np.matmul` semantics).
 //!
-//! f32 and f64 go to `gemm::gemm`; F16/BF16 are widened to f32 and the result rounded;
-//! integer types use a plain i64 triple loop (wrapping).
+//! f32 and f64 go to `gemm::gemm`; F16/BF16 compute as if widened exactly to f32 and the
+//! f32 result rounded once; integer types use a plain i64 triple loop (wrapping).
+//!
+//! Products with few rows (decode's matrix·vector) in f32, F16 and BF16 whose B is read
+//! with contiguous rows of B or of Bᵀ take `matvec::small_m` instead of gemm; 16-bit
+//! products of more rows take `matvec::panels` (B widened a panel of columns at a time).
+//! Neither widens a whole 16-bit operand.
 
-use super::{elementwise::map_vec, invalid, make, KResult};
+use super::matvec::{self, MvElem};
+use super::{invalid, make, KResult};
 use gemm::Parallelism;
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -291,7 +297,140 @@ fn plan(a: &Operand, b: &Operand) -> KResult<MmPlan> {
     })
 }
 
-fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
+/// Element types of [`matmul_float`]: one `m×k · k×n` product into `dst` (row-major,
+/// contiguous, maybe uninitialized; all `m*n` written on success).
+trait MmElem: Copy + Send + Sync + 'static {
+    fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: View<Self>,
+        b: View<Self>,
+        dst: &mut [MaybeUninit<Self>],
+        parallel: bool,
+    ) -> KResult<()>;
+}
+
+impl MmElem for f64 {
+    fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: View<f64>,
+        b: View<f64>,
+        dst: &mut [MaybeUninit<f64>],
+        parallel: bool,
+    ) -> KResult<()> {
+        gemm_uninit(m, n, k, a, b, dst, parallel)
+    }
+}
+
+/// The checks of [`gemm_uninit_ptr`] for the `matvec` paths, and its k == 0 case.
+fn mv_checks<T: MvElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &View<T>,
+    b: &View<T>,
+    dst: &mut [MaybeUninit<T>],
+) -> KResult<bool> {
+    if !fits(a, m, k) || !fits(b, k, n) {
+        return invalid(format!(
+            "gemm: operand buffers too small for {m}x{k} · {k}x{n}"
+        ));
+    }
+    if dst.len() < m * n {
+        return invalid(format!("gemm: output buffer too small for {m}x{n}"));
+    }
+    if k == 0 {
+        for d in &mut dst[..m * n] {
+            d.write(T::narrow(0.0));
+        }
+        return Ok(false);
+    }
+    Ok(m > 0 && n > 0)
+}
+
+impl MmElem for f32 {
+    fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: View<f32>,
+        b: View<f32>,
+        dst: &mut [MaybeUninit<f32>],
+        parallel: bool,
+    ) -> KResult<()> {
+        match matvec::layout(&b, k, n) {
+            Some(lay) if m <= matvec::max_m(lay) => {
+                if mv_checks(m, n, k, &a, &b, dst)? {
+                    // SAFETY: dst holds m*n (checked), a distinct &mut slice.
+                    unsafe {
+                        matvec::small_m(m, n, k, a, b, lay, dst.as_mut_ptr().cast(), parallel)
+                    };
+                }
+                Ok(())
+            }
+            _ => gemm_uninit(m, n, k, a, b, dst, parallel),
+        }
+    }
+}
+
+/// F16 and BF16: `matvec::small_m` for few rows, else `matvec::panels`.
+fn product16<T: MvElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<T>,
+    b: View<T>,
+    dst: &mut [MaybeUninit<T>],
+    parallel: bool,
+) -> KResult<()> {
+    if !mv_checks(m, n, k, &a, &b, dst)? {
+        return Ok(());
+    }
+    let d = dst.as_mut_ptr().cast::<T>();
+    // SAFETY: dst holds m*n (checked), a distinct &mut slice; the views fit (checked).
+    unsafe {
+        match matvec::layout(&b, k, n) {
+            Some(lay) if m <= matvec::max_m(lay) => {
+                matvec::small_m(m, n, k, a, b, lay, d, parallel);
+                Ok(())
+            }
+            _ => matvec::panels(m, n, k, a, b, d, parallel),
+        }
+    }
+}
+
+impl MmElem for f16 {
+    fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: View<f16>,
+        b: View<f16>,
+        dst: &mut [MaybeUninit<f16>],
+        parallel: bool,
+    ) -> KResult<()> {
+        product16(m, n, k, a, b, dst, parallel)
+    }
+}
+
+impl MmElem for bf16 {
+    fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: View<bf16>,
+        b: View<bf16>,
+        dst: &mut [MaybeUninit<bf16>],
+        parallel: bool,
+    ) -> KResult<()> {
+        product16(m, n, k, a, b, dst, parallel)
+    }
+}
+
+fn matmul_float<T: MmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
     let (m, k, n) = (p.m, p.k, p.n);
     let nb: usize = p.batch.iter().product();
     let total = nb * m * n;
@@ -312,7 +451,7 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
     let per = m * n * k;
     if p.fold || nb == 1 {
         let (oa, ob) = p.offs.first().copied().unwrap_or((0, 0));
-        gemm_uninit(nb * m, n, k, va(oa), vb(ob), dst, true)?;
+        T::product(nb * m, n, k, va(oa), vb(ob), dst, true)?;
     } else if per < GEMM_PAR_FLOPS
         && nb * per >= GEMM_PAR_FLOPS
         && m * n > 0
@@ -321,10 +460,10 @@ fn matmul_float<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
         // Many small products (attention heads): one task per batch.
         dst.par_chunks_mut(m * n)
             .zip(p.offs.par_iter())
-            .try_for_each(|(d, &(oa, ob))| gemm_uninit(m, n, k, va(oa), vb(ob), d, false))?;
+            .try_for_each(|(d, &(oa, ob))| T::product(m, n, k, va(oa), vb(ob), d, false))?;
     } else if m * n > 0 {
         for (d, &(oa, ob)) in dst.chunks_mut(m * n).zip(&p.offs) {
-            gemm_uninit(m, n, k, va(oa), vb(ob), d, true)?;
+            T::product(m, n, k, va(oa), vb(ob), d, true)?;
         }
     }
     // SAFETY: the products above wrote all `total` elements: one (nb*m)×n product, or
@@ -376,14 +515,8 @@ pub(crate) fn matmul_perm(
     let data = match (a.data(), b.data()) {
         (D::F32(x), D::F32(y)) => D::F32(matmul_float(x, y, &p)?),
         (D::F64(x), D::F64(y)) => D::F64(matmul_float(x, y, &p)?),
-        (D::F16(x), D::F16(y)) => {
-            let (x, y) = (map_vec(x, |v| v.to_f32()), map_vec(y, |v| v.to_f32()));
-            D::F16(map_vec(&matmul_float(&x, &y, &p)?, f16::from_f32))
-        }
-        (D::BF16(x), D::BF16(y)) => {
-            let (x, y) = (map_vec(x, |v| v.to_f32()), map_vec(y, |v| v.to_f32()));
-            D::BF16(map_vec(&matmul_float(&x, &y, &p)?, bf16::from_f32))
-        }
+        (D::F16(x), D::F16(y)) => D::F16(matmul_float(x, y, &p)?),
+        (D::BF16(x), D::BF16(y)) => D::BF16(matmul_float(x, y, &p)?),
         (x, y) if x.dtype() == y.dtype() && x.dtype().is_int() => {
             let r = matmul_int(&x.to_i64_vec(), &y.to_i64_vec(), &p);
             D::from_i64(x.dtype(), &r)
@@ -398,3 +531,52 @@ pub(crate) fn matmul_perm(
     };
     make(p.out_dims, data)
 }
+
+/// The former F16/BF16 path (both operands widened whole to f32, one gemm, the result
+/// rounded), and gemm alone for f32: the reference the `matvec` paths are tested against.
+#[cfg(test)]
+pub(crate) fn matmul_perm_reference(
+    a: &Tensor,
+    a_perm: Option<&[usize]>,
+    b: &Tensor,
+    b_perm: Option<&[usize]>,
+) -> KResult<Tensor> {
+    use super::elementwise::map_vec;
+    fn gemm_only<T: GemmElem>(a: &[T], b: &[T], p: &MmPlan) -> KResult<Vec<T>> {
+        let (m, k, n) = (p.m, p.k, p.n);
+        let nb: usize = p.batch.iter().product();
+        let mut out: Vec<T> = Vec::with_capacity(nb * m * n);
+        let dst = &mut out.spare_capacity_mut()[..nb * m * n];
+        let v = |data, off, (rs, cs): (usize, usize)| View { data, off, rs, cs };
+        if p.fold || nb == 1 {
+            let (oa, ob) = p.offs.first().copied().unwrap_or((0, 0));
+            gemm_uninit(nb * m, n, k, v(a, oa, p.a_rc), v(b, ob, p.b_rc), dst, true)?;
+        } else if m * n > 0 {
+            for (d, &(oa, ob)) in dst.chunks_mut(m * n).zip(&p.offs) {
+                gemm_uninit(m, n, k, v(a, oa, p.a_rc), v(b, ob, p.b_rc), d, true)?;
+            }
+        }
+        // SAFETY: every element written above.
+        unsafe { out.set_len(nb * m * n) };
+        Ok(out)
+    }
+    let p = plan(&Operand::new(a, a_perm)?, &Operand::new(b, b_perm)?)?;
+    use TensorData as D;
+    let data = match (a.data(), b.data()) {
+        (D::F32(x), D::F32(y)) => D::F32(gemm_only(x, y, &p)?),
+        (D::F16(x), D::F16(y)) => {
+            let (x, y) = (map_vec(x, |v| v.to_f32()), map_vec(y, |v| v.to_f32()));
+            D::F16(map_vec(&gemm_only(&x, &y, &p)?, f16::from_f32))
+        }
+        (D::BF16(x), D::BF16(y)) => {
+            let (x, y) = (map_vec(x, |v| v.to_f32()), map_vec(y, |v| v.to_f32()));
+            D::BF16(map_vec(&gemm_only(&x, &y, &p)?, bf16::from_f32))
+        }
+        _ => return invalid("matmul_perm_reference: f32, f16 and bf16 only"),
+    };
+    make(p.out_dims, data)
+}
+
+#[cfg(test)]
+#[path = "matvec_tests.rs"]
+mod matvec_tests;

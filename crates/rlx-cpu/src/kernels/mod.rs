@@ -43,6 +43,8 @@ macro_rules! isa_fn {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub(crate) mod chain;
 pub(crate) mod conv;
 #[cfg(target_arch = "x86_64")]
@@ -52,6 +54,7 @@ pub(crate) mod fastmath;
 pub(crate) mod grid;
 pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod matvec;
 pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
