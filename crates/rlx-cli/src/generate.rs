@@ -57,7 +57,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Write {"prompt_ids", "generated_ids", "text", "prefill_tokens_per_s",
-    /// "decode_tokens_per_s"} to FILE.
+    /// "decode_tokens_per_s", "load_s"} to FILE ("load_s": seconds to open the checkpoint
+    /// and load its weights, graph compiles excluded).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Print intermediate values of one run only: `prefill`, or decode step K (K >= 1, the
@@ -151,7 +152,10 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
     // The cache holds the prompt and the new tokens; the prompt is tokenized first.
     let ids = rlx_models::tokenize(&a.model, &a.prompt)?;
     let max_len = (ids.len() + a.max_new_tokens).max(1);
+    // Load: config, tokenizer, checkpoint map, weights copied out in the run dtype.
+    let t_load = std::time::Instant::now();
     let mut g = Generator::open(&a.model, dtype, device, max_len)?;
+    let load_s = t_load.elapsed().as_secs_f64();
     g.set_print_step(print_step);
     let opts = GenOptions {
         max_new_tokens: a.max_new_tokens,
@@ -230,7 +234,7 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
         );
     }
     eprintln!(
-        "rlx: prefill {} tokens at {:.1} tokens/s; decode {} tokens at {:.1} tokens/s ({}, {:?})",
+        "rlx: loaded in {load_s:.2} s; prefill {} tokens at {:.1} tokens/s; decode {} tokens at {:.1} tokens/s ({}, {:?})",
         res.prompt_ids.len(),
         res.prefill_tokens_per_s,
         res.generated_ids.len().saturating_sub(1),
@@ -245,6 +249,7 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
             "text": res.text,
             "prefill_tokens_per_s": res.prefill_tokens_per_s,
             "decode_tokens_per_s": res.decode_tokens_per_s,
+            "load_s": load_s,
         });
         std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
             .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()))?;

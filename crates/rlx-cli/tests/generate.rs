@@ -28,12 +28,14 @@ fn rlx_run_qwen3_greedy_equals_transformers_and_writes_json() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("tokens/s"), "{err}");
+    assert!(err.contains("rlx: loaded in "), "{err}");
     let got = json(&out);
     let _ = std::fs::remove_file(&out);
     assert_eq!(got["prompt_ids"], want["prompt_ids"]);
     assert_eq!(got["generated_ids"], want["generated_ids"]);
     assert!(got["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(got["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(got["load_s"].as_f64().unwrap() > 0.0);
     assert!(got["text"].is_string());
 }
 

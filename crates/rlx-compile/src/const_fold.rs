@@ -16,9 +16,17 @@ const MAX_FOLD_ELEMENTS: usize = 1 << 24;
 /// linear computed it"), so it stays an op and the localizer sees the chain at run time,
 /// naming the constant (or the op) that created the value. Such graphs are rare; each
 /// constant is scanned at most once.
+///
+/// A `Transpose` whose every reader is a `MatMul` (and that is not a graph output) is not
+/// folded either: a MatMul reads a transposed operand in place (the CPU executor passes the
+/// Transpose's input to gemm with permuted strides, `matmul_perm`), so folding it would only
+/// add a transposed copy of the constant, a whole second copy of a weight for `x @ Wᵀ`
+/// (`MatMul(x, Transpose(W))`, how a linear layer reads a checkpoint's `[out, in]` weight).
+/// A backend without that in-place read runs the Transpose per run instead.
 pub fn const_fold(g: &Graph) -> Graph {
     let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.len()];
     let mut finite: Vec<Option<bool>> = vec![None; g.len()];
+    let read_in_place = matmul_only_transposes(g);
     let mut folded = g.clone();
     for node in &g.nodes {
         let i = node.id.index();
@@ -26,7 +34,8 @@ pub fn const_fold(g: &Graph) -> Graph {
             Op::Constant(t) => values[i] = Some(t.clone()),
             Op::Input { .. } | Op::Param { .. } => {}
             op => {
-                if node.shape.numel() <= MAX_FOLD_ELEMENTS
+                if !read_in_place[i]
+                    && node.shape.numel() <= MAX_FOLD_ELEMENTS
                     && node.inputs.iter().all(|x| values[x.index()].is_some())
                     && node.inputs.iter().all(|x| {
                         *finite[x.index()].get_or_insert_with(|| {
@@ -53,6 +62,32 @@ pub fn const_fold(g: &Graph) -> Graph {
         }
     }
     eliminate_dead(&folded)
+}
+
+/// Per node: a `Transpose` that is not a graph output and whose readers (at least one) are
+/// all `MatMul`s, which read it in place ([`const_fold`] keeps it).
+fn matmul_only_transposes(g: &Graph) -> Vec<bool> {
+    let mut readers = vec![0usize; g.len()];
+    let mut matmuls = vec![0usize; g.len()];
+    for node in &g.nodes {
+        for x in &node.inputs {
+            readers[x.index()] += 1;
+            if node.op == Op::MatMul {
+                matmuls[x.index()] += 1;
+            }
+        }
+    }
+    for o in &g.outputs {
+        // a graph output is read by the caller: a value, not a view
+        readers[o.index()] += 1;
+    }
+    g.nodes
+        .iter()
+        .map(|n| {
+            let i = n.id.index();
+            matches!(n.op, Op::Transpose { .. }) && readers[i] > 0 && readers[i] == matmuls[i]
+        })
+        .collect()
 }
 
 /// Drop nodes no graph output depends on (graph inputs and params are always kept).
@@ -94,4 +129,87 @@ pub fn eliminate_dead(g: &Graph) -> Graph {
         .map(|o| map[o.index()].expect("live output"))
         .collect();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::{DType, Shape};
+
+    fn weight(g: &mut Graph) -> NodeId {
+        g.constant(Tensor::from_f32(&[3, 2], vec![1., 2., 3., 4., 5., 6.]).unwrap())
+    }
+
+    fn transpose(g: &mut Graph, w: NodeId) -> NodeId {
+        g.add_node(
+            Op::Transpose { perm: vec![1, 0] },
+            vec![w],
+            Shape::new(&[2, 3], DType::F32),
+        )
+    }
+
+    /// `x @ Wᵀ`: the Transpose of the weight stays an op on the same constant (no copy).
+    #[test]
+    fn a_transpose_only_matmuls_read_is_not_folded() {
+        let mut g = Graph::new("linear");
+        let x = g.input("x", Shape::new(&[4, 2], DType::F32));
+        let x2 = g.input("x2", Shape::new(&[1, 2], DType::F32));
+        let w = weight(&mut g);
+        let wt = transpose(&mut g, w);
+        let y = g.add_node(Op::MatMul, vec![x, wt], Shape::new(&[4, 3], DType::F32));
+        let y2 = g.add_node(Op::MatMul, vec![x2, wt], Shape::new(&[1, 3], DType::F32));
+        g.set_outputs(vec![y, y2]);
+        let f = const_fold(&g);
+        let t = f
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Transpose { .. }))
+            .expect("the Transpose stays");
+        match &f.node(t.inputs[0]).op {
+            Op::Constant(c) => match &g.node(w).op {
+                Op::Constant(orig) => assert!(Arc::ptr_eq(c, orig)),
+                _ => unreachable!(),
+            },
+            o => panic!("Transpose reads {o:?}"),
+        }
+    }
+
+    /// A Transpose of a constant that something other than a MatMul reads (or that is an
+    /// output) is folded as before.
+    #[test]
+    fn other_transposes_of_constants_are_folded() {
+        for as_output in [false, true] {
+            let mut g = Graph::new("t");
+            let x = g.input("x", Shape::new(&[2, 3], DType::F32));
+            let w = weight(&mut g);
+            let wt = transpose(&mut g, w);
+            let s = g.add_node(
+                Op::Binary(rlx_ir::BinaryOp::Add),
+                vec![x, wt],
+                Shape::new(&[2, 3], DType::F32),
+            );
+            let mut outs = vec![s];
+            if as_output {
+                let x4 = g.input("x4", Shape::new(&[4, 2], DType::F32));
+                let y = g.add_node(Op::MatMul, vec![x4, wt], Shape::new(&[4, 3], DType::F32));
+                outs = vec![y, wt];
+            }
+            g.set_outputs(outs);
+            let f = const_fold(&g);
+            assert!(
+                !f.nodes.iter().any(|n| matches!(n.op, Op::Transpose { .. })),
+                "as_output {as_output}"
+            );
+            let folded = f
+                .nodes
+                .iter()
+                .filter_map(|n| match &n.op {
+                    Op::Constant(c) if c.dims() == [2, 3] => Some(c.data().to_f32_vec()),
+                    _ => None,
+                })
+                .next()
+                .expect("a folded [2, 3] constant");
+            assert_eq!(folded, vec![1., 3., 5., 2., 4., 6.]);
+        }
+    }
 }

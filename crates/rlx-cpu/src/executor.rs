@@ -246,8 +246,9 @@ struct MmView {
     perm: Vec<usize>,
 }
 
-/// Per MatMul node, its operands that are a Transpose of f32/f64 whose only use is that
-/// MatMul (and not a graph output): `CpuExecutor::mm_views`.
+/// Per MatMul node, its operands that are a Transpose of a float (f32, f64, f16, bf16: the
+/// dtypes `matmul_perm` reads through strides) whose only use is that MatMul (and not a graph
+/// output): `CpuExecutor::mm_views`.
 fn plan_mm_views(
     g: &Graph,
     consumers: &[Vec<NodeId>],
@@ -261,7 +262,10 @@ fn plan_mm_views(
                 match (&tn.op, tn.inputs.as_slice()) {
                     (Op::Transpose { perm }, &[src])
                         if node.op == Op::MatMul
-                            && matches!(tn.shape.dtype, DType::F32 | DType::F64)
+                            && matches!(
+                                tn.shape.dtype,
+                                DType::F32 | DType::F64 | DType::F16 | DType::BF16
+                            )
                             && perm.len() >= 2
                             && consumers[t.index()].as_slice() == [node.id]
                             && !is_output[t.index()] =>
@@ -824,7 +828,7 @@ impl CpuExecutor {
     }
 
     /// How many Transposes a MatMul reads in place, through strides, instead of running
-    /// them (a Transpose of f32/f64 whose only use is a MatMul operand, and not a graph
+    /// them (a float Transpose whose only use is a MatMul operand, and not a graph
     /// output; on and off with the other fusions). With a scanner, such a Transpose still
     /// runs when its input is not all finite, so reports give the transposed positions.
     pub fn transposes_read_in_place(&self) -> usize {

@@ -12,8 +12,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The weights of a checkpoint in the run dtype, shared (`Arc`) by the prefill and decode
-/// graphs. Linear weights are stored transposed (`[in, out]`, so `x @ W` needs no Transpose
-/// node), under the checkpoint's name (`model.layers.0.mlp.down_proj.weight`).
+/// graphs, under the checkpoint's names (`model.layers.0.mlp.down_proj.weight`) and in its
+/// layouts: a linear weight stays `[out, in]` and the graph reads it as
+/// `MatMul(x, Transpose(W, [1, 0]))`, which the CPU executor runs as one product reading `W`
+/// in place through strides (no transposed copy, at load or per run). A tied `lm_head.weight`
+/// is the embedding's own `Arc`.
 pub struct ModelGraphs {
     pub cfg: LlmConfig,
     /// The run dtype (f32, f16 or bf16).
@@ -29,14 +32,6 @@ pub struct ModelGraphs {
 /// `present_value.{l}` per layer.
 pub struct Built {
     pub graph: Graph,
-}
-
-fn transpose2(t: &Tensor) -> Tensor {
-    let (o, i) = (t.dims()[0], t.dims()[1]);
-    let idx: Vec<usize> = (0..i)
-        .flat_map(|c| (0..o).map(move |r| r * i + c))
-        .collect();
-    Tensor::new(vec![i, o], t.data().gather(&idx)).expect("same element count")
 }
 
 impl ModelGraphs {
@@ -55,55 +50,43 @@ impl ModelGraphs {
         let (d, hd) = (c.hidden, c.head_dim);
         let (qw, kvw) = (c.heads * hd, c.kv_heads * hd);
         let mut w = HashMap::new();
-        let mut put = |name: String, dims: &[usize], lin: bool| -> Result<(), ModelError> {
+        let mut put = |name: String, dims: &[usize]| -> Result<(), ModelError> {
             let t = ck.get(&name, dims, dtype)?;
-            let t = if lin { transpose2(&t) } else { t };
             w.insert(name, Arc::new(t));
             Ok(())
         };
-        put("model.embed_tokens.weight".into(), &[c.vocab, d], false)?;
-        put("model.norm.weight".into(), &[d], false)?;
+        put("model.embed_tokens.weight".into(), &[c.vocab, d])?;
+        put("model.norm.weight".into(), &[d])?;
         for l in 0..c.layers {
             let p = format!("model.layers.{l}");
-            put(format!("{p}.input_layernorm.weight"), &[d], false)?;
-            put(format!("{p}.post_attention_layernorm.weight"), &[d], false)?;
-            put(format!("{p}.self_attn.q_proj.weight"), &[qw, d], true)?;
-            put(format!("{p}.self_attn.k_proj.weight"), &[kvw, d], true)?;
-            put(format!("{p}.self_attn.v_proj.weight"), &[kvw, d], true)?;
-            put(format!("{p}.self_attn.o_proj.weight"), &[d, qw], true)?;
+            put(format!("{p}.input_layernorm.weight"), &[d])?;
+            put(format!("{p}.post_attention_layernorm.weight"), &[d])?;
+            put(format!("{p}.self_attn.q_proj.weight"), &[qw, d])?;
+            put(format!("{p}.self_attn.k_proj.weight"), &[kvw, d])?;
+            put(format!("{p}.self_attn.v_proj.weight"), &[kvw, d])?;
+            put(format!("{p}.self_attn.o_proj.weight"), &[d, qw])?;
             if c.qkv_bias {
-                put(format!("{p}.self_attn.q_proj.bias"), &[qw], false)?;
-                put(format!("{p}.self_attn.k_proj.bias"), &[kvw], false)?;
-                put(format!("{p}.self_attn.v_proj.bias"), &[kvw], false)?;
+                put(format!("{p}.self_attn.q_proj.bias"), &[qw])?;
+                put(format!("{p}.self_attn.k_proj.bias"), &[kvw])?;
+                put(format!("{p}.self_attn.v_proj.bias"), &[kvw])?;
             }
             if c.o_bias {
-                put(format!("{p}.self_attn.o_proj.bias"), &[d], false)?;
+                put(format!("{p}.self_attn.o_proj.bias"), &[d])?;
             }
             if c.family == Family::Qwen3 {
-                put(format!("{p}.self_attn.q_norm.weight"), &[hd], false)?;
-                put(format!("{p}.self_attn.k_norm.weight"), &[hd], false)?;
+                put(format!("{p}.self_attn.q_norm.weight"), &[hd])?;
+                put(format!("{p}.self_attn.k_norm.weight"), &[hd])?;
             }
-            put(
-                format!("{p}.mlp.gate_proj.weight"),
-                &[c.intermediate, d],
-                true,
-            )?;
-            put(
-                format!("{p}.mlp.up_proj.weight"),
-                &[c.intermediate, d],
-                true,
-            )?;
-            put(
-                format!("{p}.mlp.down_proj.weight"),
-                &[d, c.intermediate],
-                true,
-            )?;
+            put(format!("{p}.mlp.gate_proj.weight"), &[c.intermediate, d])?;
+            put(format!("{p}.mlp.up_proj.weight"), &[c.intermediate, d])?;
+            put(format!("{p}.mlp.down_proj.weight"), &[d, c.intermediate])?;
         }
         if c.tie_embeddings && !ck.has("lm_head.weight") {
+            // The same storage: `[vocab, hidden]` is already lm_head's `[out, in]`.
             let e = w["model.embed_tokens.weight"].clone();
-            w.insert("lm_head.weight".into(), Arc::new(transpose2(&e)));
+            w.insert("lm_head.weight".into(), e);
         } else {
-            put("lm_head.weight".into(), &[c.vocab, d], true)?;
+            put("lm_head.weight".into(), &[c.vocab, d])?;
         }
         let inv = c.inv_freq();
         let half = hd / 2;
@@ -132,6 +115,12 @@ impl ModelGraphs {
             weights: w,
             max_len,
         })
+    }
+
+    /// The weight stored under checkpoint name `name` (`lm_head.weight` too when tied), in the
+    /// run dtype and the checkpoint's layout.
+    pub fn weight(&self, name: &str) -> Option<&Arc<Tensor>> {
+        self.weights.get(name)
     }
 
     /// The prefill graph for a prompt of `t` tokens (positions `0..t`).
@@ -318,11 +307,15 @@ impl<'a> B<'a> {
         id
     }
 
-    /// `x @ Wᵀ (+ b)` for the module at `path` (`x` `[rows, in]`).
+    /// `x @ Wᵀ (+ b)` for the module at `path` (`x` `[rows, in]`, `W` `[out, in]` as the
+    /// checkpoint holds it): `MatMul(x, Transpose(W, [1, 0]))`. The Transpose is read in
+    /// place by the MatMul on the CPU and never folded into a copy (`const_fold` keeps a
+    /// Transpose that only MatMuls read).
     fn linear(&mut self, path: &str, x: NodeId, bias: bool) -> NodeId {
         let w = self.w(&format!("{path}.weight"));
         self.at(path, "Linear");
-        let mut y = self.op(Op::MatMul, vec![x, w]);
+        let wt = self.transpose(w, &[1, 0]);
+        let mut y = self.op(Op::MatMul, vec![x, wt]);
         if bias {
             let b = self.w(&format!("{path}.bias"));
             self.at(path, "Linear");

@@ -137,6 +137,78 @@ fn bf16_generation_runs() {
     }
 }
 
+/// Weights stay in the checkpoint's layout and storage: a tied lm_head is the embedding's
+/// own tensor (no transposed copy), linear weights stay `[out, in]`, and the compiled
+/// prefill and decode graphs read every weight constant (each linear through a Transpose
+/// that only its MatMul reads) from the loaded `Arc`, no folded copy.
+#[test]
+fn weights_are_shared_not_transposed_or_folded_into_copies() {
+    use rlx_ir::Op;
+    use rlx_runtime::Session;
+    use std::sync::Arc;
+    let Some(dir) = fixture("qwen3-tiny") else {
+        return;
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        let g = Generator::open(&dir, Some(dtype), Device::Cpu, 16).unwrap();
+        let (m, c) = (&g.graphs, g.config().clone());
+        assert!(c.tie_embeddings);
+        let emb = m.weight("model.embed_tokens.weight").unwrap();
+        assert!(Arc::ptr_eq(m.weight("lm_head.weight").unwrap(), emb));
+        assert_eq!(emb.dims(), [c.vocab, c.hidden]);
+        let q = m.weight("model.layers.0.self_attn.q_proj.weight").unwrap();
+        assert_eq!(q.dims(), [c.heads * c.head_dim, c.hidden]);
+        let down = m.weight("model.layers.0.mlp.down_proj.weight").unwrap();
+        assert_eq!(down.dims(), [c.hidden, c.intermediate]);
+        for (what, graph) in [
+            ("prefill", m.prefill(5, false).unwrap().graph),
+            ("decode", m.decode().unwrap().graph),
+        ] {
+            let cg = Session::new(Device::Cpu).try_compile(graph).unwrap();
+            let gr = cg.graph();
+            let mut readers = vec![vec![]; gr.len()];
+            for n in &gr.nodes {
+                for x in &n.inputs {
+                    readers[x.index()].push(&n.op);
+                }
+            }
+            let mut transposed = 0;
+            for n in &gr.nodes {
+                let Op::Constant(t) = &n.op else { continue };
+                let label = n.origin.as_ref().map(|o| o.label.as_str()).unwrap_or("");
+                // Every 2-D constant with both dims >= 32 (the tiny model's weights and their
+                // transposes; the rope tables and the mask are 16 wide at most) is a
+                // loaded weight itself.
+                if t.dims().len() == 2 && t.dims().iter().all(|&d| d >= 32) {
+                    let w = m.weight(label);
+                    assert!(
+                        w.is_some_and(|w| Arc::ptr_eq(w, t)),
+                        "{what} {dtype}: constant {label:?} {:?} is a copy",
+                        t.dims()
+                    );
+                }
+                for r in &readers[n.id.index()] {
+                    if matches!(r, Op::Transpose { .. }) {
+                        transposed += 1;
+                    }
+                }
+            }
+            // q, k, v, o, gate, up, down per layer, and the lm_head
+            assert_eq!(transposed, 7 * c.layers + 1, "{what} {dtype}");
+            for n in &gr.nodes {
+                if matches!(n.op, Op::Transpose { .. })
+                    && matches!(gr.node(n.inputs[0]).op, Op::Constant(_))
+                {
+                    assert!(
+                        readers[n.id.index()].iter().all(|r| **r == Op::MatMul),
+                        "{what} {dtype}: a weight Transpose read by another op"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn sampling_is_seeded() {
     let Some(dir) = fixture("qwen3-tiny") else {

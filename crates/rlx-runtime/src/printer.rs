@@ -10,7 +10,8 @@
 //!   level-1 line after it, so the last line printed names the op in which a crash happened.
 //!
 //! What is printed: graph inputs and every computed op. Parameters and constants are not
-//! (they are the same on every run; an imported model has thousands).
+//! (they are the same on every run; an imported model has thousands), nor a Transpose of one
+//! (a linear's `x @ Wᵀ` reads its weight through one, in place: `const_fold` keeps it).
 //! `RLX_FILTERED_OPS_TO_PRINT=pat1,pat2` keeps only nodes whose label, op name or `%id`
 //! matches one of the glob patterns (`*` any run of characters, `?` one character). A pattern
 //! also matches every node inside the module it names ([`label_matches`]): with the module
@@ -373,12 +374,15 @@ impl PrinterConfig {
         }
     }
 
-    /// Whether node `id` of `g` is printed: graph inputs and computed ops (not params or
-    /// constants) whose label (or a module containing it, [`label_matches`]), op name or
+    /// Whether node `id` of `g` is printed: graph inputs and computed ops (not params,
+    /// constants, or a Transpose of one) whose label (or a module containing it, [`label_matches`]), op name or
     /// `%id` matches a filter (any node when no filter).
     pub fn selects(&self, g: &Graph, id: NodeId) -> bool {
         let node = g.node(id);
-        if matches!(node.op, Op::Param { .. } | Op::Constant(_)) {
+        let fixed = |op: &Op| matches!(op, Op::Param { .. } | Op::Constant(_));
+        if fixed(&node.op)
+            || (matches!(node.op, Op::Transpose { .. }) && fixed(&g.node(node.inputs[0]).op))
+        {
             return false;
         }
         if self.filters.is_empty() {
