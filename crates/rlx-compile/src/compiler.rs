@@ -1,7 +1,7 @@
 //! The pass pipeline: verify → numeric lint → constant folding → decomposition → folding.
 
 use crate::numeric_lint::{lint_enabled_from_env, numeric_lint, NumericLint};
-use crate::{const_fold::const_fold, decompose::decompose};
+use crate::{const_fold::const_fold_with, decompose::decompose};
 use rlx_ir::Graph;
 
 /// Which passes run.
@@ -15,6 +15,11 @@ pub struct CompileOptions {
     pub lint: bool,
     /// Print lints to stderr as they are found (default true).
     pub print_lints: bool,
+    /// Keep a Transpose of a constant that only MatMuls read (default true: the CPU reads
+    /// it in place, so folding would only add a transposed copy of a weight); false folds
+    /// it (GPU backends, which would otherwise copy it every run). See
+    /// [`crate::const_fold::const_fold`].
+    pub keep_matmul_transposes: bool,
 }
 
 impl Default for CompileOptions {
@@ -24,6 +29,7 @@ impl Default for CompileOptions {
             fold: true,
             lint: lint_enabled_from_env(),
             print_lints: true,
+            keep_matmul_transposes: true,
         }
     }
 }
@@ -47,11 +53,12 @@ pub fn compile(g: Graph, opts: &CompileOptions) -> Result<Compiled, crate::Compi
             eprintln!("{l}");
         }
     }
-    let mut g = if opts.fold { const_fold(&g) } else { g };
+    let fold = |g: &Graph| const_fold_with(g, opts.keep_matmul_transposes);
+    let mut g = if opts.fold { fold(&g) } else { g };
     if opts.decompose {
         g = decompose(&g);
         if opts.fold {
-            g = const_fold(&g);
+            g = fold(&g);
         }
     }
     crate::verify::verify(&g)?;

@@ -22,11 +22,24 @@ const MAX_FOLD_ELEMENTS: usize = 1 << 24;
 /// Transpose's input to gemm with permuted strides, `matmul_perm`), so folding it would only
 /// add a transposed copy of the constant, a whole second copy of a weight for `x @ Wᵀ`
 /// (`MatMul(x, Transpose(W))`, how a linear layer reads a checkpoint's `[out, in]` weight).
-/// A backend without that in-place read runs the Transpose per run instead.
+/// For a backend without that in-place read (the GPU backends copy a Transpose per run),
+/// [`const_fold_with`]`(g, false)` folds it like any other constant subgraph (one copy on
+/// the device's side instead of a copy kernel per run); `rlx_runtime::Session` picks per
+/// device ([`crate::compiler::CompileOptions::keep_matmul_transposes`]).
 pub fn const_fold(g: &Graph) -> Graph {
+    const_fold_with(g, true)
+}
+
+/// [`const_fold`], keeping weight Transposes read only by MatMuls when
+/// `keep_matmul_transposes`, folding them otherwise.
+pub fn const_fold_with(g: &Graph, keep_matmul_transposes: bool) -> Graph {
     let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.len()];
     let mut finite: Vec<Option<bool>> = vec![None; g.len()];
-    let read_in_place = matmul_only_transposes(g);
+    let read_in_place = if keep_matmul_transposes {
+        matmul_only_transposes(g)
+    } else {
+        vec![false; g.len()]
+    };
     let mut folded = g.clone();
     for node in &g.nodes {
         let i = node.id.index();

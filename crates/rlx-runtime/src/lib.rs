@@ -180,7 +180,10 @@ impl Session {
         }
         check_sizes(&g)?;
         let source = g.clone();
-        let c = compile(g, &self.options)?;
+        let mut opts = self.options.clone();
+        // Only the CPU reads a MatMul's transposed constant operand in place.
+        opts.keep_matmul_transposes &= self.device == Device::Cpu;
+        let c = compile(g, &opts)?;
         let exec = backend::open(self.device, c.graph)?;
         let guards = guards::record_guards(exec.graph(), &source.input_decls, self.device);
         Ok(CompiledGraph::assemble(
