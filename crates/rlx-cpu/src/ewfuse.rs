@@ -1,6 +1,9 @@
-//! Elementwise chains for the CPU executor: connected f32 Unary, Activation and Binary ops
-//! of one output shape whose intermediate values are read only inside the chain, run block
-//! by block instead of op by op.
+//! Elementwise chains for the CPU executor: connected f32, float16 or bfloat16 Unary,
+//! Activation and Binary ops (and Casts between f32 and float16/bfloat16) of one output
+//! shape whose intermediate values are read only inside the chain, run block by block
+//! instead of op by op. A 16-bit member computes in f32 with its unfused kernel's element
+//! function and rounds its block to its dtype at once (a Cast only rounds), so the next
+//! member reads what the unfused op would have stored (tests/ew_fusion_half.rs).
 //!
 //! BERT's exact GELU as torch exports it is six such ops over the FFN's [tokens, 4·hidden]
 //! tensor (`x + b`, `/ √2`, Erf, `+ 1`, `x·`, `· 0.5`): each unfused op is a pass over a
