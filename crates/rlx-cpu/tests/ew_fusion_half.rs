@@ -290,3 +290,75 @@ fn half_casts_match_half_crate() {
         }
     }
 }
+
+/// The 16-bit Unary/Activation kernels compute in f32 (the f32 slice kernels), where they
+/// used to evaluate `apply_f32` (f64 inside for Sigmoid, SiLU, Gelu; libm `expf`): on every
+/// finite bfloat16 and float16 input, the result is within one 16-bit ulp of that
+/// evaluation rounded once, and NaN exactly where it is NaN. Prints how many differ.
+#[test]
+fn half_maps_within_one_ulp_of_the_scalar_definition() {
+    enum M {
+        U(UnaryOp),
+        A(Activation),
+    }
+    let ops = [
+        ("Exp", M::U(UnaryOp::Exp)),
+        ("Sigmoid", M::A(Activation::Sigmoid)),
+        ("Silu", M::A(Activation::Silu)),
+        ("Tanh", M::A(Activation::Tanh)),
+        ("Gelu", M::A(Activation::Gelu)),
+    ];
+    for dt in [DType::BF16, DType::F16] {
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let n = all.len();
+        for (name, op) in &ops {
+            let mut g = Graph::new("map");
+            let s = Shape::new(&[n], dt);
+            let x = g.input("x", s.clone());
+            let y = match op {
+                M::U(u) => g.unary(*u, x, s),
+                M::A(a) => g.activation(*a, x, s),
+            };
+            g.set_outputs(vec![y]);
+            let data = match dt {
+                DType::BF16 => TensorData::BF16(all.iter().map(|&b| bf16::from_bits(b)).collect()),
+                _ => TensorData::F16(all.iter().map(|&b| f16::from_bits(b)).collect()),
+            };
+            let mut ex = CpuExecutor::new(g).unwrap();
+            let got = out_bits(&ex.run(&[Tensor::new(vec![n], data).unwrap()], None).unwrap()[0]);
+            let mut differ = 0;
+            for (&b, &o) in all.iter().zip(&got) {
+                let xf = match dt {
+                    DType::BF16 => bf16::from_bits(b).to_f32(),
+                    _ => f16::from_bits(b).to_f32(),
+                };
+                let r = match op {
+                    M::U(u) => u.apply_f32(xf),
+                    M::A(a) => a.apply_f32(xf),
+                };
+                let want = match dt {
+                    DType::BF16 => bf16::from_f32(r).to_bits(),
+                    _ => f16::from_f32(r).to_bits(),
+                };
+                let nan = |v: u16| match dt {
+                    DType::BF16 => v & 0x7fff > 0x7f80,
+                    _ => v & 0x7fff > 0x7c00,
+                };
+                if nan(want) || nan(o) {
+                    assert!(nan(want) && nan(o), "{dt} {name}({b:#06x}): {o:#06x} vs {want:#06x}");
+                    continue;
+                }
+                if o != want {
+                    differ += 1;
+                    // Same sign, adjacent codes (a 16-bit ulp), or ±0.
+                    let d = (o as i32 - want as i32).abs();
+                    assert!(
+                        d <= 1 || (o & 0x7fff == 0 && want & 0x7fff == 0),
+                        "{dt} {name}({b:#06x}): {o:#06x} vs {want:#06x}"
+                    );
+                }
+            }
+            eprintln!("{dt} {name}: {differ} of {n} inputs one ulp from the scalar evaluation");
+        }
+    }
+}
