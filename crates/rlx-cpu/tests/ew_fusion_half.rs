@@ -325,7 +325,10 @@ fn half_maps_within_one_ulp_of_the_scalar_definition() {
                 _ => TensorData::F16(all.iter().map(|&b| f16::from_bits(b)).collect()),
             };
             let mut ex = CpuExecutor::new(g).unwrap();
-            let got = out_bits(&ex.run(&[Tensor::new(vec![n], data).unwrap()], None).unwrap()[0]);
+            let got = out_bits(
+                &ex.run(&[Tensor::new(vec![n], data).unwrap()], None)
+                    .unwrap()[0],
+            );
             let mut differ = 0;
             for (&b, &o) in all.iter().zip(&got) {
                 let xf = match dt {
@@ -345,7 +348,10 @@ fn half_maps_within_one_ulp_of_the_scalar_definition() {
                     _ => v & 0x7fff > 0x7c00,
                 };
                 if nan(want) || nan(o) {
-                    assert!(nan(want) && nan(o), "{dt} {name}({b:#06x}): {o:#06x} vs {want:#06x}");
+                    assert!(
+                        nan(want) && nan(o),
+                        "{dt} {name}({b:#06x}): {o:#06x} vs {want:#06x}"
+                    );
                     continue;
                 }
                 if o != want {
