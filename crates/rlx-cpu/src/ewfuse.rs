@@ -1,6 +1,9 @@
-//! Elementwise chains for the CPU executor: connected f32 Unary, Activation and Binary ops
-//! of one output shape whose intermediate values are read only inside the chain, run block
-//! by block instead of op by op.
+//! Elementwise chains for the CPU executor: connected f32, float16 or bfloat16 Unary,
+//! Activation and Binary ops (and Casts between f32 and float16/bfloat16) of one output
+//! shape whose intermediate values are read only inside the chain, run block by block
+//! instead of op by op. A 16-bit member computes in f32 with its unfused kernel's element
+//! function and rounds its block to its dtype at once (a Cast only rounds), so the next
+//! member reads what the unfused op would have stored (tests/ew_fusion_half.rs).
 //!
 //! BERT's exact GELU as torch exports it is six such ops over the FFN's [tokens, 4·hidden]
 //! tensor (`x + b`, `/ √2`, Erf, `+ 1`, `x·`, `· 0.5`): each unfused op is a pass over a
@@ -51,8 +54,17 @@ enum Arg {
 
 #[derive(Debug)]
 struct Step {
-    op: StepOp,
+    op: Op1,
     args: [Arg; 2],
+    /// The dtype of the step's value (its f32 result is rounded to it).
+    dtype: DType,
+}
+
+/// An op of a chain: an elementwise op, or a Cast (the value rounded to its dtype).
+#[derive(Debug, Clone, Copy)]
+enum Op1 {
+    Ew(StepOp),
+    Cast,
 }
 
 /// One chain: its nodes in order (the last one's value leaves the chain), the ops, and the
@@ -68,6 +80,8 @@ pub(crate) struct EwGroup {
     /// op but the chain (and not a graph output): its buffer can take the output.
     reusable: Option<usize>,
     dims: Vec<usize>,
+    /// The dtype of each external operand.
+    ext_dtypes: Vec<DType>,
 }
 
 impl EwGroup {
@@ -120,21 +134,26 @@ fn operand_kind(d: &[usize], out: &[usize]) -> Option<Kind> {
     (d.len() <= out.len() && out.ends_with(tail) && n <= MAX_ROW && n > 0).then_some(Kind::Row(n))
 }
 
-/// Whether node `id` can be an op of a chain: an f32 Unary (not a predicate), Activation or
-/// Binary (not a predicate) with static dims, each operand f32 and of a kind
-/// `operand_kind` takes (a Unary's or Activation's operand of the output's dims).
+/// The dtypes a chain computes in: f32, and float16/bfloat16 (computed in f32, each op's
+/// value rounded to its dtype as the unfused kernel rounds it).
+fn chain_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Whether node `id` can be an op of a chain: a Unary (not a predicate), Activation or
+/// Binary (not a predicate) of f32, f16 or bf16 with static dims, each operand of the op's
+/// dtype and of a kind `operand_kind` takes (a Unary's or Activation's operand of the
+/// output's dims), or a Cast between f32 and f16 or bf16 (either way) of such an operand.
 fn eligible(g: &Graph, id: NodeId) -> bool {
     let node = g.node(id);
     let Some(out) = node.shape.static_dims() else {
         return false;
     };
-    if node.shape.dtype != DType::F32 || out.iter().product::<usize>() == 0 {
+    let dt = node.shape.dtype;
+    if !chain_dtype(dt) || out.iter().product::<usize>() == 0 {
         return false;
     }
-    let f32_ins = node
-        .inputs
-        .iter()
-        .all(|x| g.node(*x).shape.dtype == DType::F32);
+    let same_ins = node.inputs.iter().all(|x| g.node(*x).shape.dtype == dt);
     let kinds_ok = |full_only: bool| {
         node.inputs.iter().all(|x| {
             g.node(*x)
@@ -144,13 +163,18 @@ fn eligible(g: &Graph, id: NodeId) -> bool {
                 .is_some_and(|k| !full_only || k == Kind::Full)
         })
     };
-    f32_ins
-        && match &node.op {
-            Op::Unary(u) => !u.is_predicate() && node.inputs.len() == 1 && kinds_ok(true),
-            Op::Activation(_) => node.inputs.len() == 1 && kinds_ok(true),
-            Op::Binary(b) => !b.is_predicate() && node.inputs.len() == 2 && kinds_ok(false),
-            _ => false,
+    match &node.op {
+        Op::Unary(u) => same_ins && !u.is_predicate() && node.inputs.len() == 1 && kinds_ok(true),
+        Op::Activation(_) => same_ins && node.inputs.len() == 1 && kinds_ok(true),
+        Op::Binary(b) => same_ins && !b.is_predicate() && node.inputs.len() == 2 && kinds_ok(false),
+        Op::Cast { to, .. } => {
+            node.inputs.len() == 1 && kinds_ok(true) && {
+                let from = g.node(node.inputs[0]).shape.dtype;
+                *to == dt && chain_dtype(from) && (from == DType::F32 || dt == DType::F32)
+            }
         }
+        _ => false,
+    }
 }
 
 fn find(parent: &mut [usize], mut x: usize) -> usize {
@@ -188,7 +212,7 @@ pub(crate) fn plan(
             && !consumers[i].is_empty()
             && consumers[i]
                 .iter()
-                .all(|c| ok[c.index()] && g.node(*c).shape == node.shape);
+                .all(|c| ok[c.index()] && g.node(*c).shape.dims == node.shape.dims);
         if inner {
             for c in &consumers[i] {
                 let (a, b) = (find(&mut parent, i), find(&mut parent, c.index()));
@@ -201,12 +225,16 @@ pub(crate) fn plan(
         let r = find(&mut parent, i);
         comps.entry(r).or_default().push(i);
     }
-    // Only chains with a Unary or Activation: a chain of Add/Mul/... alone is bound by
+    // Only chains with a Unary, Activation or Cast: a chain of Add/Mul/... alone is bound by
     // memory either way, and the unfused ops run in place (qwen3's attention scale and mask,
     // [1,4,128,128]: 5.6 µs unfused, 7.5 µs fused, with a copy per block).
     let has_map = |m: &Vec<usize>| {
-        m.iter()
-            .any(|&i| matches!(g.nodes[i].op, Op::Unary(_) | Op::Activation(_)))
+        m.iter().any(|&i| {
+            matches!(
+                g.nodes[i].op,
+                Op::Unary(_) | Op::Activation(_) | Op::Cast { .. }
+            )
+        })
     };
     for members in comps.into_values().filter(|m| m.len() >= 2 && has_map(m)) {
         if let Some(grp) = group(g, &members, consumers, is_output) {
@@ -272,16 +300,26 @@ fn group(
             };
         }
         let op = match &node.op {
-            Op::Unary(u) => StepOp::Unary(*u),
-            Op::Activation(a) => StepOp::Act(*a),
-            Op::Binary(b) => StepOp::Bin(*b),
+            Op::Unary(u) => Op1::Ew(StepOp::Unary(*u)),
+            Op::Activation(a) => Op1::Ew(StepOp::Act(*a)),
+            Op::Binary(b) => Op1::Ew(StepOp::Bin(*b)),
+            Op::Cast { .. } => Op1::Cast,
             _ => return None,
         };
-        steps.push(Step { op, args });
+        steps.push(Step {
+            op,
+            args,
+            dtype: node.shape.dtype,
+        });
     }
+    let ext_dtypes: Vec<DType> = externals.iter().map(|&x| g.node(x).shape.dtype).collect();
+    let out_dtype = g.node(NodeId(last as u32)).shape.dtype;
     let reusable = (0..externals.len()).find(|&k| {
         let x = externals[k];
-        steps.iter().any(|st| st.args.contains(&Arg::Full(k)))
+        // f32 output and operand only (the buffer's element type is the output's).
+        out_dtype == DType::F32
+            && ext_dtypes[k] == DType::F32
+            && steps.iter().any(|st| st.args.contains(&Arg::Full(k)))
             && !is_output[x.index()]
             && !matches!(g.node(x).op, Op::Constant(_))
             && consumers[x.index()]
@@ -295,6 +333,7 @@ fn group(
         row_len,
         reusable,
         dims,
+        ext_dtypes,
     })
 }
 
@@ -316,8 +355,98 @@ fn unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
     }
 }
 
+/// A Unary, Activation or Binary step over a block part for a float16/bfloat16 value,
+/// with the f32 element function of the unfused kernel (`kernels::elementwise::{
+/// half_unary_block, half_act_block, half_bin_row}`), before the rounding.
+fn half_unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
+    use crate::kernels::elementwise::{half_act_block, half_unary_block};
+    match op {
+        StepOp::Unary(u) => half_unary_block(u, x, dst),
+        StepOp::Act(a) => half_act_block(a, x, dst),
+        StepOp::Bin(_) => unreachable!("binary steps go through binary_part"),
+    }
+}
+
+/// `v` rounded in place to `dt` (f32: unchanged).
+fn round_to(dt: DType, v: &mut [f32]) {
+    use crate::kernels::wide::Half;
+    match dt {
+        DType::BF16 => half::bf16::round_inplace(v),
+        DType::F16 => half::f16::round_inplace(v),
+        _ => {}
+    }
+}
+
+/// An external operand's values: f32 in place, or 16-bit floats widened block by block
+/// (full operands) or once (rows and scalars, into `Conv`).
+enum ExtData<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [half::bf16]),
+    F16(&'a [half::f16]),
+}
+
+impl ExtData<'_> {
+    fn len(&self) -> usize {
+        match self {
+            ExtData::F32(v) => v.len(),
+            ExtData::Bf16(v) => v.len(),
+            ExtData::F16(v) => v.len(),
+        }
+    }
+    /// Elements `[lo, lo + dst.len())` widened into `dst`.
+    fn widen(&self, lo: usize, dst: &mut [f32]) {
+        use crate::kernels::wide::Half;
+        let n = dst.len();
+        match self {
+            ExtData::F32(v) => dst.copy_from_slice(&v[lo..lo + n]),
+            ExtData::Bf16(v) => half::bf16::widen(dst, &v[lo..lo + n]),
+            ExtData::F16(v) => half::f16::widen(dst, &v[lo..lo + n]),
+        }
+    }
+}
+
+/// The output buffer of a chain, of its last step's dtype.
+trait OutElem: Copy + Default + Send + 'static {
+    /// The last step writes its f32 values to `dst` directly (f32), or to scratch then
+    /// through [`OutElem::store`].
+    const DIRECT: bool;
+    fn store(dst: &mut [Self], src: &[f32]);
+    fn wrap(v: Vec<Self>) -> TensorData;
+}
+
+impl OutElem for f32 {
+    const DIRECT: bool = true;
+    fn store(dst: &mut [f32], src: &[f32]) {
+        dst.copy_from_slice(src)
+    }
+    fn wrap(v: Vec<f32>) -> TensorData {
+        TensorData::F32(v)
+    }
+}
+
+impl OutElem for half::bf16 {
+    const DIRECT: bool = false;
+    fn store(dst: &mut [Self], src: &[f32]) {
+        crate::kernels::wide::narrow_bf16(dst, src)
+    }
+    fn wrap(v: Vec<Self>) -> TensorData {
+        TensorData::BF16(v)
+    }
+}
+
+impl OutElem for half::f16 {
+    const DIRECT: bool = false;
+    fn store(dst: &mut [Self], src: &[f32]) {
+        crate::kernels::wide::narrow_f16(dst, src)
+    }
+    fn wrap(v: Vec<Self>) -> TensorData {
+        TensorData::F16(v)
+    }
+}
+
 thread_local! {
-    /// Per-thread block values of a chain's steps (all but the last).
+    /// Per-thread block values of a chain's steps (all but the last) and of its 16-bit
+    /// full operands.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -327,32 +456,69 @@ thread_local! {
 /// in `ext` is `None`. With `scan`, `Ok(None)` when some step's value is not finite
 /// somewhere (the executor then replays the chain op by op; a handed-over operand's
 /// buffer then holds the output of some blocks, so `own` is only given without `scan`).
+///
+/// float16/bfloat16 steps compute in f32 and round their block to the dtype right after
+/// (a Cast only rounds), so every later step reads the value the unfused op would have
+/// stored; the output is stored in its dtype.
 pub(crate) fn run(
     grp: &EwGroup,
     ext: &[Option<&Tensor>],
     own: Option<(usize, Tensor)>,
     scan: bool,
 ) -> Result<Option<Tensor>, crate::KernelError> {
-    fn f32s(t: &Tensor) -> Result<&[f32], crate::KernelError> {
-        match t.data() {
-            TensorData::F32(v) => Ok(v.as_slice()),
-            _ => Err(crate::KernelError::Invalid(
-                "fused elementwise chain: an operand is not f32".into(),
-            )),
-        }
-    }
+    let bad = |m: String| crate::KernelError::Invalid(format!("fused elementwise chain: {m}"));
     let own_k = own.as_ref().map(|o| o.0);
-    let data: Vec<&[f32]> = ext
+    let data: Vec<ExtData> = ext
         .iter()
         .enumerate()
         .map(|(k, t)| match t {
-            Some(t) if Some(k) != own_k => f32s(t),
-            None if Some(k) == own_k => Ok(&[][..]),
-            _ => Err(crate::KernelError::Invalid(format!(
-                "fused elementwise chain: operand {k} given twice or not at all"
-            ))),
+            Some(t) if Some(k) != own_k => match t.data() {
+                TensorData::F32(v) => Ok(ExtData::F32(v)),
+                TensorData::BF16(v) => Ok(ExtData::Bf16(v)),
+                TensorData::F16(v) => Ok(ExtData::F16(v)),
+                _ => Err(bad(format!("operand {k} is not f32, f16 or bf16"))),
+            },
+            None if Some(k) == own_k => Ok(ExtData::F32(&[])),
+            _ => Err(bad(format!("operand {k} given twice or not at all"))),
         })
         .collect::<Result<_, _>>()?;
+    for (k, d) in data.iter().enumerate() {
+        let want = grp.ext_dtypes.get(k).copied();
+        let got = match d {
+            ExtData::F32(_) => DType::F32,
+            ExtData::Bf16(_) => DType::BF16,
+            ExtData::F16(_) => DType::F16,
+        };
+        if want != Some(got) {
+            return Err(bad(format!(
+                "operand {k} is {got}, the plan expects {want:?}"
+            )));
+        }
+    }
+    match grp.steps.last().map(|s| s.dtype) {
+        Some(DType::BF16) => run_typed::<half::bf16>(grp, &data, None, scan),
+        Some(DType::F16) => run_typed::<half::f16>(grp, &data, None, scan),
+        _ => {
+            let own = match own {
+                Some((k, t)) => match t.into_data() {
+                    TensorData::F32(v) => Some((k, v)),
+                    _ => return Err(bad("the reused operand is not f32".into())),
+                },
+                None => None,
+            };
+            run_typed::<f32>(grp, &data, own, scan)
+        }
+    }
+}
+
+fn run_typed<O: OutElem>(
+    grp: &EwGroup,
+    data: &[ExtData],
+    own: Option<(usize, Vec<O>)>,
+    scan: bool,
+) -> Result<Option<Tensor>, crate::KernelError> {
+    let bad = |m: String| crate::KernelError::Invalid(format!("fused elementwise chain: {m}"));
+    let own_k = own.as_ref().map(|o| o.0);
     let numel: usize = grp.dims.iter().product();
     let rl = grp.row_len;
     // Whole rows per block when they fit, else blocks of BLOCK (a row then spans blocks).
@@ -373,46 +539,82 @@ pub(crate) fn run(
             };
             if let Some((k, len)) = want {
                 if data[k].len() != len {
-                    return Err(crate::KernelError::Invalid(format!(
-                        "fused elementwise chain: operand {k} holds {} elements, expected {len}",
+                    return Err(bad(format!(
+                        "operand {k} holds {} elements, expected {len}",
                         data[k].len()
                     )));
                 }
             }
         }
     }
-    let mut out: Vec<f32> =
-        match own {
-            Some((_, t)) => match t.into_data() {
-                TensorData::F32(v) if v.len() == numel => v,
-                _ => return Err(crate::KernelError::Invalid(
-                    "fused elementwise chain: the reused operand is not f32 of the output's size"
-                        .into(),
-                )),
-            },
-            None => crate::buffers::overwritten(numel),
-        };
+    // 16-bit rows and scalars widened once; 16-bit full operands get a scratch block each
+    // (`slot[k]`), widened per block.
+    let mut wide_small: Vec<Option<Vec<f32>>> = Vec::with_capacity(data.len());
+    let mut slot: Vec<Option<usize>> = vec![None; data.len()];
+    let mut nslots = 0;
+    for (k, d) in data.iter().enumerate() {
+        let full = grp.steps.iter().any(|st| st.args.contains(&Arg::Full(k)));
+        match d {
+            ExtData::F32(_) => wide_small.push(None),
+            _ if full => {
+                slot[k] = Some(nslots);
+                nslots += 1;
+                wide_small.push(None);
+            }
+            _ => {
+                let mut v = vec![0f32; d.len()];
+                d.widen(0, &mut v);
+                wide_small.push(Some(v));
+            }
+        }
+    }
+    // An operand's f32 values when they are held whole (f32 data, or widened above).
+    let whole = |k: usize| -> &[f32] {
+        match (&wide_small[k], &data[k]) {
+            (Some(v), _) => v,
+            (None, ExtData::F32(v)) => v,
+            _ => &[],
+        }
+    };
+    let mut out: Vec<O> = match own {
+        Some((_, v)) if v.len() == numel => v,
+        Some(_) => return Err(bad("the reused operand is not of the output's size".into())),
+        None => crate::buffers::overwritten(numel),
+    };
     let max_bits = AtomicU32::new(0);
     let nsteps = grp.steps.len();
+    // With a reused operand or a 16-bit output, the last step's block goes to scratch too.
+    let last_in_scratch = own_k.is_some() || !O::DIRECT;
     crate::kernels::fill_chunks(&mut out, block, |b, dst| {
         let base = b * block;
         let len = dst.len();
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            // One block per step, and with a reused operand the last step's block too
-            // (copied over the operand's block after every step has read it).
-            let need = (nsteps - usize::from(own_k.is_none())) * block;
+            let need = (nsteps - usize::from(!last_in_scratch) + nslots) * block;
             if s.len() < need {
                 s.resize(need, 0.0);
             }
+            let (s, ext_buf) = s.split_at_mut((nsteps - usize::from(!last_in_scratch)) * block);
+            for (k, d) in data.iter().enumerate() {
+                if let Some(j) = slot[k] {
+                    d.widen(base, &mut ext_buf[j * block..j * block + len]);
+                }
+            }
+            let ext_buf = &*ext_buf;
             let mut bits = 0u32;
             {
                 // With a reused operand, its block (read by the steps); else the last step
-                // writes the output block directly.
-                let (own_block, mut dst_direct): (&[f32], Option<&mut [f32]>) = if own_k.is_some() {
-                    (&*dst, None)
+                // writes the output block directly (f32) or to scratch.
+                let (own_block, mut dst_direct): (&[f32], Option<&mut [f32]>) = if last_in_scratch {
+                    let ob: &[O] = &*dst;
+                    let ob = if own_k.is_some() {
+                        crate::kernels::wide::as_f32(ob)
+                    } else {
+                        &[][..]
+                    };
+                    (ob, None)
                 } else {
-                    (&[], Some(&mut *dst))
+                    (&[], Some(crate::kernels::wide::as_f32_mut(&mut *dst)))
                 };
                 let (steps_buf, last_buf) = s.split_at_mut((nsteps - 1) * block);
                 for (j, st) in grp.steps.iter().enumerate() {
@@ -429,17 +631,21 @@ pub(crate) fn run(
                     let src = |a: Arg, lo: usize, n: usize| match a {
                         Arg::Step(i) => Src::S(&done[i * block + lo..i * block + lo + n]),
                         Arg::Full(k) if Some(k) == own_k => Src::S(&own_block[lo..lo + n]),
-                        Arg::Full(k) => Src::S(&data[k][base + lo..base + lo + n]),
-                        Arg::Scalar(k) => Src::C(data[k][0]),
+                        Arg::Full(k) => match slot[k] {
+                            Some(j) => Src::S(&ext_buf[j * block + lo..j * block + lo + n]),
+                            None => Src::S(&whole(k)[base + lo..base + lo + n]),
+                        },
+                        Arg::Scalar(k) => Src::C(whole(k)[0]),
                         Arg::Row(k) => {
                             let off = (base + lo) % rl;
-                            Src::S(&data[k][off..off + n])
+                            Src::S(&whole(k)[off..off + n])
                         }
                     };
+                    let half = st.dtype != DType::F32;
                     match st.op {
-                        StepOp::Bin(op) => {
+                        Op1::Ew(StepOp::Bin(op)) => {
                             let q_one = match st.args[1] {
-                                Arg::Scalar(k) => Some(data[k][0]),
+                                Arg::Scalar(k) => Some(whole(k)[0]),
                                 _ => None,
                             };
                             // With a broadcast row, parts that end where a row ends;
@@ -462,26 +668,29 @@ pub(crate) fn run(
                             let Src::S(x) = src(st.args[0], 0, len) else {
                                 unreachable!("a unary step's operand has the chain's shape")
                             };
-                            unary_part(op, target, x);
+                            match op {
+                                Op1::Cast => target.copy_from_slice(x),
+                                Op1::Ew(op) if half => half_unary_part(op, target, x),
+                                Op1::Ew(op) => unary_part(op, target, x),
+                            }
                         }
                     }
+                    round_to(st.dtype, target);
                     if scan {
                         bits = bits.max(crate::kernels::wide::max_abs_bits(target));
                     }
                 }
             }
-            if own_k.is_some() {
-                dst.copy_from_slice(&s[(nsteps - 1) * block..(nsteps - 1) * block + len]);
+            if last_in_scratch {
+                let off = (nsteps - 1) * block;
+                O::store(dst, &s[off..off + len]);
             }
             max_bits.fetch_max(bits, Ordering::Relaxed);
         });
     });
     if scan && max_bits.into_inner() >= 0x7f80_0000 {
-        crate::buffers::give(TensorData::F32(out));
+        crate::buffers::give(O::wrap(out));
         return Ok(None);
     }
-    Ok(Some(crate::kernels::make(
-        grp.dims.clone(),
-        TensorData::F32(out),
-    )?))
+    Ok(Some(crate::kernels::make(grp.dims.clone(), O::wrap(out))?))
 }

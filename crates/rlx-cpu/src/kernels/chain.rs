@@ -61,6 +61,13 @@ isa_fn!(
     }
 );
 
+/// [`binary_part`]'s element function on one pair of values.
+pub(crate) fn binary_one(b: BinaryOp, p: f32, q: f32, q_one: Option<f32>) -> f32 {
+    let mut d = [0f32; 1];
+    binary_part(b, &mut d, Src::C(p), Src::C(q), q_one);
+    d[0]
+}
+
 isa_fn!(
     /// `dst[i] = f(x[i])` for the element functions of the Unary and Activation kernels
     /// that have no slice kernel, compiled for the widest ISA.

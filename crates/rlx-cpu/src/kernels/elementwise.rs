@@ -1,6 +1,7 @@
 //! Elementwise kernels: Unary, Activation, Binary (NumPy broadcasting), Select, Cast.
 //! Scalar semantics come from `rlx_ir::op` (`apply_f32` / `apply_f64` / `apply_i64`).
 
+use super::wide::Half;
 use super::{fill_chunks, invalid, make, out_dims, par_worth, wide, Bcast, KResult};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -89,6 +90,184 @@ where
     Ok(out)
 }
 
+/// A float16/bfloat16 tensor's values widened to f32 (`half`'s bits), vectorized.
+pub(crate) fn half_widen_vec<H: Half>(v: &[H]) -> Vec<f32> {
+    // Every element is written below.
+    let mut out = crate::buffers::overwritten(v.len());
+    if par_worth(v.len()) {
+        out.par_chunks_mut(8192)
+            .zip(v.par_chunks(8192))
+            .for_each(|(d, s)| H::widen(d, s));
+    } else {
+        H::widen(&mut out, v);
+    }
+    out
+}
+
+/// f32 values rounded to float16/bfloat16 (`half`'s `from_f32` bits), vectorized.
+pub(crate) fn half_narrow_vec<H: Half>(v: &[f32]) -> Vec<H> {
+    // Every element is written below.
+    let mut out = crate::buffers::overwritten(v.len());
+    if par_worth(v.len()) {
+        out.par_chunks_mut(8192)
+            .zip(v.par_chunks(8192))
+            .for_each(|(d, s)| H::narrow(d, s));
+    } else {
+        H::narrow(&mut out, v);
+    }
+    out
+}
+
+/// The f32 element function of `Op::Unary` `op` for float16/bfloat16 data, over a block
+/// (the values widened; the caller rounds `dst` back): the f32 kernel's (`-a`, `sqrt`,
+/// `fastmath::exp_slice`, `apply_f32`), except Erf, which stays `apply_f32` (libm erf in
+/// f64, docs/DESIGN.md "Stable formulations"). Shared by the unfused kernel and the fused
+/// chains (`crate::ewfuse`), so their bits agree.
+pub(crate) fn half_unary_block(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+    match op {
+        UnaryOp::Neg => wide::map1_into(dst, src, |a| -a),
+        UnaryOp::Exp => super::fastmath::exp_slice(src, dst),
+        UnaryOp::Sqrt => wide::map1_into(dst, src, |a| a.sqrt()),
+        UnaryOp::Abs => wide::map1_into(dst, src, |a| a.abs()),
+        _ => wide::map1_into(dst, src, |a| op.apply_f32(a)),
+    }
+}
+
+/// The f32 element function of `Op::Activation` `act` for float16/bfloat16 data, over a
+/// block (see [`half_unary_block`]): Relu's compare, SiLU as `x · sigmoid(x)` with
+/// `fastmath::sigmoid_slice` and one f32 product, the f32 slice kernels of Sigmoid, Tanh
+/// and Gelu, `apply_f32` for the rest.
+pub(crate) fn half_act_block(act: Activation, src: &[f32], dst: &mut [f32]) {
+    match act {
+        Activation::Relu => wide::map1_into(dst, src, |a| if a < 0.0 { 0.0 } else { a }),
+        Activation::Silu => {
+            super::fastmath::sigmoid_slice(src, dst);
+            wide::map2_inplace(dst, src, |s, x| x * s);
+        }
+        _ => match super::fastmath::act_slice_kernel(act) {
+            Some(k) => k(src, dst),
+            None => wide::map1_into(dst, src, |a| act.apply_f32(a)),
+        },
+    }
+}
+
+/// An operand of [`half_bin_row`]: 16-bit floats along the row, or one f32 value.
+#[derive(Clone, Copy)]
+enum HSrc<'a, H> {
+    S(&'a [H]),
+    C(f32),
+}
+
+/// `dst[i] = H::from_f32(op(p[i], q[i]))` in f32 blocks with `chain::binary_part` (the
+/// f32 kernel's element functions).
+fn half_bin_row<H: Half>(op: BinaryOp, dst: &mut [H], p: HSrc<H>, q: HSrc<H>, q_one: Option<f32>) {
+    use super::chain::{binary_part, Src};
+    const B: usize = wide::HBLOCK;
+    let (mut ta, mut tb, mut tc) = ([0f32; B], [0f32; B], [0f32; B]);
+    let m = dst.len();
+    let mut lo = 0;
+    while lo < m {
+        let n = B.min(m - lo);
+        let ps = match p {
+            HSrc::S(s) => {
+                H::widen(&mut ta[..n], &s[lo..lo + n]);
+                Src::S(&ta[..n])
+            }
+            HSrc::C(c) => Src::C(c),
+        };
+        let qs = match q {
+            HSrc::S(s) => {
+                H::widen(&mut tb[..n], &s[lo..lo + n]);
+                Src::S(&tb[..n])
+            }
+            HSrc::C(c) => Src::C(c),
+        };
+        binary_part(op, &mut tc[..n], ps, qs, q_one);
+        H::narrow(&mut dst[lo..lo + n], &tc[..n]);
+        lo += n;
+    }
+}
+
+/// `Op::Binary` (not a predicate) on float16/bfloat16 with broadcasting, as [`bin_map`]
+/// walks it, each row through [`half_bin_row`].
+fn half_bin_map<H: Half>(
+    op: BinaryOp,
+    a: &[H],
+    ad: &[usize],
+    b: &[H],
+    bd: &[usize],
+    od: &[usize],
+) -> KResult<Vec<H>> {
+    let n: usize = od.iter().product();
+    let q_one = (b.len() == 1).then(|| b[0].to_f32());
+    let mut out: Vec<H> = crate::buffers::overwritten(n);
+    let whole = |out: &mut [H], p: Option<&[H]>, q: Option<&[H]>| {
+        let (pc, qc) = (a.first().map(|x| x.to_f32()), b.first().map(|x| x.to_f32()));
+        let run = |lo: usize, d: &mut [H]| {
+            let m = d.len();
+            let ps = p.map_or(HSrc::C(pc.unwrap_or(0.0)), |s| HSrc::S(&s[lo..lo + m]));
+            let qs = q.map_or(HSrc::C(qc.unwrap_or(0.0)), |s| HSrc::S(&s[lo..lo + m]));
+            half_bin_row(op, d, ps, qs, q_one);
+        };
+        if par_worth(n) {
+            out.par_chunks_mut(8192)
+                .enumerate()
+                .for_each(|(i, d)| run(i * 8192, d));
+        } else {
+            run(0, out);
+        }
+    };
+    if ad == od && bd == od {
+        whole(&mut out, Some(a), Some(b));
+        return Ok(out);
+    }
+    if bd.iter().product::<usize>() == 1 && ad == od && !b.is_empty() {
+        whole(&mut out, Some(a), None);
+        return Ok(out);
+    }
+    if ad.iter().product::<usize>() == 1 && bd == od && !a.is_empty() {
+        whole(&mut out, None, Some(b));
+        return Ok(out);
+    }
+    let plan = Bcast::new(&[ad, bd], od)?;
+    let (sa, sb) = (plan.inner_strides[0], plan.inner_strides[1]);
+    fill_chunks(&mut out, plan.inner, |row, dst| {
+        let oa = plan.row_offset(0, row);
+        let ob = plan.row_offset(1, row);
+        let m = dst.len();
+        match (sa, sb) {
+            (1, 1) => half_bin_row(
+                op,
+                dst,
+                HSrc::S(&a[oa..oa + m]),
+                HSrc::S(&b[ob..ob + m]),
+                q_one,
+            ),
+            (1, 0) => half_bin_row(
+                op,
+                dst,
+                HSrc::S(&a[oa..oa + m]),
+                HSrc::C(b[ob].to_f32()),
+                q_one,
+            ),
+            (0, 1) => half_bin_row(
+                op,
+                dst,
+                HSrc::C(a[oa].to_f32()),
+                HSrc::S(&b[ob..ob + m]),
+                q_one,
+            ),
+            _ => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    let (p, q) = (a[oa + j * sa].to_f32(), b[ob + j * sb].to_f32());
+                    *d = H::from_f32(super::chain::binary_one(op, p, q, q_one));
+                }
+            }
+        }
+    });
+    Ok(out)
+}
+
 /// The kernel's dtype must be the node's. `op` is formatted only for the error.
 fn check_out(op: impl FnOnce() -> String, got: DType, out: &Shape) -> KResult<()> {
     if got != out.dtype {
@@ -140,14 +319,14 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
             if pred {
                 TensorData::Bool(map_vec(v, |a| op.apply_f32(a.to_f32()) != 0.0))
             } else {
-                TensorData::F16(map_vec(v, |a| f16::from_f32(op.apply_f32(a.to_f32()))))
+                TensorData::F16(wide::half_map(v, move |s, d| half_unary_block(op, s, d)))
             }
         }
         TensorData::BF16(v) => {
             if pred {
                 TensorData::Bool(map_vec(v, |a| op.apply_f32(a.to_f32()) != 0.0))
             } else {
-                TensorData::BF16(map_vec(v, |a| bf16::from_f32(op.apply_f32(a.to_f32()))))
+                TensorData::BF16(wide::half_map(v, move |s, d| half_unary_block(op, s, d)))
             }
         }
         TensorData::Bool(v) => match op {
@@ -200,10 +379,10 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
         }),
         TensorData::F64(v) => TensorData::F64(map_vec(v, |a| act.apply_f64(a))),
         TensorData::F16(v) => {
-            TensorData::F16(map_vec(v, |a| f16::from_f32(act.apply_f32(a.to_f32()))))
+            TensorData::F16(wide::half_map(v, move |s, d| half_act_block(act, s, d)))
         }
         TensorData::BF16(v) => {
-            TensorData::BF16(map_vec(v, |a| bf16::from_f32(act.apply_f32(a.to_f32()))))
+            TensorData::BF16(wide::half_map(v, move |s, d| half_act_block(act, s, d)))
         }
         TensorData::Bool(_) => return invalid("activation on a bool tensor"),
         TensorData::Narrow { dtype, .. } => {
@@ -312,9 +491,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                     op.apply_f32(p.to_f32(), q.to_f32()) != 0.0
                 })?)
             } else {
-                D::F16(bin_map(x, ad, y, bd, &od, |p, q| {
-                    f16::from_f32(op.apply_f32(p.to_f32(), q.to_f32()))
-                })?)
+                D::F16(half_bin_map(op, x, ad, y, bd, &od)?)
             }
         }
         (D::BF16(x), D::BF16(y)) => {
@@ -323,9 +500,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResu
                     op.apply_f32(p.to_f32(), q.to_f32()) != 0.0
                 })?)
             } else {
-                D::BF16(bin_map(x, ad, y, bd, &od, |p, q| {
-                    bf16::from_f32(op.apply_f32(p.to_f32(), q.to_f32()))
-                })?)
+                D::BF16(half_bin_map(op, x, ad, y, bd, &od)?)
             }
         }
         (D::I64(x), D::I64(y)) => int_bin!(op, pred, x, y, ad, bd, &od, i64, I64),
@@ -488,10 +663,10 @@ pub(crate) fn select(c: &Tensor, t: &Tensor, f: &Tensor, out: &Shape) -> KResult
 pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool, out: &Shape) -> KResult<Tensor> {
     use TensorData as D;
     let data = match (x.data(), to) {
-        (D::F32(v), DType::F16) => D::F16(map_vec(v, f16::from_f32)),
-        (D::F32(v), DType::BF16) => D::BF16(map_vec(v, bf16::from_f32)),
-        (D::F16(v), DType::F32) => D::F32(map_vec(v, |a| a.to_f32())),
-        (D::BF16(v), DType::F32) => D::F32(map_vec(v, |a| a.to_f32())),
+        (D::F32(v), DType::F16) => D::F16(half_narrow_vec(v)),
+        (D::F32(v), DType::BF16) => D::BF16(half_narrow_vec(v)),
+        (D::F16(v), DType::F32) => D::F32(half_widen_vec(v)),
+        (D::BF16(v), DType::F32) => D::F32(half_widen_vec(v)),
         (D::F32(v), DType::F64) => D::F64(map_vec(v, |a| a as f64)),
         (D::F64(v), DType::F32) => D::F32(map_vec(v, |a| a as f32)),
         (d, to) => d.cast_sat(to, saturate),

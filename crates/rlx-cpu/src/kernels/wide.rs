@@ -211,13 +211,18 @@ pub(crate) fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + C
 /// clean f32 buffer is recognized by [`max_abs_bits`] (split over rayon when large), every
 /// other buffer goes to `scan_data`. This is the scanner's per-op cost on the CPU.
 pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonFiniteCounts {
-    if let rlx_ir::TensorData::F32(v) = d {
-        if max_abs_bits(v) < 0x7f80_0000 {
-            return rlx_ir::numeric_check::NonFiniteCounts {
-                len: v.len(),
-                ..Default::default()
-            };
-        }
+    let clean = match d {
+        rlx_ir::TensorData::F32(v) => max_abs_bits(v) < 0x7f80_0000,
+        // A 16-bit float is finite when its exponent field is not all ones.
+        rlx_ir::TensorData::BF16(v) => max_abs_bits16(bf16_as_bits(v)) < 0x7f80,
+        rlx_ir::TensorData::F16(v) => max_abs_bits16(f16_as_bits(v)) < 0x7c00,
+        _ => false,
+    };
+    if clean {
+        return rlx_ir::numeric_check::NonFiniteCounts {
+            len: d.len(),
+            ..Default::default()
+        };
     }
     rlx_ir::numeric_check::scan_data(d)
 }
@@ -268,6 +273,242 @@ pub(crate) fn max_abs_bits(v: &[f32]) -> u32 {
     isa_fn!(
         fn one[](v: &[f32]) -> u32 {
             v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff))
+        }
+    );
+    use rayon::prelude::*;
+    if super::par_worth(v.len()) {
+        v.par_chunks(1 << 15).map(one).max().unwrap_or(0)
+    } else {
+        one(v)
+    }
+}
+
+/// `half::bf16::to_f32` on bits: the 16-bit shift, a signalling NaN made quiet (bit 6 of
+/// the bfloat16 set), as `half` does it.
+#[inline(always)]
+pub(crate) fn bf16_bits_to_f32(b: u16) -> f32 {
+    let b = b as u32;
+    let b = if b & 0x7fff > 0x7f80 { b | 0x40 } else { b };
+    f32::from_bits(b << 16)
+}
+
+/// `half::bf16::from_f32` on bits: round to nearest, ties to even (`x + 0x7fff + lsb`, the
+/// same carries as `half`'s test of the round bit and the bits below it or the lsb), a NaN
+/// kept quiet with the top of its payload.
+#[inline(always)]
+pub(crate) fn f32_to_bf16_bits(x: f32) -> u16 {
+    let x = x.to_bits();
+    if x & 0x7fff_ffff > 0x7f80_0000 {
+        ((x >> 16) | 0x40) as u16
+    } else {
+        (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16
+    }
+}
+
+isa_fn!(
+    /// `dst[i] = src[i] as f32` for bfloat16 bits (over the shorter length).
+    pub(crate) fn widen_bf16[](dst: &mut [f32], src: &[half::bf16]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = bf16_bits_to_f32(s.to_bits());
+        }
+    }
+);
+
+isa_fn!(
+    /// `dst[i] = bf16::from_f32(src[i])` (over the shorter length).
+    pub(crate) fn narrow_bf16[](dst: &mut [half::bf16], src: &[f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = half::bf16::from_bits(f32_to_bf16_bits(s));
+        }
+    }
+);
+
+isa_fn!(
+    /// `v[i] = bf16::from_f32(v[i]).to_f32()`: a value rounded to bfloat16 and held in f32.
+    pub(crate) fn round_bf16_inplace[](v: &mut [f32]) {
+        for x in v.iter_mut() {
+            *x = bf16_bits_to_f32(f32_to_bf16_bits(*x));
+        }
+    }
+);
+
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    use std::sync::OnceLock;
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx"))
+}
+
+/// `dst[i] = src[i].to_f32()` for float16 (over the shorter length): F16C 8 at a time where
+/// the CPU has it (what `half` calls per element then), else `half`.
+pub(crate) fn widen_f16(dst: &mut [f32], src: &[half::f16]) {
+    let n = dst.len().min(src.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        #[target_feature(enable = "avx,f16c")]
+        unsafe fn run(dst: &mut [f32], src: &[half::f16]) {
+            use std::arch::x86_64::*;
+            let n = dst.len();
+            let mut i = 0;
+            while i + 8 <= n {
+                // SAFETY: i + 8 <= n elements of each slice.
+                unsafe {
+                    let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                    _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+                }
+                i += 8;
+            }
+            for j in i..n {
+                dst[j] = src[j].to_f32();
+            }
+        }
+        // SAFETY: the CPU has AVX and F16C (checked above).
+        return unsafe { run(&mut dst[..n], &src[..n]) };
+    }
+    for (d, s) in dst[..n].iter_mut().zip(&src[..n]) {
+        *d = s.to_f32();
+    }
+}
+
+/// `dst[i] = f16::from_f32(src[i])` (over the shorter length): F16C round to nearest even
+/// 8 at a time where the CPU has it (what `half` calls per element then), else `half`.
+pub(crate) fn narrow_f16(dst: &mut [half::f16], src: &[f32]) {
+    let n = dst.len().min(src.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        #[target_feature(enable = "avx,f16c")]
+        unsafe fn run(dst: &mut [half::f16], src: &[f32]) {
+            use std::arch::x86_64::*;
+            let n = dst.len();
+            let mut i = 0;
+            while i + 8 <= n {
+                // SAFETY: i + 8 <= n elements of each slice.
+                unsafe {
+                    let v = _mm256_loadu_ps(src.as_ptr().add(i));
+                    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+                    _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), h);
+                }
+                i += 8;
+            }
+            for j in i..n {
+                dst[j] = half::f16::from_f32(src[j]);
+            }
+        }
+        // SAFETY: the CPU has AVX and F16C (checked above).
+        return unsafe { run(&mut dst[..n], &src[..n]) };
+    }
+    for (d, &s) in dst[..n].iter_mut().zip(&src[..n]) {
+        *d = half::f16::from_f32(s);
+    }
+}
+
+/// `v[i] = f16::from_f32(v[i]).to_f32()`, through blocks of [`narrow_f16`] and [`widen_f16`].
+pub(crate) fn round_f16_inplace(v: &mut [f32]) {
+    let mut t = [half::f16::ZERO; 256];
+    for c in v.chunks_mut(256) {
+        let t = &mut t[..c.len()];
+        narrow_f16(t, c);
+        widen_f16(c, t);
+    }
+}
+
+/// A 16-bit float stored in memory and computed in f32 (kernels/mod.rs): its conversions
+/// over slices, vectorized, with `half`'s bits.
+pub(crate) trait Half: Copy + Default + Send + Sync + 'static {
+    /// `dst[i] = src[i] as f32` over the shorter length.
+    fn widen(dst: &mut [f32], src: &[Self]);
+    /// `dst[i] = Self::from_f32(src[i])` over the shorter length.
+    fn narrow(dst: &mut [Self], src: &[f32]);
+    /// `v[i] = Self::from_f32(v[i]) as f32`.
+    fn round_inplace(v: &mut [f32]);
+    fn to_f32(self) -> f32;
+    fn from_f32(x: f32) -> Self;
+}
+
+impl Half for half::bf16 {
+    fn widen(dst: &mut [f32], src: &[Self]) {
+        widen_bf16(dst, src)
+    }
+    fn narrow(dst: &mut [Self], src: &[f32]) {
+        narrow_bf16(dst, src)
+    }
+    fn round_inplace(v: &mut [f32]) {
+        round_bf16_inplace(v)
+    }
+    fn to_f32(self) -> f32 {
+        half::bf16::to_f32(self)
+    }
+    fn from_f32(x: f32) -> Self {
+        half::bf16::from_f32(x)
+    }
+}
+
+impl Half for half::f16 {
+    fn widen(dst: &mut [f32], src: &[Self]) {
+        widen_f16(dst, src)
+    }
+    fn narrow(dst: &mut [Self], src: &[f32]) {
+        narrow_f16(dst, src)
+    }
+    fn round_inplace(v: &mut [f32]) {
+        round_f16_inplace(v)
+    }
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    fn from_f32(x: f32) -> Self {
+        half::f16::from_f32(x)
+    }
+}
+
+/// Elements per f32 block of the 16-bit float loops (three such blocks on the stack).
+pub(crate) const HBLOCK: usize = 512;
+
+/// `out[i] = H::from_f32(k(v as f32)[i])` with `k` an f32 slice kernel `(src, dst)`, block
+/// by block through f32 stack buffers, split over rayon above the parallel threshold.
+pub(crate) fn half_map<H: Half>(
+    v: &[H],
+    k: impl Fn(&[f32], &mut [f32]) + Sync + Send + Copy,
+) -> Vec<H> {
+    fn run<H: Half>(d: &mut [H], s: &[H], k: impl Fn(&[f32], &mut [f32])) {
+        let mut a = [0f32; HBLOCK];
+        let mut b = [0f32; HBLOCK];
+        for (dc, sc) in d.chunks_mut(HBLOCK).zip(s.chunks(HBLOCK)) {
+            let n = dc.len();
+            H::widen(&mut a[..n], sc);
+            k(&a[..n], &mut b[..n]);
+            H::narrow(dc, &b[..n]);
+        }
+    }
+    // Every element is written below.
+    let mut out = crate::buffers::overwritten(v.len());
+    if super::par_worth(v.len()) {
+        use rayon::prelude::*;
+        out.par_chunks_mut(8192)
+            .zip(v.par_chunks(8192))
+            .for_each(|(d, s)| run(d, s, k));
+    } else {
+        run(&mut out, v, k);
+    }
+    out
+}
+
+fn bf16_as_bits(v: &[half::bf16]) -> &[u16] {
+    // SAFETY: bf16 is a transparent wrapper of u16.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) }
+}
+
+fn f16_as_bits(v: &[half::f16]) -> &[u16] {
+    // SAFETY: f16 is a transparent wrapper of u16.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) }
+}
+
+/// The largest `bits & 0x7fff` over 16-bit float bits ([`max_abs_bits`] for float16 and
+/// bfloat16), split over rayon when large.
+pub(crate) fn max_abs_bits16(v: &[u16]) -> u16 {
+    isa_fn!(
+        fn one[](v: &[u16]) -> u16 {
+            v.iter().fold(0u16, |m, x| m.max(x & 0x7fff))
         }
     );
     use rayon::prelude::*;
