@@ -1,7 +1,8 @@
 //! bfloat16 matrix products on Intel AMX tiles (`TDPBF16PS`, Sapphire Rapids and later), for
 //! the prefill-sized products of LLM layers: `y[m, n] = Σ_k x[m, k] · w[n, k]` with `x`
 //! `[M, K]` activations and `w` `[N, K]` weights in the checkpoint's own (`nn.Linear`)
-//! layout, both bfloat16, `y` float32 (the caller rounds it to bfloat16 once).
+//! layout, all bfloat16: each output is accumulated in float32 and rounded to bfloat16 once
+//! (round to nearest even, NaN kept quiet, as `half::bf16::from_f32`).
 //!
 //! Numerics (Intel SDM, `TDPBF16PS`; checked by this module's tests): every product of two
 //! bfloat16 values is exact in float32 and is accumulated in float32 with round-to-nearest,
@@ -126,10 +127,10 @@ fn pack_x(m: usize, k: usize, x: &[u16], rs: usize) -> Vec<u16> {
     out
 }
 
-/// `y[m, n] (row-major, contiguous, overwritten) = Σ_k x[m, k] · w[n, k]`, `x` with row
-/// stride `x_rs`, `w` `[n, k]` contiguous, split over the rayon pool when `parallel` and
-/// the product is large. Returns false (and leaves `y` alone) when the
-/// sizes or the CPU do not allow the AMX path ([`supported`]).
+/// `y[m, n] (row-major, contiguous, overwritten) = bf16(Σ_k x[m, k] · w[n, k])`, `x` with
+/// row stride `x_rs`, `w` `[n, k]` contiguous, split over the rayon pool when `parallel`
+/// and the product is large. Returns false (and leaves `y` alone) when the sizes or the
+/// CPU do not allow the AMX path ([`supported`]).
 pub(crate) fn matmul_bf16_nt(
     m: usize,
     n: usize,
@@ -137,7 +138,7 @@ pub(crate) fn matmul_bf16_nt(
     x: &[bf16],
     x_rs: usize,
     w: &[bf16],
-    y: &mut [f32],
+    y: &mut [std::mem::MaybeUninit<bf16>],
     parallel: bool,
 ) -> bool {
     if !supported(m, n, k)
@@ -154,7 +155,7 @@ pub(crate) fn matmul_bf16_nt(
     let xp = pack_x(m, k, xb, x_rs);
     let mblocks = m.div_ceil(T);
     let nblocks = n / (2 * T);
-    let yp = SendPtr(y.as_mut_ptr());
+    let yp = SendPtr(y.as_mut_ptr().cast::<u16>());
     let threads = rayon::current_num_threads().max(1);
     // Contiguous runs of 32-row weight blocks per task: each thread streams its share of
     // the weights once, the packed activations stay in its cache.
@@ -178,15 +179,15 @@ pub(crate) fn matmul_bf16_nt(
 }
 
 #[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
+struct SendPtr(*mut u16);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 /// Weight blocks `s..e` (32 rows each) against every activation block.
 ///
 /// # Safety
-/// AMX available and permitted; `w` holds `n·k`, `xp` `mblocks·16·k` values; `y` points at
-/// `m·n` f32 and no other thread writes columns `32s..32e`.
+/// AMX available and permitted (so AVX-512F too); `w` holds `n·k`, `xp` `mblocks·16·k`
+/// values; `y` points at `m·n` bf16 and no other thread writes columns `32s..32e`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tiles(
     m: usize,
@@ -197,7 +198,7 @@ unsafe fn tiles(
     e: usize,
     w: &[u16],
     xp: &[u16],
-    y: *mut f32,
+    y: *mut u16,
 ) {
     configure();
     let mut tmp = [0f32; 4 * T * T];
@@ -262,17 +263,14 @@ unsafe fn tiles(
                     s = in(reg) 64usize,
                     options(nostack),
                 );
-                // Tile c holds rows n (16) × columns m (16) for (n offset, m block).
-                for (c, (dn, dmb)) in [(0, 0), (0, 1), (T, 0), (T, 1)].into_iter().enumerate() {
-                    if dmb == 1 && !two {
-                        continue;
-                    }
+                // Tile c holds rows n (16) × columns m (16): tiles 0/2 the first m block
+                // (n offsets 0/16), tiles 1/3 the second.
+                for dmb in 0..1 + two as usize {
                     let mrow0 = (mb + dmb) * T;
                     for j in 0..T.min(m.saturating_sub(mrow0)) {
-                        let dst = y.add((mrow0 + j) * n + n0 + dn);
-                        for i in 0..T {
-                            *dst.add(i) = tmp[c * T * T + i * T + j];
-                        }
+                        let dst = y.add((mrow0 + j) * n + n0);
+                        round_column(tmp.as_ptr().add(dmb * T * T + j), dst);
+                        round_column(tmp.as_ptr().add((2 + dmb) * T * T + j), dst.add(T));
                     }
                 }
                 mb += 2;
@@ -280,6 +278,30 @@ unsafe fn tiles(
         }
     }
     asm!("tilerelease", options(nostack, nomem));
+}
+
+/// `dst[i] = bf16(src[16 i])` for i < 16: one column of a stored 16 × 16 f32 tile, rounded
+/// to nearest even (NaN: its top bits with the quiet bit set), as `half::bf16::from_f32`.
+///
+/// # Safety
+/// AVX-512F present; `src` readable at `16 i`, `dst` writable at `i`, for i < 16.
+#[target_feature(enable = "avx512f")]
+unsafe fn round_column(src: *const f32, dst: *mut u16) {
+    use std::arch::x86_64::*;
+    let idx = _mm512_setr_epi32(
+        0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240,
+    );
+    let v = _mm512_i32gather_ps::<4>(idx, src.cast());
+    let b = _mm512_castps_si512(v);
+    let hi = _mm512_srli_epi32::<16>(b);
+    let lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    let r = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+        _mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)),
+        lsb,
+    ));
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+    let r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256(dst.cast(), _mm512_cvtepi32_epi16(r));
 }
 
 #[cfg(test)]
@@ -296,6 +318,14 @@ mod tests {
             }
         }
         y
+    }
+
+    fn run(m: usize, n: usize, k: usize, x: &[bf16], w: &[bf16]) -> Vec<f32> {
+        let mut y = vec![std::mem::MaybeUninit::new(bf16::NAN); m * n];
+        assert!(matmul_bf16_nt(m, n, k, x, k, w, &mut y, true));
+        y.iter()
+            .map(|v| unsafe { v.assume_init() }.to_f32())
+            .collect()
     }
 
     fn rand_bf16(len: usize, seed: u64) -> Vec<bf16> {
@@ -325,15 +355,16 @@ mod tests {
         ] {
             let x = rand_bf16(m * k, 7 + m as u64);
             let w = rand_bf16(n * k, 11 + n as u64);
-            let mut y = vec![f32::NAN; m * n];
-            assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y, true));
+            let y = run(m, n, k, &x, &w);
             let r = reference(m, n, k, &x, &w);
             for i in 0..m * n {
+                // f32 accumulation (k·eps·Σ|a·b|), then one bf16 rounding (2^-8 relative).
                 let bound: f64 = (0..k)
                     .map(|q| (x[(i / n) * k + q].to_f64() * w[(i % n) * k + q].to_f64()).abs())
                     .sum::<f64>()
                     * k as f64
-                    * f32::EPSILON as f64;
+                    * f32::EPSILON as f64
+                    + r[i].abs() / 256.0;
                 assert!(
                     (y[i] as f64 - r[i]).abs() <= bound,
                     "{m}x{n}x{k} [{i}]: {} vs {}",
@@ -358,8 +389,7 @@ mod tests {
         w[3 * k] = bf16::ZERO;
         x[2 * k] = bf16::from_bits(0x0040); // row 2: a subnormal operand, flushed
         x[3 * k + 5] = bf16::from_f32(0.5); // row 3: 0.5 · 1
-        let mut y = vec![0f32; m * n];
-        assert!(matmul_bf16_nt(m, n, k, &x, k, &w, &mut y, true));
+        let y = run(m, n, k, &x, &w);
         assert!(y[..n].iter().all(|v| v.is_nan()));
         assert_eq!(y[n], f32::INFINITY);
         assert!(y[n + 3].is_nan());
@@ -378,7 +408,7 @@ mod tests {
         for (m, n, k) in [(512, 3072, 1024), (512, 1024, 3072)] {
             let x = rand_bf16(m * k, 1);
             let w = rand_bf16(n * k, 2);
-            let mut y = vec![0f32; m * n];
+            let mut y = vec![std::mem::MaybeUninit::new(bf16::ZERO); m * n];
             let mut ts = vec![];
             for _ in 0..9 {
                 let t = std::time::Instant::now();
@@ -400,8 +430,8 @@ mod tests {
     fn refuses_unsupported_sizes() {
         let x = vec![bf16::ONE; 3 * 31];
         let w = vec![bf16::ONE; 32 * 31];
-        let mut y = vec![0f32; 3 * 32];
+        let mut y = vec![std::mem::MaybeUninit::new(bf16::ZERO); 3 * 32];
         assert!(!matmul_bf16_nt(3, 32, 31, &x, 31, &w, &mut y, true));
-        assert!(y.iter().all(|&v| v == 0.0));
+        assert!(y.iter().all(|v| unsafe { v.assume_init() } == bf16::ZERO));
     }
 }

@@ -435,8 +435,7 @@ impl MmElem for bf16 {
             && super::amx::supported(m, n, k)
         {
             // Prefill-sized product against [N, K] weights: AMX tiles (module docs of
-            // `amx`: exact products, f32 sums, subnormals flushed), rounded once here.
-            let mut y = vec![0f32; m * n];
+            // `amx`: exact products, f32 sums, subnormals flushed, one rounding).
             if super::amx::matmul_bf16_nt(
                 m,
                 n,
@@ -444,12 +443,9 @@ impl MmElem for bf16 {
                 &a.data[a.off..],
                 a.rs,
                 &b.data[b.off..],
-                &mut y,
+                &mut dst[..m * n],
                 parallel,
             ) {
-                for (d, v) in dst[..m * n].iter_mut().zip(&y) {
-                    d.write(bf16::from_f32(*v));
-                }
                 return Ok(());
             }
         }
