@@ -130,7 +130,7 @@ def run_rlx(a, dtype, threads, prompt_text, n_prompt):
     if not os.path.exists(rlx):
         raise SystemExit(f"{rlx} missing: cargo build --release --bin rlx")
     out = []
-    js = os.path.join(ROOT, "bench", "out", "llm_rlx_run.json")
+    js = os.path.join(os.path.dirname(os.path.abspath(a.out)), "llm_rlx_run.json")
     for _ in range(a.runs):
         cmd = [rlx, "generate", "--model", a.model, "--prompt", prompt_text,
                "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--threads",

@@ -23,8 +23,8 @@ const MAX_FOLD_ELEMENTS: usize = 1 << 24;
 /// add a transposed copy of the constant, a whole second copy of a weight for `x @ Wᵀ`
 /// (`MatMul(x, Transpose(W))`, how a linear layer reads a checkpoint's `[out, in]` weight).
 /// For a backend without that in-place read (the GPU backends copy a Transpose per run),
-/// [`const_fold_with`]`(g, false)` folds it like any other constant subgraph (one copy on
-/// the device's side instead of a copy kernel per run); `rlx_runtime::Session` picks per
+/// [`const_fold_with`]`(g, false)` folds it like any other constant subgraph, whatever its
+/// size (one transposed copy instead of a copy kernel per run); `rlx_runtime::Session` picks per
 /// device ([`crate::compiler::CompileOptions::keep_matmul_transposes`]).
 pub fn const_fold(g: &Graph) -> Graph {
     const_fold_with(g, true)
@@ -35,10 +35,13 @@ pub fn const_fold(g: &Graph) -> Graph {
 pub fn const_fold_with(g: &Graph, keep_matmul_transposes: bool) -> Graph {
     let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.len()];
     let mut finite: Vec<Option<bool>> = vec![None; g.len()];
-    let read_in_place = if keep_matmul_transposes {
-        matmul_only_transposes(g)
+    let mm_transposes = matmul_only_transposes(g);
+    let (read_in_place, any_size) = if keep_matmul_transposes {
+        (mm_transposes, vec![false; g.len()])
     } else {
-        vec![false; g.len()]
+        // Folded whatever their size: the alternative is a copy of the weight every run
+        // (a tied lm_head's 155M-element embedding in a Qwen3-0.6B decode step).
+        (vec![false; g.len()], mm_transposes)
     };
     let mut folded = g.clone();
     for node in &g.nodes {
@@ -48,7 +51,7 @@ pub fn const_fold_with(g: &Graph, keep_matmul_transposes: bool) -> Graph {
             Op::Input { .. } | Op::Param { .. } => {}
             op => {
                 if !read_in_place[i]
-                    && node.shape.numel() <= MAX_FOLD_ELEMENTS
+                    && (node.shape.numel() <= MAX_FOLD_ELEMENTS || any_size[i])
                     && node.inputs.iter().all(|x| values[x.index()].is_some())
                     && node.inputs.iter().all(|x| {
                         *finite[x.index()].get_or_insert_with(|| {
@@ -185,6 +188,42 @@ mod tests {
             },
             o => panic!("Transpose reads {o:?}"),
         }
+    }
+
+    /// For a backend without the in-place read (`const_fold_with(g, false)`), a weight
+    /// Transpose read by MatMuls is folded, even above `MAX_FOLD_ELEMENTS` (a tied lm_head),
+    /// into the transposed values.
+    #[test]
+    fn gpu_sessions_fold_matmul_transposes_of_any_size() {
+        let (r, c) = (MAX_FOLD_ELEMENTS / 8 + 1, 8);
+        let mut g = Graph::new("lm_head");
+        let x = g.input("x", Shape::new(&[1, r], DType::F32));
+        let vals: Vec<f32> = (0..r * c).map(|i| i as f32).collect();
+        let w = g.constant(Tensor::from_f32(&[c, r], vals).unwrap());
+        let wt = g.add_node(
+            Op::Transpose { perm: vec![1, 0] },
+            vec![w],
+            Shape::new(&[r, c], DType::F32),
+        );
+        let y = g.add_node(Op::MatMul, vec![x, wt], Shape::new(&[1, c], DType::F32));
+        g.set_outputs(vec![y]);
+        assert!(const_fold_with(&g, true)
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Transpose { .. })));
+        let f = const_fold_with(&g, false);
+        assert!(!f.nodes.iter().any(|n| matches!(n.op, Op::Transpose { .. })));
+        let t = f
+            .nodes
+            .iter()
+            .find_map(|n| match &n.op {
+                Op::Constant(t) if t.dims() == [r, c] => Some(t.clone()),
+                _ => None,
+            })
+            .expect("the transposed weight");
+        let d = t.data().to_f32_vec();
+        // element (i, j) of Wᵀ is W[j, i] = j·r + i
+        assert_eq!(d[3 * c + 5], (5 * r + 3) as f32);
     }
 
     /// A Transpose of a constant that something other than a MatMul reads (or that is an
