@@ -584,3 +584,90 @@ fn lint_and_nan_check_name_a_planted_weight_while_generating() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("generation stopped at prefill"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A NaN that only a decode step meets: llama-tiny's lm_head is untied, so a NaN planted in
+/// the embedding row of its second greedy token (transformers' generate.json; not in the
+/// prompt, not the first token) leaves the prefill and decode step 1 clean and first appears
+/// at decode step 2, which feeds that token. `RLX_DEBUG_NANS=1` reports it there with the
+/// step and position; `abort` stops the generation there (exit 3) after the tokens before it.
+#[test]
+fn abort_stops_at_the_decode_step_that_meets_a_nan() {
+    let Some(dir) = common::fixture("fixtures/llm/llama-tiny") else {
+        return;
+    };
+    let want = json(&dir.join("generate.json"));
+    let prompt: Vec<i64> = want["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let gen: Vec<i64> = want["generated_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let tok = gen[1];
+    assert!(!prompt.contains(&tok) && gen[0] != tok, "fixture changed: pick another token");
+    let cfg = json(&dir.join("config.json"));
+    let hidden = cfg["hidden_size"].as_u64().unwrap() as usize;
+    let idx = json(&dir.join("model.safetensors.index.json"));
+    let shard = idx["weight_map"]["model.embed_tokens.weight"].as_str().unwrap().to_string();
+    let d = std::env::temp_dir().join(format!("rlx-gen-decode-nan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, d.join(p.file_name().unwrap())).unwrap();
+    }
+    // bf16 NaN (0x7fc0) at element 0 of row `tok` of the embedding
+    let mut b = std::fs::read(dir.join(&shard)).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    let e = &h["model.embed_tokens.weight"];
+    assert_eq!(e["dtype"], "BF16");
+    let at = e["data_offsets"][0].as_u64().unwrap() as usize + 8 + n + 2 * (tok as usize * hidden);
+    b[at..at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes());
+    std::fs::write(d.join(&shard), b).unwrap();
+    let pos = prompt.len() + 1; // decode step 2 feeds the 2nd new token at position T + 1
+    let out = d.join("out.json");
+    let o = generate(
+        &d,
+        &[
+            "--dtype",
+            "f32",
+            "--max-new-tokens",
+            "6",
+            "--json",
+            out.to_str().unwrap(),
+        ],
+        &[("RLX_DEBUG_NANS", "1")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let reports: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rlx nan-check:") && !l.contains("note:"))
+        .collect();
+    assert!(!reports.is_empty(), "{err}");
+    assert!(
+        reports[0].contains("\"model.embed_tokens") || reports[0].contains("model.embed_tokens"),
+        "first report should name the embedding: {err}"
+    );
+    assert!(
+        reports[0].contains(&format!("(decode step 2, position {pos})")),
+        "{err}"
+    );
+    assert!(!err.contains("(prefill)") && !err.contains("(decode step 1,"), "{err}");
+    // abort: exit 3 at decode step 2; the tokens before it are transformers' tokens
+    let o = generate(
+        &d,
+        &["--dtype", "f32", "--max-new-tokens", "6"],
+        &[("RLX_DEBUG_NANS", "abort")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("generation stopped at decode step 2"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -236,11 +236,11 @@ unsafe fn tiles(
                 while kk < k {
                     asm!(
                         "tileloadd tmm4, [{a0} + {ws}*1]",
-                        "tileloadd tmm5, [{a1} + {ws}*1]",
                         "tileloadd tmm6, [{b0} + {ps}*1]",
-                        "tileloadd tmm7, [{b1} + {ps}*1]",
                         "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tileloadd tmm7, [{b1} + {ps}*1]",
                         "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tileloadd tmm5, [{a1} + {ws}*1]",
                         "tdpbf16ps tmm2, tmm5, tmm6",
                         "tdpbf16ps tmm3, tmm5, tmm7",
                         a0 = in(reg) a0.add(kk),
@@ -251,6 +251,20 @@ unsafe fn tiles(
                         ps = in(reg) pstride,
                         options(nostack, readonly),
                     );
+                    if kk + KS < k {
+                        // The next step's 64 bytes of each of the 32 weight rows into L1.
+                        let nx = kk + KS;
+                        for r in 0..T {
+                            let p0 = a0.add(nx + r * k) as *const i8;
+                            let p1 = a1.add(nx + r * k) as *const i8;
+                            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                                p0,
+                            );
+                            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                                p1,
+                            );
+                        }
+                    }
                     kk += KS;
                 }
                 let t = tmp.as_mut_ptr();
