@@ -1151,8 +1151,16 @@ impl CudaExecutor {
         let wide: Vec<f32>;
         let (src, words): (&[u8], usize) = match t.data() {
             TensorData::F32(v) => (as_bytes(v), v.len()),
-            d @ (TensorData::F16(_) | TensorData::BF16(_)) => {
-                wide = d.to_f32_vec();
+            // Widened on all cores (a decode step uploads every layer's 16-bit KV cache:
+            // 37M values for a Qwen3-0.6B-sized model at 640 positions).
+            TensorData::F16(v) => {
+                use rayon::prelude::*;
+                wide = v.par_iter().map(|x| x.to_f32()).collect();
+                (as_bytes(&wide), wide.len())
+            }
+            TensorData::BF16(v) => {
+                use rayon::prelude::*;
+                wide = v.par_iter().map(|x| x.to_f32()).collect();
                 (as_bytes(&wide), wide.len())
             }
             TensorData::I32(v) => (as_bytes(v), v.len()),
