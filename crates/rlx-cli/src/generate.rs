@@ -151,7 +151,18 @@ fn inner(a: &GenerateArgs, family: Option<&str>) -> Result<i32> {
     }
     // The cache holds the prompt and the new tokens; the prompt is tokenized first.
     let ids = rlx_models::tokenize(&a.model, &a.prompt)?;
-    let max_len = (ids.len() + a.max_new_tokens).max(1);
+    // The KV cache is sized for the whole generation up front (a fixed-size cache until
+    // run-time shapes exist), so a length past the model's positions is refused here, before
+    // an allocation that size.
+    let max_len = match ids.len().checked_add(a.max_new_tokens) {
+        Some(n) if n <= cfg.max_positions => n.max(1),
+        _ => bail!(
+            "--max-new-tokens {}: the prompt ({} tokens) plus the new tokens exceeds the model's {} positions (config.json's max_position_embeddings); the KV cache is allocated for all of them up front",
+            a.max_new_tokens,
+            ids.len(),
+            cfg.max_positions
+        ),
+    };
     // Load: config, tokenizer, checkpoint map, weights copied out in the run dtype.
     let t_load = std::time::Instant::now();
     let mut g = Generator::open(&a.model, dtype, device, max_len)?;

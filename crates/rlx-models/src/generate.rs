@@ -197,6 +197,21 @@ impl Sampler {
     }
 }
 
+/// Print once per generation (`warned`: already printed) that the logits of `run` hold
+/// NaN: the sampler's pick among them is meaningless (greedy takes the first index of the
+/// largest value, so an all-NaN row gives token 0). Returns whether it has been printed.
+fn warn_nan_logits(logits: &[f32], run: &str, warned: bool) -> bool {
+    if warned || !logits.iter().any(|x| x.is_nan()) {
+        return warned;
+    }
+    let n = logits.iter().filter(|x| x.is_nan()).count();
+    eprintln!(
+        "rlx: warning: {n} of {} logits of {run} are NaN, so the tokens picked from them mean nothing; run with RLX_DEBUG_NANS=1 to name the op that created the NaN",
+        logits.len()
+    );
+    true
+}
+
 fn rt(context: &str) -> impl FnOnce(rlx_runtime::RuntimeError) -> ModelError + '_ {
     move |source| ModelError::Runtime {
         context: context.to_string(),
@@ -493,6 +508,7 @@ impl Generator {
         out.prefill_tokens_per_s = t as f64 / t0.elapsed().as_secs_f64().max(1e-9);
         drop(pre);
         let logits = res[0].data().to_f32_vec();
+        let mut warned = warn_nan_logits(&logits, "the prefill", false);
         let mut tok = opts.sampler.pick(&logits, &mut rng) as i64;
         out.generated_ids.push(tok);
         on_token(self, tok);
@@ -573,6 +589,7 @@ impl Generator {
                 mask[pos] = 0.0;
             }
             let logits = r[0].data().to_f32_vec();
+            warned = warn_nan_logits(&logits, &format!("decode step {step}"), warned);
             tok = opts.sampler.pick(&logits, &mut rng) as i64;
             out.generated_ids.push(tok);
             on_token(self, tok);

@@ -38,10 +38,7 @@ const KS: usize = 32;
 pub(crate) fn available() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
-        if matches!(
-            rlx_ir::env::parse_switch(rlx_ir::env::get("RLX_CPU_AMX").as_deref()),
-            rlx_ir::env::Switch::Off
-        ) {
+        if rlx_ir::env::is_off("RLX_CPU_AMX") {
             return false;
         }
         // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (`is_x86_feature_detected!`
