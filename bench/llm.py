@@ -191,21 +191,30 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 2)[2])
-    ap.add_argument("--model", default=os.path.join(ROOT, "bench", "models", "qwen3-0.6b"))
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--dtypes", default="f32,bf16")
-    ap.add_argument("--engines", default="rlx,transformers,llama.cpp")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--model", default=os.path.join(ROOT, "bench", "models", "qwen3-0.6b"),
+                    help="checkpoint folder with prompt.txt (default: %(default)s)")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (%(default)s)")
+    ap.add_argument("--dtypes", default="f32,bf16", help="comma-separated: f32, bf16, f16 (%(default)s)")
+    ap.add_argument("--engines", default="rlx,transformers,llama.cpp",
+                    help="comma-separated subset of %(default)s")
+    ap.add_argument("--runs", type=int, default=3, help="runs per cell; medians reported (%(default)s)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: RLX and transformers on the GPU (threads only set the host side)")
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "llm.json"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "llm.json"),
+                    help="JSON of every run (default: %(default)s)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--dtype", help=argparse.SUPPRESS)
     ap.add_argument("--gguf", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.model = os.path.abspath(a.model)
+    for e in a.engines.split(","):
+        if e not in ("rlx", "transformers", "llama.cpp"):
+            raise SystemExit(f"--engines {e}: unknown (known: rlx, transformers, llama.cpp)")
+    for d in a.dtypes.split(","):
+        if d not in ("f32", "bf16", "f16"):
+            raise SystemExit(f"--dtypes {d}: unknown (known: f32, bf16, f16)")
     if not os.path.isdir(a.model):
         raise SystemExit(f"{a.model} missing: .venv/bin/python scripts/gen_bench_llm.py")
     ids = prompt_ids(a.model, a.prompt_tokens)

@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--layers", type=int, default=28, help="28 as Qwen3-0.6B; fewer for a quick run")
     a = ap.parse_args()
+    if a.layers < 1 or a.prompt_tokens < 1:
+        raise SystemExit("--layers and --prompt-tokens must be at least 1")
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tok = train_tokenizer()
