@@ -1153,14 +1153,13 @@ impl CudaExecutor {
             TensorData::F32(v) => (as_bytes(v), v.len()),
             // Widened on all cores (a decode step uploads every layer's 16-bit KV cache:
             // 37M values for a Qwen3-0.6B-sized model at 640 positions).
-            TensorData::F16(v) => {
+            d @ (TensorData::F16(_) | TensorData::BF16(_)) => {
                 use rayon::prelude::*;
-                wide = v.par_iter().map(|x| x.to_f32()).collect();
-                (as_bytes(&wide), wide.len())
-            }
-            TensorData::BF16(v) => {
-                use rayon::prelude::*;
-                wide = v.par_iter().map(|x| x.to_f32()).collect();
+                wide = match d {
+                    TensorData::F16(v) => v.par_iter().map(|x| x.to_f32()).collect(),
+                    TensorData::BF16(v) => v.par_iter().map(|x| x.to_f32()).collect(),
+                    _ => unreachable!("matched above"),
+                };
                 (as_bytes(&wide), wide.len())
             }
             TensorData::I32(v) => (as_bytes(v), v.len()),
