@@ -13,6 +13,9 @@
 //! the repro is an `.onnx` file any tool loads.
 //! (One file over 1,000 lines: the pipeline cut → record → shrink → write is read top to
 //! bottom; its ONNX editing helpers are private to it. Split when a second user appears.)
+//!
+//! (One file over 1,000 lines: the shrinking loop and the repro writer share the culprit's
+//! records and the ONNX rewriting; about a third is tests.)
 
 use crate::load::{load, ModelArgs};
 use crate::npy::write_npy;
