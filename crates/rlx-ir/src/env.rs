@@ -215,9 +215,9 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_WGPU_GEMM_TILE",
-        values: "32|64|128 (default 64)",
+        values: "reg|reg8|32|64|128 (default reg)",
         acts: "when a wgpu executor is created",
-        catches: "nothing: the largest output tile of the wgpu matmul/conv kernel (32x32, 64x64, or 128x128 with 8x8 per thread, slower on the H200), to time one kernel against another or rule one out",
+        catches: "nothing: picks the wgpu matmul/conv kernel, to time one against another or rule one out: reg (register-tiled, up to 128x128 outputs per workgroup, k-tiles of 16), reg8 (k-tiles of 8), or 32/64/128 for the earlier shared-memory tiles capped at that size",
         cost: "none",
         scope: Scope::Runtime,
     },

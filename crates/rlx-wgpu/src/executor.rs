@@ -3,7 +3,7 @@
 //! reading back only the outputs (every node's value when scanning or for
 //! [`WgpuExecutor::run_all`]).
 
-use crate::kernels::{self, Ty, MAX_RANK, TILE};
+use crate::kernels::{self, GemmB, Ty, MAX_RANK, TILE};
 use crate::testing::PlantedBug;
 use crate::{gpu, Gpu, WgpuError};
 use rlx_cpu::eval_op;
@@ -824,26 +824,53 @@ fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> 
     Ok(p)
 }
 
-/// The WGSL dispatches for one node, `Ok(None)` for a Reshape served by a buffer alias,
-/// `Err(reason)` when the node falls back to the CPU.
-/// The matmul/conv kernel for an `m` x `n` output (per batch or group) and its tile size:
-/// 64x64 when both are at least 64, else 32x32 (a large tile over a small product idles most
-/// threads). `RLX_WGPU_GEMM_TILE=128` allows the 128x128 tile of 8x8 per thread
-/// ([`kernels::tiled_128`]) where both are at least 128: on the H200 (Vulkan) it measured 1.6x
-/// to 3.9x slower than the 64x64 tile (ResNet-50 b32 497 vs 304 ms, BERT-base 788 vs 201 ms;
-/// bench/RESULTS-GPU.md), likely its 64 dynamically indexed accumulators spilling, so it is
-/// not the default. `32` caps the tile at 32x32.
-fn gemm_kernel(conv: bool, m: usize, n: usize, drop_last_k: bool) -> (usize, String) {
-    let cap = rlx_ir::env::get("RLX_WGPU_GEMM_TILE")
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(64);
-    let fits = |t: usize| m >= t && n >= t && cap >= t;
-    if fits(128) {
-        (128, kernels::tiled_128(conv, drop_last_k))
-    } else if fits(64) {
-        (64, kernels::tiled(conv, drop_last_k, true))
+/// The matmul/conv kernel for an `m` x `n` output (per batch item / group) and its output
+/// tile (rows, columns). By default the register-tiled kernel ([`kernels::reg_tiled`]): a
+/// 128x128 output tile (8x8 outputs per thread in registers, k-tiles of 16) where the output
+/// has at least 128 rows and columns and `batch` (batch items or images x groups) times its
+/// tiles number at least 256, else 64x128, 128x64 or 64x64; for outputs of at least 48 rows
+/// and columns. Smaller products keep the 32x32 shared-memory tile ([`kernels::tiled`]).
+/// `RLX_WGPU_GEMM_TILE` picks another kernel, to time one against another or rule one out:
+/// `reg8` (k-tiles of 8), or `32` / `64` / `128` for the earlier shared-memory tiles capped at
+/// that size (the 128x128 one with 64 dynamically indexed accumulators per thread measured
+/// 1.6x to 3.9x slower than the 64x64 one on the H200, bench/RESULTS-GPU.md).
+fn gemm_kernel(
+    b_kind: GemmB,
+    m: usize,
+    n: usize,
+    batch: usize,
+    drop_last_k: bool,
+) -> (usize, usize, String) {
+    let conv = b_kind != GemmB::MatMul;
+    let choice = rlx_ir::env::get("RLX_WGPU_GEMM_TILE").map(|v| v.trim().to_string());
+    let old_cap = choice.as_deref().and_then(|v| v.parse::<usize>().ok());
+    let bk = if choice.as_deref() == Some("reg8") { 8 } else { 16 };
+    if let Some(cap) = old_cap {
+        let fits = |t: usize| m >= t && n >= t && cap >= t;
+        return if fits(128) {
+            (128, 128, kernels::tiled_128(conv, drop_last_k))
+        } else if fits(64) {
+            (64, 64, kernels::tiled(conv, drop_last_k, true))
+        } else {
+            (TILE as usize, TILE as usize, kernels::tiled(conv, drop_last_k, false))
+        };
+    }
+    if m >= 48 && n >= 48 {
+        // The largest tile that still gives the GPU enough workgroups to fill it (a discrete
+        // GPU has on the order of 100 multiprocessors; the H200 132): 128x128 for large
+        // outputs, smaller tiles when the output (times the batch) has fewer tiles than that.
+        let tiles = |tm: usize, tn: usize| m.div_ceil(16 * tm) * n.div_ceil(16 * tn) * batch;
+        let fits = |tm: usize, tn: usize| (tm == 4 || m >= 128) && (tn == 4 || n >= 128);
+        let cands = [(8, 8), (4, 8), (8, 4), (4, 4)];
+        let (tm, tn) = cands
+            .into_iter()
+            .filter(|&(a, b)| fits(a, b))
+            .find(|&(a, b)| tiles(a, b) >= 256)
+            .unwrap_or((4, 4));
+        let src = kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk);
+        (16 * tm, 16 * tn, src)
     } else {
-        (TILE as usize, kernels::tiled(conv, drop_last_k, false))
+        (TILE as usize, TILE as usize, kernels::tiled(conv, drop_last_k, false))
     }
 }
 
@@ -1200,8 +1227,14 @@ fn build_spec(
                 s.resize(6, 0);
                 meta.extend(s);
             }
-            let (t, src) = gemm_kernel(false, m, n, bug == Some(PlantedBug::MatMulDropLastK));
-            let groups = [n.div_ceil(t) as u32, m.div_ceil(t) as u32, u(nb)?];
+            let (tr, tc, src) = gemm_kernel(
+                GemmB::MatMul,
+                m,
+                n,
+                nb,
+                bug == Some(PlantedBug::MatMulDropLastK),
+            );
+            let groups = [n.div_ceil(tc) as u32, m.div_ceil(tr) as u32, u(nb)?];
             if groups.iter().any(|&x| x > maxg) {
                 return Err("matmul exceeds the dispatch limits".into());
             }
@@ -1262,10 +1295,18 @@ fn build_spec(
             let mut inputs = vec![node.inputs[1], node.inputs[0]];
             inputs.push(*node.inputs.get(2).unwrap_or(&node.inputs[1]));
             if mg >= 16 {
-                let (t, src) = gemm_kernel(true, mg, p, false);
+                let pointwise = ksp.iter().all(|&k| k == 1)
+                    && a.strides.iter().all(|&s| s == 1)
+                    && a.pads.iter().all(|&(b, e)| b == 0 && e == 0);
+                let kind = if pointwise {
+                    GemmB::Conv1x1
+                } else {
+                    GemmB::Conv
+                };
+                let (tr, tc, src) = gemm_kernel(kind, mg, p, nimg * groups, false);
                 let groups3 = [
-                    p.div_ceil(t) as u32,
-                    mg.div_ceil(t) as u32,
+                    p.div_ceil(tc) as u32,
+                    mg.div_ceil(tr) as u32,
                     u(nimg * groups)?,
                 ];
                 if groups3.iter().any(|&x| x > maxg) {

@@ -700,6 +700,157 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     .replace("ch0_or_zero(wg)", if conv { "ch0" } else { "0u" })
 }
 
+/// How the register-tiled GEMM reads its B operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmB {
+    /// A matrix product: B is `[K, N]` row-major (batch offsets from the meta).
+    MatMul,
+    /// A 1x1 convolution with unit strides and no padding: B is the input's `[C, P]` planes.
+    Conv1x1,
+    /// Any other convolution: B is the im2col of the input, computed while loading.
+    Conv,
+}
+
+/// Register-tiled matmul / implicit-GEMM convolution (same meta and bindings as [`tiled`]):
+/// 16x16 threads, an output tile of `16*tm` rows by `16*tn` columns, each thread `tm` x `tn`
+/// outputs held in `vec4` registers (the code is generated unrolled, so every accumulator has
+/// a constant name the driver keeps in registers), k-tiles of `bk` staged in workgroup memory
+/// as `vec4`s along M and N (a thread's rows are `(i*16 + ty)*4 + 0..3`, its columns
+/// `(j*16 + tx)*4 + 0..3`: a warp's workgroup reads are consecutive), the next k-tile's global
+/// loads issued into registers before the current tile is multiplied. `tm`, `tn` in {4, 8};
+/// `bk` in {8, 16}. Products with fewer than 64 rows or columns keep [`tiled`].
+pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) -> String {
+    assert!(matches!(tm, 4 | 8) && matches!(tn, 4 | 8) && matches!(bk, 8 | 16));
+    let conv = b_kind != GemmB::MatMul;
+    let (head, setup, load_b, store, ntiles) = gemm_pieces(conv, drop_last_k);
+    let load_b = if b_kind == GemmB::Conv1x1 {
+        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 { return b[b_off + (ch0 + k) * m[1] + p]; }\n"
+    } else {
+        load_b
+    };
+    let (bm, bn) = (16 * tm, 16 * tn);
+    let (bm4, bn4) = (bm / 4, bn / 4);
+    let la = bm * bk / 256; // A elements each thread loads per k-tile
+    let lb = bn * bk / 256;
+    let mut s = String::new();
+    let w = |s: &mut String, l: String| {
+        s.push_str(&l);
+        s.push('\n');
+    };
+    w(&mut s, format!("{head}{PRELUDE}{load_b}"));
+    w(&mut s, format!("var<workgroup> As: array<vec4<f32>, {}>;", bk * bm4));
+    w(&mut s, format!("var<workgroup> Bs: array<vec4<f32>, {}>;", bk * bn4));
+    w(&mut s, "@compute @workgroup_size(16, 16, 1)".into());
+    w(&mut s, "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {".into());
+    w(&mut s, setup.into());
+    w(&mut s, format!("  let row0 = wg.y * {bm}u;"));
+    w(&mut s, format!("  let col0 = wg.x * {bn}u;"));
+    w(&mut s, "  let tx = lid.x; let ty = lid.y;".into());
+    w(&mut s, "  let tid = ty * 16u + tx;".into());
+    w(&mut s, format!("  let nt = (K + {}u) / {bk}u;", bk - 1));
+    w(&mut s, format!("  let ntiles = {ntiles};"));
+    let ch0 = if conv { "ch0" } else { "0u" };
+    // This thread's load positions (fixed over k-tiles except for k0).
+    for l in 0..la {
+        w(&mut s, format!("  let ar{l} = row0 + (tid + {}u) / {bk}u;", l * 256));
+        w(&mut s, format!("  let ak{l} = (tid + {}u) % {bk}u;", l * 256));
+        w(&mut s, format!("  var pa{l} = 0.0;"));
+    }
+    for l in 0..lb {
+        w(&mut s, format!("  let bk{l} = (tid + {}u) / {bn}u;", l * 256));
+        w(&mut s, format!("  let bc{l} = col0 + (tid + {}u) % {bn}u;", l * 256));
+        w(&mut s, format!("  var pb{l} = 0.0;"));
+    }
+    let mut fetch = String::new();
+    for l in 0..la {
+        fetch += &format!(
+            "    pa{l} = 0.0; if (ar{l} < M && k0 + ak{l} < K) {{ pa{l} = a[a_off + ar{l} * K + k0 + ak{l}]; }}\n"
+        );
+    }
+    for l in 0..lb {
+        fetch += &format!(
+            "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = load_b(b_off, {ch0}, k0 + bk{l}, bc{l}); }}\n"
+        );
+    }
+    for i in 0..tm {
+        for j in 0..tn / 4 {
+            w(&mut s, format!("  var c{i}_{j} = vec4<f32>(0.0);"));
+        }
+    }
+    w(&mut s, "  if (ntiles > 0u) {".into());
+    w(&mut s, "    let k0 = 0u;".into());
+    s.push_str(&fetch);
+    w(&mut s, "  }".into());
+    w(&mut s, "  for (var t = 0u; t < ntiles; t++) {".into());
+    for l in 0..la {
+        let e = format!("(tid + {}u)", l * 256);
+        w(
+            &mut s,
+            format!("    As[ak{l} * {bm4}u + ({e} / {bk}u) / 4u][({e} / {bk}u) % 4u] = pa{l};"),
+        );
+    }
+    for l in 0..lb {
+        w(
+            &mut s,
+            format!("    Bs[bk{l} * {bn4}u + ((tid + {}u) % {bn}u) / 4u][((tid + {}u) % {bn}u) % 4u] = pb{l};", l * 256, l * 256),
+        );
+    }
+    w(&mut s, "    workgroupBarrier();".into());
+    w(&mut s, "    if (t + 1u < ntiles) {".into());
+    w(&mut s, format!("      let k0 = (t + 1u) * {bk}u;"));
+    s.push_str(&fetch.replace("    pa", "      pa").replace("    pb", "      pb"));
+    w(&mut s, "    }".into());
+    for kk in 0..bk {
+        for ii in 0..tm / 4 {
+            w(
+                &mut s,
+                format!("    let a{kk}_{ii} = As[{}u + ty];", kk * bm4 + ii * 16),
+            );
+        }
+        for j in 0..tn / 4 {
+            w(
+                &mut s,
+                format!("    let b{kk}_{j} = Bs[{}u + tx];", kk * bn4 + j * 16),
+            );
+        }
+        for ii in 0..tm / 4 {
+            for (q, c) in ["x", "y", "z", "w"].iter().enumerate() {
+                let i = ii * 4 + q as u32;
+                for j in 0..tn / 4 {
+                    w(
+                        &mut s,
+                        format!("    c{i}_{j} = fma(vec4<f32>(a{kk}_{ii}.{c}), b{kk}_{j}, c{i}_{j});"),
+                    );
+                }
+            }
+        }
+    }
+    w(&mut s, "    workgroupBarrier();".into());
+    w(&mut s, "  }".into());
+    for i in 0..tm {
+        let (ii, q) = (i / 4, i % 4);
+        for j in 0..tn / 4 {
+            for (lane, c) in ["x", "y", "z", "w"].iter().enumerate() {
+                w(&mut s, "  {".into());
+                w(
+                    &mut s,
+                    format!("    let r = row0 + ({}u + ty) * 4u + {q}u;", ii * 16),
+                );
+                w(
+                    &mut s,
+                    format!("    let col = col0 + ({}u + tx) * 4u + {lane}u;", j * 16),
+                );
+                w(&mut s, "    if (r < M && col < N) {".into());
+                w(&mut s, store.replace("ACC", &format!("c{i}_{j}.{c}")));
+                w(&mut s, "    }".into());
+                w(&mut s, "  }".into());
+            }
+        }
+    }
+    w(&mut s, "}".into());
+    s.replace("ch0_or_zero(wg)", ch0)
+}
+
 /// The parts [`tiled`] and [`tiled_128`] share: bindings, the batch/group offsets, B's
 /// loader (plain or im2col), the store (with `ACC` for the accumulator) and the k-tile count
 /// (one short with the planted bug).
