@@ -82,6 +82,18 @@ pub struct WgpuExecutor {
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
     bug: Option<PlantedBug>,
+    /// Device timing of runs (timestamp queries around each compute pass), when on.
+    timing: Option<Timing>,
+    last_device_ms: std::sync::Mutex<Option<f64>>,
+}
+
+/// Timestamp queries written at the start and end of each compute pass of a run (at most
+/// `passes` passes are timed; a run with CPU fallbacks has one pass per GPU stretch).
+struct Timing {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+    passes: u32,
 }
 
 fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> WgpuError {
@@ -319,6 +331,8 @@ impl WgpuExecutor {
             index_checks,
             bug,
             graph,
+            timing: None,
+            last_device_ms: std::sync::Mutex::new(None),
         };
         // Constants are uploaded once.
         for node in &ex.graph.nodes {
@@ -544,6 +558,7 @@ impl WgpuExecutor {
         // One compute pass for each run of consecutive GPU nodes (wgpu orders the dispatches
         // of a pass by their buffer use); it ends where the host needs a value.
         let mut pass: Option<wgpu::ComputePass<'static>> = None;
+        let mut passes = 0u32;
         for node in &g.nodes {
             let id = node.id;
             let k = id.index();
@@ -572,6 +587,14 @@ impl WgpuExecutor {
                 Step::Alias => {}
                 Step::Gpu(ds) => {
                     let pass = pass.get_or_insert_with(|| {
+                        let stamps = self.timing.as_ref().and_then(|t| {
+                            (passes < t.passes).then(|| wgpu::ComputePassTimestampWrites {
+                                query_set: &t.set,
+                                beginning_of_pass_write_index: Some(2 * passes),
+                                end_of_pass_write_index: Some(2 * passes + 1),
+                            })
+                        });
+                        passes += 1;
                         enc.get_or_insert_with(|| {
                             self.gpu.device.create_command_encoder(
                                 &wgpu::CommandEncoderDescriptor { label: None },
@@ -579,7 +602,7 @@ impl WgpuExecutor {
                         })
                         .begin_compute_pass(&wgpu::ComputePassDescriptor {
                             label: None,
-                            timestamp_writes: None,
+                            timestamp_writes: stamps,
                         })
                         .forget_lifetime()
                     });
@@ -637,6 +660,10 @@ impl WgpuExecutor {
         if let Some(e) = enc.take() {
             self.gpu.queue.submit([e.finish()]);
         }
+        if let Some(t) = &self.timing {
+            let ms = self.read_timestamps(t, passes.min(t.passes))?;
+            *self.last_device_ms.lock().expect("not poisoned") = Some(ms);
+        }
         let errs = crate::uncaptured_error_count() - errors_before;
         if errs > 0 {
             return Err(WgpuError::Gpu(format!(
@@ -651,6 +678,88 @@ impl WgpuExecutor {
             }
         }
         Ok(out)
+    }
+
+    /// Measure the device time of the following runs with timestamp queries around each
+    /// compute pass (inputs are uploaded before the first pass and outputs copied out after
+    /// the last, so neither is counted). Returns false when the device has no
+    /// `TIMESTAMP_QUERY` (then nothing is measured).
+    pub fn set_device_timing(&mut self, on: bool) -> bool {
+        *self.last_device_ms.lock().expect("not poisoned") = None;
+        if !on {
+            self.timing = None;
+            return true;
+        }
+        if !self.gpu.timestamps {
+            return false;
+        }
+        if self.timing.is_none() {
+            let passes = 64u32;
+            let dev = &self.gpu.device;
+            let bytes = 16 * passes as u64;
+            self.timing = Some(Timing {
+                set: dev.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("rlx-wgpu timing"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: 2 * passes,
+                }),
+                resolve: dev.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: bytes,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                read: dev.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: bytes,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                passes,
+            });
+        }
+        true
+    }
+
+    /// The last run's device time in milliseconds (the sum of its timed compute passes),
+    /// when [`WgpuExecutor::set_device_timing`] is on.
+    pub fn last_device_ms(&self) -> Option<f64> {
+        *self.last_device_ms.lock().expect("not poisoned")
+    }
+
+    /// Resolve the first `n` passes' timestamps, read them back and sum end - start.
+    fn read_timestamps(&self, t: &Timing, n: u32) -> Result<f64, WgpuError> {
+        if n == 0 {
+            return Ok(0.0);
+        }
+        let dev = &self.gpu.device;
+        let mut e = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        e.resolve_query_set(&t.set, 0..2 * n, &t.resolve, 0);
+        e.copy_buffer_to_buffer(&t.resolve, 0, &t.read, 0, 16 * n as u64);
+        self.gpu.queue.submit([e.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        t.read.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| WgpuError::Gpu(format!("poll: {e}")))?;
+        rx.recv()
+            .map_err(|e| WgpuError::Gpu(format!("timestamps: {e}")))?
+            .map_err(|e| WgpuError::Gpu(format!("timestamps: {e}")))?;
+        let ticks: Vec<u64> = {
+            let view = t
+                .read
+                .get_mapped_range(..)
+                .map_err(|e| WgpuError::Gpu(format!("timestamps: {e}")))?;
+            bytemuck::cast_slice::<u8, u64>(&view)[..2 * n as usize].to_vec()
+        };
+        t.read.unmap();
+        let period = self.gpu.queue.get_timestamp_period() as f64;
+        let ns: f64 = ticks
+            .chunks(2)
+            .map(|p| p[1].saturating_sub(p[0]) as f64 * period)
+            .sum();
+        Ok(ns / 1e6)
     }
 
     /// Submit pending work plus copies of `ids`' buffers into staging buffers, wait, decode.
@@ -844,7 +953,11 @@ fn gemm_kernel(
     let conv = b_kind != GemmB::MatMul;
     let choice = rlx_ir::env::get("RLX_WGPU_GEMM_TILE").map(|v| v.trim().to_string());
     let old_cap = choice.as_deref().and_then(|v| v.parse::<usize>().ok());
-    let bk = if choice.as_deref() == Some("reg8") { 8 } else { 16 };
+    let bk = if choice.as_deref() == Some("reg8") {
+        8
+    } else {
+        16
+    };
     if let Some(cap) = old_cap {
         let fits = |t: usize| m >= t && n >= t && cap >= t;
         return if fits(128) {
@@ -852,7 +965,11 @@ fn gemm_kernel(
         } else if fits(64) {
             (64, 64, kernels::tiled(conv, drop_last_k, true))
         } else {
-            (TILE as usize, TILE as usize, kernels::tiled(conv, drop_last_k, false))
+            (
+                TILE as usize,
+                TILE as usize,
+                kernels::tiled(conv, drop_last_k, false),
+            )
         };
     }
     if m >= 48 && n >= 48 {
@@ -870,7 +987,11 @@ fn gemm_kernel(
         let src = kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk);
         (16 * tm, 16 * tn, src)
     } else {
-        (TILE as usize, TILE as usize, kernels::tiled(conv, drop_last_k, false))
+        (
+            TILE as usize,
+            TILE as usize,
+            kernels::tiled(conv, drop_last_k, false),
+        )
     }
 }
 

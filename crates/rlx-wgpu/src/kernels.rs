@@ -738,8 +738,14 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
         s.push('\n');
     };
     w(&mut s, format!("{head}{PRELUDE}{load_b}"));
-    w(&mut s, format!("var<workgroup> As: array<vec4<f32>, {}>;", bk * bm4));
-    w(&mut s, format!("var<workgroup> Bs: array<vec4<f32>, {}>;", bk * bn4));
+    w(
+        &mut s,
+        format!("var<workgroup> As: array<vec4<f32>, {}>;", bk * bm4),
+    );
+    w(
+        &mut s,
+        format!("var<workgroup> Bs: array<vec4<f32>, {}>;", bk * bn4),
+    );
     w(&mut s, "@compute @workgroup_size(16, 16, 1)".into());
     w(&mut s, "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {".into());
     w(&mut s, setup.into());
@@ -752,13 +758,25 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     let ch0 = if conv { "ch0" } else { "0u" };
     // This thread's load positions (fixed over k-tiles except for k0).
     for l in 0..la {
-        w(&mut s, format!("  let ar{l} = row0 + (tid + {}u) / {bk}u;", l * 256));
-        w(&mut s, format!("  let ak{l} = (tid + {}u) % {bk}u;", l * 256));
+        w(
+            &mut s,
+            format!("  let ar{l} = row0 + (tid + {}u) / {bk}u;", l * 256),
+        );
+        w(
+            &mut s,
+            format!("  let ak{l} = (tid + {}u) % {bk}u;", l * 256),
+        );
         w(&mut s, format!("  var pa{l} = 0.0;"));
     }
     for l in 0..lb {
-        w(&mut s, format!("  let bk{l} = (tid + {}u) / {bn}u;", l * 256));
-        w(&mut s, format!("  let bc{l} = col0 + (tid + {}u) % {bn}u;", l * 256));
+        w(
+            &mut s,
+            format!("  let bk{l} = (tid + {}u) / {bn}u;", l * 256),
+        );
+        w(
+            &mut s,
+            format!("  let bc{l} = col0 + (tid + {}u) % {bn}u;", l * 256),
+        );
         w(&mut s, format!("  var pb{l} = 0.0;"));
     }
     let mut fetch = String::new();
@@ -798,7 +816,11 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     w(&mut s, "    workgroupBarrier();".into());
     w(&mut s, "    if (t + 1u < ntiles) {".into());
     w(&mut s, format!("      let k0 = (t + 1u) * {bk}u;"));
-    s.push_str(&fetch.replace("    pa", "      pa").replace("    pb", "      pb"));
+    s.push_str(
+        &fetch
+            .replace("    pa", "      pa")
+            .replace("    pb", "      pb"),
+    );
     w(&mut s, "    }".into());
     for kk in 0..bk {
         for ii in 0..tm / 4 {
@@ -819,7 +841,9 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
                 for j in 0..tn / 4 {
                     w(
                         &mut s,
-                        format!("    c{i}_{j} = fma(vec4<f32>(a{kk}_{ii}.{c}), b{kk}_{j}, c{i}_{j});"),
+                        format!(
+                            "    c{i}_{j} = fma(vec4<f32>(a{kk}_{ii}.{c}), b{kk}_{j}, c{i}_{j});"
+                        ),
                     );
                 }
             }

@@ -61,6 +61,8 @@ pub(crate) struct Gpu {
     pub info: AdapterInfo,
     pub limits: wgpu::Limits,
     pub pipelines: Mutex<std::collections::HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// The device was granted `TIMESTAMP_QUERY` (device timing of runs, `rlx bench`).
+    pub timestamps: bool,
 }
 
 static UNCAPTURED: AtomicUsize = AtomicUsize::new(0);
@@ -133,9 +135,15 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, WgpuError> {
         let inst = instance();
         let adapter = request_adapter(&inst)?;
         let limits = adapter.limits();
+        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let desc = wgpu::DeviceDescriptor {
             label: Some("rlx-wgpu"),
             required_limits: limits.clone(),
+            required_features: if timestamps {
+                wgpu::Features::TIMESTAMP_QUERY
+            } else {
+                wgpu::Features::empty()
+            },
             ..Default::default()
         };
         let (device, queue) =
@@ -150,6 +158,7 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, WgpuError> {
             info: adapter.get_info(),
             limits,
             pipelines: Mutex::new(Default::default()),
+            timestamps,
         }))
     })
     .clone()

@@ -98,6 +98,14 @@ mod real {
                 .collect()
         }
 
+        fn set_device_timing(&mut self, on: bool) -> bool {
+            WgpuExecutor::set_device_timing(self, on)
+        }
+
+        fn last_device_ms(&self) -> Option<f64> {
+            WgpuExecutor::last_device_ms(self)
+        }
+
         fn dtypes(&self) -> &'static [DType] {
             &[
                 DType::F32,
