@@ -778,6 +778,31 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
             format!("  let bc{l} = col0 + (tid + {}u) % {bn}u;", l * 256),
         );
         w(&mut s, format!("  var pb{l} = 0.0;"));
+        if b_kind == GemmB::Conv {
+            // The output position of this column, fixed over k-tiles: the first input
+            // position its window reads per spatial axis (may be negative: padding).
+            w(
+                &mut s,
+                format!("  let o2_{l} = bc{l} % m[16]; let pr{l} = bc{l} / m[16];"),
+            );
+            w(
+                &mut s,
+                format!("  let o1_{l} = pr{l} % m[15]; let o0_{l} = pr{l} / m[15];"),
+            );
+            for (ax, o) in ["o0", "o1", "o2"].iter().enumerate() {
+                w(
+                    &mut s,
+                    format!(
+                        "  let ib{ax}_{l} = i32({o}_{l} * m[{}]) - i32(m[{}]);",
+                        21 + ax,
+                        27 + ax
+                    ),
+                );
+            }
+        }
+    }
+    if b_kind == GemmB::Conv {
+        w(&mut s, "  let k2 = m[18] * m[19] * m[20];".into());
     }
     let mut fetch = String::new();
     for l in 0..la {
@@ -786,9 +811,24 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
         );
     }
     for l in 0..lb {
-        fetch += &format!(
-            "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = load_b(b_off, {ch0}, k0 + bk{l}, bc{l}); }}\n"
-        );
+        if b_kind == GemmB::Conv {
+            // im2col with the column's window origin hoisted out of the k loop:
+            // k -> (channel, t0, t1, t2).
+            fetch += &format!(
+                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{
+      let kq = k0 + bk{l}; let c = ch0 + kq / k2; var kr = kq % k2;
+      let t2 = kr % m[20]; kr = kr / m[20]; let t1 = kr % m[19]; let t0 = kr / m[19];
+      let i0 = ib0_{l} + i32(t0 * m[24]); let i1 = ib1_{l} + i32(t1 * m[25]); let i2 = ib2_{l} + i32(t2 * m[26]);
+      if (i0 >= 0 && i1 >= 0 && i2 >= 0 && i0 < i32(m[8]) && i1 < i32(m[9]) && i2 < i32(m[10])) {{
+        pb{l} = b[b_off + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
+      }}
+    }}\n"
+            );
+        } else {
+            fetch += &format!(
+                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = load_b(b_off, {ch0}, k0 + bk{l}, bc{l}); }}\n"
+            );
+        }
     }
     for i in 0..tm {
         for j in 0..tn / 4 {
