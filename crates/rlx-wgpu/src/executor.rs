@@ -85,6 +85,31 @@ pub struct WgpuExecutor {
     /// Device timing of runs (timestamp queries around each compute pass), when on.
     timing: Option<Timing>,
     last_device_ms: std::sync::Mutex<Option<f64>>,
+    /// Per-node profiling (timestamps before and after each GPU node's dispatches), when on.
+    prof: Option<Prof>,
+    /// Per-node times summed since profiling was turned on.
+    prof_times: Option<rlx_cpu::NodeTimes>,
+    /// The last run's (node index, ns), moved into `prof_times` by `run`.
+    prof_last: std::sync::Mutex<Vec<(usize, u64)>>,
+}
+
+/// Query sets for per-node profiling: two timestamps per GPU node, in sets of
+/// [`QUERIES_PER_SET`].
+struct Prof {
+    sets: Vec<wgpu::QuerySet>,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+}
+
+/// Queries per profiling query set (wgpu's limit per set is 4096).
+const QUERIES_PER_SET: u32 = 4096;
+
+impl Prof {
+    /// Write timestamp query `q` (across the sets) into `pass`.
+    fn stamp(&self, pass: &mut wgpu::ComputePass<'static>, q: u32) {
+        let set = &self.sets[(q / QUERIES_PER_SET) as usize];
+        pass.write_timestamp(set, q % QUERIES_PER_SET);
+    }
 }
 
 /// Timestamp queries written at the start and end of each compute pass of a run (at most
@@ -333,6 +358,9 @@ impl WgpuExecutor {
             graph,
             timing: None,
             last_device_ms: std::sync::Mutex::new(None),
+            prof: None,
+            prof_times: None,
+            prof_last: std::sync::Mutex::new(vec![]),
         };
         // Constants are uploaded once.
         for node in &ex.graph.nodes {
@@ -511,6 +539,7 @@ impl WgpuExecutor {
         let scanner = scanner.filter(|s| s.is_on());
         if let Some(sc) = scanner {
             let all = self.execute(inputs, true)?;
+            self.take_node_times();
             let g = &self.graph;
             sc.begin_run(g);
             for node in &g.nodes {
@@ -526,6 +555,7 @@ impl WgpuExecutor {
                 .collect());
         }
         let all = self.execute(inputs, false)?;
+        self.take_node_times();
         Ok(self
             .graph
             .outputs
@@ -540,7 +570,9 @@ impl WgpuExecutor {
         &mut self,
         inputs: &[I],
     ) -> Result<Vec<Option<Tensor>>, WgpuError> {
-        self.execute(inputs, true)
+        let all = self.execute(inputs, true)?;
+        self.take_node_times();
+        Ok(all)
     }
 
     fn execute<I: Borrow<Tensor>>(
@@ -559,6 +591,8 @@ impl WgpuExecutor {
         // of a pass by their buffer use); it ends where the host needs a value.
         let mut pass: Option<wgpu::ComputePass<'static>> = None;
         let mut passes = 0u32;
+        // GPU nodes given profiling timestamps, in order (queries 2i and 2i + 1).
+        let mut stamped: Vec<usize> = vec![];
         for node in &g.nodes {
             let id = node.id;
             let k = id.index();
@@ -606,10 +640,19 @@ impl WgpuExecutor {
                         })
                         .forget_lifetime()
                     });
+                    let q = self.prof.as_ref().map(|p| {
+                        let q = 2 * stamped.len() as u32;
+                        p.stamp(pass, q);
+                        q
+                    });
                     for d in ds {
                         pass.set_pipeline(&d.pipeline);
                         pass.set_bind_group(0, &d.bind, &[]);
                         pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    }
+                    if let (Some(p), Some(q)) = (&self.prof, q) {
+                        p.stamp(pass, q + 1);
+                        stamped.push(k);
                     }
                 }
                 Step::Cpu(_) => {
@@ -663,6 +706,10 @@ impl WgpuExecutor {
         if let Some(t) = &self.timing {
             let ms = self.read_timestamps(t, passes.min(t.passes))?;
             *self.last_device_ms.lock().expect("not poisoned") = Some(ms);
+        }
+        if let Some(p) = &self.prof {
+            let ns = self.read_node_times(p, &stamped)?;
+            *self.prof_last.lock().expect("not poisoned") = ns;
         }
         let errs = crate::uncaptured_error_count() - errors_before;
         if errs > 0 {
@@ -719,6 +766,124 @@ impl WgpuExecutor {
             });
         }
         true
+    }
+
+    /// Time every GPU node of the following runs (`true`: timestamps written inside the
+    /// compute pass before and after each node's dispatches) or stop (`false`). Nodes that
+    /// run on the CPU get no time. Errors ([`WgpuError::Gpu`]) when the device lacks
+    /// `TIMESTAMP_QUERY_INSIDE_PASSES`.
+    pub fn set_profiling(&mut self, on: bool) -> Result<(), WgpuError> {
+        if !on {
+            self.prof = None;
+            self.prof_times = None;
+            return Ok(());
+        }
+        if !self.gpu.pass_timestamps {
+            return Err(WgpuError::Gpu(format!(
+                "{}: this wgpu device has no timestamp queries inside compute passes (TIMESTAMP_QUERY_INSIDE_PASSES), so it cannot time nodes",
+                self.gpu.info.name
+            )));
+        }
+        let gpu_nodes = self
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::Gpu(_)))
+            .count() as u32;
+        let queries = (2 * gpu_nodes).max(2);
+        let dev = &self.gpu.device;
+        let sets = (0..queries.div_ceil(QUERIES_PER_SET))
+            .map(|i| {
+                dev.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("rlx-wgpu profile"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: (queries - i * QUERIES_PER_SET).min(QUERIES_PER_SET),
+                })
+            })
+            .collect();
+        let bytes = 8 * queries as u64;
+        self.prof = Some(Prof {
+            sets,
+            resolve: dev.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            read: dev.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        });
+        self.prof_times = Some(rlx_cpu::NodeTimes {
+            runs: 0,
+            ns: vec![0; self.graph.len()],
+        });
+        Ok(())
+    }
+
+    /// Per-node times summed over the runs since profiling was turned on (`None` when off).
+    pub fn profile(&self) -> Option<&rlx_cpu::NodeTimes> {
+        self.prof_times.as_ref()
+    }
+
+    /// Add the last run's node times to the profile.
+    fn take_node_times(&mut self) {
+        let last = std::mem::take(&mut *self.prof_last.lock().expect("not poisoned"));
+        if let Some(t) = &mut self.prof_times {
+            t.runs += 1;
+            for (k, ns) in last {
+                t.ns[k] += ns;
+            }
+        }
+    }
+
+    /// Resolve the profiling timestamps of `stamped` (GPU nodes in run order) and return each
+    /// node's (index, ns).
+    fn read_node_times(&self, p: &Prof, stamped: &[usize]) -> Result<Vec<(usize, u64)>, WgpuError> {
+        let queries = 2 * stamped.len() as u32;
+        if queries == 0 {
+            return Ok(vec![]);
+        }
+        let dev = &self.gpu.device;
+        let mut e = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        for (i, set) in p.sets.iter().enumerate() {
+            let first = i as u32 * QUERIES_PER_SET;
+            if first >= queries {
+                break;
+            }
+            let n = (queries - first).min(QUERIES_PER_SET);
+            e.resolve_query_set(set, 0..n, &p.resolve, 8 * first as u64);
+        }
+        e.copy_buffer_to_buffer(&p.resolve, 0, &p.read, 0, 8 * queries as u64);
+        self.gpu.queue.submit([e.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.read.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| WgpuError::Gpu(format!("poll: {e}")))?;
+        rx.recv()
+            .map_err(|e| WgpuError::Gpu(format!("profile: {e}")))?
+            .map_err(|e| WgpuError::Gpu(format!("profile: {e}")))?;
+        let ticks: Vec<u64> = {
+            let view = p
+                .read
+                .get_mapped_range(..)
+                .map_err(|e| WgpuError::Gpu(format!("profile: {e}")))?;
+            bytemuck::cast_slice::<u8, u64>(&view)[..queries as usize].to_vec()
+        };
+        p.read.unmap();
+        let period = self.gpu.queue.get_timestamp_period() as f64;
+        Ok(stamped
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| {
+                let d = ticks[2 * i + 1].saturating_sub(ticks[2 * i]);
+                (k, (d as f64 * period) as u64)
+            })
+            .collect())
     }
 
     /// The last run's device time in milliseconds (the sum of its timed compute passes),

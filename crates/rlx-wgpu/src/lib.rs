@@ -63,6 +63,8 @@ pub(crate) struct Gpu {
     pub pipelines: Mutex<std::collections::HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// The device was granted `TIMESTAMP_QUERY` (device timing of runs, `rlx bench`).
     pub timestamps: bool,
+    /// The device was granted `TIMESTAMP_QUERY_INSIDE_PASSES` (per-node profiling).
+    pub pass_timestamps: bool,
 }
 
 static UNCAPTURED: AtomicUsize = AtomicUsize::new(0);
@@ -136,14 +138,21 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, WgpuError> {
         let adapter = request_adapter(&inst)?;
         let limits = adapter.limits();
         let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let pass_timestamps = timestamps
+            && adapter
+                .features()
+                .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+        let mut features = wgpu::Features::empty();
+        if timestamps {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+        if pass_timestamps {
+            features |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("rlx-wgpu"),
             required_limits: limits.clone(),
-            required_features: if timestamps {
-                wgpu::Features::TIMESTAMP_QUERY
-            } else {
-                wgpu::Features::empty()
-            },
+            required_features: features,
             ..Default::default()
         };
         let (device, queue) =
@@ -159,6 +168,7 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, WgpuError> {
             limits,
             pipelines: Mutex::new(Default::default()),
             timestamps,
+            pass_timestamps,
         }))
     })
     .clone()

@@ -34,3 +34,56 @@ fn matmul_add_relu_reduce() {
         assert_close(&format!("out {k}"), &got[k], &want[k], 1e-4);
     }
 }
+
+/// Device timing and per-node profiling (timestamp queries): a run's device time is positive
+/// and no larger than its wall time; the profile counts the runs and gives every GPU node a
+/// time, the leaves none; results are unchanged while timing.
+#[test]
+fn device_timing_and_profile() {
+    if !gpu_available() {
+        return;
+    }
+    let mut g = Graph::new("t");
+    let x = g.input("x", Shape::new(&[64, 96], DType::F32));
+    let w = g.input("w", Shape::new(&[96, 80], DType::F32));
+    let y = g.matmul(x, w, Shape::new(&[64, 80], DType::F32));
+    let r = g.activation(
+        rlx_ir::Activation::Relu,
+        y,
+        Shape::new(&[64, 80], DType::F32),
+    );
+    g.set_outputs(vec![r]);
+    let feeds = [rand_tensor(&[64, 96], 1), rand_tensor(&[96, 80], 2)];
+    let (want, _) = both(&g, &feeds);
+    let mut ex = rlx_wgpu::WgpuExecutor::new(g.clone()).unwrap();
+    if !ex.set_device_timing(true) {
+        eprintln!("no TIMESTAMP_QUERY on this adapter: device timing not tested");
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let got = ex.run(&feeds, None).unwrap();
+    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+    assert_close("timed run", &got[0], &want[0], 1e-4);
+    let dev = ex.last_device_ms().expect("device time recorded");
+    assert!(
+        dev > 0.0 && dev <= wall_ms,
+        "device {dev} ms, wall {wall_ms} ms"
+    );
+    ex.set_device_timing(false);
+    assert_eq!(ex.last_device_ms(), None);
+    if ex.set_profiling(true).is_err() {
+        eprintln!("no TIMESTAMP_QUERY_INSIDE_PASSES: profiling not tested");
+        return;
+    }
+    for _ in 0..2 {
+        let got = ex.run(&feeds, None).unwrap();
+        assert_close("profiled run", &got[0], &want[0], 1e-4);
+    }
+    let p = ex.profile().expect("profiling is on");
+    assert_eq!(p.runs, 2);
+    assert_eq!(p.ns[x.index()], 0, "inputs are not timed");
+    assert!(p.ns[y.index()] > 0, "the matmul has a time");
+    ex.set_profiling(false).unwrap();
+    assert!(ex.profile().is_none());
+    assert_no_uncaptured();
+}

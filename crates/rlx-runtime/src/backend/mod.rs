@@ -133,7 +133,7 @@ pub trait Backend: Send {
     fn set_profiling(&mut self, on: bool) -> Result<(), RuntimeError> {
         let _ = on;
         Err(RuntimeError::Backend(format!(
-            "{}: per-node profiling runs on the CPU and CUDA backends (--device cpu or cuda)",
+            "{}: per-node profiling runs on the CPU, CUDA and wgpu backends",
             self.device()
         )))
     }

@@ -102,6 +102,14 @@ mod real {
             WgpuExecutor::set_device_timing(self, on)
         }
 
+        fn set_profiling(&mut self, on: bool) -> Result<(), RuntimeError> {
+            WgpuExecutor::set_profiling(self, on).map_err(err)
+        }
+
+        fn profile(&self) -> Option<&rlx_cpu::NodeTimes> {
+            WgpuExecutor::profile(self)
+        }
+
         fn last_device_ms(&self) -> Option<f64> {
             WgpuExecutor::last_device_ms(self)
         }
