@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A wgpu session on the device machine (issue 30 item 5), one call: rlx-wgpu's test binaries
+# on the GPU's Vulkan driver (gzipped in .devbin/wgpu_tests/, run with RLX_REQUIRE_GPU=1), then
+# ResNet-50 batch 32, BERT-base 8 x 128 and the Qwen3-0.6B-sized prefill 512 on wgpu with each
+# matmul/conv kernel (RLX_WGPU_GEMM_TILE unset = register-tiled, reg8, 64 = the earlier
+# shared-memory tile), a per-node profile (`rlx bench --profile`, timestamp queries), and
+# `rlx diverge --backends wgpu` on BERT-base. PyTorch eager's times come from
+# bench/gpu_models.py in the same call. Writes $OUT/wgpu_session.txt.
+#
+# Usage (device machine, repo root; a stripped release rlx in .devbin/, Debian's libvulkan1 and
+# GL debs in .gl/, see bench/README.md): bench/wgpu_session.sh [models, default all three]
+set -u
+OUT=${OUT:-bench/out}; mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done
+ldconfig 2>/dev/null
+export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+R=${RLX_BIN:-.devbin/rlx}
+DIR=${GPU_BENCH_DIR:-/tmp/rlx-gpu-bench}
+MODELS=${1:-resnet50,bert_base,qwen3_0_6b}
+{
+  echo "== $($R --version 2>&1)"
+  for t in .devbin/wgpu_tests/*.gz; do
+    [ -e "$t" ] || continue
+    b=/tmp/$(basename "$t" .gz); gunzip -c "$t" > "$b"; chmod +x "$b"
+    printf '%s: ' "$(basename "$b")"
+    (cd crates/rlx-wgpu && RLX_REQUIRE_GPU=1 timeout 300 "$b" --test-threads 1 2>&1) > "$OUT/test_$(basename "$b").log"
+    grep -E "^test result|FAILED|panicked" "$OUT/test_$(basename "$b").log" | tr '\n' ' '; echo
+  done
+  python3 bench/gpu_models.py "$DIR" --models "$MODELS" --runs 10 2>&1 | tail -4
+  for m in ${MODELS//,/ }; do
+    for v in "" reg8 64; do
+      printf '%s %s: ' "$m" "${v:-reg}"
+      RLX_WGPU_GEMM_TILE=$v RLX_DISPATCH_REPORT=1 timeout 300 $R bench "$DIR/$m" --device wgpu --warmup 2 --runs 5 > "$OUT/w_${m}_${v:-reg}.log" 2>&1
+      echo "$(grep -E '^median:|^device median:|nodes on wgpu' "$OUT/w_${m}_${v:-reg}.log" | cut -c1-120 | tr '\n' ' ')"
+    done
+    timeout 300 $R bench "$DIR/$m" --device wgpu --warmup 1 --runs 2 --profile --profile-top 14 2>&1 | grep -vE "^(runs|min|mean|real):"
+  done
+  case ",$MODELS," in *,bert_base,*)
+    echo "== rlx diverge --backends wgpu bert_base"
+    timeout 300 $R diverge --backends wgpu "$DIR/bert_base" 2>&1 | tail -8 ;;
+  esac
+  cat "$DIR/torch.json"; echo
+} 2>&1 | tee "$OUT/wgpu_session.txt"
