@@ -29,7 +29,7 @@
 //!   into range);
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
-use crate::kernels::winograd::WinogradWeights;
+use crate::kernels::conv::WinogradWeights;
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
 
 /// One fused Conv group.
