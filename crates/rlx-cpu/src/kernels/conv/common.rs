@@ -7,6 +7,7 @@ use crate::kernels::wide::map_inplace;
 use crate::kernels::{invalid, Elem, KResult};
 use rlx_ir::ConvAttrs;
 use std::cell::RefCell;
+use std::sync::atomic::AtomicU32;
 
 pub(super) struct Geo {
     pub(super) n: usize,
@@ -169,11 +170,12 @@ pub(super) fn split_columns<T: Copy>(row: &[T], s: usize, out: &mut [T]) {
 /// `maxps`/`minps` operand rules that keeps a NaN `v` and a `v` equal to a bound, so it is
 /// ONNX Relu for `(0, +inf)` (`if v < 0 {0} else {v}`: -0 stays -0, a NaN keeps its bits),
 /// Clip for `(lo, hi)` with `nan_out` (RLX's Max/Min give the canonical `f32::NAN` for a
-/// NaN operand), and the identity for `(-inf, +inf)` ([`Clamp::NONE`]).
+/// NaN operand), and the identity for `(-inf, +inf)` ([`Clamp::NONE`]). The im2col path
+/// applies the same map to any element type `T` in its bias pass ([`bias_clamp`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Clamp {
-    pub lo: f32,
-    pub hi: f32,
+pub(crate) struct Clamp<T = f32> {
+    pub lo: T,
+    pub hi: T,
     /// A NaN `v` becomes `f32::NAN` (else it is kept as it is).
     pub nan_out: bool,
     /// The kernel also takes the largest |v| bits before the clamp (for the NaN scan; set
@@ -218,10 +220,10 @@ pub(super) const POST_MIN_RUN: usize = 1024;
 pub(crate) fn no_post(_: &mut [f32]) {}
 
 /// The largest |bias| with which a [`Residual::Into`] accumulates onto `r` before the
-/// bias (see [`conv_post`]).
+/// bias (see [`super::conv_post`]).
 pub(super) const BIAS_BEFORE_RESIDUAL: f32 = 18446744073709551616.0; // 2^64
 
-/// A fused conv's residual operand `r` ([`conv_post`]). Values differ from the unfused
+/// A fused conv's residual operand `r` ([`super::conv_post`]). Values differ from the unfused
 /// `Add(conv, r)` by rounding only, in the order of the sums.
 pub(crate) enum Residual<'a, T = f32> {
     /// Read: `(conv + bias) + r`, added in the pass that adds the bias, as the unfused ops
@@ -261,8 +263,8 @@ pub(super) fn add_bias_residual<T: Copy + std::ops::Add<Output = T>>(
     }
 }
 
-/// One output row's bias `b` and activation `clamp` (`(lo, hi, nan_out)` of a [`Clamp`]),
-/// in one pass: `maxps(lo, ·)` then `minps(hi, ·)` as scalar expressions, a NaN kept or,
+/// One output row's bias `b` and activation `clamp` (its `lo`, `hi`, `nan_out`; `track` is
+/// not read), in one pass: `maxps(lo, ·)` then `minps(hi, ·)` as scalar expressions, a NaN kept or,
 /// with `nan_out`, made the canonical NaN. Each case is its own loop of selects with no
 /// branch out of it, so each vectorizes.
 ///
@@ -272,10 +274,13 @@ pub(super) fn add_bias_residual<T: Copy + std::ops::Add<Output = T>>(
 pub(super) fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
     seg: &mut [T],
     b: Option<T>,
-    clamp: Option<(T, T, bool)>,
+    clamp: Option<Clamp<T>>,
     track: bool,
 ) -> u32 {
-    let Some((lo, hi, nan_out)) = clamp else {
+    let Some(Clamp {
+        lo, hi, nan_out, ..
+    }) = clamp
+    else {
         if let Some(b) = b {
             map_inplace(seg, |v| v + b);
         }
@@ -387,9 +392,71 @@ impl<T> SendPtr<T> {
     }
 }
 
-/// A fused group's activation as a conv kernel takes it: a clamp applied in registers, or
-/// (None) a [`Post`] pass over each output run.
-pub(crate) type Act<'a> = (Option<Clamp>, Post<'a>);
+/// A fused group's activation as a conv takes it ([`super::conv_post`], [`super::pw_dw`]):
+/// a clamp the kernels apply themselves, or (None) the [`Post`] pass `post` over each
+/// output run. `clamp`, when given, must be the same map as `post` (the Winograd path
+/// calls `post`). `seen` is for the NaN scan of a fused group, which needs each value
+/// before the activation: the kernels that apply `clamp` fold the largest |y| bits before
+/// it (as [`crate::kernels::wide::max_abs_bits`] gives them) into `seen` in the same pass;
+/// the others call `post`, which must then take that figure itself.
+#[derive(Clone, Copy)]
+pub(crate) struct Act<'a> {
+    pub clamp: Option<Clamp>,
+    pub post: Post<'a>,
+    pub seen: Option<&'a AtomicU32>,
+}
+
+impl<'a> Act<'a> {
+    /// No activation, no scan.
+    pub(crate) const NONE: Act<'static> = Act {
+        clamp: None,
+        post: &no_post,
+        seen: None,
+    };
+
+    /// `post`, or [`no_post`] where the clamp replaces it.
+    pub(super) fn post_unless_clamped(&self) -> Post<'a> {
+        if self.clamp.is_none() {
+            self.post
+        } else {
+            &no_post
+        }
+    }
+
+    /// The conv kernels' [`Epilogue`]: this activation after the per-channel `bias`.
+    pub(super) fn with_bias(self, bias: Option<&'a [f32]>) -> Epilogue<'a> {
+        Epilogue {
+            bias,
+            clamp: self.clamp,
+            post: self.post,
+            seen: self.seen,
+        }
+    }
+}
+
+/// What a conv kernel does to each sum of products before it is the output value, in this
+/// order: add `bias` (per output channel), add a residual where the path takes one (a
+/// separate operand: [`Residual`]), then `clamp` in the kernel's own pass (in registers,
+/// or in the bias pass), else `post` over each output run. With `seen` (only with a
+/// clamp), the largest |y| bits before the clamp are folded into it.
+#[derive(Clone, Copy)]
+pub(crate) struct Epilogue<'a, T = f32> {
+    pub bias: Option<&'a [T]>,
+    pub clamp: Option<Clamp<T>>,
+    pub post: &'a (dyn Fn(&mut [T]) + Sync),
+    pub seen: Option<&'a AtomicU32>,
+}
+
+impl Epilogue<'_> {
+    /// The clamp a SIMD kernel applies in registers: the identity without one, tracking
+    /// the largest |y| bits when there is somewhere to put them.
+    pub(super) fn in_regs(&self) -> Clamp {
+        Clamp {
+            track: self.seen.is_some(),
+            ..self.clamp.unwrap_or(Clamp::NONE)
+        }
+    }
+}
 
 /// Output columns `ox` in `[lo, hi)` whose input column `ox * sw + off - pl` lies inside
 /// `[0, w)`, for a kernel tap at offset `off = kx * dilation`, left padding `pl`, stride `sw`

@@ -1,10 +1,9 @@
 //! Depthwise 2-D conv (one filter per channel) computed directly: the generic loop for
 //! any element type, and the f32 entry to the SIMD kernels of [`super::dw_simd`].
 
-use super::common::{inside_cols, Clamp, Geo, Post};
+use super::common::{inside_cols, Epilogue, Geo};
 use crate::kernels::matmul::GemmElem;
 use crate::kernels::{fill_chunks, Elem};
-use std::sync::atomic::AtomicU32;
 
 /// Depthwise 2-D conv (groups == C == M, one filter per channel) computed directly: per
 /// output plane, each kernel tap adds `w * x` over the span of output columns whose input
@@ -74,26 +73,18 @@ pub(super) fn depthwise_2d<
 /// `None` where no SIMD path applies (other kernel sizes, no AVX2): the caller falls back
 /// to the generic [`depthwise_2d`].
 /// Every weight must be finite (`conv_post` sends other convs to im2col).
-/// `post` runs on each output plane right after it is computed (while it is in cache).
-/// `clamp` is applied to each output value in registers before it is stored, then `post`
-/// runs on each plane. With `seen`, the largest |y| bits before the clamp (as
+/// `epi`'s clamp is applied to each output value in registers before it is stored, then
+/// its `post` runs on each output plane right after it is computed (while it is in cache).
+/// With `epi.seen`, the largest |y| bits before the clamp (as
 /// [`crate::kernels::wide::max_abs_bits`] gives them) are folded into it.
-pub(super) fn depthwise_2d_f32(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    g: &Geo,
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
-) -> Option<Vec<f32>> {
+pub(super) fn depthwise_2d_f32(x: &[f32], w: &[f32], g: &Geo, epi: &Epilogue) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
-        super::dw_simd::run(x, w, bias, g, post, clamp, seen)
+        super::dw_simd::run(x, w, g, epi)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (x, w, bias, g, post, clamp, seen);
+        let _ = (x, w, g, epi);
         None
     }
 }

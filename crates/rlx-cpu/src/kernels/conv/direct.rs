@@ -1,24 +1,24 @@
 //! The driver of the direct f32 conv kernel ([`super::dconv`]): which convs it takes, and
 //! the bias, residual and activation around it.
 
-use super::common::{add_bias_residual, bias_clamp, with_scratch, Geo, Post, PHASES};
+use super::common::Epilogue;
+use super::common::Geo;
+#[cfg(target_arch = "x86_64")]
+use super::common::{add_bias_residual, bias_clamp, with_scratch, PHASES};
 #[cfg(target_arch = "x86_64")]
 use rlx_ir::TensorData;
-use std::sync::atomic::{AtomicU32, Ordering};
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::Ordering;
 
 /// A 2-D f32 conv with one group, dilation 1, the same stride (1 or 2) on both axes and a
 /// kernel larger than 1×1 through the direct kernel ([`super::dconv`]), with the bias and
-/// activation applied per output channel as [`conv_float`] applies them. None, with
+/// activation (`epi`) applied per output channel as [`super::im2col::conv_float`] applies them. None, with
 /// nothing computed, for other convs, or without AVX-512.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn conv_direct_f32(
     x: &[f32],
     w: &[f32],
-    bias: Option<&[f32]>,
     g: &Geo,
-    post: Post,
-    clamp: Option<(f32, f32, bool)>,
-    seen: Option<&AtomicU32>,
+    epi: &Epilogue,
     res: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
@@ -54,11 +54,17 @@ pub(super) fn conv_direct_f32(
         // The bias is the sums' start. A clamp without NaN canonicalization and without a
         // scan is applied in registers; else it (and the scan) take a pass per block.
         // A residual is added before the clamp, so then the clamp takes the pass too.
+        let Epilogue {
+            bias,
+            clamp,
+            post,
+            seen,
+        } = *epi;
         let in_regs = clamp
-            .filter(|c| !c.2 && seen.is_none() && res.is_none())
-            .map(|c| (c.0, c.1));
+            .filter(|c| !c.nan_out && seen.is_none() && res.is_none())
+            .map(|c| (c.lo, c.hi));
         let base = out.as_ptr() as usize;
-        let epi = |_: usize, seg: &mut [f32]| {
+        let pass = |_: usize, seg: &mut [f32]| {
             if in_regs.is_some() {
                 return;
             }
@@ -76,7 +82,7 @@ pub(super) fn conv_direct_f32(
             }
         };
         let ok = with_scratch(&PHASES, d.phase_len(), |ph: &mut [f32]| {
-            super::dconv::conv(g.n, x, w, bias, in_regs, &d, &mut out, ph, &epi)
+            super::dconv::conv(g.n, x, w, bias, in_regs, &d, &mut out, ph, &pass)
         });
         if ok {
             return Some(out);
@@ -86,7 +92,7 @@ pub(super) fn conv_direct_f32(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (x, w, bias, g, post, clamp, seen, res);
+        let _ = (x, w, g, epi, res);
         None
     }
 }

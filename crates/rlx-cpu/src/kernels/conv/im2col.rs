@@ -4,12 +4,12 @@
 
 use super::common::{
     add_bias_residual, bias_clamp, inside_cols, split_columns, with_col, with_scratch,
-    ConvLhsPacking, Geo, Residual, SendPtr, PHASES,
+    ConvLhsPacking, Epilogue, Geo, Residual, SendPtr, PHASES,
 };
 use super::depthwise::depthwise_2d;
 use crate::kernels::matmul::{gemm_uninit_ptr, GemmElem, View, GEMM_PAR_FLOPS};
 use crate::kernels::{fill_chunks, invalid, Elem, KResult};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 /// 2-D [`im2col`] of output rows `oy0..oy1` only: `col` is `[cg*KH*KW, (oy1-oy0)*OW]`. Per
 /// (channel, ky, kx) row, each output row `oy` copies the valid span of input row
@@ -167,25 +167,30 @@ fn im2col<T: GemmElem>(x: &[T], g: &Geo, cg: usize, col: &mut [T]) {
     });
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The conv `g` of input `x` and weights `w` by im2col + gemm (a 2-D depthwise conv with
+/// finite weights directly, a strided 1×1 conv on its gathered pixels), with `epi` applied
+/// per output row as gemm leaves it, after the residual `res` where there is one.
 pub(super) fn conv_float<
     T: GemmElem + Elem + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
 >(
     x: &[T],
     w: &[T],
-    bias: Option<Vec<T>>,
     g: &Geo,
-    post: &(dyn Fn(&mut [T]) + Sync),
-    clamp: Option<(T, T, bool)>,
-    seen: Option<&AtomicU32>,
+    epi: &Epilogue<T>,
     res: Option<Residual<T>>,
 ) -> KResult<Vec<T>> {
+    let Epilogue {
+        bias,
+        clamp,
+        post,
+        seen,
+    } = *epi;
     let p: usize = g.osp.iter().product();
     // Depthwise directly only with finite weights: it skips the taps in the padding, where
     // ONNX's zero padding gives `inf · 0 = NaN` (onnxruntime does; im2col below does too).
     // (Checked last: only depthwise convs read their weights for it.)
     if g.depthwise_2d() && res.is_none() && w.iter().all(|&v| v * T::ZERO == T::ZERO) {
-        let mut out = depthwise_2d(x, w, bias.as_deref(), g);
+        let mut out = depthwise_2d(x, w, bias, g);
         if p > 0 {
             fill_chunks(&mut out, p, |_, plane| post(plane));
         }
@@ -219,7 +224,7 @@ pub(super) fn conv_float<
                 dil: g.dil.clone(),
                 ..*g
             };
-            conv_float(xs, w, bias, &g1, post, clamp, seen, res)
+            conv_float(xs, w, &g1, epi, res)
         });
     }
     let cg = g.c / g.groups;
@@ -341,7 +346,7 @@ pub(super) fn conv_float<
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
-                let mut b = bias.as_ref().map(|b| b[gi * mg + m0 + i]);
+                let mut b = bias.map(|b| b[gi * mg + m0 + i]);
                 if let Some(r) = read {
                     let at = ooff + i * p;
                     add_bias_residual(seg, b.take(), &r[at..at + pb]);

@@ -25,8 +25,8 @@ mod tests;
 pub(crate) mod winograd;
 
 use crate::kernels::{fill_chunks, invalid, make, out_dims, values_as, KResult};
-use common::{geometry, with_col, BIAS_BEFORE_RESIDUAL, POST_MIN_RUN};
-pub(crate) use common::{no_post, Clamp, Post, Residual};
+use common::{geometry, with_col, Epilogue, BIAS_BEFORE_RESIDUAL, POST_MIN_RUN};
+pub(crate) use common::{no_post, Act, Clamp, Post, Residual};
 use depthwise::depthwise_2d_f32;
 use direct::conv_direct_f32;
 use half::{bf16, f16};
@@ -34,7 +34,6 @@ use im2col::conv_float;
 pub(crate) use im2col::CONV_SPLIT_FLOPS;
 pub(crate) use pw_dw::pw_dw;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
-use std::sync::atomic::AtomicU32;
 pub(crate) use winograd::{winograd_weights, WinogradWeights};
 
 /// `Op::Conv` (ONNX Conv): x [N, C, *sp], w [M, C/groups, *k], optional bias [M];
@@ -46,34 +45,26 @@ pub(crate) fn conv(
     a: &ConvAttrs,
     out: &Shape,
 ) -> KResult<Tensor> {
-    conv_post(x, w, bias, a, out, &no_post, None, None, None)
+    conv_post(x, w, bias, a, out, Act::NONE, None)
 }
 
-/// [`conv`], then `post` on each f32 output plane while it is in cache (a fused group's
-/// activation; see `crate::fuse`). Other dtypes ignore `post`. `clamp`, when given, must
-/// be the same map as `post`: the f32 kernels then apply it instead of calling `post` (the
+/// [`conv`], then the fused group's activation `act` on each f32 output plane while it is
+/// in cache (see `crate::fuse`, and [`Act`] for its clamp, `post` and NaN scan). Other
+/// dtypes ignore it. With a clamp the f32 kernels apply it instead of calling `post` (the
 /// depthwise kernel in registers before each store, the im2col/gemm path in the same pass
-/// as the bias); the Winograd path calls `post`.
-///
-/// `seen` is for the NaN scan of a fused group, which needs each value before the
-/// activation: with a `clamp`, the kernels that apply it fold the largest |y| bits before
-/// it (as [`crate::kernels::wide::max_abs_bits`] gives them) into `seen` in the same pass; the others
-/// call `post`, which must then take that figure itself.
+/// as the bias).
 ///
 /// `res`: a residual (f32, as many values as the output, laid out as it) added to each
-/// output value before `clamp`/`post` ([`Residual`]; a ResNet shortcut fused into the conv,
-/// see `crate::fuse::Residual`). Not with `seen`. Error: `res` of another length, or an
-/// input that is not f32.
-#[allow(clippy::too_many_arguments)]
+/// output value before the activation ([`Residual`]; a ResNet shortcut fused into the
+/// conv, see `crate::fuse::Residual`). Not with `act.seen`. Error: `res` of another
+/// length, or an input that is not f32.
 pub(crate) fn conv_post(
     x: &Tensor,
     w: &Tensor,
     bias: Option<&Tensor>,
     a: &ConvAttrs,
     out: &Shape,
-    post: Post,
-    clamp: Option<Clamp>,
-    seen: Option<&AtomicU32>,
+    act: Act,
     res: Option<Residual>,
 ) -> KResult<Tensor> {
     let od = out_dims(out)?;
@@ -128,67 +119,53 @@ pub(crate) fn conv_post(
             // (per-plane calls cost more than the cache they save there).
             let p: usize = g.osp.iter().product();
             let per_plane = p >= POST_MIN_RUN;
-            let dw_post = if per_plane && clamp.is_none() {
-                post
-            } else {
-                &no_post
+            // The kernels take the largest |y| bits only where they apply a clamp.
+            let epi = Epilogue {
+                seen: act.seen.filter(|_| act.clamp.is_some()),
+                ..act.with_bias(b.as_deref())
             };
-            let dw_clamp = clamp.unwrap_or(Clamp::NONE);
-            match dw
-                .then(|| {
-                    let seen = seen.filter(|_| clamp.is_some());
-                    depthwise_2d_f32(xv, wv, b.as_deref(), &g, dw_post, dw_clamp, seen)
-                })
-                .flatten()
-            {
+            let dw_epi = Epilogue {
+                post: if per_plane {
+                    act.post_unless_clamped()
+                } else {
+                    &no_post
+                },
+                ..epi
+            };
+            match dw.then(|| depthwise_2d_f32(xv, wv, &g, &dw_epi)).flatten() {
                 Some(mut o) => {
-                    if !per_plane && clamp.is_none() {
-                        fill_chunks(&mut o, 8192, |_, c| post(c));
+                    if !per_plane && act.clamp.is_none() {
+                        fill_chunks(&mut o, 8192, |_, c| (act.post)(c));
                     }
                     D::F32(o)
                 }
                 None => {
-                    let c = clamp.map(|c| (c.lo, c.hi, c.nan_out));
-                    let seen = seen.filter(|_| c.is_some());
                     let read = res.as_ref().map(|r| r.values());
-                    if let Some(o) = conv_direct_f32(xv, wv, b.as_deref(), &g, post, c, seen, read)
-                    {
+                    if let Some(o) = conv_direct_f32(xv, wv, &g, &epi, read) {
                         if let Some(Residual::Into(v)) = res {
                             crate::buffers::give(D::F32(v));
                         }
                         return make(od, D::F32(o));
                     }
-                    D::F32(conv_float(
-                        xv,
-                        wv,
-                        b,
-                        &g,
-                        post,
-                        c,
-                        seen.filter(|_| c.is_some()),
-                        res,
-                    )?)
+                    D::F32(conv_float(xv, wv, &g, &epi, res)?)
                 }
             }
         }
         (D::F64(xv), D::F64(wv)) => {
-            let b = bias.map(|b| values_as(b.data()));
-            D::F64(conv_float(
-                xv,
-                wv,
-                b,
-                &g,
-                &|_: &mut [f64]| {},
-                None,
-                None,
-                None,
-            )?)
+            let b: Option<Vec<f64>> = bias.map(|b| values_as(b.data()));
+            let epi = Epilogue {
+                bias: b.as_deref(),
+                clamp: None,
+                post: &|_: &mut [f64]| {},
+                seen: None,
+            };
+            D::F64(conv_float(xv, wv, &g, &epi, None)?)
         }
         (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
             let xv = x.data().to_f32_vec();
             let wv = w.data().to_f32_vec();
-            let b = bias.map(|b| values_as(b.data()));
-            let r = conv_float(&xv, &wv, b, &g, &no_post, None, None, None)?;
+            let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+            let r = conv_float(&xv, &wv, &g, &Act::NONE.with_bias(b.as_deref()), None)?;
             if x.dtype() == rlx_ir::DType::F16 {
                 D::F16(r.into_iter().map(f16::from_f32).collect())
             } else {
@@ -214,6 +191,11 @@ pub(crate) fn conv_winograd(
     out: &Shape,
     post: Post,
 ) -> KResult<Tensor> {
+    let plain = Act {
+        clamp: None,
+        post,
+        seen: None,
+    };
     let od = out_dims(out)?;
     let g = geometry(x.dims(), w.dims(), a, &od)?;
     let fits = g.sp.len() == 2
@@ -228,7 +210,7 @@ pub(crate) fn conv_winograd(
         let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
         let b_max = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs() as f64));
         if !wg.direct_stays_finite(crate::kernels::wide::max_abs_bits(xv), b_max) {
-            return conv_post(x, w, bias, a, out, post, None, None, None);
+            return conv_post(x, w, bias, a, out, plain, None);
         }
         let d = winograd::Dims {
             n: g.n,
@@ -251,5 +233,5 @@ pub(crate) fn conv_winograd(
             return make(od, TensorData::F32(o));
         }
     }
-    conv_post(x, w, bias, a, out, post, None, None, None)
+    conv_post(x, w, bias, a, out, plain, None)
 }

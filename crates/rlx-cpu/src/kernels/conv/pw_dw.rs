@@ -4,8 +4,10 @@
 //! loop ([`pw_dw_bands`], AVX-512).
 
 #[cfg(target_arch = "x86_64")]
+use super::common::Epilogue;
+#[cfg(target_arch = "x86_64")]
 use super::common::{bias_clamp, with_col, Geo};
-use super::common::{geometry, Act, Clamp, Post};
+use super::common::{geometry, Act};
 #[cfg(target_arch = "x86_64")]
 use super::dw_simd::{
     best_isa, flat_plan, plan, rows_avx512, s2_plane, Avx512, Flat, Isa, Plan, RowsFn, S2Fn,
@@ -14,7 +16,6 @@ use super::dw_simd::{
 use crate::kernels::matmul::{gemm_uninit_ptr, View};
 use crate::kernels::{make, out_dims, KResult};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
-use std::sync::atomic::AtomicU32;
 #[cfg(target_arch = "x86_64")]
 use std::sync::atomic::Ordering;
 
@@ -45,37 +46,28 @@ enum RowKernel {
 /// there, and the whole tensor (4.8 MB in MobileNetV2's first block) is never written
 /// out to L3 or memory.
 ///
-/// `x`: one image `[c, h, w]`; `wa`: `[m, c]`; `bias_a`, `clamp_a`, `post_a` (called only
-/// without a clamp): as the pointwise conv's group applies them. `g`: the depthwise
-/// conv (`m` channels of `h × w`, finite weights `wb`); `clamp_b`, `post_b` likewise.
+/// `x`: one image `[c, h, w]`; `(wa, c)`: the pointwise weights `[m, c]`; `epi_a`: the
+/// pointwise conv's epilogue as its group applies it (its `post` is called on every row
+/// segment: [`super::no_post`] where the clamp replaces it). `g`: the depthwise conv (`m`
+/// channels of `h × w`, finite weights `wb`); `epi_b` likewise.
 /// `out` (`m·oh·ow`) receives the depthwise output.
 /// Each value is computed by the same kernels, in the same order, as the two convs
 /// unfused ([`super::im2col::conv_float`]'s per-row bias and clamp after gemm, [`plane`] or
 /// [`s2_plane`] per output row). Channels are split over threads, each thread
 /// banding its own. Returns false (nothing written) where no row kernel applies:
 /// not AVX-512, other kernel sizes, dilation, small planes.
-#[allow(clippy::too_many_arguments)]
 fn pw_dw_bands(
     x: &[f32],
-    c: usize,
-    wa: &[f32],
-    bias_a: Option<&[f32]>,
-    clamp_a: Option<(f32, f32, bool)>,
-    post_a: Option<Post>,
+    (wa, c): (&[f32], usize),
+    epi_a: &Epilogue,
     g: &Geo,
     wb: &[f32],
-    bias_b: Option<&[f32]>,
-    clamp_b: Clamp,
-    post_b: Option<Post>,
+    epi_b: &Epilogue,
     out: &mut [f32],
-    seen: [Option<&AtomicU32>; 2],
 ) -> KResult<bool> {
     use rayon::prelude::*;
     // The dw kernels take the largest |y| before the clamp when asked to.
-    let clamp_b = Clamp {
-        track: seen[1].is_some(),
-        ..clamp_b
-    };
+    let clamp_b = epi_b.in_regs();
     let (h, w, m) = (g.sp[0], g.sp[1], g.m);
     let (oh, ow) = (g.osp[0], g.osp[1]);
     let (k, s) = (g.ks[0], g.strides[0]);
@@ -155,14 +147,12 @@ fn pw_dw_bands(
                 for i in 0..mc {
                     let at = i * cap * w;
                     let seg = &mut win[at + (r0 - base) * w..at + (r1 - base) * w];
-                    let bits =
-                        bias_clamp(seg, bias_a.map(|b| b[m0 + i]), clamp_a, seen[0].is_some());
-                    if let Some(sa) = seen[0] {
+                    let b = epi_a.bias.map(|b| b[m0 + i]);
+                    let bits = bias_clamp(seg, b, epi_a.clamp, epi_a.seen.is_some());
+                    if let Some(sa) = epi_a.seen {
                         sa.fetch_max(bits, Ordering::Relaxed);
                     }
-                    if let Some(p) = post_a {
-                        p(seg);
-                    }
+                    (epi_a.post)(seg);
                 }
                 let hi = ready(r1);
                 for i in 0..mc {
@@ -174,7 +164,7 @@ fn pw_dw_bands(
                     let src = win[i * cap * w..].as_ptr().wrapping_sub(base * w);
                     let dst = &mut out[i * op..(i + 1) * op];
                     let wt = &wb[(m0 + i) * kk..(m0 + i + 1) * kk];
-                    let b = bias_b.map_or(0.0, |b| b[m0 + i]);
+                    let b = epi_b.bias.map_or(0.0, |b| b[m0 + i]);
                     // SAFETY: AVX-512F checked above; output rows done..hi read image
                     // rows in [done·s − pt, hi·s − pt + k) ∩ [0, h), all in [base, r1)
                     // (`ready`, and `base` below), so inside the window; they write
@@ -185,12 +175,10 @@ fn pw_dw_bands(
                             RowKernel::S2(f, k) => k(f, src, wt, b, clamp_b, dst, done..hi),
                         }
                     };
-                    if let Some(sb) = seen[1] {
+                    if let Some(sb) = epi_b.seen {
                         sb.fetch_max(bits, Ordering::Relaxed);
                     }
-                    if let Some(p) = post_b {
-                        p(&mut dst[done * ow..hi * ow]);
-                    }
+                    (epi_b.post)(&mut dst[done * ow..hi * ow]);
                 }
                 done = hi;
                 // Keep the rows from the next output row's window on.
@@ -220,20 +208,18 @@ fn pw_dw_bands(
 /// `[M, C, 1, 1]`, bias `ba` `[M]`) on one f32 image `x` `[1, C, H, W]`, then the depthwise
 /// conv `b` (`M` groups; weights `wb` `[M, 1, k, k]`, all finite, bias `bb`) on its output,
 /// interleaved by bands of rows ([`pw_dw_bands`]) so that the depthwise conv reads the
-/// pointwise output from L2. `act_a`, `act_b`: each conv's activation, as [`conv_post`]
+/// pointwise output from L2. `act_a`, `act_b`: each conv's activation and scan, as [`super::conv_post`]
 /// applies it. Returns the depthwise conv's output `[1, M, OH, OW]` (`out_b`), the same
 /// bits as the two convs run one after the other; None, with nothing computed, where the
 /// interleaved path does not apply (another shape, dtype or kernel; no AVX-512; planes of
 /// 1024 pixels or fewer, which stay in L2 anyway).
 ///
 /// # Errors
-/// A shape that does not fit its conv (as [`conv`]).
-#[allow(clippy::too_many_arguments)]
+/// A shape that does not fit its conv (as [`super::conv`]).
 pub(crate) fn pw_dw(
     x: &Tensor,
     (wa, ba, attrs_a, out_a, act_a): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
     (wb, bb, attrs_b, out_b, act_b): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
-    seen: [Option<&AtomicU32>; 2],
 ) -> KResult<Option<Tensor>> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -251,9 +237,6 @@ pub(crate) fn pw_dw(
                 _ => None,
             }
         }
-        fn post<'a>(a: Act<'a>) -> Option<Post<'a>> {
-            a.0.is_none().then_some(a.1)
-        }
         let (D::F32(xv), D::F32(wav), D::F32(wbv), Some(bav), Some(bbv)) = (
             x.data(),
             wa.data(),
@@ -268,21 +251,16 @@ pub(crate) fn pw_dw(
         }
         let op = gb.osp[0] * gb.osp[1];
         let mut out = crate::buffers::overwritten::<f32>(gb.m * op);
-        let ok = pw_dw_bands(
-            xv,
-            ga.c,
-            wav,
-            bav,
-            act_a.0.map(|c| (c.lo, c.hi, c.nan_out)),
-            post(act_a),
-            &gb,
-            wbv,
-            bbv,
-            act_b.0.unwrap_or(Clamp::NONE),
-            post(act_b),
-            &mut out,
-            seen,
-        )?;
+        // Each side's `post` runs only where its clamp does not replace it.
+        let epi_a = Epilogue {
+            post: act_a.post_unless_clamped(),
+            ..act_a.with_bias(bav)
+        };
+        let epi_b = Epilogue {
+            post: act_b.post_unless_clamped(),
+            ..act_b.with_bias(bbv)
+        };
+        let ok = pw_dw_bands(xv, (wav, ga.c), &epi_a, &gb, wbv, &epi_b, &mut out)?;
         if !ok {
             crate::buffers::give(D::F32(out));
             return Ok(None);
@@ -292,7 +270,7 @@ pub(crate) fn pw_dw(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (
-            x, wa, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b, seen,
+            x, wa, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b,
         );
         Ok(None)
     }

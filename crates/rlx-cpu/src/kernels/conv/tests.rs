@@ -2,11 +2,15 @@
 //! (the depthwise SIMD paths give the generic loop's bits).
 
 use super::common::geometry;
+#[cfg(target_arch = "x86_64")]
+use super::common::Epilogue;
 use super::depthwise::depthwise_2d;
 #[cfg(target_arch = "x86_64")]
 use super::dw_simd;
 use super::*;
 use rlx_ir::DType;
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::AtomicU32;
 
 /// The ONNX Conv definition as a plain loop (2-D, f64): out[n, m, oy, ox] = b[m] +
 /// Σ_{c in group, ky, kx} w[m, c, ky, kx] · x[n, g·cg + c, oy·s + ky·d − p, ...] (zero
@@ -362,14 +366,15 @@ fn depthwise_channel_blocks_give_the_per_row_bits() {
         }
     };
     // (h, w, k, stride, pads top/left/bottom/right, channels)
-    let geos: &[(
+    type Case = (
         usize,
         usize,
         usize,
         usize,
         (usize, usize, usize, usize),
         usize,
-    )] = &[
+    );
+    let geos: &[Case] = &[
         (7, 7, 5, 1, (2, 2, 2, 2), 37),
         (7, 7, 3, 1, (1, 1, 1, 1), 16),
         (14, 14, 5, 2, (1, 1, 2, 2), 37),
@@ -409,7 +414,13 @@ fn depthwise_channel_blocks_give_the_per_row_bits() {
         let b: Vec<f32> = (0..c).map(|i| i as f32 * 0.25 - 0.5).collect();
         for clamp in [Clamp::NONE, Clamp::RELU, Clamp::clip(-0.25, 0.5)] {
             let run = |isa, seen: Option<&AtomicU32>| {
-                dw_simd::run_with(isa, true, &x, &w, Some(&b), &g, &no_post, clamp, seen).unwrap()
+                let epi = Epilogue {
+                    bias: Some(&b),
+                    clamp: Some(clamp),
+                    post: &no_post,
+                    seen,
+                };
+                dw_simd::run_with(isa, true, &x, &w, &g, &epi).unwrap()
             };
             for &(fast, rows) in pairs {
                 let want = run(rows, None);
@@ -543,18 +554,13 @@ fn depthwise_simd_widths_match_generic() {
             let want: Vec<f32> = conv.iter().map(|&v| act(v)).collect();
             for &isa in isas {
                 let seen = AtomicU32::new(0);
-                let got = dw_simd::run_with(
-                    isa,
-                    !inf_w,
-                    &x,
-                    &w,
-                    Some(&b),
-                    &g,
-                    &no_post,
-                    clamp,
-                    Some(&seen),
-                )
-                .unwrap();
+                let epi = Epilogue {
+                    bias: Some(&b),
+                    clamp: Some(clamp),
+                    post: &no_post,
+                    seen: Some(&seen),
+                };
+                let got = dw_simd::run_with(isa, !inf_w, &x, &w, &g, &epi).unwrap();
                 // (Finite: to round-off, as the sums are in another order.)
                 let seen = seen.into_inner();
                 assert!(
@@ -591,18 +597,13 @@ fn depthwise_simd_widths_match_generic() {
         for &isa in isas {
             let seen = AtomicU32::new(0);
             let clip = Clamp::clip(-0.25, 0.5);
-            dw_simd::run_with(
-                isa,
-                true,
-                &xf,
-                &wf,
-                Some(&b),
-                &g,
-                &no_post,
-                clip,
-                Some(&seen),
-            )
-            .unwrap();
+            let epi = Epilogue {
+                bias: Some(&b),
+                clamp: Some(clip),
+                post: &no_post,
+                seen: Some(&seen),
+            };
+            dw_simd::run_with(isa, true, &xf, &wf, &g, &epi).unwrap();
             let got = f32::from_bits(seen.into_inner());
             assert!(
                 got.is_finite() && got >= conv_max * (1.0 - 1e-5),
@@ -661,8 +662,13 @@ fn depthwise_tracking_sees_every_position() {
             for &isa in &isas {
                 let seen = AtomicU32::new(0);
                 let clip = Clamp::clip(0.0, 6.0);
-                let y = dw_simd::run_with(isa, true, &x, &w, None, &g, &no_post, clip, Some(&seen))
-                    .unwrap();
+                let epi = Epilogue {
+                    bias: None,
+                    clamp: Some(clip),
+                    post: &no_post,
+                    seen: Some(&seen),
+                };
+                let y = dw_simd::run_with(isa, true, &x, &w, &g, &epi).unwrap();
                 assert!(y.iter().all(|v| (0.0..=6.0).contains(v)));
                 let got = seen.into_inner() >= 0x7f80_0000;
                 assert_eq!(got, want, "{isa:?} {h}x{wd} k{k} s{s}: inf at {i}");

@@ -3,8 +3,8 @@
 
 use super::flat::keyed_zeros;
 use super::lanes::{Avx2, Avx512, Lanes};
-use crate::kernels::conv::common::{Clamp, Geo, Post};
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::kernels::conv::common::{Clamp, Epilogue, Geo};
+use std::sync::atomic::Ordering;
 
 /// Geometry of the channel-block path ([`run_cblock`]).
 pub(crate) struct CBlock {
@@ -275,17 +275,13 @@ type CBlockFn =
 /// ([`cblock`]; with `avx2`, blocks of 8 on AVX2 + FMA, [`cblock8`]), the blocks split
 /// over threads when the multiply-adds are many. False where [`cblock_plan`] does not
 /// apply (nothing is written). `w` must be finite.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn run_cblock(
     avx2: bool,
     x: &[f32],
     w: &[f32],
-    bias: Option<&[f32]>,
     g: &Geo,
     out: &mut [f32],
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
+    epi: &Epilogue,
 ) -> bool {
     use rayon::prelude::*;
     let lanes = if avx2 { 8 } else { 16 };
@@ -303,10 +299,10 @@ pub(super) fn run_cblock(
     };
 
     let (c, hw, op, kk) = (g.m, p.h * p.w, p.oh * p.ow, k * k);
-    let clamp = Clamp {
-        track: seen.is_some(),
-        ..clamp
-    };
+    let Epilogue {
+        bias, post, seen, ..
+    } = *epi;
+    let clamp = epi.in_regs();
     // The blocks: (image, first channel, channels), each with its output planes.
     let par = crate::kernels::par_worth(out.len() * kk);
     let mut blocks = Vec::with_capacity(g.n * c.div_ceil(lanes));

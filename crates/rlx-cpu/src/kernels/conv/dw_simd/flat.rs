@@ -3,9 +3,9 @@
 //! variant that reads the input plane directly ([`s2_plane`]).
 
 use super::lanes::{Avx512, Lanes};
-use crate::kernels::conv::common::{Clamp, Geo, Post};
+use crate::kernels::conv::common::{Clamp, Epilogue, Geo};
 use std::arch::x86_64::*;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 /// The flat path (AVX-512, column and row stride 1 or 2, no dilation): each input plane
 /// is copied once into a zero-padded scratch buffer, as `s × s` phase planes of `r`
@@ -437,27 +437,23 @@ enum FlatKind {
 /// scratch planes per thread, `FLAT`, zeroed when the geometry changes), split over
 /// threads when the multiply-adds are many: a depthwise output element costs `kh * kw` of them, so the elementwise
 /// bound of [`fill_chunks`] would leave a 576-channel 7×7 layer on one thread.
-#[allow(clippy::too_many_arguments)]
 fn flat_planes(
     f: &Flat,
     plane: FlatKind,
-    kk: usize,
+    g: &Geo,
     x: &[f32],
     w: &[f32],
-    bias: Option<&[f32]>,
-    m: usize,
     out: &mut [f32],
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
+    epi: &Epilogue,
 ) {
     use rayon::prelude::*;
     let (hw, op) = (f.h * f.w, f.oh * f.ow);
+    let (kk, m) = (g.ks[0] * g.ks[1], g.m);
     let group = (4096 / op).max(1);
-    let clamp = Clamp {
-        track: seen.is_some(),
-        ..clamp
-    };
+    let Epilogue {
+        bias, post, seen, ..
+    } = *epi;
+    let clamp = epi.in_regs();
     let run = |t: usize, dst: &mut [f32]| {
         let plane = match plane {
             FlatKind::Copy(p) => p,
@@ -525,17 +521,7 @@ fn flat_planes(
 /// The flat path for `g`, or false where it does not apply (then nothing is written).
 /// `w` must be finite: a tap in the padding computes `w · 0`, which the per-row path
 /// skips (the same values only with finite weights).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run_flat(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    g: &Geo,
-    out: &mut [f32],
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
-) -> bool {
+pub(super) fn run_flat(x: &[f32], w: &[f32], g: &Geo, out: &mut [f32], epi: &Epilogue) -> bool {
     let Some(f) = flat_plan(g) else {
         return false;
     };
@@ -551,18 +537,6 @@ pub(super) fn run_flat(
         (7, 7) => FlatKind::Copy(flat_plane::<7, 7>),
         _ => return false,
     };
-    flat_planes(
-        &f,
-        plane,
-        g.ks[0] * g.ks[1],
-        x,
-        w,
-        bias,
-        g.m,
-        out,
-        post,
-        clamp,
-        seen,
-    );
+    flat_planes(&f, plane, g, x, w, out, epi);
     true
 }

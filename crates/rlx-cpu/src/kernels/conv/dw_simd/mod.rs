@@ -9,7 +9,7 @@ mod flat;
 mod lanes;
 mod rows;
 
-use super::common::{Clamp, Geo, Post};
+use super::common::{Epilogue, Geo};
 #[cfg(test)]
 pub(super) use cblock::cblock_plan;
 use cblock::{cblock_on, run_cblock};
@@ -18,7 +18,6 @@ pub(super) use flat::{flat_plan, s2_plane, Flat, S2Fn};
 pub(super) use lanes::Avx512;
 pub(super) use rows::{plan, rows_avx512, Plan, RowsFn};
 use rows::{run_avx2, run_avx512, run_avx512y};
-use std::sync::atomic::AtomicU32;
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(super) enum Isa {
@@ -53,17 +52,15 @@ pub(super) fn best_isa() -> Option<Isa> {
 
 /// The SIMD path with `isa` (which the CPU must support: [`best_isa`] or weaker).
 /// `finite_w`: every weight is finite (the flat path needs it).
-#[allow(clippy::too_many_arguments)]
+/// `epi`: the bias, the clamp applied in registers (the identity without one), the `post`
+/// run on each output plane, and where to fold the largest |y| bits before the clamp.
 pub(super) fn run_with(
     isa: Isa,
     finite_w: bool,
     x: &[f32],
     w: &[f32],
-    bias: Option<&[f32]>,
     g: &Geo,
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
+    epi: &Epilogue,
 ) -> Option<Vec<f32>> {
     if !matches!((g.ks[0], g.ks[1]), (3, 3) | (5, 5) | (7, 7)) {
         return None;
@@ -76,34 +73,18 @@ pub(super) fn run_with(
     }
     // The caller picked an `isa` the CPU supports.
     match isa {
-        Isa::Avx512
-            if finite_w
-                && cblock_on()
-                && run_cblock(false, x, w, bias, g, &mut out, post, clamp, seen) => {}
-        Isa::Avx2
-            if finite_w
-                && cblock_on()
-                && run_cblock(true, x, w, bias, g, &mut out, post, clamp, seen) => {}
-        Isa::Avx512 if finite_w && run_flat(x, w, bias, g, &mut out, post, clamp, seen) => {}
-        Isa::Avx512 | Isa::Avx512Rows if g.osp[1] <= 8 => {
-            run_avx512y(x, w, bias, g, &mut out, post, clamp, seen)
-        }
-        Isa::Avx512 | Isa::Avx512Rows => run_avx512(x, w, bias, g, &mut out, post, clamp, seen),
-        Isa::Avx512Y => run_avx512y(x, w, bias, g, &mut out, post, clamp, seen),
-        Isa::Avx2 | Isa::Avx2Rows => run_avx2(x, w, bias, g, &mut out, post, clamp, seen),
+        Isa::Avx512 if finite_w && cblock_on() && run_cblock(false, x, w, g, &mut out, epi) => {}
+        Isa::Avx2 if finite_w && cblock_on() && run_cblock(true, x, w, g, &mut out, epi) => {}
+        Isa::Avx512 if finite_w && run_flat(x, w, g, &mut out, epi) => {}
+        Isa::Avx512 | Isa::Avx512Rows if g.osp[1] <= 8 => run_avx512y(x, w, g, &mut out, epi),
+        Isa::Avx512 | Isa::Avx512Rows => run_avx512(x, w, g, &mut out, epi),
+        Isa::Avx512Y => run_avx512y(x, w, g, &mut out, epi),
+        Isa::Avx2 | Isa::Avx2Rows => run_avx2(x, w, g, &mut out, epi),
     }
     Some(out)
 }
 
 /// [`run_with`] at the best ISA, for finite weights only (`conv_post` checks them).
-pub(super) fn run(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    g: &Geo,
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
-) -> Option<Vec<f32>> {
-    run_with(best_isa()?, true, x, w, bias, g, post, clamp, seen)
+pub(super) fn run(x: &[f32], w: &[f32], g: &Geo, epi: &Epilogue) -> Option<Vec<f32>> {
+    run_with(best_isa()?, true, x, w, g, epi)
 }

@@ -2,9 +2,9 @@
 //! accumulates in registers (masked at the image's borders) and the chunk is stored once.
 
 use super::lanes::{Avx2, Avx512, Avx512Y, Lanes};
-use crate::kernels::conv::common::{inside_cols, with_col, Clamp, Geo, Post};
+use crate::kernels::conv::common::{inside_cols, with_col, Clamp, Epilogue, Geo};
 use crate::kernels::fill_chunks;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Per-call geometry shared by every plane: input/output sizes, where tap `kx` reads
 /// (offset from the row's phase-plane start plus `ox`), and per chunk of `N` output
@@ -247,26 +247,22 @@ type PlaneFn<M> =
 
 /// Every output plane, split over threads by [`fill_chunks`] as the generic path. `f`
 /// (a `#[target_feature]` function: the SIMD code is compiled inside it, not in this
-/// closure) does one plane.
-#[allow(clippy::too_many_arguments)]
+/// closure) does one plane of conv `g`.
 fn all_planes<M: Copy + Send + Sync>(
     p: &Plan<M>,
     f: PlaneFn<M>,
-    kk: usize,
+    g: &Geo,
     x: &[f32],
     w: &[f32],
-    bias: Option<&[f32]>,
-    m: usize,
     out: &mut [f32],
-    post: Post,
-    clamp: Clamp,
-    seen: Option<&AtomicU32>,
+    epi: &Epilogue,
 ) {
     let (h, wd) = (p.h, p.w);
-    let clamp = Clamp {
-        track: seen.is_some(),
-        ..clamp
-    };
+    let (kk, m) = (g.ks[0] * g.ks[1], g.m);
+    let Epilogue {
+        bias, post, seen, ..
+    } = *epi;
+    let clamp = epi.in_regs();
     fill_chunks(out, p.oh * p.ow, |pi, dst| {
         let c = pi % m;
         let xs = &x[pi * h * wd..(pi + 1) * h * wd];
@@ -317,17 +313,7 @@ macro_rules! entry {
             }
         }
 
-        #[allow(clippy::too_many_arguments)]
-        pub(super) fn $run(
-            x: &[f32],
-            w: &[f32],
-            bias: Option<&[f32]>,
-            g: &Geo,
-            out: &mut [f32],
-            post: Post,
-            clamp: Clamp,
-            seen: Option<&AtomicU32>,
-        ) {
+        pub(super) fn $run(x: &[f32], w: &[f32], g: &Geo, out: &mut [f32], epi: &Epilogue) {
             let p = plan::<$s>(g);
             let f: PlaneFn<<$s as Lanes>::M> = match (g.ks[0], g.ks[1]) {
                 (3, 3) => $plane::<3, 3>,
@@ -335,19 +321,7 @@ macro_rules! entry {
                 (7, 7) => $plane::<7, 7>,
                 _ => unreachable!(),
             };
-            all_planes(
-                &p,
-                f,
-                g.ks[0] * g.ks[1],
-                x,
-                w,
-                bias,
-                g.m,
-                out,
-                post,
-                clamp,
-                seen,
-            );
+            all_planes(&p, f, g, x, w, out, epi);
         }
     };
 }
