@@ -58,6 +58,8 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd;
 pub(crate) mod wide;
 
 use crate::KernelError;

@@ -10,10 +10,12 @@ use super::common::{bias_clamp, with_col, Geo};
 use super::common::{geometry, Act};
 #[cfg(target_arch = "x86_64")]
 use super::dw_simd::{
-    best_isa, flat_plan, plan, rows_avx512, s2_plane, Avx512, Flat, Isa, Plan, RowsFn, S2Fn,
+    best_isa, flat_plan, plan, rows_avx512, s2_plane, Flat, Isa, Plan, RowsFn, S2Fn,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::matmul::{gemm_uninit_ptr, View};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::simd::Avx512;
 use crate::kernels::{make, out_dims, KResult};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 #[cfg(target_arch = "x86_64")]

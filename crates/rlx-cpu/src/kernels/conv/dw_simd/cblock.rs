@@ -2,8 +2,8 @@
 //! image transposed into the lanes of a register, for small planes.
 
 use super::flat::keyed_zeros;
-use super::lanes::{Avx2, Avx512, Lanes};
 use crate::kernels::conv::common::{Clamp, Epilogue, Geo};
+use crate::kernels::simd::{Avx2, Avx512, Lanes};
 use std::sync::atomic::Ordering;
 
 /// Geometry of the channel-block path ([`run_cblock`]).

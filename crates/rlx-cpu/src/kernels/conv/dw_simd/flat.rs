@@ -2,8 +2,8 @@
 //! once into zero-padded phase planes, every tap one unmasked load; and its stride-2
 //! variant that reads the input plane directly ([`s2_plane`]).
 
-use super::lanes::{Avx512, Lanes};
 use crate::kernels::conv::common::{Clamp, Epilogue, Geo};
+use crate::kernels::simd::{Avx512, Lanes};
 use std::arch::x86_64::*;
 use std::sync::atomic::Ordering;
 

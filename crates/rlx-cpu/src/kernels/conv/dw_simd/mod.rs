@@ -2,11 +2,11 @@
 //! time) for 3×3, 5×5 and 7×7 kernels, in three paths: per output row ([`rows`]), flat
 //! over zero-padded phase planes ([`flat`], AVX-512) and by blocks of channels in the
 //! lanes of a register ([`cblock`]). [`run_with`] picks the path; each gives the same bits
-//! (see each file). The lane types are in [`lanes`].
+//! (see each file). The kernels are written over the lane types of
+//! [`crate::kernels::simd`].
 
 mod cblock;
 mod flat;
-mod lanes;
 mod rows;
 
 use super::common::{Epilogue, Geo};
@@ -15,7 +15,6 @@ pub(super) use cblock::cblock_plan;
 use cblock::{cblock_on, run_cblock};
 use flat::run_flat;
 pub(super) use flat::{flat_plan, s2_plane, Flat, S2Fn};
-pub(super) use lanes::Avx512;
 pub(super) use rows::{plan, rows_avx512, Plan, RowsFn};
 use rows::{run_avx2, run_avx512, run_avx512y};
 

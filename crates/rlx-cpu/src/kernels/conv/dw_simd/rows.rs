@@ -1,9 +1,9 @@
 //! The per-row depthwise path: per output row and chunk of `N` output columns, every tap
 //! accumulates in registers (masked at the image's borders) and the chunk is stored once.
 
-use super::lanes::{Avx2, Avx512, Avx512Y, Lanes};
 use crate::kernels::conv::common::{inside_cols, with_col, Clamp, Epilogue, Geo};
 use crate::kernels::fill_chunks;
+use crate::kernels::simd::{Avx2, Avx512, Avx512Y, Lanes};
 use std::sync::atomic::Ordering;
 
 /// Per-call geometry shared by every plane: input/output sizes, where tap `kx` reads
