@@ -11,7 +11,7 @@
 //! (One file over 1,000 lines: the executor's plan and its run loop with one branch per
 //! fusion kind; issue 34 turns the plan into a list of step types with their own files.)
 
-use crate::kernels::winograd::WinogradWeights;
+use crate::kernels::conv::WinogradWeights;
 use crate::{eval_op, CpuError, KernelError};
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
@@ -66,7 +66,7 @@ pub struct CpuExecutor {
     /// Per node: a Transpose that a MatMul reads in place (`mm_views`).
     viewed: Vec<bool>,
     /// Per Conv node with constant weights the Winograd path takes: their transform
-    /// (`crate::kernels::winograd`). Not made for a conv whose fused group folds other
+    /// (`crate::kernels::conv::winograd`). Not made for a conv whose fused group folds other
     /// weights in (the group has its own, in `group_wino`).
     wino: Vec<Option<WinogradWeights>>,
     /// Per fused group with folded weights: the Winograd transform of those.

@@ -29,7 +29,7 @@
 //!   into range);
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
-use crate::kernels::winograd::WinogradWeights;
+use crate::kernels::conv::WinogradWeights;
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
 
 /// One fused Conv group.
@@ -662,11 +662,21 @@ pub(crate) fn run_pair(
         }
         act_b.apply(v)
     };
+    use crate::kernels::conv::Act;
+    let act_a = Act {
+        clamp: act_a.clamp(),
+        post: &post_a,
+        seen: scan.then_some(&bits[0]),
+    };
+    let act_b = Act {
+        clamp: act_b.clamp(),
+        post: &post_b,
+        seen: scan.then_some(&bits[1]),
+    };
     let t = crate::kernels::conv::pw_dw(
         x,
-        (wa, ba, aa, &na.shape, (act_a.clamp(), &post_a)),
-        (wb, bb, ab, &nb.shape, (act_b.clamp(), &post_b)),
-        [scan.then_some(&bits[0]), scan.then_some(&bits[1])],
+        (wa, ba, aa, &na.shape, act_a),
+        (wb, bb, ab, &nb.shape, act_b),
     )?;
     Ok(t.map(|t| {
         let [ba, bb] = bits.map(AtomicU32::into_inner);
@@ -844,7 +854,7 @@ pub(crate) fn run_group(
     skip: Option<Skip>,
     w_over: Option<&Tensor>,
 ) -> Result<(Tensor, bool), crate::KernelError> {
-    use crate::kernels::conv::{conv_post, conv_winograd};
+    use crate::kernels::conv::{conv_post, conv_winograd, Act};
     use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
     if scan && skip.is_some() {
@@ -882,9 +892,11 @@ pub(crate) fn run_group(
             bias,
             a,
             &node.shape,
-            &post,
-            act.clamp(),
-            scan.then_some(&max_bits),
+            Act {
+                clamp: act.clamp(),
+                post: &post,
+                seen: scan.then_some(&max_bits),
+            },
             res,
         )?,
     };

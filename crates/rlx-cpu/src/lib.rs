@@ -33,7 +33,7 @@ pub use executor::{check_feeds, cpu_supports, CpuExecutor, NodeTimes, Observer};
 pub fn direct_conv_images() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
-        kernels::dconv::images()
+        kernels::conv::dconv::images()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

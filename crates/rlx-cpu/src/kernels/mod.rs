@@ -47,8 +47,6 @@ macro_rules! isa_fn {
 pub(crate) mod amx;
 pub(crate) mod chain;
 pub(crate) mod conv;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod dconv;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;
 pub(crate) mod grid;
@@ -60,8 +58,9 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod shape;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd;
 pub(crate) mod wide;
-pub(crate) mod winograd;
 
 use crate::KernelError;
 use half::{bf16, f16};

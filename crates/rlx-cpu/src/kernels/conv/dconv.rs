@@ -117,7 +117,7 @@ fn fill_phases(x: &[f32], d: &Dims, buf: &mut [f32], tmp: &mut [f32]) {
             let src: &[f32] = match (y < d.h).then(|| &x[(ci * d.h + y) * d.w..][..d.w]) {
                 Some(r) if s == 1 => r,
                 Some(r) => {
-                    super::conv::split_columns(r, s, tmp);
+                    super::common::split_columns(r, s, tmp);
                     tmp
                 }
                 None => &[],
@@ -326,7 +326,7 @@ pub(super) fn conv(
     let mut mchunk = d.m.div_ceil(MR) * MR;
     let threads = rayon::current_num_threads();
     let work = d.m * d.oh * wq * kk;
-    let par = threads > 1 && work >= super::matmul::GEMM_PAR_FLOPS;
+    let par = threads > 1 && work >= crate::kernels::matmul::GEMM_PAR_FLOPS;
     if par {
         // Blocks of near-equal rows, a multiple of the thread count of them (at least two
         // per thread): 55 rows in blocks of 17 (17, 17, 17, 4) left one thread 34 rows and

@@ -22,9 +22,10 @@
 //! output is not finite, and the caller recomputes that conv directly: every NaN/Inf a
 //! model sees is the one im2col + gemm gives.
 
-use super::conv::with_scratch;
-use super::matmul::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
+use super::common::{with_scratch, ConvLhsPacking, Post, SendPtr, PRODUCTS};
+use crate::kernels::matmul::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
 use rayon::prelude::*;
+use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 
 /// Transformed weights of one conv: `u[ξ][c][m]` for the 16 positions ξ = 4·i + j of the
 /// 4×4 tile (f32, `16·M·C` values; output channels contiguous, as gemm's vector side).
@@ -45,7 +46,7 @@ impl WinogradWeights {
         if w.len() != m * c * 9 || w.iter().any(|x| !x.is_finite()) {
             return None;
         }
-        let abs_sum = super::max_row_abs_sum(w, c * 9);
+        let abs_sum = crate::kernels::max_row_abs_sum(w, c * 9);
         let mut u = vec![0.0f32; 16 * m * c];
         // G·v for a 3-vector: [v0, (v0+v1+v2)/2, (v0-v1+v2)/2, v2].
         let gv = |v: [f64; 3]| {
@@ -94,7 +95,7 @@ impl WinogradWeights {
     /// finite (+2e38 and -2e38 inputs under one window), so its own finiteness check would
     /// not see the Inf the direct conv makes. NaN and Inf inputs fail it too.
     pub(crate) fn direct_stays_finite(&self, x_bits: u32, b_max: f64) -> bool {
-        super::sums_below_half_max(x_bits, self.abs_sum, b_max)
+        crate::kernels::sums_below_half_max(x_bits, self.abs_sum, b_max)
     }
 }
 
@@ -310,7 +311,7 @@ pub(crate) fn conv_slabs(
     wg: &WinogradWeights,
     bias: Option<&[f32]>,
     d: Dims,
-    post: super::conv::Post,
+    post: Post,
 ) -> Option<Vec<f32>> {
     let (m, c) = (wg.m, wg.c);
     let (th, tw) = (d.oh.div_ceil(2), d.ow.div_ceil(2));
@@ -345,7 +346,7 @@ pub(crate) fn conv_slabs(
     let per_img = th.div_ceil(k);
     let slabs = d.n * per_img;
     let mut out = crate::buffers::overwritten::<f32>(total);
-    let dst = super::conv::SendPtr(out.as_mut_ptr());
+    let dst = SendPtr(out.as_mut_ptr());
     let zero = vec![0.0f32; m];
     let bias = bias.unwrap_or(&zero);
     let slab = |task: usize| -> bool {
@@ -356,7 +357,7 @@ pub(crate) fn conv_slabs(
         // Output channels m0..m0 + ml of this part.
         let (m0, ml) = (mp * mc, mc.min(m - mp * mc));
         with_scratch(
-            &super::conv::PRODUCTS,
+            &PRODUCTS,
             16 * (c + ml) * ns + 8 * wp,
             |buf: &mut [f32]| {
                 let (v, rest) = buf.split_at_mut(16 * c * ns);
@@ -371,7 +372,7 @@ pub(crate) fn conv_slabs(
                     }
                 }
                 // mb[ξ][t][i] = (U[ξ] · V[ξ])ᵀ for this part's channels m0 + i, as in `conv`.
-                let _pack = super::conv::ConvLhsPacking::set();
+                let _pack = ConvLhsPacking::set();
                 for (xi, dst) in mb.chunks_mut(ml * ns).enumerate() {
                     if !product(wg, xi, m0, ml, v, ns, dst) {
                         return false;
@@ -391,7 +392,7 @@ pub(crate) fn conv_slabs(
                             &mb[b..b + ml]
                         });
                         untransform_tile(&ms, bias, &mut y);
-                        finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
+                        finite &= crate::kernels::wide::max_abs_bits(&y) < 0x7f80_0000;
                         post(&mut y);
                         // SAFETY: channels m0 .. m0 + ml of image ni inside `out` (total
                         // elements), this slab's rows: written by this task alone.
@@ -427,7 +428,7 @@ pub(crate) fn conv(
     bias: Option<&[f32]>,
     d: Dims,
     v: &mut [f32],
-    post: super::conv::Post,
+    post: Post,
 ) -> Option<Vec<f32>> {
     let (m, c) = (wg.m, wg.c);
     let (th, tw) = (d.oh.div_ceil(2), d.ow.div_ceil(2));
@@ -463,11 +464,11 @@ pub(crate) fn conv(
         }
     }
     let v = &*v;
-    with_scratch(&super::conv::PRODUCTS, 16 * m * ts, |mb: &mut [f32]| {
+    with_scratch(&PRODUCTS, 16 * m * ts, |mb: &mut [f32]| {
         // mb[ξ][tile][m] = (U[ξ] · V[ξ])ᵀ: [M, C]·[C, ts], output channels contiguous so
         // that gemm's vector side is the channels even for a few tiles.
         let prod = |xi: usize, dst: &mut [f32]| product(wg, xi, 0, m, v, ts, dst);
-        let _pack = super::conv::ConvLhsPacking::set();
+        let _pack = ConvLhsPacking::set();
         let ok = if par {
             mb.par_chunks_mut(m * ts)
                 .enumerate()
@@ -501,7 +502,7 @@ pub(crate) fn conv(
                         &mb[b..b + mc]
                     });
                     untransform_tile(&ms, &bias[m0..m0 + mc], &mut y);
-                    finite &= super::wide::max_abs_bits(&y) < 0x7f80_0000;
+                    finite &= crate::kernels::wide::max_abs_bits(&y) < 0x7f80_0000;
                     post(&mut y);
                     // SAFETY: `o` holds the block's `mc` planes of `op` elements (checked
                     // above), this task's own (a `par_chunks_mut` chunk).
@@ -529,3 +530,56 @@ pub(crate) fn conv(
         finite.then_some(out)
     })
 }
+
+/// Winograd weights for `Op::Conv` with weights `w`, attributes `a` and output type `out`,
+/// when the conv is one the Winograd path handles (this module): f32, 2-D, 3×3,
+/// stride 1, dilation 1, one group, at least [`WINOGRAD_MIN_CH`] input and output channels
+/// (below that the transforms cost more than the product saves), and an output for which
+/// [`winograd_pays`].
+pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<WinogradWeights> {
+    let wd = w.dims();
+    let pays = match out.static_dims().as_deref() {
+        Some(&[n, _, oh, ow]) if wd.len() == 4 => winograd_pays(wd[0], wd[1], n, oh, ow),
+        _ => true,
+    };
+    let ok = wd.len() == 4
+        && wd[2] == 3
+        && wd[3] == 3
+        && a.groups <= 1
+        && a.strides.iter().all(|&s| s == 1)
+        && a.dilations.iter().all(|&d| d == 1)
+        && wd[0] >= WINOGRAD_MIN_CH
+        && wd[1] >= WINOGRAD_MIN_CH
+        && pays;
+    match w.data() {
+        TensorData::F32(v) if ok => WinogradWeights::new(v, wd[0], wd[1]),
+        _ => None,
+    }
+}
+
+/// Whether the Winograd path pays for a conv with `m` output and `c` input channels on `n`
+/// images whose output plane is `oh × ow`: not when the batch has fewer than
+/// [`WINOGRAD_MIN_TILES`] 2×2 tiles in all and the transformed weights (16·m·c f32, 16/9 of the plain ones) exceed
+/// [`WINOGRAD_SMALL_WEIGHTS`]. Each transformed weight is then used only a few times per
+/// run, and in a model whose weights do not stay in cache between runs it is read from
+/// memory: ResNet-50's 512-channel 3×3 convs at 7² (16 tiles, 16.8 MB transformed) took
+/// 3.4-3.5 ms per run through Winograd against 2.2-2.3 through im2col (1 thread, per-node
+/// profile, Xeon with AVX-512; alone, where the weights stay in cache, Winograd was
+/// ahead, 1.73 against 1.98). At 14² (49 tiles) Winograd stays ahead in the model
+/// (1.40-1.48 against 1.69-1.72 ms). Whole models, 3 interleaved pairs, medians: resnet18
+/// 28.9-31.3 → 23.7-24.8 ms at 1 thread (min 17.7-18.3 → 15.3-15.7 at 2), resnet50
+/// 59.3-62.7 → 56.1-58.6 (min 35.7-36.3 → 34.8-35.3 at 2).
+pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) -> bool {
+    let tiles = n * oh.div_ceil(2) * ow.div_ceil(2);
+    tiles >= WINOGRAD_MIN_TILES || 16 * m * c * 4 <= WINOGRAD_SMALL_WEIGHTS
+}
+
+/// See [`winograd_pays`].
+pub(crate) const WINOGRAD_MIN_TILES: usize = 32;
+/// See [`winograd_pays`]: 1 MiB.
+pub(crate) const WINOGRAD_SMALL_WEIGHTS: usize = 1 << 20;
+
+/// Fewest input and output channels for the Winograd path. SqueezeNet's 3×3 convs with
+/// 16 input channels ran slower through it than through im2col (1 thread: 4.17 ms with the
+/// bound at 32 against 4.27 ms at 16, best of 3 runs).
+pub(crate) const WINOGRAD_MIN_CH: usize = 32;

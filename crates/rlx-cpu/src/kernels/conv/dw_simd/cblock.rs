@@ -1,0 +1,348 @@
+//! The channel-block depthwise path: blocks of 16 (AVX-512) or 8 (AVX2) channels of one
+//! image transposed into the lanes of a register, for small planes.
+
+use super::flat::keyed_zeros;
+use crate::kernels::conv::common::{Clamp, Epilogue, Geo};
+use crate::kernels::simd::{Avx2, Avx512, Lanes};
+use std::sync::atomic::Ordering;
+
+/// Geometry of the channel-block path ([`run_cblock`]).
+pub(crate) struct CBlock {
+    /// Input plane `h × w`, output plane `oh × ow`, stride `s` (both axes).
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    /// Row pitch of the padded scratch plane (in positions of 16 channels).
+    pw: usize,
+    /// Positions of the padded scratch plane.
+    len: usize,
+    /// Per input position: its position in the padded scratch plane.
+    din: Vec<u32>,
+    /// Per output position (padded to a multiple of 16 with position 0's): the scratch
+    /// position of its window's top-left tap.
+    dout: Vec<u32>,
+}
+
+/// Largest output plane the channel-block path takes (larger planes use their lanes
+/// fully on the per-position paths, and the transposes then cost more than they save).
+const CBLOCK_MAX_PLANE: usize = 1024;
+
+thread_local! {
+    /// The channel-block path's scratch plane, and the geometry whose padding it holds
+    /// as zeros (blocks of the same geometry write the same positions, so the padding
+    /// stays zero from one block and call to the next).
+    static CBLK: std::cell::RefCell<([usize; 7], Vec<f32>)> =
+        const { std::cell::RefCell::new(([0; 7], Vec::new())) };
+}
+
+/// `RLX_CPU_DW_CBLOCK` (read once per process): the channel-block path is on unless it
+/// is off.
+pub(super) fn cblock_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_DW_CBLOCK"))
+}
+
+/// The channel-block path's geometry for `g`, or `None` where it does not apply (kernel
+/// other than 3×3, 5×5, 7×7; dilation; stride other than 1 or 2 on both axes; an output
+/// plane over [`CBLOCK_MAX_PLANE`]; for the 16-lane kernel, a 3×3 kernel on a plane
+/// wider than 8 outputs). `lanes`: channels per block, 16 ([`cblock`]) or 8
+/// ([`cblock8`]).
+pub(crate) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
+    let k = g.ks[0];
+    let s = g.strides[0];
+    if g.ks[1] != k
+        || !matches!(k, 3 | 5 | 7)
+        || g.strides[1] != s
+        || !(s == 1 || s == 2)
+        || g.dil.iter().any(|&d| d != 1)
+    {
+        return None;
+    }
+    let (h, w, oh, ow) = (g.sp[0], g.sp[1], g.osp[0], g.osp[1]);
+    if h == 0 || w == 0 || oh == 0 || ow == 0 || oh * ow > CBLOCK_MAX_PLANE {
+        return None;
+    }
+    // Where it wins (one-node models, bench/NOTES.md §22): 5×5 and 7×7 kernels up to
+    // 32² outputs; 3×3 only on planes at most 8 outputs wide, whose rows leave half the
+    // lanes of the per-row paths idle. 3×3 convs with 14 output columns ran 5–25%
+    // slower here at stride 2 (28² → 14²), and at stride 1 gained at 1 thread but lost
+    // at 2: the transposes, per input position, are not paid back by 9 taps. On AVX2
+    // (8 lanes, Zen 2) 3×3 gained at every plane up to the bound, 1 and 2 threads
+    // (576 ch at 14²: 0.23 → 0.15 ms; 240 ch 3×3/2 at 28²: 0.155 → 0.088 ms; §23).
+    if k == 3 && ow > 8 && lanes == 16 {
+        return None;
+    }
+    let (pt, pl) = (g.pads[0].0, g.pads[1].0);
+    // Rows and columns every window reads, and every input row and column.
+    let ph = ((oh - 1) * s + k).max(h + pt);
+    let pw = ((ow - 1) * s + k).max(w + pl);
+    let din = (0..h * w)
+        .map(|i| ((i / w + pt) * pw + i % w + pl) as u32)
+        .collect();
+    let op = oh * ow;
+    let dout = (0..op.next_multiple_of(16))
+        .map(|i| {
+            let i = if i < op { i } else { 0 };
+            ((i / ow) * s * pw + (i % ow) * s) as u32
+        })
+        .collect();
+    Some(CBlock {
+        h,
+        w,
+        oh,
+        ow,
+        pw,
+        len: ph * pw,
+        din,
+        dout,
+    })
+}
+
+/// One block of up to `S::N` (16 or 8) channels (`nc`) of one image: input planes `x`
+/// (`nc` planes of `h × w`), weights `w` (`nc` filters of `K × K`), output planes `dst`
+/// (`nc` planes of `oh × ow`). The planes are transposed into `xp` (the padded plane,
+/// `S::N` channels per position, its padding zero), each output position is then summed
+/// with the channels in the lanes of one register (bias, then every tap in (ky, kx)
+/// order, each one fused multiply-add), clamped, transposed back `S::N` positions at a
+/// time and stored, `G` positions summed at a time: one accumulator per kernel column
+/// (the bias in column 0's), each tap one fused multiply-add into its column's, the
+/// columns added left to right. Taps in the padding add `w · (+0)`, as ONNX's zero
+/// padding defines them (the per-row path skips them: the same bits but for the sign
+/// of a zero result, −0 there where every term is −0); `w` must be finite. Returns the largest |y| bits before the clamp over the block's outputs
+/// when `clamp.track`. Compiled into [`cblock`] (AVX-512F, 16 lanes) and [`cblock8`]
+/// (AVX2 + FMA, 8 lanes).
+///
+/// # Safety
+/// The CPU has `S`'s features, and the caller is compiled with them.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
+    p: &CBlock,
+    nc: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    xp: &mut [f32],
+    dst: &mut [f32],
+) -> u32 {
+    let n_l = S::N;
+    let (hw, op) = (p.h * p.w, p.oh * p.ow);
+    assert!((1..=n_l).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
+    assert!(dst.len() >= nc * op && xp.len() >= p.len * n_l);
+    // SAFETY: the caller has S's features. Loads of `x` are masked to the block's `nc`
+    // planes and each plane's `hw` positions; stores to `xp` go to positions
+    // `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len` (cblock_plan:
+    // the padded plane holds every window); stores to `dst` are masked to the `nc`
+    // planes and the plane's `op` positions.
+    unsafe {
+        let chans = S::range(0, nc);
+        // Weights by tap, N channels per vector (channels past `nc`: 0).
+        let mut wt = [S::splat(0.0); 49];
+        for (t, wv) in wt.iter_mut().enumerate().take(K * K) {
+            let mut lanes = [0f32; 16];
+            for (l, v) in lanes.iter_mut().enumerate().take(nc) {
+                *v = *w.get_unchecked(l * K * K + t);
+            }
+            *wv = S::load(lanes.as_ptr());
+        }
+        let mut bl = [0f32; 16];
+        if let Some(b) = bias {
+            bl[..nc].copy_from_slice(&b[..nc]);
+        }
+        let bv = S::load(bl.as_ptr());
+        // Input planes into the padded scratch plane, N positions at a time.
+        let xq = xp.as_mut_ptr();
+        let mut r = [S::splat(0.0); 16];
+        for q0 in (0..hw).step_by(n_l) {
+            let n = (hw - q0).min(n_l);
+            let m = S::range(0, n);
+            for (l, v) in r.iter_mut().enumerate().take(n_l) {
+                *v = if l >= nc {
+                    S::splat(0.0)
+                } else if n == n_l {
+                    S::load(x.as_ptr().add(l * hw + q0))
+                } else {
+                    S::load_m(x.as_ptr().add(l * hw + q0), m)
+                };
+            }
+            S::transpose(&mut r);
+            for (j, v) in r.iter().enumerate().take(n) {
+                let d = *p.din.get_unchecked(q0 + j) as usize;
+                S::store(xq.add(d * n_l), *v);
+            }
+        }
+        // Output positions, N at a time, in groups of `G`. The sums as the per-row and
+        // flat paths make them, for the same bits: one accumulator per kernel column
+        // (the bias in column 0's, -0 in the others), each tap's fused multiply-add
+        // into its column's, the columns added left to right.
+        let (lo, hi) = (S::splat(clamp.lo), S::splat(clamp.hi));
+        let mut seen = S::splat(0.0);
+        let xr = xp.as_ptr();
+        let pw = p.pw;
+        let mut init = [S::splat(-0.0); K];
+        init[0] = bv;
+        for o0 in (0..op).step_by(n_l) {
+            for g0 in (0..n_l).step_by(G) {
+                let mut acc = [init; G];
+                let mut base = [xr; G];
+                for (g, b) in base.iter_mut().enumerate() {
+                    *b = xr.add(*p.dout.get_unchecked(o0 + g0 + g) as usize * n_l);
+                }
+                for ky in 0..K {
+                    for kx in 0..K {
+                        let wv = wt[ky * K + kx];
+                        let off = (ky * pw + kx) * n_l;
+                        for g in 0..G {
+                            acc[g][kx] = S::fma(wv, S::load(base[g].add(off)), acc[g][kx]);
+                        }
+                    }
+                }
+                for g in 0..G {
+                    let mut y = acc[g][0];
+                    for a in &acc[g][1..] {
+                        y = S::add(y, *a);
+                    }
+                    r[g0 + g] = y;
+                }
+            }
+            let n = (op - o0).min(n_l);
+            for (j, v) in r.iter_mut().enumerate().take(n_l) {
+                if clamp.track && j < n {
+                    seen = S::max_abs_bits(seen, S::zero_off(*v, chans));
+                }
+                *v = S::clamp(*v, lo, hi);
+                if clamp.nan_out {
+                    *v = S::nan_out(*v);
+                }
+            }
+            S::transpose(&mut r);
+            let m = S::range(0, n);
+            for (l, v) in r.iter().enumerate().take(nc) {
+                let d = dst.as_mut_ptr().add(l * op + o0);
+                if n == n_l {
+                    S::store(d, *v);
+                } else {
+                    S::store_m(d, *v, m);
+                }
+            }
+        }
+        S::hmax_bits(seen)
+    }
+}
+
+/// [`cblock_lanes`] on AVX-512F: blocks of 16 channels.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn cblock<const K: usize, const G: usize>(
+    p: &CBlock,
+    nc: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    xp: &mut [f32],
+    dst: &mut [f32],
+) -> u32 {
+    // SAFETY: AVX-512F is enabled here; the caller checked the CPU has it.
+    unsafe { cblock_lanes::<Avx512, K, G>(p, nc, x, w, bias, clamp, xp, dst) }
+}
+
+/// [`cblock_lanes`] on AVX2 + FMA, for CPUs without AVX-512: blocks of 8 channels, fewer
+/// positions summed at a time than the AVX-512 kernel (`G`: 16 registers).
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn cblock8<const K: usize, const G: usize>(
+    p: &CBlock,
+    nc: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    xp: &mut [f32],
+    dst: &mut [f32],
+) -> u32 {
+    // SAFETY: AVX2 and FMA are enabled here; the caller checked the CPU has them.
+    unsafe { cblock_lanes::<Avx2, K, G>(p, nc, x, w, bias, clamp, xp, dst) }
+}
+
+/// [`cblock`] (or [`cblock8`]) for one kernel size.
+type CBlockFn =
+    unsafe fn(&CBlock, usize, &[f32], &[f32], Option<&[f32]>, Clamp, &mut [f32], &mut [f32]) -> u32;
+
+/// The channel-block path: every output plane, by blocks of 16 channels of one image
+/// ([`cblock`]; with `avx2`, blocks of 8 on AVX2 + FMA, [`cblock8`]), the blocks split
+/// over threads when the multiply-adds are many. False where [`cblock_plan`] does not
+/// apply (nothing is written). `w` must be finite.
+pub(super) fn run_cblock(
+    avx2: bool,
+    x: &[f32],
+    w: &[f32],
+    g: &Geo,
+    out: &mut [f32],
+    epi: &Epilogue,
+) -> bool {
+    use rayon::prelude::*;
+    let lanes = if avx2 { 8 } else { 16 };
+    let Some(p) = cblock_plan(g, lanes) else {
+        return false;
+    };
+    let k = g.ks[0];
+    let f: CBlockFn = match (avx2, k) {
+        (false, 3) => cblock::<3, 8>,
+        (false, 5) => cblock::<5, 4>,
+        (false, _) => cblock::<7, 4>,
+        (true, 3) => cblock8::<3, 4>,
+        (true, 5) => cblock8::<5, 2>,
+        (true, _) => cblock8::<7, 2>,
+    };
+
+    let (c, hw, op, kk) = (g.m, p.h * p.w, p.oh * p.ow, k * k);
+    let Epilogue {
+        bias, post, seen, ..
+    } = *epi;
+    let clamp = epi.in_regs();
+    // The blocks: (image, first channel, channels), each with its output planes.
+    let par = crate::kernels::par_worth(out.len() * kk);
+    let mut blocks = Vec::with_capacity(g.n * c.div_ceil(lanes));
+    let mut rest = &mut out[..g.n * c * op];
+    for n in 0..g.n {
+        for c0 in (0..c).step_by(lanes) {
+            let nc = (c - c0).min(lanes);
+            let (d, r) = rest.split_at_mut(nc * op);
+            rest = r;
+            blocks.push((n, c0, nc, d));
+        }
+    }
+    let key = [p.h, p.w, p.pw, p.len, g.pads[0].0, g.pads[1].0, lanes];
+    let run = |(n, c0, nc, d): (usize, usize, usize, &mut [f32])| {
+        let xs = &x[(n * c + c0) * hw..(n * c + c0 + nc) * hw];
+        let ws = &w[c0 * kk..(c0 + nc) * kk];
+        let bs = bias.map(|b| &b[c0..c0 + nc]);
+        let block = |xp: &mut [f32]| {
+            // The scratch plane from a 64-byte boundary: each position's 16 (or 8)
+            // channels lie in one cache line (a misaligned one would split loads across
+            // two lines).
+            let a = xp.as_ptr().align_offset(64).min(15);
+            let xa = &mut xp[a..a + p.len * lanes];
+            // SAFETY: `run_with` is reached with AVX-512F (or, with `avx2`, AVX2 and
+            // FMA); the slices are the block's.
+            unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) }
+        };
+        let bits = keyed_zeros(&CBLK, key, p.len * lanes + 15, block);
+        for plane in d.chunks_mut(op) {
+            post(plane);
+        }
+        bits
+    };
+    let bits = if par && blocks.len() > 1 {
+        blocks.into_par_iter().map(run).max().unwrap_or(0)
+    } else {
+        blocks.into_iter().map(run).max().unwrap_or(0)
+    };
+    if let Some(s) = seen {
+        s.fetch_max(bits, Ordering::Relaxed);
+    }
+    true
+}

@@ -1,0 +1,237 @@
+//! ONNX Conv (NC + 1..=3 spatial dims, groups, dilations, pads, optional bias), by
+//! algorithm family, one file each:
+//! * [`common`]: the geometry, scratch buffers and epilogue pieces every path shares;
+//! * [`im2col`]: im2col + gemm, the general path (any dtype, rank and group count);
+//! * [`depthwise`] and [`dw_simd`]: depthwise 2-D convs, generic and SIMD;
+//! * [`direct`] and [`dconv`]: the direct f32 kernel (AVX-512) and its driver;
+//! * [`winograd`]: Winograd F(2×2, 3×3);
+//! * [`pw_dw`]: a pointwise conv and the depthwise conv after it, interleaved.
+//!
+//! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
+//! algorithm files import from `common` and not from one another (the pointwise-depthwise
+//! pair uses `dw_simd`'s row kernels), so there is no import cycle.
+
+mod common;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod dconv;
+mod depthwise;
+mod direct;
+#[cfg(target_arch = "x86_64")]
+mod dw_simd;
+mod im2col;
+mod pw_dw;
+#[cfg(test)]
+mod tests;
+pub(crate) mod winograd;
+
+use crate::kernels::{fill_chunks, invalid, make, out_dims, values_as, KResult};
+use common::{geometry, with_col, Epilogue, BIAS_BEFORE_RESIDUAL, POST_MIN_RUN};
+pub(crate) use common::{no_post, Act, Clamp, Post, Residual};
+use depthwise::depthwise_2d_f32;
+use direct::conv_direct_f32;
+use half::{bf16, f16};
+use im2col::conv_float;
+pub(crate) use im2col::CONV_SPLIT_FLOPS;
+pub(crate) use pw_dw::pw_dw;
+use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
+pub(crate) use winograd::{winograd_weights, WinogradWeights};
+
+/// `Op::Conv` (ONNX Conv): x [N, C, *sp], w [M, C/groups, *k], optional bias [M];
+/// output [N, M, *osp] with `osp = (sp + pad_b + pad_e - dil*(k-1) - 1) / stride + 1`.
+pub(crate) fn conv(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
+) -> KResult<Tensor> {
+    conv_post(x, w, bias, a, out, Act::NONE, None)
+}
+
+/// [`conv`], then the fused group's activation `act` on each f32 output plane while it is
+/// in cache (see `crate::fuse`, and [`Act`] for its clamp, `post` and NaN scan). Other
+/// dtypes ignore it. With a clamp the f32 kernels apply it instead of calling `post` (the
+/// depthwise kernel in registers before each store, the im2col/gemm path in the same pass
+/// as the bias).
+///
+/// `res`: a residual (f32, as many values as the output, laid out as it) added to each
+/// output value before the activation ([`Residual`]; a ResNet shortcut fused into the
+/// conv, see `crate::fuse::Residual`). Not with `act.seen`. Error: `res` of another
+/// length, or an input that is not f32.
+pub(crate) fn conv_post(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
+    act: Act,
+    res: Option<Residual>,
+) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    let g = geometry(x.dims(), w.dims(), a, &od)?;
+    if let Some(r) = &res {
+        if r.len() != od.iter().product::<usize>() || x.dtype() != rlx_ir::DType::F32 {
+            return invalid(format!(
+                "conv: a residual of {} f32 values does not fit the output {od:?} ({})",
+                r.len(),
+                x.dtype()
+            ));
+        }
+    }
+    if let Some(b) = bias {
+        if b.numel() != g.m {
+            return invalid(format!(
+                "conv: bias has {} elements, expected {}",
+                b.numel(),
+                g.m
+            ));
+        }
+    }
+    if x.dtype() != w.dtype() {
+        return invalid(format!("conv: x is {} but w is {}", x.dtype(), w.dtype()));
+    }
+    use TensorData as D;
+    let data = match (x.data(), w.data()) {
+        (D::F32(xv), D::F32(wv)) => {
+            let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+            // `(conv + r) + b` against the unfused `(conv + b) + r`: with every |b| at most
+            // 2^64, far below half a unit in the last place at f32::MAX (2^103), the two can
+            // overflow differently only by a last-place rounding there. A larger (or
+            // non-finite) bias goes first, the unfused order: `r` is then read.
+            let spare;
+            let res = match res {
+                Some(Residual::Into(v))
+                    if b.iter()
+                        .flatten()
+                        .any(|x| x.is_nan() || x.abs() > BIAS_BEFORE_RESIDUAL) =>
+                {
+                    spare = v;
+                    Some(Residual::Read(&spare))
+                }
+                r => r,
+            };
+            // The depthwise kernels skip taps in the padding; with a non-finite weight the
+            // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
+            let dw = g.depthwise_2d()
+                && res.is_none()
+                && crate::kernels::wide::max_abs_bits(wv) < 0x7f80_0000;
+            // Planes below POST_MIN_RUN elements take `post` in one pass after the conv
+            // (per-plane calls cost more than the cache they save there).
+            let p: usize = g.osp.iter().product();
+            let per_plane = p >= POST_MIN_RUN;
+            // The kernels take the largest |y| bits only where they apply a clamp.
+            let epi = Epilogue {
+                seen: act.seen.filter(|_| act.clamp.is_some()),
+                ..act.with_bias(b.as_deref())
+            };
+            let dw_epi = Epilogue {
+                post: if per_plane {
+                    act.post_unless_clamped()
+                } else {
+                    &no_post
+                },
+                ..epi
+            };
+            match dw.then(|| depthwise_2d_f32(xv, wv, &g, &dw_epi)).flatten() {
+                Some(mut o) => {
+                    if !per_plane && act.clamp.is_none() {
+                        fill_chunks(&mut o, 8192, |_, c| (act.post)(c));
+                    }
+                    D::F32(o)
+                }
+                None => {
+                    let read = res.as_ref().map(|r| r.values());
+                    if let Some(o) = conv_direct_f32(xv, wv, &g, &epi, read) {
+                        if let Some(Residual::Into(v)) = res {
+                            crate::buffers::give(D::F32(v));
+                        }
+                        return make(od, D::F32(o));
+                    }
+                    D::F32(conv_float(xv, wv, &g, &epi, res)?)
+                }
+            }
+        }
+        (D::F64(xv), D::F64(wv)) => {
+            let b: Option<Vec<f64>> = bias.map(|b| values_as(b.data()));
+            let epi = Epilogue {
+                bias: b.as_deref(),
+                clamp: None,
+                post: &|_: &mut [f64]| {},
+                seen: None,
+            };
+            D::F64(conv_float(xv, wv, &g, &epi, None)?)
+        }
+        (D::F16(_), D::F16(_)) | (D::BF16(_), D::BF16(_)) => {
+            let xv = x.data().to_f32_vec();
+            let wv = w.data().to_f32_vec();
+            let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+            let r = conv_float(&xv, &wv, &g, &Act::NONE.with_bias(b.as_deref()), None)?;
+            if x.dtype() == rlx_ir::DType::F16 {
+                D::F16(r.into_iter().map(f16::from_f32).collect())
+            } else {
+                D::BF16(r.into_iter().map(bf16::from_f32).collect())
+            }
+        }
+        (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
+    };
+    make(od, data)
+}
+
+/// [`conv_post`] through the Winograd transform `wg` of `w` (made by [`winograd_weights`]).
+/// Falls back to [`conv_post`] when the shapes do not fit `wg`, when the input holds a
+/// NaN/Inf or values large enough that a direct partial sum could overflow
+/// ([`WinogradWeights::direct_stays_finite`]), or when an output (before `post`) is not
+/// finite; so the result's NaN/Inf are always the direct conv's. Errors as [`conv`].
+pub(crate) fn conv_winograd(
+    x: &Tensor,
+    wg: &WinogradWeights,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
+    post: Post,
+) -> KResult<Tensor> {
+    let plain = Act {
+        clamp: None,
+        post,
+        seen: None,
+    };
+    let od = out_dims(out)?;
+    let g = geometry(x.dims(), w.dims(), a, &od)?;
+    let fits = g.sp.len() == 2
+        && g.groups == 1
+        && g.ks == [3, 3]
+        && g.strides == [1, 1]
+        && g.dil == [1, 1]
+        && g.m == wg.m()
+        && g.c == wg.c()
+        && bias.is_none_or(|b| b.numel() == g.m && b.dtype() == rlx_ir::DType::F32);
+    if let (true, TensorData::F32(xv)) = (fits, x.data()) {
+        let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+        let b_max = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs() as f64));
+        if !wg.direct_stays_finite(crate::kernels::wide::max_abs_bits(xv), b_max) {
+            return conv_post(x, w, bias, a, out, plain, None);
+        }
+        let d = winograd::Dims {
+            n: g.n,
+            h: g.sp[0],
+            w: g.sp[1],
+            pt: g.pads[0].0,
+            pl: g.pads[1].0,
+            oh: g.osp[0],
+            ow: g.osp[1],
+        };
+        let ts = g.n * g.osp[0].div_ceil(2) * g.osp[1].div_ceil(2);
+        let o = if winograd::slabs_on(g.m, g.c) {
+            winograd::conv_slabs(xv, wg, b.as_deref(), d, post)
+        } else {
+            with_col(16 * g.c * ts, |v: &mut [f32]| {
+                winograd::conv(xv, wg, b.as_deref(), d, v, post)
+            })
+        };
+        if let Some(o) = o {
+            return make(od, TensorData::F32(o));
+        }
+    }
+    conv_post(x, w, bias, a, out, plain, None)
+}
