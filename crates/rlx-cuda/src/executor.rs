@@ -192,6 +192,16 @@ pub struct CudaExecutor {
     /// value back, `run_all` and launch-blocking, run the unfused steps).
     fz: Vec<Fz>,
     groups: Vec<FusedGroup>,
+    /// Attention fusion ([`crate::attn`]): each node's part, the elementwise-fusion parts
+    /// for runs that use it (a fused elementwise group with a node inside an attention
+    /// group runs unfused there), the groups, and why there are none when planning failed.
+    /// Only ordinary runs use it: scanning, `run_all` and launch-blocking runs run the
+    /// unfused steps (so their NaN/Inf counts and values are exactly those of
+    /// `RLX_CUDA_ATTN=0`).
+    afz: Vec<Afz>,
+    fz_attn: Vec<Fz>,
+    attn: Vec<AttnGroup>,
+    attn_note: Option<String>,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
@@ -239,6 +249,25 @@ enum Fz {
     Member,
     /// The group's last node: the group's kernel runs here (index into `groups`).
     Sink(usize),
+}
+
+/// A node's part in attention fusion, for ordinary runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Afz {
+    No,
+    /// Computed inside its group's kernel (its value is not written).
+    Member,
+    /// The group's output (the second MatMul): the kernel runs here (index into `attn`).
+    Sink(usize),
+}
+
+/// One fused attention kernel ([`crate::attn::KERNEL_SRC`]).
+struct AttnGroup {
+    f: CudaFunction,
+    plan: crate::attn::AttnPlan,
+    /// Index into `meta_ptrs`.
+    meta: usize,
+    cfg: LaunchConfig,
 }
 
 /// One fused elementwise kernel: `f(out, n, meta)`.
@@ -762,6 +791,72 @@ impl CudaExecutor {
                 }
             }
         }
+        // Attention fusion (RLX_CUDA_ATTN=0 turns it off): one kernel per matched group.
+        let mut afz = vec![Afz::No; n];
+        let mut fz_attn = fz.clone();
+        let mut attn: Vec<AttnGroup> = vec![];
+        let mut attn_note = None;
+        let attn_on = !matches!(
+            rlx_ir::env::parse_switch(rlx_ir::env::get("RLX_CUDA_ATTN").as_deref()),
+            rlx_ir::env::Switch::Off
+        );
+        if attn_on {
+            let on_gpu = |id: NodeId| {
+                !matches!(steps[id.index()], Step::Leaf | Step::Cpu(_)) && buf[id.index()].is_some()
+            };
+            let plans = crate::attn::plan_attention(&graph, &on_gpu);
+            if !plans.is_empty() {
+                match gpu.attn_module() {
+                    Ok(m) => {
+                        for plan in plans {
+                            let tpr = plan.tpr();
+                            let name = format!("rlx_attn_{tpr}");
+                            let f = m
+                                .load_function(&name)
+                                .map_err(|e| cuda_err(&format!("loading kernel {name}"), e))?;
+                            metas_host.push(plan.meta());
+                            let cfg = LaunchConfig {
+                                grid_dim: (
+                                    plan.batch.iter().product::<usize>() as u32,
+                                    plan.lq.div_ceil(crate::attn::ROWS) as u32,
+                                    1,
+                                ),
+                                block_dim: (32 * tpr as u32, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            let ai = attn.len();
+                            for &mb in &plan.members {
+                                afz[mb.index()] = Afz::Member;
+                            }
+                            afz[plan.sink().index()] = Afz::Sink(ai);
+                            attn.push(AttnGroup {
+                                f,
+                                plan,
+                                meta: metas_host.len() - 1,
+                                cfg,
+                            });
+                        }
+                        // An elementwise group with a node inside an attention group runs
+                        // unfused in runs that use attention fusion.
+                        for fg in &groups {
+                            if fg.members.iter().any(|m| afz[m.index()] != Afz::No) {
+                                for m in &fg.members {
+                                    fz_attn[m.index()] = Fz::No;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if rlx_ir::env::is_on("RLX_DISPATCH_REPORT") {
+                            eprintln!("rlx-cuda: attention fusion is off for {}: {e}", graph.name);
+                        }
+                        attn_note = Some(format!("the attention kernels did not build: {e}"));
+                    }
+                }
+            }
+        } else {
+            attn_note = Some("RLX_CUDA_ATTN=0".into());
+        }
         let mut metas = Vec::with_capacity(metas_host.len());
         let mut meta_ptrs = Vec::with_capacity(metas_host.len());
         for m in &metas_host {
@@ -870,6 +965,10 @@ impl CudaExecutor {
             times: None,
             fz,
             groups,
+            afz,
+            fz_attn,
+            attn,
+            attn_note,
             leaf_counts: vec![None; n],
             device_timing: false,
             last_device_ms: std::sync::Mutex::new(None),
@@ -1000,6 +1099,15 @@ impl CudaExecutor {
                 self.groups.len()
             );
         }
+        if !self.attn.is_empty() {
+            let members = self.afz.iter().filter(|f| **f != Afz::No).count();
+            eprintln!(
+                "rlx-cuda dispatch: {} fused attention kernels run {members} nodes (runs that scan for NaN/Inf or read every value back run them one by one)",
+                self.attn.len()
+            );
+        } else if let Some(why) = &self.attn_note {
+            eprintln!("rlx-cuda dispatch: attention fusion off ({why})");
+        }
         match (&self.lock_graph()[0], self.graphable) {
             (CudaGraphState::Off(why), _) => eprintln!("rlx-cuda dispatch: CUDA graph off ({why})"),
             (_, false) => eprintln!(
@@ -1096,6 +1204,24 @@ impl CudaExecutor {
     /// How many fused elementwise kernels ordinary runs launch (0 with `RLX_CUDA_FUSE=0`).
     pub fn fused_groups(&self) -> usize {
         self.groups.len()
+    }
+
+    /// How many fused attention kernels ordinary runs launch (0 with `RLX_CUDA_ATTN=0`;
+    /// scanning, `run_all` and launch-blocking runs never use them).
+    pub fn attention_groups(&self) -> usize {
+        self.attn.len()
+    }
+
+    /// The nodes each fused attention kernel computes (members in topological order, the
+    /// output last).
+    pub fn attention_members(&self) -> Vec<Vec<NodeId>> {
+        self.attn.iter().map(|a| a.plan.members.clone()).collect()
+    }
+
+    /// Why attention fusion is off (`RLX_CUDA_ATTN=0`, or the kernels did not build), when
+    /// it is; `None` when it is on (whether or not a group matched).
+    pub fn attention_note(&self) -> Option<&str> {
+        self.attn_note.as_deref()
     }
 
     /// Set the Param node named `name` to `t` (uploaded now if a GPU node reads it).
@@ -1329,6 +1455,9 @@ impl CudaExecutor {
         // Fused groups replace their members unless every value is read back or the run is
         // launch-blocking (a scanning run counts the members inside the fused kernels).
         let fuse = !all && before.is_none();
+        // Attention groups run fused in ordinary runs only (a scanning run counts their inner
+        // values from the unfused steps).
+        let attn_run = fuse && !scan && !self.attn.is_empty();
         if scan {
             self.preset_scan()?;
         }
@@ -1397,13 +1526,45 @@ impl CudaExecutor {
                 let id = NodeId(k as u32);
                 let g = &self.graph;
                 let node = g.node(id);
-                if fuse && self.fz[k] == Fz::Member {
+                if attn_run && self.afz[k] == Afz::Member {
+                    continue;
+                }
+                let fzk = if attn_run {
+                    self.fz_attn[k]
+                } else {
+                    self.fz[k]
+                };
+                if fuse && fzk == Fz::Member {
                     continue;
                 }
                 if let (Some(ev), false) = (events.as_mut(), matches!(self.steps[k], Step::Leaf)) {
                     ev.push((k, timed(&self.stream)?));
                 }
-                if let (true, Fz::Sink(gi)) = (fuse, self.fz[k]) {
+                if let (true, Afz::Sink(ai)) = (attn_run, self.afz[k]) {
+                    let a = &self.attn[ai];
+                    let p = &a.plan;
+                    let (q, kp, v) = (self.ptr(p.q.node), self.ptr(p.k.node), self.ptr(p.v.node));
+                    let msk: u64 = p.mask.as_ref().map_or(0, |m| self.ptr(m.node));
+                    let (o, m) = (self.ptr(id), self.meta_ptrs[a.meta]);
+                    let (lq, lk, dqk, dv) = (p.lq as i32, p.lk as i32, p.dqk as i32, p.dv as i32);
+                    let (scale, flags) = (p.scale_value(), p.flags());
+                    let mut l = self.stream.launch_builder(&a.f);
+                    l.arg(&q).arg(&kp).arg(&v).arg(&msk).arg(&o).arg(&m);
+                    l.arg(&lq)
+                        .arg(&lk)
+                        .arg(&dqk)
+                        .arg(&dv)
+                        .arg(&scale)
+                        .arg(&flags);
+                    // SAFETY: signature (const float* x4, float*, const i64*, int x4, float,
+                    // int); the metadata's strides (planned from the operands' dims) keep every
+                    // read inside the Q, K, V and mask buffers and every write inside the
+                    // output's ([.., lq, dv] contiguous); the mask pointer is null without one.
+                    unsafe { l.launch(a.cfg) }
+                        .map_err(|e| kernel_err(g, id, format!("launch (fused attention): {e}")))?;
+                    continue;
+                }
+                if let (true, Fz::Sink(gi)) = (fuse, fzk) {
                     let fg = &self.groups[gi];
                     let (o, m) = (self.ptr(id), self.meta_ptrs[fg.meta]);
                     let cnt: u64 = match (&self.scan, cnt_base) {

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaModule};
 
+mod attn;
 mod cudnn;
 mod executor;
 mod fuse;
@@ -283,6 +284,8 @@ pub(crate) struct Gpu {
     pub module: Mutex<Option<Result<Arc<CudaModule>, String>>>,
     /// cuDNN, loaded on first use: its version and file, or why it is not used.
     pub cudnn: OnceLock<Result<String, String>>,
+    /// The fused attention kernels ([`attn::KERNEL_SRC`]), compiled on first use.
+    pub attn: OnceLock<Result<Arc<CudaModule>, String>>,
 }
 
 fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {
@@ -322,6 +325,7 @@ fn init() -> Result<Arc<Gpu>, String> {
             info,
             module: Mutex::new(None),
             cudnn: OnceLock::new(),
+            attn: OnceLock::new(),
         }))
     }));
     match r {
@@ -367,6 +371,20 @@ impl Gpu {
             .clone()
     }
 
+    /// The fused attention kernels, compiled by NVRTC on first use (cached, errors too).
+    pub(crate) fn attn_module(&self) -> Result<Arc<CudaModule>, String> {
+        self.attn
+            .get_or_init(|| {
+                let (maj, min) = self.info.compute_capability;
+                let src = kernels::device_functions() + attn::KERNEL_SRC;
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    kernels::compile_source(&self.ctx, maj, min, &src, "rlx_attention.cu")
+                }))
+                .unwrap_or_else(|p| Err(format!("NVRTC panicked: {}", panic_msg(p))))
+            })
+            .clone()
+    }
+
     /// The elementwise kernel module, compiled by NVRTC on first use (cached, errors too).
     pub(crate) fn module(&self) -> Result<Arc<CudaModule>, String> {
         let mut m = self.module.lock().unwrap_or_else(|e| e.into_inner());
@@ -386,6 +404,12 @@ impl Gpu {
 #[doc(hidden)]
 pub fn kernel_source() -> String {
     kernels::source()
+}
+
+/// The CUDA C source of the fused attention kernels (as given to NVRTC), for debugging.
+#[doc(hidden)]
+pub fn attention_kernel_source() -> String {
+    kernels::device_functions() + attn::KERNEL_SRC
 }
 
 #[cfg(test)]

@@ -214,6 +214,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CUDA_ATTN",
+        values: "0|1 (default 1)",
+        acts: "when a CUDA executor is created",
+        catches: "0: scaled-dot-product attention (MatMul, scale, mask Add, the decomposed Softmax, MatMul) runs node by node instead of as one fused flash-attention kernel (results within about 1e-5 relative in f32; runs that scan for NaN/Inf or read every value back never use the fused kernel)",
+        cost: "0: slower attention (the score matrix is written and read several times)",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_WGPU_GEMM_TILE",
         values: "reg|reg8|32|64|128 (default reg)",
         acts: "when a wgpu executor is created",
