@@ -1098,66 +1098,62 @@ fn pipeline(gpu: &Gpu, src: &str) -> Result<Arc<wgpu::ComputePipeline>, String> 
     Ok(p)
 }
 
-/// The matmul/conv kernel for an `m` x `n` output (per batch item / group) and its output
-/// tile (rows, columns). By default the register-tiled kernel ([`kernels::reg_tiled`]): a
-/// 128x128 output tile (8x8 outputs per thread in registers, k-tiles of 16) where the output
-/// has at least 128 rows and columns and `batch` (batch items or images x groups) times its
-/// tiles number at least 256, else 64x128, 128x64 or 64x64; for outputs of at least 48 rows
-/// and columns. Smaller products keep the 32x32 shared-memory tile ([`kernels::tiled`]).
-/// `RLX_WGPU_GEMM_TILE` picks another kernel, to time one against another or rule one out:
-/// `reg8` (k-tiles of 8), or `32` / `64` / `128` for the earlier shared-memory tiles capped at
-/// that size (the 128x128 one with 64 dynamically indexed accumulators per thread measured
-/// 1.6x to 3.9x slower than the 64x64 one on the H200, bench/RESULTS-GPU.md).
+/// The matmul/conv kernel for an `m` x `n` output (per batch item, or per group for a
+/// convolution, whose columns are images x positions) and its output tile (rows, columns);
+/// the flag says it is the register-tiled kernel (whose convolution columns span images).
+/// By default the register-tiled kernel ([`kernels::reg_tiled`]) with k-tiles of 8: a
+/// 128x128 output tile (8x8 outputs per thread in registers) where the output has at least
+/// 128 rows and columns and `batch` times its tiles number at least 256, else 64x128, 128x64
+/// or 64x64. `RLX_WGPU_GEMM_TILE` picks another kernel, to time one against another or rule
+/// one out: `reg16` (k-tiles of 16), or `32` / `64` / `128` for the earlier shared-memory
+/// tiles capped at that size. On the H200 (Vulkan) the register-tiled kernel ran ResNet-50
+/// batch 32 in 36 ms (k-tiles of 16) and 34 ms (of 8) against 297 ms with the 64x64
+/// shared-memory tile, BERT-base 8 x 128 in 16.2 / 15.3 against 196 ms (bench/RESULTS-GPU.md).
 fn gemm_kernel(
     b_kind: GemmB,
     m: usize,
     n: usize,
     batch: usize,
     drop_last_k: bool,
-) -> (usize, usize, String) {
+) -> (usize, usize, String, bool) {
     let conv = b_kind != GemmB::MatMul;
     let choice = rlx_ir::env::get("RLX_WGPU_GEMM_TILE").map(|v| v.trim().to_string());
     let old_cap = choice.as_deref().and_then(|v| v.parse::<usize>().ok());
-    let bk = if choice.as_deref() == Some("reg8") {
-        8
-    } else {
+    let bk = if choice.as_deref() == Some("reg16") {
         16
+    } else {
+        8
     };
     if let Some(cap) = old_cap {
         let fits = |t: usize| m >= t && n >= t && cap >= t;
         return if fits(128) {
-            (128, 128, kernels::tiled_128(conv, drop_last_k))
+            (128, 128, kernels::tiled_128(conv, drop_last_k), false)
         } else if fits(64) {
-            (64, 64, kernels::tiled(conv, drop_last_k, true))
+            (64, 64, kernels::tiled(conv, drop_last_k, true), false)
         } else {
             (
                 TILE as usize,
                 TILE as usize,
                 kernels::tiled(conv, drop_last_k, false),
+                false,
             )
         };
     }
-    if m >= 48 && n >= 48 {
-        // The largest tile that still gives the GPU enough workgroups to fill it (a discrete
-        // GPU has on the order of 100 multiprocessors; the H200 132): 128x128 for large
-        // outputs, smaller tiles when the output (times the batch) has fewer tiles than that.
-        let tiles = |tm: usize, tn: usize| m.div_ceil(16 * tm) * n.div_ceil(16 * tn) * batch;
-        let fits = |tm: usize, tn: usize| (tm == 4 || m >= 128) && (tn == 4 || n >= 128);
-        let cands = [(8, 8), (4, 8), (8, 4), (4, 4)];
-        let (tm, tn) = cands
-            .into_iter()
-            .filter(|&(a, b)| fits(a, b))
-            .find(|&(a, b)| tiles(a, b) >= 256)
-            .unwrap_or((4, 4));
-        let src = kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk);
-        (16 * tm, 16 * tn, src)
-    } else {
-        (
-            TILE as usize,
-            TILE as usize,
-            kernels::tiled(conv, drop_last_k, false),
-        )
-    }
+    // The largest tile that still gives the GPU enough workgroups to fill it (a discrete GPU
+    // has on the order of 100 multiprocessors; the H200 132): 128x128 for large outputs,
+    // smaller tiles when the output (times the batch) has fewer tiles than that. Small
+    // products (a classifier's 32 x 1000, decode's single row) take the 64x64 tile: the rows
+    // or columns it computes in vain cost arithmetic, not memory traffic.
+    let tiles = |tm: usize, tn: usize| m.div_ceil(16 * tm) * n.div_ceil(16 * tn) * batch;
+    let fits = |tm: usize, tn: usize| (tm == 4 || m >= 128) && (tn == 4 || n >= 128);
+    let cands = [(8, 8), (4, 8), (8, 4), (4, 4)];
+    let (tm, tn) = cands
+        .into_iter()
+        .filter(|&(a, b)| fits(a, b))
+        .find(|&(a, b)| tiles(a, b) >= 256)
+        .unwrap_or((4, 4));
+    let src = kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk);
+    (16 * tm, 16 * tn, src, true)
 }
 
 /// Float dtypes held as f32 words on the GPU (float16/bfloat16 rounded at each node's output).
@@ -1513,7 +1509,7 @@ fn build_spec(
                 s.resize(6, 0);
                 meta.extend(s);
             }
-            let (tr, tc, src) = gemm_kernel(
+            let (tr, tc, src, _) = gemm_kernel(
                 GemmB::MatMul,
                 m,
                 n,
@@ -1576,6 +1572,7 @@ fn build_spec(
             let pb: Vec<usize> = a.pads.iter().map(|p| p.0).collect();
             meta.extend(pad3(&pb, 0));
             meta.push(u(nout)?);
+            meta.push(u(nimg)?);
             // Shader bindings: a = weights, b = input, c = bias (the weights again when
             // there is no bias; has_bias = 0 then).
             let mut inputs = vec![node.inputs[1], node.inputs[0]];
@@ -1589,12 +1586,22 @@ fn build_spec(
                 } else {
                     GemmB::Conv
                 };
-                let (tr, tc, src) = gemm_kernel(kind, mg, p, nimg * groups, false);
-                let groups3 = [
-                    p.div_ceil(tc) as u32,
-                    mg.div_ceil(tr) as u32,
-                    u(nimg * groups)?,
-                ];
+                let (tr, tc, src, reg) = gemm_kernel(kind, mg, nimg * p, groups, false);
+                // The register-tiled kernel's columns span images; the earlier kernels'
+                // dispatch has one z per image and group.
+                let groups3 = if reg {
+                    [
+                        (nimg * p).div_ceil(tc) as u32,
+                        mg.div_ceil(tr) as u32,
+                        u(groups)?,
+                    ]
+                } else {
+                    [
+                        p.div_ceil(tc) as u32,
+                        mg.div_ceil(tr) as u32,
+                        u(nimg * groups)?,
+                    ]
+                };
                 if groups3.iter().any(|&x| x > maxg) {
                     return Err("conv exceeds the dispatch limits".into());
                 }

@@ -711,7 +711,9 @@ pub enum GemmB {
     Conv,
 }
 
-/// Register-tiled matmul / implicit-GEMM convolution (same meta and bindings as [`tiled`]):
+/// Register-tiled matmul / implicit-GEMM convolution (same meta and bindings as [`tiled`];
+/// convolutions also read the image count at `m[31]`, their columns span images and the
+/// dispatch's z is the group):
 /// 16x16 threads, an output tile of `16*tm` rows by `16*tn` columns, each thread `tm` x `tn`
 /// outputs held in `vec4` registers (the code is generated unrolled, so every accumulator has
 /// a constant name the driver keeps in registers), k-tiles of `bk` staged in workgroup memory
@@ -723,10 +725,27 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     assert!(matches!(tm, 4 | 8) && matches!(tn, 4 | 8) && matches!(bk, 8 | 16));
     let conv = b_kind != GemmB::MatMul;
     let (head, setup, load_b, store, ntiles) = gemm_pieces(conv, drop_last_k);
-    let load_b = if b_kind == GemmB::Conv1x1 {
-        "fn load_b(b_off: u32, ch0: u32, k: u32, p: u32) -> f32 { return b[b_off + (ch0 + k) * m[1] + p]; }\n"
+    // Convolutions: the columns are (image, output position) pairs, N = images x P, so a
+    // tile spans images (ResNet's 7x7 planes would otherwise fill 49 of 64 columns); the
+    // workgroup's z is the group. B is read per column, below.
+    let (setup, load_b, store) = if conv {
+        (
+            "  let M = m[0]; let P = m[1]; let K = m[2];
+  let N = P * m[31];
+  let g = wg.z;
+  let a_off = g * M * K;
+  let ch0 = g * m[5];
+  let plane = m[4] * m[8] * m[9] * m[10];
+",
+            "",
+            "        let img = col / P; let pos = col % P;
+        let ch = g * M + r;
+        var v = ACC;
+        if (m[7] == 1u) { v = v + c[ch]; }
+        o[(img * m[6] + ch) * P + pos] = v;",
+        )
     } else {
-        load_b
+        (setup, load_b, store)
     };
     let (bm, bn) = (16 * tm, 16 * tn);
     let (bm4, bn4) = (bm / 4, bn / 4);
@@ -778,12 +797,19 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
             format!("  let bc{l} = col0 + (tid + {}u) % {bn}u;", l * 256),
         );
         w(&mut s, format!("  var pb{l} = 0.0;"));
-        if b_kind == GemmB::Conv {
-            // The output position of this column, fixed over k-tiles: the first input
-            // position its window reads per spatial axis (may be negative: padding).
+        if conv {
+            // This column's image and output position, fixed over k-tiles.
             w(
                 &mut s,
-                format!("  let o2_{l} = bc{l} % m[16]; let pr{l} = bc{l} / m[16];"),
+                format!("  let bo{l} = (bc{l} / P) * plane; let pp{l} = bc{l} % P;"),
+            );
+        }
+        if b_kind == GemmB::Conv {
+            // The first input position the column's window reads per spatial axis (may be
+            // negative: padding).
+            w(
+                &mut s,
+                format!("  let o2_{l} = pp{l} % m[16]; let pr{l} = pp{l} / m[16];"),
             );
             w(
                 &mut s,
@@ -820,9 +846,13 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
       let t2 = kr % m[20]; kr = kr / m[20]; let t1 = kr % m[19]; let t0 = kr / m[19];
       let i0 = ib0_{l} + i32(t0 * m[24]); let i1 = ib1_{l} + i32(t1 * m[25]); let i2 = ib2_{l} + i32(t2 * m[26]);
       if (i0 >= 0 && i1 >= 0 && i2 >= 0 && i0 < i32(m[8]) && i1 < i32(m[9]) && i2 < i32(m[10])) {{
-        pb{l} = b[b_off + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
+        pb{l} = b[bo{l} + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
       }}
     }}\n"
+            );
+        } else if b_kind == GemmB::Conv1x1 {
+            fetch += &format!(
+                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = b[bo{l} + (ch0 + k0 + bk{l}) * P + pp{l}]; }}\n"
             );
         } else {
             fetch += &format!(

@@ -188,7 +188,7 @@ pub mod testing {
         /// (and the last element of short rows reduced by one thread). Name:
         /// `reduce_sum_skip_last`.
         ReduceSumSkipLast,
-        /// MatMul (not Conv) drops its last 16-wide k-tile when K > 16. Name:
+        /// MatMul (not Conv) drops its last k-tile (8 wide; 16 with `RLX_WGPU_GEMM_TILE=reg16` or `32|64|128`) when K is over one k-tile. Name:
         /// `matmul_drop_last_k`.
         MatMulDropLastK,
         /// Relu written the naive WGSL way, `max(x, 0.0)`, which drivers fold so that a NaN

@@ -1,10 +1,12 @@
-//! The register-tiled matmul/conv kernel (`kernels::reg_tiled`, the default for outputs of at
-//! least 48 rows and columns) against rlx-cpu: every tile shape it picks (128 or 64 rows by 128
-//! or 64 columns), partial tiles on both axes, K shorter than a k-tile and not a multiple of
-//! it, batch broadcast, 1x1 convolutions (read as plain GEMMs), strided/padded/grouped/dilated
-//! im2col convolutions, and NaN/Inf in the inputs (NaN in -> NaN at exactly the CPU's
-//! positions). Then the same with k-tiles of 8 (`RLX_WGPU_GEMM_TILE=reg8`). Its own test
-//! binary: the variable is process-wide, so everything runs in one test function.
+//! The register-tiled matmul/conv kernel (`kernels::reg_tiled`, wgpu's matmul/conv kernel)
+//! against rlx-cpu: every tile shape it picks (128 or 64 rows by 128 or 64 columns), partial
+//! tiles on both axes, products smaller than a tile (one row, a classifier's few rows), K
+//! shorter than a k-tile and not a multiple of it, batch broadcast, 1x1 convolutions (read as
+//! plain GEMMs), strided/padded/grouped/dilated im2col convolutions with columns spanning
+//! images, and NaN/Inf in the inputs (NaN in -> NaN at exactly the CPU's positions). Then the
+//! same with k-tiles of 16 (`RLX_WGPU_GEMM_TILE=reg16`) and with the earlier shared-memory
+//! kernel (`64`, whose convolution dispatch differs). Its own test binary: the variable is
+//! process-wide, so everything runs in one test function.
 
 mod common;
 use common::*;
@@ -106,6 +108,9 @@ fn all_cases() {
     matmul(&[130, 70], &[70, 200], &[130, 200], true);
     matmul(&[2, 70, 48], &[2, 48, 90], &[2, 70, 90], true);
     matmul(&[50, 40], &[40, 49], &[50, 49], false);
+    matmul(&[1, 300], &[300, 77], &[1, 77], false);
+    matmul(&[32, 300], &[300, 100], &[32, 100], true);
+    matmul(&[5, 3], &[3, 2], &[5, 2], false);
     // 1x1 convolutions (B read as the input's planes): 130 and 70 output channels, 9x9 and
     // 12x12 planes, two images.
     conv(
@@ -184,6 +189,8 @@ fn register_tiled_kernel_matches_the_cpu() {
     }
     std::env::remove_var("RLX_WGPU_GEMM_TILE");
     all_cases();
-    std::env::set_var("RLX_WGPU_GEMM_TILE", "reg8");
+    std::env::set_var("RLX_WGPU_GEMM_TILE", "reg16");
+    all_cases();
+    std::env::set_var("RLX_WGPU_GEMM_TILE", "64");
     all_cases();
 }
