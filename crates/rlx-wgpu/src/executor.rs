@@ -1587,6 +1587,19 @@ fn build_spec(
                     GemmB::Conv
                 };
                 let (tr, tc, src, reg) = gemm_kernel(kind, mg, nimg * p, groups, false);
+                if reg && kind == GemmB::Conv {
+                    let p3 = |v: &[u32]| [v[0] as usize, v[1] as usize, v[2] as usize];
+                    let table = kernels::conv_k_table(
+                        kc,
+                        p3(&pad3(ksp, 1)),
+                        p3(&pad3(&a.dilations, 1)),
+                        p3(&pad3(&x[2..], 1)),
+                    );
+                    if table.iter().any(|&v| v > i32::MAX as u32) {
+                        return Err("conv input too large for 32-bit offsets".into());
+                    }
+                    meta.extend(table);
+                }
                 // The register-tiled kernel's columns span images; the earlier kernels'
                 // dispatch has one z per image and group.
                 let groups3 = if reg {

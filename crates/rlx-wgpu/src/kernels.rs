@@ -712,8 +712,8 @@ pub enum GemmB {
 }
 
 /// Register-tiled matmul / implicit-GEMM convolution (same meta and bindings as [`tiled`];
-/// convolutions also read the image count at `m[31]`, their columns span images and the
-/// dispatch's z is the group):
+/// convolutions also read the image count at `m[31]` and, im2col ones, a table at `m[32 + 4k]`
+/// ([`conv_k_table`]); their columns span images and the dispatch's z is the group):
 /// 16x16 threads, an output tile of `16*tm` rows by `16*tn` columns, each thread `tm` x `tn`
 /// outputs held in `vec4` registers (the code is generated unrolled, so every accumulator has
 /// a constant name the driver keeps in registers), k-tiles of `bk` staged in workgroup memory
@@ -801,12 +801,14 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
             // This column's image and output position, fixed over k-tiles.
             w(
                 &mut s,
-                format!("  let bo{l} = (bc{l} / P) * plane; let pp{l} = bc{l} % P;"),
+                format!(
+                    "  let bo{l} = (bc{l} / P) * plane + ch0 * m[8] * m[9] * m[10]; let pp{l} = bc{l} % P;"
+                ),
             );
         }
         if b_kind == GemmB::Conv {
             // The first input position the column's window reads per spatial axis (may be
-            // negative: padding).
+            // negative: padding), and its offset in the plane (cb).
             w(
                 &mut s,
                 format!("  let o2_{l} = pp{l} % m[16]; let pr{l} = pp{l} / m[16];"),
@@ -825,10 +827,11 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
                     ),
                 );
             }
+            w(
+                &mut s,
+                format!("  let cb{l} = (ib0_{l} * i32(m[9]) + ib1_{l}) * i32(m[10]) + ib2_{l};"),
+            );
         }
-    }
-    if b_kind == GemmB::Conv {
-        w(&mut s, "  let k2 = m[18] * m[19] * m[20];".into());
     }
     let mut fetch = String::new();
     for l in 0..la {
@@ -838,21 +841,22 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     }
     for l in 0..lb {
         if b_kind == GemmB::Conv {
-            // im2col with the column's window origin hoisted out of the k loop:
-            // k -> (channel, t0, t1, t2).
+            // im2col without divisions: the column's window origin is computed once (ib*,
+            // cb), and k's channel offset and tap offsets come from the table the host
+            // wrote into the meta at 32 + 4k: [channel offset + tap offset in the input,
+            // tap offset along axis 0, 1, 2 (dilation included)].
             fetch += &format!(
                 "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{
-      let kq = k0 + bk{l}; let c = ch0 + kq / k2; var kr = kq % k2;
-      let t2 = kr % m[20]; kr = kr / m[20]; let t1 = kr % m[19]; let t0 = kr / m[19];
-      let i0 = ib0_{l} + i32(t0 * m[24]); let i1 = ib1_{l} + i32(t1 * m[25]); let i2 = ib2_{l} + i32(t2 * m[26]);
+      let tb = 32u + 4u * (k0 + bk{l});
+      let i0 = ib0_{l} + i32(m[tb + 1u]); let i1 = ib1_{l} + i32(m[tb + 2u]); let i2 = ib2_{l} + i32(m[tb + 3u]);
       if (i0 >= 0 && i1 >= 0 && i2 >= 0 && i0 < i32(m[8]) && i1 < i32(m[9]) && i2 < i32(m[10])) {{
-        pb{l} = b[bo{l} + ((c * m[8] + u32(i0)) * m[9] + u32(i1)) * m[10] + u32(i2)];
+        pb{l} = b[u32(i32(bo{l} + m[tb]) + cb{l})];
       }}
     }}\n"
             );
         } else if b_kind == GemmB::Conv1x1 {
             fetch += &format!(
-                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = b[bo{l} + (ch0 + k0 + bk{l}) * P + pp{l}]; }}\n"
+                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = b[bo{l} + (k0 + bk{l}) * P + pp{l}]; }}\n"
             );
         } else {
             fetch += &format!(
@@ -943,6 +947,26 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     }
     w(&mut s, "}".into());
     s.replace("ch0_or_zero(wg)", ch0)
+}
+
+/// The per-k table of the register-tiled im2col convolution (appended to its meta at index
+/// 32): for each k = (channel in group, t0, t1, t2) of a `kc`-long reduction over kernel taps
+/// `ksp` (3 axes, padded with 1) with dilations `dil`, on input planes `in_sp` (3 axes):
+/// `[c * D*H*W + d0 * H*W + d1 * W + d2, d0, d1, d2]` with `d_i = t_i * dil_i`.
+pub fn conv_k_table(kc: usize, ksp: [usize; 3], dil: [usize; 3], in_sp: [usize; 3]) -> Vec<u32> {
+    let k2 = ksp[0] * ksp[1] * ksp[2];
+    let plane = in_sp[0] * in_sp[1] * in_sp[2];
+    let mut t = Vec::with_capacity(4 * kc);
+    for k in 0..kc {
+        let (c, mut r) = (k / k2, k % k2);
+        let t2 = r % ksp[2];
+        r /= ksp[2];
+        let (t1, t0) = (r % ksp[1], r / ksp[1]);
+        let (d0, d1, d2) = (t0 * dil[0], t1 * dil[1], t2 * dil[2]);
+        let off = c * plane + d0 * in_sp[1] * in_sp[2] + d1 * in_sp[2] + d2;
+        t.extend([off as u32, d0 as u32, d1 as u32, d2 as u32]);
+    }
+    t
 }
 
 /// The parts [`tiled`] and [`tiled_128`] share: bindings, the batch/group offsets, B's
