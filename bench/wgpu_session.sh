@@ -2,9 +2,11 @@
 # A wgpu session on the device machine (issue 30 item 5), one call: rlx-wgpu's test binaries
 # on the GPU's Vulkan driver (gzipped in .devbin/wgpu_tests/, run with RLX_REQUIRE_GPU=1), then
 # ResNet-50 batch 32, BERT-base 8 x 128 and the Qwen3-0.6B-sized prefill 512 on wgpu with each
-# matmul/conv kernel (RLX_WGPU_GEMM_TILE unset = register-tiled, reg8, 64 = the earlier
-# shared-memory tile), a per-node profile (`rlx bench --profile`, timestamp queries), and
-# `rlx diverge --backends wgpu` on BERT-base. PyTorch eager's times come from
+# matmul/conv kernel (RLX_WGPU_GEMM_TILE=reg, the default: register-tiled with k-tiles of
+# 8; reg16; WGPU_VARIANTS overrides the list, e.g. "reg reg16 64"), a per-node profile (`rlx bench
+# --profile`, timestamp queries; the table's CSV as $OUT/prof_<model>.csv), and `rlx diverge
+# --backends wgpu` on BERT-base. With CUDA=1 also `rlx bench --device cuda` (plain and
+# RLX_DEBUG_NANS=1) on the models and their _bf16 exports. PyTorch eager's times come from
 # bench/gpu_models.py in the same call. Writes $OUT/wgpu_session.txt.
 #
 # Usage (device machine, repo root; a stripped release rlx in .devbin/, Debian's libvulkan1 and
@@ -24,18 +26,30 @@ MODELS=${1:-resnet50,bert_base,qwen3_0_6b}
     [ -e "$t" ] || continue
     b=/tmp/$(basename "$t" .gz); gunzip -c "$t" > "$b"; chmod +x "$b"
     printf '%s: ' "$(basename "$b")"
-    (cd crates/rlx-wgpu && RLX_REQUIRE_GPU=1 timeout 300 "$b" --test-threads 1 2>&1) > "$OUT/test_$(basename "$b").log"
-    grep -E "^test result|FAILED|panicked" "$OUT/test_$(basename "$b").log" | tr '\n' ' '; echo
+    (cd crates/rlx-wgpu && RLX_REQUIRE_GPU=1 timeout 300 "$b" --test-threads 1 2>&1) > /tmp/t.log
+    grep -E "^test result|FAILED|panicked" /tmp/t.log | tr '\n' ' '; echo
+    grep -q "^test result: ok" /tmp/t.log || tail -30 /tmp/t.log
   done
-  python3 bench/gpu_models.py "$DIR" --models "$MODELS" --runs 10 2>&1 | tail -4
+  TM=$MODELS
+  [ "${CUDA:-0}" = 1 ] && TM="$MODELS,${MODELS//,/_bf16,}_bf16"
+  python3 bench/gpu_models.py "$DIR" --models "$TM" --runs 10 2>&1 | grep -E "eager|Error|error" | tail -8
   for m in ${MODELS//,/ }; do
-    for v in "" reg8 64; do
-      printf '%s %s: ' "$m" "${v:-reg}"
-      RLX_WGPU_GEMM_TILE=$v RLX_DISPATCH_REPORT=1 timeout 300 $R bench "$DIR/$m" --device wgpu --warmup 2 --runs 5 > "$OUT/w_${m}_${v:-reg}.log" 2>&1
-      echo "$(grep -E '^median:|^device median:|nodes on wgpu' "$OUT/w_${m}_${v:-reg}.log" | cut -c1-120 | tr '\n' ' ')"
+    for v in ${WGPU_VARIANTS:-reg reg16}; do
+      printf '%s %s: ' "$m" "$v"
+      RLX_WGPU_GEMM_TILE=$v RLX_DISPATCH_REPORT=1 timeout 300 $R bench "$DIR/$m" --device wgpu --warmup 2 --runs 5 > /tmp/w.log 2>&1
+      echo "$(grep -E '^median:|^device median:|nodes on wgpu|rror' /tmp/w.log | cut -c1-120 | tr '\n' ' ')"
     done
-    timeout 300 $R bench "$DIR/$m" --device wgpu --warmup 1 --runs 2 --profile --profile-top 14 2>&1 | grep -vE "^(runs|min|mean|real):"
+    timeout 300 $R bench "$DIR/$m" --device wgpu --warmup 1 --runs 2 --profile --profile-top 14 --profile-csv "$OUT/prof_$m.csv" 2>&1 | grep -vE "^(runs|min|mean|real|model|device|threads|nan-check):"
   done
+  if [ "${CUDA:-0}" = 1 ]; then
+    for m in ${TM//,/ }; do
+      for v in "" "RLX_DEBUG_NANS=1"; do
+        printf 'cuda %s %s: ' "$m" "${v:-plain}"
+        env $v RLX_DISPATCH_REPORT=1 timeout 300 $R bench "$DIR/$m" --device cuda --warmup 3 --runs 10 > /tmp/c.log 2>&1
+        echo "$(grep -E '^median:|^device median:|fused attention|nodes on cuda' /tmp/c.log | cut -c1-110 | tr '\n' ' ')"
+      done
+    done
+  fi
   case ",$MODELS," in *,bert_base,*)
     echo "== rlx diverge --backends wgpu bert_base"
     timeout 300 $R diverge --backends wgpu "$DIR/bert_base" 2>&1 | tail -8 ;;

@@ -223,9 +223,9 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_WGPU_GEMM_TILE",
-        values: "reg|reg8|32|64|128 (default reg)",
+        values: "reg|reg16|32|64|128 (default reg)",
         acts: "when a wgpu executor is created",
-        catches: "nothing: picks the wgpu matmul/conv kernel, to time one against another or rule one out: reg (register-tiled, up to 128x128 outputs per workgroup, k-tiles of 16), reg8 (k-tiles of 8), or 32/64/128 for the earlier shared-memory tiles capped at that size",
+        catches: "nothing: picks the wgpu matmul/conv kernel, to time one against another or rule one out: reg (register-tiled, up to 128x128 outputs per workgroup, k-tiles of 8), reg16 (k-tiles of 16), or 32/64/128 for the earlier shared-memory tiles capped at that size",
         cost: "none",
         scope: Scope::Runtime,
     },
