@@ -908,3 +908,61 @@ pub(crate) fn run_group(
     let clean = !scan || (t.dtype() == DType::F32 && grp.clean(bits));
     Ok((t, clean))
 }
+
+/// A Conv followed by per-channel affine ops with constant operands (a decomposed
+/// BatchNormalization, a separate bias) and optionally a Relu, with the affine map folded
+/// into the conv's weights and bias: what a GPU backend runs as one conv whose epilogue
+/// adds the folded bias and applies the Relu. Same conditions and folding as the CPU's own
+/// conv groups (f32, constant weights/bias, inner values with one reader and not graph
+/// outputs; folded in f64; a group whose fold is not finite or has a zero scale is not
+/// formed). The result differs from the unfused chain by rounding only.
+#[derive(Debug, Clone)]
+pub struct ConvAffineGroup {
+    /// The Conv node.
+    pub conv: NodeId,
+    /// The chain after it, in order; the last one's value is the group's output.
+    pub members: Vec<NodeId>,
+    /// Folded weights (the conv's weight dims) and bias (`[M]`); `None` when the chain is a
+    /// Relu alone (the conv's own weights and bias apply).
+    pub folded: Option<(Tensor, Tensor)>,
+    /// The chain ends in a Relu.
+    pub relu: bool,
+}
+
+/// The [`ConvAffineGroup`]s of `g` with at least one member (chains ending in a SiLU or a
+/// Clip are left out; the CPU fuses those too).
+pub fn conv_affine_groups(g: &Graph) -> Vec<ConvAffineGroup> {
+    let n = g.len();
+    let mut is_output = vec![false; n];
+    for o in &g.outputs {
+        if o.index() < n {
+            is_output[o.index()] = true;
+        }
+    }
+    let mut consumers = vec![vec![]; n];
+    for node in &g.nodes {
+        for i in &node.inputs {
+            if i.index() < n {
+                consumers[i.index()].push(node.id);
+            }
+        }
+    }
+    plan(g, &consumers, &is_output)
+        .groups
+        .into_iter()
+        .filter(|grp| !grp.members.is_empty())
+        .filter_map(|grp| {
+            let relu = match grp.act {
+                Epilogue::None => false,
+                Epilogue::Relu => true,
+                _ => return None,
+            };
+            Some(ConvAffineGroup {
+                conv: grp.conv,
+                members: grp.members,
+                folded: grp.folded,
+                relu,
+            })
+        })
+        .collect()
+}

@@ -26,6 +26,7 @@ mod kernels;
 mod rowfuse;
 
 pub use executor::{check_feeds, cpu_supports, CpuExecutor, NodeTimes, Observer};
+pub use fuse::{conv_affine_groups, ConvAffineGroup};
 
 /// How many images this process has convolved through the direct conv kernel (f32, one
 /// group, stride 1 or 2, kernels larger than 1×1, AVX-512; `RLX_CPU_DCONV=0` turns it off):

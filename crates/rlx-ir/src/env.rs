@@ -230,6 +230,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_WGPU_FUSE",
+        values: "0|1 (default 1)",
+        acts: "when a wgpu executor is created",
+        catches: "0: every node runs its own kernel (a Conv followed by per-channel affine ops and a Relu otherwise runs as one conv with the affine map folded into its weights, values differing by rounding only, in runs that read back only the outputs; runs that scan for NaN/Inf or read every value never fuse)",
+        cost: "0: slower runs (a pass over memory per BatchNorm step and Relu)",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_WGPU_NAN_TRACE",
         values: "0|1 (1, true, on, yes: on)",
         acts: "each wgpu run (legacy name)",

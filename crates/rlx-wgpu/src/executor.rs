@@ -78,6 +78,11 @@ pub struct WgpuExecutor {
     upload: Vec<bool>,
     /// Gather index checks: (indices node, axis size, gather node).
     index_checks: Vec<(NodeId, usize, NodeId)>,
+    /// Per Conv node: its fused dispatch (folded affine chain and Relu, writing the chain's
+    /// last value), used by runs that read back only the outputs.
+    fused: Vec<Option<Vec<Dispatch>>>,
+    /// Nodes of a fused conv's chain: skipped by those runs.
+    fused_skip: Vec<bool>,
     params: Vec<Option<Tensor>>,
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
@@ -331,6 +336,7 @@ impl WgpuExecutor {
                 &gpu,
                 &spec,
                 &buf,
+                None,
                 &buffers,
                 buf[k].expect("gpu node has a buffer"),
             ) {
@@ -344,7 +350,74 @@ impl WgpuExecutor {
             }
         }
 
+        // 4. Conv epilogue fusion for runs that read back only the outputs: a Conv on the
+        //    register-tiled kernel followed by per-channel affine ops (a decomposed
+        //    BatchNormalization) and optionally a Relu runs as one conv with the affine map
+        //    folded into its weights and bias (rlx_cpu::conv_affine_groups, as the CPU does),
+        //    the Relu in its store; the chain's nodes are skipped. Runs that read every value
+        //    (NaN scanning, the printer, divergence replay) run the nodes unfused.
+        let mut fused: Vec<Option<Vec<Dispatch>>> = (0..n).map(|_| None).collect();
+        let mut fused_skip = vec![false; n];
+        if !rlx_ir::env::is_off("RLX_WGPU_FUSE") {
+            for grp in rlx_cpu::conv_affine_groups(&graph) {
+                let c = grp.conv.index();
+                let all_gpu = std::iter::once(&grp.conv)
+                    .chain(&grp.members)
+                    .all(|m| matches!(steps[m.index()], Step::Gpu(_)));
+                let out = grp.members.last().and_then(|m| buf[m.index()]);
+                let (true, Some(out)) = (all_gpu, out) else {
+                    continue;
+                };
+                let Ok(Some(mut spec)) = build_spec(&graph, grp.conv, &gpu.limits, bug) else {
+                    continue;
+                };
+                let [one] = spec.as_mut_slice() else { continue };
+                const STORE: &str = "o[(img * m[6] + ch) * P + pos] = v;";
+                if !one.src.contains(STORE) {
+                    continue; // not the register-tiled conv
+                }
+                if grp.relu {
+                    // NaN-propagating Relu (docs/WGPU.md: `max` drops NaN on GPUs).
+                    one.src = one.src.replace(
+                        STORE,
+                        "o[(img * m[6] + ch) * P + pos] = select(max(v, 0.0), v, is_nan(v));",
+                    );
+                }
+                let node = graph.node(grp.conv);
+                let mut over = vec![buf[node.inputs[1].index()], buf[node.inputs[0].index()]];
+                over.push(node.inputs.get(2).and_then(|b| buf[b.index()]).or(over[0]));
+                if let Some((w, b)) = &grp.folded {
+                    let mut up = |t: &Tensor| -> Option<usize> {
+                        let v = t.as_f32()?;
+                        let b = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: None,
+                            size: (v.len().max(1) * 4) as u64,
+                            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                            mapped_at_creation: false,
+                        });
+                        gpu.queue.write_buffer(&b, 0, bytemuck::cast_slice(v));
+                        buffers.push(b);
+                        Some(buffers.len() - 1)
+                    };
+                    over[0] = up(w);
+                    over[2] = up(b);
+                    one.meta[7] = 1; // has_bias: the folded bias
+                }
+                let Some(over) = over.into_iter().collect::<Option<Vec<usize>>>() else {
+                    continue;
+                };
+                if let Ok(d) = make_dispatches(&gpu, &spec, &buf, Some(&over), &buffers, out) {
+                    fused[c] = Some(d);
+                    for m in &grp.members {
+                        fused_skip[m.index()] = true;
+                    }
+                }
+            }
+        }
+
         let ex = WgpuExecutor {
+            fused,
+            fused_skip,
             params: vec![None; n],
             param_ids,
             inputs: graph.inputs(),
@@ -379,6 +452,12 @@ impl WgpuExecutor {
     /// The graph this executor runs.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// How many Conv nodes run fused with their affine chain (and Relu) in runs that read
+    /// back only the outputs (`RLX_WGPU_FUSE=0`: none).
+    pub fn fused_convs(&self) -> usize {
+        self.fused.iter().filter(|f| f.is_some()).count()
     }
 
     /// The adapter the kernels run on.
@@ -420,6 +499,13 @@ impl WgpuExecutor {
                     eprintln!("rlx-wgpu dispatch: {what}: cpu fallback ({reason})");
                 }
             }
+        }
+        let nf = self.fused_convs();
+        if nf > 0 {
+            let members = self.fused_skip.iter().filter(|&&x| x).count();
+            eprintln!(
+                "rlx-wgpu dispatch: {nf} convs run fused with {members} affine/Relu nodes after them (runs that scan for NaN/Inf or read every value back run them unfused; RLX_WGPU_FUSE=0 turns this off)"
+            );
         }
         eprintln!(
             "rlx-wgpu dispatch: {} on {} ({:?}): {ng} nodes on the gpu, {nc} on the cpu",
@@ -620,6 +706,13 @@ impl WgpuExecutor {
                 }
                 Step::Alias => {}
                 Step::Gpu(ds) => {
+                    if !all && self.fused_skip[k] {
+                        continue;
+                    }
+                    let ds = match (&self.fused[k], all) {
+                        (Some(f), false) => f,
+                        _ => ds,
+                    };
                     let pass = pass.get_or_insert_with(|| {
                         let stamps = self.timing.as_ref().and_then(|t| {
                             (passes < t.passes).then(|| wgpu::ComputePassTimestampWrites {
@@ -1011,10 +1104,13 @@ impl WgpuExecutor {
     }
 }
 
+/// `over`: buffer indices to bind as the inputs (by position) instead of the input nodes'
+/// buffers (a fused conv's folded weights and bias).
 fn make_dispatches(
     gpu: &Gpu,
     specs: &[Spec],
     buf: &[Option<usize>],
+    over: Option<&[usize]>,
     buffers: &[wgpu::Buffer],
     out: usize,
 ) -> Result<Vec<Dispatch>, String> {
@@ -1034,7 +1130,10 @@ fn make_dispatches(
         }
         let mut entries = vec![];
         for (k, i) in s.inputs.iter().enumerate() {
-            let b = buf[i.index()].ok_or("input has no buffer")?;
+            let b = match over {
+                Some(o) => o[k],
+                None => buf[i.index()].ok_or("input has no buffer")?,
+            };
             entries.push(wgpu::BindGroupEntry {
                 binding: k as u32,
                 resource: buffers[b].as_entire_binding(),
