@@ -925,12 +925,16 @@ pub struct ConvAffineGroup {
     /// Folded weights (the conv's weight dims) and bias (`[M]`); `None` when the chain is a
     /// Relu alone (the conv's own weights and bias apply).
     pub folded: Option<(Tensor, Tensor)>,
-    /// The chain ends in a Relu.
+    /// The chain ends in a Relu (after the residual Add when there is one).
     pub relu: bool,
+    /// A residual `Add(y, skip)` after the affine chain (a ResNet shortcut; `skip` is
+    /// computed before the conv), its node being the last member or the one before the Relu.
+    pub residual_skip: Option<NodeId>,
 }
 
-/// The [`ConvAffineGroup`]s of `g` with at least one member (chains ending in a SiLU or a
-/// Clip are left out; the CPU fuses those too).
+/// The [`ConvAffineGroup`]s of `g` with at least one member, with the residual Add (and
+/// Relu) after a chain that ends without an activation when `RLX_CPU_RESIDUAL` is not off
+/// (chains ending in a SiLU or a Clip are left out; the CPU fuses those too).
 pub fn conv_affine_groups(g: &Graph) -> Vec<ConvAffineGroup> {
     let n = g.len();
     let mut is_output = vec![false; n];
@@ -952,16 +956,25 @@ pub fn conv_affine_groups(g: &Graph) -> Vec<ConvAffineGroup> {
         .into_iter()
         .filter(|grp| !grp.members.is_empty())
         .filter_map(|grp| {
-            let relu = match grp.act {
+            let mut relu = match grp.act {
                 Epilogue::None => false,
                 Epilogue::Relu => true,
                 _ => return None,
             };
+            let mut members = grp.members;
+            let mut residual_skip = None;
+            if let Some(r) = grp.residual {
+                members.push(r.add);
+                members.extend(r.relu);
+                relu = r.relu.is_some();
+                residual_skip = Some(r.skip);
+            }
             Some(ConvAffineGroup {
                 conv: grp.conv,
-                members: grp.members,
+                members,
                 folded: grp.folded,
                 relu,
+                residual_skip,
             })
         })
         .collect()

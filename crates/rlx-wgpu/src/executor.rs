@@ -376,16 +376,37 @@ impl WgpuExecutor {
                 if !one.src.contains(STORE) {
                     continue; // not the register-tiled conv
                 }
+                let mut store = String::from("let at = (img * m[6] + ch) * P + pos; ");
+                if grp.residual_skip.is_some() {
+                    // The residual input d, bound after c; the output and meta move up one.
+                    one.src = one
+                        .src
+                        .replace(
+                            "@group(0) @binding(4) var<storage, read> m",
+                            "@group(0) @binding(5) var<storage, read> m",
+                        )
+                        .replace(
+                            "@group(0) @binding(3) var<storage, read_write> o",
+                            "@group(0) @binding(3) var<storage, read> d: array<f32>;\n@group(0) @binding(4) var<storage, read_write> o",
+                        );
+                    store += "v = v + d[at]; ";
+                }
                 if grp.relu {
                     // NaN-propagating Relu (docs/WGPU.md: `max` drops NaN on GPUs).
-                    one.src = one.src.replace(
-                        STORE,
-                        "o[(img * m[6] + ch) * P + pos] = select(max(v, 0.0), v, is_nan(v));",
-                    );
+                    store += "v = select(max(v, 0.0), v, is_nan(v)); ";
                 }
+                store += "o[at] = v;";
+                one.src = one.src.replace(STORE, &store);
                 let node = graph.node(grp.conv);
                 let mut over = vec![buf[node.inputs[1].index()], buf[node.inputs[0].index()]];
                 over.push(node.inputs.get(2).and_then(|b| buf[b.index()]).or(over[0]));
+                if let Some(r) = grp.residual_skip {
+                    if !matches!(steps[r.index()], Step::Gpu(_) | Step::Alias) {
+                        continue; // the skip value is not on the GPU (host-made)
+                    }
+                    over.push(buf[r.index()]);
+                    one.inputs.push(r);
+                }
                 if let Some((w, b)) = &grp.folded {
                     let mut up = |t: &Tensor| -> Option<usize> {
                         let v = t.as_f32()?;
