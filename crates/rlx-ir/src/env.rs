@@ -230,6 +230,22 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_WGPU_SPLITK",
+        values: "0|1 (default 1)",
+        acts: "when a wgpu executor is created",
+        catches: "0: no split-K (a matrix product whose output tiles give too few workgroups for the GPU and whose K is at least 512 otherwise runs as up to 16 partial products over slices of K, summed in order by a second pass; values differ by rounding only)",
+        cost: "0: slower products with few output tiles and a long K",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_WGPU_GEMM_MIN_WG",
+        values: "a number (default 256)",
+        acts: "when a wgpu executor is created",
+        catches: "nothing: the workgroup count below which the wgpu matmul/conv kernel takes a smaller output tile or splits K, to tune it for a GPU",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_WGPU_FUSE",
         values: "0|1 (default 1)",
         acts: "when a wgpu executor is created",

@@ -50,6 +50,9 @@ struct Spec {
     inputs: Vec<NodeId>,
     meta: Vec<u32>,
     groups: [u32; 3],
+    /// f32 words the node's output buffer needs when more than its elements (split-K
+    /// partial products); 0 otherwise.
+    out_words: usize,
 }
 
 struct Dispatch {
@@ -297,8 +300,20 @@ impl WgpuExecutor {
         let mut buf: Vec<Option<usize>> = vec![None; n];
         let mut buffers: Vec<wgpu::Buffer> = vec![];
         let mut upload = vec![false; n];
+        // Words per node's buffer: its elements, or more for split-K partial products.
+        let words: Vec<usize> = (0..n)
+            .map(|k| {
+                let extra = specs[k]
+                    .iter()
+                    .flatten()
+                    .map(|s| s.out_words)
+                    .max()
+                    .unwrap_or(0);
+                graph.nodes[k].shape.numel().max(extra)
+            })
+            .collect();
         let new_buf = |buffers: &mut Vec<wgpu::Buffer>, id: NodeId| -> usize {
-            let bytes = (graph.node(id).shape.numel() * 4).max(4) as u64;
+            let bytes = (words[id.index()] * 4).max(4) as u64;
             buffers.push(gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: None,
                 size: bytes,
@@ -1233,9 +1248,10 @@ fn gemm_kernel(
     b_kind: GemmB,
     m: usize,
     n: usize,
+    k: usize,
     batch: usize,
     drop_last_k: bool,
-) -> (usize, usize, String, bool) {
+) -> Gemm {
     let conv = b_kind != GemmB::MatMul;
     let choice = rlx_ir::env::get("RLX_WGPU_GEMM_TILE").map(|v| v.trim().to_string());
     let old_cap = choice.as_deref().and_then(|v| v.parse::<usize>().ok());
@@ -1244,18 +1260,25 @@ fn gemm_kernel(
     } else {
         8
     };
+    let plain = |rows, cols, src| Gemm {
+        rows,
+        cols,
+        src,
+        reg: false,
+        splits: 1,
+        kc: k,
+    };
     if let Some(cap) = old_cap {
         let fits = |t: usize| m >= t && n >= t && cap >= t;
         return if fits(128) {
-            (128, 128, kernels::tiled_128(conv, drop_last_k), false)
+            plain(128, 128, kernels::tiled_128(conv, drop_last_k))
         } else if fits(64) {
-            (64, 64, kernels::tiled(conv, drop_last_k, true), false)
+            plain(64, 64, kernels::tiled(conv, drop_last_k, true))
         } else {
-            (
+            plain(
                 TILE as usize,
                 TILE as usize,
                 kernels::tiled(conv, drop_last_k, false),
-                false,
             )
         };
     }
@@ -1264,16 +1287,64 @@ fn gemm_kernel(
     // smaller tiles when the output (times the batch) has fewer tiles than that. Small
     // products (a classifier's 32 x 1000, decode's single row) take the 64x64 tile: the rows
     // or columns it computes in vain cost arithmetic, not memory traffic.
+    let min_wg = rlx_ir::env::get("RLX_WGPU_GEMM_MIN_WG")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(256)
+        .max(1);
     let tiles = |tm: usize, tn: usize| m.div_ceil(16 * tm) * n.div_ceil(16 * tn) * batch;
     let fits = |tm: usize, tn: usize| (tm == 4 || m >= 128) && (tn == 4 || n >= 128);
     let cands = [(8, 8), (4, 8), (8, 4), (4, 4)];
+    let largest = cands
+        .into_iter()
+        .find(|&(a, b)| fits(a, b))
+        .unwrap_or((4, 4));
+    // Split-K (matrix products): when the largest tile gives too few workgroups and K is
+    // long, S splits of at least 256 k's each run the largest tile, then one pass adds them.
+    if b_kind == GemmB::MatMul && !drop_last_k && !rlx_ir::env::is_off("RLX_WGPU_SPLITK") {
+        let t = tiles(largest.0, largest.1);
+        let s = min_wg.div_ceil(t).min(k / 256).min(16);
+        if s > 1 {
+            let kc = k.div_ceil(s).div_ceil(bk as usize) * bk as usize;
+            let s = k.div_ceil(kc);
+            if s > 1 {
+                let (tm, tn) = largest;
+                return Gemm {
+                    rows: 16 * tm,
+                    cols: 16 * tn,
+                    src: kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk, true),
+                    reg: true,
+                    splits: s,
+                    kc,
+                };
+            }
+        }
+    }
     let (tm, tn) = cands
         .into_iter()
         .filter(|&(a, b)| fits(a, b))
-        .find(|&(a, b)| tiles(a, b) >= 256)
+        .find(|&(a, b)| tiles(a, b) >= min_wg)
         .unwrap_or((4, 4));
-    let src = kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk);
-    (16 * tm, 16 * tn, src, true)
+    Gemm {
+        rows: 16 * tm,
+        cols: 16 * tn,
+        src: kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk, false),
+        reg: true,
+        splits: 1,
+        kc: k,
+    }
+}
+
+/// A matmul/conv kernel choice ([`gemm_kernel`]).
+struct Gemm {
+    /// Output tile rows and columns.
+    rows: usize,
+    cols: usize,
+    src: String,
+    /// The register-tiled kernel (whose convolution columns span images).
+    reg: bool,
+    /// Split-K: splits, and k's per split.
+    splits: usize,
+    kc: usize,
 }
 
 /// Float dtypes held as f32 words on the GPU (float16/bfloat16 rounded at each node's output).
@@ -1306,6 +1377,7 @@ fn round_spec(g: &Graph, id: NodeId, maxg: u32) -> Result<Option<Spec>, String> 
     }
     let n = node.shape.numel();
     Ok(Some(Spec {
+        out_words: 0,
         src: kernels::round_to(dt == DType::BF16),
         inputs: vec![],
         meta: vec![u(n)?],
@@ -1341,6 +1413,7 @@ fn build_spec(
     }
     let flat = |src: String, meta: Vec<u32>| -> Result<Option<Vec<Spec>>, String> {
         Ok(Some(vec![Spec {
+            out_words: 0,
             src,
             inputs: node.inputs.clone(),
             meta,
@@ -1559,6 +1632,7 @@ fn build_spec(
                 flat_groups(nout, kernels::FLAT_WG, maxg)?
             };
             Ok(Some(vec![Spec {
+                out_words: 0,
                 src,
                 inputs: node.inputs.clone(),
                 meta,
@@ -1629,23 +1703,54 @@ fn build_spec(
                 s.resize(6, 0);
                 meta.extend(s);
             }
-            let (tr, tc, src, _) = gemm_kernel(
+            let gm = gemm_kernel(
                 GemmB::MatMul,
                 m,
                 n,
+                k,
                 nb,
                 bug == Some(PlantedBug::MatMulDropLastK),
             );
-            let groups = [n.div_ceil(tc) as u32, m.div_ceil(tr) as u32, u(nb)?];
+            let out = nb * m * n;
+            // Split-K needs its partial products in the output buffer: S times the output.
+            let limit = limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size.min(u32::MAX as u64)) as usize;
+            let gm = if gm.splits > 1 && gm.splits * out * 4 > limit {
+                gemm_kernel(GemmB::MatMul, m, n, k, nb, true)
+            } else {
+                gm
+            };
+            let groups = [
+                n.div_ceil(gm.cols) as u32,
+                m.div_ceil(gm.rows) as u32,
+                u(nb * gm.splits)?,
+            ];
             if groups.iter().any(|&x| x > maxg) {
                 return Err("matmul exceeds the dispatch limits".into());
             }
-            Ok(Some(vec![Spec {
-                src,
+            let mut specs = vec![];
+            let mut meta = meta;
+            if gm.splits > 1 {
+                meta.extend([u(gm.splits)?, u(out)?, u(gm.kc)?]);
+            }
+            specs.push(Spec {
+                out_words: gm.splits * out,
+                src: gm.src,
                 inputs: node.inputs.clone(),
                 meta,
                 groups,
-            }]))
+            });
+            if gm.splits > 1 {
+                specs.push(Spec {
+                    out_words: gm.splits * out,
+                    src: kernels::split_sum(),
+                    inputs: vec![],
+                    meta: vec![u(out)?, u(gm.splits)?],
+                    groups: flat_groups(out, kernels::FLAT_WG, maxg)?,
+                });
+            }
+            Ok(Some(specs))
         }
         Op::Conv(a) => {
             if node.inputs.iter().any(|&i| g.node(i).shape.dtype != odt) || !float_word(odt) {
@@ -1706,7 +1811,8 @@ fn build_spec(
                 } else {
                     GemmB::Conv
                 };
-                let (tr, tc, src, reg) = gemm_kernel(kind, mg, nimg * p, groups, false);
+                let gm = gemm_kernel(kind, mg, nimg * p, kc, groups, false);
+                let (tr, tc, src, reg) = (gm.rows, gm.cols, gm.src, gm.reg);
                 if reg && kind == GemmB::Conv {
                     let p3 = |v: &[u32]| [v[0] as usize, v[1] as usize, v[2] as usize];
                     let table = kernels::conv_k_table(
@@ -1739,6 +1845,7 @@ fn build_spec(
                     return Err("conv exceeds the dispatch limits".into());
                 }
                 Ok(Some(vec![Spec {
+                    out_words: 0,
                     src,
                     inputs,
                     meta,
@@ -1746,6 +1853,7 @@ fn build_spec(
                 }]))
             } else {
                 Ok(Some(vec![Spec {
+                    out_words: 0,
                     src: kernels::conv_direct(),
                     inputs,
                     meta,
@@ -1820,6 +1928,7 @@ fn word_elementwise(
         meta.extend(st);
     }
     Ok(Some(vec![Spec {
+        out_words: 0,
         src: kernels::elementwise(
             &[Ty::U32, Ty::U32, Ty::U32],
             Ty::U32,
@@ -1854,6 +1963,7 @@ fn copy_spec(
         meta[1] = 1;
     }
     Ok(Some(vec![Spec {
+        out_words: 0,
         src: kernels::index_copy(),
         inputs: vec![input],
         meta,

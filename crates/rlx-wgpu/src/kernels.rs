@@ -721,10 +721,41 @@ pub enum GemmB {
 /// `(j*16 + tx)*4 + 0..3`: a warp's workgroup reads are consecutive), the next k-tile's global
 /// loads issued into registers before the current tile is multiplied. `tm`, `tn` in {4, 8};
 /// `bk` in {8, 16}. Products with fewer than 64 rows or columns keep [`tiled`].
-pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) -> String {
+///
+/// `split` (matrix products only): split-K. The meta gains `[S, OUT, KC]` at 22..25 (S
+/// splits of KC k's each, a multiple of `bk`; OUT = batch x M x N); the dispatch's z is
+/// batch x S, and split s writes its partial products at `s * OUT` of an output buffer S
+/// times the output's size; [`split_sum`] then adds them into the first OUT.
+pub fn reg_tiled(
+    b_kind: GemmB,
+    drop_last_k: bool,
+    tm: u32,
+    tn: u32,
+    bk: u32,
+    split: bool,
+) -> String {
     assert!(matches!(tm, 4 | 8) && matches!(tn, 4 | 8) && matches!(bk, 8 | 16));
     let conv = b_kind != GemmB::MatMul;
+    assert!(!(split && (conv || drop_last_k)));
     let (head, setup, load_b, store, ntiles) = gemm_pieces(conv, drop_last_k);
+    let (setup, store) = if split {
+        (
+            setup.replace(
+                "  var rem = wg.z;",
+                "  let split = wg.z % m[22];\n  var rem = wg.z / m[22];\n  let zb = rem;\n  let kb = split * m[24];\n  let ke = min(K, kb + m[24]);",
+            ),
+            store.replace(
+                "o[wg.z * M * N + r * N + col]",
+                "o[split * m[23] + zb * M * N + r * N + col]",
+            ),
+        )
+    } else {
+        (
+            format!("{setup}  let kb = 0u;\n  let ke = K;\n"),
+            store.to_string(),
+        )
+    };
+    let (setup, store) = (setup.as_str(), store.as_str());
     // Convolutions: the columns are (image, output position) pairs, N = images x P, so a
     // tile spans images (ResNet's 7x7 planes would otherwise fill 49 of 64 columns); the
     // workgroup's z is the group. B is read per column, below.
@@ -736,6 +767,8 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
   let a_off = g * M * K;
   let ch0 = g * m[5];
   let plane = m[4] * m[8] * m[9] * m[10];
+  let kb = 0u;
+  let ke = K;
 ",
             "",
             "        let img = col / P; let pos = col % P;
@@ -772,7 +805,13 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     w(&mut s, format!("  let col0 = wg.x * {bn}u;"));
     w(&mut s, "  let tx = lid.x; let ty = lid.y;".into());
     w(&mut s, "  let tid = ty * 16u + tx;".into());
-    w(&mut s, format!("  let nt = (K + {}u) / {bk}u;", bk - 1));
+    w(
+        &mut s,
+        format!(
+            "  let nt = select(0u, (ke - kb + {}u) / {bk}u, ke > kb);",
+            bk - 1
+        ),
+    );
     w(&mut s, format!("  let ntiles = {ntiles};"));
     let ch0 = if conv { "ch0" } else { "0u" };
     // This thread's load positions (fixed over k-tiles except for k0).
@@ -836,7 +875,7 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     let mut fetch = String::new();
     for l in 0..la {
         fetch += &format!(
-            "    pa{l} = 0.0; if (ar{l} < M && k0 + ak{l} < K) {{ pa{l} = a[a_off + ar{l} * K + k0 + ak{l}]; }}\n"
+            "    pa{l} = 0.0; if (ar{l} < M && k0 + ak{l} < ke) {{ pa{l} = a[a_off + ar{l} * K + k0 + ak{l}]; }}\n"
         );
     }
     for l in 0..lb {
@@ -846,7 +885,7 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
             // wrote into the meta at 32 + 4k: [channel offset + tap offset in the input,
             // tap offset along axis 0, 1, 2 (dilation included)].
             fetch += &format!(
-                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{
+                "    pb{l} = 0.0; if (k0 + bk{l} < ke && bc{l} < N) {{
       let tb = 32u + 4u * (k0 + bk{l});
       let i0 = ib0_{l} + i32(m[tb + 1u]); let i1 = ib1_{l} + i32(m[tb + 2u]); let i2 = ib2_{l} + i32(m[tb + 3u]);
       if (i0 >= 0 && i1 >= 0 && i2 >= 0 && i0 < i32(m[8]) && i1 < i32(m[9]) && i2 < i32(m[10])) {{
@@ -856,11 +895,11 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
             );
         } else if b_kind == GemmB::Conv1x1 {
             fetch += &format!(
-                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = b[bo{l} + (k0 + bk{l}) * P + pp{l}]; }}\n"
+                "    pb{l} = 0.0; if (k0 + bk{l} < ke && bc{l} < N) {{ pb{l} = b[bo{l} + (k0 + bk{l}) * P + pp{l}]; }}\n"
             );
         } else {
             fetch += &format!(
-                "    pb{l} = 0.0; if (k0 + bk{l} < K && bc{l} < N) {{ pb{l} = load_b(b_off, {ch0}, k0 + bk{l}, bc{l}); }}\n"
+                "    pb{l} = 0.0; if (k0 + bk{l} < ke && bc{l} < N) {{ pb{l} = load_b(b_off, {ch0}, k0 + bk{l}, bc{l}); }}\n"
             );
         }
     }
@@ -870,7 +909,7 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
         }
     }
     w(&mut s, "  if (ntiles > 0u) {".into());
-    w(&mut s, "    let k0 = 0u;".into());
+    w(&mut s, "    let k0 = kb;".into());
     s.push_str(&fetch);
     w(&mut s, "  }".into());
     w(&mut s, "  for (var t = 0u; t < ntiles; t++) {".into());
@@ -889,7 +928,7 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     }
     w(&mut s, "    workgroupBarrier();".into());
     w(&mut s, "    if (t + 1u < ntiles) {".into());
-    w(&mut s, format!("      let k0 = (t + 1u) * {bk}u;"));
+    w(&mut s, format!("      let k0 = kb + (t + 1u) * {bk}u;"));
     s.push_str(
         &fetch
             .replace("    pa", "      pa")
@@ -947,6 +986,26 @@ pub fn reg_tiled(b_kind: GemmB, drop_last_k: bool, tm: u32, tn: u32, bk: u32) ->
     }
     w(&mut s, "}".into());
     s.replace("ch0_or_zero(wg)", ch0)
+}
+
+/// Adds the partial products of a split-K [`reg_tiled`] product into the first of them, in
+/// split order: `o[i] = o[i] + o[OUT + i] + ... + o[(S-1)*OUT + i]`; meta `[OUT, S]`, one
+/// thread per element.
+pub fn split_sum() -> String {
+    format!(
+        "{}{PRELUDE}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  let out = m[0];
+  if (i >= out) {{ return; }}
+  var v = o[i];
+  for (var s = 1u; s < m[1]; s++) {{ v = v + o[s * out + i]; }}
+  o[i] = v;
+}}
+",
+        bindings(&[], Ty::F32)
+    )
 }
 
 /// The per-k table of the register-tiled im2col convolution (appended to its meta at index
