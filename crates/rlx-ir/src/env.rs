@@ -233,7 +233,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_WGPU_SPLITK",
         values: "0|1 (default 1)",
         acts: "when a wgpu executor is created",
-        catches: "0: no split-K (a matrix product whose output tiles give too few workgroups for the GPU and whose K is at least 512 otherwise runs as up to 16 partial products over slices of K, summed in order by a second pass; values differ by rounding only)",
+        catches: "0: no split-K (a matrix product whose smallest output tile gives fewer than half the wanted workgroups, such as a classifier's few rows, and whose K is at least 512 otherwise runs as up to 16 partial products over slices of K, summed in order by a second pass; values differ by rounding only)",
         cost: "0: slower products with few output tiles and a long K",
         scope: Scope::Runtime,
     },

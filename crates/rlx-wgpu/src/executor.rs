@@ -1294,43 +1294,39 @@ fn gemm_kernel(
     let tiles = |tm: usize, tn: usize| m.div_ceil(16 * tm) * n.div_ceil(16 * tn) * batch;
     let fits = |tm: usize, tn: usize| (tm == 4 || m >= 128) && (tn == 4 || n >= 128);
     let cands = [(8, 8), (4, 8), (8, 4), (4, 4)];
-    let largest = cands
-        .into_iter()
-        .find(|&(a, b)| fits(a, b))
-        .unwrap_or((4, 4));
-    // Split-K (matrix products): when the largest tile gives too few workgroups and K is
-    // long, S splits of at least 256 k's each run the largest tile, then one pass adds them.
-    if b_kind == GemmB::MatMul && !drop_last_k && !rlx_ir::env::is_off("RLX_WGPU_SPLITK") {
-        let t = tiles(largest.0, largest.1);
-        let s = min_wg.div_ceil(t).min(k / 256).min(16);
-        if s > 1 {
-            let kc = k.div_ceil(s).div_ceil(bk as usize) * bk as usize;
-            let s = k.div_ceil(kc);
-            if s > 1 {
-                let (tm, tn) = largest;
-                return Gemm {
-                    rows: 16 * tm,
-                    cols: 16 * tn,
-                    src: kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk, true),
-                    reg: true,
-                    splits: s,
-                    kc,
-                };
-            }
-        }
-    }
     let (tm, tn) = cands
         .into_iter()
         .filter(|&(a, b)| fits(a, b))
         .find(|&(a, b)| tiles(a, b) >= min_wg)
         .unwrap_or((4, 4));
+    // Split-K (matrix products): when even that tile gives fewer than half the wanted
+    // workgroups (a classifier's 32 x 1000 over K = 2048: 16) and K is long, S slices of
+    // at least 256 k's each run as their own workgroups, then one pass adds them. Splitting
+    // products that smaller tiles already spread (BERT-base's 1024 x 768 layers) measured
+    // slower on the H200 (bench/RESULTS-GPU.md).
+    let mut splits = 1;
+    let mut kc = k;
+    if b_kind == GemmB::MatMul && !drop_last_k && !rlx_ir::env::is_off("RLX_WGPU_SPLITK") {
+        let t = tiles(tm, tn);
+        if 2 * t < min_wg {
+            let s = min_wg.div_ceil(t).min(k / 256).min(16);
+            if s > 1 {
+                kc = k.div_ceil(s).div_ceil(bk as usize) * bk as usize;
+                splits = k.div_ceil(kc);
+            }
+        }
+    }
+    if splits < 2 {
+        kc = k;
+        splits = 1;
+    }
     Gemm {
         rows: 16 * tm,
         cols: 16 * tn,
-        src: kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk, false),
+        src: kernels::reg_tiled(b_kind, drop_last_k, tm as u32, tn as u32, bk, splits > 1),
         reg: true,
-        splits: 1,
-        kc: k,
+        splits,
+        kc,
     }
 }
 
