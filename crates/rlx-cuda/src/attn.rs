@@ -34,6 +34,22 @@
 //! in the masked-row-safe form, `sum_j 0 * V[j]` (0 unless V holds NaN/inf); a -inf score
 //! contributes exactly `0 * V[j]`.
 //!
+//! **Scanning runs** (`RLX_DEBUG_NANS`) launch the counting variant `rlx_attn_cnt_<tpr>`
+//! instead: per query row, a first pass over the keys for the exact max of U (NaN when any U
+//! is NaN, as ReduceMax; the max does not depend on the order), then a second one computing S,
+//! T and U again (the same bits), `Sub(U, max)` and `Exp` with the unfused roundings, the sum,
+//! and `O = sum_j E_j V_j / sum`. It counts NaN, +inf and -inf and their first indices (in
+//! each node's own layout) of every inner value the unfused graph materializes ([`Role`]) into
+//! the scan's count slots: per element for the score-sized values, once per row for the max,
+//! the sum and their Selects; P from the row's max (NaN everywhere when the max is NaN or +inf,
+//! or -inf without both Selects; finite otherwise). Each team's first thread counts its row in
+//! shared memory (only when a value is non-finite), warp 0 adds the block's rows with one
+//! warp-aggregated atomic per non-zero word at the end. The counts equal the unfused steps'
+//! except where only the summation order decides: S overflowing to ±inf (finite inputs near
+//! the dtype's max), `E_j / sum` underflowing to 0 (then `0 * inf` in V is NaN unfused, ±inf
+//! here), or `sum_j E_j V_j` overflowing where `sum_j P_j V_j` does not. Absorbed Transposes
+//! run their own steps in scanning runs (their values are scanned as unfused).
+//!
 //! One file of about 1,000 lines: the matcher, the CUDA source of the kernel it plans for
 //! (its metadata layout and flag bits are written on both sides) and their host-side tests
 //! are read together.
