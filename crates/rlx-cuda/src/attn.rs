@@ -34,8 +34,10 @@
 //! in the masked-row-safe form, `sum_j 0 * V[j]` (0 unless V holds NaN/inf); a -inf score
 //! contributes exactly `0 * V[j]`.
 //!
-//! **Scanning runs** (`RLX_DEBUG_NANS`) launch the counting variant `rlx_attn_cnt_<tpr>`
-//! instead: per query row, a first pass over the keys for the exact max of U (NaN when any U
+//! **Scanning runs** (`RLX_DEBUG_NANS`) run the unfused steps by default; with
+//! `CudaExecutor::set_attention_scan(true)` they launch the counting variant
+//! `rlx_attn_cnt_<tpr>` instead (off by default: on the H200 it took about twice the plain
+//! kernel's time, more than the unfused steps and their scan): per query row, a first pass over the keys for the exact max of U (NaN when any U
 //! is NaN, as ReduceMax; the max does not depend on the order), then a second one computing S,
 //! T and U again (the same bits), `Sub(U, max)` and `Exp` with the unfused roundings, the sum,
 //! and `O = sum_j E_j V_j / sum`. It counts NaN, +inf and -inf and their first indices (in

@@ -8,8 +8,8 @@
 //! to bfloat16, the fused kernel keeps them in f32: a few bfloat16 roundings of the output's
 //! scale). NaN and infinities must sit at the same elements.
 //!
-//! Scanning runs (`RLX_DEBUG_NANS`) run the fused counting kernel: their per-node counts are
-//! compared with the unfused executor's, node by node.
+//! Scanning runs (`RLX_DEBUG_NANS`) with `set_attention_scan(true)` run the fused counting
+//! kernel: their per-node counts are compared with the unfused executor's, node by node.
 //!
 //! Like the other CUDA tests: skipped without a device, failing with `RLX_REQUIRE_CUDA=1`;
 //! run one at a time on the device (`--test-threads=1`: some set `RLX_CUDA_ATTN`).
@@ -460,15 +460,18 @@ fn nan_inputs_give_nan_rows_as_on_the_cpu() {
     assert_eq!(nans, lq);
 }
 
-/// A scanning run (RLX_DEBUG_NANS) of the fused executor against the executor with attention
-/// fusion off, three times each (the scanning CUDA graph is captured at the second run and
-/// replayed at the third): every node's counts (NaN, +inf, -inf and their first indices,
-/// inner nodes included) equal, the fused counting kernel ran every time, the outputs close
-/// (NaN and infinities at the same elements). Returns the fused run's scanner.
+/// A scanning run (RLX_DEBUG_NANS) of the fused executor with the counting attention kernel
+/// (`set_attention_scan(true)`) against the executor with attention fusion off, three times
+/// each (the scanning CUDA graph is captured at the second run and replayed at the third):
+/// every node's counts (NaN, +inf, -inf and their first indices, inner nodes included)
+/// equal, the fused counting kernel ran every time, the outputs close (NaN and infinities at
+/// the same elements); the fused executor's default scanning runs (the unfused steps) count
+/// the same. Returns the counting run's scanner.
 fn scan_matches_unfused(what: &str, g: &Graph, ins: &[Tensor], v_index: usize) -> DebugScanner {
     let dt = g.node(g.outputs[0]).shape.dtype;
     let t = tol(dt, vmax(&ins[v_index]));
     let mut ex = fused(g, 1);
+    ex.set_attention_scan(true);
     let mut plain = unfused(g);
     let scan = |ex: &mut CudaExecutor| {
         let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
@@ -502,10 +505,22 @@ fn scan_matches_unfused(what: &str, g: &Graph, ins: &[Tensor], v_index: usize) -
         ex.scan_uses_cuda_graph(),
         "{what}: scanning CUDA graph replayed"
     );
-    last.unwrap()
+    let last = last.unwrap();
+    // The default: scanning runs run the unfused steps (switching replans the scan).
+    ex.set_attention_scan(false);
+    for _ in 0..2 {
+        let (s3, _) = scan(&mut ex);
+        assert_eq!(
+            s3.counts(),
+            last.counts(),
+            "{what} {dt}: default scanning run"
+        );
+    }
+    assert_eq!(ex.attention_scan_runs(), before + 3);
+    last
 }
 
-/// Scanning runs count the inner values in the fused counting kernel, with the same counts
+/// Scanning runs count the inner values in the fused counting kernel (when turned on), with the same counts
 /// as the executor with attention fusion off, in every special-value case, float32 and
 /// bfloat16: the ONNX Attention pattern with a causal -inf mask (U mostly -inf), a fully
 /// masked row and a NaN in Q (also matching the CPU's reports); BERT's pattern with a
@@ -532,6 +547,7 @@ fn scanning_and_replay_keep_counts_and_values() {
             tensor(&[lq, lk], &causal(lq, lk, &[4]), dt),
         ];
         let mut ex = fused(&g, 1);
+        ex.set_attention_scan(true);
         let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
         let first = ex.run(&ins, None).unwrap().remove(0);
         let s1 = scan_matches_unfused("qwen_like", &g, &ins, 2);
@@ -692,6 +708,7 @@ fn benchmark_shapes_match_unfused() {
 fn compare_and_time(g: &Graph, ins: &[Tensor], dt: DType) {
     let t = tol(dt, 2.0);
     let mut ex = fused(g, 1);
+    ex.set_attention_scan(true);
     let mut plain = unfused(g);
     let time = |ex: &mut CudaExecutor| -> (Tensor, f64) {
         let out = ex.run(ins, None).unwrap().remove(0);

@@ -22,7 +22,8 @@ pub(super) struct ScanPlan {
     pub(super) member_slot: Vec<Option<usize>>,
     pub(super) group_slot: Vec<usize>,
     /// First of the [`crate::attn::ROLES`] count slots of each attention group (counted by
-    /// its counting kernel; the slots of roles the pattern lacks stay unread).
+    /// its counting kernel; the slots of roles the pattern lacks stay unread); empty when
+    /// scanning runs run the unfused steps.
     pub(super) attn_slot: Vec<usize>,
 }
 
@@ -72,6 +73,10 @@ impl CudaExecutor {
                     .map_err(|e| format!("kernel nan_scan: {e}"))
             })
             .map_err(|e| CudaError::Cuda(format!("the NaN scan kernel did not load: {e}")))?;
+        // Whether scanning runs use attention fusion (its members leave the elementwise
+        // groups: `fz_attn`; an attention group's absorbed Transposes run their own steps).
+        let attn = self.attn_scan && !self.attn.is_empty();
+        let fz = if attn { &self.fz_attn } else { &self.fz };
         let mut scanned = vec![false; self.buffers.len()];
         for node in &g.nodes {
             let gpu_made = !matches!(
@@ -79,10 +84,9 @@ impl CudaExecutor {
                 Step::Leaf | Step::Cpu(_) | Step::Alias
             );
             // A fused member's buffer is not written in a fused run: counted in its kernel.
-            // Scanning runs use attention fusion (its members leave the elementwise groups:
-            // `fz_attn`); an attention group's absorbed Transposes run their own steps there.
-            let member = self.fz_attn[node.id.index()] == Fz::Member
-                || (self.afz[node.id.index()] == Afz::Member
+            let member = fz[node.id.index()] == Fz::Member
+                || (attn
+                    && self.afz[node.id.index()] == Afz::Member
                     && !matches!(node.op, Op::Transpose { .. }));
             // Graph inputs a GPU node reads are counted on the device after their upload
             // (counting a large input on the host would cost more than the whole scan).
@@ -119,7 +123,7 @@ impl CudaExecutor {
         for (gi, fg) in self.groups.iter().enumerate() {
             group_slot.push(slots);
             // A group split up for attention fusion runs its members' own steps.
-            let intact = self.fz_attn[fg.members[fg.members.len() - 1].index()] == Fz::Sink(gi);
+            let intact = fz[fg.members[fg.members.len() - 1].index()] == Fz::Sink(gi);
             for &m in &fg.members[..fg.members.len() - 1] {
                 if intact {
                     member_slot[m.index()] = Some(slots);
@@ -131,7 +135,7 @@ impl CudaExecutor {
             slots += 1;
         }
         let mut attn_slot = Vec::with_capacity(self.attn.len());
-        for a in &self.attn {
+        for a in self.attn.iter().filter(|_| attn) {
             attn_slot.push(slots);
             for (r, m) in a.plan.roles.iter().enumerate() {
                 if let Some(m) = m {
