@@ -898,6 +898,7 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
   __shared__ unsigned cn[RLX_ATT_NC * 3 * RLX_ATT_ROWS];
   __shared__ unsigned fj[RLX_ATT_NC * 3 * RLX_ATT_ROWS];
   const float NINF = __uint_as_float(0xff800000u);
+  const float PINF = __uint_as_float(0x7f800000u);
   const int smode = flags & 3;
   const int dt = (flags >> 2) & 3;
   const bool safe_max = ((flags >> 5) & 1) != 0;
@@ -946,40 +947,19 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
   }
   float tk[RLX_ATT_BK];
   float tv[RLX_ATT_BK];
-  // Pass 1: the row max of U (NaN when any U is NaN).
+  // The single pass: S, T and U (the unfused bits, counted per element, and U's -inf as the
+  // Sub's: U - max is -inf exactly there when the max is finite), the online softmax and
+  // E V as the plain kernel; per row the max of U (NaN ignored, +inf kept), whether some U
+  // is NaN and the least U above -inf; per thread whether a V value it loaded is NaN/±inf.
   float m = NINF;
+  float l = 0.0f;
+  float umin = PINF;
   bool nan = false;
-  rlx_att_load<TPR>(tk, k + off1, kj, kd, 0, lk, dqk, tid);
-  for (int j0 = 0; j0 < lk; j0 += RLX_ATT_BK) {
-    __syncthreads();
-    rlx_att_store<TPR>(tk, ks, kd, tid);
-    __syncthreads();
-    if (j0 + RLX_ATT_BK < lk) rlx_att_load<TPR>(tk, k + off1, kj, kd, j0 + RLX_ATT_BK, lk, dqk, tid);
-    const int nk = min(RLX_ATT_BK, lk - j0);
-    for (int c0 = 0; c0 < nk; c0 += RLX_ATT_CH) {
-      float s[RLX_ATT_CH];
-      rlx_att_dots<TPR>(s, qr, ks, c0, t);
-#pragma unroll
-      for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
-        const int j = j0 + c0 + kk;
-        float u = rlx_att_round(s[kk], dt);
-        if (smode == 1) u = rlx_att_round(u * scale, dt);
-        else if (smode == 2) u = rlx_att_round(u / scale, dt);
-        if (msk != 0 && act && j < lk) u = rlx_att_round(u + mrow[(i64)j * mj], dt);
-        if (j < lk) {
-          if (rlx_isnan(u)) nan = true;
-          else if (u > m) m = u;
-        }
-      }
-    }
-  }
-  if (nan) m = RLX_NAN;
-  // The max the Sub reads (the masked-row-safe Select's 0 for a row of -inf).
-  const float mm = (safe_max && m == NINF) ? 0.0f : m;
-  // Pass 2: S, T, U again (the same bits), Sub, Exp, the sum and E V.
-  float y = 0.0f;
+  bool vbad = false;
   rlx_att_load<TPR>(tk, k + off1, kj, kd, 0, lk, dqk, tid);
   rlx_att_load<TPR>(tv, v + off2, vj, vd, 0, lk, dv, tid);
+#pragma unroll
+  for (int x = 0; x < RLX_ATT_BK; ++x) vbad |= rlx_nf(tv[x]);
   for (int j0 = 0; j0 < lk; j0 += RLX_ATT_BK) {
     __syncthreads();
     rlx_att_store<TPR>(tk, ks, kd, tid);
@@ -988,11 +968,14 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
     if (j0 + RLX_ATT_BK < lk) {
       rlx_att_load<TPR>(tk, k + off1, kj, kd, j0 + RLX_ATT_BK, lk, dqk, tid);
       rlx_att_load<TPR>(tv, v + off2, vj, vd, j0 + RLX_ATT_BK, lk, dv, tid);
+#pragma unroll
+      for (int x = 0; x < RLX_ATT_BK; ++x) vbad |= rlx_nf(tv[x]);
     }
     const int nk = min(RLX_ATT_BK, lk - j0);
     for (int c0 = 0; c0 < nk; c0 += RLX_ATT_CH) {
       float s[RLX_ATT_CH];
       rlx_att_dots<TPR>(s, qr, ks, c0, t);
+      float mc = NINF;
 #pragma unroll
       for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
         const int j = j0 + c0 + kk;
@@ -1002,25 +985,32 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
         else if (smode == 2) tw = rlx_att_round(sv / scale, dt);
         float u = tw;
         if (msk != 0 && act && j < lk) u = rlx_att_round(tw + mrow[(i64)j * mj], dt);
-        const float dd = rlx_att_round(u - mm, dt);
-        const float e = rlx_att_round(expf(dd), dt);
         if (j < lk) {
-          if (counter && (rlx_nf(sv) || rlx_nf(tw) || rlx_nf(u) || rlx_nf(dd) || rlx_nf(e))) {
+          if (counter && (rlx_nf(sv) || rlx_nf(tw) || rlx_nf(u))) {
             rlx_att_c(cn, fj, 0, r, sv, j);
             if (smode != 0) rlx_att_c(cn, fj, 1, r, tw, j);
             if (msk != 0) rlx_att_c(cn, fj, 2, r, u, j);
-            rlx_att_c(cn, fj, 5, r, dd, j);
-            rlx_att_c(cn, fj, 6, r, e, j);
+            if (u == NINF) rlx_att_c(cn, fj, 5, r, u, j);
           }
-          y += e;
-          s[kk] = e;
+          if (rlx_isnan(u)) nan = true;
+          else if (u > NINF) umin = fminf(umin, u);
         } else {
-          s[kk] = 0.0f;
+          u = NINF;
         }
+        s[kk] = u;
+        mc = fmaxf(mc, u);
       }
+      const float mn = fmaxf(m, mc);
+      const float base = (mn == NINF) ? 0.0f : mn;
+      const float alpha = (m == NINF) ? 1.0f : expf(m - mn);
+      m = mn;
+      l *= alpha;
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc[x] *= alpha;
 #pragma unroll
       for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
-        const float pk = s[kk];
+        const float pk = expf(s[kk] - base);
+        l += pk;
         const float* vr = vs + (c0 + kk) * RS + 4 * t;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
@@ -1033,21 +1023,102 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
       }
     }
   }
-  // P = E / s is NaN everywhere in a row whose max is NaN or +inf (E NaN somewhere: the sum
-  // is NaN), or -inf unless both Selects are there (Sub gives NaN, or the sum is 0: 0 / 0);
-  // otherwise E is in [0, 1], the sum at least 1 (exp(0) at the max) or, in the
-  // masked-row-safe form, 0 made 1: P is finite.
-  const bool pnan = rlx_nf(m) && !(m == NINF && safe_max && safe_sum);
-  // The sum as the unfused ReduceSum rounds it to the dtype (non-finite exactly where it is).
-  y = rlx_att_round(y, dt);
-  if (counter) {
-    rlx_att_c(cn, fj, 3, r, m, 0);
-    if (safe_max) rlx_att_c(cn, fj, 4, r, mm, 0);
-    rlx_att_c(cn, fj, 7, r, y, 0);
-    if (safe_sum) rlx_att_c(cn, fj, 8, r, y == 0.0f ? 1.0f : y, 0);
-    if (pnan) {
-      cn[(9 * 3) * RLX_ATT_ROWS + r] = (unsigned)lk;
-      fj[(9 * 3) * RLX_ATT_ROWS + r] = 0u;
+  // A normal row: no NaN in U, a finite max, U - max finite wherever U is (the least U's
+  // Sub is: the rounded difference is monotonic in U). Then the Sub is -inf exactly where U
+  // is (counted above) and finite elsewhere, E is in [0, 1], the max, the sum (in [1, lk])
+  // and P are finite: nothing more to count. Any other row, or a NaN/±inf in V (where the
+  // order of the products decides between NaN and inf), sends the whole block to the
+  // two-pass path below.
+  const bool normal = !nan && !rlx_nf(m) && !rlx_nf(rlx_att_round(umin - m, dt)) &&
+                      !(dt == 2 && lk >= 65504);
+  const bool fall = __syncthreads_or((act && !normal) || vbad) != 0;
+  float mm = m;
+  float y = l;
+  bool pnan = false;
+  if (fall) {
+    // The two-pass path: the counts so far are dropped, then with the exact max of U (NaN
+    // when any U is NaN, as ReduceMax; m is it otherwise) S, T, U again (the same bits), Sub,
+    // Exp with the unfused roundings, the sum and E V.
+    if (nan) m = RLX_NAN;
+    for (int x = tid; x < RLX_ATT_NC * 3 * RLX_ATT_ROWS; x += 32 * TPR) cn[x] = 0u;
+    if (tid == 0) atomicAdd(cnt + 6 * RLX_ATT_NC, 1ull);
+    // The max the Sub reads (the masked-row-safe Select's 0 for a row of -inf).
+    mm = (safe_max && m == NINF) ? 0.0f : m;
+    y = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 32; ++x) acc[x] = 0.0f;
+    rlx_att_load<TPR>(tk, k + off1, kj, kd, 0, lk, dqk, tid);
+    rlx_att_load<TPR>(tv, v + off2, vj, vd, 0, lk, dv, tid);
+    for (int j0 = 0; j0 < lk; j0 += RLX_ATT_BK) {
+      __syncthreads();
+      rlx_att_store<TPR>(tk, ks, kd, tid);
+      rlx_att_store<TPR>(tv, vs, vd, tid);
+      __syncthreads();
+      if (j0 + RLX_ATT_BK < lk) {
+        rlx_att_load<TPR>(tk, k + off1, kj, kd, j0 + RLX_ATT_BK, lk, dqk, tid);
+        rlx_att_load<TPR>(tv, v + off2, vj, vd, j0 + RLX_ATT_BK, lk, dv, tid);
+      }
+      const int nk = min(RLX_ATT_BK, lk - j0);
+      for (int c0 = 0; c0 < nk; c0 += RLX_ATT_CH) {
+        float s[RLX_ATT_CH];
+        rlx_att_dots<TPR>(s, qr, ks, c0, t);
+#pragma unroll
+        for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+          const int j = j0 + c0 + kk;
+          const float sv = rlx_att_round(s[kk], dt);
+          float tw = sv;
+          if (smode == 1) tw = rlx_att_round(sv * scale, dt);
+          else if (smode == 2) tw = rlx_att_round(sv / scale, dt);
+          float u = tw;
+          if (msk != 0 && act && j < lk) u = rlx_att_round(tw + mrow[(i64)j * mj], dt);
+          const float dd = rlx_att_round(u - mm, dt);
+          const float e = rlx_att_round(expf(dd), dt);
+          if (j < lk) {
+            if (counter && (rlx_nf(sv) || rlx_nf(tw) || rlx_nf(u) || rlx_nf(dd) || rlx_nf(e))) {
+              rlx_att_c(cn, fj, 0, r, sv, j);
+              if (smode != 0) rlx_att_c(cn, fj, 1, r, tw, j);
+              if (msk != 0) rlx_att_c(cn, fj, 2, r, u, j);
+              rlx_att_c(cn, fj, 5, r, dd, j);
+              rlx_att_c(cn, fj, 6, r, e, j);
+            }
+            y += e;
+            s[kk] = e;
+          } else {
+            s[kk] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+          const float pk = s[kk];
+          const float* vr = vs + (c0 + kk) * RS + 4 * t;
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            const float4 w = *reinterpret_cast<const float4*>(vr + 4 * c * TPR);
+            acc[4 * c] = fmaf(pk, w.x, acc[4 * c]);
+            acc[4 * c + 1] = fmaf(pk, w.y, acc[4 * c + 1]);
+            acc[4 * c + 2] = fmaf(pk, w.z, acc[4 * c + 2]);
+            acc[4 * c + 3] = fmaf(pk, w.w, acc[4 * c + 3]);
+          }
+        }
+      }
+    }
+    // P = E / s is NaN everywhere in a row whose max is NaN or +inf (E NaN somewhere: the
+    // sum is NaN), or -inf unless both Selects are there (Sub gives NaN, or the sum is 0:
+    // 0 / 0); otherwise E is in [0, 1], the sum at least 1 (exp(0) at the max) or, in the
+    // masked-row-safe form, 0 made 1: P is finite.
+    pnan = rlx_nf(m) && !(m == NINF && safe_max && safe_sum);
+    // The sum as the unfused ReduceSum rounds it to the dtype (non-finite exactly where it
+    // is).
+    y = rlx_att_round(y, dt);
+    if (counter) {
+      rlx_att_c(cn, fj, 3, r, m, 0);
+      if (safe_max) rlx_att_c(cn, fj, 4, r, mm, 0);
+      rlx_att_c(cn, fj, 7, r, y, 0);
+      if (safe_sum) rlx_att_c(cn, fj, 8, r, y == 0.0f ? 1.0f : y, 0);
+      if (pnan) {
+        cn[(9 * 3) * RLX_ATT_ROWS + r] = (unsigned)lk;
+        fj[(9 * 3) * RLX_ATT_ROWS + r] = 0u;
+      }
     }
   }
   if (act) {
@@ -1071,6 +1142,8 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
     const u64 row = (u64)blockIdx.x * (u64)lq + (u64)((int)blockIdx.y * RLX_ATT_ROWS + tid);
 #pragma unroll 1
     for (int n = 0; n < RLX_ATT_NC; ++n) {
+      // Only S, T, U and the Sub are counted on the single-pass path.
+      if (!fall && n != 0 && n != 1 && n != 2 && n != 5) continue;
       const bool per_row = n == 3 || n == 4 || n == 7 || n == 8;
       u64 nn[3], ff[3];
 #pragma unroll

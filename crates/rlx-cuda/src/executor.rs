@@ -207,6 +207,9 @@ pub struct CudaExecutor {
     attn_scan: bool,
     /// Scanning runs that ran (launched or replayed) the counting attention kernels.
     attn_scan_runs: std::sync::atomic::AtomicU64,
+    /// Blocks of the counting attention kernels that took their two-pass path, summed over
+    /// the groups, in the last scanning run that ran them.
+    attn_scan_fallbacks: std::sync::atomic::AtomicU64,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
@@ -340,6 +343,26 @@ struct RunOut {
     counts: Option<Vec<NonFiniteCounts>>,
     /// (node index, nanoseconds) per computing node, when profiling: CUDA event to event.
     times: Option<Vec<(usize, u64)>>,
+}
+
+/// Whether scanning runs count attention groups in the fused counting kernel when no
+/// `RLX_CUDA_ATTN_SCAN` is set (see [`CudaExecutor::set_attention_scan`]).
+const ATTN_SCAN_DEFAULT: bool = false;
+
+/// `RLX_CUDA_ATTN_SCAN=0|1`, else [`ATTN_SCAN_DEFAULT`].
+fn attn_scan_default() -> bool {
+    use rlx_ir::env::{get, note_unrecognized, parse_switch, Switch};
+    let v = get("RLX_CUDA_ATTN_SCAN");
+    match parse_switch(v.as_deref()) {
+        Switch::On => true,
+        Switch::Off => false,
+        Switch::Default => ATTN_SCAN_DEFAULT,
+        Switch::Unrecognized => {
+            let taken = if ATTN_SCAN_DEFAULT { "1" } else { "0" };
+            note_unrecognized("RLX_CUDA_ATTN_SCAN", v.as_deref().unwrap_or(""), taken);
+            ATTN_SCAN_DEFAULT
+        }
+    }
 }
 
 fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CudaError {
@@ -981,8 +1004,9 @@ impl CudaExecutor {
             fz_attn,
             attn,
             attn_note,
-            attn_scan: false,
+            attn_scan: attn_scan_default(),
             attn_scan_runs: std::sync::atomic::AtomicU64::new(0),
+            attn_scan_fallbacks: std::sync::atomic::AtomicU64::new(0),
             leaf_counts: vec![None; n],
             device_timing: false,
             last_device_ms: std::sync::Mutex::new(None),
@@ -1257,6 +1281,15 @@ impl CudaExecutor {
     /// fused attention kernels (launched or replayed in their CUDA graph).
     pub fn attention_scan_runs(&self) -> u64 {
         self.attn_scan_runs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many blocks (of [`crate::attn::ROWS`] query rows of one batch entry) of the
+    /// counting attention kernels took their two-pass path in the last scanning run that ran
+    /// them (a row with a NaN or infinite max of U, an overflowing `U - max`, or a NaN/±inf
+    /// in V's keys); the others counted in their single pass.
+    pub fn attention_scan_fallback_blocks(&self) -> u64 {
+        self.attn_scan_fallbacks
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -2126,6 +2159,15 @@ impl CudaExecutor {
         if scan && attn_run {
             self.attn_scan_runs
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let (Some(w), Some(sp)) = (&scan_words, &self.scan) {
+                let blocks: u64 = sp
+                    .attn_slot
+                    .iter()
+                    .map(|&s| w[6 * (s + crate::attn::ROLES)])
+                    .sum();
+                self.attn_scan_fallbacks
+                    .store(blocks, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         // Read back what was asked for.
         let want: Vec<NodeId> = if all {

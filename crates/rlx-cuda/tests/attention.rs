@@ -465,9 +465,17 @@ fn nan_inputs_give_nan_rows_as_on_the_cpu() {
 /// each (the scanning CUDA graph is captured at the second run and replayed at the third):
 /// every node's counts (NaN, +inf, -inf and their first indices, inner nodes included)
 /// equal, the fused counting kernel ran every time, the outputs close (NaN and infinities at
-/// the same elements); the fused executor's default scanning runs (the unfused steps) count
-/// the same. Returns the counting run's scanner.
-fn scan_matches_unfused(what: &str, g: &Graph, ins: &[Tensor], v_index: usize) -> DebugScanner {
+/// the same elements); the fused executor's scanning runs with the counting kernel off (the
+/// unfused steps) count the same. `fallback`: whether some block of the counting kernel must
+/// take its two-pass path (a row with a NaN or infinite max, NaN/±inf in V) or none (every
+/// block counts in its single pass). Returns the counting run's scanner.
+fn scan_matches_unfused(
+    what: &str,
+    g: &Graph,
+    ins: &[Tensor],
+    v_index: usize,
+    fallback: bool,
+) -> DebugScanner {
     let dt = g.node(g.outputs[0]).shape.dtype;
     let t = tol(dt, vmax(&ins[v_index]));
     let mut ex = fused(g, 1);
@@ -493,6 +501,12 @@ fn scan_matches_unfused(what: &str, g: &Graph, ins: &[Tensor], v_index: usize) -
             );
         }
         assert_close_attn(&format!("{what} {dt} scanning run {rep}"), &o1, &o2, t);
+        let fb = ex.attention_scan_fallback_blocks();
+        assert_eq!(
+            fb > 0,
+            fallback,
+            "{what} {dt}, scanning run {rep}: {fb} blocks took the two-pass path"
+        );
         last = Some(s1);
     }
     assert_eq!(
@@ -506,7 +520,8 @@ fn scan_matches_unfused(what: &str, g: &Graph, ins: &[Tensor], v_index: usize) -
         "{what}: scanning CUDA graph replayed"
     );
     let last = last.unwrap();
-    // The default: scanning runs run the unfused steps (switching replans the scan).
+    // The counting kernel off: scanning runs run the unfused steps (switching replans the
+    // scan).
     ex.set_attention_scan(false);
     for _ in 0..2 {
         let (s3, _) = scan(&mut ex);
@@ -550,7 +565,7 @@ fn scanning_and_replay_keep_counts_and_values() {
         ex.set_attention_scan(true);
         let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
         let first = ex.run(&ins, None).unwrap().remove(0);
-        let s1 = scan_matches_unfused("qwen_like", &g, &ins, 2);
+        let s1 = scan_matches_unfused("qwen_like", &g, &ins, 2, true);
         assert!(s1.counts().iter().any(|c| c.nan > 0));
         assert!(s1.counts().iter().any(|c| c.neg_inf > 0));
         if dt == DType::F32 {
@@ -629,7 +644,7 @@ fn scanning_and_replay_keep_counts_and_values() {
             tensor(&[b, lk, h, d], &vv, dt),
             tensor(&[b, 1, 1, lk], &m, dt),
         ];
-        let s1 = scan_matches_unfused("bert_like", &g, &ins, 2);
+        let s1 = scan_matches_unfused("bert_like", &g, &ins, 2, true);
         for (what, f) in [
             (
                 "NaN",
@@ -650,8 +665,39 @@ fn scanning_and_replay_keep_counts_and_values() {
             rand_t(&[b, lk, h, d], 35, dt),
             tensor(&[b, 1, 1, lk], &m, dt),
         ];
-        let s1 = scan_matches_unfused("bert_like clean", &g, &ins, 2);
+        let s1 = scan_matches_unfused("bert_like clean", &g, &ins, 2, false);
         assert!(s1.counts().iter().all(|c| c.nan == 0 && c.pos_inf == 0));
+
+        // The ONNX Attention pattern, a causal mask with no fully masked row, clean inputs:
+        // U's and the Sub's -inf above the diagonal, counted in the single pass.
+        let (b, hq, hkv, lq, lk, d) = (1, 4, 2, 37, 53, 128);
+        let g = qwen_like(b, hq, hkv, lq, lk, d, dt);
+        let ins = [
+            rand_t(&[b, hq, lq, d], 40, dt),
+            rand_t(&[b, hkv, lk, d], 41, dt),
+            rand_t(&[b, hkv, lk, d], 42, dt),
+            tensor(&[lq, lk], &causal(lq, lk, &[]), dt),
+        ];
+        let s1 = scan_matches_unfused("qwen_like causal", &g, &ins, 2, false);
+        assert!(s1.counts().iter().any(|c| c.neg_inf > 0));
+        assert!(s1.counts().iter().all(|c| c.nan == 0 && c.pos_inf == 0));
+
+        // U - max overflowing with U finite (mask +3e38 and -3e38 in row 6): the Sub's -inf
+        // there is counted on the two-pass path.
+        let z = [2usize, 2];
+        let (lq, lk, d, dv) = (37, 53, 40, 24);
+        let g = plain(&z, lq, lk, d, dv, dt, true, false);
+        let mut m = vec![0.0f32; lq * lk];
+        m[6 * lk + 1] = 3e38;
+        m[6 * lk + 2] = -3e38;
+        let ins = [
+            rand_t(&[2, 2, lq, d], 43, dt),
+            rand_t(&[2, 2, d, lk], 44, dt),
+            rand_t(&[2, 2, lk, dv], 45, dt),
+            tensor(&[lq, lk], &m, dt),
+        ];
+        let s1 = scan_matches_unfused("plain overflow", &g, &ins, 2, true);
+        assert!(s1.counts().iter().any(|c| c.neg_inf == 4));
 
         // The plain softmax with a fully -inf row: NaN from the Sub on.
         let z = [2usize, 2];
@@ -663,7 +709,7 @@ fn scanning_and_replay_keep_counts_and_values() {
             rand_t(&[2, 2, lk, dv], 38, dt),
             tensor(&[lq, lk], &causal(lq, lk, &[3]), dt),
         ];
-        let s1 = scan_matches_unfused("plain", &g, &ins, 2);
+        let s1 = scan_matches_unfused("plain", &g, &ins, 2, true);
         let o = g.outputs[0].index();
         assert_eq!(s1.counts()[o].nan, 4 * dv);
     }
@@ -752,6 +798,12 @@ fn compare_and_time(g: &Graph, ins: &[Tensor], dt: DType) {
     let (sgot, sf) = scan_time(&mut ex);
     let (swant, su) = scan_time(&mut plain);
     assert!(ex.attention_scan_runs() > 0);
+    assert_eq!(
+        ex.attention_scan_fallback_blocks(),
+        0,
+        "{} {dt}: every block counted in its single pass",
+        g.name
+    );
     assert_close_attn(
         &format!("{} {dt} scanning vs unfused", g.name),
         &sgot,

@@ -22,8 +22,9 @@ pub(super) struct ScanPlan {
     pub(super) member_slot: Vec<Option<usize>>,
     pub(super) group_slot: Vec<usize>,
     /// First of the [`crate::attn::ROLES`] count slots of each attention group (counted by
-    /// its counting kernel; the slots of roles the pattern lacks stay unread); empty when
-    /// scanning runs run the unfused steps.
+    /// its counting kernel; the slots of roles the pattern lacks stay unread; one more slot
+    /// after them counts the blocks that took the two-pass path); empty when scanning runs
+    /// run the unfused steps.
     pub(super) attn_slot: Vec<usize>,
 }
 
@@ -142,7 +143,9 @@ impl CudaExecutor {
                     member_slot[m.index()] = Some(slots + r);
                 }
             }
-            slots += crate::attn::ROLES;
+            // One more slot: its first word counts the kernel's blocks that took the
+            // two-pass path (see [`crate::attn`]).
+            slots += crate::attn::ROLES + 1;
         }
         let mut init = Vec::with_capacity(6 * slots);
         for _ in 0..slots {
