@@ -34,23 +34,32 @@
 //! in the masked-row-safe form, `sum_j 0 * V[j]` (0 unless V holds NaN/inf); a -inf score
 //! contributes exactly `0 * V[j]`.
 //!
-//! **Scanning runs** (`RLX_DEBUG_NANS`) run the unfused steps by default; with
-//! `CudaExecutor::set_attention_scan(true)` they launch the counting variant
-//! `rlx_attn_cnt_<tpr>` instead (off by default: on the H200 it took about twice the plain
-//! kernel's time, more than the unfused steps and their scan): per query row, a first pass over the keys for the exact max of U (NaN when any U
-//! is NaN, as ReduceMax; the max does not depend on the order), then a second one computing S,
-//! T and U again (the same bits), `Sub(U, max)` and `Exp` with the unfused roundings, the sum,
-//! and `O = sum_j E_j V_j / sum`. It counts NaN, +inf and -inf and their first indices (in
-//! each node's own layout) of every inner value the unfused graph materializes ([`Role`]) into
-//! the scan's count slots: per element for the score-sized values, once per row for the max,
-//! the sum and their Selects; P from the row's max (NaN everywhere when the max is NaN or +inf,
-//! or -inf without both Selects; finite otherwise). Each team's first thread counts its row in
-//! shared memory (only when a value is non-finite), warp 0 adds the block's rows with one
-//! warp-aggregated atomic per non-zero word at the end. The counts equal the unfused steps'
-//! except where only the summation order decides: S overflowing to ±inf (finite inputs near
-//! the dtype's max), `E_j / sum` underflowing to 0 (then `0 * inf` in V is NaN unfused, ±inf
-//! here), or `sum_j E_j V_j` overflowing where `sum_j P_j V_j` does not. Absorbed Transposes
-//! run their own steps in scanning runs (their values are scanned as unfused).
+//! **Scanning runs** (`RLX_DEBUG_NANS`) launch the counting variant `rlx_attn_cnt_<tpr>`
+//! (`CudaExecutor::set_attention_scan(false)` or `RLX_CUDA_ATTN_SCAN=0`: the unfused steps).
+//! It counts NaN, +inf and -inf and their first indices (in each node's own layout) of every
+//! inner value the unfused graph materializes ([`Role`]) into the scan's count slots, the
+//! same counts as the unfused steps. One pass over the keys as the plain kernel (online
+//! softmax), computing S, T and U with the unfused roundings (the same bits) and counting
+//! them per element, and U's -inf as the Sub's; per row it keeps the max of U, whether some
+//! U is NaN and the least U above -inf. A row is normal when no U is NaN, the max is finite
+//! and `U - max` of the least U is finite (so finite wherever U is: the rounded difference is
+//! monotonic in U); then the Sub is -inf exactly where U is, E is in [0, 1], the max, the sum
+//! (at least 1, at most lk) and P are finite: nothing more to count. A block with a row that
+//! is not normal, or with NaN/±inf in V (where the order of the products decides between NaN
+//! and inf), drops its counts and takes the two-pass path in the same launch: with the exact
+//! max of U from the first pass (NaN when any U is NaN, as ReduceMax; the max does not depend
+//! on the order) a second pass computes S, T and U again, `Sub(U, max)` and `Exp` with the unfused roundings, the sum, and
+//! `O = sum_j E_j V_j / sum`, counting per element the score-sized values and once per row
+//! the max, the sum and their Selects; P from the row's max (NaN everywhere when the max is
+//! NaN or +inf, or -inf without both Selects; finite otherwise). The blocks that did are
+//! counted in one more slot (`CudaExecutor::attention_scan_fallback_blocks`). Each team's
+//! first thread counts its row in shared memory (only when a value is non-finite), warp 0
+//! adds the block's rows with one warp-aggregated atomic per non-zero word at the end. The
+//! counts equal the unfused steps' except where only the summation order decides: S
+//! overflowing to ±inf (finite inputs near the dtype's max), `E_j / sum` underflowing to 0
+//! (then `0 * inf` in V is NaN unfused, ±inf here), or `sum_j E_j V_j` overflowing where
+//! `sum_j P_j V_j` does not. Absorbed Transposes run their own steps in scanning runs (their
+//! values are scanned as unfused).
 //!
 //! One file of about 1,000 lines: the matcher, the CUDA source of the kernel it plans for
 //! (its metadata layout and flag bits are written on both sides) and their host-side tests
@@ -846,9 +855,12 @@ RLX_ATT_KERNEL(4)
 // The counting variant (scanning runs, RLX_DEBUG_NANS): the same output as the unfused steps
 // would give, up to rounding, and the NaN/+inf/-inf counts and first indices of every inner
 // value the unfused graph materializes (roles S, T, U, max, safe max, Sub, Exp, sum, safe
-// sum, P: six words each at cnt + 6 * role). Two passes over the keys per query row: the
-// exact row max of U (NaN when any U is NaN, as ReduceMax), then with that max the same
-// per-element operations and roundings as the unfused Sub and Exp nodes, the sum, and
+// sum, P: six words each at cnt + 6 * role; word cnt[6 * RLX_ATT_NC] counts the blocks that
+// took the two-pass path). One pass over the keys as the plain kernel, counting S, T, U and
+// U's -inf as the Sub's; a block with a row that is not normal (see below) or NaN/inf in V
+// drops those counts and takes a second pass: with the exact row max of U from the first
+// one (NaN when any U is NaN, as ReduceMax), S, T and U again, the same per-element
+// operations and roundings as the unfused Sub and Exp nodes, the sum, and
 // O = sum_j E_j V_j / sum. Each team's first thread counts its row's non-finite values in
 // shared memory (count and first key per role and class); warp 0 adds the block's rows to
 // the scan's words at the end (shuffles, then one atomic per non-zero word).

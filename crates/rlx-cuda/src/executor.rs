@@ -195,8 +195,8 @@ pub struct CudaExecutor {
     /// Attention fusion ([`crate::attn`]): each node's part, the elementwise-fusion parts
     /// for runs that use it (a fused elementwise group with a node inside an attention
     /// group runs unfused there), the groups, and why there are none when planning failed.
-    /// Ordinary runs use the plain kernel. Scanning runs run the unfused steps, or with
-    /// `attn_scan` ([`CudaExecutor::set_attention_scan`]) the counting variant (the same
+    /// Ordinary runs use the plain kernel. Scanning runs run the counting variant, or
+    /// without `attn_scan` ([`CudaExecutor::set_attention_scan`]) the unfused steps (the same
     /// per-node NaN/Inf counts as the unfused steps; absorbed Transposes run their own steps
     /// there, so their values are scanned as unfused); `run_all` and launch-blocking runs run
     /// the unfused steps (every value is read back).
@@ -347,7 +347,7 @@ struct RunOut {
 
 /// Whether scanning runs count attention groups in the fused counting kernel when no
 /// `RLX_CUDA_ATTN_SCAN` is set (see [`CudaExecutor::set_attention_scan`]).
-const ATTN_SCAN_DEFAULT: bool = false;
+const ATTN_SCAN_DEFAULT: bool = true;
 
 /// `RLX_CUDA_ATTN_SCAN=0|1`, else [`ATTN_SCAN_DEFAULT`].
 fn attn_scan_default() -> bool {
@@ -1250,19 +1250,20 @@ impl CudaExecutor {
     }
 
     /// How many fused attention kernels ordinary runs launch (0 with `RLX_CUDA_ATTN=0`;
-    /// scanning runs run the unfused steps unless [`Self::set_attention_scan`] is on,
+    /// scanning runs run the counting variant unless [`Self::set_attention_scan`] is off,
     /// `run_all` and launch-blocking runs always do).
     pub fn attention_groups(&self) -> usize {
         self.attn.len()
     }
 
     /// Whether scanning runs (`RLX_DEBUG_NANS`) run the fused attention groups as the
-    /// counting variant of their kernel (`true`) or as the unfused steps (`false`, the
-    /// default); the per-node NaN/Inf counts are the same (see [`crate::attn`]). Off by
-    /// default: on the H200 the two-pass counting kernel took about twice the plain kernel's
-    /// time, more than the unfused steps with their scan (BERT-base 8x128 attention f32 0.154
-    /// vs 0.123 ms, Qwen3-0.6B prefill 512 bfloat16 0.666 vs 0.438 ms). Changing it replans
-    /// the scan (and its CUDA graph) at the next scanning run.
+    /// counting variant of their kernel (`true`, the default; `RLX_CUDA_ATTN_SCAN=0` makes it
+    /// `false` at creation) or as the unfused steps (`false`); the per-node NaN/Inf counts
+    /// are the same (see [`crate::attn`]). On the H200 the single-pass counting kernel's
+    /// scanning runs take less device time than the unfused steps with their scan (the
+    /// attention subgraph alone: BERT-base 8x128 f32 0.111 vs 0.124 ms, bfloat16 0.122 vs
+    /// 0.153; Qwen3-0.6B prefill 512 f32 0.404 vs 0.479, bfloat16 0.420 vs 0.437). Changing it
+    /// replans the scan (and its CUDA graph) at the next scanning run.
     pub fn set_attention_scan(&mut self, on: bool) {
         if on == self.attn_scan {
             return;

@@ -8,8 +8,9 @@
 //! to bfloat16, the fused kernel keeps them in f32: a few bfloat16 roundings of the output's
 //! scale). NaN and infinities must sit at the same elements.
 //!
-//! Scanning runs (`RLX_DEBUG_NANS`) with `set_attention_scan(true)` run the fused counting
-//! kernel: their per-node counts are compared with the unfused executor's, node by node.
+//! Scanning runs (`RLX_DEBUG_NANS`) run the fused counting kernel (the default; the tests
+//! turn it on explicitly and off to check the unfused steps count the same): their per-node
+//! counts are compared with the unfused executor's, node by node.
 //!
 //! Like the other CUDA tests: skipped without a device, failing with `RLX_REQUIRE_CUDA=1`;
 //! run one at a time on the device (`--test-threads=1`: some set `RLX_CUDA_ATTN`).
@@ -535,7 +536,9 @@ fn scan_matches_unfused(
     last
 }
 
-/// Scanning runs count the inner values in the fused counting kernel (when turned on), with the same counts
+/// Scanning runs count the inner values in the fused counting kernel (its single pass where
+/// every row is normal, its two-pass path in blocks with a NaN or infinite row max, an
+/// overflowing U - max, or NaN/±inf in V; each case asserted), with the same counts
 /// as the executor with attention fusion off, in every special-value case, float32 and
 /// bfloat16: the ONNX Attention pattern with a causal -inf mask (U mostly -inf), a fully
 /// masked row and a NaN in Q (also matching the CPU's reports); BERT's pattern with a

@@ -223,10 +223,10 @@ pub const VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RLX_CUDA_ATTN_SCAN",
-        values: "0|1 (default 0)",
+        values: "0|1 (default 1)",
         acts: "when a CUDA executor is created",
-        catches: "1: runs that scan for NaN/Inf (RLX_DEBUG_NANS) run each fused attention group as a counting variant of its kernel (one pass over the keys; a block with a NaN or infinite row max, an overflowing U - max or NaN/Inf in V counts in a second pass) with the same per-node counts as the unfused steps; 0: they run the unfused steps",
-        cost: "0: the scan of attention runs about ten kernels per group and scans the score matrix; 1: none beyond the counting itself",
+        catches: "0: runs that scan for NaN/Inf (RLX_DEBUG_NANS) run each fused attention group's nodes one by one instead of the counting variant of its kernel (one pass over the keys; a block with a NaN or infinite row max, an overflowing U - max or NaN/Inf in V counts in a second pass); the per-node counts are the same either way",
+        cost: "0: slower scanning runs (the score matrix is written, read and scanned several times)",
         scope: Scope::Runtime,
     },
     EnvVar {
