@@ -34,6 +34,33 @@
 //! in the masked-row-safe form, `sum_j 0 * V[j]` (0 unless V holds NaN/inf); a -inf score
 //! contributes exactly `0 * V[j]`.
 //!
+//! **Scanning runs** (`RLX_DEBUG_NANS`) launch the counting variant `rlx_attn_cnt_<tpr>`
+//! (`CudaExecutor::set_attention_scan(false)` or `RLX_CUDA_ATTN_SCAN=0`: the unfused steps).
+//! It counts NaN, +inf and -inf and their first indices (in each node's own layout) of every
+//! inner value the unfused graph materializes ([`Role`]) into the scan's count slots, the
+//! same counts as the unfused steps. One pass over the keys as the plain kernel (online
+//! softmax), computing S, T and U with the unfused roundings (the same bits) and counting
+//! them per element, and U's -inf as the Sub's; per row it keeps the max of U, whether some
+//! U is NaN and the least U above -inf. A row is normal when no U is NaN, the max is finite
+//! and `U - max` of the least U is finite (so finite wherever U is: the rounded difference is
+//! monotonic in U); then the Sub is -inf exactly where U is, E is in [0, 1], the max, the sum
+//! (at least 1, at most lk) and P are finite: nothing more to count. A block with a row that
+//! is not normal, or with NaN/±inf in V (where the order of the products decides between NaN
+//! and inf), drops its counts and takes the two-pass path in the same launch: with the exact
+//! max of U from the first pass (NaN when any U is NaN, as ReduceMax; the max does not depend
+//! on the order) a second pass computes S, T and U again, `Sub(U, max)` and `Exp` with the unfused roundings, the sum, and
+//! `O = sum_j E_j V_j / sum`, counting per element the score-sized values and once per row
+//! the max, the sum and their Selects; P from the row's max (NaN everywhere when the max is
+//! NaN or +inf, or -inf without both Selects; finite otherwise). The blocks that did are
+//! counted in one more slot (`CudaExecutor::attention_scan_fallback_blocks`). Each team's
+//! first thread counts its row in shared memory (only when a value is non-finite), warp 0
+//! adds the block's rows with one warp-aggregated atomic per non-zero word at the end. The
+//! counts equal the unfused steps' except where only the summation order decides: S
+//! overflowing to ±inf (finite inputs near the dtype's max), `E_j / sum` underflowing to 0
+//! (then `0 * inf` in V is NaN unfused, ±inf here), or `sum_j E_j V_j` overflowing where
+//! `sum_j P_j V_j` does not. Absorbed Transposes run their own steps in scanning runs (their
+//! values are scanned as unfused).
+//!
 //! One file of about 1,000 lines: the matcher, the CUDA source of the kernel it plans for
 //! (its metadata layout and flag bits are written on both sides) and their host-side tests
 //! are read together.
@@ -66,6 +93,37 @@ pub(crate) enum Scale {
     Div(f32),
 }
 
+/// Inner values of a group counted by the scanning kernel (`rlx_attn_cnt_<tpr>`), each in
+/// its own six-word slot of the NaN scan, in this order: score-sized values (one count per
+/// element, first index `(batch * lq + i) * lk + j`) and per-row values (one per query row,
+/// first index `batch * lq + i`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// S = Q K^T.
+    S = 0,
+    /// T = S * c or S / c.
+    T,
+    /// U = T + M.
+    U,
+    /// x = ReduceMax(U) (per row).
+    Max,
+    /// Select(IsInf{neg}(x), 0, x) (per row).
+    SafeMax,
+    /// Sub(U, max).
+    Sub,
+    /// Exp(Sub).
+    Exp,
+    /// y = ReduceSum(E) (per row).
+    Sum,
+    /// Select(Eq(y, 0), 1, y) (per row).
+    SafeSum,
+    /// P = E / sum.
+    P,
+}
+
+/// Number of [`Role`]s (count slots per group in scanning runs).
+pub(crate) const ROLES: usize = 10;
+
 /// One matched attention group.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AttnPlan {
@@ -78,6 +136,12 @@ pub(crate) struct AttnPlan {
     pub scale: Scale,
     /// Masked-row-safe max and sum both: a row of all -inf gives `sum_j 0 * V[j]`, not NaN.
     pub zero_rows: bool,
+    /// The max is `Select(IsInf{neg}(x), 0, x)`, the sum `Select(Eq(y, 0), 1, y)`.
+    pub safe_max: bool,
+    pub safe_sum: bool,
+    /// The inner values a scanning run counts, by role (see [`Role`]); `None` where the
+    /// pattern has no such node (no scale, no mask, the plain max or sum).
+    pub roles: [Option<NodeId>; ROLES],
     pub dt: DType,
     /// The output's batch dims (S's dims without the last two).
     pub batch: Vec<usize>,
@@ -150,6 +214,12 @@ impl AttnPlan {
             _ => 0,
         };
         s | (d << 2) | ((self.zero_rows as i32) << 4)
+    }
+
+    /// The counting kernel's flag word: [`Self::flags`], bit 5 the masked-row-safe max, bit 6
+    /// the masked-row-safe sum.
+    pub(crate) fn scan_flags(&self) -> i32 {
+        self.flags() | ((self.safe_max as i32) << 5) | ((self.safe_sum as i32) << 6)
     }
 
     pub(crate) fn scale_value(&self) -> f32 {
@@ -402,6 +472,21 @@ fn match_at(
     if let Some(t) = tnode {
         members.push(t);
     }
+    let mut roles = [None; ROLES];
+    for (r, x) in [
+        (Role::S, Some(s)),
+        (Role::T, tnode),
+        (Role::U, mask.map(|_| u)),
+        (Role::Max, Some(mx)),
+        (Role::SafeMax, safe_max.then_some(m2)),
+        (Role::Sub, Some(dn)),
+        (Role::Exp, Some(e)),
+        (Role::Sum, Some(sum)),
+        (Role::SafeSum, safe_sum.then_some(s2)),
+        (Role::P, Some(p)),
+    ] {
+        roles[r as usize] = x;
+    }
     // Dims: S [.., lq, lk]; every score-sized member has S's dims, the reductions S's with
     // the last set to 1; O [.., lq, dv] over S's batch dims.
     let nb = rank - 2;
@@ -538,6 +623,9 @@ fn match_at(
         mask,
         scale,
         zero_rows: safe_max && safe_sum,
+        safe_max,
+        safe_sum,
+        roles,
         dt,
         batch: ob,
         lq,
@@ -764,6 +852,335 @@ extern "C" __global__ void __launch_bounds__(32 * TPR) rlx_attn_##TPR( \
 RLX_ATT_KERNEL(1)
 RLX_ATT_KERNEL(2)
 RLX_ATT_KERNEL(4)
+// The counting variant (scanning runs, RLX_DEBUG_NANS): the same output as the unfused steps
+// would give, up to rounding, and the NaN/+inf/-inf counts and first indices of every inner
+// value the unfused graph materializes (roles S, T, U, max, safe max, Sub, Exp, sum, safe
+// sum, P: six words each at cnt + 6 * role; word cnt[6 * RLX_ATT_NC] counts the blocks that
+// took the two-pass path). One pass over the keys as the plain kernel, counting S, T, U and
+// U's -inf as the Sub's; a block with a row that is not normal (see below) or NaN/inf in V
+// drops those counts and takes a second pass: with the exact row max of U from the first
+// one (NaN when any U is NaN, as ReduceMax), S, T and U again, the same per-element
+// operations and roundings as the unfused Sub and Exp nodes, the sum, and
+// O = sum_j E_j V_j / sum. Each team's first thread counts its row's non-finite values in
+// shared memory (count and first key per role and class); warp 0 adds the block's rows to
+// the scan's words at the end (shuffles, then one atomic per non-zero word).
+#define RLX_ATT_NC 10
+__device__ __forceinline__ void rlx_att_c(unsigned* cn, unsigned* fj, int role, int r, float x, int j) {
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    const int c = (u & 0x007fffffu) ? 0 : ((u >> 31) ? 2 : 1);
+    const int at = (role * 3 + c) * RLX_ATT_ROWS + r;
+    if (cn[at]++ == 0u) fj[at] = (unsigned)j;
+  }
+}
+// Scores of keys c0 .. c0 + RLX_ATT_CH - 1 of the tile in shared memory (every lane of a
+// team gets the same bits).
+template <int TPR>
+__device__ __forceinline__ void rlx_att_dots(float (&s)[RLX_ATT_CH], const float (&qr)[32],
+    const float* ks, int c0, int t) {
+  const int RS = 32 * TPR + 4;
+#pragma unroll
+  for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+    const float* kr = ks + (c0 + kk) * RS + 4 * t;
+    float a = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float4 w = *reinterpret_cast<const float4*>(kr + 4 * c * TPR);
+      a = fmaf(qr[4 * c], w.x, a);
+      a = fmaf(qr[4 * c + 1], w.y, a);
+      a = fmaf(qr[4 * c + 2], w.z, a);
+      a = fmaf(qr[4 * c + 3], w.w, a);
+    }
+    s[kk] = a;
+  }
+#pragma unroll
+  for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+#pragma unroll
+    for (int sh = 1; sh < TPR; sh <<= 1) s[kk] += __shfl_xor_sync(0xffffffffu, s[kk], sh);
+  }
+}
+template <int TPR>
+__device__ __forceinline__ void rlx_attn_cnt_body(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const float* __restrict__ msk, float* __restrict__ o, const i64* __restrict__ meta,
+    int lq, int lk, int dqk, int dv, float scale, int flags, u64* __restrict__ cnt) {
+  const int RS = 32 * TPR + 4;
+  __shared__ __align__(16) float ks[RLX_ATT_BK * (32 * TPR + 4)];
+  __shared__ __align__(16) float vs[RLX_ATT_BK * (32 * TPR + 4)];
+  __shared__ unsigned cn[RLX_ATT_NC * 3 * RLX_ATT_ROWS];
+  __shared__ unsigned fj[RLX_ATT_NC * 3 * RLX_ATT_ROWS];
+  const float NINF = __uint_as_float(0xff800000u);
+  const float PINF = __uint_as_float(0x7f800000u);
+  const int smode = flags & 3;
+  const int dt = (flags >> 2) & 3;
+  const bool safe_max = ((flags >> 5) & 1) != 0;
+  const bool safe_sum = ((flags >> 6) & 1) != 0;
+  const int tid = (int)threadIdx.x;
+  const int t = tid % TPR;
+  const int r = tid / TPR;
+  const int i = (int)blockIdx.y * RLX_ATT_ROWS + r;
+  const bool act = i < lq;
+  // Counted by the team's first thread, for rows inside lq.
+  const bool counter = act && t == 0;
+  for (int x = tid; x < RLX_ATT_NC * 3 * RLX_ATT_ROWS; x += 32 * TPR) cn[x] = 0u;
+  const int nb = (int)meta[0];
+  i64 off0 = 0, off1 = 0, off2 = 0, off3 = 0, off4 = 0;
+  {
+    i64 rem = (i64)blockIdx.x;
+    const i64* st = meta + 1 + nb;
+    for (int a = nb - 1; a >= 0; --a) {
+      const i64 dim = meta[1 + a];
+      const i64 c = rem % dim;
+      rem /= dim;
+      off0 += c * st[0 * (nb + 2) + a];
+      off1 += c * st[1 * (nb + 2) + a];
+      off2 += c * st[2 * (nb + 2) + a];
+      off3 += c * st[3 * (nb + 2) + a];
+      off4 += c * st[4 * (nb + 2) + a];
+    }
+  }
+  const i64* rc = meta + 1 + 2 * nb;
+  const i64 qi = rc[0], qd = rc[1];
+  const i64 kj = rc[(nb + 2)], kd = rc[(nb + 2) + 1];
+  const i64 vj = rc[2 * (nb + 2)], vd = rc[2 * (nb + 2) + 1];
+  const i64 mi = rc[3 * (nb + 2)], mj = rc[3 * (nb + 2) + 1];
+  const i64 oi = rc[4 * (nb + 2)], od = rc[4 * (nb + 2) + 1];
+  const float* mrow = (msk != 0 && act) ? msk + off3 + (i64)i * mi : msk;
+  float qr[32];
+  float acc[32];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = 4 * (c * TPR + t) + e;
+      qr[4 * c + e] = (act && d < dqk) ? q[off0 + (i64)i * qi + (i64)d * qd] : 0.0f;
+      acc[4 * c + e] = 0.0f;
+    }
+  }
+  float tk[RLX_ATT_BK];
+  float tv[RLX_ATT_BK];
+  // The single pass: S, T and U (the unfused bits, counted per element, and U's -inf as the
+  // Sub's: U - max is -inf exactly there when the max is finite), the online softmax and
+  // E V as the plain kernel; per row the max of U (NaN ignored, +inf kept), whether some U
+  // is NaN and the least U above -inf; per thread whether a V value it loaded is NaN/±inf.
+  float m = NINF;
+  float l = 0.0f;
+  float umin = PINF;
+  bool nan = false;
+  bool vbad = false;
+  rlx_att_load<TPR>(tk, k + off1, kj, kd, 0, lk, dqk, tid);
+  rlx_att_load<TPR>(tv, v + off2, vj, vd, 0, lk, dv, tid);
+#pragma unroll
+  for (int x = 0; x < RLX_ATT_BK; ++x) vbad |= rlx_nf(tv[x]);
+  for (int j0 = 0; j0 < lk; j0 += RLX_ATT_BK) {
+    __syncthreads();
+    rlx_att_store<TPR>(tk, ks, kd, tid);
+    rlx_att_store<TPR>(tv, vs, vd, tid);
+    __syncthreads();
+    if (j0 + RLX_ATT_BK < lk) {
+      rlx_att_load<TPR>(tk, k + off1, kj, kd, j0 + RLX_ATT_BK, lk, dqk, tid);
+      rlx_att_load<TPR>(tv, v + off2, vj, vd, j0 + RLX_ATT_BK, lk, dv, tid);
+#pragma unroll
+      for (int x = 0; x < RLX_ATT_BK; ++x) vbad |= rlx_nf(tv[x]);
+    }
+    const int nk = min(RLX_ATT_BK, lk - j0);
+    for (int c0 = 0; c0 < nk; c0 += RLX_ATT_CH) {
+      float s[RLX_ATT_CH];
+      rlx_att_dots<TPR>(s, qr, ks, c0, t);
+      float mc = NINF;
+#pragma unroll
+      for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+        const int j = j0 + c0 + kk;
+        const float sv = rlx_att_round(s[kk], dt);
+        float tw = sv;
+        if (smode == 1) tw = rlx_att_round(sv * scale, dt);
+        else if (smode == 2) tw = rlx_att_round(sv / scale, dt);
+        float u = tw;
+        if (msk != 0 && act && j < lk) u = rlx_att_round(tw + mrow[(i64)j * mj], dt);
+        if (j < lk) {
+          if (counter && (rlx_nf(sv) || rlx_nf(tw) || rlx_nf(u))) {
+            rlx_att_c(cn, fj, 0, r, sv, j);
+            if (smode != 0) rlx_att_c(cn, fj, 1, r, tw, j);
+            if (msk != 0) rlx_att_c(cn, fj, 2, r, u, j);
+            if (u == NINF) rlx_att_c(cn, fj, 5, r, u, j);
+          }
+          if (rlx_isnan(u)) nan = true;
+          else if (u > NINF) umin = fminf(umin, u);
+        } else {
+          u = NINF;
+        }
+        s[kk] = u;
+        mc = fmaxf(mc, u);
+      }
+      const float mn = fmaxf(m, mc);
+      const float base = (mn == NINF) ? 0.0f : mn;
+      const float alpha = (m == NINF) ? 1.0f : expf(m - mn);
+      m = mn;
+      l *= alpha;
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc[x] *= alpha;
+#pragma unroll
+      for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+        const float pk = expf(s[kk] - base);
+        l += pk;
+        const float* vr = vs + (c0 + kk) * RS + 4 * t;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const float4 w = *reinterpret_cast<const float4*>(vr + 4 * c * TPR);
+          acc[4 * c] = fmaf(pk, w.x, acc[4 * c]);
+          acc[4 * c + 1] = fmaf(pk, w.y, acc[4 * c + 1]);
+          acc[4 * c + 2] = fmaf(pk, w.z, acc[4 * c + 2]);
+          acc[4 * c + 3] = fmaf(pk, w.w, acc[4 * c + 3]);
+        }
+      }
+    }
+  }
+  // A normal row: no NaN in U, a finite max, U - max finite wherever U is (the least U's
+  // Sub is: the rounded difference is monotonic in U). Then the Sub is -inf exactly where U
+  // is (counted above) and finite elsewhere, E is in [0, 1], the max, the sum (in [1, lk])
+  // and P are finite: nothing more to count. Any other row, or a NaN/±inf in V (where the
+  // order of the products decides between NaN and inf), sends the whole block to the
+  // two-pass path below.
+  const bool normal = !nan && !rlx_nf(m) && !rlx_nf(rlx_att_round(umin - m, dt)) &&
+                      !(dt == 2 && lk >= 65504);
+  const bool fall = __syncthreads_or((act && !normal) || vbad) != 0;
+  float mm = m;
+  float y = l;
+  bool pnan = false;
+  if (fall) {
+    // The two-pass path: the counts so far are dropped, then with the exact max of U (NaN
+    // when any U is NaN, as ReduceMax; m is it otherwise) S, T, U again (the same bits), Sub,
+    // Exp with the unfused roundings, the sum and E V.
+    if (nan) m = RLX_NAN;
+    for (int x = tid; x < RLX_ATT_NC * 3 * RLX_ATT_ROWS; x += 32 * TPR) cn[x] = 0u;
+    if (tid == 0) atomicAdd(cnt + 6 * RLX_ATT_NC, 1ull);
+    // The max the Sub reads (the masked-row-safe Select's 0 for a row of -inf).
+    mm = (safe_max && m == NINF) ? 0.0f : m;
+    y = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 32; ++x) acc[x] = 0.0f;
+    rlx_att_load<TPR>(tk, k + off1, kj, kd, 0, lk, dqk, tid);
+    rlx_att_load<TPR>(tv, v + off2, vj, vd, 0, lk, dv, tid);
+    for (int j0 = 0; j0 < lk; j0 += RLX_ATT_BK) {
+      __syncthreads();
+      rlx_att_store<TPR>(tk, ks, kd, tid);
+      rlx_att_store<TPR>(tv, vs, vd, tid);
+      __syncthreads();
+      if (j0 + RLX_ATT_BK < lk) {
+        rlx_att_load<TPR>(tk, k + off1, kj, kd, j0 + RLX_ATT_BK, lk, dqk, tid);
+        rlx_att_load<TPR>(tv, v + off2, vj, vd, j0 + RLX_ATT_BK, lk, dv, tid);
+      }
+      const int nk = min(RLX_ATT_BK, lk - j0);
+      for (int c0 = 0; c0 < nk; c0 += RLX_ATT_CH) {
+        float s[RLX_ATT_CH];
+        rlx_att_dots<TPR>(s, qr, ks, c0, t);
+#pragma unroll
+        for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+          const int j = j0 + c0 + kk;
+          const float sv = rlx_att_round(s[kk], dt);
+          float tw = sv;
+          if (smode == 1) tw = rlx_att_round(sv * scale, dt);
+          else if (smode == 2) tw = rlx_att_round(sv / scale, dt);
+          float u = tw;
+          if (msk != 0 && act && j < lk) u = rlx_att_round(tw + mrow[(i64)j * mj], dt);
+          const float dd = rlx_att_round(u - mm, dt);
+          const float e = rlx_att_round(expf(dd), dt);
+          if (j < lk) {
+            if (counter && (rlx_nf(sv) || rlx_nf(tw) || rlx_nf(u) || rlx_nf(dd) || rlx_nf(e))) {
+              rlx_att_c(cn, fj, 0, r, sv, j);
+              if (smode != 0) rlx_att_c(cn, fj, 1, r, tw, j);
+              if (msk != 0) rlx_att_c(cn, fj, 2, r, u, j);
+              rlx_att_c(cn, fj, 5, r, dd, j);
+              rlx_att_c(cn, fj, 6, r, e, j);
+            }
+            y += e;
+            s[kk] = e;
+          } else {
+            s[kk] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < RLX_ATT_CH; ++kk) {
+          const float pk = s[kk];
+          const float* vr = vs + (c0 + kk) * RS + 4 * t;
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            const float4 w = *reinterpret_cast<const float4*>(vr + 4 * c * TPR);
+            acc[4 * c] = fmaf(pk, w.x, acc[4 * c]);
+            acc[4 * c + 1] = fmaf(pk, w.y, acc[4 * c + 1]);
+            acc[4 * c + 2] = fmaf(pk, w.z, acc[4 * c + 2]);
+            acc[4 * c + 3] = fmaf(pk, w.w, acc[4 * c + 3]);
+          }
+        }
+      }
+    }
+    // P = E / s is NaN everywhere in a row whose max is NaN or +inf (E NaN somewhere: the
+    // sum is NaN), or -inf unless both Selects are there (Sub gives NaN, or the sum is 0:
+    // 0 / 0); otherwise E is in [0, 1], the sum at least 1 (exp(0) at the max) or, in the
+    // masked-row-safe form, 0 made 1: P is finite.
+    pnan = rlx_nf(m) && !(m == NINF && safe_max && safe_sum);
+    // The sum as the unfused ReduceSum rounds it to the dtype (non-finite exactly where it
+    // is).
+    y = rlx_att_round(y, dt);
+    if (counter) {
+      rlx_att_c(cn, fj, 3, r, m, 0);
+      if (safe_max) rlx_att_c(cn, fj, 4, r, mm, 0);
+      rlx_att_c(cn, fj, 7, r, y, 0);
+      if (safe_sum) rlx_att_c(cn, fj, 8, r, y == 0.0f ? 1.0f : y, 0);
+      if (pnan) {
+        cn[(9 * 3) * RLX_ATT_ROWS + r] = (unsigned)lk;
+        fj[(9 * 3) * RLX_ATT_ROWS + r] = 0u;
+      }
+    }
+  }
+  if (act) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int d = 4 * (c * TPR + t) + e;
+        if (d < dv) {
+          float x;
+          if (pnan) x = RLX_NAN;
+          else if (m == NINF) x = acc[4 * c + e];
+          else x = acc[4 * c + e] / y;
+          o[off4 + (i64)i * oi + (i64)d * od] = rlx_att_round(x, dt);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < 32) {
+    const u64 row = (u64)blockIdx.x * (u64)lq + (u64)((int)blockIdx.y * RLX_ATT_ROWS + tid);
+#pragma unroll 1
+    for (int n = 0; n < RLX_ATT_NC; ++n) {
+      // Only S, T, U and the Sub are counted on the single-pass path.
+      if (!fall && n != 0 && n != 1 && n != 2 && n != 5) continue;
+      const bool per_row = n == 3 || n == 4 || n == 7 || n == 8;
+      u64 nn[3], ff[3];
+#pragma unroll
+      for (int c = 0; c < 3; ++c) {
+        const int at = (n * 3 + c) * RLX_ATT_ROWS + tid;
+        nn[c] = cn[at];
+        ff[c] = nn[c] == 0ull ? ~0ull : (per_row ? row : row * (u64)lk + fj[at]);
+      }
+      RlxCnt cc;
+      cc.n0 = nn[0]; cc.n1 = nn[1]; cc.n2 = nn[2];
+      cc.f0 = ff[0]; cc.f1 = ff[1]; cc.f2 = ff[2];
+      rlx_flush(cc, cnt + 6 * n);
+    }
+  }
+}
+#define RLX_ATT_CNT_KERNEL(TPR) \
+extern "C" __global__ void __launch_bounds__(32 * TPR) rlx_attn_cnt_##TPR( \
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, \
+    const float* __restrict__ msk, float* __restrict__ o, const i64* __restrict__ meta, \
+    int lq, int lk, int dqk, int dv, float scale, int flags, u64* __restrict__ cnt) { \
+  rlx_attn_cnt_body<TPR>(q, k, v, msk, o, meta, lq, lk, dqk, dv, scale, flags, cnt); \
+}
+RLX_ATT_CNT_KERNEL(1)
+RLX_ATT_CNT_KERNEL(2)
+RLX_ATT_CNT_KERNEL(4)
 "#;
 
 #[cfg(test)]
@@ -960,6 +1377,20 @@ mod tests {
             &[(h * l * d) as i64, (l * d) as i64, d as i64, 1]
         );
         assert_eq!(p.flags(), 1);
+        assert_eq!(p.scan_flags(), 1);
+        // Counted roles: all but the Selects; each a member, none the output.
+        let have: Vec<bool> = p.roles.iter().map(|r| r.is_some()).collect();
+        let mut want = vec![true; ROLES];
+        want[Role::SafeMax as usize] = false;
+        want[Role::SafeSum as usize] = false;
+        assert_eq!(have, want);
+        for r in p.roles.iter().flatten() {
+            assert!(p.members.contains(r) && *r != o);
+        }
+        assert!(matches!(
+            g.node(p.roles[Role::Max as usize].unwrap()).op,
+            Op::Reduce { .. }
+        ));
     }
 
     /// Qwen3-0.6B's prefill at 512 tokens (16 query heads, 8 KV heads of 128, bfloat16): one
@@ -986,6 +1417,20 @@ mod tests {
         assert_eq!((m.batch.clone(), m.row, m.col), (vec![0, 0], l as i64, 1));
         assert_eq!(p.tpr(), 4);
         assert_eq!(p.flags(), (1 << 2) | (1 << 4));
+        assert_eq!(p.scan_flags(), (1 << 2) | (1 << 4) | (1 << 5) | (1 << 6));
+        // No scale node (Q and K^T are scaled outside the group); both Selects counted.
+        let have: Vec<bool> = p.roles.iter().map(|r| r.is_some()).collect();
+        let mut want = vec![true; ROLES];
+        want[Role::T as usize] = false;
+        assert_eq!(have, want);
+        assert_eq!(
+            g.node(p.roles[Role::SafeSum as usize].unwrap()).op,
+            Op::Select
+        );
+        assert_eq!(
+            g.node(p.roles[Role::Sub as usize].unwrap()).op,
+            Op::Binary(BinaryOp::Sub)
+        );
     }
 
     /// Anything unusual is left to the unfused steps.

@@ -195,13 +195,21 @@ pub struct CudaExecutor {
     /// Attention fusion ([`crate::attn`]): each node's part, the elementwise-fusion parts
     /// for runs that use it (a fused elementwise group with a node inside an attention
     /// group runs unfused there), the groups, and why there are none when planning failed.
-    /// Only ordinary runs use it: scanning, `run_all` and launch-blocking runs run the
-    /// unfused steps (so their NaN/Inf counts and values are exactly those of
-    /// `RLX_CUDA_ATTN=0`).
+    /// Ordinary runs use the plain kernel. Scanning runs run the counting variant, or
+    /// without `attn_scan` ([`CudaExecutor::set_attention_scan`]) the unfused steps (the same
+    /// per-node NaN/Inf counts as the unfused steps; absorbed Transposes run their own steps
+    /// there, so their values are scanned as unfused); `run_all` and launch-blocking runs run
+    /// the unfused steps (every value is read back).
     afz: Vec<Afz>,
     fz_attn: Vec<Fz>,
     attn: Vec<AttnGroup>,
     attn_note: Option<String>,
+    attn_scan: bool,
+    /// Scanning runs that ran (launched or replayed) the counting attention kernels.
+    attn_scan_runs: std::sync::atomic::AtomicU64,
+    /// Blocks of the counting attention kernels that took their two-pass path, summed over
+    /// the groups, in the last scanning run that ran them.
+    attn_scan_fallbacks: std::sync::atomic::AtomicU64,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
@@ -264,6 +272,8 @@ enum Afz {
 /// One fused attention kernel ([`crate::attn::KERNEL_SRC`]).
 struct AttnGroup {
     f: CudaFunction,
+    /// The counting variant (`rlx_attn_cnt_<tpr>`) for scanning runs.
+    f_cnt: CudaFunction,
     plan: crate::attn::AttnPlan,
     /// Index into `meta_ptrs`.
     meta: usize,
@@ -333,6 +343,26 @@ struct RunOut {
     counts: Option<Vec<NonFiniteCounts>>,
     /// (node index, nanoseconds) per computing node, when profiling: CUDA event to event.
     times: Option<Vec<(usize, u64)>>,
+}
+
+/// Whether scanning runs count attention groups in the fused counting kernel when no
+/// `RLX_CUDA_ATTN_SCAN` is set (see [`CudaExecutor::set_attention_scan`]).
+const ATTN_SCAN_DEFAULT: bool = true;
+
+/// `RLX_CUDA_ATTN_SCAN=0|1`, else [`ATTN_SCAN_DEFAULT`].
+fn attn_scan_default() -> bool {
+    use rlx_ir::env::{get, note_unrecognized, parse_switch, Switch};
+    let v = get("RLX_CUDA_ATTN_SCAN");
+    match parse_switch(v.as_deref()) {
+        Switch::On => true,
+        Switch::Off => false,
+        Switch::Default => ATTN_SCAN_DEFAULT,
+        Switch::Unrecognized => {
+            let taken = if ATTN_SCAN_DEFAULT { "1" } else { "0" };
+            note_unrecognized("RLX_CUDA_ATTN_SCAN", v.as_deref().unwrap_or(""), taken);
+            ATTN_SCAN_DEFAULT
+        }
+    }
 }
 
 fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CudaError {
@@ -814,6 +844,10 @@ impl CudaExecutor {
                             let f = m
                                 .load_function(&name)
                                 .map_err(|e| cuda_err(&format!("loading kernel {name}"), e))?;
+                            let name = format!("rlx_attn_cnt_{tpr}");
+                            let f_cnt = m
+                                .load_function(&name)
+                                .map_err(|e| cuda_err(&format!("loading kernel {name}"), e))?;
                             metas_host.push(plan.meta());
                             let cfg = LaunchConfig {
                                 grid_dim: (
@@ -831,6 +865,7 @@ impl CudaExecutor {
                             afz[plan.sink().index()] = Afz::Sink(ai);
                             attn.push(AttnGroup {
                                 f,
+                                f_cnt,
                                 plan,
                                 meta: metas_host.len() - 1,
                                 cfg,
@@ -969,6 +1004,9 @@ impl CudaExecutor {
             fz_attn,
             attn,
             attn_note,
+            attn_scan: attn_scan_default(),
+            attn_scan_runs: std::sync::atomic::AtomicU64::new(0),
+            attn_scan_fallbacks: std::sync::atomic::AtomicU64::new(0),
             leaf_counts: vec![None; n],
             device_timing: false,
             last_device_ms: std::sync::Mutex::new(None),
@@ -1102,8 +1140,13 @@ impl CudaExecutor {
         if !self.attn.is_empty() {
             let members = self.afz.iter().filter(|f| **f != Afz::No).count();
             eprintln!(
-                "rlx-cuda dispatch: {} fused attention kernels run {members} nodes (runs that scan for NaN/Inf or read every value back run them one by one)",
-                self.attn.len()
+                "rlx-cuda dispatch: {} fused attention kernels run {members} nodes (runs that scan for NaN/Inf {}; runs that read every value back run them one by one)",
+                self.attn.len(),
+                if self.attn_scan {
+                    "run a counting variant"
+                } else {
+                    "run them one by one"
+                }
             );
         } else if let Some(why) = &self.attn_note {
             eprintln!("rlx-cuda dispatch: attention fusion off ({why})");
@@ -1207,9 +1250,48 @@ impl CudaExecutor {
     }
 
     /// How many fused attention kernels ordinary runs launch (0 with `RLX_CUDA_ATTN=0`;
-    /// scanning, `run_all` and launch-blocking runs never use them).
+    /// scanning runs run the counting variant unless [`Self::set_attention_scan`] is off,
+    /// `run_all` and launch-blocking runs always do).
     pub fn attention_groups(&self) -> usize {
         self.attn.len()
+    }
+
+    /// Whether scanning runs (`RLX_DEBUG_NANS`) run the fused attention groups as the
+    /// counting variant of their kernel (`true`, the default; `RLX_CUDA_ATTN_SCAN=0` makes it
+    /// `false` at creation) or as the unfused steps (`false`); the per-node NaN/Inf counts
+    /// are the same (see [`crate::attn`]). On the H200 the single-pass counting kernel's
+    /// scanning runs take less device time than the unfused steps with their scan (the
+    /// attention subgraph alone: BERT-base 8x128 f32 0.111 vs 0.124 ms, bfloat16 0.122 vs
+    /// 0.153; Qwen3-0.6B prefill 512 f32 0.404 vs 0.479, bfloat16 0.420 vs 0.437). Changing it
+    /// replans the scan (and its CUDA graph) at the next scanning run.
+    pub fn set_attention_scan(&mut self, on: bool) {
+        if on == self.attn_scan {
+            return;
+        }
+        self.attn_scan = on;
+        {
+            let mut st = self.lock_graph();
+            if !matches!(st[1], CudaGraphState::Off(_)) {
+                st[1] = CudaGraphState::Warmup(0);
+            }
+        }
+        self.scan = None;
+    }
+
+    /// How many scanning runs (`RLX_DEBUG_NANS`) so far ran the counting variants of the
+    /// fused attention kernels (launched or replayed in their CUDA graph).
+    pub fn attention_scan_runs(&self) -> u64 {
+        self.attn_scan_runs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many blocks (of [`crate::attn::ROWS`] query rows of one batch entry) of the
+    /// counting attention kernels took their two-pass path in the last scanning run that ran
+    /// them (a row with a NaN or infinite max of U, an overflowing `U - max`, or a NaN/±inf
+    /// in V's keys); the others counted in their single pass.
+    pub fn attention_scan_fallback_blocks(&self) -> u64 {
+        self.attn_scan_fallbacks
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The nodes each fused attention kernel computes (members in topological order, the
@@ -1455,9 +1537,9 @@ impl CudaExecutor {
         // Fused groups replace their members unless every value is read back or the run is
         // launch-blocking (a scanning run counts the members inside the fused kernels).
         let fuse = !all && before.is_none();
-        // Attention groups run fused in ordinary runs only (a scanning run counts their inner
-        // values from the unfused steps).
-        let attn_run = fuse && !scan && !self.attn.is_empty();
+        // Attention groups run fused in ordinary runs, and in scanning runs with `attn_scan`
+        // (the counting kernel; absorbed Transposes run their own steps there).
+        let attn_run = fuse && !self.attn.is_empty() && (!scan || self.attn_scan);
         if scan {
             self.preset_scan()?;
         }
@@ -1526,7 +1608,10 @@ impl CudaExecutor {
                 let id = NodeId(k as u32);
                 let g = &self.graph;
                 let node = g.node(id);
-                if attn_run && self.afz[k] == Afz::Member {
+                if attn_run
+                    && self.afz[k] == Afz::Member
+                    && !(scan && matches!(node.op, Op::Transpose { .. }))
+                {
                     continue;
                 }
                 let fzk = if attn_run {
@@ -1547,8 +1632,16 @@ impl CudaExecutor {
                     let msk: u64 = p.mask.as_ref().map_or(0, |m| self.ptr(m.node));
                     let (o, m) = (self.ptr(id), self.meta_ptrs[a.meta]);
                     let (lq, lk, dqk, dv) = (p.lq as i32, p.lk as i32, p.dqk as i32, p.dv as i32);
-                    let (scale, flags) = (p.scale_value(), p.flags());
-                    let mut l = self.stream.launch_builder(&a.f);
+                    let scale = p.scale_value();
+                    // Scanning runs: the counting kernel, its counts at the group's slots.
+                    let cnt: u64 = match (&self.scan, cnt_base) {
+                        (Some(sp), b) if b != 0 => b + 48 * sp.attn_slot[ai] as u64,
+                        _ => 0,
+                    };
+                    let flags = if cnt != 0 { p.scan_flags() } else { p.flags() };
+                    let mut l = self
+                        .stream
+                        .launch_builder(if cnt != 0 { &a.f_cnt } else { &a.f });
                     l.arg(&q).arg(&kp).arg(&v).arg(&msk).arg(&o).arg(&m);
                     l.arg(&lq)
                         .arg(&lk)
@@ -1556,10 +1649,15 @@ impl CudaExecutor {
                         .arg(&dv)
                         .arg(&scale)
                         .arg(&flags);
+                    if cnt != 0 {
+                        l.arg(&cnt);
+                    }
                     // SAFETY: signature (const float* x4, float*, const i64*, int x4, float,
-                    // int); the metadata's strides (planned from the operands' dims) keep every
-                    // read inside the Q, K, V and mask buffers and every write inside the
-                    // output's ([.., lq, dv] contiguous); the mask pointer is null without one.
+                    // int), the counting kernel's with a u64* more; the metadata's strides
+                    // (planned from the operands' dims) keep every read inside the Q, K, V and
+                    // mask buffers and every write inside the output's ([.., lq, dv]
+                    // contiguous); the mask pointer is null without one; `cnt` points at
+                    // `ROLES` six-word slots inside the scan's counts.
                     unsafe { l.launch(a.cfg) }
                         .map_err(|e| kernel_err(g, id, format!("launch (fused attention): {e}")))?;
                     continue;
@@ -2059,6 +2157,19 @@ impl CudaExecutor {
         };
         // The scan's counts (its kernel ran last, above), before the read-backs.
         let scan_words = if scan { Some(self.read_scan()?) } else { None };
+        if scan && attn_run {
+            self.attn_scan_runs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let (Some(w), Some(sp)) = (&scan_words, &self.scan) {
+                let blocks: u64 = sp
+                    .attn_slot
+                    .iter()
+                    .map(|&s| w[6 * (s + crate::attn::ROLES)])
+                    .sum();
+                self.attn_scan_fallbacks
+                    .store(blocks, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         // Read back what was asked for.
         let want: Vec<NodeId> = if all {
             (0..n as u32).map(NodeId).collect()

@@ -8,6 +8,10 @@
 //! to bfloat16, the fused kernel keeps them in f32: a few bfloat16 roundings of the output's
 //! scale). NaN and infinities must sit at the same elements.
 //!
+//! Scanning runs (`RLX_DEBUG_NANS`) run the fused counting kernel (the default; the tests
+//! turn it on explicitly and off to check the unfused steps count the same): their per-node
+//! counts are compared with the unfused executor's, node by node.
+//!
 //! Like the other CUDA tests: skipped without a device, failing with `RLX_REQUIRE_CUDA=1`;
 //! run one at a time on the device (`--test-threads=1`: some set `RLX_CUDA_ATTN`).
 
@@ -457,73 +461,261 @@ fn nan_inputs_give_nan_rows_as_on_the_cpu() {
     assert_eq!(nans, lq);
 }
 
-/// A scanning run (RLX_DEBUG_NANS) reports the same per-node NaN/Inf counts as the executor
-/// with attention fusion off, and as the CPU (inner nodes included: the scan runs the
-/// unfused steps); ordinary runs before and after it stay fused, through the CUDA graph's
-/// capture and replay, with the same bits every time; `run_all` gives every inner value.
+/// A scanning run (RLX_DEBUG_NANS) of the fused executor with the counting attention kernel
+/// (`set_attention_scan(true)`) against the executor with attention fusion off, three times
+/// each (the scanning CUDA graph is captured at the second run and replayed at the third):
+/// every node's counts (NaN, +inf, -inf and their first indices, inner nodes included)
+/// equal, the fused counting kernel ran every time, the outputs close (NaN and infinities at
+/// the same elements); the fused executor's scanning runs with the counting kernel off (the
+/// unfused steps) count the same. `fallback`: whether some block of the counting kernel must
+/// take its two-pass path (a row with a NaN or infinite max, NaN/±inf in V) or none (every
+/// block counts in its single pass). Returns the counting run's scanner.
+fn scan_matches_unfused(
+    what: &str,
+    g: &Graph,
+    ins: &[Tensor],
+    v_index: usize,
+    fallback: bool,
+) -> DebugScanner {
+    let dt = g.node(g.outputs[0]).shape.dtype;
+    let t = tol(dt, vmax(&ins[v_index]));
+    let mut ex = fused(g, 1);
+    ex.set_attention_scan(true);
+    let mut plain = unfused(g);
+    let scan = |ex: &mut CudaExecutor| {
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+        sc.set_print(false);
+        let out = ex.run(ins, Some(&mut sc)).unwrap().remove(0);
+        (sc, out)
+    };
+    let before = ex.attention_scan_runs();
+    let mut last = None;
+    for rep in 0..3 {
+        let (s1, o1) = scan(&mut ex);
+        let (s2, o2) = scan(&mut plain);
+        assert_eq!(s1.counts().len(), g.len());
+        for (k, (a, b)) in s1.counts().iter().zip(s2.counts()).enumerate() {
+            assert_eq!(
+                a, b,
+                "{what} {dt}, scanning run {rep}: counts of node {k} ({:?})",
+                g.nodes[k].op
+            );
+        }
+        assert_close_attn(&format!("{what} {dt} scanning run {rep}"), &o1, &o2, t);
+        let fb = ex.attention_scan_fallback_blocks();
+        assert_eq!(
+            fb > 0,
+            fallback,
+            "{what} {dt}, scanning run {rep}: {fb} blocks took the two-pass path"
+        );
+        last = Some(s1);
+    }
+    assert_eq!(
+        ex.attention_scan_runs(),
+        before + 3,
+        "{what}: counting kernel used"
+    );
+    assert_eq!(plain.attention_scan_runs(), 0);
+    assert!(
+        ex.scan_uses_cuda_graph(),
+        "{what}: scanning CUDA graph replayed"
+    );
+    let last = last.unwrap();
+    // The counting kernel off: scanning runs run the unfused steps (switching replans the
+    // scan).
+    ex.set_attention_scan(false);
+    for _ in 0..2 {
+        let (s3, _) = scan(&mut ex);
+        assert_eq!(
+            s3.counts(),
+            last.counts(),
+            "{what} {dt}: default scanning run"
+        );
+    }
+    assert_eq!(ex.attention_scan_runs(), before + 3);
+    last
+}
+
+/// Scanning runs count the inner values in the fused counting kernel (its single pass where
+/// every row is normal, its two-pass path in blocks with a NaN or infinite row max, an
+/// overflowing U - max, or NaN/±inf in V; each case asserted), with the same counts
+/// as the executor with attention fusion off, in every special-value case, float32 and
+/// bfloat16: the ONNX Attention pattern with a causal -inf mask (U mostly -inf), a fully
+/// masked row and a NaN in Q (also matching the CPU's reports); BERT's pattern with a
+/// padding mask of -inf and -10000, a NaN in Q, a NaN in V at a masked key, +inf in V at a
+/// masked key (0 * inf), -inf in V at an open key and +inf in K (S, T and U ±inf, a row max
+/// of +inf); the plain softmax with a fully -inf row (NaN from the Sub on). Ordinary runs
+/// before and after stay fused, through the CUDA graph's capture and replay, with the same
+/// bits every time; `run_all` gives every inner value.
 #[test]
 fn scanning_and_replay_keep_counts_and_values() {
     if !cuda_available() {
         return;
     }
-    let (b, hq, hkv, lq, lk, d) = (1, 4, 2, 37, 53, 128);
-    let g = qwen_like(b, hq, hkv, lq, lk, d, DType::F32);
-    let mut qv = rand_vec(b * hq * lq * d, 17, -2.0, 2.0);
-    qv[(2 * lq + 9) * d + 100] = f32::NAN;
-    let ins = [
-        Tensor::from_f32(&[b, hq, lq, d], qv).unwrap(),
-        rand_t(&[b, hkv, lk, d], 18, DType::F32),
-        rand_t(&[b, hkv, lk, d], 19, DType::F32),
-        tensor(&[lq, lk], &causal(lq, lk, &[4]), DType::F32),
-    ];
-    let mut ex = fused(&g, 1);
-    let mut plain = unfused(&g);
-    let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
-    let first = ex.run(&ins, None).unwrap().remove(0);
-    let scan = |ex: &mut CudaExecutor| {
+    for dt in [DType::F32, DType::BF16] {
+        // The ONNX Attention lowering's pattern.
+        let (b, hq, hkv, lq, lk, d) = (1, 4, 2, 37, 53, 128);
+        let g = qwen_like(b, hq, hkv, lq, lk, d, dt);
+        let mut qv = rand_vec(b * hq * lq * d, 17, -2.0, 2.0);
+        qv[(2 * lq + 9) * d + 100] = f32::NAN;
+        let ins = [
+            tensor(&[b, hq, lq, d], &qv, dt),
+            rand_t(&[b, hkv, lk, d], 18, dt),
+            rand_t(&[b, hkv, lk, d], 19, dt),
+            tensor(&[lq, lk], &causal(lq, lk, &[4]), dt),
+        ];
+        let mut ex = fused(&g, 1);
+        ex.set_attention_scan(true);
+        let bits = |t: &Tensor| -> Vec<u32> { f32s(t).iter().map(|x| x.to_bits()).collect() };
+        let first = ex.run(&ins, None).unwrap().remove(0);
+        let s1 = scan_matches_unfused("qwen_like", &g, &ins, 2, true);
+        assert!(s1.counts().iter().any(|c| c.nan > 0));
+        assert!(s1.counts().iter().any(|c| c.neg_inf > 0));
+        if dt == DType::F32 {
+            let mut cs = DebugScanner::new(DebugMode::Warn, "cpu");
+            cs.set_print(false);
+            CpuExecutor::new(g.clone())
+                .unwrap()
+                .run(&ins, Some(&mut cs))
+                .unwrap();
+            let key = |r: &[rlx_ir::numeric_check::NanReport]| -> Vec<_> {
+                r.iter()
+                    .map(|r| (r.node, r.cause.clone(), r.index))
+                    .collect()
+            };
+            assert_eq!(key(s1.reports()), key(cs.reports()));
+        }
+        // The same executor: scanning runs between ordinary ones.
         let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
         sc.set_print(false);
-        ex.run(&ins, Some(&mut sc)).unwrap();
-        sc
-    };
-    let (s1, s2) = (scan(&mut ex), scan(&mut plain));
-    assert_eq!(s1.counts(), s2.counts());
-    assert!(s1.counts().iter().any(|c| c.nan > 0));
-    assert!(s1.counts().iter().any(|c| c.neg_inf > 0));
-    let mut cs = DebugScanner::new(DebugMode::Warn, "cpu");
-    cs.set_print(false);
-    CpuExecutor::new(g.clone())
-        .unwrap()
-        .run(&ins, Some(&mut cs))
-        .unwrap();
-    let key = |r: &[rlx_ir::numeric_check::NanReport]| -> Vec<_> {
-        r.iter()
-            .map(|r| (r.node, r.cause.clone(), r.index))
-            .collect()
-    };
-    assert_eq!(key(s1.reports()), key(cs.reports()));
-    for c in 0..4 {
-        let again = ex.run(&ins, None).unwrap().remove(0);
+        for _ in 0..3 {
+            ex.run(&ins, Some(&mut sc)).unwrap();
+        }
+        assert_eq!(sc.counts(), s1.counts());
+        assert_eq!(ex.attention_scan_runs(), 3);
+        for c in 0..4 {
+            let again = ex.run(&ins, None).unwrap().remove(0);
+            assert_eq!(
+                bits(&again),
+                bits(&first),
+                "ordinary run {c} after the scan"
+            );
+        }
+        assert!(ex.uses_cuda_graph());
+        let all = ex.run_all(&ins).unwrap();
+        let members = &ex.attention_members()[0];
+        for m in members {
+            assert!(all[m.index()].is_some(), "run_all gives inner value {m}");
+        }
         assert_eq!(
-            bits(&again),
-            bits(&first),
-            "ordinary run {c} after the scan"
+            ex.attention_scan_runs(),
+            3,
+            "run_all runs the unfused steps"
         );
+        let o = g.outputs[0];
+        let t = tol(dt, 2.0);
+        assert_close_attn(
+            "run_all vs fused",
+            all[o.index()].as_ref().unwrap(),
+            &first,
+            t,
+        );
+
+        // BERT's pattern: padding mask of -inf (batch 0, last 3 keys) and -10000 (batch 1,
+        // last 5 keys); inputs q [b, lq, h, d], k and v [b, lk, h, d].
+        let (b, h, lq, lk, d) = (2, 3, 37, 53, 64);
+        let g = bert_like(b, h, lq, lk, d, dt);
+        let mut m = vec![0.0f32; b * lk];
+        m[lk - 3..lk].fill(f32::NEG_INFINITY);
+        for j in lk - 5..lk {
+            m[lk + j] = -10000.0;
+        }
+        let at = |bi: usize, l: usize, hi: usize, x: usize, len: usize| {
+            ((bi * len + l) * h + hi) * d + x
+        };
+        let mut qv = rand_vec(b * lq * h * d, 30, -2.0, 2.0);
+        qv[at(0, 5, 1, 3, lq)] = f32::NAN;
+        let mut kv = rand_vec(b * lk * h * d, 31, -2.0, 2.0);
+        kv[at(1, 11, 2, 2, lk)] = f32::INFINITY;
+        let mut vv = rand_vec(b * lk * h * d, 32, -2.0, 2.0);
+        vv[at(0, lk - 1, 0, 9, lk)] = f32::NAN;
+        vv[at(1, lk - 2, 0, 5, lk)] = f32::INFINITY;
+        vv[at(0, 0, 2, 1, lk)] = f32::NEG_INFINITY;
+        let ins = [
+            tensor(&[b, lq, h, d], &qv, dt),
+            tensor(&[b, lk, h, d], &kv, dt),
+            tensor(&[b, lk, h, d], &vv, dt),
+            tensor(&[b, 1, 1, lk], &m, dt),
+        ];
+        let s1 = scan_matches_unfused("bert_like", &g, &ins, 2, true);
+        for (what, f) in [
+            (
+                "NaN",
+                (|c: &rlx_ir::numeric_check::NonFiniteCounts| c.nan) as fn(&_) -> usize,
+            ),
+            ("+inf", |c| c.pos_inf),
+            ("-inf", |c| c.neg_inf),
+        ] {
+            assert!(
+                s1.counts().iter().any(|c| f(c) > 0),
+                "bert_like {dt}: some {what}"
+            );
+        }
+        // Clean inputs: nothing counted but the mask's -inf and U's, the Sub's.
+        let ins = [
+            rand_t(&[b, lq, h, d], 33, dt),
+            rand_t(&[b, lk, h, d], 34, dt),
+            rand_t(&[b, lk, h, d], 35, dt),
+            tensor(&[b, 1, 1, lk], &m, dt),
+        ];
+        let s1 = scan_matches_unfused("bert_like clean", &g, &ins, 2, false);
+        assert!(s1.counts().iter().all(|c| c.nan == 0 && c.pos_inf == 0));
+
+        // The ONNX Attention pattern, a causal mask with no fully masked row, clean inputs:
+        // U's and the Sub's -inf above the diagonal, counted in the single pass.
+        let (b, hq, hkv, lq, lk, d) = (1, 4, 2, 37, 53, 128);
+        let g = qwen_like(b, hq, hkv, lq, lk, d, dt);
+        let ins = [
+            rand_t(&[b, hq, lq, d], 40, dt),
+            rand_t(&[b, hkv, lk, d], 41, dt),
+            rand_t(&[b, hkv, lk, d], 42, dt),
+            tensor(&[lq, lk], &causal(lq, lk, &[]), dt),
+        ];
+        let s1 = scan_matches_unfused("qwen_like causal", &g, &ins, 2, false);
+        assert!(s1.counts().iter().any(|c| c.neg_inf > 0));
+        assert!(s1.counts().iter().all(|c| c.nan == 0 && c.pos_inf == 0));
+
+        // U - max overflowing with U finite (mask +3e38 and -3e38 in row 6): the Sub's -inf
+        // there is counted on the two-pass path.
+        let z = [2usize, 2];
+        let (lq, lk, d, dv) = (37, 53, 40, 24);
+        let g = plain(&z, lq, lk, d, dv, dt, true, false);
+        let mut m = vec![0.0f32; lq * lk];
+        m[6 * lk + 1] = 3e38;
+        m[6 * lk + 2] = -3e38;
+        let ins = [
+            rand_t(&[2, 2, lq, d], 43, dt),
+            rand_t(&[2, 2, d, lk], 44, dt),
+            rand_t(&[2, 2, lk, dv], 45, dt),
+            tensor(&[lq, lk], &m, dt),
+        ];
+        let s1 = scan_matches_unfused("plain overflow", &g, &ins, 2, true);
+        assert!(s1.counts().iter().any(|c| c.neg_inf == 4));
+
+        // The plain softmax with a fully -inf row: NaN from the Sub on.
+        let z = [2usize, 2];
+        let (lq, lk, d, dv) = (37, 53, 40, 24);
+        let g = plain(&z, lq, lk, d, dv, dt, true, false);
+        let ins = [
+            rand_t(&[2, 2, lq, d], 36, dt),
+            rand_t(&[2, 2, d, lk], 37, dt),
+            rand_t(&[2, 2, lk, dv], 38, dt),
+            tensor(&[lq, lk], &causal(lq, lk, &[3]), dt),
+        ];
+        let s1 = scan_matches_unfused("plain", &g, &ins, 2, true);
+        let o = g.outputs[0].index();
+        assert_eq!(s1.counts()[o].nan, 4 * dv);
     }
-    assert!(ex.uses_cuda_graph());
-    let all = ex.run_all(&ins).unwrap();
-    let members = &ex.attention_members()[0];
-    for m in members {
-        assert!(all[m.index()].is_some(), "run_all gives inner value {m}");
-    }
-    let o = g.outputs[0];
-    let t = tol(DType::F32, 2.0);
-    assert_close_attn(
-        "run_all vs fused",
-        all[o.index()].as_ref().unwrap(),
-        &first,
-        t,
-    );
 }
 
 /// The two benchmark shapes (BERT-base batch 8 x 128, 12 heads of 64; a Qwen3-0.6B-sized
@@ -565,6 +757,7 @@ fn benchmark_shapes_match_unfused() {
 fn compare_and_time(g: &Graph, ins: &[Tensor], dt: DType) {
     let t = tol(dt, 2.0);
     let mut ex = fused(g, 1);
+    ex.set_attention_scan(true);
     let mut plain = unfused(g);
     let time = |ex: &mut CudaExecutor| -> (Tensor, f64) {
         let out = ex.run(ins, None).unwrap().remove(0);
@@ -587,5 +780,42 @@ fn compare_and_time(g: &Graph, ins: &[Tensor], dt: DType) {
         "{} {dt} {:?}: fused {tf:.4} ms, unfused {tu:.4} ms (device, best of 10)",
         g.name,
         g.node(g.outputs[0]).shape.dims_usize()
+    );
+    // Scanning runs (RLX_DEBUG_NANS): the fused counting kernel vs the unfused steps.
+    let scan_time = |ex: &mut CudaExecutor| -> (Tensor, f64) {
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cuda");
+        sc.set_print(false);
+        let out = ex.run(ins, Some(&mut sc)).unwrap().remove(0);
+        for _ in 0..3 {
+            ex.run(ins, Some(&mut sc)).unwrap();
+        }
+        ex.set_device_timing(true);
+        let mut best = f64::MAX;
+        for _ in 0..10 {
+            ex.run(ins, Some(&mut sc)).unwrap();
+            best = best.min(ex.last_device_ms().unwrap());
+        }
+        ex.set_device_timing(false);
+        (out, best)
+    };
+    let (sgot, sf) = scan_time(&mut ex);
+    let (swant, su) = scan_time(&mut plain);
+    assert!(ex.attention_scan_runs() > 0);
+    assert_eq!(
+        ex.attention_scan_fallback_blocks(),
+        0,
+        "{} {dt}: every block counted in its single pass",
+        g.name
+    );
+    assert_close_attn(
+        &format!("{} {dt} scanning vs unfused", g.name),
+        &sgot,
+        &swant,
+        t,
+    );
+    eprintln!(
+        "{} {dt}: scanning fused {sf:.4} ms ({:.2}x its ordinary run), scanning unfused {su:.4} ms",
+        g.name,
+        sf / tf
     );
 }

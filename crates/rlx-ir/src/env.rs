@@ -222,6 +222,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CUDA_ATTN_SCAN",
+        values: "0|1 (default 1)",
+        acts: "when a CUDA executor is created",
+        catches: "0: runs that scan for NaN/Inf (RLX_DEBUG_NANS) run each fused attention group's nodes one by one instead of the counting variant of its kernel (one pass over the keys; a block with a NaN or infinite row max, an overflowing U - max or NaN/Inf in V counts in a second pass); the per-node counts are the same either way",
+        cost: "0: slower scanning runs (the score matrix is written, read and scanned several times)",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_WGPU_GEMM_TILE",
         values: "reg|reg16|32|64|128 (default reg)",
         acts: "when a wgpu executor is created",

@@ -21,6 +21,11 @@ pub(super) struct ScanPlan {
     /// nodes, counted inside the fused kernels; `group_slot[g]` is group g's first.
     pub(super) member_slot: Vec<Option<usize>>,
     pub(super) group_slot: Vec<usize>,
+    /// First of the [`crate::attn::ROLES`] count slots of each attention group (counted by
+    /// its counting kernel; the slots of roles the pattern lacks stay unread; one more slot
+    /// after them counts the blocks that took the two-pass path); empty when scanning runs
+    /// run the unfused steps.
+    pub(super) attn_slot: Vec<usize>,
 }
 
 /// The scan table for buffers of `lens` elements at `addrs`: [address, elements, first
@@ -69,6 +74,10 @@ impl CudaExecutor {
                     .map_err(|e| format!("kernel nan_scan: {e}"))
             })
             .map_err(|e| CudaError::Cuda(format!("the NaN scan kernel did not load: {e}")))?;
+        // Whether scanning runs use attention fusion (its members leave the elementwise
+        // groups: `fz_attn`; an attention group's absorbed Transposes run their own steps).
+        let attn = self.attn_scan && !self.attn.is_empty();
+        let fz = if attn { &self.fz_attn } else { &self.fz };
         let mut scanned = vec![false; self.buffers.len()];
         for node in &g.nodes {
             let gpu_made = !matches!(
@@ -76,7 +85,10 @@ impl CudaExecutor {
                 Step::Leaf | Step::Cpu(_) | Step::Alias
             );
             // A fused member's buffer is not written in a fused run: counted in its kernel.
-            let member = self.fz[node.id.index()] == Fz::Member;
+            let member = fz[node.id.index()] == Fz::Member
+                || (attn
+                    && self.afz[node.id.index()] == Afz::Member
+                    && !matches!(node.op, Op::Transpose { .. }));
             // Graph inputs a GPU node reads are counted on the device after their upload
             // (counting a large input on the host would cost more than the whole scan).
             let uploaded_input =
@@ -109,15 +121,31 @@ impl CudaExecutor {
         let mut member_slot = vec![None; g.len()];
         let mut group_slot = Vec::with_capacity(self.groups.len());
         let mut slots = entries as usize;
-        for fg in &self.groups {
+        for (gi, fg) in self.groups.iter().enumerate() {
             group_slot.push(slots);
+            // A group split up for attention fusion runs its members' own steps.
+            let intact = fz[fg.members[fg.members.len() - 1].index()] == Fz::Sink(gi);
             for &m in &fg.members[..fg.members.len() - 1] {
-                member_slot[m.index()] = Some(slots);
+                if intact {
+                    member_slot[m.index()] = Some(slots);
+                }
                 slots += 1;
             }
             // The group's flag word (first word of one more slot, preset to 0): set by the
             // fused kernel when an inner value is NaN/±inf, read by its counting kernel.
             slots += 1;
+        }
+        let mut attn_slot = Vec::with_capacity(self.attn.len());
+        for a in self.attn.iter().filter(|_| attn) {
+            attn_slot.push(slots);
+            for (r, m) in a.plan.roles.iter().enumerate() {
+                if let Some(m) = m {
+                    member_slot[m.index()] = Some(slots + r);
+                }
+            }
+            // One more slot: its first word counts the kernel's blocks that took the
+            // two-pass path (see [`crate::attn`]).
+            slots += crate::attn::ROLES + 1;
         }
         let mut init = Vec::with_capacity(6 * slots);
         for _ in 0..slots {
@@ -147,6 +175,7 @@ impl CudaExecutor {
             entry,
             member_slot,
             group_slot,
+            attn_slot,
         })
     }
 
