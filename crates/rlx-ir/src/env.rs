@@ -257,8 +257,8 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_WGPU_FUSE",
         values: "0|1 (default 1)",
         acts: "when a wgpu executor is created",
-        catches: "0: every node runs its own kernel (a Conv followed by per-channel affine ops and a Relu otherwise runs as one conv with the affine map folded into its weights, values differing by rounding only, in runs that read back only the outputs; runs that scan for NaN/Inf or read every value never fuse)",
-        cost: "0: slower runs (a pass over memory per BatchNorm step and Relu)",
+        catches: "0: every node runs its own kernel (otherwise, in runs that read back only the outputs, a Conv followed by per-channel affine ops, a residual Add and a Relu runs as one conv with the affine map folded into its weights, and chains of f32 elementwise ops run as one kernel each; values differ by rounding only; runs that scan for NaN/Inf or read every value never fuse)",
+        cost: "0: slower runs (a pass over memory per BatchNorm step, Relu and elementwise op)",
         scope: Scope::Runtime,
     },
     EnvVar {

@@ -84,8 +84,11 @@ pub struct WgpuExecutor {
     /// Per Conv node: its fused dispatch (folded affine chain and Relu, writing the chain's
     /// last value), used by runs that read back only the outputs.
     fused: Vec<Option<Vec<Dispatch>>>,
-    /// Nodes of a fused conv's chain: skipped by those runs.
+    /// Nodes of a fused conv's chain or of a fused elementwise chain (all but its last):
+    /// skipped by those runs.
     fused_skip: Vec<bool>,
+    /// Elementwise chains run as one kernel (their dispatch sits at the chain's last node).
+    fused_chains: usize,
     params: Vec<Option<Tensor>>,
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
@@ -451,7 +454,35 @@ impl WgpuExecutor {
             }
         }
 
+        // 5. Elementwise chains (f32 Unary/Activation/Binary nodes of one output size whose
+        //    inner values have one reader and are not graph outputs) as one kernel, in the
+        //    same runs: a LayerNorm's tail, RMSNorm, GELU, RoPE's products and sums.
+        let mut fused_chains = 0;
+        if !rlx_ir::env::is_off("RLX_WGPU_FUSE") && bug.is_none() {
+            let maxg = gpu.limits.max_compute_workgroups_per_dimension;
+            let max_ext = (gpu.limits.max_storage_buffers_per_shader_stage as usize)
+                .saturating_sub(2)
+                .min(8);
+            for grp in plan_chains(&graph, &steps, &fused_skip, &fused) {
+                let Some(spec) = chain_spec(&graph, &grp, maxg, max_ext) else {
+                    continue;
+                };
+                let last = *grp.last().expect("groups have members");
+                let Some(out) = buf[last.index()] else {
+                    continue;
+                };
+                if let Ok(d) = make_dispatches(&gpu, &[spec], &buf, None, &buffers, out) {
+                    fused[last.index()] = Some(d);
+                    for m in &grp[..grp.len() - 1] {
+                        fused_skip[m.index()] = true;
+                    }
+                    fused_chains += 1;
+                }
+            }
+        }
+
         let ex = WgpuExecutor {
+            fused_chains,
             fused,
             fused_skip,
             params: vec![None; n],
@@ -493,7 +524,13 @@ impl WgpuExecutor {
     /// How many Conv nodes run fused with their affine chain (and Relu) in runs that read
     /// back only the outputs (`RLX_WGPU_FUSE=0`: none).
     pub fn fused_convs(&self) -> usize {
-        self.fused.iter().filter(|f| f.is_some()).count()
+        self.fused.iter().filter(|f| f.is_some()).count() - self.fused_chains
+    }
+
+    /// How many elementwise chains run as one kernel in runs that read back only the
+    /// outputs (`RLX_WGPU_FUSE=0`: none).
+    pub fn fused_chains(&self) -> usize {
+        self.fused_chains
     }
 
     /// The adapter the kernels run on.
@@ -536,11 +573,11 @@ impl WgpuExecutor {
                 }
             }
         }
-        let nf = self.fused_convs();
-        if nf > 0 {
-            let members = self.fused_skip.iter().filter(|&&x| x).count();
+        let (nf, nch) = (self.fused_convs(), self.fused_chains());
+        if nf + nch > 0 {
+            let skipped = self.fused_skip.iter().filter(|&&x| x).count();
             eprintln!(
-                "rlx-wgpu dispatch: {nf} convs run fused with {members} affine/Relu nodes after them (runs that scan for NaN/Inf or read every value back run them unfused; RLX_WGPU_FUSE=0 turns this off)"
+                "rlx-wgpu dispatch: {nf} convs run fused with the affine/Relu nodes after them, {nch} elementwise chains run as one kernel each; {skipped} nodes skipped (runs that scan for NaN/Inf or read every value back run them unfused; RLX_WGPU_FUSE=0 turns this off)"
             );
         }
         eprintln!(
@@ -1328,6 +1365,153 @@ fn gemm_kernel(
         splits,
         kc,
     }
+}
+
+/// The f32 elementwise op of `id` as a fused-chain member: its expression and operand count
+/// (None: not fusable).
+fn chain_expr(g: &Graph, id: NodeId) -> Option<(String, usize)> {
+    let node = g.node(id);
+    let f32_only = node.shape.dtype == DType::F32
+        && node.shape.rank() <= MAX_RANK
+        && node
+            .inputs
+            .iter()
+            .all(|&i| g.node(i).shape.dtype == DType::F32 && g.node(i).shape.rank() <= MAX_RANK);
+    if !f32_only {
+        return None;
+    }
+    match &node.op {
+        Op::Unary(op) => match kernels::unary_expr(*op)? {
+            (e, Ty::F32, Ty::F32) => Some((e.to_string(), 1)),
+            _ => None,
+        },
+        Op::Activation(a) => Some((kernels::activation_expr(*a), 1)),
+        Op::Binary(b) => match kernels::binary_expr(*b)? {
+            (e, Ty::F32, Ty::F32) => Some((e.to_string(), 2)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Elementwise chains/trees to fuse: GPU nodes with a [`chain_expr`], not already in a fused
+/// conv; a node joins the group of an input when that input is the group's last member, has
+/// no other reader, is not a graph output and has the node's dims. Groups of two or more.
+fn plan_chains(
+    g: &Graph,
+    steps: &[Step],
+    taken: &[bool],
+    fused: &[Option<Vec<Dispatch>>],
+) -> Vec<Vec<NodeId>> {
+    let uses = g.use_counts();
+    let mut is_output = vec![false; g.len()];
+    for o in &g.outputs {
+        is_output[o.index()] = true;
+    }
+    let mut group_of: Vec<Option<usize>> = vec![None; g.len()];
+    let mut groups: Vec<Vec<NodeId>> = vec![];
+    for node in &g.nodes {
+        let k = node.id.index();
+        if !matches!(steps[k], Step::Gpu(_))
+            || taken[k]
+            || fused[k].is_some()
+            || chain_expr(g, node.id).is_none()
+        {
+            continue;
+        }
+        let mut joined: Vec<usize> = vec![];
+        for &i in &node.inputs {
+            let Some(gi) = group_of[i.index()] else {
+                continue;
+            };
+            if groups[gi].last() == Some(&i)
+                && uses[i.index()] == 1
+                && !is_output[i.index()]
+                && g.node(i).shape.dims_usize() == node.shape.dims_usize()
+                && !joined.contains(&gi)
+            {
+                joined.push(gi);
+            }
+        }
+        let gi = match joined.split_first() {
+            None => {
+                groups.push(vec![]);
+                groups.len() - 1
+            }
+            Some((&first, rest)) => {
+                for &o in rest {
+                    let moved = std::mem::take(&mut groups[o]);
+                    for m in &moved {
+                        group_of[m.index()] = Some(first);
+                    }
+                    groups[first].extend(moved);
+                }
+                groups[first].sort();
+                first
+            }
+        };
+        groups[gi].push(node.id);
+        group_of[k] = Some(gi);
+    }
+    groups.retain(|gr| gr.len() >= 2);
+    groups
+}
+
+/// The fused kernel of an elementwise group (members in topological order), or None when it
+/// has more external inputs than `max_ext` or a size the dispatch cannot take.
+fn chain_spec(g: &Graph, grp: &[NodeId], maxg: u32, max_ext: usize) -> Option<Spec> {
+    let last = *grp.last()?;
+    let od = g.node(last).shape.dims_usize();
+    let nout = g.node(last).shape.numel();
+    let mut ext: Vec<NodeId> = vec![];
+    let mut ops = vec![];
+    for &id in grp {
+        let (expr, arity) = chain_expr(g, id)?;
+        let node = g.node(id);
+        if node.inputs.len() != arity {
+            return None;
+        }
+        let args = node
+            .inputs
+            .iter()
+            .map(|&i| match grp.iter().position(|&m| m == i) {
+                Some(k) => Err(k),
+                None => Ok(match ext.iter().position(|&e| e == i) {
+                    Some(j) => j,
+                    None => {
+                        ext.push(i);
+                        ext.len() - 1
+                    }
+                }),
+            })
+            .collect();
+        ops.push(kernels::ChainOp { expr, args });
+    }
+    if ext.is_empty() || ext.len() > max_ext {
+        return None;
+    }
+    let ind = |i: NodeId| g.node(i).shape.dims_usize();
+    let fast = ext.iter().all(|&i| ind(i) == od);
+    let mut meta = vec![u(nout).ok()?, od.len() as u32];
+    let mut dims = od.iter().map(|&d| d as u32).collect::<Vec<_>>();
+    dims.resize(8, 1);
+    meta.extend(dims);
+    for &i in &ext {
+        let mut st = bcast_strides(&ind(i), &od)
+            .iter()
+            .map(|&s| u(s))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        st.resize(8, 0);
+        meta.extend(st);
+    }
+    Some(Spec {
+        out_words: 0,
+        src: kernels::fused_elementwise(ext.len(), &ops, fast),
+        inputs: ext,
+        meta,
+        groups: flat_groups(nout, kernels::FLAT_WG, maxg).ok()?,
+    })
 }
 
 /// A matmul/conv kernel choice ([`gemm_kernel`]).

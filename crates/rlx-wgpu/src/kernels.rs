@@ -1203,3 +1203,78 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         bindings(&[Ty::F32], Ty::F32)
     )
 }
+
+/// One member of a fused elementwise chain ([`fused_elementwise`]): its WGSL expression in
+/// `x` (and `y`), and where each operand comes from.
+pub struct ChainOp {
+    pub expr: String,
+    /// Per operand: `Ok(j)` external input j, `Err(k)` the value of member k.
+    pub args: Vec<Result<usize, usize>>,
+}
+
+/// A chain or tree of f32 elementwise ops as one kernel (one thread per output element):
+/// each member is a function of its operands, in topological order, the last member's value
+/// is written. External inputs broadcast by strides as in [`elementwise`]; meta: [n, rank,
+/// dims[8], strides of external j [8] for each j]. `fast`: every external is contiguous with
+/// the output's element count. Each member computes what its own kernel computes, with the
+/// same expression; the values differ from the unfused kernels at most where the driver
+/// contracts a product and a sum across members into one FMA.
+pub fn fused_elementwise(n_ext: usize, ops: &[ChainOp], fast: bool) -> String {
+    let mut funcs = String::new();
+    let mut body = String::new();
+    let names: Vec<String> = (0..n_ext).map(|j| format!("in{j}")).collect();
+    let mut binds = String::new();
+    for (j, nm) in names.iter().enumerate() {
+        binds += &format!("@group(0) @binding({j}) var<storage, read> {nm}: array<f32>;\n");
+    }
+    binds += &format!(
+        "@group(0) @binding({n_ext}) var<storage, read_write> o: array<f32>;\n@group(0) @binding({}) var<storage, read> m: array<u32>;\n",
+        n_ext + 1
+    );
+    if fast {
+        for (j, nm) in names.iter().enumerate() {
+            body += &format!("  let e{j} = {nm}[i];\n");
+        }
+    } else {
+        body += "  var rem = i;\n";
+        for j in 0..n_ext {
+            body += &format!("  var i{j} = 0u;\n");
+        }
+        body += "  let rank = m[1];\n  for (var d = 0u; d < rank; d++) {\n    let ax = rank - 1u - d;\n    let dim = m[2u + ax];\n    let cc = rem % dim;\n    rem = rem / dim;\n";
+        for j in 0..n_ext {
+            body += &format!("    i{j} += cc * m[{}u + ax];\n", 10 + 8 * j);
+        }
+        body += "  }\n";
+        for (j, nm) in names.iter().enumerate() {
+            body += &format!("  let e{j} = {nm}[i{j}];\n");
+        }
+    }
+    for (k, op) in ops.iter().enumerate() {
+        let params = if op.args.len() == 2 {
+            "x: f32, y: f32"
+        } else {
+            "x: f32"
+        };
+        funcs += &format!("fn f{k}({params}) -> f32 {{ return {}; }}\n", op.expr);
+        let args: Vec<String> = op
+            .args
+            .iter()
+            .map(|a| match a {
+                Ok(j) => format!("e{j}"),
+                Err(k) => format!("v{k}"),
+            })
+            .collect();
+        body += &format!("  let v{k} = f{k}({});\n", args.join(", "));
+    }
+    let last = ops.len() - 1;
+    format!(
+        "{binds}{PRELUDE}{funcs}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+  let i = flat_index(gid, nwg);
+  if (i >= m[0]) {{ return; }}
+{body}  o[i] = v{last};
+}}
+"
+    )
+}

@@ -100,5 +100,50 @@ fn fused_conv_epilogues_match_the_cpu() {
         return;
     }
     conv_batchnorm_residual_relu_fused();
+    elementwise_chains();
     conv_batchnorm_relu_fused();
+}
+
+/// A LayerNorm's tail and a GELU as fused elementwise chains: `(x - mean) / std * gamma +
+/// beta` with mean/std broadcast per row and gamma/beta per column, then Gelu, then a tree
+/// joining two chains (`a * b` of two unary chains). Values match the CPU; NaN in one input
+/// row comes out NaN in exactly the CPU's positions; the chains are counted.
+fn elementwise_chains() {
+    let (r, c) = (37usize, 96usize);
+    let mut g = Graph::new("chain");
+    let x = g.input("x", Shape::new(&[r, c], DType::F32));
+    let mean = g.input("mean", Shape::new(&[r, 1], DType::F32));
+    let std = g.input("std", Shape::new(&[r, 1], DType::F32));
+    let gamma = g.input("gamma", Shape::new(&[c], DType::F32));
+    let beta = g.input("beta", Shape::new(&[c], DType::F32));
+    let sh = Shape::new(&[r, c], DType::F32);
+    let d = g.binary(BinaryOp::Sub, x, mean, sh.clone());
+    let n = g.binary(BinaryOp::Div, d, std, sh.clone());
+    let m = g.binary(BinaryOp::Mul, n, gamma, sh.clone());
+    let a = g.binary(BinaryOp::Add, m, beta, sh.clone());
+    let ge = g.activation(Activation::Gelu, a, sh.clone());
+    // a tree: exp(x) and tanh(x) chains joined by a Mul
+    let e = g.unary(UnaryOp::Exp, x, sh.clone());
+    let e2 = g.unary(UnaryOp::Neg, e, sh.clone());
+    let t = g.activation(Activation::Tanh, ge, sh.clone());
+    let j = g.binary(BinaryOp::Mul, e2, t, sh.clone());
+    g.set_outputs(vec![j]);
+    let mut xv = rand_vec(r * c, 1, -2.0, 2.0);
+    xv[5 * c + 3] = f32::NAN;
+    let feeds = [
+        Tensor::from_f32(&[r, c], xv).unwrap(),
+        rand_tensor(&[r, 1], 2),
+        Tensor::from_f32(&[r, 1], rand_vec(r, 3, 0.5, 2.0)).unwrap(),
+        rand_tensor(&[c], 4),
+        rand_tensor(&[c], 5),
+    ];
+    let (want, got) = both(&g, &feeds);
+    assert_close("fused elementwise chains", &got[0], &want[0], 1e-5);
+    let ex = rlx_wgpu::WgpuExecutor::new(g.clone()).unwrap();
+    assert!(
+        ex.fused_chains() >= 1,
+        "chains fused: {}",
+        ex.fused_chains()
+    );
+    assert_no_uncaptured();
 }
