@@ -81,9 +81,9 @@ impl Pool {
         });
     }
 
-    /// Capacities (elements) of the free buffers, oldest first (for tests).
-    #[cfg(test)]
-    pub(crate) fn capacities(&self) -> Vec<usize> {
+    /// Capacities (elements) of the free buffers, oldest first (for tests, also rlx-cpu's).
+    #[doc(hidden)]
+    pub fn capacities(&self) -> Vec<usize> {
         self.free.iter().map(|e| e.buf.capacity()).collect()
     }
 
