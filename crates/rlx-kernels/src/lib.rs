@@ -9,6 +9,9 @@
 //! [`kernels`] and [`buffers`] are public only for `rlx-cpu`'s executor and fusion code
 //! (hidden from the docs; not a stable API).
 
+// Their docs link to their crate-private helpers (they were private modules of rlx-cpu).
+#![allow(rustdoc::private_intra_doc_links)]
+
 use rlx_ir::{Op, Shape, Tensor};
 
 /// A kernel could not run.

@@ -5,7 +5,7 @@
 //! * [`depthwise`] and [`dw_simd`]: depthwise 2-D convs, generic and SIMD;
 //! * [`direct`] and [`dconv`]: the direct f32 kernel (AVX-512) and its driver;
 //! * [`winograd`]: Winograd F(2×2, 3×3);
-//! * [`pw_dw`]: a pointwise conv and the depthwise conv after it, interleaved.
+//! * [`pw_dw`](fn@pw_dw): a pointwise conv and the depthwise conv after it, interleaved.
 //!
 //! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
 //! algorithm files import from `common` and not from one another (the pointwise-depthwise
