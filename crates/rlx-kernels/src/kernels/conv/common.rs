@@ -394,11 +394,11 @@ impl<T> SendPtr<T> {
 
 /// A fused group's activation as a conv takes it ([`super::conv_post`],
 /// [`super::pw_dw`](fn@super::pw_dw)): a clamp the kernels apply themselves, or (None) the
-/// [`Post`] pass `post` over each output run. `clamp`, when given, must be the same map as `post` (the Winograd path
-/// calls `post`). `seen` is for the NaN scan of a fused group, which needs each value
-/// before the activation: the kernels that apply `clamp` fold the largest |y| bits before
-/// it (as [`crate::kernels::wide::max_abs_bits`] gives them) into `seen` in the same pass;
-/// the others call `post`, which must then take that figure itself.
+/// [`Post`] pass `post` over each output run. `clamp`, when given, must be the same map as
+/// `post` (the Winograd path calls `post`). `seen` is for the NaN scan of a fused group,
+/// which needs each value before the activation: the kernels that apply `clamp` fold the
+/// largest |y| bits before it (as [`crate::kernels::wide::max_abs_bits`] gives them) into
+/// `seen` in the same pass; the others call `post`, which must then take that figure itself.
 #[derive(Clone, Copy)]
 pub struct Act<'a> {
     pub clamp: Option<Clamp>,
