@@ -66,7 +66,7 @@ pub fn const_fold_with(g: &Graph, keep_matmul_transposes: bool) -> Graph {
                         .iter()
                         .map(|x| values[x.index()].as_deref().expect("checked above"))
                         .collect();
-                    if let Ok(t) = rlx_cpu::eval_op(op, &ins, &node.shape) {
+                    if let Ok(t) = rlx_kernels::eval_op(op, &ins, &node.shape) {
                         let t = Arc::new(t);
                         values[i] = Some(t.clone());
                         let n = &mut folded.nodes[i];

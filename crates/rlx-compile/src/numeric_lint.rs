@@ -112,7 +112,9 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
                         .iter()
                         .map(|x| values[x.index()].as_deref().expect("checked above"))
                         .collect();
-                    rlx_cpu::eval_op(op, &ins, &node.shape).ok().map(Arc::new)
+                    rlx_kernels::eval_op(op, &ins, &node.shape)
+                        .ok()
+                        .map(Arc::new)
                 }
             }
         };

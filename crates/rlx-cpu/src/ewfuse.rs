@@ -28,8 +28,8 @@
 //! (checked per block), else replayed op by op so the report names the op; with hooks,
 //! unfused.
 
-use crate::kernels::chain::{binary_part, map_part, Src, StepOp};
 use rlx_ir::{Activation, DType, Graph, NodeId, Op, Tensor, TensorData};
+use rlx_kernels::kernels::chain::{binary_part, map_part, Src, StepOp};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -341,7 +341,7 @@ fn group(
 /// `kernels::elementwise::{unary, activation}` (their `fastmath` slice kernels where they
 /// have one).
 fn unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
-    use crate::kernels::fastmath::{act_slice_kernel, slice_kernel};
+    use rlx_kernels::kernels::fastmath::{act_slice_kernel, slice_kernel};
     let k = match op {
         StepOp::Unary(u) => slice_kernel(u),
         // Relu has its own loop in `activation`, before the slice kernels.
@@ -359,7 +359,7 @@ fn unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
 /// with the f32 element function of the unfused kernel (`kernels::elementwise::{
 /// half_unary_block, half_act_block, half_bin_row}`), before the rounding.
 fn half_unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
-    use crate::kernels::elementwise::{half_act_block, half_unary_block};
+    use rlx_kernels::kernels::elementwise::{half_act_block, half_unary_block};
     match op {
         StepOp::Unary(u) => half_unary_block(u, x, dst),
         StepOp::Act(a) => half_act_block(a, x, dst),
@@ -369,7 +369,7 @@ fn half_unary_part(op: StepOp, dst: &mut [f32], x: &[f32]) {
 
 /// `v` rounded in place to `dt` (f32: unchanged).
 fn round_to(dt: DType, v: &mut [f32]) {
-    use crate::kernels::wide::Half;
+    use rlx_kernels::kernels::wide::Half;
     match dt {
         DType::BF16 => half::bf16::round_inplace(v),
         DType::F16 => half::f16::round_inplace(v),
@@ -395,7 +395,7 @@ impl ExtData<'_> {
     }
     /// Elements `[lo, lo + dst.len())` widened into `dst`.
     fn widen(&self, lo: usize, dst: &mut [f32]) {
-        use crate::kernels::wide::Half;
+        use rlx_kernels::kernels::wide::Half;
         let n = dst.len();
         match self {
             ExtData::F32(v) => dst.copy_from_slice(&v[lo..lo + n]),
@@ -427,7 +427,7 @@ impl OutElem for f32 {
 impl OutElem for half::bf16 {
     const DIRECT: bool = false;
     fn store(dst: &mut [Self], src: &[f32]) {
-        crate::kernels::wide::narrow_bf16(dst, src)
+        rlx_kernels::kernels::wide::narrow_bf16(dst, src)
     }
     fn wrap(v: Vec<Self>) -> TensorData {
         TensorData::BF16(v)
@@ -437,7 +437,7 @@ impl OutElem for half::bf16 {
 impl OutElem for half::f16 {
     const DIRECT: bool = false;
     fn store(dst: &mut [Self], src: &[f32]) {
-        crate::kernels::wide::narrow_f16(dst, src)
+        rlx_kernels::kernels::wide::narrow_f16(dst, src)
     }
     fn wrap(v: Vec<Self>) -> TensorData {
         TensorData::F16(v)
@@ -579,13 +579,13 @@ fn run_typed<O: OutElem>(
     let mut out: Vec<O> = match own {
         Some((_, v)) if v.len() == numel => v,
         Some(_) => return Err(bad("the reused operand is not of the output's size".into())),
-        None => crate::buffers::overwritten(numel),
+        None => rlx_kernels::buffers::overwritten(numel),
     };
     let max_bits = AtomicU32::new(0);
     let nsteps = grp.steps.len();
     // With a reused operand or a 16-bit output, the last step's block goes to scratch too.
     let last_in_scratch = own_k.is_some() || !O::DIRECT;
-    crate::kernels::fill_chunks(&mut out, block, |b, dst| {
+    rlx_kernels::kernels::fill_chunks(&mut out, block, |b, dst| {
         let base = b * block;
         let len = dst.len();
         SCRATCH.with(|s| {
@@ -608,13 +608,13 @@ fn run_typed<O: OutElem>(
                 let (own_block, mut dst_direct): (&[f32], Option<&mut [f32]>) = if last_in_scratch {
                     let ob: &[O] = &*dst;
                     let ob = if own_k.is_some() {
-                        crate::kernels::wide::as_f32(ob)
+                        rlx_kernels::kernels::wide::as_f32(ob)
                     } else {
                         &[][..]
                     };
                     (ob, None)
                 } else {
-                    (&[], Some(crate::kernels::wide::as_f32_mut(&mut *dst)))
+                    (&[], Some(rlx_kernels::kernels::wide::as_f32_mut(&mut *dst)))
                 };
                 let (steps_buf, last_buf) = s.split_at_mut((nsteps - 1) * block);
                 for (j, st) in grp.steps.iter().enumerate() {
@@ -677,7 +677,7 @@ fn run_typed<O: OutElem>(
                     }
                     round_to(st.dtype, target);
                     if scan {
-                        bits = bits.max(crate::kernels::wide::max_abs_bits(target));
+                        bits = bits.max(rlx_kernels::kernels::wide::max_abs_bits(target));
                     }
                 }
             }
@@ -689,8 +689,11 @@ fn run_typed<O: OutElem>(
         });
     });
     if scan && max_bits.into_inner() >= 0x7f80_0000 {
-        crate::buffers::give(O::wrap(out));
+        rlx_kernels::buffers::give(O::wrap(out));
         return Ok(None);
     }
-    Ok(Some(crate::kernels::make(grp.dims.clone(), O::wrap(out))?))
+    Ok(Some(rlx_kernels::kernels::make(
+        grp.dims.clone(),
+        O::wrap(out),
+    )?))
 }

@@ -11,11 +11,11 @@
 //! (One file over 1,000 lines: the executor's plan and its run loop with one branch per
 //! fusion kind; issue 34 turns the plan into a list of step types with their own files.)
 
-use crate::kernels::conv::WinogradWeights;
 use crate::{eval_op, CpuError, KernelError};
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{BinaryOp, DType, DebugScanner, Dim, Graph, NodeId, Op, Tensor};
+use rlx_kernels::kernels::conv::WinogradWeights;
 use std::borrow::Borrow;
 use std::collections::HashMap;
 
@@ -66,7 +66,7 @@ pub struct CpuExecutor {
     /// Per node: a Transpose that a MatMul reads in place (`mm_views`).
     viewed: Vec<bool>,
     /// Per Conv node with constant weights the Winograd path takes: their transform
-    /// (`crate::kernels::conv::winograd`). Not made for a conv whose fused group folds other
+    /// (`rlx_kernels::kernels::conv::winograd`). Not made for a conv whose fused group folds other
     /// weights in (the group has its own, in `group_wino`).
     wino: Vec<Option<WinogradWeights>>,
     /// Per fused group with folded weights: the Winograd transform of those.
@@ -74,7 +74,7 @@ pub struct CpuExecutor {
     wino_on: bool,
     /// Free f32 buffers of dead values, reused by the kernels of later nodes and runs
     /// (`crate::buffers`).
-    pool: crate::buffers::Pool,
+    pool: rlx_kernels::buffers::Pool,
     /// Per-node wall time of the runs since [`CpuExecutor::set_profiling`] (None: off).
     profile: Option<NodeTimes>,
     /// Interleaved pair results used so far ([`CpuExecutor::paired_runs`]).
@@ -201,11 +201,11 @@ fn parallel_work(g: &Graph) -> bool {
         };
         // A conv from CONV_SPLIT_FLOPS is split over the threads (`conv_float`).
         let flops = if matches!(node.op, Op::Conv(_)) {
-            crate::kernels::conv::CONV_SPLIT_FLOPS
+            rlx_kernels::kernels::conv::CONV_SPLIT_FLOPS
         } else {
-            crate::kernels::matmul::GEMM_PAR_FLOPS
+            rlx_kernels::kernels::matmul::GEMM_PAR_FLOPS
         };
-        numel >= crate::kernels::PAR_THRESHOLD || numel.saturating_mul(k) >= flops
+        numel >= rlx_kernels::kernels::PAR_THRESHOLD || numel.saturating_mul(k) >= flops
     })
 }
 
@@ -377,7 +377,7 @@ fn skip_operand<'a>(
 /// Empties a dead value's slot, handing an owned buffer to the active pool.
 fn release(slot: &mut Slot) {
     if let Slot::Owned(t) = std::mem::replace(slot, Slot::Empty) {
-        crate::buffers::give(t.into_data());
+        rlx_kernels::buffers::give(t.into_data());
     }
 }
 
@@ -641,7 +641,7 @@ impl CpuExecutor {
                 }
                 let conv = graph.node(grp.conv);
                 match &conv.op {
-                    Op::Conv(a) => crate::kernels::conv::winograd_weights(w, a, &conv.shape),
+                    Op::Conv(a) => rlx_kernels::kernels::conv::winograd_weights(w, a, &conv.shape),
                     _ => None,
                 }
             })
@@ -653,7 +653,7 @@ impl CpuExecutor {
                 (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
                     match &graph.node(*w).op {
                         Op::Constant(t) => {
-                            crate::kernels::conv::winograd_weights(t, a, &node.shape)
+                            rlx_kernels::kernels::conv::winograd_weights(t, a, &node.shape)
                         }
                         _ => None,
                     }
@@ -671,7 +671,7 @@ impl CpuExecutor {
             })
             .collect();
         Ok(CpuExecutor {
-            pool: crate::buffers::Pool::with_limit(pool_limit_bytes(&graph, &free_after)),
+            pool: rlx_kernels::buffers::Pool::with_limit(pool_limit_bytes(&graph, &free_after)),
             profile: None,
             pair_runs: 0,
             scaled_runs: 0,
@@ -981,12 +981,12 @@ impl CpuExecutor {
         scanner: Option<&mut DebugScanner>,
         mut before: Option<&mut dyn FnMut(NodeId)>,
         mut observe: Option<Observer<'_>>,
-        pool: &mut crate::buffers::Pool,
+        pool: &mut rlx_kernels::buffers::Pool,
         stats: &mut RunStats,
     ) -> Result<Vec<Tensor>, CpuError> {
         // Kernels on this thread take their output buffers from `pool`; dead values'
         // buffers go back to it (`release`).
-        let _pool = crate::buffers::Active::install(pool);
+        let _pool = rlx_kernels::buffers::Active::install(pool);
         let this = self;
         let g = &this.graph;
         this.check_inputs(inputs)?;
@@ -1073,7 +1073,7 @@ impl CpuExecutor {
                         // Not clean (scanning): both groups op by op (below), so the scan
                         // names the op.
                         Some((t, false)) => {
-                            crate::buffers::give(t.into_data());
+                            rlx_kernels::buffers::give(t.into_data());
                             unfused[k] = true;
                             unfused[kb] = true;
                         }
@@ -1106,11 +1106,15 @@ impl CpuExecutor {
                         // Not clean (scanning): make the skipped Mul's value (proven
                         // finite, its zero counts already given) and replay the group op
                         // by op (below), so the scan names the op.
-                        crate::buffers::give(t.into_data());
+                        rlx_kernels::buffers::give(t.into_data());
                         let shape = &g.node(sc.mul).shape;
-                        let m =
-                            crate::kernels::elementwise::binary(BinaryOp::Mul, xs[0], xs[1], shape)
-                                .map_err(|e| kernel_err(g, sc.mul, e.to_string()))?;
+                        let m = rlx_kernels::kernels::elementwise::binary(
+                            BinaryOp::Mul,
+                            xs[0],
+                            xs[1],
+                            shape,
+                        )
+                        .map_err(|e| kernel_err(g, sc.mul, e.to_string()))?;
                         drop(xs);
                         slots[sc.mul.index()] = Slot::Owned(m);
                         unfused[k] = true;
@@ -1258,7 +1262,7 @@ impl CpuExecutor {
                                 ..Default::default()
                             }
                         }
-                        None => crate::kernels::wide::scan_counts(t.data()),
+                        None => rlx_kernels::kernels::wide::scan_counts(t.data()),
                     };
                     finite[i] = c.is_clean();
                     s.scan_counts(g, id, c)?;
@@ -1338,18 +1342,19 @@ impl CpuExecutor {
         if va.is_some() || vb.is_some() {
             let (a, ap) = mm_operand(g, id, slots, 0, va)?;
             let (b, bp) = mm_operand(g, id, slots, 1, vb)?;
-            return crate::kernels::matmul::matmul_perm(a, ap, b, bp, &node.shape).map_err(err);
+            return rlx_kernels::kernels::matmul::matmul_perm(a, ap, b, bp, &node.shape)
+                .map_err(err);
         }
         let ins = input_values(g, id, slots, &node.inputs)?;
         match (op, &self.wino[id.index()]) {
-            (Op::Conv(a), Some(wg)) if wino => crate::kernels::conv::conv_winograd(
+            (Op::Conv(a), Some(wg)) if wino => rlx_kernels::kernels::conv::conv_winograd(
                 ins[0],
                 wg,
                 ins[1],
                 ins.get(2).copied(),
                 a,
                 &node.shape,
-                &crate::kernels::conv::no_post,
+                &rlx_kernels::kernels::conv::no_post,
             )
             .map_err(err),
             _ => eval_op(op, &ins, &node.shape).map_err(err),

@@ -29,8 +29,8 @@
 //!   into range);
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
-use crate::kernels::conv::WinogradWeights;
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
+use rlx_kernels::kernels::conv::WinogradWeights;
 
 /// One fused Conv group.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub(crate) struct ConvGroup {
 /// `Add(y, r)` (either order) that reads a group's value `y` and a value `r` of the same
 /// shape made before the conv (a ResNet shortcut), then optionally `Relu`: run without a
 /// scanner, the conv adds `r` to its outputs before the activation, and the Add's pass
-/// over the output is gone (`crate::kernels::conv::Residual`: when the Add is `r`'s last
+/// over the output is gone (`rlx_kernels::kernels::conv::Residual`: when the Add is `r`'s last
 /// reader, gemm accumulates the products onto `r`'s buffer, `(conv + r) + bias`, unless a
 /// |bias| exceeds 2^64, where that order could overflow elsewhere; else the bias pass
 /// reads `r`, `(conv + bias) + r`, the unfused order; values differ from the unfused Add
@@ -133,8 +133,8 @@ fn pointwise(a: &rlx_ir::ConvAttrs, wd: &[usize]) -> bool {
 
 impl Epilogue {
     /// The same map as [`Epilogue::apply`], as a conv kernel's clamp (not for SiLU).
-    fn clamp(self) -> Option<crate::kernels::conv::Clamp> {
-        use crate::kernels::conv::Clamp;
+    fn clamp(self) -> Option<rlx_kernels::kernels::conv::Clamp> {
+        use rlx_kernels::kernels::conv::Clamp;
         match self {
             Epilogue::None => Some(Clamp::NONE),
             Epilogue::Relu => Some(Clamp::RELU),
@@ -146,12 +146,12 @@ impl Epilogue {
     /// Applies the activation in place to `v`, any part of the group's output (each kind
     /// maps every element on its own), with the unfused ops' kernels and expressions.
     fn apply(self, v: &mut [f32]) {
-        use crate::kernels::elementwise::{max_f32, min_f32};
-        use crate::kernels::wide::map_inplace;
+        use rlx_kernels::kernels::elementwise::{max_f32, min_f32};
+        use rlx_kernels::kernels::wide::map_inplace;
         match self {
             Epilogue::None => {}
             Epilogue::Relu => map_inplace(v, |x: f32| Activation::Relu.apply_f32(x)),
-            Epilogue::Silu => crate::kernels::fastmath::silu_inplace(v),
+            Epilogue::Silu => rlx_kernels::kernels::fastmath::silu_inplace(v),
             Epilogue::Clip { lo, hi } => map_inplace(v, |x: f32| min_f32(max_f32(x, lo), hi)),
         }
     }
@@ -483,11 +483,11 @@ fn scale_at(
         .and_then(|w| {
             let b_max = match conv.inputs.get(2) {
                 Some(&b) => {
-                    f32::from_bits(crate::kernels::wide::max_abs_bits(f32_const(b)?)) as f64
+                    f32::from_bits(rlx_kernels::kernels::wide::max_abs_bits(f32_const(b)?)) as f64
                 }
                 None => 0.0,
             };
-            Some((crate::kernels::max_row_abs_sum(w, wd[1]), b_max))
+            Some((rlx_kernels::kernels::max_row_abs_sum(w, wd[1]), b_max))
         });
     // A constant scale belongs in the plan-time fold, not here.
     (constant(g, s).is_none()).then_some(Scaled { mul, x, s, sums })
@@ -517,13 +517,13 @@ pub(crate) fn run_scaled(
 ) -> Result<(Tensor, bool, bool), crate::KernelError> {
     let bad = |m: &str| crate::KernelError::Invalid(format!("scaled conv: {m}"));
     if s.as_f32()
-        .is_none_or(|v| crate::kernels::wide::max_abs_bits(v) > 1f32.to_bits())
+        .is_none_or(|v| rlx_kernels::kernels::wide::max_abs_bits(v) > 1f32.to_bits())
     {
         let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
-        let xs = crate::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
+        let xs = rlx_kernels::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
             .map_err(|e| bad(&e.to_string()))?;
         let r = run_group(g, grp, &xs, None, scan, skip, None);
-        crate::buffers::give(xs.into_data());
+        rlx_kernels::buffers::give(xs.into_data());
         return r.map(|(t, clean)| (t, clean, false));
     }
     let Some((w, _)) = weights(g, grp) else {
@@ -536,7 +536,7 @@ pub(crate) fn run_scaled(
     if c == 0 || w.dims().get(1) != Some(&c) || wv.len() % c != 0 {
         return Err(bad("the scale's length is not the weights' input channels"));
     }
-    let mut ws = crate::buffers::overwritten::<f32>(wv.len());
+    let mut ws = rlx_kernels::buffers::overwritten::<f32>(wv.len());
     for (o, row) in ws.chunks_mut(c).zip(wv.chunks(c)) {
         for ((o, &w), &s) in o.iter_mut().zip(row).zip(sv) {
             *o = w * s;
@@ -544,7 +544,7 @@ pub(crate) fn run_scaled(
     }
     let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
     let r = run_group(g, grp, x, None, scan, skip, Some(&wt));
-    crate::buffers::give(wt.into_data());
+    rlx_kernels::buffers::give(wt.into_data());
     r.map(|(t, clean)| (t, clean, true))
 }
 
@@ -564,20 +564,20 @@ pub(crate) fn scale_is_finite(
     x_clean: bool,
     s_clean: bool,
 ) -> bool {
-    use crate::kernels::wide::max_abs_bits;
+    use rlx_kernels::kernels::wide::max_abs_bits;
     let (Some(xv), Some(sv), Some((row_abs, b_max))) = (x.as_f32(), s.as_f32(), sc.sums) else {
         return false;
     };
     x_clean
         && s_clean
         && max_abs_bits(sv) <= 1f32.to_bits()
-        && crate::kernels::sums_below_half_max(max_abs_bits(xv), row_abs, b_max)
+        && rlx_kernels::kernels::sums_below_half_max(max_abs_bits(xv), row_abs, b_max)
 }
 
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is
 /// 1×1 with stride 1, no padding and one group, on one image of more than 1024 pixels
 /// per plane, and its output (not a graph output) is read only, as input 0, by the conv of
-/// a group with one filter per channel. `crate::kernels::conv::pw_dw` checks the rest
+/// a group with one filter per channel. `rlx_kernels::kernels::conv::pw_dw` checks the rest
 /// (kernel size, stride, finite weights, the CPU) each run.
 fn pair_at(
     g: &Graph,
@@ -625,7 +625,7 @@ fn weights<'g>(g: &'g Graph, grp: &'g ConvGroup) -> Option<(&'g Tensor, Option<&
 }
 
 /// Pointwise group `a` and depthwise group `b` (`Fusions::then_dw`) on `x`, interleaved by
-/// bands of rows (`crate::kernels::conv::pw_dw`): `b`'s output, the same bits as
+/// bands of rows (`rlx_kernels::kernels::conv::pw_dw`): `b`'s output, the same bits as
 /// [`run_group`] on each in turn, and whether both groups are clean as [`run_group`]
 /// judges it (always true without `scan`); None where the interleaved kernel does not
 /// apply (then nothing was computed and the groups run on their own). With `scan`, each
@@ -652,17 +652,23 @@ pub(crate) fn run_pair(
     let bits = [AtomicU32::new(0), AtomicU32::new(0)];
     let post_a = |v: &mut [f32]| {
         if scan {
-            bits[0].fetch_max(crate::kernels::wide::max_abs_bits(v), Ordering::Relaxed);
+            bits[0].fetch_max(
+                rlx_kernels::kernels::wide::max_abs_bits(v),
+                Ordering::Relaxed,
+            );
         }
         act_a.apply(v)
     };
     let post_b = |v: &mut [f32]| {
         if scan {
-            bits[1].fetch_max(crate::kernels::wide::max_abs_bits(v), Ordering::Relaxed);
+            bits[1].fetch_max(
+                rlx_kernels::kernels::wide::max_abs_bits(v),
+                Ordering::Relaxed,
+            );
         }
         act_b.apply(v)
     };
-    use crate::kernels::conv::Act;
+    use rlx_kernels::kernels::conv::Act;
     let act_a = Act {
         clamp: act_a.clamp(),
         post: &post_a,
@@ -673,7 +679,7 @@ pub(crate) fn run_pair(
         post: &post_b,
         seen: scan.then_some(&bits[1]),
     };
-    let t = crate::kernels::conv::pw_dw(
+    let t = rlx_kernels::kernels::conv::pw_dw(
         x,
         (wa, ba, aa, &na.shape, act_a),
         (wb, bb, ab, &nb.shape, act_b),
@@ -799,7 +805,7 @@ fn fold(
 
 /// The value of a group's [`Residual`] operand, as the executor hands it over: borrowed
 /// (read), or owned when the Add was its last reader (the conv then takes its buffer for
-/// the output; see `crate::kernels::conv::Residual`).
+/// the output; see `rlx_kernels::kernels::conv::Residual`).
 pub(crate) enum Skip<'a> {
     Borrowed(&'a Tensor),
     Owned(Tensor),
@@ -810,8 +816,8 @@ pub(crate) enum Skip<'a> {
 fn with_residual<'a>(
     grp: &ConvGroup,
     skip: Option<Skip<'a>>,
-) -> Result<(Epilogue, Option<crate::kernels::conv::Residual<'a>>), crate::KernelError> {
-    use crate::kernels::conv::Residual as R;
+) -> Result<(Epilogue, Option<rlx_kernels::kernels::conv::Residual<'a>>), crate::KernelError> {
+    use rlx_kernels::kernels::conv::Residual as R;
     let Some(skip) = skip else {
         return Ok((grp.act, None));
     };
@@ -826,7 +832,7 @@ fn with_residual<'a>(
         Skip::Owned(t) => match t.into_data() {
             rlx_ir::TensorData::F32(v) => R::Into(v),
             d => {
-                crate::buffers::give(d);
+                rlx_kernels::buffers::give(d);
                 return Err(bad());
             }
         },
@@ -854,7 +860,7 @@ pub(crate) fn run_group(
     skip: Option<Skip>,
     w_over: Option<&Tensor>,
 ) -> Result<(Tensor, bool), crate::KernelError> {
-    use crate::kernels::conv::{conv_post, conv_winograd, Act};
+    use rlx_kernels::kernels::conv::{conv_post, conv_winograd, Act};
     use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
     if scan && skip.is_some() {
@@ -867,7 +873,10 @@ pub(crate) fn run_group(
     let max_bits = AtomicU32::new(0);
     let post = |v: &mut [f32]| {
         if scan {
-            max_bits.fetch_max(crate::kernels::wide::max_abs_bits(v), Ordering::Relaxed);
+            max_bits.fetch_max(
+                rlx_kernels::kernels::wide::max_abs_bits(v),
+                Ordering::Relaxed,
+            );
         }
         act.apply(v)
     };

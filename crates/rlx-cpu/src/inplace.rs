@@ -2,11 +2,12 @@
 //! its data and f32/f64 elementwise ops overwrite it in place. Results are identical to
 //! [`crate::eval_op`] (same scalar functions); anything not handled here falls back to it.
 
-use crate::kernels::elementwise::{max_f32, min_f32};
-use crate::kernels::{fill_chunks, par_worth, wide, Bcast};
-use crate::{check_result, eval_op, KernelError};
+use crate::{eval_op, KernelError};
 use rayon::prelude::*;
 use rlx_ir::{BinaryOp, Op, Shape, Tensor, TensorData};
+use rlx_kernels::check_result;
+use rlx_kernels::kernels::elementwise::{max_f32, min_f32};
+use rlx_kernels::kernels::{fill_chunks, par_worth, wide, Bcast};
 
 /// Ops for which [`eval_owned`] may reuse the first input's buffer.
 pub(crate) fn can_reuse(op: &Op) -> bool {
@@ -89,8 +90,8 @@ pub(crate) fn eval_owned(
         }
         (Op::Unary(u), TensorData::F32(v)) if rest.is_empty() && !u.is_predicate() => {
             let u = *u;
-            match crate::kernels::fastmath::slice_kernel(u) {
-                Some(k) => crate::kernels::fastmath::map_inplace_par(v, k),
+            match rlx_kernels::kernels::fastmath::slice_kernel(u) {
+                Some(k) => rlx_kernels::kernels::fastmath::map_inplace_par(v, k),
                 None => for_each_chunk(v, move |x| u.apply_f32(x)),
             }
             true
@@ -102,8 +103,8 @@ pub(crate) fn eval_owned(
         }
         (Op::Activation(a), TensorData::F32(v)) if rest.is_empty() => {
             let a = *a;
-            match crate::kernels::fastmath::act_slice_kernel(a) {
-                Some(k) => crate::kernels::fastmath::map_inplace_par(v, k),
+            match rlx_kernels::kernels::fastmath::act_slice_kernel(a) {
+                Some(k) => rlx_kernels::kernels::fastmath::map_inplace_par(v, k),
                 None => for_each_chunk(v, move |x| a.apply_f32(x)),
             }
             true

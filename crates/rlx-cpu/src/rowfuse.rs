@@ -425,20 +425,20 @@ pub(crate) fn run(
     // -3.4e38 (torch's finfo.min) stay fused.
     if scan
         && matches!(grp, RowGroup::Softmax { .. })
-        && !crate::kernels::reduce::spread_f32(v).is_finite()
+        && !rlx_kernels::kernels::reduce::spread_f32(v).is_finite()
     {
         return Ok(None);
     }
     // Every element is written below (the rows cover it).
-    let mut out: Vec<f32> = crate::buffers::overwritten(v.len());
+    let mut out: Vec<f32> = rlx_kernels::buffers::overwritten(v.len());
     // The norms' figure: below 0x7f80_0000 when every value is finite.
     let max_bits = AtomicU32::new(0);
     if n > 0 {
         // Blocks of whole rows, about 4096 elements each (one ISA dispatch per block).
         let block = n * (4096 / n).max(1);
-        crate::kernels::fill_chunks(&mut out, block, |b, dst| {
+        rlx_kernels::kernels::fill_chunks(&mut out, block, |b, dst| {
             let src = &v[b * block..b * block + dst.len()];
-            use crate::kernels::reduce::{layer_norm_rows_f32, rms_rows_f32, softmax_rows};
+            use rlx_kernels::kernels::reduce::{layer_norm_rows_f32, rms_rows_f32, softmax_rows};
             let bits = match grp {
                 RowGroup::Softmax { .. } => {
                     softmax_rows(src, dst, n);
@@ -455,8 +455,11 @@ pub(crate) fn run(
         });
     }
     if scan && max_bits.into_inner() >= 0x7f80_0000 {
-        crate::buffers::give(TensorData::F32(out));
+        rlx_kernels::buffers::give(TensorData::F32(out));
         return Ok(None);
     }
-    Ok(Some(crate::kernels::make(x.dims(), TensorData::F32(out))?))
+    Ok(Some(rlx_kernels::kernels::make(
+        x.dims(),
+        TensorData::F32(out),
+    )?))
 }

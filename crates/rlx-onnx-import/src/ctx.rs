@@ -156,7 +156,7 @@ impl<'a> Ctx<'a> {
 }
 
 /// Evaluate `op` on constant inputs. Reshape and Cast are folded here (pure data moves);
-/// everything else goes to `rlx_cpu::eval_op`, and an op it does not support stays a node.
+/// everything else goes to `rlx_kernels::eval_op`, and an op it does not support stays a node.
 fn fold(op: &Op, ins: &[&Tensor], out: &Shape) -> R<Option<Tensor>> {
     match op {
         Op::Reshape { dims } => {
@@ -175,7 +175,7 @@ fn fold(op: &Op, ins: &[&Tensor], out: &Shape) -> R<Option<Tensor>> {
         }
         _ => {}
     }
-    match rlx_cpu::eval_op(op, ins, out) {
+    match rlx_kernels::eval_op(op, ins, out) {
         Ok(t) => {
             if t.shape() != *out {
                 return Err(format!(
@@ -185,8 +185,8 @@ fn fold(op: &Op, ins: &[&Tensor], out: &Shape) -> R<Option<Tensor>> {
             }
             Ok(Some(t))
         }
-        Err(rlx_cpu::KernelError::Unsupported(_)) => Ok(None),
-        Err(rlx_cpu::KernelError::Invalid(m)) => Err(format!("constant folding failed: {m}")),
+        Err(rlx_kernels::KernelError::Unsupported(_)) => Ok(None),
+        Err(rlx_kernels::KernelError::Invalid(m)) => Err(format!("constant folding failed: {m}")),
     }
 }
 

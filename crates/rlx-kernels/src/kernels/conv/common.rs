@@ -173,7 +173,7 @@ pub(super) fn split_columns<T: Copy>(row: &[T], s: usize, out: &mut [T]) {
 /// NaN operand), and the identity for `(-inf, +inf)` ([`Clamp::NONE`]). The im2col path
 /// applies the same map to any element type `T` in its bias pass ([`bias_clamp`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Clamp<T = f32> {
+pub struct Clamp<T = f32> {
     pub lo: T,
     pub hi: T,
     /// A NaN `v` becomes `f32::NAN` (else it is kept as it is).
@@ -185,21 +185,21 @@ pub(crate) struct Clamp<T = f32> {
 
 impl Clamp {
     /// The identity.
-    pub(crate) const NONE: Clamp = Clamp {
+    pub const NONE: Clamp = Clamp {
         lo: f32::NEG_INFINITY,
         hi: f32::INFINITY,
         nan_out: false,
         track: false,
     };
     /// ONNX Relu.
-    pub(crate) const RELU: Clamp = Clamp {
+    pub const RELU: Clamp = Clamp {
         lo: 0.0,
         hi: f32::INFINITY,
         nan_out: false,
         track: false,
     };
     /// ONNX Clip as RLX imports it (Max then Min).
-    pub(crate) fn clip(lo: f32, hi: f32) -> Clamp {
+    pub fn clip(lo: f32, hi: f32) -> Clamp {
         Clamp {
             lo,
             hi,
@@ -211,13 +211,13 @@ impl Clamp {
 
 /// An elementwise map run in place on output planes (a fused group's activation); it must
 /// not depend on the element's position.
-pub(crate) type Post<'a> = &'a (dyn Fn(&mut [f32]) + Sync);
+pub type Post<'a> = &'a (dyn Fn(&mut [f32]) + Sync);
 
 /// Shortest output plane that the depthwise conv hands to a [`Post`] on its own.
 pub(super) const POST_MIN_RUN: usize = 1024;
 
 /// The [`Post`] that does nothing.
-pub(crate) fn no_post(_: &mut [f32]) {}
+pub fn no_post(_: &mut [f32]) {}
 
 /// The largest |bias| with which a [`Residual::Into`] accumulates onto `r` before the
 /// bias (see [`super::conv_post`]).
@@ -225,7 +225,7 @@ pub(super) const BIAS_BEFORE_RESIDUAL: f32 = 18446744073709551616.0; // 2^64
 
 /// A fused conv's residual operand `r` ([`super::conv_post`]). Values differ from the unfused
 /// `Add(conv, r)` by rounding only, in the order of the sums.
-pub(crate) enum Residual<'a, T = f32> {
+pub enum Residual<'a, T = f32> {
     /// Read: `(conv + bias) + r`, added in the pass that adds the bias, as the unfused ops
     /// round it.
     Read(&'a [T]),
@@ -392,15 +392,15 @@ impl<T> SendPtr<T> {
     }
 }
 
-/// A fused group's activation as a conv takes it ([`super::conv_post`], [`super::pw_dw`]):
-/// a clamp the kernels apply themselves, or (None) the [`Post`] pass `post` over each
-/// output run. `clamp`, when given, must be the same map as `post` (the Winograd path
-/// calls `post`). `seen` is for the NaN scan of a fused group, which needs each value
-/// before the activation: the kernels that apply `clamp` fold the largest |y| bits before
-/// it (as [`crate::kernels::wide::max_abs_bits`] gives them) into `seen` in the same pass;
-/// the others call `post`, which must then take that figure itself.
+/// A fused group's activation as a conv takes it ([`super::conv_post`],
+/// [`super::pw_dw`](fn@super::pw_dw)): a clamp the kernels apply themselves, or (None) the
+/// [`Post`] pass `post` over each output run. `clamp`, when given, must be the same map as
+/// `post` (the Winograd path calls `post`). `seen` is for the NaN scan of a fused group,
+/// which needs each value before the activation: the kernels that apply `clamp` fold the
+/// largest |y| bits before it (as [`crate::kernels::wide::max_abs_bits`] gives them) into
+/// `seen` in the same pass; the others call `post`, which must then take that figure itself.
 #[derive(Clone, Copy)]
-pub(crate) struct Act<'a> {
+pub struct Act<'a> {
     pub clamp: Option<Clamp>,
     pub post: Post<'a>,
     pub seen: Option<&'a AtomicU32>,
@@ -408,7 +408,7 @@ pub(crate) struct Act<'a> {
 
 impl<'a> Act<'a> {
     /// No activation, no scan.
-    pub(crate) const NONE: Act<'static> = Act {
+    pub const NONE: Act<'static> = Act {
         clamp: None,
         post: &no_post,
         seen: None,

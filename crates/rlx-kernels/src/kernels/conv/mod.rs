@@ -5,7 +5,7 @@
 //! * [`depthwise`] and [`dw_simd`]: depthwise 2-D convs, generic and SIMD;
 //! * [`direct`] and [`dconv`]: the direct f32 kernel (AVX-512) and its driver;
 //! * [`winograd`]: Winograd F(2×2, 3×3);
-//! * [`pw_dw`]: a pointwise conv and the depthwise conv after it, interleaved.
+//! * [`pw_dw`](fn@pw_dw): a pointwise conv and the depthwise conv after it, interleaved.
 //!
 //! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
 //! algorithm files import from `common` and not from one another (the pointwise-depthwise
@@ -26,15 +26,15 @@ pub(crate) mod winograd;
 
 use crate::kernels::{fill_chunks, invalid, make, out_dims, values_as, KResult};
 use common::{geometry, with_col, Epilogue, BIAS_BEFORE_RESIDUAL, POST_MIN_RUN};
-pub(crate) use common::{no_post, Act, Clamp, Post, Residual};
+pub use common::{no_post, Act, Clamp, Post, Residual};
 use depthwise::depthwise_2d_f32;
 use direct::conv_direct_f32;
 use half::{bf16, f16};
 use im2col::conv_float;
-pub(crate) use im2col::CONV_SPLIT_FLOPS;
-pub(crate) use pw_dw::pw_dw;
+pub use im2col::CONV_SPLIT_FLOPS;
+pub use pw_dw::pw_dw;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
-pub(crate) use winograd::{winograd_weights, WinogradWeights};
+pub use winograd::{winograd_weights, WinogradWeights};
 
 /// `Op::Conv` (ONNX Conv): x [N, C, *sp], w [M, C/groups, *k], optional bias [M];
 /// output [N, M, *osp] with `osp = (sp + pad_b + pad_e - dil*(k-1) - 1) / stride + 1`.
@@ -49,16 +49,16 @@ pub(crate) fn conv(
 }
 
 /// [`conv`], then the fused group's activation `act` on each f32 output plane while it is
-/// in cache (see `crate::fuse`, and [`Act`] for its clamp, `post` and NaN scan). Other
+/// in cache (see `rlx_cpu::fuse`, and [`Act`] for its clamp, `post` and NaN scan). Other
 /// dtypes ignore it. With a clamp the f32 kernels apply it instead of calling `post` (the
 /// depthwise kernel in registers before each store, the im2col/gemm path in the same pass
 /// as the bias).
 ///
 /// `res`: a residual (f32, as many values as the output, laid out as it) added to each
 /// output value before the activation ([`Residual`]; a ResNet shortcut fused into the
-/// conv, see `crate::fuse::Residual`). Not with `act.seen`. Error: `res` of another
+/// conv, see `rlx_cpu::fuse::Residual`). Not with `act.seen`. Error: `res` of another
 /// length, or an input that is not f32.
-pub(crate) fn conv_post(
+pub fn conv_post(
     x: &Tensor,
     w: &Tensor,
     bias: Option<&Tensor>,
@@ -182,7 +182,7 @@ pub(crate) fn conv_post(
 /// NaN/Inf or values large enough that a direct partial sum could overflow
 /// ([`WinogradWeights::direct_stays_finite`]), or when an output (before `post`) is not
 /// finite; so the result's NaN/Inf are always the direct conv's. Errors as [`conv`].
-pub(crate) fn conv_winograd(
+pub fn conv_winograd(
     x: &Tensor,
     wg: &WinogradWeights,
     w: &Tensor,

@@ -3,7 +3,7 @@
 //! Every kernel returns its output in a fresh `Vec`. Without this module each of those is a
 //! `malloc` and, when the value dies, a `free`: on small transformers (GPT-2, BERT-style,
 //! ~0.07 ms per run) the allocator was about a tenth of the profile. Here, while a
-//! [`CpuExecutor`](crate::CpuExecutor) runs, a dead f32 value's buffer goes into a pool
+//! `rlx_cpu::CpuExecutor` runs, a dead f32 value's buffer goes into a pool
 //! ([`give`]) and the kernels take their output buffers from it ([`take`], [`filled`]): the
 //! most recently freed buffer that holds the request (its lines are the likeliest to be
 //! still in cache) without being more than about 4× larger. The pool is kept in the
@@ -42,7 +42,7 @@ struct Free {
 
 /// The free buffers of one executor.
 #[derive(Debug, Default)]
-pub(crate) struct Pool {
+pub struct Pool {
     free: Vec<Free>,
     /// Bytes of capacity in `free` (kept, so a `give` does not sum the pool).
     bytes: usize,
@@ -54,7 +54,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// An empty pool that holds at most `limit` bytes.
-    pub(crate) fn with_limit(limit: usize) -> Pool {
+    pub fn with_limit(limit: usize) -> Pool {
         Pool {
             limit,
             ..Pool::default()
@@ -81,9 +81,9 @@ impl Pool {
         });
     }
 
-    /// Capacities (elements) of the free buffers, oldest first (for tests).
-    #[cfg(test)]
-    pub(crate) fn capacities(&self) -> Vec<usize> {
+    /// Capacities (elements) of the free buffers, oldest first (for tests, also rlx-cpu's).
+    #[doc(hidden)]
+    pub fn capacities(&self) -> Vec<usize> {
         self.free.iter().map(|e| e.buf.capacity()).collect()
     }
 
@@ -101,13 +101,13 @@ thread_local! {
 
 /// Makes `pool` this thread's active pool until dropped, then moves it back into `pool`
 /// (whatever was active before is restored), releasing the buffers this run did not reuse.
-pub(crate) struct Active<'a> {
+pub struct Active<'a> {
     home: &'a mut Pool,
     prev: Option<Pool>,
 }
 
 impl<'a> Active<'a> {
-    pub(crate) fn install(home: &'a mut Pool) -> Active<'a> {
+    pub fn install(home: &'a mut Pool) -> Active<'a> {
         let mut pool = std::mem::take(home);
         for e in &mut pool.free {
             e.fresh = false;
@@ -128,7 +128,7 @@ impl Drop for Active<'_> {
 }
 
 /// Hands a dead value's storage to the active pool (f32 only; anything else is dropped).
-pub(crate) fn give(data: TensorData) {
+pub fn give(data: TensorData) {
     if let TensorData::F32(mut v) = data {
         if v.capacity() == 0 {
             return;
@@ -182,7 +182,7 @@ fn take_init<T: 'static>(n: usize) -> (Vec<T>, usize) {
 /// A `Vec<T>` of length `n` that the caller overwrites whole before reading any of it: a
 /// pooled buffer keeps the values of its earlier use (no fill pass), anything else is
 /// `T::default()`. Only for kernels that write every element.
-pub(crate) fn overwritten<T: Copy + Default + 'static>(n: usize) -> Vec<T> {
+pub fn overwritten<T: Copy + Default + 'static>(n: usize) -> Vec<T> {
     let (mut v, init) = take_init::<T>(n);
     if init >= n {
         // SAFETY: the first `init` elements of this allocation were initialized f32 values

@@ -415,7 +415,7 @@ mod tests {
         assert_eq!(y[3 * n + 7], 0.5);
     }
 
-    /// `cargo test --release -p rlx-cpu --lib amx_speed -- --ignored --nocapture`: GFLOP/s
+    /// `cargo test --release -p rlx-kernels --lib amx_speed -- --ignored --nocapture`: GFLOP/s
     /// of a Qwen3-0.6B MLP-sized product (512 × 3072 × 1024) on the rayon pool.
     #[test]
     #[ignore]

@@ -30,7 +30,7 @@ use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 /// Transformed weights of one conv: `u[ξ][c][m]` for the 16 positions ξ = 4·i + j of the
 /// 4×4 tile (f32, `16·M·C` values; output channels contiguous, as gemm's vector side).
 #[derive(Debug)]
-pub(crate) struct WinogradWeights {
+pub struct WinogradWeights {
     m: usize,
     c: usize,
     u: Vec<f32>,
@@ -536,7 +536,7 @@ pub(crate) fn conv(
 /// stride 1, dilation 1, one group, at least [`WINOGRAD_MIN_CH`] input and output channels
 /// (below that the transforms cost more than the product saves), and an output for which
 /// [`winograd_pays`].
-pub(crate) fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<WinogradWeights> {
+pub fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<WinogradWeights> {
     let wd = w.dims();
     let pays = match out.static_dims().as_deref() {
         Some(&[n, _, oh, ow]) if wd.len() == 4 => winograd_pays(wd[0], wd[1], n, oh, ow),

@@ -122,8 +122,8 @@ pub(crate) fn half_narrow_vec<H: Half>(v: &[f32]) -> Vec<H> {
 /// (the values widened; the caller rounds `dst` back): the f32 kernel's (`-a`, `sqrt`,
 /// `fastmath::exp_slice`, `apply_f32`), except Erf, which stays `apply_f32` (libm erf in
 /// f64, docs/DESIGN.md "Stable formulations"). Shared by the unfused kernel and the fused
-/// chains (`crate::ewfuse`), so their bits agree.
-pub(crate) fn half_unary_block(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+/// chains (`rlx_cpu::ewfuse`), so their bits agree.
+pub fn half_unary_block(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     match op {
         UnaryOp::Neg => wide::map1_into(dst, src, |a| -a),
         UnaryOp::Exp => super::fastmath::exp_slice(src, dst),
@@ -137,7 +137,7 @@ pub(crate) fn half_unary_block(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
 /// block (see [`half_unary_block`]): Relu's compare, SiLU as `x · sigmoid(x)` with
 /// `fastmath::sigmoid_slice` and one f32 product, the f32 slice kernels of Sigmoid, Tanh
 /// and Gelu, `apply_f32` for the rest.
-pub(crate) fn half_act_block(act: Activation, src: &[f32], dst: &mut [f32]) {
+pub fn half_act_block(act: Activation, src: &[f32], dst: &mut [f32]) {
     match act {
         Activation::Relu => wide::map1_into(dst, src, |a| if a < 0.0 { 0.0 } else { a }),
         Activation::Silu => {
@@ -401,9 +401,9 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
 
 /// ONNX Max of two f32, as `BinaryOp::apply_f32` computes it: NaN if either is NaN. A plain
 /// function (not the op's match) so that the loops calling it vectorize; the Max kernels
-/// and the fused Clip (`crate::fuse`) all use it, so their bits agree.
+/// and the fused Clip (`rlx_cpu::fuse`) all use it, so their bits agree.
 #[inline(always)]
-pub(crate) fn max_f32(p: f32, q: f32) -> f32 {
+pub fn max_f32(p: f32, q: f32) -> f32 {
     if p.is_nan() || q.is_nan() {
         f32::NAN
     } else {
@@ -413,7 +413,7 @@ pub(crate) fn max_f32(p: f32, q: f32) -> f32 {
 
 /// ONNX Min of two f32; see [`max_f32`].
 #[inline(always)]
-pub(crate) fn min_f32(p: f32, q: f32) -> f32 {
+pub fn min_f32(p: f32, q: f32) -> f32 {
     if p.is_nan() || q.is_nan() {
         f32::NAN
     } else {
@@ -438,7 +438,7 @@ macro_rules! int_bin {
 
 /// `Op::Binary` with NumPy broadcasting. Predicates output Bool. When the two dtypes differ
 /// (ONNX `Pow` with an integer exponent), `b` is cast to `a`'s dtype first.
-pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
+pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
     let od = out_dims(out)?;
     if a.dtype() != b.dtype() {
         let bc = Tensor::new(b.dims().to_vec(), b.data().cast(a.dtype()))

@@ -282,7 +282,7 @@ isa_fn!(
 );
 
 /// A buffer-level kernel for the activation `act` on f32, when one exists.
-pub(crate) fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
+pub fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
     match act {
         rlx_ir::Activation::Sigmoid => Some(sigmoid_slice),
         rlx_ir::Activation::Tanh => Some(tanh_slice),
@@ -306,7 +306,7 @@ isa_fn!(
 );
 
 /// In-place [`exp_slice`] / [`erf_slice`] through a small stack buffer.
-pub(crate) fn map_inplace(v: &mut [f32], f: SliceKernel) {
+pub fn map_inplace(v: &mut [f32], f: SliceKernel) {
     let mut tmp = [0f32; 256];
     for ch in v.chunks_mut(256) {
         let t = &mut tmp[..ch.len()];
@@ -316,7 +316,7 @@ pub(crate) fn map_inplace(v: &mut [f32], f: SliceKernel) {
 }
 
 /// A buffer-level kernel for `op` on f32, when one exists.
-pub(crate) fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<SliceKernel> {
+pub fn slice_kernel(op: rlx_ir::UnaryOp) -> Option<SliceKernel> {
     match op {
         rlx_ir::UnaryOp::Exp => Some(exp_slice),
         rlx_ir::UnaryOp::Erf => Some(erf_slice),
@@ -341,7 +341,7 @@ pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
 
 /// `v[i] = v[i] * sigmoid(v[i])` (SiLU), with [`sigmoid_slice`] and an f32 product: the
 /// bits of the unfused `Sigmoid` then `Mul`. Split over rayon above the parallel threshold.
-pub(crate) fn silu_inplace(v: &mut [f32]) {
+pub fn silu_inplace(v: &mut [f32]) {
     fn run(c: &mut [f32]) {
         let mut tmp = [0f32; 256];
         for ch in c.chunks_mut(256) {
@@ -359,7 +359,7 @@ pub(crate) fn silu_inplace(v: &mut [f32]) {
 }
 
 /// `map_inplace`, split over rayon above the parallel threshold.
-pub(crate) fn map_inplace_par(v: &mut [f32], f: SliceKernel) {
+pub fn map_inplace_par(v: &mut [f32], f: SliceKernel) {
     if super::par_worth(v.len()) {
         use rayon::prelude::*;
         v.par_chunks_mut(8192).for_each(|c| map_inplace(c, f));

@@ -121,13 +121,13 @@ pub(crate) fn is_f32<T: 'static>() -> bool {
 
 /// Reinterpret a slice whose element type is `f32` (checked by the caller through
 /// [`is_f32`]; [`as_f32_mut`] likewise).
-pub(crate) fn as_f32<T: 'static>(s: &[T]) -> &[f32] {
+pub fn as_f32<T: 'static>(s: &[T]) -> &[f32] {
     debug_assert!(is_f32::<T>());
     // SAFETY: T is f32 (same type, same layout).
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
 }
 
-pub(crate) fn as_f32_mut<T: 'static>(s: &mut [T]) -> &mut [f32] {
+pub fn as_f32_mut<T: 'static>(s: &mut [T]) -> &mut [f32] {
     debug_assert!(is_f32::<T>());
     // SAFETY: T is f32 (same type, same layout).
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
@@ -181,7 +181,7 @@ where
 
 /// `a[i] = f(a[i], b[i])`.
 #[inline]
-pub(crate) fn zip_inplace<T, B>(a: &mut [T], b: &[B], f: impl Fn(T, B) -> T + Copy)
+pub fn zip_inplace<T, B>(a: &mut [T], b: &[B], f: impl Fn(T, B) -> T + Copy)
 where
     T: Copy + 'static,
     B: Copy + 'static,
@@ -197,7 +197,7 @@ where
 
 /// `a[i] = f(a[i])`.
 #[inline]
-pub(crate) fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + Copy) {
+pub fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + Copy) {
     if is_f32::<T>() {
         let g = move |x: f32| back(f(conv1(x)));
         return map1_inplace(as_f32_mut(a), g);
@@ -210,7 +210,7 @@ pub(crate) fn map_inplace<T: Copy + 'static>(a: &mut [T], f: impl Fn(T) -> T + C
 /// The NaN/±inf counts of a buffer, as `rlx_ir::numeric_check::scan_data` gives them: a
 /// clean f32 buffer is recognized by [`max_abs_bits`] (split over rayon when large), every
 /// other buffer goes to `scan_data`. This is the scanner's per-op cost on the CPU.
-pub(crate) fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonFiniteCounts {
+pub fn scan_counts(d: &rlx_ir::TensorData) -> rlx_ir::numeric_check::NonFiniteCounts {
     let clean = match d {
         rlx_ir::TensorData::F32(v) => max_abs_bits(v) < 0x7f80_0000,
         // A 16-bit float is finite when its exponent field is not all ones.
@@ -269,7 +269,7 @@ pub(crate) fn bias_clamp_bits(v: &mut [f32], b: f32, lo: f32, hi: f32, nan_out: 
 /// is finite, and then `f32::from_bits` of it is max|v| (the order of IEEE bit patterns
 /// without the sign is the order of magnitudes). One integer-max pass at the widest ISA,
 /// split over rayon when large.
-pub(crate) fn max_abs_bits(v: &[f32]) -> u32 {
+pub fn max_abs_bits(v: &[f32]) -> u32 {
     isa_fn!(
         fn one[](v: &[f32]) -> u32 {
             v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff))
@@ -316,7 +316,7 @@ isa_fn!(
 
 isa_fn!(
     /// `dst[i] = bf16::from_f32(src[i])` (over the shorter length).
-    pub(crate) fn narrow_bf16[](dst: &mut [half::bf16], src: &[f32]) {
+    pub fn narrow_bf16[](dst: &mut [half::bf16], src: &[f32]) {
         for (d, &s) in dst.iter_mut().zip(src) {
             *d = half::bf16::from_bits(f32_to_bf16_bits(s));
         }
@@ -372,7 +372,7 @@ pub(crate) fn widen_f16(dst: &mut [f32], src: &[half::f16]) {
 
 /// `dst[i] = f16::from_f32(src[i])` (over the shorter length): F16C round to nearest even
 /// 8 at a time where the CPU has it (what `half` calls per element then), else `half`.
-pub(crate) fn narrow_f16(dst: &mut [half::f16], src: &[f32]) {
+pub fn narrow_f16(dst: &mut [half::f16], src: &[f32]) {
     let n = dst.len().min(src.len());
     #[cfg(target_arch = "x86_64")]
     if has_f16c() {
@@ -414,7 +414,7 @@ pub(crate) fn round_f16_inplace(v: &mut [f32]) {
 
 /// A 16-bit float stored in memory and computed in f32 (kernels/mod.rs): its conversions
 /// over slices, vectorized, with `half`'s bits.
-pub(crate) trait Half: Copy + Default + Send + Sync + 'static {
+pub trait Half: Copy + Default + Send + Sync + 'static {
     /// `dst[i] = src[i] as f32` over the shorter length.
     fn widen(dst: &mut [f32], src: &[Self]);
     /// `dst[i] = Self::from_f32(src[i])` over the shorter length.

@@ -1,11 +1,11 @@
-//! Block loops of the fused elementwise chains (`crate::ewfuse`): each op over part of a
+//! Block loops of the fused elementwise chains (`rlx_cpu::ewfuse`): each op over part of a
 //! block with the element function of its unfused kernel, compiled for the widest ISA.
 
 use rlx_ir::{Activation, BinaryOp};
 
 /// An op of a chain.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum StepOp {
+pub enum StepOp {
     Unary(rlx_ir::UnaryOp),
     Act(Activation),
     Bin(BinaryOp),
@@ -13,7 +13,7 @@ pub(crate) enum StepOp {
 
 /// An operand over part of a block: a slice, or one value for every element.
 #[derive(Clone, Copy)]
-pub(crate) enum Src<'a> {
+pub enum Src<'a> {
     S(&'a [f32]),
     C(f32),
 }
@@ -45,7 +45,7 @@ isa_fn!(
     /// `Op::Binary` `b` of f32 over a block part, with the element function of
     /// `kernels::elementwise::binary` (its `Pow(·, 2)` and `Pow(·, 3)` by products when the
     /// exponent is one element), compiled for the widest ISA as the unfused kernels are.
-    pub(crate) fn binary_part[](b: BinaryOp, dst: &mut [f32], p: Src, q: Src, q_one: Option<f32>) {
+    pub fn binary_part[](b: BinaryOp, dst: &mut [f32], p: Src, q: Src, q_one: Option<f32>) {
         use crate::kernels::elementwise::{max_f32, min_f32};
         match b {
             BinaryOp::Add => zip2(dst, p, q, |p, q| p + q),
@@ -71,7 +71,7 @@ pub(crate) fn binary_one(b: BinaryOp, p: f32, q: f32, q_one: Option<f32>) -> f32
 isa_fn!(
     /// `dst[i] = f(x[i])` for the element functions of the Unary and Activation kernels
     /// that have no slice kernel, compiled for the widest ISA.
-    pub(crate) fn map_part[](op: StepOp, dst: &mut [f32], x: &[f32]) {
+    pub fn map_part[](op: StepOp, dst: &mut [f32], x: &[f32]) {
         use rlx_ir::UnaryOp;
         #[inline(always)]
         fn map(dst: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32) {

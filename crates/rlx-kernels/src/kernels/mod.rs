@@ -44,23 +44,23 @@ macro_rules! isa_fn {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod amx;
-pub(crate) mod chain;
-pub(crate) mod conv;
-pub(crate) mod elementwise;
-pub(crate) mod fastmath;
-pub(crate) mod grid;
-pub(crate) mod index;
-pub(crate) mod matmul;
-pub(crate) mod matvec;
-pub(crate) mod norm;
-pub(crate) mod pool;
-pub(crate) mod reduce;
-pub(crate) mod scatter;
-pub(crate) mod shape;
+pub mod amx;
+pub mod chain;
+pub mod conv;
+pub mod elementwise;
+pub mod fastmath;
+pub mod grid;
+pub mod index;
+pub mod matmul;
+pub mod matvec;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
+pub mod scatter;
+pub mod shape;
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod simd;
-pub(crate) mod wide;
+pub mod simd;
+pub mod wide;
 
 use crate::KernelError;
 use half::{bf16, f16};
@@ -69,7 +69,7 @@ use smallvec::SmallVec;
 
 /// The largest sum of magnitudes over the rows of `w` (`row` values each), in f64: with
 /// every |x| ≤ X, no partial sum of a row's dot product with `x` exceeds X times this.
-pub(crate) fn max_row_abs_sum(w: &[f32], row: usize) -> f64 {
+pub fn max_row_abs_sum(w: &[f32], row: usize) -> f64 {
     w.chunks(row.max(1))
         .map(|r| r.iter().map(|v| v.abs() as f64).sum::<f64>())
         .fold(0.0, f64::max)
@@ -79,20 +79,20 @@ pub(crate) fn max_row_abs_sum(w: &[f32], row: usize) -> f64 {
 /// biases up to `b_max` in magnitude) on an input whose largest magnitude has the bits
 /// `x_bits` (`wide::max_abs_bits`) provably stays below half of f32::MAX; false for NaN
 /// and Inf inputs.
-pub(crate) fn sums_below_half_max(x_bits: u32, row_abs_sum: f64, b_max: f64) -> bool {
+pub fn sums_below_half_max(x_bits: u32, row_abs_sum: f64, b_max: f64) -> bool {
     x_bits < 0x7f80_0000
         && f32::from_bits(x_bits) as f64 * row_abs_sum + b_max < f32::MAX as f64 / 2.0
 }
 
 /// Below this many output elements a kernel runs on the calling thread.
-pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
+pub const PAR_THRESHOLD: usize = 1 << 15;
 
 /// True when a loop over `work` elements should be split over rayon: at least
 /// [`PAR_THRESHOLD`] and more than one thread in the current pool. With one thread every
 /// loop runs inline: a rayon call made outside the pool hands the work to a pool thread and
 /// blocks on it, a thread switch per op for no parallelism.
 #[inline]
-pub(crate) fn par_worth(work: usize) -> bool {
+pub fn par_worth(work: usize) -> bool {
     work >= PAR_THRESHOLD && rayon::current_num_threads() > 1
 }
 
@@ -260,7 +260,7 @@ pub(crate) fn out_dims(out: &Shape) -> KResult<Dims> {
 }
 
 /// Wrap data into a tensor with `dims`, checking the element count.
-pub(crate) fn make(dims: impl Into<Dims>, data: TensorData) -> KResult<Tensor> {
+pub fn make(dims: impl Into<Dims>, data: TensorData) -> KResult<Tensor> {
     Tensor::new(dims, data).map_err(|e| KernelError::Invalid(e.to_string()))
 }
 
@@ -284,7 +284,7 @@ pub(crate) fn strides(dims: &[usize]) -> Dims {
 }
 
 /// Fill `out` (chunks of `chunk` elements) in parallel when `total` is large.
-pub(crate) fn fill_chunks<T: Send>(
+pub fn fill_chunks<T: Send>(
     out: &mut [T],
     chunk: usize,
     f: impl Fn(usize, &mut [T]) + Sync + Send,
@@ -311,7 +311,7 @@ pub(crate) fn fill_chunks<T: Send>(
 /// Row-broadcast plan: the output is walked as rows of `inner` elements (its trailing dims
 /// that every input walks contiguously or broadcasts as a whole, merged); for each input,
 /// the offset of a row's first element and the stride along the row (0 or 1).
-pub(crate) struct Bcast {
+pub struct Bcast {
     pub inner: usize,
     outer_dims: Dims,
     /// Per input: strides of the outer (merged, all but the row) dims (0 where broadcast).

@@ -434,4 +434,4 @@ const PAR_MIN_COLS: usize = 192;
 
 /// Fewest multiply-adds for which [`conv_float`] splits a conv in one row block over the
 /// threads (below [`GEMM_PAR_FLOPS`], gemm runs its product on one thread).
-pub(crate) const CONV_SPLIT_FLOPS: usize = 1 << 20;
+pub const CONV_SPLIT_FLOPS: usize = 1 << 20;

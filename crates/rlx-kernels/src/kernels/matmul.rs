@@ -36,7 +36,7 @@ impl GemmElem for f64 {
 /// worker costs several µs (gpt2-tiny's 1M-MAC LM head at 2 threads: 0.133 → 0.077 ms per
 /// run with the graph kept on the calling thread). The executor uses the same bound to
 /// decide whether a graph has parallel work at all.
-pub(crate) const GEMM_PAR_FLOPS: usize = 1 << 22;
+pub const GEMM_PAR_FLOPS: usize = 1 << 22;
 
 /// A strided matrix view: element (i, j) is `data[off + i*rs + j*cs]`.
 #[derive(Clone, Copy)]
@@ -525,7 +525,7 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: &Shape) -> KResult<Tensor> {
 /// The same products as transposing first; gemm may pack and sum a strided operand in
 /// another order, so values can differ from the copied layout's by rounding. Errors: a
 /// perm that is not a permutation of its tensor's axes, and [`matmul`]'s.
-pub(crate) fn matmul_perm(
+pub fn matmul_perm(
     a: &Tensor,
     a_perm: Option<&[usize]>,
     b: &Tensor,

@@ -388,7 +388,7 @@ fn median(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// Decode-shaped products, new path against the former (gemm, 16-bit widened whole):
-/// `cargo test --release -p rlx-cpu --lib matvec_bench -- --ignored --nocapture`.
+/// `cargo test --release -p rlx-kernels --lib matvec_bench -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn matvec_bench() {
@@ -456,7 +456,7 @@ fn matvec_bench() {
 }
 
 /// Rows per product around the small-M threshold and prefill:
-/// `cargo test --release -p rlx-cpu --lib matvec_m_sweep -- --ignored --nocapture`.
+/// `cargo test --release -p rlx-kernels --lib matvec_m_sweep -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn matvec_m_sweep() {

@@ -218,7 +218,7 @@ fn pw_dw_bands(
 ///
 /// # Errors
 /// A shape that does not fit its conv (as [`super::conv`]).
-pub(crate) fn pw_dw(
+pub fn pw_dw(
     x: &Tensor,
     (wa, ba, attrs_a, out_a, act_a): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
     (wb, bb, attrs_b, out_b, act_b): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),

@@ -273,8 +273,8 @@ isa_fn!(
     /// `max(v) - min(v)` in f32: finite exactly when every element is finite and the
     /// spread does not overflow (NaN when `v` holds a NaN, non-finite when empty). 32
     /// independent lanes for each bound, so the loop is not bound by one chain of
-    /// compares. Used by `crate::rowfuse` to decide whether a scanned Softmax may run fused.
-    pub(crate) fn spread_f32[](v: &[f32]) -> f32 {
+    /// compares. Used by `rlx_cpu::rowfuse` to decide whether a scanned Softmax may run fused.
+    pub fn spread_f32[](v: &[f32]) -> f32 {
         // A NaN is seen through the largest |x| bits (an integer max, which vectorizes
         // without a mask-to-bool round trip per vector).
         let mut hi = [f32::NEG_INFINITY; 32];
@@ -306,7 +306,7 @@ isa_fn!(
     /// Softmax over rows of `n` (`src` and `dst` hold whole rows) with the unfused
     /// primitives' expressions, so their bits: `m` = [`extreme_f32`] of the row, `d = x - m`,
     /// `e` = `fastmath::exp_slice` of `d`, `s` = [`sum_f32`] of `e` rounded to f32, `e / s`.
-    /// Used by `crate::rowfuse`.
+    /// Used by `rlx_cpu::rowfuse`.
     pub(crate) fn softmax_rows_f32[](src: &[f32], dst: &mut [f32], n: usize) {
         let mut tmp = [0f32; 256];
         for (row, out) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
@@ -330,7 +330,7 @@ isa_fn!(
 /// a multiple of 16 long, else by the AVX2 one where the CPU has AVX2 + FMA and rows are a
 /// multiple of 8 long, else by [`softmax_rows_f32`] itself. `src` and `dst` hold whole rows
 /// of `n`.
-pub(crate) fn softmax_rows(src: &[f32], dst: &mut [f32], n: usize) {
+pub fn softmax_rows(src: &[f32], dst: &mut [f32], n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use super::fastmath::{isa, Isa};
@@ -628,8 +628,8 @@ isa_fn!(
     /// (in f64, rounded to f32, as ReduceMean), `r = num / sqrt(m + eps)`, `y = x * r`, and
     /// with `w`, `w[j] * y`. With `scan`, returns a figure that is below `0x7f80_0000`
     /// exactly when every value the unfused ops compute is finite (the largest `bits &
-    /// 0x7fff_ffff` of enough of them), else 0. Used by `crate::rowfuse`.
-    pub(crate) fn rms_rows_f32[](
+    /// 0x7fff_ffff` of enough of them), else 0. Used by `rlx_cpu::rowfuse`.
+    pub fn rms_rows_f32[](
         src: &[f32],
         dst: &mut [f32],
         n: usize,
@@ -680,8 +680,8 @@ isa_fn!(
     /// rounded to f32, as ReduceMean), `xc = x - m`, `v` = the same mean of `xc * xc`,
     /// `d = sqrt(v + eps)`, `xc / d * scale[j]`, then `+ bias[j]`. With `scan`, returns a
     /// figure below `0x7f80_0000` exactly when every value the unfused ops compute is finite,
-    /// else 0. Used by `crate::rowfuse`.
-    pub(crate) fn layer_norm_rows_f32[](
+    /// else 0. Used by `rlx_cpu::rowfuse`.
+    pub fn layer_norm_rows_f32[](
         src: &[f32],
         dst: &mut [f32],
         n: usize,
