@@ -69,7 +69,9 @@ pub struct BenchArgs {
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// After the timed runs, time as many runs again with a clock read around every node
-    /// (CPU; on CUDA, CUDA events between nodes; on wgpu, timestamp queries around each node's dispatches) and print the source ops (ONNX
+    /// (CPU; on CUDA, CUDA events between nodes; on wgpu, timestamp queries around each node's
+    /// dispatches, CPU-fallback nodes by the host clock; on GPUs a fused kernel's time goes to
+    /// the node it runs at, a Conv or a chain's last node, and the nodes folded into it show 0) and print the source ops (ONNX
     /// node names) that took the most time.
     #[arg(long)]
     pub profile: bool,

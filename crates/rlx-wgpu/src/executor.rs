@@ -577,7 +577,7 @@ impl WgpuExecutor {
         if nf + nch > 0 {
             let skipped = self.fused_skip.iter().filter(|&&x| x).count();
             eprintln!(
-                "rlx-wgpu dispatch: {nf} convs run fused with the affine/Relu nodes after them, {nch} elementwise chains run as one kernel each; {skipped} nodes skipped (runs that scan for NaN/Inf or read every value back run them unfused; RLX_WGPU_FUSE=0 turns this off)"
+                "rlx-wgpu dispatch: fusion: {nf} convs with the BatchNorm/residual/Relu nodes after them and {nch} elementwise chains run as one kernel each, {skipped} nodes computed inside those kernels (runs that scan for NaN/Inf or read every value back run every node on its own; RLX_WGPU_FUSE=0 turns fusion off)"
             );
         }
         eprintln!(
@@ -752,6 +752,8 @@ impl WgpuExecutor {
         let mut passes = 0u32;
         // GPU nodes given profiling timestamps, in order (queries 2i and 2i + 1).
         let mut stamped: Vec<usize> = vec![];
+        // CPU-fallback nodes' host times when profiling.
+        let mut cpu_times: Vec<(usize, u64)> = vec![];
         for node in &g.nodes {
             let id = node.id;
             let k = id.index();
@@ -822,6 +824,9 @@ impl WgpuExecutor {
                     }
                 }
                 Step::Cpu(_) => {
+                    // Profiling: a CPU node's time is its host time (read-back of its GPU
+                    // inputs, the kernel, the upload of its value).
+                    let t_cpu = self.prof.as_ref().map(|_| std::time::Instant::now());
                     let missing: Vec<NodeId> = node
                         .inputs
                         .iter()
@@ -846,6 +851,9 @@ impl WgpuExecutor {
                         self.write_value(id, &t)?;
                     }
                     host[k] = Some(Cow::Owned(t));
+                    if let Some(t0) = t_cpu {
+                        cpu_times.push((k, t0.elapsed().as_nanos() as u64));
+                    }
                 }
             }
         }
@@ -874,7 +882,8 @@ impl WgpuExecutor {
             *self.last_device_ms.lock().expect("not poisoned") = Some(ms);
         }
         if let Some(p) = &self.prof {
-            let ns = self.read_node_times(p, &stamped)?;
+            let mut ns = self.read_node_times(p, &stamped)?;
+            ns.extend(cpu_times);
             *self.prof_last.lock().expect("not poisoned") = ns;
         }
         let errs = crate::uncaptured_error_count() - errors_before;
@@ -934,9 +943,11 @@ impl WgpuExecutor {
         true
     }
 
-    /// Time every GPU node of the following runs (`true`: timestamps written inside the
-    /// compute pass before and after each node's dispatches) or stop (`false`). Nodes that
-    /// run on the CPU get no time. Errors ([`WgpuError::Gpu`]) when the device lacks
+    /// Time every node of the following runs (`true`: GPU nodes by timestamps written inside
+    /// the compute pass before and after their dispatches, CPU-fallback nodes by the host
+    /// clock around their read-back, kernel and upload) or stop (`false`). In runs that fuse,
+    /// a fused kernel's time goes to the node it is dispatched at (the Conv of a fused conv
+    /// group, the last node of an elementwise chain); the other nodes inside it show 0. Errors ([`WgpuError::Gpu`]) when the device lacks
     /// `TIMESTAMP_QUERY_INSIDE_PASSES`.
     pub fn set_profiling(&mut self, on: bool) -> Result<(), WgpuError> {
         if !on {
@@ -1290,7 +1301,13 @@ fn gemm_kernel(
     drop_last_k: bool,
 ) -> Gemm {
     let conv = b_kind != GemmB::MatMul;
-    let choice = rlx_ir::env::get("RLX_WGPU_GEMM_TILE").map(|v| v.trim().to_string());
+    let mut choice = rlx_ir::env::get("RLX_WGPU_GEMM_TILE").map(|v| v.trim().to_ascii_lowercase());
+    if let Some(v) = choice.as_deref() {
+        if !matches!(v, "" | "reg" | "reg16" | "32" | "64" | "128") {
+            rlx_ir::env::note_unrecognized("RLX_WGPU_GEMM_TILE", v, "reg (the default)");
+            choice = None;
+        }
+    }
     let old_cap = choice.as_deref().and_then(|v| v.parse::<usize>().ok());
     let bk = if choice.as_deref() == Some("reg16") {
         16
@@ -1324,10 +1341,17 @@ fn gemm_kernel(
     // smaller tiles when the output (times the batch) has fewer tiles than that. Small
     // products (a classifier's 32 x 1000, decode's single row) take the 64x64 tile: the rows
     // or columns it computes in vain cost arithmetic, not memory traffic.
-    let min_wg = rlx_ir::env::get("RLX_WGPU_GEMM_MIN_WG")
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(256)
-        .max(1);
+    let min_wg = match rlx_ir::env::get("RLX_WGPU_GEMM_MIN_WG") {
+        None => 256,
+        Some(v) if v.trim().is_empty() => 256,
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                rlx_ir::env::note_unrecognized("RLX_WGPU_GEMM_MIN_WG", &v, "256 (the default)");
+                256
+            }
+        },
+    };
     let tiles = |tm: usize, tn: usize| m.div_ceil(16 * tm) * n.div_ceil(16 * tn) * batch;
     let fits = |tm: usize, tn: usize| (tm == 4 || m >= 128) && (tn == 4 || n >= 128);
     let cands = [(8, 8), (4, 8), (8, 4), (4, 4)];

@@ -36,8 +36,8 @@ fn matmul_add_relu_reduce() {
 }
 
 /// Device timing and per-node profiling (timestamp queries): a run's device time is positive
-/// and no larger than its wall time; the profile counts the runs and gives every GPU node a
-/// time, the leaves none; results are unchanged while timing.
+/// and no larger than its wall time; the profile counts the runs and gives the GPU nodes and
+/// the CPU-fallback node a time, the leaves none; results are unchanged while timing.
 #[test]
 fn device_timing_and_profile() {
     if !gpu_available() {
@@ -47,9 +47,19 @@ fn device_timing_and_profile() {
     let x = g.input("x", Shape::new(&[64, 96], DType::F32));
     let w = g.input("w", Shape::new(&[96, 80], DType::F32));
     let y = g.matmul(x, w, Shape::new(&[64, 80], DType::F32));
-    let r = g.activation(
+    let r0 = g.activation(
         rlx_ir::Activation::Relu,
         y,
+        Shape::new(&[64, 80], DType::F32),
+    );
+    // CumSum has no WGSL kernel: a CPU-fallback node, timed by the host clock.
+    let r = g.add_node(
+        rlx_ir::Op::CumSum {
+            axis: 1,
+            exclusive: false,
+            reverse: false,
+        },
+        vec![r0],
         Shape::new(&[64, 80], DType::F32),
     );
     g.set_outputs(vec![r]);
@@ -83,6 +93,7 @@ fn device_timing_and_profile() {
     assert_eq!(p.runs, 2);
     assert_eq!(p.ns[x.index()], 0, "inputs are not timed");
     assert!(p.ns[y.index()] > 0, "the matmul has a time");
+    assert!(p.ns[r.index()] > 0, "the CPU-fallback CumSum has a time");
     ex.set_profiling(false).unwrap();
     assert!(ex.profile().is_none());
     assert_no_uncaptured();
