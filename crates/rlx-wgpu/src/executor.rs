@@ -715,12 +715,7 @@ impl WgpuExecutor {
         }
         let all = self.execute(inputs, false)?;
         self.take_node_times();
-        Ok(self
-            .graph
-            .outputs
-            .iter()
-            .map(|o| all[o.index()].clone().expect("outputs are read"))
-            .collect())
+        Ok(take_outputs(&self.graph.outputs, all))
     }
 
     /// Run and read back every node's value (index = node index), leaves included: for the
@@ -896,7 +891,7 @@ impl WgpuExecutor {
         let mut out: Vec<Option<Tensor>> = (0..n).map(|_| None).collect();
         for i in want {
             if out[i.index()].is_none() {
-                out[i.index()] = host[i.index()].as_ref().map(|c| c.as_ref().clone());
+                out[i.index()] = host[i.index()].take().map(Cow::into_owned);
             }
         }
         Ok(out)
@@ -1154,15 +1149,14 @@ impl WgpuExecutor {
             let shape = &g.node(id).shape;
             let dims = shape.dims_usize();
             let n = shape.numel();
-            let words: Vec<u32> = {
-                let view = s
-                    .get_mapped_range(..)
-                    .map_err(|e| kernel_err(g, id, format!("map: {e}")))?;
-                bytemuck::cast_slice::<u8, u32>(&view)[..n].to_vec()
-            };
-            s.unmap();
+            let view = s
+                .get_mapped_range(..)
+                .map_err(|e| kernel_err(g, id, format!("map: {e}")))?;
+            // Decoded straight from the mapped staging buffer (one copy; a Qwen3 prefill's
+            // logits are 311 MB).
+            let words: &[u32] = &bytemuck::cast_slice::<u8, u32>(&view)[..n];
             let data = match shape.dtype {
-                DType::F32 => TensorData::F32(bytemuck::cast_slice(&words).to_vec()),
+                DType::F32 => TensorData::F32(words.iter().map(|&w| f32::from_bits(w)).collect()),
                 // Exact: the GPU value was rounded to the dtype by its node.
                 DType::F16 | DType::BF16 => TensorData::from_f64(
                     shape.dtype,
@@ -1182,10 +1176,34 @@ impl WgpuExecutor {
                     ))
                 }
             };
+            drop(view);
+            s.unmap();
             out.push(Tensor::new(dims, data).map_err(|e| kernel_err(g, id, e.to_string()))?);
         }
         Ok(out)
     }
+}
+
+/// The values of `outputs` from a run's per-node values, moved out (cloned only for an
+/// output listed more than once).
+fn take_outputs(outputs: &[NodeId], mut all: Vec<Option<Tensor>>) -> Vec<Tensor> {
+    let mut left = vec![0usize; all.len()];
+    for o in outputs {
+        left[o.index()] += 1;
+    }
+    outputs
+        .iter()
+        .map(|o| {
+            let k = o.index();
+            left[k] -= 1;
+            let t = if left[k] == 0 {
+                all[k].take()
+            } else {
+                all[k].clone()
+            };
+            t.expect("outputs are read")
+        })
+        .collect()
 }
 
 /// `over`: buffer indices to bind as the inputs (by position) instead of the input nodes'

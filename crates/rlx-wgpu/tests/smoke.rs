@@ -98,3 +98,21 @@ fn device_timing_and_profile() {
     assert!(ex.profile().is_none());
     assert_no_uncaptured();
 }
+
+/// Outputs are moved out of the run's values, not cloned: an output listed twice and a graph
+/// input listed as an output still come back, equal to the CPU's.
+#[test]
+fn repeated_and_input_outputs() {
+    if !gpu_available() {
+        return;
+    }
+    let mut g = Graph::new("t");
+    let x = g.input("x", Shape::new(&[3, 5], DType::F32));
+    let r = g.activation(rlx_ir::Activation::Relu, x, Shape::new(&[3, 5], DType::F32));
+    g.set_outputs(vec![r, x, r]);
+    let (want, got) = both(&g, &[rand_tensor(&[3, 5], 7)]);
+    assert_eq!(got.len(), 3);
+    for k in 0..3 {
+        assert_close(&format!("out {k}"), &got[k], &want[k], 0.0);
+    }
+}
