@@ -1014,48 +1014,56 @@ impl WgpuExecutor {
     /// Resolve the profiling timestamps of `stamped` (GPU nodes in run order) and return each
     /// node's (index, ns).
     fn read_node_times(&self, p: &Prof, stamped: &[usize]) -> Result<Vec<(usize, u64)>, WgpuError> {
-        let queries = 2 * stamped.len() as u32;
+        let sets: Vec<&wgpu::QuerySet> = p.sets.iter().collect();
+        let ticks = self.read_ticks(&sets, &p.resolve, &p.read, 2 * stamped.len() as u32)?;
+        let period = self.gpu.queue.get_timestamp_period() as f64;
+        Ok(stamped
+            .iter()
+            .zip(ticks.chunks(2))
+            .map(|(&k, t)| (k, (t[1].saturating_sub(t[0]) as f64 * period) as u64))
+            .collect())
+    }
+
+    /// Resolve the first `queries` timestamps of `sets` (each [`QUERIES_PER_SET`] long, in
+    /// order) into `resolve`, copy them to the mappable `read`, wait, and return them.
+    fn read_ticks(
+        &self,
+        sets: &[&wgpu::QuerySet],
+        resolve: &wgpu::Buffer,
+        read: &wgpu::Buffer,
+        queries: u32,
+    ) -> Result<Vec<u64>, WgpuError> {
         if queries == 0 {
             return Ok(vec![]);
         }
+        let err = |e: String| WgpuError::Gpu(format!("timestamps: {e}"));
         let dev = &self.gpu.device;
         let mut e = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        for (i, set) in p.sets.iter().enumerate() {
+        for (i, set) in sets.iter().enumerate() {
             let first = i as u32 * QUERIES_PER_SET;
             if first >= queries {
                 break;
             }
             let n = (queries - first).min(QUERIES_PER_SET);
-            e.resolve_query_set(set, 0..n, &p.resolve, 8 * first as u64);
+            e.resolve_query_set(set, 0..n, resolve, 8 * first as u64);
         }
-        e.copy_buffer_to_buffer(&p.resolve, 0, &p.read, 0, 8 * queries as u64);
+        e.copy_buffer_to_buffer(resolve, 0, read, 0, 8 * queries as u64);
         self.gpu.queue.submit([e.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
-        p.read.map_async(wgpu::MapMode::Read, .., move |r| {
+        read.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
         dev.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| WgpuError::Gpu(format!("poll: {e}")))?;
+            .map_err(|e| err(format!("poll: {e}")))?;
         rx.recv()
-            .map_err(|e| WgpuError::Gpu(format!("profile: {e}")))?
-            .map_err(|e| WgpuError::Gpu(format!("profile: {e}")))?;
-        let ticks: Vec<u64> = {
-            let view = p
-                .read
-                .get_mapped_range(..)
-                .map_err(|e| WgpuError::Gpu(format!("profile: {e}")))?;
+            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| err(e.to_string()))?;
+        let ticks = {
+            let view = read.get_mapped_range(..).map_err(|e| err(e.to_string()))?;
             bytemuck::cast_slice::<u8, u64>(&view)[..queries as usize].to_vec()
         };
-        p.read.unmap();
-        let period = self.gpu.queue.get_timestamp_period() as f64;
-        Ok(stamped
-            .iter()
-            .enumerate()
-            .map(|(i, &k)| {
-                let d = ticks[2 * i + 1].saturating_sub(ticks[2 * i]);
-                (k, (d as f64 * period) as u64)
-            })
-            .collect())
+        read.unmap();
+        Ok(ticks)
     }
 
     /// The last run's device time in milliseconds (the sum of its timed compute passes),
@@ -1066,31 +1074,7 @@ impl WgpuExecutor {
 
     /// Resolve the first `n` passes' timestamps, read them back and sum end - start.
     fn read_timestamps(&self, t: &Timing, n: u32) -> Result<f64, WgpuError> {
-        if n == 0 {
-            return Ok(0.0);
-        }
-        let dev = &self.gpu.device;
-        let mut e = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        e.resolve_query_set(&t.set, 0..2 * n, &t.resolve, 0);
-        e.copy_buffer_to_buffer(&t.resolve, 0, &t.read, 0, 16 * n as u64);
-        self.gpu.queue.submit([e.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        t.read.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        dev.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| WgpuError::Gpu(format!("poll: {e}")))?;
-        rx.recv()
-            .map_err(|e| WgpuError::Gpu(format!("timestamps: {e}")))?
-            .map_err(|e| WgpuError::Gpu(format!("timestamps: {e}")))?;
-        let ticks: Vec<u64> = {
-            let view = t
-                .read
-                .get_mapped_range(..)
-                .map_err(|e| WgpuError::Gpu(format!("timestamps: {e}")))?;
-            bytemuck::cast_slice::<u8, u64>(&view)[..2 * n as usize].to_vec()
-        };
-        t.read.unmap();
+        let ticks = self.read_ticks(&[&t.set], &t.resolve, &t.read, 2 * n)?;
         let period = self.gpu.queue.get_timestamp_period() as f64;
         let ns: f64 = ticks
             .chunks(2)
