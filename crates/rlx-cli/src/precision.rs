@@ -26,12 +26,10 @@
 //! Errors are measured per tensor as `max |low − f32| / max |f32|` (relative to the tensor's
 //! largest magnitude: element-wise relative error is meaningless at elements near zero in a
 //! 10-bit dtype).
-//! (One file over 1,000 lines: the pipeline record → analyse → search → write → verify reads
-//! top to bottom; the ONNX conversion is its only reusable part and is `pub`.)
 //!
-//! (One file over 1,000 lines: the command's pipeline, from calibration to the written model,
-//! shares one set of per-node records; about half is tests. The ONNX writing would be the
-//! first piece to move out, beside `reduce.rs`'s, when either grows.)
+//! (One file over 1,000 lines: the pipeline record → analyse → search → write → verify reads
+//! top to bottom and shares one set of per-node records; about half is tests. The ONNX
+//! conversion is its only reusable part (`pub`), the first piece to move out when it grows.)
 
 use crate::load::{load, ModelArgs};
 use crate::reduce::{graph, import, label_in, node_label, record, tensor_vi, Onnx};

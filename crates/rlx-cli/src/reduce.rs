@@ -11,11 +11,10 @@
 //! delta-debug (ddmin) the ancestors, keeping a candidate only when it, run alone, still fails
 //! the same way at a node of the same ONNX name. Everything happens on the `ModelProto`, so
 //! the repro is an `.onnx` file any tool loads.
-//! (One file over 1,000 lines: the pipeline cut → record → shrink → write is read top to
-//! bottom; its ONNX editing helpers are private to it. Split when a second user appears.)
 //!
-//! (One file over 1,000 lines: the shrinking loop and the repro writer share the culprit's
-//! records and the ONNX rewriting; about a third is tests.)
+//! (One file over 1,000 lines: the pipeline cut → record → shrink → write is read top to
+//! bottom, the shrinking loop and the repro writer sharing the culprit's records and the ONNX
+//! rewriting; about a third is tests. Split when a second user of its ONNX editing appears.)
 
 use crate::load::{load, ModelArgs};
 use crate::npy::write_npy;

@@ -61,9 +61,9 @@
 //! `sum_j P_j V_j` does not. Absorbed Transposes run their own steps in scanning runs (their
 //! values are scanned as unfused).
 //!
-//! One file of about 1,000 lines: the matcher, the CUDA source of the kernel it plans for
-//! (its metadata layout and flag bits are written on both sides) and their host-side tests
-//! are read together.
+//! One file over 1,000 lines: the matcher, the CUDA source of the plain and counting kernels
+//! it plans for (their metadata layout, flag bits and scan slots are written on both sides)
+//! and their host-side tests are read together.
 
 use rlx_ir::{strides_of, BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 
