@@ -9,9 +9,13 @@ use crate::run::{generate_input, read_input_file, RunArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::Tensor;
-use rlx_runtime::{load_package, save_package, CompiledGraph, Device, Session};
-use std::collections::HashMap;
+use rlx_runtime::{
+    load_package, save_dynamic_package, save_package, CompiledGraph, Device, DimRange,
+    DynamicModel, OnnxSource, Session,
+};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Compile a model into a package file: the optimized graph, its weights, the device type,
 /// the input guards and a format version, in one zip archive (`docs/PACKAGE.md`).
@@ -20,6 +24,13 @@ use std::path::{Path, PathBuf};
 /// files, a model folder's `input_<name>.npy` files, else 1); the package accepts exactly
 /// those shapes, and `RLX_RUNTIME_CHECK_INPUTS=1 rlx run model.rlxpkg` names the symbol of a
 /// dim that differs.
+///
+/// Dynamic packages: give a range, `--dim batch=1..16 --dim sequence=1..512` (both ends
+/// included; `MIN..` has no upper bound), and the package accepts every size in range. It
+/// holds the ONNX model and plans each new size signature when it runs (import + compile,
+/// a few ms to a few hundred; later runs at that signature reuse the plan). Symbols not
+/// given a --dim accept any size >= 1. `rlx compile` builds the plans at the ranges' smallest
+/// and largest sizes to check them. ONNX models only, without external data.
 #[derive(Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct CompileArgs {
@@ -70,6 +81,9 @@ fn compile_inner(a: &CompileArgs) -> Result<()> {
             rlx_runtime::RuntimeError::DeviceUnavailable(device)
         );
     }
+    if a.model.dims.iter().any(|d| d.contains("..")) {
+        return compile_dynamic(a, device);
+    }
     let loaded = load(&a.model, true)?;
     let s = Session::new(device)
         .try_compile(loaded.graph)
@@ -82,6 +96,69 @@ fn compile_inner(a: &CompileArgs) -> Result<()> {
         s.graph().len(),
         s.device(),
         guards.join(", ")
+    );
+    Ok(())
+}
+
+/// Parse `--dim NAME=SIZE` / `NAME=MIN..MAX` / `NAME=MIN..` values.
+pub fn parse_dim_ranges(v: &[String]) -> Result<BTreeMap<String, DimRange>> {
+    let mut m = BTreeMap::new();
+    for s in v {
+        let (k, val) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--dim {s}: expected NAME=SIZE or NAME=MIN..MAX"))?;
+        if k.is_empty() {
+            bail!("--dim {s}: the dim NAME is empty");
+        }
+        let r = DimRange::parse(val).map_err(|e| anyhow!("--dim {s}: {e}"))?;
+        if m.insert(k.to_string(), r).is_some() {
+            bail!("--dim {k}: given twice");
+        }
+    }
+    Ok(m)
+}
+
+/// `rlx compile` with ranges: a dynamic package (format version 2).
+fn compile_dynamic(a: &CompileArgs, device: Device) -> Result<()> {
+    let path = crate::run::model_path(&a.model.model);
+    if rlx_torch_import::is_pt2(&path) {
+        bail!(
+            "{}: dims with ranges (--dim NAME=MIN..MAX) need an ONNX model for now; export it with torch.onnx.export(..., dynamic_axes=...) or give each dim one size",
+            path.display()
+        );
+    }
+    if !a.model.inputs.is_empty() {
+        bail!("--input: a package with dim ranges is compiled for the ranges, not for input files; give sizes with --dim NAME=MIN..MAX");
+    }
+    let ranges = parse_dim_ranges(&a.model.dims)?;
+    let src = OnnxSource::open(&path).map_err(|e| anyhow!("{e}"))?;
+    let mut m = DynamicModel::new(Arc::new(src), device, ranges).map_err(|e| anyhow!("{e}"))?;
+    // Check the plans at the corners: every range's smallest size, then every largest
+    // (unbounded ones at their smallest).
+    let lo: BTreeMap<String, usize> = m.ranges().iter().map(|(s, r)| (s.clone(), r.min)).collect();
+    let hi: BTreeMap<String, usize> = m
+        .ranges()
+        .iter()
+        .map(|(s, r)| (s.clone(), r.max.unwrap_or(r.min)))
+        .collect();
+    let mut checked = vec![];
+    for sizes in [lo, hi] {
+        m.plan_at(&sizes)
+            .map_err(|e| anyhow!("the plan at the corner of the ranges fails: {e}"))?;
+        if let Some(ev) = m.last_plan() {
+            if ev.new {
+                checked.push(format!("{} ({:.0} ms)", ev.signature, ev.plan_ms));
+            }
+        }
+    }
+    save_dynamic_package(&mut m, &a.output).map_err(|e| anyhow!("{e}"))?;
+    let guards: Vec<String> = m.guards().iter().map(|g| g.to_string()).collect();
+    eprintln!(
+        "rlx: wrote {} (dynamic, device type {}; inputs {}); plans checked at {}",
+        a.output.display(),
+        rlx_runtime::guards::device_type(device),
+        guards.join(", "),
+        checked.join(" and ")
     );
     Ok(())
 }
@@ -104,20 +181,117 @@ pub fn main_compile(a: CompileArgs) -> i32 {
 /// the package's input is left for the guards to report (one `rlx input-check:` line per
 /// problem); otherwise it is refused here with one line naming the file.
 pub fn load_package_for_run(a: &RunArgs) -> Result<(CompiledGraph, Vec<(String, Tensor)>)> {
-    if !a.dims.is_empty() {
-        bail!(
-            "--dim: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...`"
-        );
-    }
+    let manifest = rlx_runtime::package::read_manifest(&a.model).map_err(|e| anyhow!("{e}"))?;
     let device = match &a.device {
         Some(d) => parse_device(d)?,
-        None => {
-            let m = rlx_runtime::package::read_manifest(&a.model).map_err(|e| anyhow!("{e}"))?;
-            parse_device(&m.device_type)?
-        }
+        None => parse_device(&manifest.device_type)?,
     };
+    if manifest.dynamic.is_some() {
+        return load_dynamic_for_run(a, device);
+    }
+    if !a.dims.is_empty() {
+        bail!(
+            "--dim: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...` (a range, NAME=MIN..MAX, makes a package that takes any size in it)"
+        );
+    }
     let s = load_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
     let decl = s.inputs();
+    let given = bind_input_files(a, &decl)?;
+    let checked = s.check_inputs_enabled();
+    let feeds = order_feeds(a, &decl, given, checked, |_, shape| Ok(shape.clone()))?;
+    Ok((s, feeds))
+}
+
+/// A dynamic package for one run: bind the input files, generate the others at the sizes
+/// the files, `--dim NAME=SIZE` or the ranges' minimum give, then plan this signature.
+fn load_dynamic_for_run(
+    a: &RunArgs,
+    device: Device,
+) -> Result<(CompiledGraph, Vec<(String, Tensor)>)> {
+    let mut m = rlx_runtime::load_dynamic_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
+    let dims = crate::load::parse_dims(&a.dims)?;
+    for k in dims.keys() {
+        if !m.ranges().contains_key(k) {
+            let have: Vec<&str> = m.ranges().keys().map(|s| s.as_str()).collect();
+            bail!(
+                "--dim {k}: the package's inputs have no symbolic dim named \"{k}\" (they have: {})",
+                if have.is_empty() { "none".to_string() } else { have.join(", ") }
+            );
+        }
+    }
+    let guards = m.guards().to_vec();
+    let decl: Vec<(String, rlx_ir::Shape)> = guards
+        .iter()
+        .map(|g| {
+            let dims = g
+                .dims
+                .iter()
+                .map(|d| match &d.symbol {
+                    Some(s) => rlx_ir::Dim::Sym(s.clone()),
+                    None => rlx_ir::Dim::Static(d.min),
+                })
+                .collect();
+            (
+                g.name.clone(),
+                rlx_ir::Shape {
+                    dims,
+                    dtype: g.dtype,
+                },
+            )
+        })
+        .collect();
+    let given = bind_input_files(a, &decl)?;
+    // Symbol sizes for generated inputs: --dim, then the given files, then the range's min.
+    let mut sizes: BTreeMap<String, usize> = dims.into_iter().collect();
+    for g in &guards {
+        if let Some((t, _)) = given.get(&g.name) {
+            for (d, &n) in g.dims.iter().zip(t.dims()) {
+                if let Some(s) = &d.symbol {
+                    sizes.entry(s.clone()).or_insert(n);
+                }
+            }
+        }
+    }
+    for (s, r) in m.ranges() {
+        sizes.entry(s.clone()).or_insert(r.min.max(1));
+    }
+    let feeds = order_feeds(a, &decl, given, true, |name, shape| {
+        let dims = shape
+            .dims
+            .iter()
+            .map(|d| match d {
+                rlx_ir::Dim::Static(v) => rlx_ir::Dim::Static(*v),
+                rlx_ir::Dim::Sym(s) => rlx_ir::Dim::Static(sizes[s]),
+            })
+            .collect();
+        let s = rlx_ir::Shape {
+            dims,
+            dtype: shape.dtype,
+        };
+        rlx_runtime::check_input_size(name, &s).map_err(|e| anyhow!("{e}"))?;
+        Ok(s)
+    })?;
+    let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    m.plan_for(&named).map_err(|e| anyhow!("{e}"))?;
+    if let Some(ev) = m.last_plan() {
+        if !a.quiet {
+            eprintln!(
+                "rlx: planned {} for {} in {:.1} ms (import + compile; a dynamic package plans each new size signature once)",
+                a.model.display(),
+                ev.signature,
+                ev.plan_ms
+            );
+        }
+    }
+    let s = m.take_plan(&named).map_err(|e| anyhow!("{e}"))?;
+    Ok((s, feeds))
+}
+
+/// `--input NAME=FILE` / `--input FILE` for a package whose inputs are `decl`.
+fn bind_input_files(
+    a: &RunArgs,
+    decl: &[(String, rlx_ir::Shape)],
+) -> Result<HashMap<String, (Tensor, PathBuf)>> {
     let mut given: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
     let mut free = decl.iter().map(|d| d.0.clone());
     let named: Vec<&str> = a
@@ -153,9 +327,21 @@ pub fn load_package_for_run(a: &RunArgs) -> Result<(CompiledGraph, Vec<(String, 
             bail!("--input {name}: given twice");
         }
     }
-    let checked = s.check_inputs_enabled();
+    Ok(given)
+}
+
+/// One tensor per declared input, in order: the bound file, else generated at the shape
+/// `shape_of` gives. Unchecked, a file of the wrong type or an unknown name is refused here;
+/// checked, they are left for the guards to report.
+fn order_feeds(
+    a: &RunArgs,
+    decl: &[(String, rlx_ir::Shape)],
+    mut given: HashMap<String, (Tensor, PathBuf)>,
+    checked: bool,
+    shape_of: impl Fn(&str, &rlx_ir::Shape) -> Result<rlx_ir::Shape>,
+) -> Result<Vec<(String, Tensor)>> {
     let mut feeds = vec![];
-    for (name, shape) in &decl {
+    for (name, shape) in decl {
         let t = match given.remove(name) {
             Some((t, src)) => {
                 if !checked
@@ -169,7 +355,7 @@ pub fn load_package_for_run(a: &RunArgs) -> Result<(CompiledGraph, Vec<(String, 
                 }
                 t
             }
-            None => generate_input(name, shape, a.seed),
+            None => generate_input(name, &shape_of(name, shape)?, a.seed),
         };
         feeds.push((name.clone(), t));
     }
@@ -184,5 +370,5 @@ pub fn load_package_for_run(a: &RunArgs) -> Result<(CompiledGraph, Vec<(String, 
     }
     // Under the check, unknown names go to the guards too.
     feeds.extend(given.into_iter().map(|(n, (t, _))| (n, t)));
-    Ok((s, feeds))
+    Ok(feeds)
 }

@@ -122,6 +122,24 @@ impl OnnxModel {
         })
     }
 
+    /// Decode a serialized `ModelProto` held in memory (e.g. the `source.onnx` entry of a
+    /// dynamic package); `file` names it in errors. External data is not allowed (its
+    /// tensors would have no folder to be read from).
+    ///
+    /// Errors: [`ImportError::Decode`] naming `file` for bytes that are not a `ModelProto`.
+    pub fn from_bytes(bytes: &[u8], file: &str) -> Result<OnnxModel, ImportError> {
+        OnnxModel::decode(bytes, file, None)
+    }
+
+    /// True when an initializer keeps its data in an external file.
+    pub fn has_external_data(&self) -> bool {
+        self.model.graph.as_ref().is_some_and(|g| {
+            g.initializer
+                .iter()
+                .any(|t| t.data_location == proto::DATA_LOCATION_EXTERNAL)
+        })
+    }
+
     /// A model built in memory (e.g. by another front end that lowers its ops onto ONNX
     /// nodes); `file` names it in errors. External data is not allowed.
     pub fn from_proto(model: ModelProto, file: &str) -> OnnxModel {

@@ -39,8 +39,8 @@ pub struct GuardDim {
     pub symbol: Option<String>,
     /// Smallest size accepted.
     pub min: usize,
-    /// Largest size accepted; `None` is unbounded. The compiled graph has static shapes, so
-    /// today `max == Some(min)` for every dim the graph was compiled with.
+    /// Largest size accepted; `None` is unbounded. A compiled graph has static shapes, so
+    /// its guards have `max == Some(min)`; a [`crate::dynamic::DynamicModel`]'s have ranges.
     pub max: Option<usize>,
 }
 
@@ -50,11 +50,12 @@ impl GuardDim {
         n >= self.min && self.max.is_none_or(|m| n <= m)
     }
 
-    /// The accepted sizes as text: `16`, `1..=8`, `>=1`.
+    /// The accepted sizes as text: `16`, `1..8` (both ends included, as `rlx compile --dim
+    /// batch=1..8` writes it), `>=1`.
     pub fn expected(&self) -> String {
         match self.max {
             Some(m) if m == self.min => m.to_string(),
-            Some(m) => format!("{}..={m}", self.min),
+            Some(m) => format!("{}..{m}", self.min),
             None => format!(">={}", self.min),
         }
     }
@@ -256,7 +257,7 @@ mod tests {
             max: Some(8),
         };
         assert!(d.accepts(1) && d.accepts(8) && !d.accepts(0) && !d.accepts(9));
-        assert_eq!(d.expected(), "1..=8");
+        assert_eq!(d.expected(), "1..8");
         let u = GuardDim {
             symbol: Some("n".into()),
             min: 0,

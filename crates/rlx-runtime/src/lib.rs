@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub mod backend;
+pub mod dynamic;
 pub mod guards;
 pub mod printer;
 pub use backend::{Backend, Coverage, Placement};
@@ -31,9 +32,13 @@ pub use backend::{Backend, Coverage, Placement};
 pub mod dist {
     pub mod diagnostics;
 }
+pub use dynamic::{DimRange, DynamicModel, GraphSource, OnnxSource};
 pub use guards::{GuardDim, InputGuard};
 pub mod package;
-pub use package::{load_package, save_package, PackageError};
+pub use package::{
+    load_any_package, load_dynamic_package, load_package, save_dynamic_package, save_package,
+    LoadedPackage, PackageError,
+};
 
 /// A device a graph can run on: `Cpu` always, `Wgpu` with the `gpu` feature and an adapter.
 /// `Cuda` is reserved for the CUDA backend and never listed by [`available_devices`] until it
@@ -755,28 +760,40 @@ fn memory_limit() -> u128 {
 /// allocates (`RuntimeError::TooLarge`, naming the node and its shape). Compiling calls it;
 /// tools that build input tensors from a graph's shapes call it first.
 pub fn check_sizes(g: &Graph) -> Result<(), RuntimeError> {
-    let limit = memory_limit();
     for n in &g.nodes {
-        let bytes = n
-            .shape
-            .dims_usize()
-            .iter()
-            .fold(n.shape.dtype.size_bytes() as u128, |a, &d| {
-                a.saturating_mul(d as u128)
-            });
-        if bytes > limit {
-            return Err(RuntimeError::TooLarge {
-                node: format!(
-                    "{} {} \"{}\"",
-                    n.id,
-                    n.op.name(),
-                    rlx_ir::provenance::node_label(g, n.id)
-                ),
-                shape: n.shape.to_string(),
-                bytes,
-                limit,
-            });
-        }
+        check_size(&n.shape, || {
+            format!(
+                "{} {} \"{}\"",
+                n.id,
+                n.op.name(),
+                rlx_ir::provenance::node_label(g, n.id)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// [`check_sizes`] for one input about to be generated or read: `input "name"` needing more
+/// memory than this process may use is [`RuntimeError::TooLarge`].
+pub fn check_input_size(name: &str, shape: &Shape) -> Result<(), RuntimeError> {
+    check_size(shape, || format!("input \"{name}\""))
+}
+
+fn check_size(shape: &Shape, what: impl FnOnce() -> String) -> Result<(), RuntimeError> {
+    let limit = memory_limit();
+    let bytes = shape
+        .dims_usize()
+        .iter()
+        .fold(shape.dtype.size_bytes() as u128, |a, &d| {
+            a.saturating_mul(d as u128)
+        });
+    if bytes > limit {
+        return Err(RuntimeError::TooLarge {
+            node: what(),
+            shape: shape.to_string(),
+            bytes,
+            limit,
+        });
     }
     Ok(())
 }

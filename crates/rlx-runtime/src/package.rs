@@ -30,12 +30,18 @@ use std::sync::Arc;
 
 /// The `format` field of every RLX package manifest.
 pub const FORMAT_NAME: &str = "rlxpkg";
-/// The package format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest package format version this build reads. Static packages are written as
+/// version 1 (so older rlx builds still read them); dynamic ones (a `dynamic` manifest
+/// field and a `source.onnx` entry) as version 2.
+pub const FORMAT_VERSION: u32 = 2;
+/// The version static packages are written with.
+pub const STATIC_FORMAT_VERSION: u32 = 1;
 /// Entry names inside the archive.
 pub const MANIFEST_ENTRY: &str = "manifest.json";
 pub const GRAPH_ENTRY: &str = "graph.json";
 pub const WEIGHTS_ENTRY: &str = "weights.safetensors";
+/// A dynamic package's model source (the ONNX file, weights included).
+pub const SOURCE_ENTRY: &str = "source.onnx";
 
 /// `manifest.json`: what a package holds, readable without the graph.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +63,20 @@ pub struct Manifest {
     pub outputs: Vec<OutputInfo>,
     /// Names of the parameters whose values are in `weights.safetensors`.
     pub params: Vec<String>,
+    /// Present in dynamic packages (format version 2): the package holds the model source
+    /// instead of a compiled graph, and plans each input-size signature when it runs
+    /// ([`crate::dynamic`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<DynamicInfo>,
+}
+
+/// The `dynamic` field of a dynamic package's manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DynamicInfo {
+    /// The source's format (`onnx`), stored in [`SOURCE_ENTRY`].
+    pub source_format: String,
+    /// Every symbolic dim with the sizes it accepts (both ends included).
+    pub ranges: BTreeMap<String, crate::dynamic::DimRange>,
 }
 
 /// One graph output in the manifest.
@@ -295,7 +315,7 @@ pub fn save_package(compiled: &CompiledGraph, path: &Path) -> Result<(), Runtime
     drop(raws);
     let manifest = Manifest {
         format: FORMAT_NAME.into(),
-        format_version: FORMAT_VERSION,
+        format_version: STATIC_FORMAT_VERSION,
         rlx_version: env!("CARGO_PKG_VERSION").into(),
         device_type: device_type(compiled.device()),
         graph_name: g.name.clone(),
@@ -310,12 +330,26 @@ pub fn save_package(compiled: &CompiledGraph, path: &Path) -> Result<(), Runtime
             })
             .collect(),
         params,
+        dynamic: None,
     };
     let manifest_json = serde_json::to_vec_pretty(&manifest)
         .map_err(|e| io_err(path, format!("cannot write {MANIFEST_ENTRY}: {e}")))?;
     let graph_json = serde_json::to_vec(&g)
         .map_err(|e| io_err(path, format!("cannot write {GRAPH_ENTRY}: {e}")))?;
 
+    write_archive(
+        path,
+        &[
+            (MANIFEST_ENTRY, &manifest_json),
+            (GRAPH_ENTRY, &graph_json),
+            (WEIGHTS_ENTRY, &weights),
+        ],
+    )
+}
+
+/// Write `entries` (stored, uncompressed) as a zip archive at `path`, through `path.tmp`
+/// and a rename, so a failed save never leaves a half package.
+fn write_archive(path: &Path, entries: &[(&str, &[u8])]) -> Result<(), RuntimeError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -323,11 +357,7 @@ pub fn save_package(compiled: &CompiledGraph, path: &Path) -> Result<(), Runtime
         let f = std::fs::File::create(&tmp)
             .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
         let mut z = zip::ZipWriter::new(std::io::BufWriter::new(f));
-        for (name, bytes) in [
-            (MANIFEST_ENTRY, &manifest_json),
-            (GRAPH_ENTRY, &graph_json),
-            (WEIGHTS_ENTRY, &weights),
-        ] {
+        for &(name, bytes) in entries {
             let opts = zip::write::SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Stored)
                 .large_file(bytes.len() as u64 >= u32::MAX as u64);
@@ -349,6 +379,163 @@ pub fn save_package(compiled: &CompiledGraph, path: &Path) -> Result<(), Runtime
             format!("cannot move {} into place: {e}", tmp.display()),
         )
     })
+}
+
+/// Write `model` as a dynamic package at `path` (format version 2): the manifest (guards
+/// with the ranges, the `dynamic` field) and the model source ([`SOURCE_ENTRY`]). Output
+/// dims in the manifest are those of the plan at every range's minimum (built here if not
+/// cached); `rlx run` plans each signature when the package runs.
+///
+/// Errors: a source that cannot be saved, the minimum-size plan failing, [`PackageError::Io`].
+pub fn save_dynamic_package(
+    model: &mut crate::dynamic::DynamicModel,
+    path: &Path,
+) -> Result<(), RuntimeError> {
+    let src = model.source().clone();
+    let bytes = src.bytes().ok_or_else(|| {
+        io_err(
+            path,
+            format!(
+                "the model source {} cannot be saved in a package",
+                src.name()
+            ),
+        )
+    })?;
+    if src.format() != "onnx" {
+        return Err(io_err(
+            path,
+            format!(
+                "source format {} cannot be packaged (onnx only)",
+                src.format()
+            ),
+        ));
+    }
+    let mins: BTreeMap<String, usize> = model
+        .ranges()
+        .iter()
+        .map(|(s, r)| (s.clone(), r.min))
+        .collect();
+    let device = model.device();
+    let plan = model.plan_at(&mins)?;
+    let outputs = plan
+        .outputs()
+        .into_iter()
+        .map(|(name, s)| OutputInfo {
+            name,
+            dtype: s.dtype,
+            dims: s.dims_usize().to_vec(),
+        })
+        .collect();
+    let graph_name = plan.graph().name.clone();
+    let manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        format_version: 2,
+        rlx_version: env!("CARGO_PKG_VERSION").into(),
+        device_type: device_type(device),
+        graph_name,
+        inputs: model.guards().to_vec(),
+        outputs,
+        params: vec![],
+        dynamic: Some(DynamicInfo {
+            source_format: src.format().to_string(),
+            ranges: model.ranges().clone(),
+        }),
+    };
+    let manifest_json = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| io_err(path, format!("cannot write {MANIFEST_ENTRY}: {e}")))?;
+    write_archive(
+        path,
+        &[(MANIFEST_ENTRY, &manifest_json), (SOURCE_ENTRY, bytes)],
+    )
+}
+
+/// A package as loaded: a compiled graph, or a dynamic model that plans per signature.
+pub enum LoadedPackage {
+    Static(CompiledGraph),
+    Dynamic(crate::dynamic::DynamicModel),
+}
+
+/// Load the package at `path` for `device`, whichever kind it is (see [`load_package`] and
+/// [`load_dynamic_package`]).
+pub fn load_any_package(path: &Path, device: Device) -> Result<LoadedPackage, RuntimeError> {
+    if read_manifest(path)?.dynamic.is_some() {
+        load_dynamic_package(path, device).map(LoadedPackage::Dynamic)
+    } else {
+        load_package(path, device).map(LoadedPackage::Static)
+    }
+}
+
+/// Load a dynamic package (one written by [`save_dynamic_package`]): decode its source and
+/// ranges; no plan is built until it runs.
+///
+/// Errors: as [`load_package`] for the container and manifest; a static package (load it
+/// with [`load_package`]); a `source.onnx` that is not an ONNX model; ranges naming symbols
+/// the model does not have; guards that differ from what the source and ranges give.
+pub fn load_dynamic_package(
+    path: &Path,
+    device: Device,
+) -> Result<crate::dynamic::DynamicModel, RuntimeError> {
+    let (mut z, cap) = open_archive(path)?;
+    let manifest = parse_manifest(path, &read_entry(&mut z, path, MANIFEST_ENTRY, cap)?)?;
+    check_device_type(path, &manifest, device)?;
+    let Some(info) = &manifest.dynamic else {
+        return Err(entry_err(
+            path,
+            MANIFEST_ENTRY,
+            "a static package (no \"dynamic\" field): load it with load_package",
+        ));
+    };
+    if info.source_format != "onnx" {
+        return Err(entry_err(
+            path,
+            MANIFEST_ENTRY,
+            format!(
+                "source_format \"{}\" is not one this rlx reads (onnx)",
+                info.source_format
+            ),
+        ));
+    }
+    for (s, r) in &info.ranges {
+        if r.max.is_some_and(|m| m < r.min) {
+            return Err(entry_err(
+                path,
+                MANIFEST_ENTRY,
+                format!("dim \"{s}\": range min {} is larger than max", r.min),
+            ));
+        }
+    }
+    let bytes = read_entry(&mut z, path, SOURCE_ENTRY, cap)?;
+    let name = format!("{}!{SOURCE_ENTRY}", path.display());
+    let src = crate::dynamic::OnnxSource::from_bytes(bytes, &name)
+        .map_err(|e| entry_err(path, SOURCE_ENTRY, e))?;
+    let model = crate::dynamic::DynamicModel::new(Arc::new(src), device, info.ranges.clone())
+        .map_err(|e| match e {
+            RuntimeError::Input(m) => entry_err(path, MANIFEST_ENTRY, m),
+            e => e,
+        })?;
+    if model.guards() != manifest.inputs.as_slice() {
+        return Err(entry_err(
+            path,
+            MANIFEST_ENTRY,
+            format!("its inputs do not match the inputs of {SOURCE_ENTRY} with its ranges"),
+        ));
+    }
+    Ok(model)
+}
+
+fn check_device_type(path: &Path, manifest: &Manifest, device: Device) -> Result<(), RuntimeError> {
+    let requested = device_type(device);
+    if manifest.device_type != requested {
+        return Err(RuntimeError::Package(PackageError::DeviceType {
+            path: path.to_path_buf(),
+            package: manifest.device_type.clone(),
+            requested,
+        }));
+    }
+    if !crate::device_available(device) {
+        return Err(RuntimeError::DeviceUnavailable(device));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------- load
@@ -476,16 +663,21 @@ fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, RuntimeError> {
 pub fn load_package(path: &Path, device: Device) -> Result<CompiledGraph, RuntimeError> {
     let (mut z, cap) = open_archive(path)?;
     let manifest = parse_manifest(path, &read_entry(&mut z, path, MANIFEST_ENTRY, cap)?)?;
-    let requested = device_type(device);
-    if manifest.device_type != requested {
-        return Err(RuntimeError::Package(PackageError::DeviceType {
-            path: path.to_path_buf(),
-            package: manifest.device_type,
-            requested,
-        }));
-    }
-    if !crate::device_available(device) {
-        return Err(RuntimeError::DeviceUnavailable(device));
+    check_device_type(path, &manifest, device)?;
+    if let Some(info) = &manifest.dynamic {
+        let r: Vec<String> = info
+            .ranges
+            .iter()
+            .map(|(s, r)| format!("{s}={r}"))
+            .collect();
+        return Err(entry_err(
+            path,
+            MANIFEST_ENTRY,
+            format!(
+                "a dynamic package (dims {}): it holds no compiled graph; load it with load_dynamic_package or load_any_package",
+                r.join(", ")
+            ),
+        ));
     }
     let graph_bytes = read_entry(&mut z, path, GRAPH_ENTRY, cap)?;
     let mut g: Graph = serde_json::from_slice(&graph_bytes)

@@ -1,0 +1,590 @@
+//! Models whose input dims are known only when they run: one model, any batch or sequence
+//! length within declared ranges, each new size signature planned once and cached.
+//!
+//! A [`DynamicModel`] holds the model's source (an ONNX file's bytes, [`OnnxSource`]) and a
+//! range per symbolic input dim (`batch = 1..16`). A run binds every symbol from its inputs'
+//! shapes, checks the binding against the ranges and against itself (two inputs that share
+//! `sequence` must agree), and runs the plan for that signature: a [`CompiledGraph`] with
+//! static shapes, built the first time the signature is seen (import with the symbols bound,
+//! then the usual compile) and kept in a small least-recently-used cache
+//! ([`DynamicModel::set_plan_cache_size`], default [`DEFAULT_PLAN_CACHE`]). Later runs at a
+//! cached signature cost what a static model's runs cost.
+//!
+//! This is the first step of issue 32's runtime shapes: a plan is built by specializing
+//! the *source model* (re-importing it with the dims bound), not a symbolic graph, so each
+//! new signature pays import + compile (reported by [`DynamicModel::last_plan`]) and each
+//! cached plan holds its own copy of the weights. The check, the cache, the ranges and the
+//! package format are the parts a symbolic IR will keep.
+//!
+//! Check messages follow [`crate::guards`] (AOTInductor's runtime input checks):
+//!
+//! ```text
+//! rlx input-check: inputs[0] "input_ids": unmatched dim 0 ("batch"), expected: 1..16, but got: 17
+//! rlx input-check: inputs[1] "attention_mask": unmatched dim 1 ("sequence"), expected: 7 (as inputs[0] "input_ids" dim 1), but got: 9
+//! ```
+//!
+//! Unlike a static [`CompiledGraph`]'s guards, these checks always run: they are how a
+//! dynamic model finds its signature, and cost a few comparisons per run.
+
+use crate::guards::{device_type, GuardDim, InputGuard};
+use crate::{CompiledGraph, Device, RuntimeError, Session};
+use rlx_compile::compiler::CompileOptions;
+use rlx_ir::{Dim, Graph, Shape, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Plans a [`DynamicModel`] keeps by default (each holds its own weights: see the module
+/// docs).
+pub const DEFAULT_PLAN_CACHE: usize = 4;
+
+/// The sizes one symbolic dim may take: `min..=max` (`max: None` is unbounded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DimRange {
+    pub min: usize,
+    pub max: Option<usize>,
+}
+
+impl DimRange {
+    /// Exactly `n`.
+    pub fn exact(n: usize) -> DimRange {
+        DimRange {
+            min: n,
+            max: Some(n),
+        }
+    }
+
+    /// Parse `N` (exactly N), `MIN..MAX` or `MIN..=MAX` (both ends included, as in
+    /// `torch.export.Dim(min=, max=)`), or `MIN..` (no upper bound).
+    ///
+    /// Errors: text naming what is wrong (not a number, `MIN > MAX`).
+    pub fn parse(s: &str) -> Result<DimRange, String> {
+        let num = |t: &str, what: &str| -> Result<usize, String> {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{what} \"{t}\" is not a non-negative integer"))
+        };
+        let Some((lo, hi)) = s.split_once("..") else {
+            return Ok(DimRange::exact(num(s, "SIZE")?));
+        };
+        let min = num(lo, "MIN")?;
+        let hi = hi.strip_prefix('=').unwrap_or(hi);
+        if hi.trim().is_empty() {
+            return Ok(DimRange { min, max: None });
+        }
+        let max = num(hi, "MAX")?;
+        if min > max {
+            return Err(format!("MIN {min} is larger than MAX {max}"));
+        }
+        Ok(DimRange {
+            min,
+            max: Some(max),
+        })
+    }
+
+    /// True when `n` is in range.
+    pub fn accepts(&self, n: usize) -> bool {
+        n >= self.min && self.max.is_none_or(|m| n <= m)
+    }
+
+    /// True when the range holds one size.
+    pub fn is_exact(&self) -> bool {
+        self.max == Some(self.min)
+    }
+}
+
+impl fmt::Display for DimRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            &GuardDim {
+                symbol: None,
+                min: self.min,
+                max: self.max,
+            }
+            .expected(),
+        )
+    }
+}
+
+/// A model that can be specialized to concrete input shapes.
+pub trait GraphSource: Send + Sync {
+    /// The source format as packages record it (`"onnx"`).
+    fn format(&self) -> &str;
+    /// The model's name in messages (its file).
+    fn name(&self) -> &str;
+    /// Declared inputs, symbolic dims kept (`Dim::Sym("batch")`), in input order.
+    fn declared_inputs(&self) -> Vec<(String, Shape)>;
+    /// The graph with every input at the given shape (all symbolic dims bound).
+    fn specialize(&self, input_shapes: &HashMap<String, Vec<usize>>) -> Result<Graph, String>;
+    /// The source's serialized bytes, for packages (`None`: it cannot be saved).
+    fn bytes(&self) -> Option<&[u8]>;
+}
+
+/// An ONNX model held as its file's bytes (no external data).
+pub struct OnnxSource {
+    model: rlx_onnx_import::OnnxModel,
+    bytes: Vec<u8>,
+    name: String,
+}
+
+impl OnnxSource {
+    /// Decode `bytes` (a serialized `ModelProto`); `name` names it in errors.
+    ///
+    /// Errors: [`RuntimeError::Input`] naming `name` when the bytes are not an ONNX model or
+    /// the model keeps weights in external data files (a dynamic model must be one file).
+    pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<OnnxSource, RuntimeError> {
+        let model = rlx_onnx_import::OnnxModel::from_bytes(&bytes, name)
+            .map_err(|e| RuntimeError::Input(e.to_string()))?;
+        if model.has_external_data() {
+            return Err(RuntimeError::Input(format!(
+                "{name}: keeps initializers in external data files; a model with dynamic dims must be one file (save it with onnx.save(model, path, save_as_external_data=False))"
+            )));
+        }
+        Ok(OnnxSource {
+            model,
+            bytes,
+            name: name.to_string(),
+        })
+    }
+
+    /// Read and decode the ONNX file at `path` (errors as [`OnnxSource::from_bytes`], or an
+    /// unreadable file).
+    pub fn open(path: &Path) -> Result<OnnxSource, RuntimeError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| RuntimeError::Input(format!("{}: cannot read: {e}", path.display())))?;
+        OnnxSource::from_bytes(bytes, &path.display().to_string())
+    }
+}
+
+impl GraphSource for OnnxSource {
+    fn format(&self) -> &str {
+        "onnx"
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn declared_inputs(&self) -> Vec<(String, Shape)> {
+        self.model.declared_inputs()
+    }
+    fn specialize(&self, input_shapes: &HashMap<String, Vec<usize>>) -> Result<Graph, String> {
+        let opts = rlx_onnx_import::ImportOptions {
+            input_shapes: input_shapes.clone(),
+            ..Default::default()
+        };
+        self.model.import(&opts).map_err(|e| e.to_string())
+    }
+    fn bytes(&self) -> Option<&[u8]> {
+        Some(&self.bytes)
+    }
+}
+
+/// What the last run's plan was ([`DynamicModel::last_plan`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanEvent {
+    /// The signature, `batch=3, sequence=128` (symbols in name order; `static` when the
+    /// model has none).
+    pub signature: String,
+    /// True when this run built the plan (first run at this signature, or evicted since).
+    pub new: bool,
+    /// Milliseconds spent building it (specialize + compile); 0 for a cached plan.
+    pub plan_ms: f64,
+    /// Plans cached after this run.
+    pub cached: usize,
+}
+
+struct Plan {
+    key: Vec<(String, usize)>,
+    graph: CompiledGraph,
+    last_used: u64,
+}
+
+/// A model compiled once per input-size signature (see the module docs).
+pub struct DynamicModel {
+    source: Arc<dyn GraphSource>,
+    session: Session,
+    ranges: BTreeMap<String, DimRange>,
+    guards: Vec<InputGuard>,
+    plans: Vec<Plan>,
+    cap: usize,
+    clock: u64,
+    last: Option<PlanEvent>,
+}
+
+impl DynamicModel {
+    /// A dynamic model of `source` for `device`. `ranges` gives each symbolic dim of the
+    /// declared inputs its accepted sizes; a symbol not in it accepts any size `>= 1`.
+    ///
+    /// Errors: a range naming a symbol no declared input has ([`RuntimeError::Input`]
+    /// listing the symbols), an unavailable device.
+    pub fn new(
+        source: Arc<dyn GraphSource>,
+        device: Device,
+        ranges: BTreeMap<String, DimRange>,
+    ) -> Result<DynamicModel, RuntimeError> {
+        if !crate::device_available(device) {
+            return Err(RuntimeError::DeviceUnavailable(device));
+        }
+        let decls = source.declared_inputs();
+        let mut symbols: Vec<String> = vec![];
+        for (_, s) in &decls {
+            for d in &s.dims {
+                if let Dim::Sym(n) = d {
+                    if !symbols.contains(n) {
+                        symbols.push(n.clone());
+                    }
+                }
+            }
+        }
+        for k in ranges.keys() {
+            if !symbols.contains(k) {
+                let have = if symbols.is_empty() {
+                    "none".to_string()
+                } else {
+                    symbols.join(", ")
+                };
+                return Err(RuntimeError::Input(format!(
+                    "{}: the model's inputs have no symbolic dim named \"{k}\" (they have: {have})",
+                    source.name()
+                )));
+            }
+        }
+        let mut all = ranges;
+        for s in symbols {
+            all.entry(s).or_insert(DimRange { min: 1, max: None });
+        }
+        let dev = device_type(device);
+        let guards = decls
+            .iter()
+            .map(|(name, s)| InputGuard {
+                name: name.clone(),
+                dtype: s.dtype,
+                dims: s
+                    .dims
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Static(v) => GuardDim {
+                            symbol: None,
+                            min: *v,
+                            max: Some(*v),
+                        },
+                        Dim::Sym(n) => {
+                            let r = all[n];
+                            GuardDim {
+                                symbol: Some(n.clone()),
+                                min: r.min,
+                                max: r.max,
+                            }
+                        }
+                    })
+                    .collect(),
+                device_type: dev.clone(),
+            })
+            .collect();
+        Ok(DynamicModel {
+            source,
+            session: Session::new(device),
+            ranges: all,
+            guards,
+            plans: vec![],
+            cap: DEFAULT_PLAN_CACHE,
+            clock: 0,
+            last: None,
+        })
+    }
+
+    /// Compile plans with these options.
+    pub fn with_options(mut self, options: CompileOptions) -> DynamicModel {
+        self.session = self.session.with_options(options);
+        self.plans.clear();
+        self
+    }
+
+    /// The device plans are compiled for.
+    pub fn device(&self) -> Device {
+        self.session.device()
+    }
+
+    /// The model's source.
+    pub fn source(&self) -> &Arc<dyn GraphSource> {
+        &self.source
+    }
+
+    /// Every symbol with its range (symbols given none accept `>= 1`).
+    pub fn ranges(&self) -> &BTreeMap<String, DimRange> {
+        &self.ranges
+    }
+
+    /// One guard per declared input, symbolic dims with their ranges.
+    pub fn guards(&self) -> &[InputGuard] {
+        &self.guards
+    }
+
+    /// Keep at most `n` plans (at least 1); the least recently used go first.
+    pub fn set_plan_cache_size(&mut self, n: usize) {
+        self.cap = n.max(1);
+        self.evict();
+    }
+
+    /// Plans cached now.
+    pub fn plans_cached(&self) -> usize {
+        self.plans.len()
+    }
+
+    /// What the last [`DynamicModel::plan_for`] did.
+    pub fn last_plan(&self) -> Option<&PlanEvent> {
+        self.last.as_ref()
+    }
+
+    /// The signature of `inputs`: every symbol's size, in name order, after the checks
+    /// (dtype, rank, static dims, ranges, symbols shared between inputs agreeing).
+    ///
+    /// Errors: [`RuntimeError::InputCheck`], one `rlx input-check:` line per problem.
+    pub fn signature(
+        &self,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<Vec<(String, usize)>, RuntimeError> {
+        let mut lines = vec![];
+        let mut bound: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+        for (k, g) in self.guards.iter().enumerate() {
+            let at = format!("rlx input-check: inputs[{k}] \"{}\"", g.name);
+            let Some((_, t)) = inputs.iter().find(|(n, _)| *n == g.name) else {
+                lines.push(format!(
+                    "{at}: missing input, expected: {}",
+                    g.type_string()
+                ));
+                continue;
+            };
+            if t.dtype() != g.dtype {
+                lines.push(format!(
+                    "{at}: unmatched dtype, expected: {}, but got: {}",
+                    g.dtype,
+                    t.dtype()
+                ));
+            }
+            if t.dims().len() != g.dims.len() {
+                lines.push(format!(
+                    "{at}: unmatched rank, expected: {}, but got: {}",
+                    g.dims.len(),
+                    t.dims().len()
+                ));
+                continue;
+            }
+            for (i, (gd, &n)) in g.dims.iter().zip(t.dims()).enumerate() {
+                let sym = gd
+                    .symbol
+                    .as_ref()
+                    .map(|s| format!(" (\"{s}\")"))
+                    .unwrap_or_default();
+                if !gd.accepts(n) {
+                    lines.push(format!(
+                        "{at}: unmatched dim {i}{sym}, expected: {}, but got: {n}",
+                        gd.expected()
+                    ));
+                    continue;
+                }
+                let Some(s) = &gd.symbol else { continue };
+                match bound.get(s) {
+                    Some(&(v, j, d)) if v != n => lines.push(format!(
+                        "{at}: unmatched dim {i}{sym}, expected: {v} (as inputs[{j}] \"{}\" dim {d}), but got: {n}",
+                        self.guards[j].name
+                    )),
+                    Some(_) => {}
+                    None => {
+                        bound.insert(s.clone(), (n, k, i));
+                    }
+                }
+            }
+        }
+        for (name, _) in inputs {
+            if !self.guards.iter().any(|g| g.name == *name) {
+                let names: Vec<&str> = self.guards.iter().map(|g| g.name.as_str()).collect();
+                lines.push(format!(
+                    "rlx input-check: \"{name}\": unknown input name, expected one of: {}, but got: \"{name}\"",
+                    names.join(", ")
+                ));
+            }
+        }
+        if !lines.is_empty() {
+            return Err(RuntimeError::InputCheck { lines });
+        }
+        Ok(bound.into_iter().map(|(s, (v, _, _))| (s, v)).collect())
+    }
+
+    /// The plan for `inputs`' signature, built now if not cached (checks as
+    /// [`DynamicModel::signature`]). Configure it (debug mode, printer) and run it as any
+    /// [`CompiledGraph`].
+    ///
+    /// Errors: the input check; the source failing to specialize at this signature (an
+    /// import error naming the node); compiling (sizes too large for this machine, ...).
+    pub fn plan_for(
+        &mut self,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<&mut CompiledGraph, RuntimeError> {
+        let key = self.signature(inputs)?;
+        let shapes: HashMap<String, Vec<usize>> = inputs
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.dims().to_vec()))
+            .collect();
+        self.plan_keyed(key, &shapes)
+    }
+
+    /// The plan for every symbol at the given size (inputs' shapes follow from the
+    /// declared signature). Used to check a range's corners when compiling a package.
+    ///
+    /// Errors: a symbol missing from `sizes` or outside its range, and as
+    /// [`DynamicModel::plan_for`].
+    pub fn plan_at(
+        &mut self,
+        sizes: &BTreeMap<String, usize>,
+    ) -> Result<&mut CompiledGraph, RuntimeError> {
+        let mut lines = vec![];
+        for (s, r) in &self.ranges {
+            match sizes.get(s) {
+                None => lines.push(format!("dim \"{s}\": no size given (range {r})")),
+                Some(&n) if !r.accepts(n) => {
+                    lines.push(format!("dim \"{s}\": {n} is outside its range {r}"))
+                }
+                _ => {}
+            }
+        }
+        if !lines.is_empty() {
+            return Err(RuntimeError::Input(lines.join("; ")));
+        }
+        let shapes = self.shapes_at(sizes);
+        let key = self.ranges.keys().map(|s| (s.clone(), sizes[s])).collect();
+        self.plan_keyed(key, &shapes)
+    }
+
+    /// Every declared input's dims with the symbols at `sizes` (symbols not given at their
+    /// range's minimum).
+    pub fn shapes_at(&self, sizes: &BTreeMap<String, usize>) -> HashMap<String, Vec<usize>> {
+        self.guards
+            .iter()
+            .map(|g| {
+                let dims = g
+                    .dims
+                    .iter()
+                    .map(|d| match &d.symbol {
+                        Some(s) => sizes.get(s).copied().unwrap_or(d.min),
+                        None => d.min,
+                    })
+                    .collect();
+                (g.name.clone(), dims)
+            })
+            .collect()
+    }
+
+    fn plan_keyed(
+        &mut self,
+        key: Vec<(String, usize)>,
+        shapes: &HashMap<String, Vec<usize>>,
+    ) -> Result<&mut CompiledGraph, RuntimeError> {
+        self.clock += 1;
+        let signature = if key.is_empty() {
+            "static".to_string()
+        } else {
+            key.iter()
+                .map(|(s, v)| format!("{s}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (k, new, ms) = match self.plans.iter().position(|p| p.key == key) {
+            Some(k) => (k, false, 0.0),
+            None => {
+                let t0 = Instant::now();
+                let g = self.source.specialize(shapes).map_err(|e| {
+                    RuntimeError::Input(format!(
+                        "{}: specializing to {signature}: {e}",
+                        self.source.name()
+                    ))
+                })?;
+                let graph = self.session.try_compile(g)?;
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                self.plans.push(Plan {
+                    key,
+                    graph,
+                    last_used: 0,
+                });
+                (self.plans.len() - 1, true, ms)
+            }
+        };
+        self.plans[k].last_used = self.clock;
+        // Evict others first so `k`'s plan (the newest use) stays.
+        let keep = self.plans[k].key.clone();
+        self.evict();
+        let k = self
+            .plans
+            .iter()
+            .position(|p| p.key == keep)
+            .expect("the plan just used is the most recent and is never evicted");
+        self.last = Some(PlanEvent {
+            signature,
+            new,
+            plan_ms: ms,
+            cached: self.plans.len(),
+        });
+        Ok(&mut self.plans[k].graph)
+    }
+
+    fn evict(&mut self) {
+        while self.plans.len() > self.cap {
+            let oldest = self
+                .plans
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.last_used)
+                .map(|(i, _)| i)
+                .expect("plans is not empty");
+            self.plans.remove(oldest);
+        }
+    }
+
+    /// The plan for `inputs`, taken out of the cache (for a caller that runs one signature,
+    /// as `rlx run` does). Errors as [`DynamicModel::plan_for`].
+    pub fn take_plan(&mut self, inputs: &[(&str, &Tensor)]) -> Result<CompiledGraph, RuntimeError> {
+        let key = self.signature(inputs)?;
+        self.plan_for(inputs)?;
+        let k = self
+            .plans
+            .iter()
+            .position(|p| p.key == key)
+            .expect("plan_for cached this signature's plan");
+        Ok(self.plans.remove(k).graph)
+    }
+
+    /// Run on named host tensors: plan (or reuse the plan) for their signature, then run it.
+    /// Returns one tensor per graph output.
+    ///
+    /// Errors: as [`DynamicModel::plan_for`] and [`CompiledGraph::run_tensor_refs`].
+    pub fn run_tensors(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.plan_for(inputs)?.run_tensor_refs(inputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_ranges() {
+        assert_eq!(DimRange::parse("4"), Ok(DimRange::exact(4)));
+        assert_eq!(
+            DimRange::parse("1..64"),
+            Ok(DimRange {
+                min: 1,
+                max: Some(64)
+            })
+        );
+        assert_eq!(DimRange::parse("1..=64"), DimRange::parse("1..64"));
+        assert_eq!(DimRange::parse("2.."), Ok(DimRange { min: 2, max: None }));
+        assert!(DimRange::parse("5..4").unwrap_err().contains("larger"));
+        assert!(DimRange::parse("a..4").unwrap_err().contains("MIN"));
+        assert!(DimRange::parse("-1").is_err());
+        let r = DimRange::parse("1..64").unwrap();
+        assert!(r.accepts(1) && r.accepts(64) && !r.accepts(0) && !r.accepts(65));
+        assert_eq!(r.to_string(), "1..64");
+    }
+}
