@@ -238,7 +238,7 @@ fn future_version_is_refused() {
         let b = if n == "manifest.json" {
             String::from_utf8(b)
                 .unwrap()
-                .replace("\"format_version\": 1", "\"format_version\": 2")
+                .replace("\"format_version\": 1", "\"format_version\": 3")
                 .into_bytes()
         } else {
             b
@@ -248,7 +248,7 @@ fn future_version_is_refused() {
     let e = err_of(load_package(&f, Device::Cpu));
     assert!(
         e.contains(
-            "entry manifest.json: package format version 2 is newer than this rlx reads (up to 1)"
+            "entry manifest.json: package format version 3 is newer than this rlx reads (up to 2)"
         ) && e.contains(&f.display().to_string()),
         "{e}"
     );

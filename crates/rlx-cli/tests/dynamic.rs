@@ -1,0 +1,313 @@
+//! Dynamic packages and models (issue 32): one package compiled with
+//! `--dim batch=1..16 --dim sequence=1..512` runs a BERT-style encoder at (1, 7), (3, 128)
+//! and (16, 512) with outputs matching onnxruntime's (fixtures/dynamic, written by
+//! scripts/gen_dynamic_models.py); sizes out of range and inputs that disagree on a shared
+//! symbol get the guard messages; the library's plan cache reuses and evicts plans.
+
+mod common;
+use common::*;
+use rlx_cli::npy::read_npy;
+use rlx_ir::Tensor;
+use rlx_runtime::{
+    load_any_package, load_dynamic_package, load_package, save_dynamic_package, DimRange,
+    DynamicModel, LoadedPackage, OnnxSource, Device,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+const RLX: &str = env!("CARGO_BIN_EXE_rlx");
+const SIZES: [&str; 3] = ["1x7", "3x128", "16x512"];
+const INPUTS: [&str; 3] = ["input_ids", "attention_mask", "token_type_ids"];
+const OUTPUTS: [&str; 2] = ["last_hidden_state", "pooler_output"];
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rlx-cli-dynamic-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn rlx(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new(RLX);
+    c.args(args).current_dir(repo());
+    for v in ["RLX_DEBUG_NANS", "RLX_RUNTIME_CHECK_INPUTS", "RLX_LINT_NUMERICS"] {
+        c.env_remove(v);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().expect("run rlx");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+fn input_args(case: &Path) -> Vec<String> {
+    INPUTS
+        .iter()
+        .map(|n| format!("--input={n}={}", case.join(format!("input_{n}.npy")).display()))
+        .collect()
+}
+
+fn inputs(case: &Path) -> Vec<(String, Tensor)> {
+    INPUTS
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                read_npy(&case.join(format!("input_{n}.npy"))).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn compile_pkg(dir: &Path, tag: &str) -> PathBuf {
+    let pkg = tmp(&format!("{tag}.rlxpkg"));
+    let model = dir.join("model.onnx");
+    let (code, _, err) = rlx(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "--dim",
+            "batch=1..16",
+            "--dim",
+            "sequence=1..512",
+            "-o",
+            pkg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "rlx compile: {err}");
+    assert!(err.contains("dynamic"), "{err}");
+    assert!(
+        err.contains("batch=1..16") && err.contains("sequence=1..512"),
+        "the guards with ranges: {err}"
+    );
+    assert!(
+        err.contains("batch=16, sequence=512"),
+        "the largest corner was checked: {err}"
+    );
+    pkg
+}
+
+/// The issue's bar: one package, three sizes, onnxruntime's outputs.
+#[test]
+fn one_package_runs_every_size_in_range_like_onnxruntime() {
+    let Some(dir) = fixture("fixtures/dynamic/bert_dyn") else {
+        return;
+    };
+    let pkg = compile_pkg(&dir, "bert");
+    for size in SIZES {
+        let case = dir.join(size);
+        let out = tmp(&format!("out-{size}"));
+        let mut args = vec!["run".to_string(), pkg.display().to_string()];
+        args.extend(input_args(&case));
+        args.extend(["--output-dir".into(), out.display().to_string()]);
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let (code, _, err) = rlx(&a, &[]);
+        assert_eq!(code, 0, "rlx run at {size}: {err}");
+        let (b, s) = size.split_once('x').unwrap();
+        assert!(
+            err.contains(&format!("planned")) && err.contains(&format!("batch={b}, sequence={s}")),
+            "the plan's signature is reported: {err}"
+        );
+        for o in OUTPUTS {
+            let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+            let want = read_npy(&case.join(format!("expected_{o}.npy"))).unwrap();
+            assert_close(&format!("{size} {o}"), &got, &want, 1e-4, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn out_of_range_and_disagreeing_inputs_get_guard_messages() {
+    let Some(dir) = fixture("fixtures/dynamic/bert_dyn") else {
+        return;
+    };
+    let pkg = compile_pkg(&dir, "guards");
+    let p = pkg.to_str().unwrap();
+    // batch 17 (generated inputs), outside 1..16: one line per input, AOTInductor's form
+    let (code, _, err) = rlx(&["run", p, "--dim", "batch=17", "-q"], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "rlx input-check: inputs[0] \"input_ids\": unmatched dim 0 (\"batch\"), expected: 1..16, but got: 17"
+        ),
+        "{err}"
+    );
+    // a sequence of 513
+    let (code, _, err) = rlx(&["run", p, "--dim", "sequence=513", "-q"], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("unmatched dim 1 (\"sequence\"), expected: 1..512, but got: 513"),
+        "{err}"
+    );
+    // input_ids at 1x7, attention_mask at 3x128: the shared symbols disagree
+    let ids = dir.join("1x7/input_input_ids.npy");
+    let mask = dir.join("3x128/input_attention_mask.npy");
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            p,
+            "--input",
+            &format!("input_ids={}", ids.display()),
+            "--input",
+            &format!("attention_mask={}", mask.display()),
+            "-q",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("inputs[1] \"attention_mask\": unmatched dim 1 (\"sequence\"), expected: 7 (as inputs[0] \"input_ids\" dim 1), but got: 128"),
+        "{err}"
+    );
+    // --dim naming a symbol the model does not have
+    let (code, _, err) = rlx(&["run", p, "--dim", "seq=3"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no symbolic dim named \"seq\""), "{err}");
+    // bad ranges at compile time
+    let model = dir.join("model.onnx");
+    for (dim, want) in [
+        ("batch=5..4", "larger than MAX"),
+        ("batch=x..4", "MIN"),
+        ("batsh=1..4", "no symbolic dim named \"batsh\""),
+    ] {
+        let (code, _, err) = rlx(
+            &["compile", model.to_str().unwrap(), "--dim", dim, "-o", "/dev/null"],
+            &[],
+        );
+        assert_eq!(code, 1, "{dim}: {err}");
+        assert!(err.contains(want), "{dim}: {err}");
+    }
+    // the library's static loader refuses a dynamic package and says what to use
+    let e = load_package(&pkg, Device::Cpu).err().expect("refused");
+    assert!(e.to_string().contains("load_dynamic_package"), "{e}");
+}
+
+/// The library: plans are built once per signature, reused, and evicted least recently
+/// used first; outputs match onnxruntime's at each size.
+#[test]
+fn plan_cache_reuses_and_evicts() {
+    let Some(dir) = fixture("fixtures/dynamic/bert_dyn") else {
+        return;
+    };
+    let src = OnnxSource::open(&dir.join("model.onnx")).unwrap();
+    let mut ranges = BTreeMap::new();
+    ranges.insert("batch".to_string(), DimRange::parse("1..16").unwrap());
+    ranges.insert("sequence".to_string(), DimRange::parse("1..512").unwrap());
+    let mut m = DynamicModel::new(Arc::new(src), Device::Cpu, ranges).unwrap();
+    m.set_plan_cache_size(2);
+    let cases: Vec<(String, Vec<(String, Tensor)>)> = SIZES
+        .iter()
+        .map(|s| (s.to_string(), inputs(&dir.join(s))))
+        .collect();
+    let mut run = |m: &mut DynamicModel, k: usize| -> bool {
+        let (size, feeds) = &cases[k];
+        let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let outs = m.run_tensors(&named).unwrap();
+        for (o, got) in OUTPUTS.iter().zip(&outs) {
+            let want = read_npy(&dir.join(size).join(format!("expected_{o}.npy"))).unwrap();
+            assert_close(&format!("{size} {o}"), got, &want, 1e-4, 1e-5);
+        }
+        m.last_plan().unwrap().new
+    };
+    assert!(run(&mut m, 0), "first run at 1x7 plans");
+    assert!(!run(&mut m, 0), "second run at 1x7 reuses the plan");
+    assert!(run(&mut m, 1), "3x128 plans");
+    assert_eq!(m.plans_cached(), 2);
+    assert!(!run(&mut m, 0), "1x7 is still cached");
+    assert!(run(&mut m, 2), "16x512 plans and evicts 3x128 (least recently used)");
+    assert_eq!(m.plans_cached(), 2);
+    assert!(!run(&mut m, 0), "1x7 was used more recently than 3x128");
+    assert!(run(&mut m, 1), "3x128 was evicted");
+    assert_eq!(m.last_plan().unwrap().signature, "batch=3, sequence=128");
+
+    // save, load (as a dynamic package and through load_any_package), run again
+    let pkg = tmp("lib.rlxpkg");
+    save_dynamic_package(&mut m, &pkg).unwrap();
+    let mut l = load_dynamic_package(&pkg, Device::Cpu).unwrap();
+    assert_eq!(l.guards(), m.guards());
+    assert_eq!(l.plans_cached(), 0, "loading builds no plan");
+    assert!(run(&mut l, 1));
+    assert!(matches!(
+        load_any_package(&pkg, Device::Cpu).unwrap(),
+        LoadedPackage::Dynamic(_)
+    ));
+}
+
+/// A package whose manifest lies about the ranges, or whose source is not ONNX, is refused
+/// with the entry named.
+#[test]
+fn corrupted_dynamic_packages_are_refused() {
+    let Some(dir) = fixture("fixtures/dynamic/bert_dyn") else {
+        return;
+    };
+    let pkg = compile_pkg(&dir, "corrupt-base");
+    let manifest = zip_entry(&pkg, "manifest.json");
+    let source = zip_entry(&pkg, "source.onnx");
+    let text = String::from_utf8(manifest.clone()).unwrap();
+    // edits in the manifest's "dynamic" field only (the guards before it keep theirs)
+    let at = text.find("\"dynamic\"").expect("a dynamic field");
+    let in_dynamic = |from: &str, to: &str| {
+        format!("{}{}", &text[..at], text[at..].replacen(from, to, 1)).into_bytes()
+    };
+    let cases: Vec<(&str, Vec<u8>, Vec<u8>, &str)> = vec![
+        (
+            "range-min-over-max",
+            in_dynamic("\"min\": 1", "\"min\": 99"),
+            source.clone(),
+            "larger than max",
+        ),
+        (
+            "guards-disagree",
+            in_dynamic("\"max\": 512", "\"max\": 600"),
+            source.clone(),
+            "do not match",
+        ),
+        (
+            "source-not-onnx",
+            manifest.clone(),
+            b"not a model".to_vec(),
+            "source.onnx",
+        ),
+    ];
+    for (tag, m, s, want) in cases {
+        let p = tmp(&format!("{tag}.rlxpkg"));
+        write_zip(&p, &[("manifest.json", &m), ("source.onnx", &s)]);
+        let e = load_dynamic_package(&p, Device::Cpu)
+            .err()
+            .unwrap_or_else(|| panic!("{tag}: loaded"));
+        let msg = e.to_string();
+        assert!(msg.contains(want), "{tag}: {msg}");
+        assert!(msg.contains(p.to_str().unwrap()), "{tag}: names the file: {msg}");
+        let (code, _, err) = rlx(&["run", p.to_str().unwrap(), "-q"], &[]);
+        assert_eq!(code, 1, "{tag}: {err}");
+    }
+}
+
+fn zip_entry(p: &Path, name: &str) -> Vec<u8> {
+    use std::io::Read;
+    let mut z = zip::ZipArchive::new(std::fs::File::open(p).unwrap()).unwrap();
+    let mut v = vec![];
+    z.by_name(name).unwrap().read_to_end(&mut v).unwrap();
+    v
+}
+
+fn write_zip(p: &Path, entries: &[(&str, &[u8])]) {
+    use std::io::Write;
+    let mut z = zip::ZipWriter::new(std::fs::File::create(p).unwrap());
+    for (n, b) in entries {
+        z.start_file(
+            *n,
+            zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Stored),
+        )
+        .unwrap();
+        z.write_all(b).unwrap();
+    }
+    z.finish().unwrap();
+}
