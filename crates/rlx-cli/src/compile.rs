@@ -284,6 +284,12 @@ fn load_dynamic_for_run(
         }
     }
     let s = m.take_plan(&named).map_err(|e| anyhow!("{e}"))?;
+    // Inputs the plan was specialized on by value are no inputs of it.
+    let keep = m.plan_inputs();
+    let feeds = feeds
+        .into_iter()
+        .filter(|(n, _)| keep.contains(n) || !m.guards().iter().any(|g| &g.name == n))
+        .collect();
     Ok((s, feeds))
 }
 

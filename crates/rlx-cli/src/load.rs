@@ -253,7 +253,42 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
             .collect(),
         ..Default::default()
     };
-    let graph = m.import(&path, &opts)?;
+    let graph = match m.import(&path, &opts) {
+        Ok(g) => g,
+        Err(e) => {
+            // A parameter input (a Reshape's `shape`, a TopK's `K`) fed at run time: import
+            // again with the given values frozen, as a dynamic model plans by value.
+            let params: Vec<String> = match &m {
+                SourceModel::Onnx(o) if e.to_string().contains("known at import time") => o
+                    .parameter_inputs()
+                    .into_iter()
+                    .filter(|n| given.contains_key(n))
+                    .collect(),
+                _ => vec![],
+            };
+            if params.is_empty() {
+                return Err(e);
+            }
+            let mut opts = opts;
+            for n in &params {
+                opts.input_shapes.remove(n);
+                opts.constant_inputs.insert(n.clone(), given[n].clone());
+            }
+            let g = m.import(&path, &opts).map_err(|_| e)?;
+            if !quiet {
+                eprintln!(
+                    "rlx: the model needs the value of {} (parameter input{}: it fixes sizes or axes); compiled for the value{} given",
+                    params.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", "),
+                    if params.len() > 1 { "s" } else { "" },
+                    if params.len() > 1 { "s" } else { "" },
+                );
+            }
+            for n in &params {
+                given.remove(n);
+            }
+            g
+        }
+    };
     // Before generating any input: a huge --dim must be refused, not allocated.
     rlx_runtime::check_sizes(&graph).map_err(|e| anyhow!("{e}"))?;
     let mut feeds = vec![];

@@ -9,8 +9,8 @@ use common::*;
 use rlx_cli::npy::read_npy;
 use rlx_ir::Tensor;
 use rlx_runtime::{
-    load_any_package, load_dynamic_package, load_package, save_dynamic_package, DimRange,
-    DynamicModel, LoadedPackage, OnnxSource, Device,
+    load_any_package, load_dynamic_package, load_package, save_dynamic_package, Device, DimRange,
+    DynamicModel, LoadedPackage, OnnxSource,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,11 @@ fn tmp(name: &str) -> PathBuf {
 fn rlx(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut c = Command::new(RLX);
     c.args(args).current_dir(repo());
-    for v in ["RLX_DEBUG_NANS", "RLX_RUNTIME_CHECK_INPUTS", "RLX_LINT_NUMERICS"] {
+    for v in [
+        "RLX_DEBUG_NANS",
+        "RLX_RUNTIME_CHECK_INPUTS",
+        "RLX_LINT_NUMERICS",
+    ] {
         c.env_remove(v);
     }
     for (k, v) in env {
@@ -48,7 +52,12 @@ fn rlx(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 fn input_args(case: &Path) -> Vec<String> {
     INPUTS
         .iter()
-        .map(|n| format!("--input={n}={}", case.join(format!("input_{n}.npy")).display()))
+        .map(|n| {
+            format!(
+                "--input={n}={}",
+                case.join(format!("input_{n}.npy")).display()
+            )
+        })
         .collect()
 }
 
@@ -177,7 +186,14 @@ fn out_of_range_and_disagreeing_inputs_get_guard_messages() {
         ("batsh=1..4", "no symbolic dim named \"batsh\""),
     ] {
         let (code, _, err) = rlx(
-            &["compile", model.to_str().unwrap(), "--dim", dim, "-o", "/dev/null"],
+            &[
+                "compile",
+                model.to_str().unwrap(),
+                "--dim",
+                dim,
+                "-o",
+                "/dev/null",
+            ],
             &[],
         );
         assert_eq!(code, 1, "{dim}: {err}");
@@ -220,7 +236,10 @@ fn plan_cache_reuses_and_evicts() {
     assert!(run(&mut m, 1), "3x128 plans");
     assert_eq!(m.plans_cached(), 2);
     assert!(!run(&mut m, 0), "1x7 is still cached");
-    assert!(run(&mut m, 2), "16x512 plans and evicts 3x128 (least recently used)");
+    assert!(
+        run(&mut m, 2),
+        "16x512 plans and evicts 3x128 (least recently used)"
+    );
     assert_eq!(m.plans_cached(), 2);
     assert!(!run(&mut m, 0), "1x7 was used more recently than 3x128");
     assert!(run(&mut m, 1), "3x128 was evicted");
@@ -283,7 +302,10 @@ fn corrupted_dynamic_packages_are_refused() {
             .unwrap_or_else(|| panic!("{tag}: loaded"));
         let msg = e.to_string();
         assert!(msg.contains(want), "{tag}: {msg}");
-        assert!(msg.contains(p.to_str().unwrap()), "{tag}: names the file: {msg}");
+        assert!(
+            msg.contains(p.to_str().unwrap()),
+            "{tag}: names the file: {msg}"
+        );
         let (code, _, err) = rlx(&["run", p.to_str().unwrap(), "-q"], &[]);
         assert_eq!(code, 1, "{tag}: {err}");
     }
@@ -310,4 +332,109 @@ fn write_zip(p: &Path, entries: &[(&str, &[u8])]) {
         z.write_all(b).unwrap();
     }
     z.finish().unwrap();
+}
+
+fn pb(p: &Path) -> Tensor {
+    rlx_onnx_import::read_tensor_proto(&std::fs::read(p).unwrap())
+        .unwrap()
+        .1
+}
+
+/// A parameter input fed at run time (Reshape's `shape`, TopK's `K`, a Reduce's `axes`):
+/// the dynamic model plans per value, and `rlx run` with `.pb` inputs runs the case; a data
+/// input that decides the output shape (Compress's condition) is never frozen.
+#[test]
+fn parameter_inputs_are_planned_by_value() {
+    let Some(suite) = fixture("fixtures/onnx-node") else {
+        return;
+    };
+    // Library: Reshape with `shape` as a graph input, at two shape values.
+    let case = suite.join("test_reshape_extended_dims");
+    let src = OnnxSource::open(&case.join("model.onnx")).unwrap();
+    let mut m = DynamicModel::new(Arc::new(src), Device::Cpu, BTreeMap::new()).unwrap();
+    let data = pb(&case.join("test_data_set_0/input_0.pb"));
+    let shape = pb(&case.join("test_data_set_0/input_1.pb"));
+    let want = pb(&case.join("test_data_set_0/output_0.pb"));
+    let names = ["data", "shape"];
+    let out = m
+        .run_tensors(&[(names[0], &data), (names[1], &shape)])
+        .unwrap();
+    assert_eq!(out[0].dims(), want.dims());
+    assert_eq!(out[0].data().to_f64_vec(), want.data().to_f64_vec());
+    let ev = m.last_plan().unwrap().clone();
+    assert!(ev.new && ev.signature.contains("shape="), "{ev:?}");
+    assert_eq!(m.plan_inputs(), vec!["data".to_string()]);
+    // the same value: cached; another value of the same (declared) shape: a new plan
+    m.run_tensors(&[(names[0], &data), (names[1], &shape)])
+        .unwrap();
+    assert!(!m.last_plan().unwrap().new);
+    let n = data.numel();
+    let flat = Tensor::from_i64(&[4], vec![1, 1, n as i64, 1]).unwrap();
+    let out = m
+        .run_tensors(&[(names[0], &data), (names[1], &flat)])
+        .unwrap();
+    assert!(m.last_plan().unwrap().new);
+    assert_eq!(out[0].dims(), &[1, 1, n, 1]);
+    assert_eq!(out[0].data().to_f64_vec(), data.data().to_f64_vec());
+
+    // CLI: node cases with a parameter input, their .pb files as a user gives them
+    for name in [
+        "test_reshape_extended_dims",
+        "test_top_k",
+        "test_reduce_sum_keepdims_random",
+        "test_unsqueeze_axis_1",
+    ] {
+        let case = suite.join(name);
+        let ds = case.join("test_data_set_0");
+        let out = tmp(&format!("node-{name}"));
+        let mut args = vec![
+            "run".to_string(),
+            case.join("model.onnx").display().to_string(),
+            "--output-dir".into(),
+            out.display().to_string(),
+        ];
+        let mut k = 0;
+        while ds.join(format!("input_{k}.pb")).is_file() {
+            args.push(format!(
+                "--input={}",
+                ds.join(format!("input_{k}.pb")).display()
+            ));
+            k += 1;
+        }
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let (code, _, err) = rlx(&a, &[]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(
+            err.contains("parameter input"),
+            "{name}: the note says why: {err}"
+        );
+        let mut k = 0;
+        while ds.join(format!("output_{k}.pb")).is_file() {
+            let (oname, want) = rlx_onnx_import::read_tensor_proto(
+                &std::fs::read(ds.join(format!("output_{k}.pb"))).unwrap(),
+            )
+            .unwrap();
+            let got = read_npy(&out.join(format!("{oname}.npy"))).unwrap();
+            assert_close(&format!("{name} {oname}"), &got, &want, 1e-5, 1e-7);
+            k += 1;
+        }
+    }
+
+    // A data input is not frozen: Compress's condition decides the output's length.
+    let case = suite.join("test_compress_0");
+    let ds = case.join("test_data_set_0");
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            case.join("model.onnx").to_str().unwrap(),
+            &format!("--input={}", ds.join("input_0.pb").display()),
+            &format!("--input={}", ds.join("input_1.pb").display()),
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("condition must be known at import time"),
+        "{err}"
+    );
 }

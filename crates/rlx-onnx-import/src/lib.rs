@@ -15,6 +15,7 @@
 mod ctx;
 mod error;
 mod ops;
+pub mod params;
 pub mod proto;
 pub mod tensor;
 
@@ -180,6 +181,34 @@ impl OnnxModel {
                 input_shape(vi, &ImportOptions::default())
                     .ok()
                     .map(|(d, _)| (vi.name.clone(), d))
+            })
+            .collect()
+    }
+
+    /// Graph inputs that only fix sizes, axes or attributes ([`params::PARAMETER_INPUTS`]):
+    /// every top-level node that reads one reads it at a parameter position (a Reshape's
+    /// `shape`, a TopK's `K`, a Reduce's `axes`). A runtime that is given their values may
+    /// import with them frozen as constants ([`ImportOptions::constant_inputs`]) and still
+    /// run the op itself; in input order.
+    pub fn parameter_inputs(&self) -> Vec<String> {
+        let Some(graph) = self.model.graph.as_ref() else {
+            return vec![];
+        };
+        self.input_names()
+            .into_iter()
+            .filter(|name| {
+                let mut read = false;
+                for n in &graph.node {
+                    for (k, i) in n.input.iter().enumerate() {
+                        if i == name {
+                            read = true;
+                            if !params::is_parameter_input(&n.op_type, k) {
+                                return false;
+                            }
+                        }
+                    }
+                }
+                read
             })
             .collect()
     }

@@ -117,8 +117,18 @@ pub trait GraphSource: Send + Sync {
     fn name(&self) -> &str;
     /// Declared inputs, symbolic dims kept (`Dim::Sym("batch")`), in input order.
     fn declared_inputs(&self) -> Vec<(String, Shape)>;
-    /// The graph with every input at the given shape (all symbolic dims bound).
-    fn specialize(&self, input_shapes: &HashMap<String, Vec<usize>>) -> Result<Graph, String>;
+    /// The graph with every input at the given shape (all symbolic dims bound) and the
+    /// inputs in `constants` frozen to those values (they are then no inputs of the graph).
+    fn specialize(
+        &self,
+        input_shapes: &HashMap<String, Vec<usize>>,
+        constants: &HashMap<String, Tensor>,
+    ) -> Result<Graph, String>;
+    /// Inputs that only fix sizes, axes or attributes (a Reshape's `shape`): when the
+    /// source cannot be specialized without their values, plans are made per value.
+    fn parameter_inputs(&self) -> Vec<String> {
+        vec![]
+    }
     /// The source's serialized bytes, for packages (`None`: it cannot be saved).
     fn bytes(&self) -> Option<&[u8]>;
 }
@@ -169,12 +179,24 @@ impl GraphSource for OnnxSource {
     fn declared_inputs(&self) -> Vec<(String, Shape)> {
         self.model.declared_inputs()
     }
-    fn specialize(&self, input_shapes: &HashMap<String, Vec<usize>>) -> Result<Graph, String> {
+    fn specialize(
+        &self,
+        input_shapes: &HashMap<String, Vec<usize>>,
+        constants: &HashMap<String, Tensor>,
+    ) -> Result<Graph, String> {
         let opts = rlx_onnx_import::ImportOptions {
-            input_shapes: input_shapes.clone(),
+            input_shapes: input_shapes
+                .iter()
+                .filter(|(n, _)| !constants.contains_key(*n))
+                .map(|(n, s)| (n.clone(), s.clone()))
+                .collect(),
+            constant_inputs: constants.clone(),
             ..Default::default()
         };
         self.model.import(&opts).map_err(|e| e.to_string())
+    }
+    fn parameter_inputs(&self) -> Vec<String> {
+        self.model.parameter_inputs()
     }
     fn bytes(&self) -> Option<&[u8]> {
         Some(&self.bytes)
@@ -196,7 +218,7 @@ pub struct PlanEvent {
 }
 
 struct Plan {
-    key: Vec<(String, usize)>,
+    key: String,
     graph: CompiledGraph,
     last_used: u64,
 }
@@ -211,6 +233,11 @@ pub struct DynamicModel {
     cap: usize,
     clock: u64,
     last: Option<PlanEvent>,
+    /// Parameter inputs the source needs the values of (found when specializing without
+    /// them failed): plans are keyed by their values too, and the plans do not take them.
+    by_value: Vec<String>,
+    /// The source's parameter inputs (read once).
+    params: Vec<String>,
 }
 
 impl DynamicModel {
@@ -284,7 +311,6 @@ impl DynamicModel {
             })
             .collect();
         Ok(DynamicModel {
-            source,
             session: Session::new(device),
             ranges: all,
             guards,
@@ -292,6 +318,9 @@ impl DynamicModel {
             cap: DEFAULT_PLAN_CACHE,
             clock: 0,
             last: None,
+            by_value: vec![],
+            params: source.parameter_inputs(),
+            source,
         })
     }
 
@@ -415,7 +444,11 @@ impl DynamicModel {
 
     /// The plan for `inputs`' signature, built now if not cached (checks as
     /// [`DynamicModel::signature`]). Configure it (debug mode, printer) and run it as any
-    /// [`CompiledGraph`].
+    /// [`CompiledGraph`]; it takes the inputs [`DynamicModel::plan_inputs`] names.
+    ///
+    /// When the source cannot be specialized without the values of its parameter inputs
+    /// (a Reshape's `shape` fed as a graph input), plans are keyed by those values as well
+    /// and built with them frozen; data inputs are never frozen.
     ///
     /// Errors: the input check; the source failing to specialize at this signature (an
     /// import error naming the node); compiling (sizes too large for this machine, ...).
@@ -423,19 +456,34 @@ impl DynamicModel {
         &mut self,
         inputs: &[(&str, &Tensor)],
     ) -> Result<&mut CompiledGraph, RuntimeError> {
-        let key = self.signature(inputs)?;
+        let syms = self.signature(inputs)?;
         let shapes: HashMap<String, Vec<usize>> = inputs
             .iter()
             .map(|(n, t)| (n.to_string(), t.dims().to_vec()))
             .collect();
-        self.plan_keyed(key, &shapes)
+        let values: HashMap<String, Tensor> = inputs
+            .iter()
+            .map(|(n, t)| (n.to_string(), (*t).clone()))
+            .filter(|(n, t)| self.params.contains(n) && t.numel() <= 4096)
+            .collect();
+        self.plan_keyed(syms, &shapes, Some(&values))
+    }
+
+    /// The inputs the plan for the last signature takes: every declared input but those
+    /// frozen by value (see [`DynamicModel::plan_for`]).
+    pub fn plan_inputs(&self) -> Vec<String> {
+        self.guards
+            .iter()
+            .map(|g| g.name.clone())
+            .filter(|n| !self.by_value.contains(n))
+            .collect()
     }
 
     /// The plan for every symbol at the given size (inputs' shapes follow from the
     /// declared signature). Used to check a range's corners when compiling a package.
     ///
-    /// Errors: a symbol missing from `sizes` or outside its range, and as
-    /// [`DynamicModel::plan_for`].
+    /// Errors: a symbol missing from `sizes` or outside its range, a source that needs
+    /// input values to specialize, and as [`DynamicModel::plan_for`].
     pub fn plan_at(
         &mut self,
         sizes: &BTreeMap<String, usize>,
@@ -455,7 +503,7 @@ impl DynamicModel {
         }
         let shapes = self.shapes_at(sizes);
         let key = self.ranges.keys().map(|s| (s.clone(), sizes[s])).collect();
-        self.plan_keyed(key, &shapes)
+        self.plan_keyed(key, &shapes, None)
     }
 
     /// Every declared input's dims with the symbols at `sizes` (symbols not given at their
@@ -477,34 +525,80 @@ impl DynamicModel {
             .collect()
     }
 
-    fn plan_keyed(
-        &mut self,
-        key: Vec<(String, usize)>,
-        shapes: &HashMap<String, Vec<usize>>,
-    ) -> Result<&mut CompiledGraph, RuntimeError> {
-        self.clock += 1;
-        let signature = if key.is_empty() {
+    /// The signature text and plan key: symbols, then the values of inputs planned by value.
+    fn key_text(
+        &self,
+        syms: &[(String, usize)],
+        values: Option<&HashMap<String, Tensor>>,
+    ) -> String {
+        let mut parts: Vec<String> = syms.iter().map(|(s, v)| format!("{s}={v}")).collect();
+        if let Some(values) = values {
+            for n in &self.by_value {
+                if let Some(t) = values.get(n) {
+                    parts.push(format!("{n}={:?}", t.data().to_f64_vec()));
+                }
+            }
+        }
+        if parts.is_empty() {
             "static".to_string()
         } else {
-            key.iter()
-                .map(|(s, v)| format!("{s}={v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+            parts.join(", ")
+        }
+    }
+
+    fn plan_keyed(
+        &mut self,
+        syms: Vec<(String, usize)>,
+        shapes: &HashMap<String, Vec<usize>>,
+        values: Option<&HashMap<String, Tensor>>,
+    ) -> Result<&mut CompiledGraph, RuntimeError> {
+        self.clock += 1;
+        let mut key = self.key_text(&syms, values);
         let (k, new, ms) = match self.plans.iter().position(|p| p.key == key) {
             Some(k) => (k, false, 0.0),
             None => {
                 let t0 = Instant::now();
-                let g = self.source.specialize(shapes).map_err(|e| {
+                let frozen = |by: &[String]| -> HashMap<String, Tensor> {
+                    values
+                        .map(|v| {
+                            v.iter()
+                                .filter(|(n, _)| by.contains(n))
+                                .map(|(n, t)| (n.clone(), t.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let mut r = self.source.specialize(shapes, &frozen(&self.by_value));
+                // The source needs a parameter input's value: plan by value from now on.
+                if let Err(e) = &r {
+                    let avail: Vec<String> = values
+                        .map(|v| v.keys().cloned().collect())
+                        .unwrap_or_default();
+                    if e.contains("known at import time")
+                        && self.by_value.is_empty()
+                        && !avail.is_empty()
+                    {
+                        let mut by: Vec<String> = self.params.clone();
+                        by.retain(|n| avail.contains(n));
+                        let retry = self.source.specialize(shapes, &frozen(&by));
+                        if retry.is_ok() {
+                            self.by_value = by;
+                            self.plans.clear();
+                            key = self.key_text(&syms, values);
+                        }
+                        r = retry.or(r);
+                    }
+                }
+                let g = r.map_err(|e| {
                     RuntimeError::Input(format!(
-                        "{}: specializing to {signature}: {e}",
+                        "{}: specializing to {key}: {e}",
                         self.source.name()
                     ))
                 })?;
                 let graph = self.session.try_compile(g)?;
                 let ms = t0.elapsed().as_secs_f64() * 1e3;
                 self.plans.push(Plan {
-                    key,
+                    key: key.clone(),
                     graph,
                     last_used: 0,
                 });
@@ -513,15 +607,14 @@ impl DynamicModel {
         };
         self.plans[k].last_used = self.clock;
         // Evict others first so `k`'s plan (the newest use) stays.
-        let keep = self.plans[k].key.clone();
         self.evict();
         let k = self
             .plans
             .iter()
-            .position(|p| p.key == keep)
+            .position(|p| p.key == key)
             .expect("the plan just used is the most recent and is never evicted");
         self.last = Some(PlanEvent {
-            signature,
+            signature: key,
             new,
             plan_ms: ms,
             cached: self.plans.len(),
@@ -545,8 +638,12 @@ impl DynamicModel {
     /// The plan for `inputs`, taken out of the cache (for a caller that runs one signature,
     /// as `rlx run` does). Errors as [`DynamicModel::plan_for`].
     pub fn take_plan(&mut self, inputs: &[(&str, &Tensor)]) -> Result<CompiledGraph, RuntimeError> {
-        let key = self.signature(inputs)?;
         self.plan_for(inputs)?;
+        let key = self
+            .last
+            .as_ref()
+            .map(|e| e.signature.clone())
+            .unwrap_or_default();
         let k = self
             .plans
             .iter()
@@ -560,7 +657,24 @@ impl DynamicModel {
     ///
     /// Errors: as [`DynamicModel::plan_for`] and [`CompiledGraph::run_tensor_refs`].
     pub fn run_tensors(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.plan_for(inputs)?.run_tensor_refs(inputs)
+        self.plan_for(inputs)?;
+        let keep = self.plan_inputs();
+        let fed: Vec<(&str, &Tensor)> = inputs
+            .iter()
+            .filter(|(n, _)| keep.iter().any(|k| k == n))
+            .copied()
+            .collect();
+        let key = self
+            .last
+            .as_ref()
+            .map(|e| e.signature.clone())
+            .unwrap_or_default();
+        let plan = self
+            .plans
+            .iter_mut()
+            .find(|p| p.key == key)
+            .expect("plan_for cached this signature's plan");
+        plan.graph.run_tensor_refs(&fed)
     }
 }
 
