@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """ONNX's backend node cases through the CLI, as a user drives it: `rlx run model.onnx
 --input input_0.pb --input input_1.pb ... --output-dir D`, then D's .npy files against the
-case's output_<k>.pb (rtol 1e-3, atol 1e-7, NaN equal to NaN, dtype and shape exact; the
-conformance harness's rule). No input is frozen by the harness.
+case's output_<k>.pb (rtol 1e-3, bfloat16 1/64, atol 1e-7, NaN equal to NaN, dtype and
+shape exact; the conformance harness's rule). No input is frozen by the harness.
 
     .venv/bin/python scripts/cli_node_suite.py [--rlx target/release/rlx] [--jobs 2] [--json FILE] [CASE_PREFIX...]
 
@@ -52,6 +52,9 @@ NARROW = {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8
 def close(got: np.ndarray, want: np.ndarray) -> str | None:
     if got.shape != want.shape:
         return f"shape {got.shape} vs {want.shape}"
+    rtol = 1e-3
+    if want.dtype.name == "bfloat16":
+        rtol = 1.0 / 64  # two bf16 ULPs, as onnx's runner and rlx-conformance's compare.rs
     if want.dtype.name in NARROW and got.dtype.name in ("float32", "int8", "uint8"):
         want = want.astype(got.dtype)
     if got.dtype != want.dtype:
@@ -66,7 +69,7 @@ def close(got: np.ndarray, want: np.ndarray) -> str | None:
         inf = np.isinf(w)
         if (g[inf] != w[inf]).any():
             return "Inf values"
-        bad = np.abs(g[~inf] - w[~inf]) > 1e-7 + 1e-3 * np.abs(w[~inf])
+        bad = np.abs(g[~inf] - w[~inf]) > 1e-7 + rtol * np.abs(w[~inf])
         return "values" if bad.any() else None
     return None if np.array_equal(got, want) else "values"
 
