@@ -10,8 +10,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::Tensor;
 use rlx_runtime::{
-    load_package, save_dynamic_package, save_package, CompiledGraph, Device, DimRange,
-    DynamicModel, OnnxSource, Session,
+    load_package, save_dynamic_package, save_package, Device, DimRange, DynamicModel, OnnxSource,
+    Session,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -174,48 +174,77 @@ pub fn main_compile(a: CompileArgs) -> i32 {
     }
 }
 
-/// Load the package `a.model` for the CPU and bind `--input` files (named or positional)
-/// to its inputs; inputs not given are generated from the compiled shapes (`--seed`).
+/// Run the package `a.model` (`rlx run model.rlxpkg`): a static package on the device type it
+/// was compiled for (or `--device`), binding `--input` files (named or positional) to its
+/// inputs and generating the others from the compiled shapes (`--seed`); a dynamic package
+/// at the sizes its inputs give (see [`run_dynamic`]).
 ///
 /// With the input check on (`RLX_RUNTIME_CHECK_INPUTS=1`) a file whose type differs from
 /// the package's input is left for the guards to report (one `rlx input-check:` line per
 /// problem); otherwise it is refused here with one line naming the file.
-pub fn load_package_for_run(a: &RunArgs) -> Result<(CompiledGraph, Vec<(String, Tensor)>)> {
+pub fn run_package(a: &RunArgs) -> Result<i32> {
     let manifest = rlx_runtime::package::read_manifest(&a.model).map_err(|e| anyhow!("{e}"))?;
     let device = match &a.device {
         Some(d) => parse_device(d)?,
         None => parse_device(&manifest.device_type)?,
     };
     if manifest.dynamic.is_some() {
-        return load_dynamic_for_run(a, device);
+        let m = rlx_runtime::load_dynamic_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
+        return run_dynamic(a, m);
     }
     if !a.dims.is_empty() {
         bail!(
             "--dim: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...` (a range, NAME=MIN..MAX, makes a package that takes any size in it)"
         );
     }
-    let s = load_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
+    let mut s = load_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
     let decl = s.inputs();
     let given = bind_input_files(a, &decl)?;
     let checked = s.check_inputs_enabled();
     let feeds = order_feeds(a, &decl, given, checked, |_, shape| Ok(shape.clone()))?;
-    Ok((s, feeds))
+    crate::run::run_compiled(a, &mut s, feeds)
 }
 
-/// A dynamic package for one run: bind the input files, generate the others at the sizes
-/// the files, `--dim NAME=SIZE` or the ranges' minimum give, then plan this signature.
-fn load_dynamic_for_run(
-    a: &RunArgs,
-    device: Device,
-) -> Result<(CompiledGraph, Vec<(String, Tensor)>)> {
-    let mut m = rlx_runtime::load_dynamic_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
+/// True for an import error that a run in segments can get past: a node whose output shape
+/// or control flow depends on values known only when the model runs.
+pub fn is_value_dependent(msg: &str) -> bool {
+    msg.contains("known at import time")
+        || msg.contains("depends on runtime data")
+        || msg.contains("depends on it)")
+}
+
+/// `rlx run model.onnx` for a model the importer cannot lower with static shapes because a
+/// node's output shape depends on values (NonZero, NonMaxSuppression, ...): run it as a
+/// dynamic model, in segments around such nodes. `first` is the import error, returned when
+/// the model cannot run that way either.
+pub fn run_onnx_segmented(a: &RunArgs, device: Device, first: anyhow::Error) -> Result<i32> {
+    let path = crate::run::model_path(&a.model);
+    if rlx_torch_import::is_pt2(&path) {
+        return Err(first);
+    }
+    let src = OnnxSource::open(&path).map_err(|e| anyhow!("{e}"))?;
+    let m =
+        DynamicModel::new(Arc::new(src), device, BTreeMap::new()).map_err(|e| anyhow!("{e}"))?;
+    run_dynamic(a, m)
+}
+
+/// Run a dynamic model once: bind the input files (and a model folder's `input_<name>.npy`),
+/// generate the others at the sizes the files, `--dim NAME=SIZE` or the ranges' minimum
+/// give, then plan this signature and run it with every `rlx run` feature; a model with a
+/// value-dependent node runs in segments instead (outputs and NaN reports per segment; no
+/// `--nan-report` file).
+pub fn run_dynamic(a: &RunArgs, mut m: DynamicModel) -> Result<i32> {
     let dims = crate::load::parse_dims(&a.dims)?;
     for k in dims.keys() {
         if !m.ranges().contains_key(k) {
             let have: Vec<&str> = m.ranges().keys().map(|s| s.as_str()).collect();
             bail!(
-                "--dim {k}: the package's inputs have no symbolic dim named \"{k}\" (they have: {})",
-                if have.is_empty() { "none".to_string() } else { have.join(", ") }
+                "--dim {k}: the model's inputs have no symbolic dim named \"{k}\" (they have: {})",
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
             );
         }
     }
@@ -240,7 +269,20 @@ fn load_dynamic_for_run(
             )
         })
         .collect();
-    let given = bind_input_files(a, &decl)?;
+    let mut given = bind_input_files(a, &decl)?;
+    if a.model.is_dir() {
+        for (name, _) in &decl {
+            let p = a
+                .model
+                .join(format!("input_{}.npy", crate::run::sanitize(name)));
+            if !given.contains_key(name) && p.is_file() {
+                if !a.quiet {
+                    eprintln!("rlx: input \"{name}\" from {}", p.display());
+                }
+                given.insert(name.clone(), (crate::npy::read_npy(&p)?, p));
+            }
+        }
+    }
     // Symbol sizes for generated inputs: --dim, then the given files, then the range's min.
     let mut sizes: BTreeMap<String, usize> = dims.into_iter().collect();
     for g in &guards {
@@ -272,9 +314,32 @@ fn load_dynamic_for_run(
         Ok(s)
     })?;
     let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    m.plan_for(&named).map_err(|e| anyhow!("{e}"))?;
+    match m.plan_for(&named) {
+        Ok(_) => {}
+        Err(e) if is_value_dependent(&e.to_string()) => {
+            let outs = match m.run_tensors(&named) {
+                Ok(o) => o,
+                Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
+                    eprintln!("{e}");
+                    return Ok(1);
+                }
+                Err(e2) => {
+                    return Err(anyhow!("{e2}")).with_context(|| format!("{e}"));
+                }
+            };
+            if !a.quiet {
+                eprintln!(
+                    "rlx: {} has nodes whose output shapes depend on values; it ran in segments around them",
+                    a.model.display()
+                );
+            }
+            crate::run::write_outputs(a, &m.output_names(), &outs)?;
+            return Ok(0);
+        }
+        Err(e) => return Err(anyhow!("{e}")),
+    }
     if let Some(ev) = m.last_plan() {
-        if !a.quiet {
+        if !a.quiet && crate::compile::is_package(&a.model) {
             eprintln!(
                 "rlx: planned {} for {} in {:.1} ms (import + compile; a dynamic package plans each new size signature once)",
                 a.model.display(),
@@ -283,14 +348,14 @@ fn load_dynamic_for_run(
             );
         }
     }
-    let s = m.take_plan(&named).map_err(|e| anyhow!("{e}"))?;
+    let mut s = m.take_plan(&named).map_err(|e| anyhow!("{e}"))?;
     // Inputs the plan was specialized on by value are no inputs of it.
     let keep = m.plan_inputs();
     let feeds = feeds
         .into_iter()
         .filter(|(n, _)| keep.contains(n) || !m.guards().iter().any(|g| &g.name == n))
         .collect();
-    Ok((s, feeds))
+    crate::run::run_compiled(a, &mut s, feeds)
 }
 
 /// `--input NAME=FILE` / `--input FILE` for a package whose inputs are `decl`.

@@ -263,11 +263,10 @@ fn import_with(
 fn run_inner(a: &RunArgs) -> Result<i32> {
     crate::init_threads(a.threads)?;
     if crate::compile::is_package(&a.model) {
-        let (mut s, feeds) = crate::compile::load_package_for_run(a)?;
-        return run_compiled(a, &mut s, feeds);
+        return crate::compile::run_package(a);
     }
     let device = crate::compile::parse_device(a.device.as_deref().unwrap_or("cpu"))?;
-    let loaded = crate::load::load(
+    let loaded = match crate::load::load(
         &crate::load::ModelArgs {
             model: a.model.clone(),
             inputs: a.inputs.clone(),
@@ -275,7 +274,14 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
             seed: a.seed,
         },
         a.quiet,
-    )?;
+    ) {
+        Ok(l) => l,
+        // A node whose output shape depends on values: run the model in segments.
+        Err(e) if crate::compile::is_value_dependent(&e.to_string()) => {
+            return crate::compile::run_onnx_segmented(a, device, e);
+        }
+        Err(e) => return Err(e),
+    };
     let mut s = Session::new(device)
         .try_compile(loaded.graph)
         .map_err(|e| anyhow!("{e}"))?;
@@ -329,11 +335,17 @@ pub(crate) fn run_compiled(
         }
         Err(e) => return Err(anyhow!("{e}")),
     };
+    let names: Vec<String> = s.outputs().into_iter().map(|o| o.0).collect();
+    write_outputs(a, &names, &outs)?;
+    Ok(0)
+}
+
+/// Print each output's summary (unless `--quiet`) and write it to `--output-dir`.
+pub(crate) fn write_outputs(a: &RunArgs, names: &[String], outs: &[Tensor]) -> Result<()> {
     if let Some(dir) = &a.output_dir {
         crate::npy::create_output_dir(dir)?;
     }
-    let names: Vec<String> = s.outputs().into_iter().map(|o| o.0).collect();
-    for ((name, file), t) in names.iter().zip(output_files(&names)).zip(&outs) {
+    for ((name, file), t) in names.iter().zip(output_files(names)).zip(outs) {
         if !a.quiet {
             println!("{name}: {} {}", t.shape(), summarize(t));
         }
@@ -345,7 +357,7 @@ pub(crate) fn run_compiled(
             }
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 /// File stems for outputs named `names`: [`sanitize`]d, and distinct outputs whose sanitized

@@ -13,6 +13,7 @@
 //! `Shape → Gather → Concat → Reshape` chains static.
 
 mod ctx;
+pub mod cut;
 mod error;
 mod ops;
 pub mod params;
@@ -170,6 +171,15 @@ impl OnnxModel {
     /// not a tensor).
     pub fn input_names(&self) -> Vec<String> {
         self.fed_inputs().iter().map(|vi| vi.name.clone()).collect()
+    }
+
+    /// Names of the graph outputs, in order.
+    pub fn output_names(&self) -> Vec<String> {
+        self.model
+            .graph
+            .as_ref()
+            .map(|g| g.output.iter().map(|o| o.name.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Names and declared types (symbolic dims kept) of the graph inputs that are not

@@ -129,6 +129,11 @@ pub trait GraphSource: Send + Sync {
     fn parameter_inputs(&self) -> Vec<String> {
         vec![]
     }
+    /// The ONNX model, when the source is one (a model that can be cut at a node whose
+    /// output shape depends on values: see [`rlx_onnx_import::cut`]).
+    fn as_onnx(&self) -> Option<&rlx_onnx_import::OnnxModel> {
+        None
+    }
     /// The source's serialized bytes, for packages (`None`: it cannot be saved).
     fn bytes(&self) -> Option<&[u8]>;
 }
@@ -158,6 +163,15 @@ impl OnnxSource {
             bytes,
             name: name.to_string(),
         })
+    }
+
+    /// A model already decoded (a part of a cut model); `name` names it in errors.
+    pub fn from_model(model: rlx_onnx_import::OnnxModel, name: &str) -> OnnxSource {
+        OnnxSource {
+            bytes: rlx_onnx_import::cut::Cut::encode(&model),
+            model,
+            name: name.to_string(),
+        }
     }
 
     /// Read and decode the ONNX file at `path` (errors as [`OnnxSource::from_bytes`], or an
@@ -197,6 +211,9 @@ impl GraphSource for OnnxSource {
     }
     fn parameter_inputs(&self) -> Vec<String> {
         self.model.parameter_inputs()
+    }
+    fn as_onnx(&self) -> Option<&rlx_onnx_import::OnnxModel> {
+        Some(&self.model)
     }
     fn bytes(&self) -> Option<&[u8]> {
         Some(&self.bytes)
@@ -238,6 +255,17 @@ pub struct DynamicModel {
     by_value: Vec<String>,
     /// The source's parameter inputs (read once).
     params: Vec<String>,
+    /// Set when the source has a node whose output shape depends on values: the model then
+    /// runs in segments around it (see [`DynamicModel::run_tensors`]).
+    segmented: Option<Box<Segmented>>,
+}
+
+/// A model run in three parts around a node whose output shape depends on values.
+struct Segmented {
+    cut: rlx_onnx_import::cut::Cut,
+    head: Option<DynamicModel>,
+    tail: Option<DynamicModel>,
+    tail_built: bool,
 }
 
 impl DynamicModel {
@@ -321,6 +349,7 @@ impl DynamicModel {
             by_value: vec![],
             params: source.parameter_inputs(),
             source,
+            segmented: None,
         })
     }
 
@@ -655,9 +684,29 @@ impl DynamicModel {
     /// Run on named host tensors: plan (or reuse the plan) for their signature, then run it.
     /// Returns one tensor per graph output.
     ///
-    /// Errors: as [`DynamicModel::plan_for`] and [`CompiledGraph::run_tensor_refs`].
+    /// A model with a node whose output shape depends on values (NonZero, Compress, Unique,
+    /// NonMaxSuppression; an If whose branches differ; a Loop with a run-time trip count) at
+    /// its top level runs in segments: the nodes before it as one dynamic model, then that
+    /// node alone on the CPU once its inputs exist (imported with them as constants, so the
+    /// kernels of the constant evaluator compute it), then the nodes after it as another
+    /// dynamic model fed with the values so far (cut again at the next such node). Each
+    /// segment plans, caches, checks NaN and prints reports as a model of its own.
+    ///
+    /// Errors: as [`DynamicModel::plan_for`] and [`CompiledGraph::run_tensor_refs`]; a
+    /// segment's error names the cut node.
     pub fn run_tensors(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.plan_for(inputs)?;
+        if self.segmented.is_none() {
+            match self.plan_for(inputs) {
+                Ok(_) => {}
+                Err(e) => match self.cut_for(&e) {
+                    Some(seg) => self.segmented = Some(Box::new(seg?)),
+                    None => return Err(e),
+                },
+            }
+        }
+        if self.segmented.is_some() {
+            return self.run_segmented(inputs);
+        }
         let keep = self.plan_inputs();
         let fed: Vec<(&str, &Tensor)> = inputs
             .iter()
@@ -675,6 +724,162 @@ impl DynamicModel {
             .find(|p| p.key == key)
             .expect("plan_for cached this signature's plan");
         plan.graph.run_tensor_refs(&fed)
+    }
+
+    /// True when the model runs in segments (after a run found a value-dependent node).
+    pub fn is_segmented(&self) -> bool {
+        self.segmented.is_some()
+    }
+
+    /// The source's output names, in order.
+    pub fn output_names(&self) -> Vec<String> {
+        self.source
+            .as_onnx()
+            .map(|m| m.output_names())
+            .unwrap_or_default()
+    }
+
+    /// A cut for a specialization error naming a top-level node whose output shape (or
+    /// control flow) depends on run-time values; `None` when `e` is another error.
+    fn cut_for(&self, e: &RuntimeError) -> Option<Result<Segmented, RuntimeError>> {
+        let RuntimeError::Input(msg) = e else {
+            return None;
+        };
+        let data_dependent = msg.contains("known at import time")
+            || msg.contains("depends on runtime data")
+            || msg.contains("depends on it)");
+        if !data_dependent {
+            return None;
+        }
+        let at = msg.find("node \"")? + 6;
+        let end = at + msg[at..].find("\" (")?;
+        let cut = self.source.as_onnx()?.cut_at(&msg[at..end])?;
+        let head = match cut.head() {
+            Some(m) => {
+                let name = format!("{} (before {})", self.source.name(), cut.node_label());
+                match DynamicModel::new(
+                    Arc::new(OnnxSource::from_model(m, &name)),
+                    self.device(),
+                    BTreeMap::new(),
+                ) {
+                    Ok(h) => Some(h),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            None => None,
+        };
+        Some(Ok(Segmented {
+            cut,
+            head,
+            tail: None,
+            tail_built: false,
+        }))
+    }
+
+    fn run_segmented(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.signature(inputs)?;
+        let device = self.device();
+        let outputs = self.output_names();
+        let name = self.source.name().to_string();
+        let seg = self.segmented.as_mut().expect("checked by the caller");
+        let at = seg.cut.node_label();
+        let mut vals: HashMap<String, Tensor> = inputs
+            .iter()
+            .map(|(n, t)| (n.to_string(), (*t).clone()))
+            .collect();
+        let feed = |m: &DynamicModel, vals: &HashMap<String, Tensor>| -> Vec<(String, Tensor)> {
+            m.guards()
+                .iter()
+                .filter_map(|g| vals.get(&g.name).map(|t| (g.name.clone(), t.clone())))
+                .collect()
+        };
+        if let Some(h) = seg.head.as_mut() {
+            let fed = feed(h, &vals);
+            let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let outs = h.run_tensors(&named)?;
+            for (n, t) in seg.cut.head_outputs().iter().zip(outs) {
+                vals.insert(n.clone(), t);
+            }
+        }
+        // The cut node, on the CPU, with its inputs as constants.
+        let types = |names: &[String], vals: &HashMap<String, Tensor>| {
+            names
+                .iter()
+                .filter_map(|n| {
+                    vals.get(n)
+                        .map(|t| (n.clone(), (t.dtype(), t.dims().len())))
+                })
+                .collect::<HashMap<_, _>>()
+        };
+        let node_err =
+            |e: String| RuntimeError::Input(format!("{name}: node {at}, run between plans: {e}"));
+        let om = seg
+            .cut
+            .op_model(&types(seg.cut.op_inputs(), &vals))
+            .map_err(node_err)?;
+        let consts: HashMap<String, Tensor> = seg
+            .cut
+            .op_inputs()
+            .iter()
+            .filter_map(|n| vals.get(n).map(|t| (n.clone(), t.clone())))
+            .collect();
+        let g = om
+            .import(&rlx_onnx_import::ImportOptions {
+                constant_inputs: consts,
+                ..Default::default()
+            })
+            .map_err(|e| node_err(e.to_string()))?;
+        let mut c = Session::new(Device::Cpu).try_compile(g)?;
+        let outs = c.run_tensors(vec![])?;
+        for (n, t) in seg.cut.op_outputs().iter().zip(outs) {
+            vals.insert(n.clone(), t);
+        }
+        if !seg.tail_built {
+            let tm = seg
+                .cut
+                .tail_model(&types(seg.cut.tail_inputs(), &vals))
+                .map_err(node_err)?;
+            seg.tail = match tm {
+                Some(m) => {
+                    // Sizes of values computed inside the model may be 0 (no box kept).
+                    let ranges: BTreeMap<String, DimRange> = seg
+                        .cut
+                        .tail_inputs()
+                        .iter()
+                        .filter(|n| !self.guards.iter().any(|g| &g.name == *n))
+                        .filter_map(|n| vals.get(n).map(|t| (n, t.dims().len())))
+                        .flat_map(|(n, r)| {
+                            (0..r)
+                                .map(move |i| (format!("{n}.{i}"), DimRange { min: 0, max: None }))
+                        })
+                        .collect();
+                    let tname = format!("{name} (after {at})");
+                    Some(DynamicModel::new(
+                        Arc::new(OnnxSource::from_model(m, &tname)),
+                        device,
+                        ranges,
+                    )?)
+                }
+                None => None,
+            };
+            seg.tail_built = true;
+        }
+        if let Some(t) = seg.tail.as_mut() {
+            let fed = feed(t, &vals);
+            let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let outs = t.run_tensors(&named)?;
+            for (n, t) in seg.cut.tail_outputs().iter().zip(outs) {
+                vals.insert(n.clone(), t);
+            }
+        }
+        outputs
+            .iter()
+            .map(|n| {
+                vals.remove(n).ok_or_else(|| {
+                    RuntimeError::Input(format!("{name}: output \"{n}\" was not computed"))
+                })
+            })
+            .collect()
     }
 }
 
