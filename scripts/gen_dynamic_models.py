@@ -14,6 +14,19 @@ Writes fixtures/dynamic/ (gitignored):
   bert_dyn/<B>x<S>/expected_<output>.npy onnxruntime's outputs (CPU provider), the reference
   bert_dyn/<B>x<S>/torch_<output>.npy    PyTorch eager's, for comparison
 
+  nonzero_mid/model.onnx       x f32[n, m] -> Relu "relu" -> Greater 0.5 -> NonZero "nz" ->
+                               Transpose -> GatherND(x) -> Sub 0.6 "shift" -> Log "log" -> y,
+                               plus total = ReduceSum(relu): a value-dependent node between
+                               a head and a tail; Log of values in [0.5, 0.6) makes NaN in
+                               the tail (node "log")
+  nonzero_mid/<n>x<m>/input_x.npy, expected_{y,total}.npy   at 4x5 and 7x3, onnxruntime's
+  ssdlite/model.onnx           torchvision's SSDlite320-MobileNetV3 detector (random weights,
+                               seed 0, He-initialized convs so features and scores differ,
+                               5 classes), torch.onnx.export(dynamo=False, opset 17): its graph
+                               has NonZero, TopK with a run-time K, GatherND and an If
+  ssdlite/input_image.npy      one 3x320x320 image (uniform random)
+  ssdlite/expected_{boxes,scores,labels}.npy   onnxruntime's detections, the reference
+
 The script asserts that onnxruntime and PyTorch agree at every size (max abs < 1e-4), so the
 export's dynamic axes are real.
 """
@@ -103,5 +116,75 @@ def bert_dyn() -> None:
     print(f"wrote {d} ({', '.join(f'{b}x{s}' for b, s in SIZES)})")
 
 
+def nonzero_mid() -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Greater", ["r", "half"], ["mask"], name="mask"),
+        helper.make_node("NonZero", ["mask"], ["idx"], name="nz"),
+        helper.make_node("Transpose", ["idx"], ["idxT"], name="to_rows", perm=[1, 0]),
+        helper.make_node("GatherND", ["x", "idxT"], ["g"], name="pick"),
+        helper.make_node("Sub", ["g", "shift_by"], ["gs"], name="shift"),
+        helper.make_node("Log", ["gs"], ["y"], name="log"),
+        helper.make_node("ReduceSum", ["r"], ["total"], name="total", keepdims=0),
+    ]
+    inits = [helper.make_tensor("half", f, [], [0.5]), helper.make_tensor("shift_by", f, [], [0.6])]
+    g = helper.make_graph(nodes, "nonzero_mid",
+                          [helper.make_tensor_value_info("x", f, ["n", "m"])],
+                          [helper.make_tensor_value_info("y", f, ["k"]),
+                           helper.make_tensor_value_info("total", f, [])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    d = OUT / "nonzero_mid"
+    d.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(d / "model.onnx"))
+    sess = ort.InferenceSession(str(d / "model.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    for n, m in [(4, 5), (7, 3)]:
+        x = rng.uniform(-1.0, 1.0, (n, m)).astype(np.float32)
+        x[0, 0] = 0.55  # picked (> 0.5), then log(0.55 - 0.6): NaN
+        y, total = sess.run(None, {"x": x})
+        cd = d / f"{n}x{m}"
+        cd.mkdir(exist_ok=True)
+        np.save(cd / "input_x.npy", x)
+        np.save(cd / "expected_y.npy", y)
+        np.save(cd / "expected_total.npy", total)
+    print(f"wrote {d}")
+
+
+def ssdlite() -> None:
+    import torchvision
+
+    torch.manual_seed(0)
+    m = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=5).eval()
+    with torch.no_grad():  # torchvision's init (std 0.03) makes the features vanish: He init
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
+                if mod.groups > 1:
+                    mod.weight.mul_(0.7)
+    x = torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(1))
+    d = OUT / "ssdlite"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, ([x],), str(path), opset_version=17, input_names=["image"],
+                          output_names=["boxes", "scores", "labels"], dynamo=False)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    boxes, scores, labels = sess.run(None, {"image": x.numpy()})
+    assert len(scores) > 10 and np.unique(scores).size > len(scores) // 2, "scores must differ"
+    np.save(d / "input_image.npy", x.numpy())
+    for n, v in [("boxes", boxes), ("scores", scores), ("labels", labels)]:
+        np.save(d / f"expected_{n}.npy", v)
+    print(f"wrote {d} ({len(scores)} detections)")
+
+
 if __name__ == "__main__":
     bert_dyn()
+    nonzero_mid()
+    ssdlite()

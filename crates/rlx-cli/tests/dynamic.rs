@@ -3,6 +3,9 @@
 //! and (16, 512) with outputs matching onnxruntime's (fixtures/dynamic, written by
 //! scripts/gen_dynamic_models.py); sizes out of range and inputs that disagree on a shared
 //! symbol get the guard messages; the library's plan cache reuses and evicts plans.
+//! Parameter inputs fed at run time are planned by value; ops whose output shape depends on
+//! values (NonZero, Compress, Unique, NonMaxSuppression, a torchvision detector) run between
+//! plans and match the ONNX cases' expected outputs and onnxruntime.
 
 mod common;
 use common::*;
@@ -384,57 +387,132 @@ fn parameter_inputs_are_planned_by_value() {
         "test_reduce_sum_keepdims_random",
         "test_unsqueeze_axis_1",
     ] {
-        let case = suite.join(name);
-        let ds = case.join("test_data_set_0");
-        let out = tmp(&format!("node-{name}"));
-        let mut args = vec![
-            "run".to_string(),
-            case.join("model.onnx").display().to_string(),
-            "--output-dir".into(),
-            out.display().to_string(),
-        ];
-        let mut k = 0;
-        while ds.join(format!("input_{k}.pb")).is_file() {
-            args.push(format!(
-                "--input={}",
-                ds.join(format!("input_{k}.pb")).display()
-            ));
-            k += 1;
-        }
-        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let (code, _, err) = rlx(&a, &[]);
-        assert_eq!(code, 0, "{name}: {err}");
+        let err = node_case(&suite, name);
         assert!(
             err.contains("parameter input"),
             "{name}: the note says why: {err}"
         );
-        let mut k = 0;
-        while ds.join(format!("output_{k}.pb")).is_file() {
-            let (oname, want) = rlx_onnx_import::read_tensor_proto(
-                &std::fs::read(ds.join(format!("output_{k}.pb"))).unwrap(),
-            )
-            .unwrap();
-            let got = read_npy(&out.join(format!("{oname}.npy"))).unwrap();
-            assert_close(&format!("{name} {oname}"), &got, &want, 1e-5, 1e-7);
-            k += 1;
+    }
+}
+
+/// Runs `rlx run` on an ONNX node case with its `.pb` inputs; checks every `output_<k>.pb`
+/// (the case's expected values, from onnx's reference implementation). Returns stderr.
+fn node_case(suite: &Path, name: &str) -> String {
+    let case = suite.join(name);
+    let ds = case.join("test_data_set_0");
+    let out = tmp(&format!("node-{name}"));
+    let mut args = vec![
+        "run".to_string(),
+        case.join("model.onnx").display().to_string(),
+        "--output-dir".into(),
+        out.display().to_string(),
+    ];
+    let mut k = 0;
+    while ds.join(format!("input_{k}.pb")).is_file() {
+        args.push(format!(
+            "--input={}",
+            ds.join(format!("input_{k}.pb")).display()
+        ));
+        k += 1;
+    }
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (code, _, err) = rlx(&a, &[]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let mut k = 0;
+    while ds.join(format!("output_{k}.pb")).is_file() {
+        let (oname, want) = rlx_onnx_import::read_tensor_proto(
+            &std::fs::read(ds.join(format!("output_{k}.pb"))).unwrap(),
+        )
+        .unwrap();
+        let got = read_npy(&out.join(format!("{oname}.npy"))).unwrap();
+        assert_close(&format!("{name} {oname}"), &got, &want, 1e-5, 1e-6);
+        k += 1;
+    }
+    err
+}
+
+/// Ops whose output shape depends on values run between plans: node cases with their data
+/// inputs fed at run time (nothing frozen by a harness), a model with such a node between
+/// a head and a tail (outputs from both, a NaN localized in the tail), and a torchvision
+/// detector (NonZero, TopK with a run-time K, GatherND) against onnxruntime.
+#[test]
+fn value_dependent_nodes_run_in_segments() {
+    if let Some(suite) = fixture("fixtures/onnx-node") {
+        for name in [
+            "test_nonzero_example",
+            "test_compress_0",
+            "test_compress_default_axis",
+            "test_unique_sorted_with_axis",
+            "test_nonmaxsuppression_center_point_box_format",
+            "test_nonmaxsuppression_two_batches",
+        ] {
+            let err = node_case(&suite, name);
+            assert!(err.contains("ran in segments"), "{name}: {err}");
         }
     }
+    let Some(dir) = fixture("fixtures/dynamic/nonzero_mid") else {
+        return;
+    };
+    for size in ["4x5", "7x3"] {
+        let case = dir.join(size);
+        let out = tmp(&format!("nzm-{size}"));
+        let model = dir.join("model.onnx");
+        let x = format!("--input=x={}", case.join("input_x.npy").display());
+        let (code, _, err) = rlx(
+            &[
+                "run",
+                model.to_str().unwrap(),
+                &x,
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            &[("RLX_DEBUG_NANS", "1")],
+        );
+        assert_eq!(code, 0, "{size}: {err}");
+        assert!(
+            err.contains("rlx nan-check: NaN at index 0 of")
+                && err.contains("Log \"log\"")
+                && err.contains("this op produced it"),
+            "{size}: the NaN made in the tail is named: {err}"
+        );
+        for o in ["y", "total"] {
+            let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+            let want = read_npy(&case.join(format!("expected_{o}.npy"))).unwrap();
+            assert_close(&format!("nonzero_mid {size} {o}"), &got, &want, 1e-5, 1e-6);
+        }
+    }
+    // The library: one model, two sizes, segmented on the first run.
+    let src = OnnxSource::open(&dir.join("model.onnx")).unwrap();
+    let mut m = DynamicModel::new(Arc::new(src), Device::Cpu, BTreeMap::new()).unwrap();
+    for size in ["7x3", "4x5", "7x3"] {
+        let x = read_npy(&dir.join(size).join("input_x.npy")).unwrap();
+        let outs = m.run_tensors(&[("x", &x)]).unwrap();
+        assert!(m.is_segmented());
+        let want = read_npy(&dir.join(size).join("expected_y.npy")).unwrap();
+        assert_close(&format!("library {size} y"), &outs[0], &want, 1e-5, 1e-6);
+    }
 
-    // A data input is not frozen: Compress's condition decides the output's length.
-    let case = suite.join("test_compress_0");
-    let ds = case.join("test_data_set_0");
+    let Some(det) = fixture("fixtures/dynamic/ssdlite") else {
+        return;
+    };
+    let out = tmp("ssdlite");
     let (code, _, err) = rlx(
         &[
             "run",
-            case.join("model.onnx").to_str().unwrap(),
-            &format!("--input={}", ds.join("input_0.pb").display()),
-            &format!("--input={}", ds.join("input_1.pb").display()),
+            det.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
         ],
         &[],
     );
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("condition must be known at import time"),
-        "{err}"
-    );
+    assert_eq!(code, 0, "ssdlite: {err}");
+    for (o, rtol, atol) in [
+        ("boxes", 1e-4, 1e-3),
+        ("scores", 1e-4, 1e-6),
+        ("labels", 0.0, 0.0),
+    ] {
+        let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+        let want = read_npy(&det.join(format!("expected_{o}.npy"))).unwrap();
+        assert_close(&format!("ssdlite {o}"), &got, &want, rtol, atol);
+    }
 }
