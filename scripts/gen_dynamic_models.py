@@ -20,6 +20,13 @@ Writes fixtures/dynamic/ (gitignored):
                                a head and a tail; Log of values in [0.5, 0.6) makes NaN in
                                the tail (node "log")
   nonzero_mid/<n>x<m>/input_x.npy, expected_{y,total}.npy   at 4x5 and 7x3, onnxruntime's
+  gpt2_kv/model.onnx           a GPT-2-style decoder (transformers GPT2LMHeadModel, random
+                               weights, seed 0; 2 layers, 4 heads, 32 wide, 128 positions) with
+                               past_key_values as inputs past.<layer>.{key,value} and outputs
+                               present.<layer>.{key,value}; dims "seq", "total", "past"
+  gpt2_kv/tokens.npy           the prompt (3 tokens) then 32 greedy tokens, onnxruntime's
+  gpt2_kv/expected_logits_<step>.npy   onnxruntime's logits at step 0 (prefill, empty past)
+                                       to 32, each step fed the previous step's present
   ssdlite/model.onnx           torchvision's SSDlite320-MobileNetV3 detector (random weights,
                                seed 0, He-initialized convs so features and scores differ,
                                5 classes), torch.onnx.export(dynamo=False, opset 17): its graph
@@ -155,6 +162,70 @@ def nonzero_mid() -> None:
     print(f"wrote {d}")
 
 
+def gpt2_kv() -> None:
+    from transformers.cache_utils import DynamicCache
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=100, n_positions=128, n_embd=32, n_layer=2,
+                                  n_head=4, bos_token_id=0, eos_token_id=0,
+                                  attn_implementation="eager")
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    layers, heads, hd = 2, 4, 8
+
+    class Step(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, *past):
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask,
+                       past_key_values=cache, use_cache=True)
+            outs = [o.logits]
+            for layer in o.past_key_values.layers:
+                outs += [layer.keys, layer.values]
+            return tuple(outs)
+
+    kv = [f"{i}.{n}" for i in range(layers) for n in ("key", "value")]
+    names_in = ["input_ids", "attention_mask"] + [f"past.{x}" for x in kv]
+    names_out = ["logits"] + [f"present.{x}" for x in kv]
+    axes = {"input_ids": {1: "seq"}, "attention_mask": {1: "total"}, "logits": {1: "seq"}}
+    axes.update({f"past.{x}": {2: "past"} for x in kv})
+    axes.update({f"present.{x}": {2: "total"} for x in kv})
+    d = OUT / "gpt2_kv"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "model.onnx"
+    ex = (torch.tensor([[5]]), torch.ones(1, 4, dtype=torch.int64),
+          *[torch.zeros(1, heads, 3, hd) for _ in kv])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Step(m).eval(), ex, str(path), input_names=names_in,
+                          output_names=names_out, dynamic_axes=axes, opset_version=17,
+                          dynamo=False)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    tokens = [1, 2, 3]
+    past = {f"past.{x}": np.zeros((1, heads, 0, hd), np.float32) for x in kv}
+    ids = np.array([tokens], np.int64)
+    for step in range(33):
+        total = len(tokens) if step == 0 else len(tokens)
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **past}
+        out = sess.run(None, feeds)
+        np.save(d / f"expected_logits_{step}.npy", out[0])
+        past = {f"past.{x}": o for x, o in zip(kv, out[1:])}
+        nxt = int(out[0][0, -1].argmax())
+        if step < 32:
+            tokens.append(nxt)
+        ids = np.array([[nxt]], np.int64)
+    with torch.no_grad():  # the decode loop agrees with transformers' own forward
+        full = m(input_ids=torch.tensor([tokens[:-1]])).logits.numpy()
+    last = np.load(d / "expected_logits_31.npy")[0, -1]
+    assert np.abs(full[0, -1] - last).max() < 1e-4, "the KV-cache export disagrees with transformers"
+    np.save(d / "tokens.npy", np.array(tokens, np.int64))
+    print(f"wrote {d} (33 steps)")
+
+
 def ssdlite() -> None:
     import torchvision
 
@@ -187,4 +258,5 @@ def ssdlite() -> None:
 if __name__ == "__main__":
     bert_dyn()
     nonzero_mid()
+    gpt2_kv()
     ssdlite()

@@ -1,5 +1,6 @@
 """rlx.load / rlx.run on ONNX models: outputs, dtypes, shapes, generated inputs."""
 
+import os
 import numpy as np
 import pytest
 
@@ -171,3 +172,36 @@ def test_package_roundtrip(tmp_path, healthy):
         m.run({"nope": x})
     with pytest.raises(rlx.ModelError, match="package"):
         rlx.lint(m)
+
+
+def test_dynamic_package(tmp_path):
+    """A package compiled with dim ranges runs at every size in range, like onnxruntime."""
+    import subprocess
+
+    from conftest import REPO, rlx_binary
+
+    d = REPO / "fixtures" / "dynamic" / "bert_dyn"
+    if not (d / "model.onnx").is_file():
+        if os.environ.get("RLX_REQUIRE_FIXTURES") == "1":
+            pytest.fail(f"{d}: missing (scripts/gen_dynamic_models.py)")
+        pytest.skip("fixtures/dynamic not generated (scripts/gen_dynamic_models.py)")
+    rlx_bin = rlx_binary()
+    if rlx_bin is None:
+        pytest.skip("no rlx binary (cargo build -p rlx-cli) to compile a package with")
+    pkg = tmp_path / "bert.rlxpkg"
+    subprocess.run(
+        [rlx_bin, "compile", str(d / "model.onnx"), "--dim", "batch=1..16", "--dim", "sequence=1..512", "-o", str(pkg)],
+        check=True,
+        capture_output=True,
+    )
+    m = rlx.load(pkg)
+    assert m.kind == "package"
+    for size in ["1x7", "3x128"]:
+        c = d / size
+        inputs = {n: np.load(c / f"input_{n}.npy") for n in ["input_ids", "attention_mask", "token_type_ids"]}
+        out = m.run(inputs)
+        for o in ["last_hidden_state", "pooler_output"]:
+            np.testing.assert_allclose(out[o], np.load(c / f"expected_{o}.npy"), rtol=1e-4, atol=1e-5)
+    big = {n: np.zeros((17, 4), np.int64) for n in ["input_ids", "attention_mask", "token_type_ids"]}
+    with pytest.raises(rlx.InputError, match=r'unmatched dim 0 \("batch"\), expected: 1..16, but got: 17'):
+        m.run(big)

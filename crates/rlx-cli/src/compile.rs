@@ -29,7 +29,7 @@ use std::sync::Arc;
 /// included; `MIN..` has no upper bound), and the package accepts every size in range. It
 /// holds the ONNX model and plans each new size signature when it runs (import + compile,
 /// a few ms to a few hundred; later runs at that signature reuse the plan). Symbols not
-/// given a --dim accept any size >= 1. `rlx compile` builds the plans at the ranges' smallest
+/// given a --dim accept any size >= 0. `rlx compile` builds the plans at the ranges' smallest
 /// and largest sizes to check them. ONNX models only, without external data.
 #[derive(Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]

@@ -516,3 +516,69 @@ fn value_dependent_nodes_run_in_segments() {
         assert_close(&format!("ssdlite {o}"), &got, &want, rtol, atol);
     }
 }
+
+/// A GPT-2-style decoder exported with `past_key_values`: one dynamic package runs the
+/// prefill (empty past) and 32 decode steps, each fed the previous step's `present` outputs
+/// (RLX's own), with logits matching onnxruntime's at every step.
+#[test]
+fn kv_cache_decode_32_steps_through_one_package() {
+    let Some(dir) = fixture("fixtures/dynamic/gpt2_kv") else {
+        return;
+    };
+    let pkg = tmp("gpt2_kv.rlxpkg");
+    let model = dir.join("model.onnx");
+    let (code, _, err) = rlx(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "--dim",
+            // total = past + seq must fit the 128 positions at the largest corner too
+            "seq=1..32",
+            "--dim",
+            "past=0..96",
+            "--dim",
+            "total=1..128",
+            "-o",
+            pkg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let mut m = load_dynamic_package(&pkg, Device::Cpu).unwrap();
+    let tokens = read_npy(&dir.join("tokens.npy"))
+        .unwrap()
+        .data()
+        .to_i64_vec();
+    let kv: Vec<String> = (0..2)
+        .flat_map(|i| ["key", "value"].map(|n| format!("{i}.{n}")))
+        .collect();
+    let mut past: Vec<Tensor> = kv
+        .iter()
+        .map(|_| Tensor::from_f32(&[1, 4, 0, 8], vec![]).unwrap())
+        .collect();
+    let mut planned = 0;
+    for step in 0..=32usize {
+        let (ids, total) = if step == 0 {
+            (tokens[..3].to_vec(), 3)
+        } else {
+            (vec![tokens[2 + step]], 3 + step)
+        };
+        let ids = Tensor::from_i64(&[1, ids.len()], ids).unwrap();
+        let mask = Tensor::from_i64(&[1, total], vec![1; total]).unwrap();
+        let names: Vec<String> = kv.iter().map(|x| format!("past.{x}")).collect();
+        let mut feeds: Vec<(&str, &Tensor)> = vec![("input_ids", &ids), ("attention_mask", &mask)];
+        feeds.extend(names.iter().map(|n| n.as_str()).zip(past.iter()));
+        let mut outs = m.run_tensors(&feeds).unwrap();
+        planned += m.last_plan().unwrap().new as usize;
+        let want = read_npy(&dir.join(format!("expected_logits_{step}.npy"))).unwrap();
+        assert_close(&format!("step {step} logits"), &outs[0], &want, 1e-4, 1e-5);
+        past = outs.split_off(1);
+        assert_eq!(
+            past[0].dims(),
+            &[1, 4, total, 8],
+            "step {step}: present grows"
+        );
+    }
+    // Each step is a new (seq, past, total) signature: planned once each, 33 in all.
+    assert_eq!(planned, 33);
+}

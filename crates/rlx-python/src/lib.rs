@@ -434,6 +434,11 @@ impl Source {
                 })
             }
             Source::Package { path, seed, .. } => {
+                let manifest =
+                    rlx_runtime::package::read_manifest(path).map_err(|e| runtime_fail(&e))?;
+                if manifest.dynamic.is_some() {
+                    return build_dynamic(path, device, arrays, *seed, key);
+                }
                 let s = rlx_runtime::load_package(path, device).map_err(|e| runtime_fail(&e))?;
                 let decl = s.inputs();
                 // As `rlx run model.rlxpkg`: with the input check on, the guards report.
@@ -480,6 +485,62 @@ impl Source {
             }
         }
     }
+}
+
+/// A dynamic package (`rlx compile --dim batch=1..16`) planned for the arrays given: symbols
+/// sized by the arrays, else by their range's minimum (at least 1); inputs not given are
+/// generated at those sizes. A new set of array shapes plans again (see `State::prepare`).
+fn build_dynamic(
+    path: &std::path::Path,
+    device: Device,
+    arrays: &[(String, Tensor)],
+    seed: u64,
+    key: Key,
+) -> Result<Compiled, Fail> {
+    let mut m =
+        rlx_runtime::load_dynamic_package(path, device).map_err(|e| runtime_fail(&e))?;
+    let guards = m.guards().to_vec();
+    let mut sizes: HashMap<String, usize> = HashMap::new();
+    for g in &guards {
+        if let Some((_, t)) = arrays.iter().find(|a| a.0 == g.name) {
+            for (d, &n) in g.dims.iter().zip(t.dims()) {
+                if let Some(sym) = &d.symbol {
+                    sizes.entry(sym.clone()).or_insert(n);
+                }
+            }
+        }
+    }
+    let mut generated = HashMap::new();
+    for g in &guards {
+        if arrays.iter().any(|a| a.0 == g.name) {
+            continue;
+        }
+        let dims: Vec<usize> = g
+            .dims
+            .iter()
+            .map(|d| match &d.symbol {
+                Some(sym) => *sizes.entry(sym.clone()).or_insert(d.min.max(1)),
+                None => d.min,
+            })
+            .collect();
+        let shape = Shape::new(&dims, g.dtype);
+        rlx_runtime::check_input_size(&g.name, &shape).map_err(|e| runtime_fail(&e))?;
+        generated.insert(
+            g.name.clone(),
+            rlx_cli::run::generate_input(&g.name, &shape, seed),
+        );
+    }
+    let mut feeds: Vec<(&str, &Tensor)> = arrays.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    feeds.extend(generated.iter().map(|(n, t)| (n.as_str(), t)));
+    let graph = m.take_plan(&feeds).map_err(|e| runtime_fail(&e))?;
+    let order = m.plan_inputs();
+    generated.retain(|n, _| order.contains(n));
+    Ok(Compiled {
+        key,
+        graph,
+        order,
+        generated,
+    })
 }
 
 struct State {
@@ -715,11 +776,15 @@ impl NativeModel {
                 // A `.pt2` is a zip too, but a torch.export archive for the importer.
                 let pt2 = rlx_torch_import::is_pt2(&p);
                 if !pt2 && rlx_cli::compile::is_package(&p) {
-                    if !dim_specs.is_empty() {
-                        return Err(Fail::new(Kind::Input, "dims: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...`"));
-                    }
                     let m = rlx_runtime::package::read_manifest(&p)
                         .map_err(|e| runtime_fail(&e))?;
+                    if !dim_specs.is_empty() {
+                        return Err(Fail::new(Kind::Input, if m.dynamic.is_some() {
+                            "dims: a dynamic package takes its sizes from the arrays given to run()"
+                        } else {
+                            "dims: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...` (a range, NAME=MIN..MAX, makes a package that takes any size in it)"
+                        }));
+                    }
                     let device = parse_device(&m.device_type)?;
                     let source = Source::Package {
                         path: p.clone(),
@@ -727,7 +792,25 @@ impl NativeModel {
                         seed,
                     };
                     let c = source.build(device, &[])?;
-                    let (inputs, outputs) = (c.graph.inputs(), c.graph.outputs());
+                    let (mut inputs, outputs) = (c.graph.inputs(), c.graph.outputs());
+                    if m.dynamic.is_some() {
+                        // The declared signature: symbols (sized by the arrays of each run).
+                        inputs = m
+                            .inputs
+                            .iter()
+                            .map(|g| {
+                                let dims = g
+                                    .dims
+                                    .iter()
+                                    .map(|d| match &d.symbol {
+                                        Some(sym) => Dim::Sym(sym.clone()),
+                                        None => Dim::Static(d.min),
+                                    })
+                                    .collect();
+                                (g.name.clone(), Shape { dims, dtype: g.dtype })
+                            })
+                            .collect();
+                    }
                     Ok(NativeModel {
                         path: p,
                         kind: "package",

@@ -270,7 +270,8 @@ struct Segmented {
 
 impl DynamicModel {
     /// A dynamic model of `source` for `device`. `ranges` gives each symbolic dim of the
-    /// declared inputs its accepted sizes; a symbol not in it accepts any size `>= 1`.
+    /// declared inputs its accepted sizes; a symbol not in it accepts any size (`>= 0`: an
+    /// empty KV cache has 0 past positions).
     ///
     /// Errors: a range naming a symbol no declared input has ([`RuntimeError::Input`]
     /// listing the symbols), an unavailable device.
@@ -308,7 +309,7 @@ impl DynamicModel {
         }
         let mut all = ranges;
         for s in symbols {
-            all.entry(s).or_insert(DimRange { min: 1, max: None });
+            all.entry(s).or_insert(DimRange { min: 0, max: None });
         }
         let dev = device_type(device);
         let guards = decls
@@ -370,7 +371,7 @@ impl DynamicModel {
         &self.source
     }
 
-    /// Every symbol with its range (symbols given none accept `>= 1`).
+    /// Every symbol with its range (symbols given none accept `>= 0`).
     pub fn ranges(&self) -> &BTreeMap<String, DimRange> {
         &self.ranges
     }
