@@ -208,9 +208,7 @@ pub fn run_package(a: &RunArgs) -> Result<i32> {
 /// True for an import error that a run in segments can get past: a node whose output shape
 /// or control flow depends on values known only when the model runs.
 pub fn is_value_dependent(msg: &str) -> bool {
-    msg.contains("known at import time")
-        || msg.contains("depends on runtime data")
-        || msg.contains("depends on it)")
+    rlx_runtime::dynamic::is_value_dependent(msg)
 }
 
 /// `rlx run model.onnx` for a model the importer cannot lower with static shapes because a

@@ -37,6 +37,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// True for a specialization (import) error that names a value known only at run time: a
+/// parameter input (planned by value) or a node whose output shape or control flow depends
+/// on values (run in segments). [`DynamicModel::run_tensors`] gets past both.
+pub fn is_value_dependent(msg: &str) -> bool {
+    msg.contains("known at import time")
+        || msg.contains("depends on runtime data")
+        || msg.contains("depends on it)")
+}
+
 /// Plans a [`DynamicModel`] keeps by default (each holds its own weights: see the module
 /// docs).
 pub const DEFAULT_PLAN_CACHE: usize = 4;
@@ -746,10 +755,7 @@ impl DynamicModel {
         let RuntimeError::Input(msg) = e else {
             return None;
         };
-        let data_dependent = msg.contains("known at import time")
-            || msg.contains("depends on runtime data")
-            || msg.contains("depends on it)");
-        if !data_dependent {
+        if !is_value_dependent(msg) {
             return None;
         }
         let at = msg.find("node \"")? + 6;
