@@ -9,6 +9,7 @@ use crate::run::{generate_input, read_input_file, RunArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::Tensor;
+use rlx_runtime::CompiledGraph;
 use rlx_runtime::{
     load_package, save_dynamic_package, save_package, Device, DimRange, DynamicModel, OnnxSource,
     Session,
@@ -174,35 +175,112 @@ pub fn main_compile(a: CompileArgs) -> i32 {
     }
 }
 
+/// A package (or a model that needs run-time values) ready for one run.
+pub enum Ready {
+    /// One compiled plan and its feeds in input order; `planned` when a dynamic model
+    /// planned it for this run.
+    Plan {
+        graph: CompiledGraph,
+        feeds: Vec<(String, Tensor)>,
+        planned: Option<rlx_runtime::dynamic::PlanEvent>,
+    },
+    /// A model that runs in segments around value-dependent nodes, and its feeds.
+    Segmented {
+        model: DynamicModel,
+        feeds: Vec<(String, Tensor)>,
+    },
+}
+
+/// The model-and-inputs arguments of a `rlx run` invocation.
+fn model_args(a: &RunArgs) -> ModelArgs {
+    ModelArgs {
+        model: a.model.clone(),
+        inputs: a.inputs.clone(),
+        dims: a.dims.clone(),
+        seed: a.seed,
+    }
+}
+
 /// Run the package `a.model` (`rlx run model.rlxpkg`): a static package on the device type it
 /// was compiled for (or `--device`), binding `--input` files (named or positional) to its
 /// inputs and generating the others from the compiled shapes (`--seed`); a dynamic package
-/// at the sizes its inputs give (see [`run_dynamic`]).
+/// at the sizes its inputs give (see [`prepare_dynamic`]).
 ///
 /// With the input check on (`RLX_RUNTIME_CHECK_INPUTS=1`) a file whose type differs from
 /// the package's input is left for the guards to report (one `rlx input-check:` line per
 /// problem); otherwise it is refused here with one line naming the file.
 pub fn run_package(a: &RunArgs) -> Result<i32> {
-    let manifest = rlx_runtime::package::read_manifest(&a.model).map_err(|e| anyhow!("{e}"))?;
-    let device = match &a.device {
+    let ready = prepare_package(&model_args(a), a.device.as_deref(), a.quiet)?;
+    run_ready(a, ready)
+}
+
+/// Load the package `m.model` for `device` (default: the type it was compiled for) and bind
+/// its inputs, as `rlx run` does; a dynamic package is planned for those inputs.
+pub fn prepare_package(m: &ModelArgs, device: Option<&str>, quiet: bool) -> Result<Ready> {
+    let manifest = rlx_runtime::package::read_manifest(&m.model).map_err(|e| anyhow!("{e}"))?;
+    let device = match device {
         Some(d) => parse_device(d)?,
         None => parse_device(&manifest.device_type)?,
     };
     if manifest.dynamic.is_some() {
-        let m = rlx_runtime::load_dynamic_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
-        return run_dynamic(a, m);
+        let dm = rlx_runtime::load_dynamic_package(&m.model, device).map_err(|e| anyhow!("{e}"))?;
+        return prepare_dynamic(m, dm, quiet);
     }
-    if !a.dims.is_empty() {
+    if !m.dims.is_empty() {
         bail!(
             "--dim: a package's input dims were fixed when it was compiled; recompile with `rlx compile --dim ...` (a range, NAME=MIN..MAX, makes a package that takes any size in it)"
         );
     }
-    let mut s = load_package(&a.model, device).map_err(|e| anyhow!("{e}"))?;
+    let s = load_package(&m.model, device).map_err(|e| anyhow!("{e}"))?;
     let decl = s.inputs();
-    let given = bind_input_files(a, &decl)?;
+    let given = bind_input_files(m, &decl)?;
     let checked = s.check_inputs_enabled();
-    let feeds = order_feeds(a, &decl, given, checked, |_, shape| Ok(shape.clone()))?;
-    crate::run::run_compiled(a, &mut s, feeds)
+    let feeds = order_feeds(m, &decl, given, checked, |_, shape| Ok(shape.clone()))?;
+    Ok(Ready::Plan {
+        graph: s,
+        feeds,
+        planned: None,
+    })
+}
+
+/// Run what [`prepare_package`] or [`prepare_dynamic`] made, as `rlx run` does.
+fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
+    match ready {
+        Ready::Plan {
+            mut graph,
+            feeds,
+            planned,
+        } => {
+            if let (Some(ev), false) = (planned, a.quiet) {
+                eprintln!(
+                    "rlx: planned {} for {} in {:.1} ms (import + compile; each new size signature is planned once)",
+                    a.model.display(),
+                    ev.signature,
+                    ev.plan_ms
+                );
+            }
+            crate::run::run_compiled(a, &mut graph, feeds)
+        }
+        Ready::Segmented { mut model, feeds } => {
+            let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let outs = match model.run_tensors(&named) {
+                Ok(o) => o,
+                Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
+                    eprintln!("{e}");
+                    return Ok(1);
+                }
+                Err(e) => return Err(anyhow!("{e}")),
+            };
+            if !a.quiet {
+                eprintln!(
+                    "rlx: {} has nodes whose output shapes depend on values; it ran in segments around them",
+                    a.model.display()
+                );
+            }
+            crate::run::write_outputs(a, &model.output_names(), &outs)?;
+            Ok(0)
+        }
+    }
 }
 
 /// True for an import error that a run in segments can get past: a node whose output shape
@@ -211,10 +289,9 @@ pub fn is_value_dependent(msg: &str) -> bool {
     rlx_runtime::dynamic::is_value_dependent(msg)
 }
 
-/// `rlx run model.onnx` for a model the importer cannot lower with static shapes because a
-/// node's output shape depends on values (NonZero, NonMaxSuppression, ...): run it as a
-/// dynamic model, in segments around such nodes. `first` is the import error, returned when
-/// the model cannot run that way either.
+/// `rlx run model.onnx` for a model the importer cannot lower with static shapes because it
+/// needs values known only at run time (a parameter input, NonZero, NonMaxSuppression, ...):
+/// run it as a dynamic model. `first` is the import error, returned for a `.pt2`.
 pub fn run_onnx_segmented(a: &RunArgs, device: Device, first: anyhow::Error) -> Result<i32> {
     let path = crate::run::model_path(&a.model);
     if rlx_torch_import::is_pt2(&path) {
@@ -223,15 +300,15 @@ pub fn run_onnx_segmented(a: &RunArgs, device: Device, first: anyhow::Error) -> 
     let src = OnnxSource::open(&path).map_err(|e| anyhow!("{e}"))?;
     let m =
         DynamicModel::new(Arc::new(src), device, BTreeMap::new()).map_err(|e| anyhow!("{e}"))?;
-    run_dynamic(a, m)
+    let ready = prepare_dynamic(&model_args(a), m, a.quiet)?;
+    run_ready(a, ready)
 }
 
-/// Run a dynamic model once: bind the input files (and a model folder's `input_<name>.npy`),
-/// generate the others at the sizes the files, `--dim NAME=SIZE` or the ranges' minimum
-/// give, then plan this signature and run it with every `rlx run` feature; a model with a
-/// value-dependent node runs in segments instead (outputs and NaN reports per segment; no
-/// `--nan-report` file).
-pub fn run_dynamic(a: &RunArgs, mut m: DynamicModel) -> Result<i32> {
+/// Bind a dynamic model's inputs (files, a model folder's `input_<name>.npy`), generate the
+/// others at the sizes the files, `--dim NAME=SIZE` or the ranges' minimum give, then plan
+/// this signature; a model with a value-dependent node is left to run in segments (outputs
+/// and NaN reports per segment; no `--nan-report` file).
+pub fn prepare_dynamic(a: &ModelArgs, mut m: DynamicModel, quiet: bool) -> Result<Ready> {
     let dims = crate::load::parse_dims(&a.dims)?;
     for k in dims.keys() {
         if !m.ranges().contains_key(k) {
@@ -274,7 +351,7 @@ pub fn run_dynamic(a: &RunArgs, mut m: DynamicModel) -> Result<i32> {
                 .model
                 .join(format!("input_{}.npy", crate::run::sanitize(name)));
             if !given.contains_key(name) && p.is_file() {
-                if !a.quiet {
+                if !quiet {
                     eprintln!("rlx: input \"{name}\" from {}", p.display());
                 }
                 given.insert(name.clone(), (crate::npy::read_npy(&p)?, p));
@@ -315,50 +392,28 @@ pub fn run_dynamic(a: &RunArgs, mut m: DynamicModel) -> Result<i32> {
     match m.plan_for(&named) {
         Ok(_) => {}
         Err(e) if is_value_dependent(&e.to_string()) => {
-            let outs = match m.run_tensors(&named) {
-                Ok(o) => o,
-                Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
-                    eprintln!("{e}");
-                    return Ok(1);
-                }
-                Err(e2) => {
-                    return Err(anyhow!("{e2}")).with_context(|| format!("{e}"));
-                }
-            };
-            if !a.quiet {
-                eprintln!(
-                    "rlx: {} has nodes whose output shapes depend on values; it ran in segments around them",
-                    a.model.display()
-                );
-            }
-            crate::run::write_outputs(a, &m.output_names(), &outs)?;
-            return Ok(0);
+            return Ok(Ready::Segmented { model: m, feeds });
         }
         Err(e) => return Err(anyhow!("{e}")),
     }
-    if let Some(ev) = m.last_plan() {
-        if !a.quiet && crate::compile::is_package(&a.model) {
-            eprintln!(
-                "rlx: planned {} for {} in {:.1} ms (import + compile; a dynamic package plans each new size signature once)",
-                a.model.display(),
-                ev.signature,
-                ev.plan_ms
-            );
-        }
-    }
-    let mut s = m.take_plan(&named).map_err(|e| anyhow!("{e}"))?;
+    let planned = m.last_plan().cloned();
+    let graph = m.take_plan(&named).map_err(|e| anyhow!("{e}"))?;
     // Inputs the plan was specialized on by value are no inputs of it.
     let keep = m.plan_inputs();
     let feeds = feeds
         .into_iter()
         .filter(|(n, _)| keep.contains(n) || !m.guards().iter().any(|g| &g.name == n))
         .collect();
-    crate::run::run_compiled(a, &mut s, feeds)
+    Ok(Ready::Plan {
+        graph,
+        feeds,
+        planned,
+    })
 }
 
 /// `--input NAME=FILE` / `--input FILE` for a package whose inputs are `decl`.
 fn bind_input_files(
-    a: &RunArgs,
+    a: &ModelArgs,
     decl: &[(String, rlx_ir::Shape)],
 ) -> Result<HashMap<String, (Tensor, PathBuf)>> {
     let mut given: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
@@ -403,7 +458,7 @@ fn bind_input_files(
 /// `shape_of` gives. Unchecked, a file of the wrong type or an unknown name is refused here;
 /// checked, they are left for the guards to report.
 fn order_feeds(
-    a: &RunArgs,
+    a: &ModelArgs,
     decl: &[(String, rlx_ir::Shape)],
     mut given: HashMap<String, (Tensor, PathBuf)>,
     checked: bool,

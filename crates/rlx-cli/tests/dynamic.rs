@@ -177,6 +177,27 @@ fn out_of_range_and_disagreeing_inputs_get_guard_messages() {
         err.contains("inputs[1] \"attention_mask\": unmatched dim 1 (\"sequence\"), expected: 7 (as inputs[0] \"input_ids\" dim 1), but got: 128"),
         "{err}"
     );
+    // rlx bench plans the signature once, before its timed runs, and says what it cost
+    let (code, out, err) = rlx(
+        &[
+            "bench",
+            p,
+            "--dim",
+            "batch=2",
+            "--dim",
+            "sequence=8",
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("plan for batch=2, sequence=8") && out.contains("median:"),
+        "{out}"
+    );
     // --dim naming a symbol the model does not have
     let (code, _, err) = rlx(&["run", p, "--dim", "seq=3"], &[]);
     assert_eq!(code, 1);
