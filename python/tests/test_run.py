@@ -205,3 +205,23 @@ def test_dynamic_package(tmp_path):
     big = {n: np.zeros((17, 4), np.int64) for n in ["input_ids", "attention_mask", "token_type_ids"]}
     with pytest.raises(rlx.InputError, match=r'unmatched dim 0 \("batch"\), expected: 1..16, but got: 17'):
         m.run(big)
+
+
+def test_value_dependent_model_runs_in_segments():
+    """NonZero between a head and a tail: the model runs in segments, outputs as onnxruntime."""
+    from conftest import REPO
+
+    d = REPO / "fixtures" / "dynamic" / "nonzero_mid"
+    if not (d / "model.onnx").is_file():
+        if os.environ.get("RLX_REQUIRE_FIXTURES") == "1":
+            pytest.fail(f"{d}: missing (scripts/gen_dynamic_models.py)")
+        pytest.skip("fixtures/dynamic not generated (scripts/gen_dynamic_models.py)")
+    m = rlx.load(d / "model.onnx")
+    assert [i.name for i in m.inputs] == ["x"]
+    for size in ["4x5", "7x3"]:
+        x = np.load(d / size / "input_x.npy")
+        out = m.run({"x": x})
+        np.testing.assert_allclose(out["y"], np.load(d / size / "expected_y.npy"), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out["total"], np.load(d / size / "expected_total.npy"), rtol=1e-5)
+    with pytest.raises(rlx.ModelError, match="segments"):
+        rlx.lint(m)

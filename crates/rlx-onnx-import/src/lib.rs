@@ -173,6 +173,25 @@ impl OnnxModel {
         self.fed_inputs().iter().map(|vi| vi.name.clone()).collect()
     }
 
+    /// Names and declared types (symbolic dims kept) of the graph outputs, in order; outputs
+    /// declared without a tensor type or shape are left out.
+    pub fn declared_outputs(&self) -> Vec<(String, rlx_ir::Shape)> {
+        self.model
+            .graph
+            .as_ref()
+            .map(|g| {
+                g.output
+                    .iter()
+                    .filter_map(|vi| {
+                        input_shape(vi, &ImportOptions::default())
+                            .ok()
+                            .map(|(d, _)| (vi.name.clone(), d))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Names of the graph outputs, in order.
     pub fn output_names(&self) -> Vec<String> {
         self.model

@@ -359,6 +359,13 @@ enum Source {
         base: Graph,
         base_feeds: Vec<(String, Tensor)>,
     },
+    /// An ONNX model whose import needs values known only at run time (a node whose output
+    /// shape depends on values): run through the runtime's dynamic model, in segments.
+    Dynamic {
+        model: Box<rlx_runtime::DynamicModel>,
+        dims: HashMap<String, usize>,
+        seed: u64,
+    },
     /// A compiled package (`.rlxpkg`): its file, device type (from the manifest) and the
     /// seed of generated inputs.
     Package {
@@ -383,7 +390,7 @@ impl Source {
     fn default_device(&self) -> Device {
         match self {
             Source::Package { device, .. } => *device,
-            Source::Model { .. } => Device::Cpu,
+            Source::Model { .. } | Source::Dynamic { .. } => Device::Cpu,
         }
     }
 
@@ -403,6 +410,10 @@ impl Source {
                     Ok((l.graph, l.feeds))
                 }
             }
+            Source::Dynamic { .. } => Err(Fail::new(
+                Kind::Model,
+                "this model runs in segments around nodes whose output shapes depend on values; lint, diverge and trace need a model that imports with static shapes".to_string(),
+            )),
             Source::Package { path, .. } => Err(Fail::new(
                 Kind::Model,
                 format!(
@@ -433,6 +444,10 @@ impl Source {
                         .collect(),
                 })
             }
+            Source::Dynamic { .. } => Err(Fail::new(
+                Kind::Other,
+                "internal: a dynamic model is run, not built",
+            )),
             Source::Package { path, seed, .. } => {
                 let manifest =
                     rlx_runtime::package::read_manifest(path).map_err(|e| runtime_fail(&e))?;
@@ -497,8 +512,7 @@ fn build_dynamic(
     seed: u64,
     key: Key,
 ) -> Result<Compiled, Fail> {
-    let mut m =
-        rlx_runtime::load_dynamic_package(path, device).map_err(|e| runtime_fail(&e))?;
+    let mut m = rlx_runtime::load_dynamic_package(path, device).map_err(|e| runtime_fail(&e))?;
     let guards = m.guards().to_vec();
     let mut sizes: HashMap<String, usize> = HashMap::new();
     for g in &guards {
@@ -540,6 +554,55 @@ fn build_dynamic(
         graph,
         order,
         generated,
+    })
+}
+
+/// A model that needs run-time values to import, as a [`Source::Dynamic`] (runs in segments).
+fn dynamic_model(p: PathBuf, args: &ModelArgs, seed: u64) -> Result<NativeModel, Fail> {
+    let path = rlx_cli::run::model_path(&p);
+    let src = rlx_runtime::OnnxSource::open(&path).map_err(|e| runtime_fail(&e))?;
+    let outputs = src.declared_outputs();
+    let m = rlx_runtime::DynamicModel::new(
+        std::sync::Arc::new(src),
+        Device::Cpu,
+        std::collections::BTreeMap::new(),
+    )
+    .map_err(|e| runtime_fail(&e))?;
+    let dims = rlx_cli::load::parse_dims(&args.dims).map_err(load_fail)?;
+    let inputs = m
+        .guards()
+        .iter()
+        .map(|g| {
+            let dims = g
+                .dims
+                .iter()
+                .map(|d| match &d.symbol {
+                    Some(sym) => Dim::Sym(sym.clone()),
+                    None => Dim::Static(d.min),
+                })
+                .collect();
+            (
+                g.name.clone(),
+                Shape {
+                    dims,
+                    dtype: g.dtype,
+                },
+            )
+        })
+        .collect();
+    Ok(NativeModel {
+        path: p,
+        kind: "model",
+        inputs,
+        outputs,
+        state: Mutex::new(State {
+            source: Source::Dynamic {
+                model: Box::new(m),
+                dims,
+                seed,
+            },
+            compiled: None,
+        }),
     })
 }
 
@@ -590,6 +653,51 @@ impl State {
         arrays: Vec<(String, Tensor)>,
         mode: Option<rlx_ir::DebugMode>,
     ) -> Result<RunOut, Fail> {
+        if let Source::Dynamic { model, dims, seed } = &mut self.source {
+            if device.is_some_and(|d| d != model.device()) {
+                return Err(Fail::new(
+                    Kind::Device,
+                    "a model that runs in segments runs on the cpu here",
+                ));
+            }
+            let _ = mode; // segments follow RLX_DEBUG_NANS and print their own reports
+            let mut sizes = dims.clone();
+            for g in model.guards() {
+                if let Some((_, t)) = arrays.iter().find(|a| a.0 == g.name) {
+                    for (d, &n) in g.dims.iter().zip(t.dims()) {
+                        if let Some(sym) = &d.symbol {
+                            sizes.entry(sym.clone()).or_insert(n);
+                        }
+                    }
+                }
+            }
+            let mut feeds = arrays;
+            for g in model.guards().to_vec() {
+                if feeds.iter().any(|a| a.0 == g.name) {
+                    continue;
+                }
+                let shape: Vec<usize> = g
+                    .dims
+                    .iter()
+                    .map(|d| match &d.symbol {
+                        Some(sym) => *sizes.entry(sym.clone()).or_insert(d.min.max(1)),
+                        None => d.min,
+                    })
+                    .collect();
+                let shape = Shape::new(&shape, g.dtype);
+                rlx_runtime::check_input_size(&g.name, &shape).map_err(|e| runtime_fail(&e))?;
+                let t = rlx_cli::run::generate_input(&g.name, &shape, *seed);
+                feeds.push((g.name.clone(), t));
+            }
+            let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let outs = model.run_tensors(&named).map_err(|e| runtime_fail(&e))?;
+            return Ok(RunOut {
+                outputs: model.output_names().into_iter().zip(outs).collect(),
+                reports: vec![],
+                summary: None,
+                aborted: None,
+            });
+        }
         let (s, feeds) = self.prepare(device, arrays)?;
         s.set_debug_mode(mode);
         s.set_print_reports(false);
@@ -828,7 +936,16 @@ impl NativeModel {
                         dims: dim_specs,
                         seed,
                     };
-                    let l = load_with(&args, true, vec![]).map_err(load_fail)?;
+                    let l = match load_with(&args, true, vec![]) {
+                        Ok(l) => l,
+                        Err(e)
+                            if !pt2
+                                && rlx_runtime::dynamic::is_value_dependent(&e.to_string()) =>
+                        {
+                            return dynamic_model(p, &args, seed).map_err(|_| load_fail(e));
+                        }
+                        Err(e) => return Err(load_fail(e)),
+                    };
                     let g = &l.graph;
                     let inputs = g
                         .nodes

@@ -183,6 +183,11 @@ impl OnnxSource {
         }
     }
 
+    /// Declared output names and types (symbolic dims kept), as the model file gives them.
+    pub fn declared_outputs(&self) -> Vec<(String, Shape)> {
+        self.model.declared_outputs()
+    }
+
     /// Read and decode the ONNX file at `path` (errors as [`OnnxSource::from_bytes`], or an
     /// unreadable file).
     pub fn open(path: &Path) -> Result<OnnxSource, RuntimeError> {
@@ -500,10 +505,11 @@ impl DynamicModel {
             .iter()
             .map(|(n, t)| (n.to_string(), t.dims().to_vec()))
             .collect();
+        // Only parameter inputs (small: shapes, axes, counts) are copied, for the key.
         let values: HashMap<String, Tensor> = inputs
             .iter()
+            .filter(|(n, t)| self.params.iter().any(|p| p == n) && t.numel() <= 4096)
             .map(|(n, t)| (n.to_string(), (*t).clone()))
-            .filter(|(n, t)| self.params.contains(n) && t.numel() <= 4096)
             .collect();
         self.plan_keyed(syms, &shapes, Some(&values))
     }
