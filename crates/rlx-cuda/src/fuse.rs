@@ -152,7 +152,7 @@ fn variant(
             .collect();
         s += &format!("    bad |= {};\n", flags.join(" | "));
     }
-    s += &format!("    o[i] = t{};\n  }}\n", members.len() - 1);
+    s += &format!("    rlx_put(o[i], t{});\n  }}\n", members.len() - 1);
     if !counted.is_empty() {
         s += &format!(
             "  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31u) == 0u) atomicOr(cnt + {}, 1ull);\n",
@@ -209,11 +209,19 @@ fn head_and_body(
     name: &str,
 ) -> Result<(String, String), String> {
     let ne = ext.len();
+    // Storage types: bfloat16 values are 16-bit `rlx_bf` (loaded with `rlx_f`, stored with
+    // `rlx_put`, which rounds once; the members' values are already rounded, so it is exact).
+    let sty = |id: NodeId| match g.node(id).shape.dtype {
+        rlx_ir::DType::BF16 => "rlx_bf",
+        _ => "float",
+    };
+    let oty = sty(*members.last().ok_or("an empty group")?);
     let mut s = format!(
-        "extern \"C\" __global__ void {name}(float* __restrict__ o, u64 n, const i64* __restrict__ meta, u64* __restrict__ cnt) {{\n"
+        "extern \"C\" __global__ void {name}({oty}* __restrict__ o, u64 n, const i64* __restrict__ meta, u64* __restrict__ cnt) {{\n"
     );
-    for e in 0..ne {
-        s += &format!("  const float* __restrict__ x{e} = (const float*)meta[{e}];\n");
+    for (e, &x) in ext.iter().enumerate() {
+        let t = sty(x);
+        s += &format!("  const {t}* __restrict__ x{e} = (const {t}*)meta[{e}];\n");
     }
     s += &format!("  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n");
     // The loop body: broadcast indices, the external loads, then one value per member.
@@ -232,7 +240,7 @@ fn head_and_body(
     }
     for (e, &f) in full.iter().enumerate().take(ne) {
         let at = if f { "i".to_string() } else { format!("j{e}") };
-        body += &format!("    float v{e} = x{e}[{at}];\n");
+        body += &format!("    float v{e} = rlx_f(x{e}[{at}]);\n");
     }
     let var = |id: NodeId| -> String {
         match ext.iter().position(|&x| x == id) {
@@ -341,7 +349,7 @@ mod tests {
             "the sink is scanned by nan_scan: {cnt}"
         );
         assert!(
-            !cnt.contains("o[i]"),
+            !cnt.contains("rlx_put(o[i]"),
             "the counting kernel writes no value: {cnt}"
         );
     }
@@ -365,10 +373,10 @@ mod tests {
         let ext = external_inputs(&g, &groups[0]);
         assert_eq!(ext, vec![x, b]);
         let src = kernel_source(&g, &groups[0], &ext, &[true, false], "fz_0").unwrap();
-        assert!(src.contains("float v1 = x1[j1];"), "{src}");
+        assert!(src.contains("float v1 = rlx_f(x1[j1]);"), "{src}");
         assert!(src.contains("g_add(v0, v1)"), "{src}");
         assert!(src.contains("float t5 = f_sqrt(t4"), "{src}");
-        assert!(src.contains("o[i] = t5;"), "{src}");
+        assert!(src.contains("rlx_put(o[i], t5);"), "{src}");
         // Every member but the last is counted in a scanning run (slot j = position).
         assert!(
             src.contains("rlx_scan1(__float_as_uint(t0), i, c0)"),
