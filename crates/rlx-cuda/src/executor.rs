@@ -1181,6 +1181,20 @@ impl CudaExecutor {
         } else if let Some(why) = &self.attn_note {
             eprintln!("rlx-cuda dispatch: attention fusion off ({why})");
         }
+        let wrapped = self.bf16_wrapped();
+        if !wrapped.is_empty() {
+            let mut kinds: Vec<String> = wrapped
+                .iter()
+                .map(|&i| g.node(i).op.name().to_string())
+                .collect();
+            kinds.sort();
+            kinds.dedup();
+            eprintln!(
+                "rlx-cuda dispatch: {} bfloat16 nodes run an f32-word kernel between conversions (no bfloat16 kernel: {})",
+                wrapped.len(),
+                kinds.join(", ")
+            );
+        }
         match (&self.lock_graph()[0], self.graphable) {
             (CudaGraphState::Off(why), _) => eprintln!("rlx-cuda dispatch: CUDA graph off ({why})"),
             (_, false) => eprintln!(
