@@ -810,7 +810,9 @@ impl CudaExecutor {
                             .iter()
                             .map(|&e| ptrs[buf[e.index()].expect("GPU inputs have buffers")] as i64)
                             .collect();
+                        let at = meta.len();
                         meta.extend(bcast_meta(&refs, &od));
+                        crate::fuse::append_magic(&mut meta, at);
                         metas_host.push(meta);
                         for &mb in members {
                             fz[mb.index()] = Fz::Member;
@@ -1755,8 +1757,11 @@ impl CudaExecutor {
                         // flush happens less often.
                         let mut l = self.stream.launch_builder(&fg.f_cnt);
                         l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
+                        // Two blocks per SM of an H200: a clean run's launch (every block
+                        // reads the flag and returns) costs the scheduling of its blocks,
+                        // once per fused group; a flagged one counts with fewer threads.
                         let mut c = launch_cfg(fg.n);
-                        c.grid_dim.0 = c.grid_dim.0.min(1024);
+                        c.grid_dim.0 = c.grid_dim.0.min(264);
                         // SAFETY: as above (the same signature and arguments; it writes only
                         // the counts).
                         unsafe { l.launch(c) }.map_err(|e| {

@@ -93,6 +93,31 @@ pub(crate) fn dedupe(sources: &[String]) -> (String, Vec<usize>) {
     (src, kernel_of)
 }
 
+/// (magic, shift) with `(umulhi(n, magic) + n) >> shift == n / d` for every `n < 2^31`
+/// and `1 <= d < 2^31` (Granlund-Montgomery, as PyTorch's `IntDivider`): the kernels'
+/// `rlx_udiv`.
+pub(crate) fn udiv_magic(d: u32) -> (u32, u32) {
+    let d = d.max(1) as u64;
+    let mut s = 0u32;
+    while (1u64 << s) < d {
+        s += 1;
+    }
+    let m = ((1u64 << 32) * ((1u64 << s) - d)) / d + 1;
+    (m as u32, s)
+}
+
+/// [`udiv_magic`] of each dim of a `bcast_meta` ([rank, dims, ...]), appended as the fused
+/// kernels read it.
+pub(crate) fn append_magic(meta: &mut Vec<i64>, at: usize) {
+    let r = meta[at] as usize;
+    let dims: Vec<i64> = meta[at + 1..at + 1 + r].to_vec();
+    for d in dims {
+        let (m, s) = udiv_magic(d as u32);
+        meta.push(m as i64);
+        meta.push(s as i64);
+    }
+}
+
 fn lit(x: f32) -> String {
     format!("__int_as_float(0x{:08x})", x.to_bits())
 }
@@ -223,7 +248,11 @@ fn head_and_body(
         let t = sty(x);
         s += &format!("  const {t}* __restrict__ x{e} = (const {t}*)meta[{e}];\n");
     }
-    s += &format!("  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n");
+    // bm = [r, dims[r], strides[r] per input, then (magic, shift) per dim: `rlx_udiv`].
+    s += &format!(
+        "  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n  int mo = 1 + r * {};\n",
+        ne + 1
+    );
     // The loop body: broadcast indices, the external loads, then one value per member.
     let mut body = String::new();
     let bcast: Vec<usize> = (0..ne).filter(|&e| !full[e]).collect();
@@ -232,11 +261,18 @@ fn head_and_body(
         for &e in &bcast {
             body += &format!("    unsigned j{e} = 0u;\n");
         }
-        body += "    for (int d = r - 1; d >= 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned c = rem % dim; rem /= dim;\n";
+        // Divisions by the dims through multiply-high (`rlx_udiv`, magic numbers from the
+        // host): a hardware-less 32-bit division costs ~20 instructions, and the index math
+        // of per-channel broadcasts (BatchNorm over NCHW) made these kernels compute-bound.
+        // The outermost coordinate is what is left (no division).
+        body += "    for (int d = r - 1; d > 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned q = rlx_udiv(rem, (unsigned)bm[mo + 2 * d], (unsigned)bm[mo + 2 * d + 1]); unsigned c = rem - q * dim; rem = q;\n";
         for &e in &bcast {
             body += &format!("      j{e} += c * (unsigned)bm[1 + r * {} + d];\n", e + 1);
         }
         body += "    }\n";
+        for &e in &bcast {
+            body += &format!("    j{e} += rem * (unsigned)bm[1 + r * {}];\n", e + 1);
+        }
     }
     for (e, &f) in full.iter().enumerate().take(ne) {
         let at = if f { "i".to_string() } else { format!("j{e}") };
@@ -265,8 +301,14 @@ fn head_and_body(
                 let (k, p) = kernels::unary_kernel(op)
                     .ok_or_else(|| format!("{m}: no kernel for {}", op.name()))?;
                 let f = k.strip_prefix("u_").unwrap_or(&k);
+                // bfloat16 members: the `fb_` form (f32 math where f32 kernels use double).
+                let pre = if node.shape.dtype == rlx_ir::DType::BF16 {
+                    "fb"
+                } else {
+                    "f"
+                };
                 format!(
-                    "f_{f}({}, {}, {})",
+                    "{pre}_{f}({}, {}, {})",
                     var(node.inputs[0]),
                     lit(p[0]),
                     lit(p[1])
@@ -352,6 +394,28 @@ mod tests {
             !cnt.contains("rlx_put(o[i]"),
             "the counting kernel writes no value: {cnt}"
         );
+    }
+
+    /// The magic-number division equals integer division (n < 2^31).
+    #[test]
+    fn magic_division_is_exact() {
+        let emul = |n: u32, d: u32| {
+            let (m, s) = udiv_magic(d);
+            ((((n as u64 * m as u64) >> 32) as u32 + n) >> s) as u32
+        };
+        let mut x = 0x9E3779B9u32;
+        for d in (1..300u32).chain([768, 3072, 12544, 50176, 1 << 20, (1 << 31) - 1, 1 << 30]) {
+            for n in [0u32, 1, d - 1, d, d + 1, (1 << 31) - 1, (1 << 31) - 2] {
+                assert_eq!(emul(n, d), n / d, "{n} / {d}");
+            }
+            for _ in 0..2000 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                let n = x & 0x7fff_ffff;
+                assert_eq!(emul(n, d), n / d, "{n} / {d}");
+            }
+        }
     }
 
     #[test]

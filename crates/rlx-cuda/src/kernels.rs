@@ -91,6 +91,34 @@ const UNARY: &[(&str, &str)] = &[
     ("softsign", "double d = x; return (float)(d / (1.0 + fabs(d)));"),
 ];
 
+/// f32 bodies of unary ops that the f32 kernels compute through double (as rlx-cpu), used
+/// for bfloat16 values (`fb_<name>`; the `_bf` kernels and bfloat16 members of fused groups):
+/// a result rounded to bfloat16's 8 significant bits does not need double's accuracy (f32's
+/// erfcf/expf are within a few f32 ulps, 2^-16 of a bfloat16 ulp), and double arithmetic made
+/// BERT's bfloat16 Gelu compute-bound. IEEE cases as the double forms: NaN stays NaN,
+/// gelu(-inf) and silu(-inf) are NaN (-inf * 0), +inf stays +inf.
+const BF16_F32_BODIES: &[(&str, &str)] = &[
+    ("gelu", "return 0.5f * x * erfcf(-x * 0.70710678118654752440f);"),
+    (
+        "silu",
+        "if (x >= 0.0f) return x / (1.0f + expf(-x)); float e = expf(x); return x * e / (1.0f + e);",
+    ),
+    ("erf", "return erff(x);"),
+];
+
+/// The device function a bfloat16 op calls: `fb_<name>` (see [`BF16_F32_BODIES`]).
+fn fb_functions() -> String {
+    UNARY.iter().map(|(name, _)| fb_def(name)).collect()
+}
+
+fn fb_def(name: &str) -> String {
+    let body = BF16_F32_BODIES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or_else(|| format!("return f_{name}(x, p0, p1);"), |(_, b)| b.to_string());
+    format!("__device__ __forceinline__ float fb_{name}(float x, float p0, float p1) {{ {body} }}\n")
+}
+
 /// Binary kernels: (name, body of `float f(float x, float y)`).
 const BINARY: &[(&str, &str)] = &[
     ("add", "return x + y;"),
@@ -238,6 +266,8 @@ __device__ __forceinline__ unsigned short rlx_bf16_bits(float v) {
 }
 __device__ __forceinline__ void rlx_put(float& d, float v) { d = v; }
 __device__ __forceinline__ void rlx_put(rlx_bf& d, float v) { d.b = rlx_bf16_bits(v); }
+// n / d for n < 2^31 by multiply-high with the host's (magic, shift) (fuse.rs udiv_magic).
+__device__ __forceinline__ unsigned rlx_udiv(unsigned n, unsigned m, unsigned s) { return (__umulhi(n, m) + n) >> s; }
 // Broadcast indices of output element i (meta = [rank, dims, strides of a, strides of b]).
 // 32-bit division when the output has fewer than 2^31 elements (inputs are never larger):
 // 64-bit division is emulated on the GPU and made elementwise kernels several times slower.
@@ -308,7 +338,7 @@ pub fn device_functions() -> String {
     for (name, body) in BINARY {
         s += &format!("__device__ __forceinline__ float g_{name}(float x, float y) {{ {body} }}\n");
     }
-    s
+    s + &fb_functions()
 }
 
 /// The whole program's source.
@@ -319,10 +349,12 @@ pub fn source() -> String {
             "__device__ __forceinline__ float f_{name}(float x, float p0, float p1) {{ {body} }}
 "
         );
+        s += &fb_def(name);
         for (sfx, ty) in STORAGE {
+            let f = if sfx.is_empty() { "f" } else { "fb" };
             s += &format!(
                 "extern \"C\" __global__ void u_{name}{sfx}(const {ty}* __restrict__ a, {ty}* __restrict__ o, u64 n, float p0, float p1) {{
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) rlx_put(o[i], f_{name}(rlx_f(a[i]), p0, p1));
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) rlx_put(o[i], {f}_{name}(rlx_f(a[i]), p0, p1));
 }}
 "
             );
@@ -552,7 +584,15 @@ __device__ __forceinline__ void pool2d_t(const S* __restrict__ x, S* __restrict_
   int ph = (int)meta[8], pw = (int)meta[9], peh = (int)meta[10], pew = (int)meta[11];
   int dh = (int)meta[12], dw = (int)meta[13], kind = (int)meta[14], cip = (int)meta[15];
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    u64 q = i; int ox = (int)(q % OW); q /= OW; int oy = (int)(q % OH); u64 plane = q / OH;
+    // 32-bit division below 2^31 outputs (64-bit division is emulated: ResNet-50's MaxPool
+    // took 134 us in bfloat16).
+    int ox, oy; u64 plane;
+    if (n <= 0x7fffffffull) {
+      unsigned q = (unsigned)i; ox = (int)(q % (unsigned)OW); q /= (unsigned)OW;
+      oy = (int)(q % (unsigned)OH); plane = (u64)(q / (unsigned)OH);
+    } else {
+      u64 q = i; ox = (int)(q % OW); q /= OW; oy = (int)(q % OH); plane = q / OH;
+    }
     const S* xp = x + plane * (u64)H * W;
     float acc = kind == 0 ? __int_as_float(0xff800000) : 0.0f;
     bool nan = false;
@@ -916,20 +956,3 @@ pub fn compile_source(
         .map_err(|e| format!("loading the NVRTC module: {e}"))
 }
 
-#[cfg(test)]
-mod dump {
-    /// `RLX_CUDA_DUMP_SRC=DIR cargo test -p rlx-cuda dump_sources`: write the kernel programs'
-    /// sources (elementwise, attention) to DIR, for compiling them with NVRTC on a machine
-    /// without a GPU.
-    #[test]
-    fn dump_sources() {
-        if let Ok(dir) = std::env::var("RLX_CUDA_DUMP_SRC") {
-            std::fs::write(format!("{dir}/rlx_elementwise.cu"), super::source()).unwrap();
-            std::fs::write(
-                format!("{dir}/rlx_attention.cu"),
-                super::device_functions() + crate::attn::KERNEL_SRC,
-            )
-            .unwrap();
-        }
-    }
-}
