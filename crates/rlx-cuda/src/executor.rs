@@ -810,9 +810,7 @@ impl CudaExecutor {
                             .iter()
                             .map(|&e| ptrs[buf[e.index()].expect("GPU inputs have buffers")] as i64)
                             .collect();
-                        let at = meta.len();
                         meta.extend(bcast_meta(&refs, &od));
-                        crate::fuse::append_magic(&mut meta, at);
                         metas_host.push(meta);
                         for &mb in members {
                             fz[mb.index()] = Fz::Member;

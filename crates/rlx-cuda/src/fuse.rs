@@ -93,39 +93,15 @@ pub(crate) fn dedupe(sources: &[String]) -> (String, Vec<usize>) {
     (src, kernel_of)
 }
 
-/// (magic, shift) with `(umulhi(n, magic) + n) >> shift == n / d` for every `n < 2^31`
-/// and `1 <= d < 2^31` (Granlund-Montgomery, as PyTorch's `IntDivider`): the kernels'
-/// `rlx_udiv`.
-pub(crate) fn udiv_magic(d: u32) -> (u32, u32) {
-    let d = d.max(1) as u64;
-    let mut s = 0u32;
-    while (1u64 << s) < d {
-        s += 1;
-    }
-    let m = ((1u64 << 32) * ((1u64 << s) - d)) / d + 1;
-    (m as u32, s)
-}
-
-/// [`udiv_magic`] of each dim of a `bcast_meta` ([rank, dims, ...]), appended as the fused
-/// kernels read it.
-pub(crate) fn append_magic(meta: &mut Vec<i64>, at: usize) {
-    let r = meta[at] as usize;
-    let dims: Vec<i64> = meta[at + 1..at + 1 + r].to_vec();
-    for d in dims {
-        let (m, s) = udiv_magic(d as u32);
-        meta.push(m as i64);
-        meta.push(s as i64);
-    }
-}
-
 fn lit(x: f32) -> String {
     format!("__int_as_float(0x{:08x})", x.to_bits())
 }
 
 /// CUDA source of kernel `name(float* o, u64 n, const i64* meta, u64* cnt)` for a group, where
 /// `meta` = [address of each external input, then the broadcast metadata of
-/// [`crate::executor`]'s `bcast_meta` over the group's dims]. Element counts below 2^31
-/// (32-bit index math). `full[e]` says external input `e` has the group's dims (read at `i`,
+/// [`crate::executor`]'s `bcast_meta` over the group's dims] (the kernel reads the addresses;
+/// its broadcast index math has the same merged dims and strides compiled in as literals).
+/// Element counts below 2^31 (32-bit index math). `full[e]` says external input `e` has the group's dims (read at `i`,
 /// no index math). With `cnt` non-null (a scanning run), the NaN/±inf counts and first indices
 /// of every member but the last (whose value is written and scanned like any other) go to
 /// `cnt[6 j ..]` for the j-th member, as `nan_scan` writes them.
@@ -248,30 +224,53 @@ fn head_and_body(
         let t = sty(x);
         s += &format!("  const {t}* __restrict__ x{e} = (const {t}*)meta[{e}];\n");
     }
-    // bm = [r, dims[r], strides[r] per input, then (magic, shift) per dim: `rlx_udiv`].
-    s += &format!(
-        "  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n  int mo = 1 + r * {};\n",
-        ne + 1
-    );
+    s += &format!("  const i64* bm = meta + {ne};\n  (void)bm;\n");
     // The loop body: broadcast indices, the external loads, then one value per member.
     let mut body = String::new();
     let bcast: Vec<usize> = (0..ne).filter(|&e| !full[e]).collect();
     if !bcast.is_empty() {
+        // The group's merged broadcast dims and strides as literals (the same `bcast_meta`
+        // the executor passes in `meta`): divisions by constants compile to multiply-high,
+        // and no thread reads index metadata from memory. Groups of other dims get their
+        // own kernel; identical layers still share one.
+        let od = g
+            .node(*members.last().ok_or("an empty group")?)
+            .shape
+            .dims_usize()
+            .to_vec();
+        let dims: Vec<Vec<usize>> = ext
+            .iter()
+            .map(|&e| g.node(e).shape.dims_usize().to_vec())
+            .collect();
+        let refs: Vec<&[usize]> = dims.iter().map(|d| d.as_slice()).collect();
+        let bm = crate::executor::bcast_meta(&refs, &od);
+        let r = bm[0] as usize;
+        let dim = |d: usize| bm[1 + d] as u64;
+        let stride = |e: usize, d: usize| bm[1 + r * (e + 1) + d] as u64;
         body += "    unsigned rem = (unsigned)i;\n";
-        for &e in &bcast {
-            body += &format!("    unsigned j{e} = 0u;\n");
+        // Coordinates `q<d>` (the counting kernel's counters are `c<j>`), only those some
+        // broadcast input's index uses.
+        let used = |d: usize| bcast.iter().any(|&e| stride(e, d) != 0);
+        for d in (1..r).rev() {
+            if used(d) {
+                body += &format!("    const unsigned q{d} = rem % {}u;\n", dim(d));
+            }
+            body += &format!("    rem /= {}u;\n", dim(d));
         }
-        // Divisions by the dims through multiply-high (`rlx_udiv`, magic numbers from the
-        // host): a hardware-less 32-bit division costs ~20 instructions, and the index math
-        // of per-channel broadcasts (BatchNorm over NCHW) made these kernels compute-bound.
-        // The outermost coordinate is what is left (no division).
-        body += "    for (int d = r - 1; d > 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned q = rlx_udiv(rem, (unsigned)bm[mo + 2 * d], (unsigned)bm[mo + 2 * d + 1]); unsigned c = rem - q * dim; rem = q;\n";
-        for &e in &bcast {
-            body += &format!("      j{e} += c * (unsigned)bm[1 + r * {} + d];\n", e + 1);
+        if used(0) {
+            body += "    const unsigned q0 = rem;\n";
         }
-        body += "    }\n";
         for &e in &bcast {
-            body += &format!("    j{e} += rem * (unsigned)bm[1 + r * {}];\n", e + 1);
+            let terms: Vec<String> = (0..r)
+                .filter(|&d| stride(e, d) != 0)
+                .map(|d| format!("q{d} * {}u", stride(e, d)))
+                .collect();
+            let sum = if terms.is_empty() {
+                "0u".to_string()
+            } else {
+                terms.join(" + ")
+            };
+            body += &format!("    const unsigned j{e} = {sum};\n");
         }
     }
     for (e, &f) in full.iter().enumerate().take(ne) {
@@ -396,28 +395,6 @@ mod tests {
         );
     }
 
-    /// The magic-number division equals integer division (n < 2^31).
-    #[test]
-    fn magic_division_is_exact() {
-        let emul = |n: u32, d: u32| {
-            let (m, s) = udiv_magic(d);
-            ((((n as u64 * m as u64) >> 32) as u32 + n) >> s) as u32
-        };
-        let mut x = 0x9E3779B9u32;
-        for d in (1..300u32).chain([768, 3072, 12544, 50176, 1 << 20, (1 << 31) - 1, 1 << 30]) {
-            for n in [0u32, 1, d - 1, d, d + 1, (1 << 31) - 1, (1 << 31) - 2] {
-                assert_eq!(emul(n, d), n / d, "{n} / {d}");
-            }
-            for _ in 0..2000 {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                let n = x & 0x7fff_ffff;
-                assert_eq!(emul(n, d), n / d, "{n} / {d}");
-            }
-        }
-    }
-
     #[test]
     fn groups_follow_single_use_chains_of_one_size() {
         let mut g = Graph::new("fuse");
@@ -438,6 +415,10 @@ mod tests {
         assert_eq!(ext, vec![x, b]);
         let src = kernel_source(&g, &groups[0], &ext, &[true, false], "fz_0").unwrap();
         assert!(src.contains("float v1 = rlx_f(x1[j1]);"), "{src}");
+        // Broadcast index math with the dims as literals (no metadata reads per element).
+        assert!(src.contains("const unsigned q1 = rem % 8u;"), "{src}");
+        assert!(src.contains("const unsigned j1 = q1 * 1u;"), "{src}");
+        assert!(!src.contains("bm[1"), "{src}");
         assert!(src.contains("g_add(v0, v1)"), "{src}");
         assert!(src.contains("float t5 = f_sqrt(t4"), "{src}");
         assert!(src.contains("rlx_put(o[i], t5);"), "{src}");

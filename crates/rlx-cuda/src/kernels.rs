@@ -266,8 +266,6 @@ __device__ __forceinline__ unsigned short rlx_bf16_bits(float v) {
 }
 __device__ __forceinline__ void rlx_put(float& d, float v) { d = v; }
 __device__ __forceinline__ void rlx_put(rlx_bf& d, float v) { d.b = rlx_bf16_bits(v); }
-// n / d for n < 2^31 by multiply-high with the host's (magic, shift) (fuse.rs udiv_magic).
-__device__ __forceinline__ unsigned rlx_udiv(unsigned n, unsigned m, unsigned s) { return (__umulhi(n, m) + n) >> s; }
 // Broadcast indices of output element i (meta = [rank, dims, strides of a, strides of b]).
 // 32-bit division when the output has fewer than 2^31 elements (inputs are never larger):
 // 64-bit division is emulated on the GPU and made elementwise kernels several times slower.
