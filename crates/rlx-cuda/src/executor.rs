@@ -1852,11 +1852,7 @@ impl CudaExecutor {
                         }
                     }
                     Step::MatMul(p) => {
-                        let (a, b, c) = (
-                            ptr(node.inputs[0]),
-                            ptr(node.inputs[1]),
-                            ptr(id),
-                        );
+                        let (a, b, c) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                         match &self.half_mm[k] {
                             Some(h) => self
                                 .half_gemm(p, h, (node.inputs[0], a), (node.inputs[1], b), c)
@@ -1896,11 +1892,7 @@ impl CudaExecutor {
                         rows: None,
                     } => {
                         if *nout > 0 {
-                            let (x, o, m) = (
-                                ptr(node.inputs[0]),
-                                ptr(id),
-                                self.meta_ptrs[*meta],
-                            );
+                            let (x, o, m) = (ptr(node.inputs[0]), ptr(id), self.meta_ptrs[*meta]);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(nout).arg(&m).arg(kind);
                             let cfg = LaunchConfig {
@@ -1939,11 +1931,7 @@ impl CudaExecutor {
                     } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, ix, o) = (
-                                ptr(node.inputs[0]),
-                                ptr(node.inputs[1]),
-                                ptr(id),
-                            );
+                            let (x, ix, o) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                             let ep = self.err_ptr;
                             let nid = id.index() as i32;
                             let mut l = self.stream.launch_builder(f);
@@ -1964,11 +1952,7 @@ impl CudaExecutor {
                     Step::GatherNd { f, meta, idx64 } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, ix, o) = (
-                                ptr(node.inputs[0]),
-                                ptr(node.inputs[1]),
-                                ptr(id),
-                            );
+                            let (x, ix, o) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                             let (ep, nid, m) =
                                 (self.err_ptr, id.index() as i32, self.meta_ptrs[*meta]);
                             let mut l = self.stream.launch_builder(f);
@@ -2015,11 +1999,7 @@ impl CudaExecutor {
                         }
                     }
                     Step::CudnnConv { plan, bias, half } => {
-                        let (x, w, o) = (
-                            ptr(node.inputs[0]),
-                            ptr(node.inputs[1]),
-                            ptr(id),
-                        );
+                        let (x, w, o) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                         let h = self
                             .cudnn
                             .as_ref()
@@ -2057,11 +2037,7 @@ impl CudaExecutor {
                     Step::Pool { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, o, m) = (
-                                ptr(node.inputs[0]),
-                                ptr(id),
-                                self.meta_ptrs[*meta],
-                            );
+                            let (x, o, m) = (ptr(node.inputs[0]), ptr(id), self.meta_ptrs[*meta]);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(&nel).arg(&m);
                             // SAFETY: signature (const float*, float*, u64, const i64*); input
@@ -2375,7 +2351,9 @@ impl CudaExecutor {
     fn plan_wraps(&mut self) -> Result<(), CudaError> {
         let g = &self.graph;
         let n = g.len();
-        let mut wraps: Vec<Option<(Vec<(NodeId, usize, u64)>, bool)>> = (0..n).map(|_| None).collect();
+        // Per node: (bfloat16 inputs as (node, operand position, elements), output is bf16).
+        type Planned = Option<(Vec<(NodeId, usize, u64)>, bool)>;
+        let mut wraps: Vec<Planned> = (0..n).map(|_| None).collect();
         let mut need: Vec<usize> = vec![];
         for node in &g.nodes {
             let k = node.id.index();
@@ -2385,7 +2363,10 @@ impl CudaExecutor {
                 // `_bf` kernels: float ops whose inputs all have the output's dtype.
                 Step::Unary { .. } | Step::Binary { .. } => {
                     !matches!(node.op, Op::Cast { .. })
-                        && node.inputs.iter().all(|&i| g.node(i).shape.dtype == node.shape.dtype)
+                        && node
+                            .inputs
+                            .iter()
+                            .all(|&i| g.node(i).shape.dtype == node.shape.dtype)
                 }
                 Step::MatMul(_)
                 | Step::Reduce { .. }
@@ -2432,10 +2413,12 @@ impl CudaExecutor {
         let mut scratch = Vec::with_capacity(need.len());
         let mut addr = Vec::with_capacity(need.len());
         for &c in &need {
-            let b = self
-                .stream
-                .alloc_zeros::<f32>(c.max(1))
-                .map_err(|e| cuda_err(&format!("allocating {} bytes of bfloat16 scratch", c * 4), e))?;
+            let b = self.stream.alloc_zeros::<f32>(c.max(1)).map_err(|e| {
+                cuda_err(
+                    &format!("allocating {} bytes of bfloat16 scratch", c * 4),
+                    e,
+                )
+            })?;
             addr.push(b.device_ptr(&self.stream).0);
             scratch.push(b);
         }
@@ -2444,7 +2427,10 @@ impl CudaExecutor {
             .into_iter()
             .map(|w| {
                 w.map(|(ins, out)| Wrap {
-                    ins: ins.into_iter().map(|(i, pos, nel)| (i, addr[pos], nel)).collect(),
+                    ins: ins
+                        .into_iter()
+                        .map(|(i, pos, nel)| (i, addr[pos], nel))
+                        .collect(),
                     out: out.then_some(out_addr),
                 })
             })

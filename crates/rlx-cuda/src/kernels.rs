@@ -115,8 +115,13 @@ fn fb_def(name: &str) -> String {
     let body = BF16_F32_BODIES
         .iter()
         .find(|(n, _)| *n == name)
-        .map_or_else(|| format!("return f_{name}(x, p0, p1);"), |(_, b)| b.to_string());
-    format!("__device__ __forceinline__ float fb_{name}(float x, float p0, float p1) {{ {body} }}\n")
+        .map_or_else(
+            || format!("return f_{name}(x, p0, p1);"),
+            |(_, b)| b.to_string(),
+        );
+    format!(
+        "__device__ __forceinline__ float fb_{name}(float x, float p0, float p1) {{ {body} }}\n"
+    )
 }
 
 /// Binary kernels: (name, body of `float f(float x, float y)`).
@@ -953,4 +958,3 @@ pub fn compile_source(
     ctx.load_module(ptx)
         .map_err(|e| format!("loading the NVRTC module: {e}"))
 }
-

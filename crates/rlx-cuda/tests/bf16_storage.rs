@@ -61,7 +61,8 @@ fn check_storage(g: &Graph, ex: &CudaExecutor) {
             continue;
         }
         assert_eq!(
-            bytes, want,
+            bytes,
+            want,
             "{} {} {}: {bytes} bytes on the device",
             node.id,
             node.op.name(),
@@ -78,11 +79,18 @@ fn close(what: &str, got: &[f32], want: &[f32], tol: f32, floor: f32) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, (&c, &r)) in got.iter().zip(want).enumerate() {
         if r.is_nan() || c.is_nan() {
-            assert!(r.is_nan() && c.is_nan(), "{what} [{i}]: cuda {c}, reference {r}");
+            assert!(
+                r.is_nan() && c.is_nan(),
+                "{what} [{i}]: cuda {c}, reference {r}"
+            );
             continue;
         }
         if tol == 0.0 || r.is_infinite() || c.is_infinite() {
-            assert_eq!(c.to_bits(), r.to_bits(), "{what} [{i}]: cuda {c}, reference {r}");
+            assert_eq!(
+                c.to_bits(),
+                r.to_bits(),
+                "{what} [{i}]: cuda {c}, reference {r}"
+            );
             continue;
         }
         assert!(
@@ -134,13 +142,8 @@ fn bf16_ops_are_stored_in_16_bits_and_match_the_reference() {
     let wv = rand_vec(h * o, 5, -0.5, 0.5);
     let idx = vec![3i64, 0, 49, -1, 17];
     // The inputs as bfloat16 values (what the reference computes from).
-    let (xq, yq, bq, tq, wq): (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) = (
-        xv.iter().map(|&v| rb(v)).collect(),
-        yv.iter().map(|&v| rb(v)).collect(),
-        bv.iter().map(|&v| rb(v)).collect(),
-        tv.iter().map(|&v| rb(v)).collect(),
-        wv.iter().map(|&v| rb(v)).collect(),
-    );
+    let q = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| rb(x)).collect() };
+    let (xq, yq, bq, tq, wq) = (q(&xv), q(&yv), q(&bv), q(&tv), q(&wv));
 
     let mut g = Graph::new("bf16_storage");
     let x = g.input("x", sh(&d3, BF));
@@ -182,7 +185,13 @@ fn bf16_ops_are_stored_in_16_bits_and_match_the_reference() {
         vec![x],
         sh(&[a0, h], BF),
     );
-    let tr = g.add_node(Op::Transpose { perm: vec![2, 0, 1] }, vec![x], sh(&[h, a0, a1], BF));
+    let tr = g.add_node(
+        Op::Transpose {
+            perm: vec![2, 0, 1],
+        },
+        vec![x],
+        sh(&[h, a0, a1], BF),
+    );
     let sl = g.add_node(
         Op::Slice {
             starts: vec![1, 0, 32],
@@ -198,14 +207,7 @@ fn bf16_ops_are_stored_in_16_bits_and_match_the_reference() {
     let sel = g.add_node(Op::Select, vec![lt, x, y], s3.clone());
     let cast = |g: &mut Graph, v: NodeId, to: DType| {
         let d = g.node(v).shape.dims_usize().to_vec();
-        g.add_node(
-            Op::Cast {
-                to,
-                saturate: true,
-            },
-            vec![v],
-            sh(&d, to),
-        )
+        g.add_node(Op::Cast { to, saturate: true }, vec![v], sh(&d, to))
     };
     let up = cast(&mut g, x, DType::F32);
     let sq = g.mul(up, up, sh(&d3, DType::F32));
@@ -214,8 +216,8 @@ fn bf16_ops_are_stored_in_16_bits_and_match_the_reference() {
     let nz = cast(&mut g, x, DType::Bool);
     let mm = g.matmul(x, w, sh(&[a0, a1, o], BF));
     let outs = vec![
-        add, mul, div, max, relu, neg, chain, exp, rmean, rmax, tr, sl, cc, gt, lt, sel, up,
-        down, isnan, nz, mm,
+        add, mul, div, max, relu, neg, chain, exp, rmean, rmax, tr, sl, cc, gt, lt, sel, up, down,
+        isnan, nz, mm,
     ];
     g.set_outputs(outs.clone());
     let ins = vec![
@@ -226,7 +228,10 @@ fn bf16_ops_are_stored_in_16_bits_and_match_the_reference() {
         Tensor::new(vec![5], TensorData::I64(idx.clone())).unwrap(),
         bft(&[h, o], &wv),
     ];
-    let cpu = CpuExecutor::new(g.clone()).unwrap().run(&ins, None).unwrap();
+    let cpu = CpuExecutor::new(g.clone())
+        .unwrap()
+        .run(&ins, None)
+        .unwrap();
 
     // Independent references for the exact ops.
     let at3 = |i: usize| (i / (a1 * h), (i / h) % a1, i % h);
@@ -284,7 +289,9 @@ fn bf16_ops_are_stored_in_16_bits_and_match_the_reference() {
         })
         .collect();
     let r_lt: Vec<bool> = (0..n).map(|i| xq[i] < yq[i]).collect();
-    let r_sel: Vec<f32> = (0..n).map(|i| if r_lt[i] { xq[i] } else { yq[i] }).collect();
+    let r_sel: Vec<f32> = (0..n)
+        .map(|i| if r_lt[i] { xq[i] } else { yq[i] })
+        .collect();
     let r_down: Vec<f32> = xq.iter().map(|&v| rb(v * v)).collect();
     let r_isnan: Vec<bool> = xq.iter().map(|v| v.is_nan()).collect();
     let r_nz: Vec<bool> = xq.iter().map(|&v| v != 0.0).collect();
@@ -390,7 +397,11 @@ fn bf16_conv_and_pool_match_the_cpu() {
     if !cuda_available() {
         return;
     }
-    let (xd, wd, od) = ([2usize, 8, 11, 11], [16usize, 8, 3, 3], [2usize, 16, 11, 11]);
+    let (xd, wd, od) = (
+        [2usize, 8, 11, 11],
+        [16usize, 8, 3, 3],
+        [2usize, 16, 11, 11],
+    );
     let a = ConvAttrs {
         strides: vec![1, 1],
         pads: vec![(1, 1), (1, 1)],
@@ -411,7 +422,11 @@ fn bf16_conv_and_pool_match_the_cpu() {
         dilations: vec![1, 1],
         ceil_mode: false,
     };
-    let mp = g.add_node(Op::Pool(pool(PoolKind::Max)), vec![c], sh(&[2, 16, 6, 6], BF));
+    let mp = g.add_node(
+        Op::Pool(pool(PoolKind::Max)),
+        vec![c],
+        sh(&[2, 16, 6, 6], BF),
+    );
     let ap = g.add_node(
         Op::Pool(pool(PoolKind::Avg {
             count_include_pad: false,
@@ -429,7 +444,10 @@ fn bf16_conv_and_pool_match_the_cpu() {
         bft(&wd, &rand_vec(wd.iter().product(), 42, -0.5, 0.5)),
         bft(&[16], &rand_vec(16, 43, -1.0, 1.0)),
     ];
-    let want = CpuExecutor::new(g.clone()).unwrap().run(&ins, None).unwrap();
+    let want = CpuExecutor::new(g.clone())
+        .unwrap()
+        .run(&ins, None)
+        .unwrap();
     let mut ex = CudaExecutor::new(g.clone()).unwrap();
     all_gpu(&ex);
     check_storage(&g, &ex);
@@ -440,7 +458,10 @@ fn bf16_conv_and_pool_match_the_cpu() {
         ex.bf16_wrapped()
     );
     let got = ex.run(&ins, None).unwrap();
-    for (k, name) in ["Conv", "Conv+bias", "MaxPool", "AvgPool"].iter().enumerate() {
+    for (k, name) in ["Conv", "Conv+bias", "MaxPool", "AvgPool"]
+        .iter()
+        .enumerate()
+    {
         let wv = f32s(&want[k]);
         let scale = wv
             .iter()

@@ -723,7 +723,13 @@ pub(super) fn plan_node(
             if node.inputs.len() != 2 {
                 return Err("binary op without two inputs".into());
             }
-            binary_step(func(&format!("{name}{fsfx}"))?, &ind(0), &ind(1), &od, metas)
+            binary_step(
+                func(&format!("{name}{fsfx}"))?,
+                &ind(0),
+                &ind(1),
+                &od,
+                metas,
+            )
         }
         Op::MatMul => {
             all_f32()?;

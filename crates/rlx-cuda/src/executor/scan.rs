@@ -108,7 +108,11 @@ impl CudaExecutor {
                 if scanned[b] && float_word(node.shape.dtype) {
                     // Bit 63: a bfloat16 buffer (16-bit values; see `nan_scan`).
                     lens[b] = node.shape.numel() as u64
-                        | if half_store(node.shape.dtype) { 1 << 63 } else { 0 };
+                        | if half_store(node.shape.dtype) {
+                            1 << 63
+                        } else {
+                            0
+                        };
                 }
             }
         }
