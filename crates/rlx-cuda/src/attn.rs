@@ -660,25 +660,25 @@ __device__ __forceinline__ float rlx_att_round(float x, int dt) {
 // x[j * sj + d * sd]; 0 past lk and dlim): 32 values, thread tid taking dim tid of every key
 // when sd == 1 (coalesced along the dims), else key tid % 32 of dims tid / 32 + TPR * it
 // (coalesced along the keys).
-template <int TPR>
-__device__ __forceinline__ void rlx_att_load(float (&t)[RLX_ATT_BK], const float* __restrict__ x,
+template <int TPR, typename S>
+__device__ __forceinline__ void rlx_att_load(float (&t)[RLX_ATT_BK], const S* __restrict__ x,
     i64 sj, i64 sd, int j0, int lk, int dlim, int tid) {
   if (sd == 1) {
     const bool dok = tid < dlim;
-    const float* p = x + (i64)j0 * sj + tid;
+    const S* p = x + (i64)j0 * sj + tid;
 #pragma unroll
     for (int it = 0; it < RLX_ATT_BK; ++it) {
-      t[it] = (dok && j0 + it < lk) ? *p : 0.0f;
+      t[it] = (dok && j0 + it < lk) ? rlx_f(*p) : 0.0f;
       p += sj;
     }
   } else {
     const int d0 = tid / 32;
     const bool jok = j0 + tid % 32 < lk;
-    const float* p = x + (i64)(j0 + tid % 32) * sj + (i64)d0 * sd;
+    const S* p = x + (i64)(j0 + tid % 32) * sj + (i64)d0 * sd;
     const i64 step = (i64)TPR * sd;
 #pragma unroll
     for (int it = 0; it < RLX_ATT_BK; ++it) {
-      t[it] = (jok && d0 + TPR * it < dlim) ? *p : 0.0f;
+      t[it] = (jok && d0 + TPR * it < dlim) ? rlx_f(*p) : 0.0f;
       p += step;
     }
   }
@@ -693,10 +693,10 @@ __device__ __forceinline__ void rlx_att_store(const float (&t)[RLX_ATT_BK], floa
     s[jj * (32 * TPR + 4) + d] = t[it];
   }
 }
-template <int TPR>
+template <int TPR, typename S>
 __device__ __forceinline__ void rlx_attn_body(
-    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-    const float* __restrict__ msk, float* __restrict__ o, const i64* __restrict__ meta,
+    const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
+    const S* __restrict__ msk, S* __restrict__ o, const i64* __restrict__ meta,
     int lq, int lk, int dqk, int dv, float scale, int flags) {
   const int RS = 32 * TPR + 4;
   __shared__ __align__(16) float ks[RLX_ATT_BK * (32 * TPR + 4)];
@@ -741,7 +741,7 @@ __device__ __forceinline__ void rlx_attn_body(
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int d = 4 * (c * TPR + t) + e;
-      qr[4 * c + e] = (act && d < dqk) ? q[off0 + (i64)i * qi + (i64)d * qd] : 0.0f;
+      qr[4 * c + e] = (act && d < dqk) ? rlx_f(q[off0 + (i64)i * qi + (i64)d * qd]) : 0.0f;
       acc[4 * c + e] = 0.0f;
     }
   }
@@ -792,7 +792,7 @@ __device__ __forceinline__ void rlx_attn_body(
         float u = rlx_att_round(s[kk], dt);
         if (smode == 1) u = rlx_att_round(u * scale, dt);
         else if (smode == 2) u = rlx_att_round(u / scale, dt);
-        if (msk != 0 && act && j < lk) u = rlx_att_round(u + msk[off3 + (i64)i * mi + (i64)j * mj], dt);
+        if (msk != 0 && act && j < lk) u = rlx_att_round(u + rlx_f(msk[off3 + (i64)i * mi + (i64)j * mj]), dt);
         if (j >= lk) {
           u = NINF;
         } else if (rlx_isnan(u) || u == PINF) {
@@ -836,22 +836,25 @@ __device__ __forceinline__ void rlx_attn_body(
           if (bad) y = RLX_NAN;
           else if (m == NINF) y = zero_rows ? acc[4 * c + e] : RLX_NAN;
           else y = acc[4 * c + e] / l;
-          o[off4 + (i64)i * oi + (i64)d * od] = rlx_att_round(y, dt);
+          rlx_put(o[off4 + (i64)i * oi + (i64)d * od], rlx_att_round(y, dt));
         }
       }
     }
   }
 }
-#define RLX_ATT_KERNEL(TPR) \
-extern "C" __global__ void __launch_bounds__(32 * TPR) rlx_attn_##TPR( \
-    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, \
-    const float* __restrict__ msk, float* __restrict__ o, const i64* __restrict__ meta, \
+#define RLX_ATT_KERNEL(TPR, S, SFX) \
+extern "C" __global__ void __launch_bounds__(32 * TPR) rlx_attn##SFX##_##TPR( \
+    const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v, \
+    const S* __restrict__ msk, S* __restrict__ o, const i64* __restrict__ meta, \
     int lq, int lk, int dqk, int dv, float scale, int flags) { \
-  rlx_attn_body<TPR>(q, k, v, msk, o, meta, lq, lk, dqk, dv, scale, flags); \
+  rlx_attn_body<TPR, S>(q, k, v, msk, o, meta, lq, lk, dqk, dv, scale, flags); \
 }
-RLX_ATT_KERNEL(1)
-RLX_ATT_KERNEL(2)
-RLX_ATT_KERNEL(4)
+RLX_ATT_KERNEL(1, float, )
+RLX_ATT_KERNEL(2, float, )
+RLX_ATT_KERNEL(4, float, )
+RLX_ATT_KERNEL(1, rlx_bf, _bf)
+RLX_ATT_KERNEL(2, rlx_bf, _bf)
+RLX_ATT_KERNEL(4, rlx_bf, _bf)
 // The counting variant (scanning runs, RLX_DEBUG_NANS): the same output as the unfused steps
 // would give, up to rounding, and the NaN/+inf/-inf counts and first indices of every inner
 // value the unfused graph materializes (roles S, T, U, max, safe max, Sub, Exp, sum, safe
@@ -899,10 +902,10 @@ __device__ __forceinline__ void rlx_att_dots(float (&s)[RLX_ATT_CH], const float
     for (int sh = 1; sh < TPR; sh <<= 1) s[kk] += __shfl_xor_sync(0xffffffffu, s[kk], sh);
   }
 }
-template <int TPR>
+template <int TPR, typename S>
 __device__ __forceinline__ void rlx_attn_cnt_body(
-    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-    const float* __restrict__ msk, float* __restrict__ o, const i64* __restrict__ meta,
+    const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
+    const S* __restrict__ msk, S* __restrict__ o, const i64* __restrict__ meta,
     int lq, int lk, int dqk, int dv, float scale, int flags, u64* __restrict__ cnt) {
   const int RS = 32 * TPR + 4;
   __shared__ __align__(16) float ks[RLX_ATT_BK * (32 * TPR + 4)];
@@ -945,7 +948,7 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
   const i64 vj = rc[2 * (nb + 2)], vd = rc[2 * (nb + 2) + 1];
   const i64 mi = rc[3 * (nb + 2)], mj = rc[3 * (nb + 2) + 1];
   const i64 oi = rc[4 * (nb + 2)], od = rc[4 * (nb + 2) + 1];
-  const float* mrow = (msk != 0 && act) ? msk + off3 + (i64)i * mi : msk;
+  const S* mrow = (msk != 0 && act) ? msk + off3 + (i64)i * mi : msk;
   float qr[32];
   float acc[32];
 #pragma unroll
@@ -953,7 +956,7 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int d = 4 * (c * TPR + t) + e;
-      qr[4 * c + e] = (act && d < dqk) ? q[off0 + (i64)i * qi + (i64)d * qd] : 0.0f;
+      qr[4 * c + e] = (act && d < dqk) ? rlx_f(q[off0 + (i64)i * qi + (i64)d * qd]) : 0.0f;
       acc[4 * c + e] = 0.0f;
     }
   }
@@ -996,7 +999,7 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
         if (smode == 1) tw = rlx_att_round(sv * scale, dt);
         else if (smode == 2) tw = rlx_att_round(sv / scale, dt);
         float u = tw;
-        if (msk != 0 && act && j < lk) u = rlx_att_round(tw + mrow[(i64)j * mj], dt);
+        if (msk != 0 && act && j < lk) u = rlx_att_round(tw + rlx_f(mrow[(i64)j * mj]), dt);
         if (j < lk) {
           if (counter && (rlx_nf(sv) || rlx_nf(tw) || rlx_nf(u))) {
             rlx_att_c(cn, fj, 0, r, sv, j);
@@ -1082,7 +1085,7 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
           if (smode == 1) tw = rlx_att_round(sv * scale, dt);
           else if (smode == 2) tw = rlx_att_round(sv / scale, dt);
           float u = tw;
-          if (msk != 0 && act && j < lk) u = rlx_att_round(tw + mrow[(i64)j * mj], dt);
+          if (msk != 0 && act && j < lk) u = rlx_att_round(tw + rlx_f(mrow[(i64)j * mj]), dt);
           const float dd = rlx_att_round(u - mm, dt);
           const float e = rlx_att_round(expf(dd), dt);
           if (j < lk) {
@@ -1144,7 +1147,7 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
           if (pnan) x = RLX_NAN;
           else if (m == NINF) x = acc[4 * c + e];
           else x = acc[4 * c + e] / y;
-          o[off4 + (i64)i * oi + (i64)d * od] = rlx_att_round(x, dt);
+          rlx_put(o[off4 + (i64)i * oi + (i64)d * od], rlx_att_round(x, dt));
         }
       }
     }
@@ -1171,16 +1174,19 @@ __device__ __forceinline__ void rlx_attn_cnt_body(
     }
   }
 }
-#define RLX_ATT_CNT_KERNEL(TPR) \
-extern "C" __global__ void __launch_bounds__(32 * TPR) rlx_attn_cnt_##TPR( \
-    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, \
-    const float* __restrict__ msk, float* __restrict__ o, const i64* __restrict__ meta, \
+#define RLX_ATT_CNT_KERNEL(TPR, S, SFX) \
+extern "C" __global__ void __launch_bounds__(32 * TPR) rlx_attn_cnt##SFX##_##TPR( \
+    const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v, \
+    const S* __restrict__ msk, S* __restrict__ o, const i64* __restrict__ meta, \
     int lq, int lk, int dqk, int dv, float scale, int flags, u64* __restrict__ cnt) { \
-  rlx_attn_cnt_body<TPR>(q, k, v, msk, o, meta, lq, lk, dqk, dv, scale, flags, cnt); \
+  rlx_attn_cnt_body<TPR, S>(q, k, v, msk, o, meta, lq, lk, dqk, dv, scale, flags, cnt); \
 }
-RLX_ATT_CNT_KERNEL(1)
-RLX_ATT_CNT_KERNEL(2)
-RLX_ATT_CNT_KERNEL(4)
+RLX_ATT_CNT_KERNEL(1, float, )
+RLX_ATT_CNT_KERNEL(2, float, )
+RLX_ATT_CNT_KERNEL(4, float, )
+RLX_ATT_CNT_KERNEL(1, rlx_bf, _bf)
+RLX_ATT_CNT_KERNEL(2, rlx_bf, _bf)
+RLX_ATT_CNT_KERNEL(4, rlx_bf, _bf)
 "#;
 
 #[cfg(test)]

@@ -131,9 +131,9 @@ enum Step {
     CudnnConv {
         plan: usize,
         bias: Option<(CudaFunction, u64, u64)>,
-        /// bfloat16 on tensor cores: the operands converted to 16-bit encodings, the output
-        /// converted back (a bfloat16 value, so the node needs no rounding pass).
-        half: Option<HalfConv>,
+        /// bfloat16 on tensor cores: cuDNN reads the 16-bit input and filter buffers and writes
+        /// the 16-bit output (rounded once from its f32 accumulation).
+        half: bool,
     },
     /// Direct convolution (`conv_f32`), metadata index; bias is input 2 when present.
     Conv {
@@ -143,17 +143,33 @@ enum Step {
     Cpu(String),
 }
 
-/// Float dtypes held as f32 words on the device (float16/bfloat16 rounded at each node's
-/// output to their dtype).
+/// Float dtypes of the float kernels: f32 and float16 as f32 words (float16 rounded at each
+/// node's output), bfloat16 as 16-bit values ([`half_store`]).
 pub(crate) fn float_word(dt: DType) -> bool {
     matches!(dt, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// 32-bit words per element of a dtype held on the device (Bool as a u32 0/1), or `None`
+/// Whether a dtype is stored as 16 bits on the device (bfloat16: two bytes per value; its
+/// kernels load 16 bits, compute in f32 and store the result rounded to bfloat16).
+pub(crate) fn half_store(dt: DType) -> bool {
+    dt == DType::BF16
+}
+
+/// f32 words a value of `numel` elements of `dt` takes on the device (bfloat16: two values
+/// per word).
+pub(crate) fn dev_len(dt: DType, numel: usize) -> usize {
+    if half_store(dt) {
+        numel.div_ceil(2)
+    } else {
+        numel * dev_words(dt).unwrap_or(1)
+    }
+}
+
+/// Kernel elements per element of a dtype held on the device (Bool as a u32 0/1), or `None`
 /// for a dtype with no device storage (its nodes run on the CPU).
 pub(crate) fn dev_words(dt: DType) -> Option<usize> {
     match dt {
-        // float16/bfloat16 as f32 words holding values of their dtype.
+        // float16 as f32 words holding float16 values; bfloat16 as one 16-bit element.
         DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::U32 | DType::Bool => Some(1),
         DType::I64 => Some(2),
         _ => None,
@@ -210,6 +226,13 @@ pub struct CudaExecutor {
     /// Blocks of the counting attention kernels that took their two-pass path, summed over
     /// the groups, in the last scanning run that ran them.
     attn_scan_fallbacks: std::sync::atomic::AtomicU64,
+    /// bfloat16 nodes whose step has no bfloat16 kernel: their bfloat16 inputs widened into
+    /// f32 scratch before the step, the f32 result packed to bfloat16 after it
+    /// ([`CudaExecutor::plan_wraps`]); the scratch buffers (kept alive) and the two kernels.
+    wraps: Vec<Option<Wrap>>,
+    _scratch: Vec<CudaSlice<f32>>,
+    widen: Option<CudaFunction>,
+    pack: Option<CudaFunction>,
     /// Per-node times (CUDA events around each node) while profiling is on.
     times: Option<rlx_cpu::NodeTimes>,
     /// float16/bfloat16 MatMuls on tensor cores: per node, the conversion kernel and the
@@ -294,18 +317,11 @@ struct FusedGroup {
     n: u64,
 }
 
-/// A bfloat16 convolution's 16-bit copies of input, filter and output (kept alive; raw
-/// addresses), the conversion kernels and the element counts.
-struct HalfConv {
-    to16: CudaFunction,
-    from16: CudaFunction,
-    _bufs: [CudaSlice<u16>; 3],
-    x16: u64,
-    w16: u64,
-    y16: u64,
-    nx: u64,
-    nw: u64,
-    ny: u64,
+/// A bfloat16 node run by its f32-word step: (input, scratch address, elements) per
+/// bfloat16 input, and the output's scratch address when the output is bfloat16.
+struct Wrap {
+    ins: Vec<(NodeId, u64, u64)>,
+    out: Option<u64>,
 }
 
 /// A float16/bfloat16 MatMul's operands converted to 16 bits for cuBLAS GemmEx.
@@ -657,9 +673,9 @@ impl CudaExecutor {
                     | Step::GatherNd { .. }
                     | Step::Select { .. }
             );
+            // bfloat16 is stored as 16 bits: kernels round when they store.
             let name = match dt {
                 DType::F16 => "round_f16",
-                DType::BF16 => "round_bf16",
                 _ => "",
             };
             let f = if computes && !name.is_empty() {
@@ -683,10 +699,10 @@ impl CudaExecutor {
             .map(|node| {
                 let k = node.id.index();
                 let dt = node.shape.dtype;
-                let half = matches!(dt, DType::F16 | DType::BF16);
+                let half = dt == DType::F16;
                 matches!(steps[k], Step::Unary { .. } | Step::Binary { .. })
                     && !matches!(node.op, Op::Cast { .. })
-                    && (dt == DType::F32 || half)
+                    && (dt == DType::F32 || half || dt == DType::BF16)
                     && rounds[k].is_some() == half
                     && node.shape.numel() > 0
                     && node.shape.numel() < (1 << 31)
@@ -714,7 +730,7 @@ impl CudaExecutor {
             }
             let words = |i: NodeId| {
                 let s = &graph.node(i).shape;
-                s.numel() * dev_words(s.dtype).unwrap_or(1)
+                dev_len(s.dtype, s.numel())
             };
             for &i in &node.inputs {
                 if buf[i.index()].is_none() {
@@ -840,11 +856,13 @@ impl CudaExecutor {
                     Ok(m) => {
                         for plan in plans {
                             let tpr = plan.tpr();
-                            let name = format!("rlx_attn_{tpr}");
+                            // bfloat16: the instance over 16-bit storage.
+                            let sfx = if half_store(plan.dt) { "_bf" } else { "" };
+                            let name = format!("rlx_attn{sfx}_{tpr}");
                             let f = m
                                 .load_function(&name)
                                 .map_err(|e| cuda_err(&format!("loading kernel {name}"), e))?;
-                            let name = format!("rlx_attn_cnt_{tpr}");
+                            let name = format!("rlx_attn_cnt{sfx}_{tpr}");
                             let f_cnt = m
                                 .load_function(&name)
                                 .map_err(|e| cuda_err(&format!("loading kernel {name}"), e))?;
@@ -924,7 +942,14 @@ impl CudaExecutor {
                 let conv = m.load_function("to_half_bits").map_err(|e| {
                     kernel_err(&graph, node.id, format!("kernel to_half_bits: {e}"))
                 })?;
-                let len = |i: NodeId| graph.node(i).shape.numel().max(1);
+                // bfloat16 operands are already 16-bit buffers (no copies).
+                let len = |i: NodeId| {
+                    if dt == DType::BF16 {
+                        1
+                    } else {
+                        graph.node(i).shape.numel().max(1)
+                    }
+                };
                 let a16 = stream
                     .alloc_zeros::<u16>(len(node.inputs[0]))
                     .map_err(|e| cuda_err("allocating a 16-bit matmul operand", e))?;
@@ -995,6 +1020,10 @@ impl CudaExecutor {
             graphable,
             cuda_graph: std::sync::Mutex::new([graph_state(), graph_state()]),
             half_mm,
+            wraps: vec![],
+            _scratch: vec![],
+            widen: None,
+            pack: None,
             err,
             scan: None,
             times: None,
@@ -1050,6 +1079,7 @@ impl CudaExecutor {
                 }
             }
         }
+        ex.plan_wraps()?;
         // Constants are uploaded once.
         for node in &ex.graph.nodes {
             if let Op::Constant(t) = &node.op {
@@ -1151,6 +1181,20 @@ impl CudaExecutor {
         } else if let Some(why) = &self.attn_note {
             eprintln!("rlx-cuda dispatch: attention fusion off ({why})");
         }
+        let wrapped = self.bf16_wrapped();
+        if !wrapped.is_empty() {
+            let mut kinds: Vec<String> = wrapped
+                .iter()
+                .map(|&i| g.node(i).op.name().to_string())
+                .collect();
+            kinds.sort();
+            kinds.dedup();
+            eprintln!(
+                "rlx-cuda dispatch: {} bfloat16 nodes run an f32-word kernel between conversions (no bfloat16 kernel: {})",
+                wrapped.len(),
+                kinds.join(", ")
+            );
+        }
         match (&self.lock_graph()[0], self.graphable) {
             (CudaGraphState::Off(why), _) => eprintln!("rlx-cuda dispatch: CUDA graph off ({why})"),
             (_, false) => eprintln!(
@@ -1182,20 +1226,40 @@ impl CudaExecutor {
         };
         let node = self.graph.node(NodeId(k as u32));
         let h = self.cudnn.as_ref().ok_or("no cuDNN handle")?;
-        let (x, w, o) = match half {
-            Some(hc) => (hc.x16, hc.w16, hc.y16),
-            None => (
-                self.ptr(node.inputs[0]),
-                self.ptr(node.inputs[1]),
-                self.ptr(node.id),
-            ),
-        };
+        // An f32 conv of bfloat16 values runs on f32 scratch in real runs; the trial only
+        // needs buffers of the right sizes, and a bfloat16 node's buffers are half as large.
+        if !*half && half_store(node.shape.dtype) {
+            return Ok(());
+        }
+        let (x, w, o) = (
+            self.ptr(node.inputs[0]),
+            self.ptr(node.inputs[1]),
+            self.ptr(node.id),
+        );
         // SAFETY: the node's operand and output buffers and the workspace of the largest
         // chosen need, all owned by `self`.
         unsafe { self.convs[*plan].forward(h, x, w, o, self.workspace_ptr, self.workspace_bytes) }?;
         self.stream
             .synchronize()
             .map_err(|e| format!("synchronizing: {e}"))
+    }
+
+    /// Bytes of the device buffer holding node `id`'s value (`None` when it has none): a
+    /// bfloat16 value of n elements takes 2n bytes (rounded up to whole 4-byte words), an
+    /// f32 value 4n.
+    pub fn value_bytes(&self, id: NodeId) -> Option<usize> {
+        let b = self.buf.get(id.index()).copied().flatten()?;
+        Some(self.buffers[b].len() * 4)
+    }
+
+    /// Nodes whose step runs its f32-word kernel between bfloat16 conversions (no bfloat16
+    /// kernel for it: casts, comparisons, IsNaN/IsInf, convolutions off cuDNN's bfloat16
+    /// path).
+    pub fn bf16_wrapped(&self) -> Vec<NodeId> {
+        (0..self.wraps.len())
+            .filter(|&k| self.wraps[k].is_some())
+            .map(|k| NodeId(k as u32))
+            .collect()
     }
 
     /// How a Conv node runs (`"cuDNN IMPLICIT_PRECOMP_GEMM, FMA math, workspace 0 bytes"`,
@@ -1357,18 +1421,24 @@ impl CudaExecutor {
         let g = &self.graph;
         let bools: Vec<u32>;
         let wide: Vec<f32>;
+        let packed: Vec<u16>;
         let (src, words): (&[u8], usize) = match t.data() {
             TensorData::F32(v) => (as_bytes(v), v.len()),
             // Widened on all cores (a decode step uploads every layer's 16-bit KV cache:
             // 37M values for a Qwen3-0.6B-sized model at 640 positions).
-            d @ (TensorData::F16(_) | TensorData::BF16(_)) => {
+            TensorData::F16(v) => {
                 use rayon::prelude::*;
-                wide = match d {
-                    TensorData::F16(v) => v.par_iter().map(|x| x.to_f32()).collect(),
-                    TensorData::BF16(v) => v.par_iter().map(|x| x.to_f32()).collect(),
-                    _ => unreachable!("matched above"),
-                };
+                wide = v.par_iter().map(|x| x.to_f32()).collect();
                 (as_bytes(&wide), wide.len())
+            }
+            // bfloat16: stored as 16 bits (an odd count is padded to a whole word).
+            TensorData::BF16(v) => {
+                packed = v
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .chain((v.len() % 2 == 1).then_some(0))
+                    .collect();
+                (as_bytes(&packed), packed.len() / 2)
             }
             TensorData::I32(v) => (as_bytes(v), v.len()),
             TensorData::U32(v) => (as_bytes(v), v.len()),
@@ -1685,8 +1755,11 @@ impl CudaExecutor {
                         // flush happens less often.
                         let mut l = self.stream.launch_builder(&fg.f_cnt);
                         l.arg(&o).arg(&fg.n).arg(&m).arg(&cnt);
+                        // Two blocks per SM of an H200: a clean run's launch (every block
+                        // reads the flag and returns) costs the scheduling of its blocks,
+                        // once per fused group; a flagged one counts with fewer threads.
                         let mut c = launch_cfg(fg.n);
-                        c.grid_dim.0 = c.grid_dim.0.min(1024);
+                        c.grid_dim.0 = c.grid_dim.0.min(264);
                         // SAFETY: as above (the same signature and arguments; it writes only
                         // the counts).
                         unsafe { l.launch(c) }.map_err(|e| {
@@ -1699,6 +1772,33 @@ impl CudaExecutor {
                 if let (Some(b), true) = (before.as_deref_mut(), blocking) {
                     b(id);
                 }
+                // A bfloat16 node without a bfloat16 kernel: its bfloat16 inputs widened into
+                // f32 scratch, the step reading them there (and writing its output there).
+                let wrap = self.wraps[k].as_ref();
+                if let Some(w) = wrap {
+                    let f = self.widen.as_ref().expect("loaded with the wraps");
+                    for (i, dst, nel) in &w.ins {
+                        let src = self.ptr(*i);
+                        let mut l = self.stream.launch_builder(f);
+                        l.arg(&src).arg(dst).arg(nel);
+                        // SAFETY: signature (const unsigned short*, float*, u64); the input's
+                        // buffer holds `nel` 16-bit values, the scratch `nel` f32 words.
+                        unsafe { l.launch(launch_cfg((*nel).max(1))) }.map_err(|e| {
+                            kernel_err(g, id, format!("launch (from bfloat16): {e}"))
+                        })?;
+                    }
+                }
+                let ptr = |x: NodeId| -> u64 {
+                    if let Some(w) = wrap {
+                        if let Some(&(_, p, _)) = w.ins.iter().find(|e| e.0 == x) {
+                            return p;
+                        }
+                        if let (true, Some(p)) = (x == id, w.out) {
+                            return p;
+                        }
+                    }
+                    self.ptr(x)
+                };
                 match &self.steps[k] {
                     Step::Leaf if graph_mode => {}
                     Step::Leaf => {
@@ -1726,8 +1826,8 @@ impl CudaExecutor {
                     Step::Unary { f, p } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let a = self.ptr(node.inputs[0]);
-                            let o = self.ptr(id);
+                            let a = ptr(node.inputs[0]);
+                            let o = ptr(id);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&a).arg(&o).arg(&nel).arg(&p[0]).arg(&p[1]);
                             // SAFETY: the kernel's signature is (const float*, float*, u64, float,
@@ -1739,9 +1839,9 @@ impl CudaExecutor {
                     Step::Binary { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let a = self.ptr(node.inputs[0]);
-                            let b = self.ptr(node.inputs[1]);
-                            let o = self.ptr(id);
+                            let a = ptr(node.inputs[0]);
+                            let b = ptr(node.inputs[1]);
+                            let o = ptr(id);
                             let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
@@ -1752,11 +1852,7 @@ impl CudaExecutor {
                         }
                     }
                     Step::MatMul(p) => {
-                        let (a, b, c) = (
-                            self.ptr(node.inputs[0]),
-                            self.ptr(node.inputs[1]),
-                            self.ptr(id),
-                        );
+                        let (a, b, c) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                         match &self.half_mm[k] {
                             Some(h) => self
                                 .half_gemm(p, h, (node.inputs[0], a), (node.inputs[1], b), c)
@@ -1774,7 +1870,7 @@ impl CudaExecutor {
                         ..
                     } => {
                         if *nout > 0 {
-                            let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
+                            let (x, o) = (ptr(node.inputs[0]), ptr(id));
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(nout).arg(r).arg(kind);
                             let cfg = LaunchConfig {
@@ -1796,11 +1892,7 @@ impl CudaExecutor {
                         rows: None,
                     } => {
                         if *nout > 0 {
-                            let (x, o, m) = (
-                                self.ptr(node.inputs[0]),
-                                self.ptr(id),
-                                self.meta_ptrs[*meta],
-                            );
+                            let (x, o, m) = (ptr(node.inputs[0]), ptr(id), self.meta_ptrs[*meta]);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(nout).arg(&m).arg(kind);
                             let cfg = LaunchConfig {
@@ -1815,12 +1907,12 @@ impl CudaExecutor {
                         }
                     }
                     Step::Copy { f, parts } => {
-                        let o = self.ptr(id);
+                        let o = ptr(id);
                         for &(k, meta, cnt) in parts {
                             if cnt == 0 {
                                 continue;
                             }
-                            let x = self.ptr(node.inputs[k]);
+                            let x = ptr(node.inputs[k]);
                             let m = self.meta_ptrs[meta];
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(&cnt).arg(&m);
@@ -1839,11 +1931,7 @@ impl CudaExecutor {
                     } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, ix, o) = (
-                                self.ptr(node.inputs[0]),
-                                self.ptr(node.inputs[1]),
-                                self.ptr(id),
-                            );
+                            let (x, ix, o) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                             let ep = self.err_ptr;
                             let nid = id.index() as i32;
                             let mut l = self.stream.launch_builder(f);
@@ -1864,11 +1952,7 @@ impl CudaExecutor {
                     Step::GatherNd { f, meta, idx64 } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, ix, o) = (
-                                self.ptr(node.inputs[0]),
-                                self.ptr(node.inputs[1]),
-                                self.ptr(id),
-                            );
+                            let (x, ix, o) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                             let (ep, nid, m) =
                                 (self.err_ptr, id.index() as i32, self.meta_ptrs[*meta]);
                             let mut l = self.stream.launch_builder(f);
@@ -1882,9 +1966,9 @@ impl CudaExecutor {
                         }
                     }
                     Step::ConvGemm { plan, im2col, bias } => {
-                        let x = self.ptr(node.inputs[0]);
-                        let w = self.ptr(node.inputs[1]);
-                        let o = self.ptr(id);
+                        let x = ptr(node.inputs[0]);
+                        let w = ptr(node.inputs[1]);
+                        let o = ptr(id);
                         let cols = match im2col {
                             Some((f, meta, cnt)) => {
                                 let m = self.meta_ptrs[*meta];
@@ -1904,7 +1988,7 @@ impl CudaExecutor {
                         self.sgemm(plan, w, cols, o)
                             .map_err(|e| kernel_err(g, id, format!("cuBLAS: {e}")))?;
                         if let Some((f, hw, m)) = bias {
-                            let b = self.ptr(node.inputs[2]);
+                            let b = ptr(node.inputs[2]);
                             let nel = node.shape.numel() as u64;
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&o).arg(&b).arg(&nel).arg(hw).arg(m);
@@ -1915,31 +1999,15 @@ impl CudaExecutor {
                         }
                     }
                     Step::CudnnConv { plan, bias, half } => {
-                        let (x, w, o) = (
-                            self.ptr(node.inputs[0]),
-                            self.ptr(node.inputs[1]),
-                            self.ptr(id),
-                        );
+                        let (x, w, o) = (ptr(node.inputs[0]), ptr(node.inputs[1]), ptr(id));
                         let h = self
                             .cudnn
                             .as_ref()
                             .ok_or_else(|| kernel_err(g, id, "no cuDNN handle".to_string()))?;
-                        let (cx, cw, cy) = match half {
-                            Some(hc) => {
-                                let bf = 1i32;
-                                for (src, dst, n) in [(x, hc.x16, hc.nx), (w, hc.w16, hc.nw)] {
-                                    let mut l = self.stream.launch_builder(&hc.to16);
-                                    l.arg(&src).arg(&dst).arg(&n).arg(&bf);
-                                    // SAFETY: signature (const unsigned*, unsigned short*, u64,
-                                    // int); both buffers hold `n` elements.
-                                    unsafe { l.launch(launch_cfg(n)) }.map_err(|e| {
-                                        kernel_err(g, id, format!("launch (to bfloat16): {e}"))
-                                    })?;
-                                }
-                                (hc.x16, hc.w16, hc.y16)
-                            }
-                            None => (x, w, o),
-                        };
+                        // bfloat16 (`half`): the node's buffers are 16-bit, as cuDNN's
+                        // bfloat16 descriptors say.
+                        let _ = half;
+                        let (cx, cw, cy) = (x, w, o);
                         // SAFETY: cx, cw, cy are this executor's buffers of the node's operand
                         // and output sizes in the plan's data type (the descriptors were made
                         // from those dims); the workspace holds the largest chosen need; all
@@ -1955,17 +2023,8 @@ impl CudaExecutor {
                             )
                         }
                         .map_err(|e| kernel_err(g, id, format!("cuDNN: {e}")))?;
-                        if let Some(hc) = half {
-                            let mut l = self.stream.launch_builder(&hc.from16);
-                            l.arg(&hc.y16).arg(&o).arg(&hc.ny);
-                            // SAFETY: signature (const unsigned short*, float*, u64); both hold
-                            // the output's `ny` elements.
-                            unsafe { l.launch(launch_cfg(hc.ny)) }.map_err(|e| {
-                                kernel_err(g, id, format!("launch (from bfloat16): {e}"))
-                            })?;
-                        }
                         if let Some((f, hw, m)) = bias {
-                            let b = self.ptr(node.inputs[2]);
+                            let b = ptr(node.inputs[2]);
                             let nel = node.shape.numel() as u64;
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&o).arg(&b).arg(&nel).arg(hw).arg(m);
@@ -1978,11 +2037,7 @@ impl CudaExecutor {
                     Step::Pool { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, o, m) = (
-                                self.ptr(node.inputs[0]),
-                                self.ptr(id),
-                                self.meta_ptrs[*meta],
-                            );
+                            let (x, o, m) = (ptr(node.inputs[0]), ptr(id), self.meta_ptrs[*meta]);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(&nel).arg(&m);
                             // SAFETY: signature (const float*, float*, u64, const i64*); input
@@ -1994,14 +2049,14 @@ impl CudaExecutor {
                     Step::Conv { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let x = self.ptr(node.inputs[0]);
-                            let w = self.ptr(node.inputs[1]);
+                            let x = ptr(node.inputs[0]);
+                            let w = ptr(node.inputs[1]);
                             let b = if node.inputs.len() == 3 {
-                                self.ptr(node.inputs[2])
+                                ptr(node.inputs[2])
                             } else {
                                 0u64
                             };
-                            let o = self.ptr(id);
+                            let o = ptr(id);
                             let m = self.meta_ptrs[*meta];
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&w).arg(&b).arg(&o).arg(&nel).arg(&m);
@@ -2014,10 +2069,10 @@ impl CudaExecutor {
                     Step::Select { f, meta } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let c = self.ptr(node.inputs[0]);
-                            let a = self.ptr(node.inputs[1]);
-                            let b = self.ptr(node.inputs[2]);
-                            let o = self.ptr(id);
+                            let c = ptr(node.inputs[0]);
+                            let a = ptr(node.inputs[1]);
+                            let b = ptr(node.inputs[2]);
+                            let o = ptr(id);
                             let m: u64 = meta.map_or(0, |i| self.meta_ptrs[i]);
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&c).arg(&a).arg(&b).arg(&o).arg(&nel).arg(&m);
@@ -2029,7 +2084,7 @@ impl CudaExecutor {
                     Step::UMap { f, kind, p } => {
                         let nel = node.shape.numel() as u64;
                         if nel > 0 {
-                            let (x, o) = (self.ptr(node.inputs[0]), self.ptr(id));
+                            let (x, o) = (ptr(node.inputs[0]), ptr(id));
                             let mut l = self.stream.launch_builder(f);
                             l.arg(&x).arg(&o).arg(&nel).arg(kind).arg(&p[0]).arg(&p[1]);
                             // SAFETY: signature (const u32*, u32*, u64, int, int, int); the buffers
@@ -2066,9 +2121,19 @@ impl CudaExecutor {
                         host[k] = Some(Cow::Owned(t));
                     }
                 }
-                // A bfloat16 cuDNN convolution's output is already bfloat16.
-                let rounded = matches!(self.steps[k], Step::CudnnConv { half: Some(_), .. });
-                if let (Some(f), false) = (&self.rounds[k], rounded) {
+                // A step run on f32 scratch for a bfloat16 output: pack (rounds once).
+                if let Some(Wrap { out: Some(src), .. }) = self.wraps[k].as_ref() {
+                    let nel = node.shape.numel() as u64;
+                    let f = self.pack.as_ref().expect("loaded with the wraps");
+                    let dst = self.ptr(id);
+                    let mut l = self.stream.launch_builder(f);
+                    l.arg(src).arg(&dst).arg(&nel);
+                    // SAFETY: signature (const float*, rlx_bf*, u64); the scratch holds `nel`
+                    // f32 words, the node's buffer `nel` 16-bit values.
+                    unsafe { l.launch(launch_cfg(nel.max(1))) }
+                        .map_err(|e| kernel_err(g, id, format!("launch (to bfloat16): {e}")))?;
+                }
+                if let Some(f) = &self.rounds[k] {
                     let nel = node.shape.numel() as u64;
                     if nel > 0 {
                         let o = self.ptr(id);
@@ -2277,6 +2342,110 @@ impl CudaExecutor {
         })
     }
 
+    /// Plan the bfloat16 nodes whose step has no bfloat16 kernel (casts, comparisons,
+    /// IsNaN/IsInf, direct and im2col convolutions, cuDNN convolutions with a bias): each
+    /// bfloat16 input is widened into f32 scratch before the step and a bfloat16 output is
+    /// written to f32 scratch and packed after it (`f32_to_bf16`, one rounding), so the step
+    /// runs its f32-word kernel unchanged. Scratch is shared: one buffer per operand position
+    /// (and one for outputs), sized to the largest such operand.
+    fn plan_wraps(&mut self) -> Result<(), CudaError> {
+        let g = &self.graph;
+        let n = g.len();
+        // Per node: (bfloat16 inputs as (node, operand position, elements), output is bf16).
+        type Planned = Option<(Vec<(NodeId, usize, u64)>, bool)>;
+        let mut wraps: Vec<Planned> = (0..n).map(|_| None).collect();
+        let mut need: Vec<usize> = vec![];
+        for node in &g.nodes {
+            let k = node.id.index();
+            let bf = |i: NodeId| half_store(g.node(i).shape.dtype);
+            let native = match &self.steps[k] {
+                Step::Leaf | Step::Alias | Step::Cpu(_) => true,
+                // `_bf` kernels: float ops whose inputs all have the output's dtype.
+                Step::Unary { .. } | Step::Binary { .. } => {
+                    !matches!(node.op, Op::Cast { .. })
+                        && node
+                            .inputs
+                            .iter()
+                            .all(|&i| g.node(i).shape.dtype == node.shape.dtype)
+                }
+                Step::MatMul(_)
+                | Step::Reduce { .. }
+                | Step::Copy { .. }
+                | Step::Gather { .. }
+                | Step::GatherNd { .. }
+                | Step::Select { .. }
+                | Step::Pool { .. } => true,
+                Step::CudnnConv { half, .. } => *half,
+                Step::UMap { .. } | Step::ConvGemm { .. } | Step::Conv { .. } => false,
+            };
+            if native || !(bf(node.id) || node.inputs.iter().any(|&i| bf(i))) {
+                continue;
+            }
+            let mut ins = vec![];
+            for (pos, &i) in node.inputs.iter().enumerate() {
+                if bf(i) && !ins.iter().any(|e: &(NodeId, usize, u64)| e.0 == i) {
+                    ins.push((i, pos, g.node(i).shape.numel() as u64));
+                }
+            }
+            let out = bf(node.id);
+            let slots = node.inputs.len() + 1;
+            if need.len() < slots {
+                need.resize(slots, 0);
+            }
+            for &(_, pos, nel) in &ins {
+                need[pos] = need[pos].max(nel as usize);
+            }
+            wraps[k] = Some((ins, out));
+        }
+        if wraps.iter().all(|w| w.is_none()) {
+            self.wraps = (0..n).map(|_| None).collect();
+            return Ok(());
+        }
+        // Output scratch: its own buffer after the input slots.
+        let out_need = g
+            .nodes
+            .iter()
+            .filter(|nd| matches!(wraps[nd.id.index()], Some((_, true))))
+            .map(|nd| nd.shape.numel())
+            .max()
+            .unwrap_or(0);
+        need.push(out_need);
+        let mut scratch = Vec::with_capacity(need.len());
+        let mut addr = Vec::with_capacity(need.len());
+        for &c in &need {
+            let b = self.stream.alloc_zeros::<f32>(c.max(1)).map_err(|e| {
+                cuda_err(
+                    &format!("allocating {} bytes of bfloat16 scratch", c * 4),
+                    e,
+                )
+            })?;
+            addr.push(b.device_ptr(&self.stream).0);
+            scratch.push(b);
+        }
+        let out_addr = *addr.last().expect("pushed above");
+        self.wraps = wraps
+            .into_iter()
+            .map(|w| {
+                w.map(|(ins, out)| Wrap {
+                    ins: ins
+                        .into_iter()
+                        .map(|(i, pos, nel)| (i, addr[pos], nel))
+                        .collect(),
+                    out: out.then_some(out_addr),
+                })
+            })
+            .collect();
+        self._scratch = scratch;
+        let m = self.gpu.module().map_err(CudaError::Cuda)?;
+        let load = |name: &str| {
+            m.load_function(name)
+                .map_err(|e| CudaError::Cuda(format!("kernel {name}: {e}")))
+        };
+        self.widen = Some(load("bf16_bits_to_f32")?);
+        self.pack = Some(load("f32_to_bf16")?);
+        Ok(())
+    }
+
     fn ptr(&self, id: NodeId) -> u64 {
         self.ptrs[self.buf[id.index()].expect("GPU node operands have buffers")]
     }
@@ -2345,9 +2514,10 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// A float16/bfloat16 MatMul on tensor cores: A and B (f32 words holding 16-bit values)
-    /// are converted to their 16-bit encoding (exact), then cuBLAS GemmEx with f32
-    /// accumulation writes f32 into C, which the node's rounding then rounds to the dtype.
+    /// A float16/bfloat16 MatMul on tensor cores, cuBLAS GemmEx with f32 accumulation.
+    /// float16: A and B (f32 words holding float16 values) are converted to their 16-bit
+    /// encoding (exact), C is written as f32 and the node's rounding rounds it. bfloat16: A,
+    /// B and C are the nodes' 16-bit buffers (cuBLAS rounds the f32 accumulation once).
     fn half_gemm(
         &self,
         p: &MatMulPlan,
@@ -2359,6 +2529,9 @@ impl CudaExecutor {
         use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType};
         let bf = h.bf as i32;
         for (x, d, id) in [(a, h.a16, ia), (b, h.b16, ib)] {
+            if h.bf {
+                break;
+            }
             let nel = self.graph.node(id).shape.numel() as u64;
             if nel == 0 {
                 continue;
@@ -2368,7 +2541,7 @@ impl CudaExecutor {
             // SAFETY: signature (const u32*, u16*, u64, int); both buffers hold `nel` values.
             unsafe { l.launch(launch_cfg(nel)) }.map_err(|e| format!("to_half_bits: {e}"))?;
         }
-        let (a16, b16) = (h.a16, h.b16);
+        let (a16, b16) = if h.bf { (a, b) } else { (h.a16, h.b16) };
         let hh = *self.blas.handle();
         let (alpha, beta) = (1.0f32, 0.0f32);
         let op = cublasOperation_t::CUBLAS_OP_N;
@@ -2384,7 +2557,11 @@ impl CudaExecutor {
         };
         let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
         let ct = cublasComputeType_t::CUBLAS_COMPUTE_32F;
-        let f32t = cudaDataType::CUDA_R_32F;
+        let f32t = if h.bf {
+            cudaDataType::CUDA_R_16BF
+        } else {
+            cudaDataType::CUDA_R_32F
+        };
         if let Some((nb, sa, sb)) = p.strided {
             // SAFETY: the 16-bit copies hold the operands' values in the planned layout; C
             // holds nb matrices of m x n f32.
@@ -2436,7 +2613,11 @@ impl CudaExecutor {
                         ty,
                         p.k,
                         (&beta as *const f32).cast(),
-                        (c as *mut f32).add(bi * mn).cast(),
+                        if h.bf {
+                            (c as *mut u16).add(bi * mn).cast()
+                        } else {
+                            (c as *mut f32).add(bi * mn).cast()
+                        },
                         f32t,
                         p.n,
                         ct,
@@ -2459,7 +2640,7 @@ impl CudaExecutor {
             })?;
             let shape = &g.node(id).shape;
             let nel = shape.numel();
-            let words = nel * dev_words(shape.dtype).unwrap_or(1);
+            let words = dev_len(shape.dtype, nel);
             let v: Vec<f32> = if nel == 0 {
                 vec![]
             } else {
@@ -2475,10 +2656,17 @@ impl CudaExecutor {
                     use rayon::prelude::*;
                     TensorData::F16(v.par_iter().map(|&x| half::f16::from_f32(x)).collect())
                 }
-                DType::BF16 => {
-                    use rayon::prelude::*;
-                    TensorData::BF16(v.par_iter().map(|&x| half::bf16::from_f32(x)).collect())
-                }
+                // 16-bit storage: two values per word, the first in the low half.
+                DType::BF16 => TensorData::BF16(
+                    v.iter()
+                        .flat_map(|w| {
+                            let b = w.to_bits();
+                            [b as u16, (b >> 16) as u16]
+                        })
+                        .take(nel)
+                        .map(half::bf16::from_bits)
+                        .collect(),
+                ),
                 DType::I32 => TensorData::I32(v.iter().map(|x| x.to_bits() as i32).collect()),
                 DType::U32 => TensorData::U32(v.iter().map(|x| x.to_bits()).collect()),
                 DType::Bool => TensorData::Bool(v.iter().map(|x| x.to_bits() != 0).collect()),
@@ -2597,36 +2785,7 @@ fn plan_cudnn(
                     .all(|&i| graph.node(i).shape.dtype == DType::BF16)
                 && !rlx_ir::env::is_off("RLX_CUDNN_BF16");
             let plan = cudnn::ConvPlan::new(h, &geom, tf32, bf16)?;
-            let half = if bf16 {
-                let md = module()?;
-                let load = |n: &str| md.load_function(n).map_err(|e| format!("kernel {n}: {e}"));
-                let numel = |i: NodeId| graph.node(i).shape.numel().max(1);
-                let (nx, nw, ny) = (
-                    numel(node.inputs[0]),
-                    numel(node.inputs[1]),
-                    node.shape.numel().max(1),
-                );
-                let alloc = |n: usize| {
-                    stream
-                        .alloc_zeros::<u16>(n)
-                        .map_err(|e| format!("allocating a bfloat16 conv buffer: {e}"))
-                };
-                let bufs = [alloc(nx)?, alloc(nw)?, alloc(ny)?];
-                let ptr = |b: &CudaSlice<u16>| b.device_ptr(stream).0;
-                Some(HalfConv {
-                    to16: load("to_half_bits")?,
-                    from16: load("bf16_bits_to_f32")?,
-                    x16: ptr(&bufs[0]),
-                    w16: ptr(&bufs[1]),
-                    y16: ptr(&bufs[2]),
-                    _bufs: bufs,
-                    nx: nx as u64,
-                    nw: nw as u64,
-                    ny: ny as u64,
-                })
-            } else {
-                None
-            };
+            let half = bf16;
             let bias = if node.inputs.len() == 3 {
                 let m = geom.y[1] as u64;
                 let inner: u64 = geom.y[2..].iter().map(|&d| d as u64).product();
@@ -2643,7 +2802,7 @@ fn plan_cudnn(
             notes[k] = Some(format!(
                 "cuDNN {}, {} math, workspace {} bytes",
                 cudnn::algo_name(plan.algo),
-                if half.is_some() {
+                if half {
                     "bfloat16 tensor-op"
                 } else if plan.tensor_op {
                     "TF32 tensor-op"

@@ -99,8 +99,9 @@ fn lit(x: f32) -> String {
 
 /// CUDA source of kernel `name(float* o, u64 n, const i64* meta, u64* cnt)` for a group, where
 /// `meta` = [address of each external input, then the broadcast metadata of
-/// [`crate::executor`]'s `bcast_meta` over the group's dims]. Element counts below 2^31
-/// (32-bit index math). `full[e]` says external input `e` has the group's dims (read at `i`,
+/// [`crate::executor`]'s `bcast_meta` over the group's dims] (the kernel reads the addresses;
+/// its broadcast index math has the same merged dims and strides compiled in as literals).
+/// Element counts below 2^31 (32-bit index math). `full[e]` says external input `e` has the group's dims (read at `i`,
 /// no index math). With `cnt` non-null (a scanning run), the NaN/±inf counts and first indices
 /// of every member but the last (whose value is written and scanned like any other) go to
 /// `cnt[6 j ..]` for the j-th member, as `nan_scan` writes them.
@@ -152,7 +153,7 @@ fn variant(
             .collect();
         s += &format!("    bad |= {};\n", flags.join(" | "));
     }
-    s += &format!("    o[i] = t{};\n  }}\n", members.len() - 1);
+    s += &format!("    rlx_put(o[i], t{});\n  }}\n", members.len() - 1);
     if !counted.is_empty() {
         s += &format!(
             "  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31u) == 0u) atomicOr(cnt + {}, 1ull);\n",
@@ -209,30 +210,72 @@ fn head_and_body(
     name: &str,
 ) -> Result<(String, String), String> {
     let ne = ext.len();
+    // Storage types: bfloat16 values are 16-bit `rlx_bf` (loaded with `rlx_f`, stored with
+    // `rlx_put`, which rounds once; the members' values are already rounded, so it is exact).
+    let sty = |id: NodeId| match g.node(id).shape.dtype {
+        rlx_ir::DType::BF16 => "rlx_bf",
+        _ => "float",
+    };
+    let oty = sty(*members.last().ok_or("an empty group")?);
     let mut s = format!(
-        "extern \"C\" __global__ void {name}(float* __restrict__ o, u64 n, const i64* __restrict__ meta, u64* __restrict__ cnt) {{\n"
+        "extern \"C\" __global__ void {name}({oty}* __restrict__ o, u64 n, const i64* __restrict__ meta, u64* __restrict__ cnt) {{\n"
     );
-    for e in 0..ne {
-        s += &format!("  const float* __restrict__ x{e} = (const float*)meta[{e}];\n");
+    for (e, &x) in ext.iter().enumerate() {
+        let t = sty(x);
+        s += &format!("  const {t}* __restrict__ x{e} = (const {t}*)meta[{e}];\n");
     }
-    s += &format!("  const i64* bm = meta + {ne};\n  int r = (int)bm[0];\n");
+    s += &format!("  const i64* bm = meta + {ne};\n  (void)bm;\n");
     // The loop body: broadcast indices, the external loads, then one value per member.
     let mut body = String::new();
     let bcast: Vec<usize> = (0..ne).filter(|&e| !full[e]).collect();
     if !bcast.is_empty() {
+        // The group's merged broadcast dims and strides as literals (the same `bcast_meta`
+        // the executor passes in `meta`): divisions by constants compile to multiply-high,
+        // and no thread reads index metadata from memory. Groups of other dims get their
+        // own kernel; identical layers still share one.
+        let od = g
+            .node(*members.last().ok_or("an empty group")?)
+            .shape
+            .dims_usize()
+            .to_vec();
+        let dims: Vec<Vec<usize>> = ext
+            .iter()
+            .map(|&e| g.node(e).shape.dims_usize().to_vec())
+            .collect();
+        let refs: Vec<&[usize]> = dims.iter().map(|d| d.as_slice()).collect();
+        let bm = crate::executor::bcast_meta(&refs, &od);
+        let r = bm[0] as usize;
+        let dim = |d: usize| bm[1 + d] as u64;
+        let stride = |e: usize, d: usize| bm[1 + r * (e + 1) + d] as u64;
         body += "    unsigned rem = (unsigned)i;\n";
-        for &e in &bcast {
-            body += &format!("    unsigned j{e} = 0u;\n");
+        // Coordinates `q<d>` (the counting kernel's counters are `c<j>`), only those some
+        // broadcast input's index uses.
+        let used = |d: usize| bcast.iter().any(|&e| stride(e, d) != 0);
+        for d in (1..r).rev() {
+            if used(d) {
+                body += &format!("    const unsigned q{d} = rem % {}u;\n", dim(d));
+            }
+            body += &format!("    rem /= {}u;\n", dim(d));
         }
-        body += "    for (int d = r - 1; d >= 0; --d) {\n      unsigned dim = (unsigned)bm[1 + d]; unsigned c = rem % dim; rem /= dim;\n";
-        for &e in &bcast {
-            body += &format!("      j{e} += c * (unsigned)bm[1 + r * {} + d];\n", e + 1);
+        if used(0) {
+            body += "    const unsigned q0 = rem;\n";
         }
-        body += "    }\n";
+        for &e in &bcast {
+            let terms: Vec<String> = (0..r)
+                .filter(|&d| stride(e, d) != 0)
+                .map(|d| format!("q{d} * {}u", stride(e, d)))
+                .collect();
+            let sum = if terms.is_empty() {
+                "0u".to_string()
+            } else {
+                terms.join(" + ")
+            };
+            body += &format!("    const unsigned j{e} = {sum};\n");
+        }
     }
     for (e, &f) in full.iter().enumerate().take(ne) {
         let at = if f { "i".to_string() } else { format!("j{e}") };
-        body += &format!("    float v{e} = x{e}[{at}];\n");
+        body += &format!("    float v{e} = rlx_f(x{e}[{at}]);\n");
     }
     let var = |id: NodeId| -> String {
         match ext.iter().position(|&x| x == id) {
@@ -257,8 +300,14 @@ fn head_and_body(
                 let (k, p) = kernels::unary_kernel(op)
                     .ok_or_else(|| format!("{m}: no kernel for {}", op.name()))?;
                 let f = k.strip_prefix("u_").unwrap_or(&k);
+                // bfloat16 members: the `fb_` form (f32 math where f32 kernels use double).
+                let pre = if node.shape.dtype == rlx_ir::DType::BF16 {
+                    "fb"
+                } else {
+                    "f"
+                };
                 format!(
-                    "f_{f}({}, {}, {})",
+                    "{pre}_{f}({}, {}, {})",
                     var(node.inputs[0]),
                     lit(p[0]),
                     lit(p[1])
@@ -341,7 +390,7 @@ mod tests {
             "the sink is scanned by nan_scan: {cnt}"
         );
         assert!(
-            !cnt.contains("o[i]"),
+            !cnt.contains("rlx_put(o[i]"),
             "the counting kernel writes no value: {cnt}"
         );
     }
@@ -365,10 +414,14 @@ mod tests {
         let ext = external_inputs(&g, &groups[0]);
         assert_eq!(ext, vec![x, b]);
         let src = kernel_source(&g, &groups[0], &ext, &[true, false], "fz_0").unwrap();
-        assert!(src.contains("float v1 = x1[j1];"), "{src}");
+        assert!(src.contains("float v1 = rlx_f(x1[j1]);"), "{src}");
+        // Broadcast index math with the dims as literals (no metadata reads per element).
+        assert!(src.contains("const unsigned q1 = rem % 8u;"), "{src}");
+        assert!(src.contains("const unsigned j1 = q1 * 1u;"), "{src}");
+        assert!(!src.contains("bm[1"), "{src}");
         assert!(src.contains("g_add(v0, v1)"), "{src}");
         assert!(src.contains("float t5 = f_sqrt(t4"), "{src}");
-        assert!(src.contains("o[i] = t5;"), "{src}");
+        assert!(src.contains("rlx_put(o[i], t5);"), "{src}");
         // Every member but the last is counted in a scanning run (slot j = position).
         assert!(
             src.contains("rlx_scan1(__float_as_uint(t0), i, c0)"),

@@ -13,6 +13,11 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use rlx_ir::{Activation, BinaryOp, UnaryOp};
 use std::sync::Arc;
 
+/// Storage instances of the float kernels: (kernel name suffix, C storage type). f32 values
+/// are stored as `float`; bfloat16 values as 16-bit `rlx_bf` (`_bf` kernels load 16 bits,
+/// compute in f32 as the f32 kernel does, and store the result rounded to bfloat16 once).
+const STORAGE: &[(&str, &str)] = &[("", "float"), ("_bf", "rlx_bf")];
+
 /// Unary kernels: (name, body of `float f(float x, float p0, float p1)`).
 const UNARY: &[(&str, &str)] = &[
     // A copy (Cast between float dtypes, before the output's rounding).
@@ -85,6 +90,39 @@ const UNARY: &[(&str, &str)] = &[
     ),
     ("softsign", "double d = x; return (float)(d / (1.0 + fabs(d)));"),
 ];
+
+/// f32 bodies of unary ops that the f32 kernels compute through double (as rlx-cpu), used
+/// for bfloat16 values (`fb_<name>`; the `_bf` kernels and bfloat16 members of fused groups):
+/// a result rounded to bfloat16's 8 significant bits does not need double's accuracy (f32's
+/// erfcf/expf are within a few f32 ulps, 2^-16 of a bfloat16 ulp), and double arithmetic made
+/// BERT's bfloat16 Gelu compute-bound. IEEE cases as the double forms: NaN stays NaN,
+/// gelu(-inf) and silu(-inf) are NaN (-inf * 0), +inf stays +inf.
+const BF16_F32_BODIES: &[(&str, &str)] = &[
+    ("gelu", "return 0.5f * x * erfcf(-x * 0.70710678118654752440f);"),
+    (
+        "silu",
+        "if (x >= 0.0f) return x / (1.0f + expf(-x)); float e = expf(x); return x * e / (1.0f + e);",
+    ),
+    ("erf", "return erff(x);"),
+];
+
+/// The device function a bfloat16 op calls: `fb_<name>` (see [`BF16_F32_BODIES`]).
+fn fb_functions() -> String {
+    UNARY.iter().map(|(name, _)| fb_def(name)).collect()
+}
+
+fn fb_def(name: &str) -> String {
+    let body = BF16_F32_BODIES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or_else(
+            || format!("return f_{name}(x, p0, p1);"),
+            |(_, b)| b.to_string(),
+        );
+    format!(
+        "__device__ __forceinline__ float fb_{name}(float x, float p0, float p1) {{ {body} }}\n"
+    )
+}
 
 /// Binary kernels: (name, body of `float f(float x, float y)`).
 const BINARY: &[(&str, &str)] = &[
@@ -218,6 +256,21 @@ __device__ __forceinline__ float rlx_rf16(float v) {
   unsigned lsb = (a >> 13) & 1u;
   return __uint_as_float(s | ((a + 0xfffu + lsb) & 0xffffe000u));
 }
+// bfloat16 storage (2 bytes per value on the device): rlx_f widens a stored value to f32
+// (exact), rlx_put stores an f32 result (bfloat16: round to nearest, ties to even; a NaN keeps
+// its sign and top payload bits with the quiet bit set, as half::bf16::from_f32). Kernels
+// are written once over the storage type S (float or rlx_bf) with these, so the f32
+// instantiation is the f32 kernel as before.
+struct rlx_bf { unsigned short b; };
+__device__ __forceinline__ float rlx_f(float x) { return x; }
+__device__ __forceinline__ float rlx_f(rlx_bf x) { return __uint_as_float((unsigned)x.b << 16); }
+__device__ __forceinline__ unsigned short rlx_bf16_bits(float v) {
+  unsigned b = __float_as_uint(v);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((b >> 16) | 0x40u);
+  return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ void rlx_put(float& d, float v) { d = v; }
+__device__ __forceinline__ void rlx_put(rlx_bf& d, float v) { d.b = rlx_bf16_bits(v); }
 // Broadcast indices of output element i (meta = [rank, dims, strides of a, strides of b]).
 // 32-bit division when the output has fewer than 2^31 elements (inputs are never larger):
 // 64-bit division is emulated on the GPU and made elementwise kernels several times slower.
@@ -288,7 +341,7 @@ pub fn device_functions() -> String {
     for (name, body) in BINARY {
         s += &format!("__device__ __forceinline__ float g_{name}(float x, float y) {{ {body} }}\n");
     }
-    s
+    s + &fb_functions()
 }
 
 /// The whole program's source.
@@ -297,26 +350,38 @@ pub fn source() -> String {
     for (name, body) in UNARY {
         s += &format!(
             "__device__ __forceinline__ float f_{name}(float x, float p0, float p1) {{ {body} }}
-extern \"C\" __global__ void u_{name}(const float* __restrict__ a, float* __restrict__ o, u64 n, float p0, float p1) {{
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) o[i] = f_{name}(a[i], p0, p1);
-}}
 "
         );
+        s += &fb_def(name);
+        for (sfx, ty) in STORAGE {
+            let f = if sfx.is_empty() { "f" } else { "fb" };
+            s += &format!(
+                "extern \"C\" __global__ void u_{name}{sfx}(const {ty}* __restrict__ a, {ty}* __restrict__ o, u64 n, float p0, float p1) {{
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) rlx_put(o[i], {f}_{name}(rlx_f(a[i]), p0, p1));
+}}
+"
+            );
+        }
     }
     // meta == 0: both inputs have the output's dims. Else meta = [rank, dims[rank],
     // strides of a[rank], strides of b[rank]] (stride 0 on a broadcast axis).
     for (name, body) in BINARY {
         s += &format!(
             "__device__ __forceinline__ float g_{name}(float x, float y) {{ {body} }}
-extern \"C\" __global__ void b_{name}(const float* a, const float* b, float* __restrict__ o, u64 n, const i64* __restrict__ meta) {{
+"
+        );
+        for (sfx, ty) in STORAGE {
+            s += &format!(
+                "extern \"C\" __global__ void b_{name}{sfx}(const {ty}* a, const {ty}* b, {ty}* __restrict__ o, u64 n, const i64* __restrict__ meta) {{
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {{
     i64 ia = (i64)i, ib = (i64)i;
     if (meta) rlx_bidx(i, n, meta, &ia, &ib);
-    o[i] = g_{name}(a[ia], b[ib]);
+    rlx_put(o[i], g_{name}(rlx_f(a[ia]), rlx_f(b[ib])));
   }}
 }}
 "
-        );
+            );
+        }
     }
     for (name, ty, body) in PRED2 {
         s += &format!(
@@ -332,6 +397,9 @@ extern \"C\" __global__ void p_{name}(const {ty}* a, const {ty}* b, unsigned* __
         );
     }
     s += MOVE;
+    for (sfx, ty) in [("", "u32"), ("_h", "unsigned short")] {
+        s += &WORDS.replace("_WSFX", sfx).replace("WORD", ty);
+    }
     s += SCAN;
     s += ROUND;
     s
@@ -378,7 +446,8 @@ typedef unsigned int u32;
 // meta = [nk, kept dims[nk], kept strides[nk], nr, red dims[nr], red strides[nr]].
 // kind: 0 Sum, 1 Mean, 2 Max, 3 Min, 4 Prod. Sum/Mean/Prod accumulate in double and round
 // once (as rlx-cpu); Max/Min return NaN when any element is NaN.
-extern "C" __global__ void reduce_f32(const float* __restrict__ x, float* __restrict__ o, u64 nout, const i64* __restrict__ meta, int kind) {
+template <typename S>
+__device__ __forceinline__ void reduce_t(const S* __restrict__ x, S* __restrict__ o, u64 nout, const i64* __restrict__ meta, int kind) {
   __shared__ double sh[256];
   __shared__ int shn[256];
   int nk = (int)meta[0];
@@ -395,7 +464,7 @@ extern "C" __global__ void reduce_f32(const float* __restrict__ x, float* __rest
     for (i64 r = threadIdx.x; r < R; r += blockDim.x) {
       i64 q = r, off = base;
       for (int d = nr - 1; d >= 0; --d) { i64 c = q % rd[d]; q /= rd[d]; off += c * rs[d]; }
-      float v = x[off];
+      float v = rlx_f(x[off]);
       if (kind <= 1) acc += (double)v;
       else if (kind == 4) acc *= (double)v;
       else if (rlx_isnan(v)) nan = 1;
@@ -421,81 +490,31 @@ extern "C" __global__ void reduce_f32(const float* __restrict__ x, float* __rest
       if (kind == 1) a = a / (double)R;
       float r = (float)a;
       if ((kind == 2 || kind == 3) && shn[0]) r = RLX_NAN;
-      o[ob] = r;
+      rlx_put(o[ob], r);
     }
     __syncthreads();
   }
 }
+extern "C" __global__ void reduce_f32(const float* __restrict__ x, float* __restrict__ o, u64 nout, const i64* __restrict__ meta, int kind) { reduce_t<float>(x, o, nout, meta, kind); }
+extern "C" __global__ void reduce_f32_bf(const rlx_bf* __restrict__ x, rlx_bf* __restrict__ o, u64 nout, const i64* __restrict__ meta, int kind) { reduce_t<rlx_bf>(x, o, nout, meta, kind); }
 
-// Index-map copy of 32-bit words. meta = [r, obase, fill bits, then per iteration dim d:
-// (n_d, in_dim, in_stride, start, step, mode, out_stride)]. Input coordinate
-// j = start + c*step; mode 0: as is, 1: wrap (mod in_dim), 2: constant (outside: fill),
-// 3: reflect, 4: edge (clamp).
-extern "C" __global__ void copy_map(const u32* __restrict__ x, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
-  int r = (int)meta[0];
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    i64 rem = (i64)i, ioff = 0, ooff = meta[1];
-    bool fill = false;
-    for (int d = r - 1; d >= 0; --d) {
-      const i64* m = meta + 3 + 7 * d;
-      i64 c = rem % m[0]; rem /= m[0];
-      i64 j = m[3] + c * m[4], dim = m[1];
-      int mode = (int)m[5];
-      if (mode == 1) { j %= dim; if (j < 0) j += dim; }
-      else if (mode == 2) { if (j < 0 || j >= dim) fill = true; }
-      else if (mode == 3) {
-        if (dim == 1) j = 0;
-        else { i64 p = 2 * (dim - 1); j %= p; if (j < 0) j += p; if (j >= dim) j = p - j; }
-      } else if (mode == 4) { if (j < 0) j = 0; if (j >= dim) j = dim - 1; }
-      ioff += j * m[2];
-      ooff += c * m[6];
-    }
-    o[ooff] = fill ? (u32)meta[2] : x[ioff];
-  }
-}
-
-// copy_map with 32-bit coordinates (same metadata), for values of fewer than 2^31 elements
-// on both sides: 32-bit division instead of emulated 64-bit division.
-extern "C" __global__ void copy_map32(const u32* __restrict__ x, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
-  int r = (int)meta[0];
-  int obase = (int)meta[1];
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    int rem = (int)i, ioff = 0, ooff = obase;
-    bool fill = false;
-    for (int d = r - 1; d >= 0; --d) {
-      const i64* m = meta + 3 + 7 * d;
-      int nd = (int)m[0];
-      int c = rem % nd; rem /= nd;
-      int j = (int)m[3] + c * (int)m[4], dim = (int)m[1];
-      int mode = (int)m[5];
-      if (mode == 1) { j %= dim; if (j < 0) j += dim; }
-      else if (mode == 2) { if (j < 0 || j >= dim) fill = true; }
-      else if (mode == 3) {
-        if (dim == 1) j = 0;
-        else { int p = 2 * (dim - 1); j %= p; if (j < 0) j += p; if (j >= dim) j = p - j; }
-      } else if (mode == 4) { if (j < 0) j = 0; if (j >= dim) j = dim - 1; }
-      ioff += j * (int)m[2];
-      ooff += c * (int)m[6];
-    }
-    o[ooff] = fill ? (u32)meta[2] : x[ioff];
-  }
-}
 
 // Reduce over the trailing axes (each output's R inputs contiguous at ob*R): one warp per
 // output, lanes stride the row, accumulation in double (Sum/Mean/Prod) or f32 (Max/Min with
 // a NaN flag), combined by warp shuffles: the same values as reduce_f32, without its index
 // arithmetic and with 8 rows per 256-thread block instead of one.
-extern "C" __global__ void reduce_rows(const float* __restrict__ x, float* __restrict__ o, u64 nout, u64 R, int kind) {
+template <typename S>
+__device__ __forceinline__ void reduce_rows_t(const S* __restrict__ x, S* __restrict__ o, u64 nout, u64 R, int kind) {
   unsigned lane = threadIdx.x & 31u;
   u64 w = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   u64 nw = ((u64)gridDim.x * blockDim.x) >> 5;
   for (u64 ob = w; ob < nout; ob += nw) {
-    const float* row = x + ob * R;
+    const S* row = x + ob * R;
     double acc = (kind == 4) ? 1.0 : 0.0;
     float m = __int_as_float((kind == 2) ? (int)0xff800000u : 0x7f800000);
     int nan = 0;
     for (u64 r = lane; r < R; r += 32) {
-      float v = row[r];
+      float v = rlx_f(row[r]);
       if (kind <= 1) acc += (double)v;
       else if (kind == 4) acc *= (double)v;
       else if (rlx_isnan(v)) nan = 1;
@@ -516,10 +535,12 @@ extern "C" __global__ void reduce_rows(const float* __restrict__ x, float* __res
       if (kind == 2 || kind == 3) res = nan ? RLX_NAN : m;
       else if (kind == 1) res = (float)(acc / (double)R);
       else res = (float)acc;
-      o[ob] = res;
+      rlx_put(o[ob], res);
     }
   }
 }
+extern "C" __global__ void reduce_rows(const float* __restrict__ x, float* __restrict__ o, u64 nout, u64 R, int kind) { reduce_rows_t<float>(x, o, nout, R, kind); }
+extern "C" __global__ void reduce_rows_bf(const rlx_bf* __restrict__ x, rlx_bf* __restrict__ o, u64 nout, u64 R, int kind) { reduce_rows_t<rlx_bf>(x, o, nout, R, kind); }
 
 // im2col for a 2-D convolution (groups 1): col[b][(c*KH + ky)*KW + kx][oy*OW + ox] =
 // x[b][c][oy*sh - ph + ky*dh][ox*sw - pw + kx*dw], 0 outside the input (a padded position then
@@ -559,14 +580,23 @@ extern "C" __global__ void bias_nchw(float* __restrict__ o, const float* __restr
 // (rows, then columns), as rlx-cpu. Max: a NaN tap gives NaN, no valid tap -inf. Avg: the f32
 // sum of the valid taps over their count, or over the taps inside the declared pads with
 // count_include_pad; a sum that is not finite is redone in double, as rlx-cpu does.
-extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+template <typename S>
+__device__ __forceinline__ void pool2d_t(const S* __restrict__ x, S* __restrict__ o, u64 n, const i64* __restrict__ meta) {
   int H = (int)meta[0], W = (int)meta[1], OH = (int)meta[2], OW = (int)meta[3];
   int kh = (int)meta[4], kw = (int)meta[5], sh = (int)meta[6], sw = (int)meta[7];
   int ph = (int)meta[8], pw = (int)meta[9], peh = (int)meta[10], pew = (int)meta[11];
   int dh = (int)meta[12], dw = (int)meta[13], kind = (int)meta[14], cip = (int)meta[15];
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    u64 q = i; int ox = (int)(q % OW); q /= OW; int oy = (int)(q % OH); u64 plane = q / OH;
-    const float* xp = x + plane * (u64)H * W;
+    // 32-bit division below 2^31 outputs (64-bit division is emulated: ResNet-50's MaxPool
+    // took 134 us in bfloat16).
+    int ox, oy; u64 plane;
+    if (n <= 0x7fffffffull) {
+      unsigned q = (unsigned)i; ox = (int)(q % (unsigned)OW); q /= (unsigned)OW;
+      oy = (int)(q % (unsigned)OH); plane = (u64)(q / (unsigned)OH);
+    } else {
+      u64 q = i; ox = (int)(q % OW); q /= OW; oy = (int)(q % OH); plane = q / OH;
+    }
+    const S* xp = x + plane * (u64)H * W;
     float acc = kind == 0 ? __int_as_float(0xff800000) : 0.0f;
     bool nan = false;
     float nanv = 0.0f;
@@ -578,7 +608,7 @@ extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __rest
         int ix = ox * sw - pw + kx * dw;
         if (ycount && ix >= -pw && ix < W + pew) counted++;
         if (!yin || ix < 0 || ix >= W) continue;
-        float v = xp[(u64)iy * W + ix];
+        float v = rlx_f(xp[(u64)iy * W + ix]);
         valid++;
         // Max: the first NaN tap wins with its payload (as rlx-cpu's 2-D pool).
         if (kind == 0) { if (rlx_isnan(v)) { if (!nan) { nan = true; nanv = v; } } else if (v > acc) acc = v; }
@@ -598,65 +628,18 @@ extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __rest
           for (int kx = 0; kx < kw; ++kx) {
             int ix = ox * sw - pw + kx * dw;
             if (ix < 0 || ix >= W) continue;
-            s += (double)xp[(u64)iy * W + ix];
+            s += (double)rlx_f(xp[(u64)iy * W + ix]);
           }
         }
         r = (float)(s / (double)cnt);
       }
     }
-    o[i] = r;
+    rlx_put(o[i], r);
   }
 }
+extern "C" __global__ void pool2d_f32(const float* __restrict__ x, float* __restrict__ o, u64 n, const i64* __restrict__ meta) { pool2d_t<float>(x, o, n, meta); }
+extern "C" __global__ void pool2d_bf(const rlx_bf* __restrict__ x, rlx_bf* __restrict__ o, u64 n, const i64* __restrict__ meta) { pool2d_t<rlx_bf>(x, o, n, meta); }
 
-// ONNX Gather of 32-bit words: out[(b*nidx + j)*inner + t] = x[(b*dim + k)*inner + t],
-// k = idx[j] (+dim when negative). An index outside [-dim, dim) writes 0 and records the
-// node in *err (atomicMin: the first such node in topological order).
-extern "C" __global__ void gather_u32(const u32* __restrict__ x, const void* __restrict__ idx, u32* __restrict__ o, u64 n, i64 nidx, i64 dim, i64 inner, int idx64, int* err, int node) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    i64 t = (i64)i % inner; i64 q = (i64)i / inner; i64 j = q % nidx; i64 b = q / nidx;
-    i64 k = idx64 ? ((const i64*)idx)[j] : (i64)((const int*)idx)[j];
-    if (k < 0) k += dim;
-    if (k < 0 || k >= dim) { atomicMin(err, node); o[i] = 0u; continue; }
-    o[i] = x[(b * dim + k) * inner + t];
-  }
-}
-
-// ONNX GatherND of 32-bit words: output element i = (batch bi, index row j, slice position t);
-// the row's q indices (negative counts from the end, each checked against its data dim; an
-// index out of range sets *err to the lowest such node and writes 0) pick the slice.
-// meta = [q, m (rows per batch), slice, per_batch, then q data dims, then q strides].
-extern "C" __global__ void gather_nd_u32(const u32* __restrict__ x, const void* __restrict__ idx, u32* __restrict__ o, u64 n, const i64* __restrict__ meta, int idx64, int* err, int node) {
-  int q = (int)meta[0];
-  i64 m = meta[1], slice = meta[2], per_batch = meta[3];
-  const i64* dims = meta + 4; const i64* strides = meta + 4 + q;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    i64 t = (i64)i % slice; i64 rest = (i64)i / slice; i64 j = rest % m; i64 bi = rest / m;
-    i64 row = (bi * m + j) * q, off = 0; bool bad = false;
-    for (int k = 0; k < q; ++k) {
-      i64 v = idx64 ? ((const i64*)idx)[row + k] : (i64)((const int*)idx)[row + k];
-      if (v < 0) v += dims[k];
-      if (v < 0 || v >= dims[k]) { bad = true; break; }
-      off += v * strides[k];
-    }
-    if (bad) { atomicMin(err, node); o[i] = 0u; continue; }
-    o[i] = x[bi * per_batch + off + t];
-  }
-}
-
-// Select: o = c ? a : b on words, three inputs broadcast; meta = [r, dims, sc, sa, sb].
-extern "C" __global__ void select_u32(const u32* c, const u32* a, const u32* b, u32* __restrict__ o, u64 n, const i64* __restrict__ meta) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-    i64 ic = (i64)i, ia = (i64)i, ib = (i64)i;
-    if (meta) {
-      int r = (int)meta[0]; i64 rem = (i64)i; ic = 0; ia = 0; ib = 0;
-      for (int d = r - 1; d >= 0; --d) {
-        i64 dim = meta[1 + d]; i64 k = rem % dim; rem /= dim;
-        ic += k * meta[1 + r + d]; ia += k * meta[1 + 2 * r + d]; ib += k * meta[1 + 3 * r + d];
-      }
-    }
-    o[i] = c[ic] ? a[ia] : b[ib];
-  }
-}
 
 // Unary word maps: predicates to Bool (u32 0/1) and simple casts. kind:
 // 0 IsNaN, 1 IsInf(pos p0, neg p1), 2 Not, 3 f32->Bool (x != 0: NaN is true),
@@ -719,6 +702,115 @@ extern "C" __global__ void conv_f32(const float* __restrict__ x, const float* __
 }
 "#;
 
+/// Word kernels, instantiated for 32-bit words (f32, i32, u32, Bool; names as written
+/// without `_WSFX`) and for 16-bit words (bfloat16 storage; names ending `_h`): the
+/// index-map copy (Transpose/Broadcast/Slice/Tile/Pad/Concat), Gather, GatherND, Select.
+const WORDS: &str = r#"
+// Index-map copy of 32-bit words. meta = [r, obase, fill bits, then per iteration dim d:
+// (n_d, in_dim, in_stride, start, step, mode, out_stride)]. Input coordinate
+// j = start + c*step; mode 0: as is, 1: wrap (mod in_dim), 2: constant (outside: fill),
+// 3: reflect, 4: edge (clamp).
+extern "C" __global__ void copy_map_WSFX(const WORD* __restrict__ x, WORD* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int r = (int)meta[0];
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 rem = (i64)i, ioff = 0, ooff = meta[1];
+    bool fill = false;
+    for (int d = r - 1; d >= 0; --d) {
+      const i64* m = meta + 3 + 7 * d;
+      i64 c = rem % m[0]; rem /= m[0];
+      i64 j = m[3] + c * m[4], dim = m[1];
+      int mode = (int)m[5];
+      if (mode == 1) { j %= dim; if (j < 0) j += dim; }
+      else if (mode == 2) { if (j < 0 || j >= dim) fill = true; }
+      else if (mode == 3) {
+        if (dim == 1) j = 0;
+        else { i64 p = 2 * (dim - 1); j %= p; if (j < 0) j += p; if (j >= dim) j = p - j; }
+      } else if (mode == 4) { if (j < 0) j = 0; if (j >= dim) j = dim - 1; }
+      ioff += j * m[2];
+      ooff += c * m[6];
+    }
+    o[ooff] = fill ? (WORD)meta[2] : x[ioff];
+  }
+}
+
+// copy_map with 32-bitcoordinates (same metadata), for values of fewer than 2^31 elements
+// on both sides: 32-bit division instead of emulated 64-bit division.
+extern "C" __global__ void copy_map32_WSFX(const WORD* __restrict__ x, WORD* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  int r = (int)meta[0];
+  int obase = (int)meta[1];
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    int rem = (int)i, ioff = 0, ooff = obase;
+    bool fill = false;
+    for (int d = r - 1; d >= 0; --d) {
+      const i64* m = meta + 3 + 7 * d;
+      int nd = (int)m[0];
+      int c = rem % nd; rem /= nd;
+      int j = (int)m[3] + c * (int)m[4], dim = (int)m[1];
+      int mode = (int)m[5];
+      if (mode == 1) { j %= dim; if (j < 0) j += dim; }
+      else if (mode == 2) { if (j < 0 || j >= dim) fill = true; }
+      else if (mode == 3) {
+        if (dim == 1) j = 0;
+        else { int p = 2 * (dim - 1); j %= p; if (j < 0) j += p; if (j >= dim) j = p - j; }
+      } else if (mode == 4) { if (j < 0) j = 0; if (j >= dim) j = dim - 1; }
+      ioff += j * (int)m[2];
+      ooff += c * (int)m[6];
+    }
+    o[ooff] = fill ? (WORD)meta[2] : x[ioff];
+  }
+}
+
+// ONNX Gather of 32-bit words: out[(b*nidx + j)*inner + t] = x[(b*dim + k)*inner + t],
+// k = idx[j] (+dim when negative). An index outside [-dim, dim) writes 0 and records the
+// node in *err (atomicMin: the first such node in topological order).
+extern "C" __global__ void gather_u32_WSFX(const WORD* __restrict__ x, const void* __restrict__ idx, WORD* __restrict__ o, u64 n, i64 nidx, i64 dim, i64 inner, int idx64, int* err, int node) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 t = (i64)i % inner; i64 q = (i64)i / inner; i64 j = q % nidx; i64 b = q / nidx;
+    i64 k = idx64 ? ((const i64*)idx)[j] : (i64)((const int*)idx)[j];
+    if (k < 0) k += dim;
+    if (k < 0 || k >= dim) { atomicMin(err, node); o[i] = (WORD)0; continue; }
+    o[i] = x[(b * dim + k) * inner + t];
+  }
+}
+
+// ONNX GatherND of 32-bit words: output element i = (batch bi, index row j, slice position t);
+// the row's q indices (negative counts from the end, each checked against its data dim; an
+// index out of range sets *err to the lowest such node and writes 0) pick the slice.
+// meta = [q, m (rows per batch), slice, per_batch, then q data dims, then q strides].
+extern "C" __global__ void gather_nd_u32_WSFX(const WORD* __restrict__ x, const void* __restrict__ idx, WORD* __restrict__ o, u64 n, const i64* __restrict__ meta, int idx64, int* err, int node) {
+  int q = (int)meta[0];
+  i64 m = meta[1], slice = meta[2], per_batch = meta[3];
+  const i64* dims = meta + 4; const i64* strides = meta + 4 + q;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 t = (i64)i % slice; i64 rest = (i64)i / slice; i64 j = rest % m; i64 bi = rest / m;
+    i64 row = (bi * m + j) * q, off = 0; bool bad = false;
+    for (int k = 0; k < q; ++k) {
+      i64 v = idx64 ? ((const i64*)idx)[row + k] : (i64)((const int*)idx)[row + k];
+      if (v < 0) v += dims[k];
+      if (v < 0 || v >= dims[k]) { bad = true; break; }
+      off += v * strides[k];
+    }
+    if (bad) { atomicMin(err, node); o[i] = (WORD)0; continue; }
+    o[i] = x[bi * per_batch + off + t];
+  }
+}
+
+// Select: o = c ? a : b on words, three inputs broadcast; meta = [r, dims, sc, sa, sb].
+extern "C" __global__ void select_u32_WSFX(const u32* c, const WORD* a, const WORD* b, WORD* __restrict__ o, u64 n, const i64* __restrict__ meta) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    i64 ic = (i64)i, ia = (i64)i, ib = (i64)i;
+    if (meta) {
+      int r = (int)meta[0]; i64 rem = (i64)i; ic = 0; ia = 0; ib = 0;
+      for (int d = r - 1; d >= 0; --d) {
+        i64 dim = meta[1 + d]; i64 k = rem % dim; rem /= dim;
+        ic += k * meta[1 + r + d]; ia += k * meta[1 + 2 * r + d]; ib += k * meta[1 + 3 * r + d];
+      }
+    }
+    o[i] = c[ic] ? a[ia] : b[ib];
+  }
+}
+"#;
+
 /// The NaN/Inf scan of `RLX_DEBUG_NANS` (launched once per run, after the run's last
 /// kernel): counts NaN, +inf and -inf in every scanned f32 buffer and the first index of
 /// each, so the host reads back 48 bytes per buffer instead of the buffer.
@@ -730,10 +822,11 @@ extern "C" __global__ void conv_f32(const float* __restrict__ x, const float* __
 /// (counts) and u64::MAX (firsts). A thread that saw only finite values makes no atomic
 /// operation.
 pub const SCAN_BLOCK: u64 = 256;
-/// float16/bfloat16 values live on the device as f32 words; after a node that computes in
-/// one of them, its output is rounded in place to the dtype (round to nearest, ties to even;
-/// float16 overflows to ±inf from 65520 up and has subnormals down to 2^-24; NaN kept), so
-/// every op rounds once, as IEEE arithmetic in that dtype would.
+/// float16 values live on the device as f32 words; after a node that computes in float16, its
+/// output is rounded in place to the dtype (round to nearest, ties to even; overflow to ±inf
+/// from 65520 up, subnormals down to 2^-24; NaN kept), so every op rounds once, as IEEE
+/// arithmetic in that dtype would. bfloat16 values are stored as 16 bits (kernels round when
+/// they store); the conversions here serve steps without a bfloat16 kernel and cuBLAS/cuDNN.
 const ROUND: &str = r#"
 // The 16-bit encoding of f32 words that hold float16 (bf == 0) or bfloat16 (bf == 1) values
 // exactly (rounded by round_f16/round_bf16 or uploaded from half values): the operands of a
@@ -761,6 +854,12 @@ extern "C" __global__ void bf16_bits_to_f32(const unsigned short* __restrict__ x
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     o[i] = __uint_as_float((unsigned)x[i] << 16);
 }
+// f32 words to bfloat16 storage (round to nearest even, rlx_put's rule): the output of a step
+// that runs its f32-word kernel on a bfloat16 node (inputs widened by bf16_bits_to_f32).
+extern "C" __global__ void f32_to_bf16(const float* __restrict__ x, rlx_bf* __restrict__ o, u64 n) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    rlx_put(o[i], x[i]);
+}
 extern "C" __global__ void round_bf16(float* o, u64 n) {
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
     o[i] = rlx_rbf16(o[i]);
@@ -782,6 +881,31 @@ extern "C" __global__ void nan_scan(const u64* __restrict__ tab, u64 nent, u64* 
   u64 stride = tab[4 * lo + 3] * blockDim.x;
   u64 t = (b - tab[4 * lo + 2]) * blockDim.x + threadIdx.x;
   RlxCnt c; rlx_cnt_init(c);
+  if (n >> 63) {
+    // A bfloat16 buffer (bit 63 of the count): 16-bit values, eight per 16-byte load; a
+    // value's f32 widening (bits << 16) is NaN/±inf exactly when the value is.
+    n &= 0x7fffffffffffffffull;
+    const unsigned short* h = (const unsigned short*)x;
+    u64 n8 = n / 8;
+    const uint4* h8 = (const uint4*)h;
+    for (u64 j = t; j < n8; j += stride) {
+      uint4 v = h8[j];
+      unsigned w[4] = {v.x, v.y, v.z, v.w};
+      if ((((v.x & 0x7f80u) == 0x7f80u) | ((v.x & 0x7f800000u) == 0x7f800000u) |
+           ((v.y & 0x7f80u) == 0x7f80u) | ((v.y & 0x7f800000u) == 0x7f800000u) |
+           ((v.z & 0x7f80u) == 0x7f80u) | ((v.z & 0x7f800000u) == 0x7f800000u) |
+           ((v.w & 0x7f80u) == 0x7f80u) | ((v.w & 0x7f800000u) == 0x7f800000u))) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          rlx_scan1(w[q] << 16, 8 * j + 2 * q, c);
+          rlx_scan1(w[q] & 0xffff0000u, 8 * j + 2 * q + 1, c);
+        }
+      }
+    }
+    for (u64 i = 8 * n8 + t; i < n; i += stride) rlx_scan1((unsigned)h[i] << 16, i, c);
+    rlx_flush(c, out + 6 * lo);
+    return;
+  }
   u64 n4 = n / 4;
   const uint4* x4 = (const uint4*)x;
   for (u64 j = t; j < n4; j += stride) {

@@ -276,15 +276,18 @@ pub(super) fn plan_node(
         Ok(())
     };
     let words = dev_words(odt).unwrap_or(1);
+    // bfloat16 values are stored as 16 bits: their kernels are the `_bf` (float) and `_h`
+    // (word) instances; nodes without one run the f32-word kernel between conversions
+    // (`CudaExecutor::plan_wraps`).
+    let bf = odt == DType::BF16;
+    let fsfx = if bf { "_bf" } else { "" };
+    let wsfx = if bf { "_h" } else { "" };
     match &node.op {
         Op::Reshape { .. } => Ok(Step::Alias),
         Op::Cast { to, .. } if *to == dt(node.inputs[0]) => Ok(Step::Alias),
-        // Widening to f32: the words already hold the value.
-        Op::Cast { to: DType::F32, .. }
-            if matches!(dt(node.inputs[0]), DType::F16 | DType::BF16) =>
-        {
-            Ok(Step::Alias)
-        }
+        // Widening float16 to f32: the words already hold the value (bfloat16 is stored as
+        // 16 bits: a copy between conversions, below).
+        Op::Cast { to: DType::F32, .. } if dt(node.inputs[0]) == DType::F16 => Ok(Step::Alias),
         // Between float dtypes: a copy, then the output's rounding.
         Op::Cast { to, .. } if float_word(*to) && float_word(dt(node.inputs[0])) => {
             Ok(Step::Unary {
@@ -381,7 +384,7 @@ pub(super) fn plan_node(
                 Some(metas.len() - 1)
             };
             Ok(Step::Select {
-                f: func("select_u32")?,
+                f: func(&format!("select_u32{wsfx}"))?,
                 meta,
             })
         }
@@ -434,11 +437,14 @@ pub(super) fn plan_node(
                     .all(|(k, &a)| a == id0.len() - nr + k);
             let rows = trailing.then(|| rd.iter().product::<i64>() as u64);
             Ok(Step::Reduce {
-                f: func(if rows.is_some() {
-                    "reduce_rows"
-                } else {
-                    "reduce_f32"
-                })?,
+                f: func(&format!(
+                    "{}{fsfx}",
+                    if rows.is_some() {
+                        "reduce_rows"
+                    } else {
+                        "reduce_f32"
+                    }
+                ))?,
                 meta: metas.len() - 1,
                 kind,
                 nout: nout as u64,
@@ -462,7 +468,10 @@ pub(super) fn plan_node(
             let small = |d: &[usize]| d.iter().product::<usize>() * words < (1 << 31);
             let all_small = small(&od) && (0..node.inputs.len()).all(|k| small(&ind(k)));
             Ok(Step::Copy {
-                f: func(if all_small { "copy_map32" } else { "copy_map" })?,
+                f: func(&format!(
+                    "{}{wsfx}",
+                    if all_small { "copy_map32" } else { "copy_map" }
+                ))?,
                 parts,
             })
         }
@@ -624,7 +633,7 @@ pub(super) fn plan_node(
                 .collect(),
             );
             Ok(Step::Pool {
-                f: func("pool2d_f32")?,
+                f: func(if bf { "pool2d_bf" } else { "pool2d_f32" })?,
                 meta: metas.len() - 1,
             })
         }
@@ -645,7 +654,7 @@ pub(super) fn plan_node(
                 return Err(format!("gather of {dd:?} by {ixd:?} does not give {od:?}"));
             }
             Ok(Step::Gather {
-                f: func("gather_u32")?,
+                f: func(&format!("gather_u32{wsfx}"))?,
                 nidx: ixd.iter().product::<usize>().max(1) as i64,
                 dim: dd[*axis] as i64,
                 inner: dd[axis + 1..].iter().product::<usize>().max(1) as i64,
@@ -689,7 +698,7 @@ pub(super) fn plan_node(
             meta.extend((0..q).map(|k| dd[b + k + 1..].iter().product::<usize>() as i64));
             metas.push(meta);
             Ok(Step::GatherNd {
-                f: func("gather_nd_u32")?,
+                f: func(&format!("gather_nd_u32{wsfx}"))?,
                 meta: metas.len() - 1,
                 idx64: (idt == DType::I64) as i32,
             })
@@ -702,7 +711,10 @@ pub(super) fn plan_node(
             if node.inputs.len() != 1 || ind(0) != od {
                 return Err("unary op whose input dims differ from its output's".into());
             }
-            Ok(Step::Unary { f: func(&name)?, p })
+            Ok(Step::Unary {
+                f: func(&format!("{name}{fsfx}"))?,
+                p,
+            })
         }
         Op::Binary(b) => {
             all_f32()?;
@@ -711,7 +723,13 @@ pub(super) fn plan_node(
             if node.inputs.len() != 2 {
                 return Err("binary op without two inputs".into());
             }
-            binary_step(func(&name)?, &ind(0), &ind(1), &od, metas)
+            binary_step(
+                func(&format!("{name}{fsfx}"))?,
+                &ind(0),
+                &ind(1),
+                &od,
+                metas,
+            )
         }
         Op::MatMul => {
             all_f32()?;

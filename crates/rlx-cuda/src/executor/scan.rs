@@ -36,10 +36,12 @@ pub(super) fn scan_table(addrs: &[u64], lens: &[u64]) -> (Vec<u64>, Vec<Option<u
     let mut entry = vec![None; lens.len()];
     let mut next = 0u64;
     for (k, (&a, &n)) in addrs.iter().zip(lens).enumerate() {
-        if n == 0 {
+        // Bit 63 marks a bfloat16 buffer (passed on to the kernel); the rest is the count.
+        let count = n & !(1u64 << 63);
+        if count == 0 {
             continue;
         }
-        let nb = n.div_ceil(kernels::SCAN_PER_BLOCK).min(4096);
+        let nb = count.div_ceil(kernels::SCAN_PER_BLOCK).min(4096);
         entry[k] = Some(tab.len() / 4);
         tab.extend_from_slice(&[a, n, next, nb]);
         next += nb;
@@ -104,7 +106,13 @@ impl CudaExecutor {
         for node in &g.nodes {
             if let Some(b) = self.buf[node.id.index()] {
                 if scanned[b] && float_word(node.shape.dtype) {
-                    lens[b] = node.shape.numel() as u64;
+                    // Bit 63: a bfloat16 buffer (16-bit values; see `nan_scan`).
+                    lens[b] = node.shape.numel() as u64
+                        | if half_store(node.shape.dtype) {
+                            1 << 63
+                        } else {
+                            0
+                        };
                 }
             }
         }
