@@ -117,6 +117,34 @@ pub(crate) fn kernel_source(
         + &count_kernel(g, members, ext, full, &format!("{name}_cnt"))?)
 }
 
+/// Positions in `ext` of the external inputs a group's scanning kernels count besides its
+/// inner members: those of the group's dims (read whole, element `i` at `i`) and of a float
+/// dtype. The counted values are, in slot order: the inner members, these inputs, the group's
+/// last member (its stored value); then one flag word. A scanning run takes an input's or the
+/// last member's counts from here instead of `nan_scan` when the executor can (see
+/// `CudaExecutor::plan_scan`): counting a value in the kernel that reads or writes it saves
+/// reading it again.
+pub(crate) fn extra_counted(g: &Graph, ext: &[NodeId], full: &[bool]) -> Vec<usize> {
+    (0..ext.len())
+        .filter(|&e| {
+            full[e]
+                && matches!(
+                    g.node(ext[e]).shape.dtype,
+                    rlx_ir::DType::F32 | rlx_ir::DType::F16 | rlx_ir::DType::BF16
+                )
+        })
+        .collect()
+}
+
+/// The expressions a group's scanning kernels count, in slot order (see [`extra_counted`]).
+fn counted_values(g: &Graph, members: &[NodeId], ext: &[NodeId], full: &[bool]) -> Vec<String> {
+    let k = members.len().saturating_sub(1);
+    let mut v: Vec<String> = (0..k).map(|p| format!("t{p}")).collect();
+    v.extend(extra_counted(g, ext, full).iter().map(|e| format!("v{e}")));
+    v.push(format!("t{k}"));
+    v
+}
+
 /// One kernel of [`kernel_source`]: `scan` adds the members' NaN/Inf counting (a separate
 /// kernel, so ordinary runs carry none of its registers or branches).
 fn variant(
@@ -128,13 +156,12 @@ fn variant(
     scan: bool,
 ) -> Result<String, String> {
     let counted = if scan {
-        &members[..members.len().saturating_sub(1)]
+        counted_values(g, members, ext, full)
     } else {
-        &[]
+        vec![]
     };
     let (mut s, body) = head_and_body(g, members, ext, full, name)?;
     let lp = LOOP;
-    let pos = |m: &NodeId| members.iter().position(|x| x == m).expect("a member");
     // Scanning: the loop keeps one flag (some inner value of this thread's elements is NaN or
     // ±inf); a warp with a flagged lane sets the group's flag word (`cnt[6 k]`, k = inner
     // values), and the separate `_cnt` kernel, launched after this one, recounts only when it
@@ -147,10 +174,7 @@ fn variant(
     s += lp;
     s += &body;
     if !counted.is_empty() {
-        let flags: Vec<String> = counted
-            .iter()
-            .map(|m| format!("rlx_nf(t{})", pos(m)))
-            .collect();
+        let flags: Vec<String> = counted.iter().map(|v| format!("rlx_nf({v})")).collect();
         s += &format!("    bad |= {};\n", flags.join(" | "));
     }
     s += &format!("    rlx_put(o[i], t{});\n  }}\n", members.len() - 1);
@@ -176,9 +200,8 @@ fn count_kernel(
     full: &[bool],
     name: &str,
 ) -> Result<String, String> {
-    let counted = &members[..members.len().saturating_sub(1)];
+    let counted = counted_values(g, members, ext, full);
     let (head, body) = head_and_body(g, members, ext, full, name)?;
-    let pos = |m: &NodeId| members.iter().position(|x| x == m).expect("a member");
     let mut s = head.replacen(
         "{\n",
         &format!("{{\n  if (cnt[{}] == 0ull) return;\n", 6 * counted.len()),
@@ -189,8 +212,8 @@ fn count_kernel(
     }
     s += LOOP;
     s += &body;
-    for (j, m) in counted.iter().enumerate() {
-        s += &format!("    rlx_scan1(__float_as_uint(t{}), i, c{j});\n", pos(m));
+    for (j, v) in counted.iter().enumerate() {
+        s += &format!("    rlx_scan1(__float_as_uint({v}), i, c{j});\n");
     }
     s += "  }\n";
     for j in 0..counted.len() {
@@ -372,22 +395,27 @@ mod tests {
         );
         let scan = &src[src.find("void fz_0_scan(").unwrap()..];
         let scan = &scan[..scan.find("void fz_0_cnt(").unwrap()];
-        assert!(scan.contains("bad |= rlx_nf(t0);"), "{scan}");
-        assert!(scan.contains("atomicOr(cnt + 6, 1ull)"), "{scan}");
+        // Counted: the inner Exp, the full input x, the group's value; the flag after them.
+        assert!(
+            scan.contains("bad |= rlx_nf(t0) | rlx_nf(v0) | rlx_nf(t1);"),
+            "{scan}"
+        );
+        assert!(scan.contains("atomicOr(cnt + 18, 1ull)"), "{scan}");
         assert!(
             !scan.contains("RlxCnt"),
             "no counters in the fast kernel: {scan}"
         );
         let cnt = &src[src.find("void fz_0_cnt(").unwrap()..];
         let cnt = &cnt[..cnt.find("void fz_1").unwrap_or(cnt.len())];
-        assert!(cnt.contains("if (cnt[6] == 0ull) return;"), "{cnt}");
+        assert!(cnt.contains("if (cnt[18] == 0ull) return;"), "{cnt}");
         assert!(
             cnt.contains("rlx_scan1(__float_as_uint(t0), i, c0)"),
             "{cnt}"
         );
         assert!(
-            !cnt.contains("__float_as_uint(t1)"),
-            "the sink is scanned by nan_scan: {cnt}"
+            cnt.contains("rlx_scan1(__float_as_uint(v0), i, c1)")
+                && cnt.contains("rlx_scan1(__float_as_uint(t1), i, c2)"),
+            "the input and the group's value are counted here: {cnt}"
         );
         assert!(
             !cnt.contains("rlx_put(o[i]"),
@@ -431,6 +459,16 @@ mod tests {
         // Two kernels: the ordinary one counts nothing.
         let plain = &src[..src.find("fz_0_scan").unwrap()];
         assert!(!plain.contains("rlx_scan1"), "{plain}");
-        assert!(!src.contains("__float_as_uint(t5)"), "{src}");
+        // The full input x and the group's value are counted after the inner values; the
+        // broadcast b is not (it is not read whole).
+        assert!(
+            src.contains("rlx_scan1(__float_as_uint(v0), i, c5)"),
+            "{src}"
+        );
+        assert!(
+            src.contains("rlx_scan1(__float_as_uint(t5), i, c6)"),
+            "{src}"
+        );
+        assert!(!src.contains("__float_as_uint(v1)"), "{src}");
     }
 }

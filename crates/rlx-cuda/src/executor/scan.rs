@@ -80,6 +80,53 @@ impl CudaExecutor {
         // groups: `fz_attn`; an attention group's absorbed Transposes run their own steps).
         let attn = self.attn_scan && !self.attn.is_empty();
         let fz = if attn { &self.fz_attn } else { &self.fz };
+        // Values counted inside fused groups besides their inner members (full-size float
+        // inputs and the group's value, `crate::fuse::extra_counted`): each group's list, and
+        // per slot the node whose counts it gives (`None`: counted but not used, the node is
+        // counted elsewhere or cannot be taken from here). A value is taken from a group when
+        // the group runs intact in scanning runs, a GPU step writes its buffer and no other
+        // node shares that buffer (an alias keeps `nan_scan`), and no earlier group took it.
+        let mut owners = vec![0usize; self.buffers.len()];
+        for node in &g.nodes {
+            if let Some(b) = self.buf[node.id.index()] {
+                owners[b] += 1;
+            }
+        }
+        let mut taken = vec![false; g.len()];
+        let mut extra: Vec<Vec<Option<NodeId>>> = Vec::with_capacity(self.groups.len());
+        for (gi, fg) in self.groups.iter().enumerate() {
+            let sink = fg.members[fg.members.len() - 1];
+            let intact = fz[sink.index()] == Fz::Sink(gi);
+            let ext = crate::fuse::external_inputs(g, &fg.members);
+            let od = g.node(sink).shape.dims_usize();
+            let full: Vec<bool> = ext
+                .iter()
+                .map(|&e| g.node(e).shape.dims_usize() == od)
+                .collect();
+            let mut vals: Vec<NodeId> = crate::fuse::extra_counted(g, &ext, &full)
+                .into_iter()
+                .map(|e| ext[e])
+                .collect();
+            vals.push(sink);
+            let mut list = Vec::with_capacity(vals.len());
+            for v in vals {
+                let k = v.index();
+                let ok = intact
+                    && !taken[k]
+                    && !matches!(self.steps[k], Step::Leaf | Step::Cpu(_) | Step::Alias)
+                    && fz[k] != Fz::Member
+                    && !(attn
+                        && self.afz[k] == Afz::Member
+                        && !matches!(g.node(v).op, Op::Transpose { .. }))
+                    && float_word(g.node(v).shape.dtype)
+                    && self.buf[k].is_some_and(|b| owners[b] == 1);
+                if ok {
+                    taken[k] = true;
+                }
+                list.push(ok.then_some(v));
+            }
+            extra.push(list);
+        }
         let mut scanned = vec![false; self.buffers.len()];
         for node in &g.nodes {
             let gpu_made = !matches!(
@@ -95,7 +142,11 @@ impl CudaExecutor {
             // (counting a large input on the host would cost more than the whole scan).
             let uploaded_input =
                 matches!(node.op, Op::Input { .. }) && self.upload[node.id.index()];
-            if (gpu_made || uploaded_input) && !member && float_word(node.shape.dtype) {
+            if (gpu_made || uploaded_input)
+                && !member
+                && !taken[node.id.index()]
+                && float_word(node.shape.dtype)
+            {
                 if let Some(b) = self.buf[node.id.index()] {
                     scanned[b] = true;
                 }
@@ -136,6 +187,13 @@ impl CudaExecutor {
             for &m in &fg.members[..fg.members.len() - 1] {
                 if intact {
                     member_slot[m.index()] = Some(slots);
+                }
+                slots += 1;
+            }
+            // Full-size inputs, then the group's value (`extra_counted`'s order).
+            for v in &extra[gi] {
+                if let Some(v) = v {
+                    member_slot[v.index()] = Some(slots);
                 }
                 slots += 1;
             }
