@@ -176,6 +176,8 @@ pub fn main_compile(a: CompileArgs) -> i32 {
 }
 
 /// A package (or a model that needs run-time values) ready for one run.
+// One value per load or run: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Ready {
     /// One compiled plan and its feeds in input order; `planned` when a dynamic model
     /// planned it for this run.

@@ -610,6 +610,8 @@ fn run_plain(
 }
 
 /// A data set through the runtime's dynamic model ([`rlx_runtime::DynamicModel`]).
+// One value per load or run: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Dynamic {
     /// One plan (parameter inputs planned by value): compared and localizer-checked as usual.
     Plan(CompiledGraph),

@@ -450,6 +450,8 @@ pub fn save_dynamic_package(
 }
 
 /// A package as loaded: a compiled graph, or a dynamic model that plans per signature.
+// One value per load or run: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum LoadedPackage {
     Static(CompiledGraph),
     Dynamic(crate::dynamic::DynamicModel),
