@@ -27,6 +27,9 @@ Writes fixtures/dynamic/ (gitignored):
   gpt2_kv/tokens.npy           the prompt (3 tokens) then 32 greedy tokens, onnxruntime's
   gpt2_kv/expected_logits_<step>.npy   onnxruntime's logits at step 0 (prefill, empty past)
                                        to 32, each step fed the previous step's present
+  cut_names/model.onnx         NonZero "nz" with output "a" and a second input y whose dim is
+                               named "a.1" (the cut's own name for the output's axis 1: the
+                               invented symbols must not collide); input_{x,y}.npy, expected_s.npy
   ssdlite/model.onnx           torchvision's SSDlite320-MobileNetV3 detector (random weights,
                                seed 0, He-initialized convs so features and scores differ,
                                5 classes), torch.onnx.export(dynamo=False, opset 17): its graph
@@ -162,6 +165,34 @@ def nonzero_mid() -> None:
     print(f"wrote {d}")
 
 
+def cut_names() -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["a"], name="nz"),
+         helper.make_node("Cast", ["a"], ["af"], to=f, name="c"),
+         helper.make_node("ReduceSum", ["af"], ["s1"], keepdims=0, name="rs1"),
+         helper.make_node("ReduceSum", ["y"], ["s2"], keepdims=0, name="rs2"),
+         helper.make_node("Add", ["s1", "s2"], ["s"], name="add")],
+        "cut_names", [vi("x", f, ["n", "m"]), vi("y", f, ["a.1"])], [vi("s", f, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    d = OUT / "cut_names"
+    d.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(d / "model.onnx"))
+    x = np.array([[1, 0, 2], [0, 3, 0]], np.float32)
+    y = np.ones(7, np.float32)
+    (s,) = ort.InferenceSession(str(d / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "y": y})
+    np.save(d / "input_x.npy", x)
+    np.save(d / "input_y.npy", y)
+    np.save(d / "expected_s.npy", s)
+    print(f"wrote {d}")
+
+
 def gpt2_kv() -> None:
     from transformers.cache_utils import DynamicCache
 
@@ -258,5 +289,6 @@ def ssdlite() -> None:
 if __name__ == "__main__":
     bert_dyn()
     nonzero_mid()
+    cut_names()
     gpt2_kv()
     ssdlite()

@@ -132,20 +132,36 @@ fn compile_dynamic(a: &CompileArgs, device: Device) -> Result<()> {
         bail!("--input: a package with dim ranges is compiled for the ranges, not for input files; give sizes with --dim NAME=MIN..MAX");
     }
     let ranges = parse_dim_ranges(&a.model.dims)?;
+    let given: Vec<String> = ranges.keys().cloned().collect();
     let src = OnnxSource::open(&path).map_err(|e| anyhow!("{e}"))?;
     let mut m = DynamicModel::new(Arc::new(src), device, ranges).map_err(|e| anyhow!("{e}"))?;
-    // Check the plans at the corners: every range's smallest size, then every largest
-    // (unbounded ones at their smallest).
-    let lo: BTreeMap<String, usize> = m.ranges().iter().map(|(s, r)| (s.clone(), r.min)).collect();
+    // Check the plans at the corners: every range's smallest size (1 for a symbol given no
+    // --dim, as generated inputs use), then every largest (unbounded ones at their smallest).
+    let lo: BTreeMap<String, usize> = m
+        .ranges()
+        .iter()
+        .map(|(s, r)| {
+            let n = if given.contains(s) {
+                r.min
+            } else {
+                r.min.max(1)
+            };
+            (s.clone(), n)
+        })
+        .collect();
     let hi: BTreeMap<String, usize> = m
         .ranges()
         .iter()
-        .map(|(s, r)| (s.clone(), r.max.unwrap_or(r.min)))
+        .map(|(s, r)| {
+            let n = r.max.unwrap_or(r.min);
+            (s.clone(), if given.contains(s) { n } else { n.max(1) })
+        })
         .collect();
     let mut checked = vec![];
     for sizes in [lo, hi] {
-        m.plan_at(&sizes)
-            .map_err(|e| anyhow!("the plan at the corner of the ranges fails: {e}"))?;
+        m.plan_at(&sizes).map_err(|e| {
+            anyhow!("the plan at the corner of the ranges fails: {e} (give every symbolic dim a range the model supports with --dim NAME=MIN..MAX)")
+        })?;
         if let Some(ev) = m.last_plan() {
             if ev.new {
                 checked.push(format!("{} ({:.0} ms)", ev.signature, ev.plan_ms));
@@ -264,6 +280,14 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
             crate::run::run_compiled(a, &mut graph, feeds)
         }
         Ready::Segmented { mut model, feeds } => {
+            if a.nan_report.is_some() {
+                if !rlx_ir::DebugMode::from_env().is_on() {
+                    std::env::set_var("RLX_DEBUG_NANS", "1");
+                }
+                eprintln!(
+                    "rlx: --nan-report: not written for a model that runs in segments; each segment prints its NaN/Inf reports to stderr"
+                );
+            }
             let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
             let outs = match model.run_tensors(&named) {
                 Ok(o) => o,
@@ -312,6 +336,14 @@ pub fn run_onnx_segmented(a: &RunArgs, device: Device, first: anyhow::Error) -> 
 /// and NaN reports per segment; no `--nan-report` file).
 pub fn prepare_dynamic(a: &ModelArgs, mut m: DynamicModel, quiet: bool) -> Result<Ready> {
     let dims = crate::load::parse_dims(&a.dims)?;
+    // Refused before any input is generated at that size.
+    for (k, v) in &dims {
+        if let Some(r) = m.ranges().get(k) {
+            if !r.accepts(*v) {
+                bail!("--dim {k}={v}: outside the range of \"{k}\", {r}");
+            }
+        }
+    }
     for k in dims.keys() {
         if !m.ranges().contains_key(k) {
             let have: Vec<&str> = m.ranges().keys().map(|s| s.as_str()).collect();

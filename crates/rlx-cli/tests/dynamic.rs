@@ -141,20 +141,38 @@ fn out_of_range_and_disagreeing_inputs_get_guard_messages() {
     };
     let pkg = compile_pkg(&dir, "guards");
     let p = pkg.to_str().unwrap();
-    // batch 17 (generated inputs), outside 1..16: one line per input, AOTInductor's form
-    let (code, _, err) = rlx(&["run", p, "--dim", "batch=17", "-q"], &[]);
+    // --dim outside its range: refused before any input is generated at that size (a huge
+    // one must not allocate)
+    for (dim, r) in [
+        ("batch=17", "1..16"),
+        ("batch=99999999", "1..16"),
+        ("sequence=513", "1..512"),
+    ] {
+        let (code, _, err) = rlx(&["run", p, "--dim", dim, "-q"], &[]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!("--dim {dim}: outside the range")) && err.contains(r),
+            "{err}"
+        );
+    }
+    // an input file of batch 17: one guard line per problem, AOTInductor's form
+    let ids17 = tmp("ids17.npy");
+    rlx_cli::npy::write_npy(&ids17, &Tensor::from_i64(&[17, 4], vec![1; 68]).unwrap()).unwrap();
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            p,
+            "--input",
+            &format!("input_ids={}", ids17.display()),
+            "-q",
+        ],
+        &[],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(
             "rlx input-check: inputs[0] \"input_ids\": unmatched dim 0 (\"batch\"), expected: 1..16, but got: 17"
         ),
-        "{err}"
-    );
-    // a sequence of 513
-    let (code, _, err) = rlx(&["run", p, "--dim", "sequence=513", "-q"], &[]);
-    assert_eq!(code, 1);
-    assert!(
-        err.contains("unmatched dim 1 (\"sequence\"), expected: 1..512, but got: 513"),
         "{err}"
     );
     // input_ids at 1x7, attention_mask at 3x128: the shared symbols disagree
@@ -511,6 +529,42 @@ fn value_dependent_nodes_run_in_segments() {
         assert!(m.is_segmented());
         let want = read_npy(&dir.join(size).join("expected_y.npy")).unwrap();
         assert_close(&format!("library {size} y"), &outs[0], &want, 1e-5, 1e-6);
+    }
+
+    // --nan-report on a run in segments says it is not written (and scans)
+    let nr = tmp("nzm-report.json");
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            dir.join("model.onnx").to_str().unwrap(),
+            &format!("--input=x={}", dir.join("4x5/input_x.npy").display()),
+            "--nan-report",
+            nr.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("--nan-report: not written") && err.contains("Log \"log\""),
+        "{err}"
+    );
+    // A model input whose dim is named like the cut's own symbol for a computed value
+    // ("a.1" for NonZero output "a"): the invented names step aside.
+    if let Some(cn) = fixture("fixtures/dynamic/cut_names") {
+        let out = tmp("cut_names");
+        let (code, _, err) = rlx(
+            &[
+                "run",
+                cn.to_str().unwrap(),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_eq!(code, 0, "{err}");
+        let got = read_npy(&out.join("s.npy")).unwrap();
+        let want = read_npy(&cn.join("expected_s.npy")).unwrap();
+        assert_close("cut_names s", &got, &want, 1e-6, 0.0);
     }
 
     let Some(det) = fixture("fixtures/dynamic/ssdlite") else {

@@ -27,6 +27,8 @@ pub struct Cut {
     op_inputs: Vec<String>,
     tail_inputs: Vec<String>,
     tail_outputs: Vec<String>,
+    /// The `dim_param`s of the model's graph inputs (the invented symbols avoid them).
+    taken: HashSet<String>,
 }
 
 /// Every value name `n` reads: its inputs, and names read inside its subgraphs (an
@@ -65,14 +67,24 @@ fn value_info(name: &str, dt: DType, dims: &[Dimension]) -> ValueInfoProto {
     }
 }
 
-/// Symbolic dims `<name>.0`, `<name>.1`, ...: a tail input's sizes are whatever the run gives.
-fn symbolic(name: &str, rank: usize) -> Vec<Dimension> {
+/// Symbolic dims for a value computed inside the model: `<name>.0`, `<name>.1`, ... (prefixed
+/// with `_` until no symbol of the model's own inputs has that name), so a tail input's sizes
+/// are whatever the run gives.
+fn symbolic(name: &str, rank: usize, taken: &HashSet<String>) -> Vec<Dimension> {
     (0..rank)
         .map(|i| Dimension {
-            value: Some(DimValue::DimParam(format!("{name}.{i}"))),
+            value: Some(DimValue::DimParam(dim_symbol(name, i, taken))),
             denotation: String::new(),
         })
         .collect()
+}
+
+fn dim_symbol(name: &str, axis: usize, taken: &HashSet<String>) -> String {
+    let mut s = format!("{name}.{axis}");
+    while taken.contains(&s) {
+        s.insert(0, '_');
+    }
+    s
 }
 
 impl OnnxModel {
@@ -149,7 +161,18 @@ impl OnnxModel {
             .map(|o| o.name.clone())
             .filter(|o| tail_made.contains(o))
             .collect();
+        let taken = g
+            .input
+            .iter()
+            .filter_map(|v| v.r#type.as_ref()?.tensor_type.as_ref()?.shape.as_ref())
+            .flat_map(|sh| sh.dim.iter())
+            .filter_map(|d| match &d.value {
+                Some(DimValue::DimParam(p)) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
         Some(Cut {
+            taken,
             model: self.model.clone(),
             k,
             file: self.file.clone(),
@@ -163,6 +186,11 @@ impl OnnxModel {
 }
 
 impl Cut {
+    /// The symbol [`Cut::tail_model`] gives axis `axis` of the computed value `value`.
+    pub fn dim_symbol(&self, value: &str, axis: usize) -> String {
+        dim_symbol(value, axis, &self.taken)
+    }
+
     /// The cut node's name and op type, `"nms" (NonMaxSuppression)`.
     pub fn node_label(&self) -> String {
         let n = &self.graph().node[self.k];
@@ -335,7 +363,7 @@ impl Cut {
                 let &(dt, rank) = types
                     .get(n)
                     .ok_or_else(|| format!("value \"{n}\" has no type (it was not computed)"))?;
-                Ok(value_info(n, dt, &symbolic(n, rank)))
+                Ok(value_info(n, dt, &symbolic(n, rank, &self.taken)))
             })
             .collect()
     }

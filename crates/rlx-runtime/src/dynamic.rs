@@ -264,6 +264,8 @@ pub struct DynamicModel {
     cap: usize,
     clock: u64,
     last: Option<PlanEvent>,
+    /// Appended to every NaN report of this model's plans (segments say which part they are).
+    context: Option<String>,
     /// Parameter inputs the source needs the values of (found when specializing without
     /// them failed): plans are keyed by their values too, and the plans do not take them.
     by_value: Vec<String>,
@@ -362,6 +364,7 @@ impl DynamicModel {
             clock: 0,
             last: None,
             by_value: vec![],
+            context: None,
             params: source.parameter_inputs(),
             source,
             segmented: None,
@@ -514,6 +517,15 @@ impl DynamicModel {
         self.plan_keyed(syms, &shapes, Some(&values))
     }
 
+    /// The plan the last [`DynamicModel::plan_for`] / [`DynamicModel::plan_at`] used.
+    pub fn last_plan_graph(&mut self) -> Option<&mut CompiledGraph> {
+        let key = self.last.as_ref()?.signature.clone();
+        self.plans
+            .iter_mut()
+            .find(|p| p.key == key)
+            .map(|p| &mut p.graph)
+    }
+
     /// The inputs the plan for the last signature takes: every declared input but those
     /// frozen by value (see [`DynamicModel::plan_for`]).
     pub fn plan_inputs(&self) -> Vec<String> {
@@ -640,7 +652,10 @@ impl DynamicModel {
                         self.source.name()
                     ))
                 })?;
-                let graph = self.session.try_compile(g)?;
+                let mut graph = self.session.try_compile(g)?;
+                if self.context.is_some() {
+                    graph.set_report_context(self.context.clone());
+                }
                 let ms = t0.elapsed().as_secs_f64() * 1e3;
                 self.plans.push(Plan {
                     key: key.clone(),
@@ -775,7 +790,13 @@ impl DynamicModel {
                     self.device(),
                     BTreeMap::new(),
                 ) {
-                    Ok(h) => Some(h),
+                    Ok(mut h) => {
+                        h.context = Some(format!(
+                            "segment before {} (the model runs in segments around it)",
+                            cut.node_label()
+                        ));
+                        Some(h)
+                    }
                     Err(e) => return Some(Err(e)),
                 }
             }
@@ -855,23 +876,28 @@ impl DynamicModel {
             seg.tail = match tm {
                 Some(m) => {
                     // Sizes of values computed inside the model may be 0 (no box kept).
-                    let ranges: BTreeMap<String, DimRange> = seg
-                        .cut
+                    let cut = &seg.cut;
+                    let ranges: BTreeMap<String, DimRange> = cut
                         .tail_inputs()
                         .iter()
                         .filter(|n| !self.guards.iter().any(|g| &g.name == *n))
                         .filter_map(|n| vals.get(n).map(|t| (n, t.dims().len())))
                         .flat_map(|(n, r)| {
-                            (0..r)
-                                .map(move |i| (format!("{n}.{i}"), DimRange { min: 0, max: None }))
+                            (0..r).map(move |i| {
+                                (cut.dim_symbol(n, i), DimRange { min: 0, max: None })
+                            })
                         })
                         .collect();
                     let tname = format!("{name} (after {at})");
-                    Some(DynamicModel::new(
+                    let mut t = DynamicModel::new(
                         Arc::new(OnnxSource::from_model(m, &tname)),
                         device,
                         ranges,
-                    )?)
+                    )?;
+                    t.context = Some(format!(
+                        "segment after {at}: its Input nodes other than the model's inputs carry values computed before {at}"
+                    ));
+                    Some(t)
                 }
                 None => None,
             };

@@ -416,7 +416,14 @@ pub fn save_dynamic_package(
         .map(|(s, r)| (s.clone(), r.min))
         .collect();
     let device = model.device();
-    let plan = model.plan_at(&mins)?;
+    // A symbol whose range starts at 0 may have no plan at 0 (a Reshape to a 0-size dim):
+    // the outputs are then described at 1.
+    if model.plan_at(&mins).is_err() {
+        let ones: BTreeMap<String, usize> =
+            mins.iter().map(|(s, &n)| (s.clone(), n.max(1))).collect();
+        model.plan_at(&ones)?;
+    }
+    let plan = model.last_plan_graph().expect("plan_at just cached a plan");
     let outputs = plan
         .outputs()
         .into_iter()
