@@ -117,28 +117,40 @@ impl PackedConv {
     }
 }
 
-/// Which convs get packed weights (when the executor is built): f32, 2-D, one group, and
-/// for now 1×1 kernels without padding (the pointwise convs: the largest share of the CNN
-/// rows' time, and where gemm's weight reads hurt most). None for others, without AVX2, or
-/// with `RLX_CPU_MK=0`.
+/// Which convs get packed weights (when the executor is built): f32, 2-D, one group,
+/// dilation 1, at least `MIN_K` products per output, and
+/// * 1×1 kernels without padding on output planes up to `MAX_PLANE` (7², 13², 14²: the
+///   pointwise convs where gemm's weight reads hurt most);
+/// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
+///   convs to 7², through im2col: 1 thread, weights cold, 512←256 at 14² read 829–900 µs
+///   against gemm's 900–990). Not stride 1 (7²: 1.8–1.9 ms against gemm's 1.65 hot; the
+///   larger planes take Winograd or the direct kernel).
+///
+/// None for others, without AVX2, or with `RLX_CPU_MK=0`.
 pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedConv> {
     let TensorData::F32(wv) = w.data() else {
         return None;
     };
     let d = w.dims();
-    let pw = d.len() == 4
-        && d[2..] == [1, 1]
-        && a.groups.max(1) == 1
-        && a.pads.iter().all(|&p| p == (0, 0))
-        && a.dilations.iter().all(|&v| v == 1);
     let Some(od) = out.static_dims().filter(|od| od.len() == 4) else {
         return None;
     };
-    if !pw || d[1] < MIN_K || od[2] * od[3] > MAX_PLANE || !enabled() {
+    if d.len() != 4 {
+        return None;
+    }
+    let p = od[2] * od[3];
+    let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
+    let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && p <= MAX_PLANE;
+    let s2 = d[2] * d[3] > 1 && a.strides == [2, 2] && p <= MAX_PLANE_S2;
+    let k: usize = d[1..].iter().product();
+    if !plain || !(pw || s2) || k < MIN_K || !enabled() {
         return None;
     }
     Some(PackedConv::new(MkIsa::best()?, wv, d))
 }
+
+/// See [`packed_weights`].
+const MAX_PLANE_S2: usize = 64;
 
 /// Fewest input channels (`K`) for which a conv is packed: below, the tile's stores and
 /// transposition outweigh its few FMAs.
