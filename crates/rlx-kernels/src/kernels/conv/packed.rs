@@ -132,9 +132,7 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
         return None;
     };
     let d = w.dims();
-    let Some(od) = out.static_dims().filter(|od| od.len() == 4) else {
-        return None;
-    };
+    let od = out.static_dims().filter(|od| od.len() == 4)?;
     if d.len() != 4 {
         return None;
     }
@@ -254,7 +252,7 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
     }
     let direct = g.direct();
     let nb = m.div_ceil(mb);
-    let kc_max = k.min(KC).max(1);
+    let kc_max = k.clamp(1, KC);
     // Blocks of output rows whose X and stripe fit CHUNK_BYTES.
     let rows = (CHUNK_BYTES / (4 * (k + mb)) / ow.max(1)).clamp(1, oh);
     let nchunk = oh.div_ceil(rows);
