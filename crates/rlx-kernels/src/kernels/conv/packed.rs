@@ -118,7 +118,8 @@ impl PackedConv {
 }
 
 /// Which convs get packed weights (when the executor is built): f32, 2-D, one group,
-/// dilation 1, at least `MIN_K` products per output, and
+/// dilation 1, at least `MIN_K` products per output, at most M/8 padding channels in the
+/// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
 /// * 1×1 kernels without padding on output planes up to `MAX_PLANE` (7², 13², 14²: the
 ///   pointwise convs where gemm's weight reads hurt most);
 /// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
@@ -144,15 +145,21 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
     if !plain || !(pw || s2) || k < MIN_K || !enabled() {
         return None;
     }
-    Some(PackedConv::new(MkIsa::best()?, wv, d))
+    let isa = MkIsa::best()?;
+    // Channels computed past M in the last block: at most an eighth of M.
+    if d[0].div_ceil(isa.mb()) * isa.mb() * 8 > d[0] * 9 {
+        return None;
+    }
+    Some(PackedConv::new(isa, wv, d))
 }
 
 /// See [`packed_weights`].
 const MAX_PLANE_S2: usize = 64;
 
-/// Fewest input channels (`K`) for which a conv is packed: below, the tile's stores and
-/// transposition outweigh its few FMAs.
-const MIN_K: usize = 16;
+/// Fewest products per output (`K`) for which a conv is packed: below, the tile's stores
+/// and transposition outweigh its FMAs (576←96 at 14²: 129–144 µs against gemm's 119–133;
+/// SqueezeNet's 13² convs with K of 48 and 64 lost in the model).
+const MIN_K: usize = 128;
 
 /// Largest output plane for which a conv is packed: on larger planes gemm (positions on
 /// its vector side, no transposition) is faster with hot weights (`packed_timing`).
