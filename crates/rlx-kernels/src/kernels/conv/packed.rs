@@ -120,8 +120,8 @@ impl PackedConv {
 /// Which convs get packed weights (when the executor is built): f32, 2-D, one group,
 /// dilation 1, at least `MIN_K` products per output, at most M/8 padding channels in the
 /// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
-/// * 1×1 kernels without padding on output planes up to `MAX_PLANE` (7², 13², 14²: the
-///   pointwise convs where gemm's weight reads hurt most);
+/// * 1×1 kernels without padding on output planes up to 8² and of `MAX_PLANE` (7², 14²:
+///   the pointwise convs where gemm's weight reads hurt most);
 /// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
 ///   convs to 7², through im2col: 1 thread, weights cold, 512←256 at 14² read 829–900 µs
 ///   against gemm's 900–990). Not stride 1 (7²: 1.8–1.9 ms against gemm's 1.65 hot; the
@@ -139,7 +139,9 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
     }
     let p = od[2] * od[3];
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
-    let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && p <= MAX_PLANE;
+    let pw = d[2..] == [1, 1]
+        && a.pads.iter().all(|&p| p == (0, 0))
+        && (p <= 64 || p == MAX_PLANE);
     let s2 = d[2] * d[3] > 1 && a.strides == [2, 2] && p <= MAX_PLANE_S2;
     let k: usize = d[1..].iter().product();
     if !plain || !(pw || s2) || k < MIN_K || !enabled() {
@@ -161,8 +163,11 @@ const MAX_PLANE_S2: usize = 64;
 /// SqueezeNet's 13² convs with K of 48 and 64 lost in the model).
 const MIN_K: usize = 128;
 
-/// Largest output plane for which a conv is packed: on larger planes gemm (positions on
-/// its vector side, no transposition) is faster with hot weights (`packed_timing`).
+/// Largest output plane for which a 1×1 conv is packed: on larger planes gemm (positions
+/// on its vector side, no transposition) is faster with hot weights (`packed_timing`:
+/// 256←64 at 56² 611 against 918 µs). Between 8² and 14² only 14² itself: SqueezeNet's
+/// 1000←512 at 13² read 1148–1186 µs in the model against gemm's 1035–1050 (alone with
+/// hot weights 931–1182 against 829); the cause is not found.
 const MAX_PLANE: usize = 196;
 
 /// `RLX_CPU_MK` not off, and a SIMD kernel available.
