@@ -121,7 +121,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_MK",
         values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built (its convs' weights are packed then)",
-        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default on with AVX2+FMA or AVX-512F). Values differ by rounding only (another summation order); only for timing",
+        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default: on with AVX-512F; on an AVX2-only CPU, or under RLX_CPU_ISA=avx2, only with 1). Values differ by rounding only (another summation order); only for timing",
         cost: "none",
         scope: Scope::Runtime,
     },

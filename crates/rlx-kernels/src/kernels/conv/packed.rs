@@ -127,7 +127,7 @@ impl PackedConv {
 ///   against gemm's 900–990). Not stride 1 (7²: 1.8–1.9 ms against gemm's 1.65 hot; the
 ///   larger planes take Winograd or the direct kernel).
 ///
-/// None for others, without AVX2, or with `RLX_CPU_MK=0`.
+/// None for others, without AVX-512 (AVX2 with `RLX_CPU_MK=1`), or with `RLX_CPU_MK=0`.
 pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedConv> {
     let TensorData::F32(wv) = w.data() else {
         return None;
@@ -144,10 +144,10 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
         && (p <= 64 || p == MAX_PLANE);
     let s2 = d[2] * d[3] > 1 && a.strides == [2, 2] && p <= MAX_PLANE_S2;
     let k: usize = d[1..].iter().product();
-    if !plain || !(pw || s2) || k < MIN_K || !enabled() {
+    if !plain || !(pw || s2) || k < MIN_K {
         return None;
     }
-    let isa = MkIsa::best()?;
+    let isa = enabled_isa()?;
     // Channels computed past M in the last block: at most an eighth of M.
     if d[0].div_ceil(isa.mb()) * isa.mb() * 8 > d[0] * 9 {
         return None;
@@ -170,10 +170,17 @@ const MIN_K: usize = 128;
 /// hot weights 931–1182 against 829); the cause is not found.
 const MAX_PLANE: usize = 196;
 
-/// `RLX_CPU_MK` not off, and a SIMD kernel available.
-fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_MK") && MkIsa::best().is_some())
+/// The kernel's ISA where convs take it: AVX-512 unless `RLX_CPU_MK=0`; AVX2 only with
+/// `RLX_CPU_MK=1` set (not yet measured against gemm's AVX2 kernel on an AVX2-only CPU:
+/// here gemm runs AVX-512 even under `RLX_CPU_ISA=avx2`, so the AVX2 kernel read 7–8%
+/// behind it in MobileNetV2 and EfficientNet-B0, which says nothing about Zen 2).
+fn enabled_isa() -> Option<MkIsa> {
+    static ON: std::sync::OnceLock<Option<MkIsa>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match MkIsa::best()? {
+        MkIsa::Avx512 if !rlx_ir::env::is_off("RLX_CPU_MK") => Some(MkIsa::Avx512),
+        MkIsa::Avx2 if rlx_ir::env::is_on("RLX_CPU_MK") => Some(MkIsa::Avx2),
+        _ => None,
+    })
 }
 
 /// Bytes of a task's `X` block (`K` rows of its positions) and its output stripe together:
