@@ -38,7 +38,7 @@ use half::{bf16, f16};
 use im2col::conv_float;
 pub use im2col::CONV_SPLIT_FLOPS;
 #[cfg(target_arch = "x86_64")]
-pub use packed::{packed_weights, MkIsa, PackedConv};
+pub use packed::{packed_runs, packed_weights, MkIsa, PackedConv};
 pub use pw_dw::pw_dw;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 pub use winograd::{winograd_weights, WinogradWeights};

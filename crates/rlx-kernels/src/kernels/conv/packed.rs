@@ -247,6 +247,14 @@ pub(super) fn conv_packed_f32(
 }
 
 
+/// Convs run by [`run`] in this process ([`packed_runs`]).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many convs this kernel has run in this process.
+pub fn packed_runs() -> u64 {
+    RUNS.load(Ordering::Relaxed)
+}
+
 /// [`conv_packed_f32`] once `pk` fits `g`. Per task (an image, a block of output rows,
 /// a range of channel blocks): per channel block, per `KC` rows of its weights (read
 /// from memory once, in order, then from L1), every tile of positions (`X` read in place
@@ -265,6 +273,7 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
     let p = oh * ow;
     let plane = g.sp[0] * g.sp[1];
     let total = g.n * m * p;
+    RUNS.fetch_add(1, Ordering::Relaxed);
     let mut out = crate::buffers::overwritten::<f32>(total);
     if total == 0 {
         return out;
