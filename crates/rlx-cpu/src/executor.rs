@@ -15,7 +15,7 @@ use crate::{eval_op, CpuError, KernelError};
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
 use rlx_ir::{BinaryOp, DType, DebugScanner, Dim, Graph, NodeId, Op, Tensor};
-use rlx_kernels::kernels::conv::WinogradWeights;
+use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 
@@ -72,6 +72,13 @@ pub struct CpuExecutor {
     /// Per fused group with folded weights: the Winograd transform of those.
     group_wino: Vec<Option<WinogradWeights>>,
     wino_on: bool,
+    /// Per Conv node with constant weights that RLX's own product kernel takes and the
+    /// Winograd path does not: the weights packed for it (`kernels::conv::packed`), made
+    /// once here. As for `wino`, a folded group's conv has its own in `group_packed`.
+    /// None with `RLX_CPU_MK=0` (the gemm path, for A/B).
+    packed: Vec<Option<Packed>>,
+    /// Per fused group with folded weights: those weights packed.
+    group_packed: Vec<Option<Packed>>,
     /// Free f32 buffers of dead values, reused by the kernels of later nodes and runs
     /// (`crate::buffers`).
     pool: rlx_kernels::buffers::Pool,
@@ -389,6 +396,19 @@ fn clean_counts(node: &rlx_ir::Node) -> NonFiniteCounts {
     }
 }
 
+/// Weights packed for RLX's own conv kernel, where it takes the conv (x86-64).
+fn pack_conv(w: &Tensor, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Option<Packed> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        rlx_kernels::kernels::conv::packed_weights(w, a, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (w, a, out);
+        None
+    }
+}
+
 fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CpuError {
     CpuError::Kernel {
         node: id,
@@ -630,7 +650,7 @@ impl CpuExecutor {
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
-        let group_wino = fusions
+        let group_wino: Vec<Option<WinogradWeights>> = fusions
             .groups
             .iter()
             .map(|grp| {
@@ -646,7 +666,7 @@ impl CpuExecutor {
                 }
             })
             .collect();
-        let wino = graph
+        let wino: Vec<Option<WinogradWeights>> = graph
             .nodes
             .iter()
             .map(|node| match (&node.op, node.inputs.get(1)) {
@@ -655,6 +675,33 @@ impl CpuExecutor {
                         Op::Constant(t) => {
                             rlx_kernels::kernels::conv::winograd_weights(t, a, &node.shape)
                         }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+        // Weights for RLX's own conv kernel, where the Winograd path has none.
+        let group_packed = fusions
+            .groups
+            .iter()
+            .zip(&group_wino)
+            .map(|(grp, wg): (&crate::fuse::ConvGroup, _)| {
+                let (w, _) = grp.folded.as_ref()?;
+                match &graph.node(grp.conv).op {
+                    Op::Conv(a) if wg.is_none() => pack_conv(w, a, &graph.node(grp.conv).shape),
+                    _ => None,
+                }
+            })
+            .collect();
+        let packed = graph
+            .nodes
+            .iter()
+            .zip(&wino)
+            .map(|(node, wg)| match (&node.op, node.inputs.get(1)) {
+                (Op::Conv(a), Some(w)) if wg.is_none() && !folded_conv[node.id.index()] => {
+                    match &graph.node(*w).op {
+                        Op::Constant(t) => pack_conv(t, a, &node.shape),
                         _ => None,
                     }
                 }
@@ -678,6 +725,8 @@ impl CpuExecutor {
             wino,
             group_wino,
             wino_on,
+            packed,
+            group_packed,
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             pairs_on: !rlx_ir::env::is_off("RLX_CPU_PWDW"),
             fusions,
@@ -1011,6 +1060,8 @@ impl CpuExecutor {
         let mut ew_unfused = vec![false; if fuse { this.ew.groups.len() } else { 0 }];
         // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
         let wino = this.wino_on && before.is_none() && observe.is_none();
+        // RLX's own conv kernel: off with hooks too, as Winograd.
+        let fast = before.is_none() && observe.is_none();
         // With a scanner: per node, its output was found (or is known) clean.
         let mut finite = vec![false; if scanner.is_some() { g.len() } else { 0 }];
         // With a scanner: groups whose scale Mul was proven finite and skipped in this run
@@ -1130,6 +1181,12 @@ impl CpuExecutor {
                         this.wino[grp.conv.index()].as_ref()
                     };
                     let wg = wg.filter(|_| wino);
+                    let pk = if grp.folded.is_some() {
+                        this.group_packed[k].as_ref()
+                    } else {
+                        this.packed[grp.conv.index()].as_ref()
+                    }
+                    .filter(|_| fast);
                     // The residual: not while scanning, nor on the Winograd path (whose
                     // tiles would read it scattered, slower than the Add's own pass).
                     let res = grp.residual.filter(|_| scanner.is_none() && wg.is_none());
@@ -1141,7 +1198,7 @@ impl CpuExecutor {
                         .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
                     let skip = skip_operand(g, id, &slots, res, owned)?;
                     let (t, clean) =
-                        crate::fuse::run_group(g, grp, x, wg, scanner.is_some(), skip, None)
+                        crate::fuse::run_group(g, grp, x, wg, pk, scanner.is_some(), skip, None)
                             .map_err(|e| kernel_err(g, id, e.to_string()))?;
                     if clean {
                         slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
@@ -1242,7 +1299,7 @@ impl CpuExecutor {
                 },
                 Op::Constant(t) => Slot::Borrowed(t.as_ref()),
                 op => {
-                    let t = this.exec_node(node.id, op, &mut slots, wino)?;
+                    let t = this.exec_node(node.id, op, &mut slots, wino, fast)?;
                     Slot::Owned(t)
                 }
             };
@@ -1321,6 +1378,7 @@ impl CpuExecutor {
         op: &Op,
         slots: &mut [Slot],
         wino: bool,
+        fast: bool,
     ) -> Result<Tensor, CpuError> {
         let g = &self.graph;
         let node = g.node(id);
@@ -1346,6 +1404,19 @@ impl CpuExecutor {
                 .map_err(err);
         }
         let ins = input_values(g, id, slots, &node.inputs)?;
+        if let (Op::Conv(a), Some(pk), true) = (op, &self.packed[id.index()], fast) {
+            return rlx_kernels::kernels::conv::conv_packed(
+                ins[0],
+                pk,
+                ins[1],
+                ins.get(2).copied(),
+                a,
+                &node.shape,
+                rlx_kernels::kernels::conv::Act::NONE,
+                None,
+            )
+            .map_err(err);
+        }
         match (op, &self.wino[id.index()]) {
             (Op::Conv(a), Some(wg)) if wino => rlx_kernels::kernels::conv::conv_winograd(
                 ins[0],

@@ -30,7 +30,7 @@
 //! * hooks (observers, the value printer, the trace): the unfused nodes, every value seen.
 
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
-use rlx_kernels::kernels::conv::WinogradWeights;
+use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
 
 /// One fused Conv group.
 #[derive(Debug)]
@@ -522,7 +522,7 @@ pub(crate) fn run_scaled(
         let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
         let xs = rlx_kernels::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
             .map_err(|e| bad(&e.to_string()))?;
-        let r = run_group(g, grp, &xs, None, scan, skip, None);
+        let r = run_group(g, grp, &xs, None, None, scan, skip, None);
         rlx_kernels::buffers::give(xs.into_data());
         return r.map(|(t, clean)| (t, clean, false));
     }
@@ -543,7 +543,7 @@ pub(crate) fn run_scaled(
         }
     }
     let wt = Tensor::from_f32(w.dims(), ws).map_err(|e| bad(&e.to_string()))?;
-    let r = run_group(g, grp, x, None, scan, skip, Some(&wt));
+    let r = run_group(g, grp, x, None, None, scan, skip, Some(&wt));
     rlx_kernels::buffers::give(wt.into_data());
     r.map(|(t, clean)| (t, clean, true))
 }
@@ -851,16 +851,18 @@ fn with_residual<'a>(
 /// instead of the group's own (then the activation is the residual's Relu, if any). Not with
 /// `scan`. `w_over`: weights to run the conv with instead of the group's (its bias kept;
 /// [`run_scaled`]). Error: a `skip` for a group without a residual, or not f32.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_group(
     g: &Graph,
     grp: &ConvGroup,
     x: &Tensor,
     wino: Option<&WinogradWeights>,
+    packed: Option<&Packed>,
     scan: bool,
     skip: Option<Skip>,
     w_over: Option<&Tensor>,
 ) -> Result<(Tensor, bool), crate::KernelError> {
-    use rlx_kernels::kernels::conv::{conv_post, conv_winograd, Act};
+    use rlx_kernels::kernels::conv::{conv_packed, conv_post, conv_winograd, Act};
     use std::sync::atomic::{AtomicU32, Ordering};
     let node = g.node(grp.conv);
     if scan && skip.is_some() {
@@ -895,19 +897,18 @@ pub(crate) fn run_group(
         Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
         // The conv kernels apply a Relu/Clip themselves; when scanning they also take the
         // largest |y| before it in the same pass (else `post` does both).
-        None => conv_post(
-            x,
-            w,
-            bias,
-            a,
-            &node.shape,
-            Act {
+        None => {
+            let act = Act {
                 clamp: act.clamp(),
                 post: &post,
                 seen: scan.then_some(&max_bits),
-            },
-            res,
-        )?,
+            };
+            // RLX's own kernel on the packed weights (not with `w_over`: other weights).
+            match packed.filter(|_| w_over.is_none()) {
+                Some(pk) => conv_packed(x, pk, w, bias, a, &node.shape, act, res)?,
+                None => conv_post(x, w, bias, a, &node.shape, act, res)?,
+            }
+        }
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).

@@ -9,7 +9,7 @@
 use rlx_ir::numeric_check::NanAbort;
 use rlx_ir::NodeId;
 
-pub use rlx_kernels::{direct_conv_images, eval_op, KernelError};
+pub use rlx_kernels::{direct_conv_images, eval_op, packed_conv_runs, KernelError};
 
 mod ewfuse;
 mod executor;

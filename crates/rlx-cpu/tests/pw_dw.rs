@@ -294,7 +294,12 @@ fn a_scanned_run_reports_as_with_fusion_off() {
 fn pairs_run() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+        // RLX_CPU_ISA=avx2 or portable keeps the AVX-512 kernels off.
+        let capped = matches!(
+            rlx_ir::env::get("RLX_CPU_ISA").as_deref().map(str::trim),
+            Some("avx2" | "portable")
+        );
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") && !capped
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

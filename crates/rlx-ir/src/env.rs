@@ -118,6 +118,22 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_MK",
+        values: "1|0 (0, false, off, no: off)",
+        acts: "when a CPU executor is built (its convs' weights are packed then)",
+        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default: on with AVX-512F; on an AVX2-only CPU, or under RLX_CPU_ISA=avx2, only with 1). Values differ by rounding only (another summation order); only for timing",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
+        name: "RLX_CPU_ISA",
+        values: "avx512|avx2|portable",
+        acts: "at the first use of each SIMD kernel family of the process",
+        catches: "nothing: avx2 keeps the AVX-512 kernels off (the direct conv off; the depthwise kernels run their AVX2 versions, and so does the conv micro-kernel with RLX_CPU_MK=1), to test and time the AVX2 paths on an AVX-512 machine (the gemm crate keeps its own choice); portable turns the conv micro-kernel and the depthwise SIMD kernels off (gemm and the generic loops). Unset: the best the CPU has",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CPU_AMX",
         values: "0|1 (default 1: used where the CPU has AMX-BF16, Intel Sapphire Rapids and later)",
         acts: "at the first bfloat16 MatMul of the process",

@@ -42,6 +42,20 @@ pub fn direct_conv_images() -> u64 {
     }
 }
 
+/// How many convs this process has run through RLX's own product kernel on packed weights
+/// (`kernels::conv::packed`; `RLX_CPU_MK=0` turns it off): for tests that must know which
+/// path a conv took.
+pub fn packed_conv_runs() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kernels::conv::packed_runs()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
 /// Evaluate `op` on `inputs`, producing a tensor of type `out` (the node's inferred shape).
 ///
 /// Inputs are listed per op in `rlx_ir::Op`'s docs. Numerics: F32 in f32, F64 in f64,

@@ -75,7 +75,7 @@ const MIN_BLOCK_POS: usize = 4 * TILE;
 
 /// True when this CPU runs the direct path (AVX-512F).
 fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
+    crate::kernels::simd::isa_cap() == crate::kernels::simd::IsaCap::Avx512
 }
 
 thread_local! {

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 /// stride `sw > 1` the input rows those output rows read are first split into their `sw`
 /// column phases (phase `q` holds columns `q, q + sw, …`), so every span is a contiguous
 /// copy.
-fn im2col_2d<T: GemmElem>(x: &[T], g: &Geo, col: &mut [T], (oy0, oy1): (usize, usize)) {
+pub(super) fn im2col_2d<T: GemmElem>(x: &[T], g: &Geo, col: &mut [T], (oy0, oy1): (usize, usize)) {
     let (h, w) = (g.sp[0], g.sp[1]);
     let (kh, kw) = (g.ks[0], g.ks[1]);
     let (sh, sw) = (g.strides[0], g.strides[1]);

@@ -5,6 +5,7 @@
 //! * [`depthwise`] and [`dw_simd`]: depthwise 2-D convs, generic and SIMD;
 //! * [`direct`] and [`dconv`]: the direct f32 kernel (AVX-512) and its driver;
 //! * [`winograd`]: Winograd F(2×2, 3×3);
+//! * [`packed`]: RLX's own product kernel on weights packed at build ([`PackedConv`]);
 //! * [`pw_dw`](fn@pw_dw): a pointwise conv and the depthwise conv after it, interleaved.
 //!
 //! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
@@ -19,6 +20,10 @@ mod direct;
 #[cfg(target_arch = "x86_64")]
 mod dw_simd;
 mod im2col;
+#[cfg(target_arch = "x86_64")]
+mod packed;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod packed_tests;
 mod pw_dw;
 #[cfg(test)]
 mod tests;
@@ -32,6 +37,8 @@ use direct::conv_direct_f32;
 use half::{bf16, f16};
 use im2col::conv_float;
 pub use im2col::CONV_SPLIT_FLOPS;
+#[cfg(target_arch = "x86_64")]
+pub use packed::{packed_runs, packed_weights, MkIsa, PackedConv};
 pub use pw_dw::pw_dw;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 pub use winograd::{winograd_weights, WinogradWeights};
@@ -61,6 +68,44 @@ pub(crate) fn conv(
 pub fn conv_post(
     x: &Tensor,
     w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
+    act: Act,
+    res: Option<Residual>,
+) -> KResult<Tensor> {
+    conv_with(x, w, None, bias, a, out, act, res)
+}
+
+/// Weights packed for RLX's own product kernel ([`PackedConv`]; a stand-in type where
+/// there is none).
+#[cfg(target_arch = "x86_64")]
+pub type Packed = PackedConv;
+#[cfg(not(target_arch = "x86_64"))]
+pub enum Packed {}
+
+/// [`conv_post`] through RLX's product kernel on `pk`, the packed form of `w` (made by
+/// [`packed_weights`] when the executor was built). Where `pk` does not fit the conv (or
+/// the input is not f32), [`conv_post`]'s own paths; the same epilogue semantics either way.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_packed(
+    x: &Tensor,
+    pk: &Packed,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvAttrs,
+    out: &Shape,
+    act: Act,
+    res: Option<Residual>,
+) -> KResult<Tensor> {
+    conv_with(x, w, Some(pk), bias, a, out, act, res)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_with(
+    x: &Tensor,
+    w: &Tensor,
+    pk: Option<&Packed>,
     bias: Option<&Tensor>,
     a: &ConvAttrs,
     out: &Shape,
@@ -141,7 +186,13 @@ pub fn conv_post(
                 }
                 None => {
                     let read = res.as_ref().map(|r| r.values());
-                    if let Some(o) = conv_direct_f32(xv, wv, &g, &epi, read) {
+                    #[cfg(target_arch = "x86_64")]
+                    let o = pk.and_then(|pk| {
+                        packed::conv_packed_f32(xv, pk, w.dims(), &g, &epi, read)
+                    });
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let o = pk.and(None);
+                    if let Some(o) = o.or_else(|| conv_direct_f32(xv, wv, &g, &epi, read)) {
                         if let Some(Residual::Into(v)) = res {
                             crate::buffers::give(D::F32(v));
                         }

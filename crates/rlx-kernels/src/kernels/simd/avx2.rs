@@ -102,7 +102,7 @@ impl Lanes for Avx2 {
 /// Transpose the first 8 rows of 8 f32 in registers: `r[i][j]` becomes `r[j][i]` for
 /// `i, j < 8`.
 #[inline(always)]
-pub(super) unsafe fn transpose8(r: &mut [__m256; 16]) {
+pub(crate) unsafe fn transpose8(r: &mut [__m256; 16]) {
     // SAFETY: register shuffles only; the caller has AVX2.
     unsafe {
         let mut t = [_mm256_setzero_ps(); 8];

@@ -11,7 +11,7 @@ mod avx2;
 mod avx512;
 mod avx512vl;
 
-pub(crate) use avx2::Avx2;
+pub(crate) use avx2::{transpose8, Avx2};
 pub(crate) use avx512::Avx512;
 pub(crate) use avx512vl::Avx512Y;
 
@@ -48,4 +48,38 @@ pub(crate) trait Lanes {
     /// Transpose the first `N` rows of `N` lanes in registers: `r[i][j]` becomes
     /// `r[j][i]` for `i, j < N` (rows past `N` untouched).
     unsafe fn transpose(r: &mut [Self::V; 16]);
+}
+
+/// The widest SIMD the kernels may use: the CPU's best, or less where `RLX_CPU_ISA` asks for
+/// it (`avx2`: no AVX-512 kernel; `portable`: no SIMD conv kernel), read once per process.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
+pub(crate) enum IsaCap {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+/// See [`IsaCap`].
+pub(crate) fn isa_cap() -> IsaCap {
+    static CAP: std::sync::OnceLock<IsaCap> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        let has = if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+        {
+            IsaCap::Avx512
+        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            IsaCap::Avx2
+        } else {
+            IsaCap::Portable
+        };
+        let want = match rlx_ir::env::get("RLX_CPU_ISA").as_deref().map(str::trim) {
+            None | Some("") | Some("avx512") => IsaCap::Avx512,
+            Some("avx2") => IsaCap::Avx2,
+            Some("portable") => IsaCap::Portable,
+            Some(v) => {
+                rlx_ir::env::note_unrecognized("RLX_CPU_ISA", v, "the CPU's best");
+                IsaCap::Avx512
+            }
+        };
+        has.min(want)
+    })
 }

@@ -38,14 +38,11 @@ pub(super) enum Isa {
 pub(super) fn best_isa() -> Option<Isa> {
     use std::sync::OnceLock;
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
-            Some(Isa::Avx512)
-        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            Some(Isa::Avx2)
-        } else {
-            None
-        }
+    // The CPU's best, or less with RLX_CPU_ISA (`crate::kernels::simd::isa_cap`).
+    *ISA.get_or_init(|| match crate::kernels::simd::isa_cap() {
+        crate::kernels::simd::IsaCap::Avx512 => Some(Isa::Avx512),
+        crate::kernels::simd::IsaCap::Avx2 => Some(Isa::Avx2),
+        crate::kernels::simd::IsaCap::Portable => None,
     })
 }
 

@@ -1,0 +1,401 @@
+//! RLX's own conv kernel ([`super::packed`]) against the gemm crate's path
+//! ([`super::im2col::conv_float`]) and a float64 definition, on both instruction sets
+//! this CPU runs: random shapes with odd sizes and tails, the strides, pads and kernel
+//! sizes the models use, the fused epilogue (bias, residual, clamps, `post`, the scan's
+//! largest |y|), and NaN/Inf inputs.
+//!
+//! The bound: each value is a sum of `K` products in f32, in another order than gemm's,
+//! so the two differ by at most `4·K·ε·Σ|w·x|` (ε = 2^-24, the sum over the terms'
+//! magnitudes in f64; twice the usual `γ_K` bound of each side).
+
+use super::common::{geometry, Clamp, Epilogue, Geo};
+use super::im2col::conv_float;
+use super::no_post;
+use super::packed::{run_for_test, MkIsa};
+use crate::kernels::simd::{isa_cap, IsaCap};
+use rlx_ir::ConvAttrs;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The ISAs this CPU runs.
+fn isas() -> Vec<MkIsa> {
+    let mut v = vec![];
+    if isa_cap() >= IsaCap::Avx2 {
+        v.push(MkIsa::Avx2);
+    }
+    if isa_cap() == IsaCap::Avx512 {
+        v.push(MkIsa::Avx512);
+    }
+    v
+}
+
+/// xorshift values in [-1, 1).
+fn rnd(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A conv case: x `[n, c, h, w]`, `m` filters of `kh × kw`, stride, pad, dilation.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    m: usize,
+    k: (usize, usize),
+    s: usize,
+    p: usize,
+    d: usize,
+}
+
+impl Case {
+    fn geo(&self) -> Geo {
+        let (oh, ow) = self.out();
+        let a = ConvAttrs {
+            strides: vec![self.s, self.s],
+            pads: vec![(self.p, self.p), (self.p, self.p)],
+            dilations: vec![self.d, self.d],
+            groups: 1,
+        };
+        geometry(
+            &[self.n, self.c, self.h, self.w],
+            &[self.m, self.c, self.k.0, self.k.1],
+            &a,
+            &[self.n, self.m, oh, ow],
+        )
+        .unwrap()
+    }
+
+    fn out(&self) -> (usize, usize) {
+        let o = |i: usize, k: usize| (i + 2 * self.p - self.d * (k - 1) - 1) / self.s + 1;
+        (o(self.h, self.k.0), o(self.w, self.k.1))
+    }
+
+    /// Σ|w·x| per output value (f64), for the bound.
+    fn magnitudes(&self, x: &[f32], w: &[f32]) -> Vec<f64> {
+        let (oh, ow) = self.out();
+        let (kh, kw) = self.k;
+        let mut out = vec![];
+        for ni in 0..self.n {
+            for mi in 0..self.m {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = 0f64;
+                        for ci in 0..self.c {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * self.s + ky * self.d) as isize - self.p as isize;
+                                    let ix = (ox * self.s + kx * self.d) as isize - self.p as isize;
+                                    if iy < 0 || ix < 0 || iy >= self.h as isize || ix >= self.w as isize {
+                                        continue;
+                                    }
+                                    let xv = x[((ni * self.c + ci) * self.h + iy as usize) * self.w
+                                        + ix as usize];
+                                    let wv = w[((mi * self.c + ci) * kh + ky) * kw + kx];
+                                    acc += (xv as f64 * wv as f64).abs();
+                                }
+                            }
+                        }
+                        out.push(acc);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The cases: 1×1 (the planes of the models: 7², 13², 14², 55², and odd ones), strided
+/// 1×1, 3×3 with pads, strides and dilation, a 7×7/2 stem, batch 2, `M` and `K` with
+/// tails against every block width.
+fn cases() -> Vec<Case> {
+    let c = |n, c, h, w, m, k, s, p, d| Case {
+        n,
+        c,
+        h,
+        w,
+        m,
+        k,
+        s,
+        p,
+        d,
+    };
+    vec![
+        c(1, 16, 7, 7, 24, (1, 1), 1, 0, 1),
+        c(1, 160, 7, 7, 960, (1, 1), 1, 0, 1),
+        c(1, 96, 14, 14, 24, (1, 1), 1, 0, 1),
+        c(1, 64, 13, 13, 49, (1, 1), 1, 0, 1),
+        c(1, 17, 5, 9, 33, (1, 1), 1, 0, 1),
+        c(2, 33, 11, 3, 17, (1, 1), 1, 0, 1),
+        c(1, 3, 1, 1, 5, (1, 1), 1, 0, 1),
+        c(1, 24, 40, 41, 40, (1, 1), 1, 0, 1),
+        c(1, 600, 4, 5, 70, (1, 1), 1, 0, 1),
+        c(1, 1100, 3, 3, 40, (1, 1), 1, 0, 1),
+        c(1, 64, 14, 14, 128, (1, 1), 2, 0, 1),
+        c(2, 20, 9, 11, 36, (1, 1), 3, 0, 1),
+        c(1, 16, 12, 12, 32, (3, 3), 1, 1, 1),
+        c(1, 19, 9, 8, 35, (3, 3), 2, 1, 1),
+        c(2, 8, 10, 10, 16, (3, 3), 1, 2, 2),
+        c(1, 3, 23, 23, 20, (7, 7), 2, 3, 1),
+        c(1, 64, 7, 7, 65, (3, 3), 1, 1, 1),
+    ]
+}
+
+/// Runs case `t` through `isa`'s kernel and through gemm with the same epilogue (bias,
+/// clamp, a read residual), asserts the bound between them and against the f64
+/// definition, and that NaN/Inf fall at the same positions.
+fn compare(isa: MkIsa, t: &Case, x: &[f32], w: &[f32], clamp: Option<Clamp>, with_res: bool) {
+    let g = t.geo();
+    let b = rnd(t.m, 7);
+    let (oh, ow) = t.out();
+    let total = t.n * t.m * oh * ow;
+    let r = rnd(total, 11);
+    let res = with_res.then_some(&r[..]);
+    let seen_a = AtomicU32::new(0);
+    let seen_b = AtomicU32::new(0);
+    let epi = |seen| Epilogue {
+        bias: Some(&b),
+        clamp,
+        post: &no_post,
+        seen: clamp.and(Some(seen)),
+    };
+    let got = run_for_test(isa, x, w, &g, &epi(&seen_a), res).expect("the kernel takes it");
+    let want = conv_float(
+        x,
+        w,
+        &g,
+        &epi(&seen_b),
+        res.map(super::common::Residual::Read),
+    )
+    .unwrap();
+    let mag = t.magnitudes(x, w);
+    let k = (t.c * t.k.0 * t.k.1) as f64;
+    assert_eq!(got.len(), want.len());
+    for (i, (&a, &e)) in got.iter().zip(&want).enumerate() {
+        let tag = || format!("{isa:?} {t:?} clamp {clamp:?} res {with_res}: at {i}: {a} vs gemm {e}");
+        if e.is_nan() || a.is_nan() {
+            assert!(e.is_nan() && a.is_nan(), "{}", tag());
+            continue;
+        }
+        if e.is_infinite() || a.is_infinite() {
+            assert_eq!(a, e, "{}", tag());
+            continue;
+        }
+        let bound = 4.0 * k * f32::EPSILON as f64 / 2.0 * mag[i] + 2.0 * f32::EPSILON as f64 * (e.abs() as f64 + 2.0);
+        assert!(((a - e) as f64).abs() <= bound, "{} (bound {bound})", tag());
+    }
+    if clamp.is_some() {
+        let (sa, sb) = (seen_a.load(Ordering::Relaxed), seen_b.load(Ordering::Relaxed));
+        assert_eq!(sa >= 0x7f80_0000, sb >= 0x7f80_0000, "{isa:?} {t:?}: scan bits");
+        let (fa, fb) = (f32::from_bits(sa), f32::from_bits(sb));
+        if fb.is_finite() {
+            assert!((fa - fb).abs() <= 1e-4 * (1.0 + fb), "{isa:?} {t:?}: largest |y| {fa} vs {fb}");
+        }
+    }
+}
+
+#[test]
+fn packed_kernel_matches_gemm_on_random_shapes() {
+    for isa in isas() {
+        for (i, t) in cases().iter().enumerate() {
+            let x = rnd(t.n * t.c * t.h * t.w, 100 + i as u64);
+            let w = rnd(t.m * t.c * t.k.0 * t.k.1, 200 + i as u64);
+            compare(isa, t, &x, &w, None, false);
+            compare(isa, t, &x, &w, Some(Clamp::RELU), true);
+            compare(isa, t, &x, &w, Some(Clamp::clip(0.0, 6.0)), false);
+        }
+    }
+}
+
+/// The kernel against a float64 definition directly (not through gemm): the sum of
+/// products plus the bias, within the same bound.
+#[test]
+fn packed_kernel_matches_the_f64_definition() {
+    for isa in isas() {
+        for (i, t) in cases().iter().enumerate() {
+            let x = rnd(t.n * t.c * t.h * t.w, 300 + i as u64);
+            let w = rnd(t.m * t.c * t.k.0 * t.k.1, 400 + i as u64);
+            let b = rnd(t.m, 9);
+            let g = t.geo();
+            let epi = Epilogue {
+                bias: Some(&b),
+                clamp: None,
+                post: &no_post,
+                seen: None,
+            };
+            let got = run_for_test(isa, &x, &w, &g, &epi, None).unwrap();
+            let mag = t.magnitudes(&x, &w);
+            // The definition: Σ w·x in f64, with the bias.
+            let (oh, ow) = t.out();
+            let (kh, kw) = t.k;
+            let k = (t.c * kh * kw) as f64;
+            let mut i_out = 0;
+            for ni in 0..t.n {
+                for mi in 0..t.m {
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let mut acc = 0f64;
+                            for ci in 0..t.c {
+                                for ky in 0..kh {
+                                    for kx in 0..kw {
+                                        let iy = (oy * t.s + ky * t.d) as isize - t.p as isize;
+                                        let ix = (ox * t.s + kx * t.d) as isize - t.p as isize;
+                                        if iy < 0 || ix < 0 || iy >= t.h as isize || ix >= t.w as isize {
+                                            continue;
+                                        }
+                                        acc += x[((ni * t.c + ci) * t.h + iy as usize) * t.w + ix as usize]
+                                            as f64
+                                            * w[((mi * t.c + ci) * kh + ky) * kw + kx] as f64;
+                                    }
+                                }
+                            }
+                            let want = (acc as f32 + b[mi]) as f64;
+                            let a = got[i_out] as f64;
+                            let bound = 2.0 * k * f32::EPSILON as f64 / 2.0 * mag[i_out]
+                                + f32::EPSILON as f64 * (want.abs() + 2.0);
+                            assert!((a - want).abs() <= bound, "{isa:?} {t:?} at {i_out}: {a} vs {want}");
+                            i_out += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// NaN in, NaN out at the same positions as gemm's (a NaN input value reaches every
+/// output that reads it, an Inf against weights of both signs gives ±inf or NaN), with
+/// and without a clamp (Relu keeps a NaN), and a NaN or Inf weight.
+#[test]
+fn packed_kernel_nan_and_inf_follow_gemm() {
+    for isa in isas() {
+        for (i, t) in cases().iter().enumerate() {
+            let mut x = rnd(t.n * t.c * t.h * t.w, 500 + i as u64);
+            let mut w = rnd(t.m * t.c * t.k.0 * t.k.1, 600 + i as u64);
+            let nx = x.len();
+            x[nx / 3] = f32::NAN;
+            x[(2 * nx) / 3] = f32::INFINITY;
+            x[nx - 1] = f32::NEG_INFINITY;
+            compare(isa, t, &x, &w, None, false);
+            compare(isa, t, &x, &w, Some(Clamp::RELU), false);
+            compare(isa, t, &x, &w, Some(Clamp::clip(-1.0, 1.0)), true);
+            let nw = w.len();
+            w[nw / 2] = f32::NAN;
+            w[nw / 5] = f32::INFINITY;
+            compare(isa, t, &x, &w, Some(Clamp::RELU), false);
+        }
+    }
+}
+
+/// Timing against gemm on the models' shapes (not a test: `cargo test --release -p
+/// rlx-kernels packed_timing -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn packed_timing() {
+    let c = |c, h, m, k: usize, s, p| Case {
+        n: 1,
+        c,
+        h,
+        w: h,
+        m,
+        k: (k, k),
+        s,
+        p,
+        d: 1,
+    };
+    let shapes = [
+        c(160, 7, 960, 1, 1, 0),
+        c(960, 7, 160, 1, 1, 0),
+        c(320, 7, 1280, 1, 1, 0),
+        c(512, 7, 2048, 1, 1, 0),
+        c(2048, 7, 512, 1, 1, 0),
+        c(96, 14, 576, 1, 1, 0),
+        c(576, 14, 96, 1, 1, 0),
+        c(256, 14, 1024, 1, 1, 0),
+        c(512, 13, 1000, 1, 1, 0),
+        c(512, 7, 512, 3, 1, 1),
+        c(256, 14, 512, 3, 2, 1),
+        c(3, 224, 64, 7, 2, 3),
+    ];
+    for t in shapes {
+        let x = rnd(t.n * t.c * t.h * t.w, 1);
+        let w = rnd(t.m * t.c * t.k.0 * t.k.1, 2);
+        let b = rnd(t.m, 3);
+        let g = t.geo();
+        let epi = Epilogue {
+            bias: Some(&b),
+            clamp: Some(Clamp::RELU),
+            post: &no_post,
+            seen: None,
+        };
+        let time = |f: &dyn Fn() -> Vec<f32>| {
+            let mut v = vec![];
+            for _ in 0..30 {
+                let t0 = std::time::Instant::now();
+                let o = f();
+                v.push(t0.elapsed().as_secs_f64() * 1e6);
+                crate::buffers::give(rlx_ir::TensorData::F32(o));
+            }
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        let gm = time(&|| conv_float(&x, &w, &g, &epi, None).unwrap());
+        let mut line = format!("{:?} gemm {gm:.0} us", (t.m, t.c, t.h, t.k, t.s));
+        // Cold weights: 12 copies (beyond what stays cached), one per call in turn.
+        let copies = 12;
+        let ws: Vec<Vec<f32>> = (0..copies).map(|_| w.clone()).collect();
+        let turn = std::cell::Cell::new(0usize);
+        let gc = time(&|| {
+            turn.set(turn.get() + 1);
+            conv_float(&x, &ws[turn.get() % copies], &g, &epi, None).unwrap()
+        });
+        line += &format!(" (cold {gc:.0})");
+        for isa in isas() {
+            let mut wd = vec![t.m, t.c];
+            wd.extend([t.k.0, t.k.1]);
+            let pk = super::packed::PackedConv::new(isa, &w, &wd);
+            let mk = time(&|| super::packed::conv_packed_f32(&x, &pk, &wd, &g, &epi, None).unwrap());
+            let pks: Vec<_> =
+                (0..copies).map(|_| super::packed::PackedConv::new(isa, &w, &wd)).collect();
+            let mc = time(&|| {
+                turn.set(turn.get() + 1);
+                super::packed::conv_packed_f32(&x, &pks[turn.get() % copies], &wd, &g, &epi, None)
+                    .unwrap()
+            });
+            line += &format!(" {isa:?} {mk:.0} (cold {mc:.0})");
+        }
+        println!("{line}");
+    }
+}
+
+/// The tile kernel alone on L1-resident operands (not a test; `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn packed_tile_peak() {
+    for (isa, np, mb) in [(MkIsa::Avx512, 12, 32), (MkIsa::Avx512, 11, 32), (MkIsa::Avx512, 10, 32), (MkIsa::Avx512, 9, 32), (MkIsa::Avx512, 8, 32), (MkIsa::Avx512, 7, 32), (MkIsa::Avx2, 6, 16), (MkIsa::Avx2, 5, 16)] {
+        if !isas().contains(&isa) {
+            continue;
+        }
+        for (k, xs) in [(128, np), (128, 49), (256, 49), (512, 49)] {
+            let w = rnd(k * mb, 1);
+            let x = rnd(k * xs, 2);
+            let mut t = vec![0f32; np * mb];
+            let reps = 20000;
+            let t0 = std::time::Instant::now();
+            for _ in 0..reps {
+                // SAFETY: sizes as the tile's contract.
+                unsafe { super::packed::tile_for_test(isa, np, k, w.as_ptr(), x.as_ptr(), xs, t.as_mut_ptr()) };
+            }
+            let s = t0.elapsed().as_secs_f64();
+            let gmac = (reps * k * np * mb) as f64 / s / 1e9;
+            println!("{isa:?} np {np} k {k} xs {xs}: {gmac:.1} G multiply-adds/s");
+        }
+    }
+}
