@@ -267,6 +267,15 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
                 _ => vec![],
             };
             if params.is_empty() {
+                // `rlx run` gets past this by running the model in segments; say so for the
+                // commands that need static shapes.
+                if matches!(m, SourceModel::Onnx(_))
+                    && rlx_runtime::dynamic::is_value_dependent(&e.to_string())
+                {
+                    return Err(e.context(
+                        "this model needs values known only when it runs: `rlx run` runs it in segments around such nodes; this command needs a model that imports with static shapes",
+                    ));
+                }
                 return Err(e);
             }
             let mut opts = opts;

@@ -277,7 +277,7 @@ fn run_inner(a: &RunArgs) -> Result<i32> {
     ) {
         Ok(l) => l,
         // A node whose output shape depends on values: run the model in segments.
-        Err(e) if crate::compile::is_value_dependent(&e.to_string()) => {
+        Err(e) if crate::compile::is_value_dependent(&format!("{e:#}")) => {
             return crate::compile::run_onnx_segmented(a, device, e);
         }
         Err(e) => return Err(e),

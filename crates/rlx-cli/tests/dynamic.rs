@@ -318,6 +318,13 @@ fn corrupted_dynamic_packages_are_refused() {
     };
     let cases: Vec<(&str, Vec<u8>, Vec<u8>, &str)> = vec![
         (
+            "dynamic-in-format-1",
+            text.replacen("\"format_version\": 2", "\"format_version\": 1", 1)
+                .into_bytes(),
+            source.clone(),
+            "dynamic packages are version 2",
+        ),
+        (
             "range-min-over-max",
             in_dynamic("\"min\": 1", "\"min\": 99"),
             source.clone(),
@@ -548,6 +555,33 @@ fn value_dependent_nodes_run_in_segments() {
         err.contains("--nan-report: not written") && err.contains("Log \"log\""),
         "{err}"
     );
+    // abort on a run in segments: exit 3 naming the op, as on a static model
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            dir.join("model.onnx").to_str().unwrap(),
+            &format!("--input=x={}", dir.join("4x5/input_x.npy").display()),
+            "-q",
+        ],
+        &[("RLX_DEBUG_NANS", "abort")],
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("stopped by RLX_DEBUG_NANS=abort at %7 Log \"log\""),
+        "{err}"
+    );
+    // commands that need static shapes say why and point at rlx run
+    let (code, _, err) = rlx(
+        &[
+            "bench",
+            dir.join("model.onnx").to_str().unwrap(),
+            "--runs",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`rlx run` runs it in segments"), "{err}");
     // A model input whose dim is named like the cut's own symbol for a computed value
     // ("a.1" for NonZero output "a"): the invented names step aside.
     if let Some(cn) = fixture("fixtures/dynamic/cut_names") {

@@ -940,7 +940,7 @@ impl NativeModel {
                         Ok(l) => l,
                         Err(e)
                             if !pt2
-                                && rlx_runtime::dynamic::is_value_dependent(&e.to_string()) =>
+                                && rlx_runtime::dynamic::is_value_dependent(&format!("{e:#}")) =>
                         {
                             return dynamic_model(p, &args, seed).map_err(|_| load_fail(e));
                         }

@@ -657,7 +657,15 @@ fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, RuntimeError> {
             "format_version 0 does not exist",
         ));
     }
-    serde_json::from_value(v).map_err(|e| entry_err(path, MANIFEST_ENTRY, e))
+    let m: Manifest = serde_json::from_value(v).map_err(|e| entry_err(path, MANIFEST_ENTRY, e))?;
+    if m.dynamic.is_some() && version < 2 {
+        return Err(entry_err(
+            path,
+            MANIFEST_ENTRY,
+            format!("format_version {version} has no \"dynamic\" field (dynamic packages are version 2)"),
+        ));
+    }
+    Ok(m)
 }
 
 /// Load the package at `path` for `device`, ready to run (parameters it holds are set).
