@@ -105,18 +105,27 @@ fn a_packed_group_matches_the_definition_with_and_without_the_scan() {
         if scan {
             run_scanned(ex, &t, DebugMode::Warn)
         } else {
-            (vec![], ex.run(&t, None).unwrap()[0].as_f32().unwrap().to_vec())
+            (
+                vec![],
+                ex.run(&t, None).unwrap()[0].as_f32().unwrap().to_vec(),
+            )
         }
     };
     let before = rlx_cpu::packed_conv_runs();
     let (_, plain) = run(&mut ex, &x, false);
     if packed_on() {
-        assert!(rlx_cpu::packed_conv_runs() > before, "the conv took the packed kernel");
+        assert!(
+            rlx_cpu::packed_conv_runs() > before,
+            "the conv took the packed kernel"
+        );
     }
     let (want, mag) = reference(&p, &x, &r);
     for (i, (&g, (&w, &a))) in plain.iter().zip(want.iter().zip(&mag)).enumerate() {
         let bound = 4.0 * (C as f64) * f32::EPSILON as f64 * a;
-        assert!((g as f64 - w).abs() <= bound, "{i}: {g} vs {w} (bound {bound})");
+        assert!(
+            (g as f64 - w).abs() <= bound,
+            "{i}: {g} vs {w} (bound {bound})"
+        );
     }
     // The scan: no report, the same bits (the residual then runs as its own Add, in the
     // order the fused epilogue uses: (conv + b) + r).
@@ -133,7 +142,11 @@ fn a_packed_group_matches_the_definition_with_and_without_the_scan() {
     for scan in [false, true] {
         let (rep, y) = run(&mut ex, &x, scan);
         for (i, (&g, &w)) in y.iter().zip(&want).enumerate() {
-            assert_eq!(g.is_nan(), w.is_nan(), "scan {scan}: NaN at {i}: {g} vs {w}");
+            assert_eq!(
+                g.is_nan(),
+                w.is_nan(),
+                "scan {scan}: NaN at {i}: {g} vs {w}"
+            );
         }
         assert_eq!(y.iter().filter(|v| v.is_nan()).count(), M);
         if scan {

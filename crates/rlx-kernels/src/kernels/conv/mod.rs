@@ -187,9 +187,8 @@ fn conv_with(
                 None => {
                     let read = res.as_ref().map(|r| r.values());
                     #[cfg(target_arch = "x86_64")]
-                    let o = pk.and_then(|pk| {
-                        packed::conv_packed_f32(xv, pk, w.dims(), &g, &epi, read)
-                    });
+                    let o =
+                        pk.and_then(|pk| packed::conv_packed_f32(xv, pk, w.dims(), &g, &epi, read));
                     #[cfg(not(target_arch = "x86_64"))]
                     let o = pk.and(None);
                     if let Some(o) = o.or_else(|| conv_direct_f32(xv, wv, &g, &epi, read)) {

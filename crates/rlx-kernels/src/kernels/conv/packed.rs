@@ -21,8 +21,7 @@
 //! by rounding only (the tests' bound: `|Δ| ≤ 4·K·ε·Σ|w·x|`).
 
 use super::common::{
-    add_bias_residual, bias_clamp, with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES,
-    PRODUCTS,
+    add_bias_residual, bias_clamp, with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS,
 };
 use super::im2col::{im2col_2d, CONV_SPLIT_FLOPS};
 use crate::kernels::simd::{isa_cap, IsaCap};
@@ -79,7 +78,13 @@ pub struct PackedConv {
 
 impl std::fmt::Debug for PackedConv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PackedConv({:?}, {:?}, {} bytes)", self.isa, self.wdims, self.bytes())
+        write!(
+            f,
+            "PackedConv({:?}, {:?}, {} bytes)",
+            self.isa,
+            self.wdims,
+            self.bytes()
+        )
     }
 }
 
@@ -139,9 +144,7 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
     }
     let p = od[2] * od[3];
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
-    let pw = d[2..] == [1, 1]
-        && a.pads.iter().all(|&p| p == (0, 0))
-        && (p <= 64 || p == MAX_PLANE);
+    let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && (p <= 64 || p == MAX_PLANE);
     let s2 = d[2] * d[3] > 1 && a.strides == [2, 2] && p <= MAX_PLANE_S2;
     let k: usize = d[1..].iter().product();
     if !plain || !(pw || s2) || k < MIN_K {
@@ -191,7 +194,6 @@ const CHUNK_BYTES: usize = 768 << 10;
 /// stay in L1 for every tile of positions (`packed_timing`, 1 thread: 128 read within
 /// noise of 256 and 512, a little ahead on 1000←512 at 13²).
 const KC: usize = 128;
-
 
 /// The conv `g` through `pk`'s kernel, with `epi` (and the residual `res`, added after the
 /// bias) per output row as [`super::im2col::conv_float`] applies them. None (nothing
@@ -245,7 +247,6 @@ pub(super) fn conv_packed_f32(
     }
     Some(run(x, pk, g, epi, res))
 }
-
 
 /// Convs run by [`run`] in this process ([`packed_runs`]).
 static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -336,7 +337,8 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
         // Tiles of near-equal width, at most np_max.
         let nt = pb.div_ceil(np_max);
         let (base, extra) = (pb / nt, pb % nt);
-        let tiles = (0..nt).map(move |ti| (ti * base + ti.min(extra), base + usize::from(ti < extra)));
+        let tiles =
+            (0..nt).map(move |ti| (ti * base + ti.min(extra), base + usize::from(ti < extra)));
         let body = |xp: &[f32], xs: usize| {
             with_scratch(&PRODUCTS, pb * mb, |stripe: &mut [f32]| {
                 // The weights are one array read in order; the tiles prefetch the next
@@ -590,7 +592,6 @@ pub(super) fn run_for_test(
     let pk = PackedConv::new(isa, w, &wd);
     conv_packed_f32(x, &pk, &wd, g, epi, res)
 }
-
 
 /// [`tile`] for the tests' timing.
 #[cfg(test)]

@@ -93,10 +93,15 @@ impl Case {
                                 for kx in 0..kw {
                                     let iy = (oy * self.s + ky * self.d) as isize - self.p as isize;
                                     let ix = (ox * self.s + kx * self.d) as isize - self.p as isize;
-                                    if iy < 0 || ix < 0 || iy >= self.h as isize || ix >= self.w as isize {
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= self.h as isize
+                                        || ix >= self.w as isize
+                                    {
                                         continue;
                                     }
-                                    let xv = x[((ni * self.c + ci) * self.h + iy as usize) * self.w
+                                    let xv = x[((ni * self.c + ci) * self.h + iy as usize)
+                                        * self.w
                                         + ix as usize];
                                     let wv = w[((mi * self.c + ci) * kh + ky) * kw + kx];
                                     acc += (xv as f64 * wv as f64).abs();
@@ -179,7 +184,8 @@ fn compare(isa: MkIsa, t: &Case, x: &[f32], w: &[f32], clamp: Option<Clamp>, wit
     let k = (t.c * t.k.0 * t.k.1) as f64;
     assert_eq!(got.len(), want.len());
     for (i, (&a, &e)) in got.iter().zip(&want).enumerate() {
-        let tag = || format!("{isa:?} {t:?} clamp {clamp:?} res {with_res}: at {i}: {a} vs gemm {e}");
+        let tag =
+            || format!("{isa:?} {t:?} clamp {clamp:?} res {with_res}: at {i}: {a} vs gemm {e}");
         if e.is_nan() || a.is_nan() {
             assert!(e.is_nan() && a.is_nan(), "{}", tag());
             continue;
@@ -188,15 +194,26 @@ fn compare(isa: MkIsa, t: &Case, x: &[f32], w: &[f32], clamp: Option<Clamp>, wit
             assert_eq!(a, e, "{}", tag());
             continue;
         }
-        let bound = 4.0 * k * f32::EPSILON as f64 / 2.0 * mag[i] + 2.0 * f32::EPSILON as f64 * (e.abs() as f64 + 2.0);
+        let bound = 4.0 * k * f32::EPSILON as f64 / 2.0 * mag[i]
+            + 2.0 * f32::EPSILON as f64 * (e.abs() as f64 + 2.0);
         assert!(((a - e) as f64).abs() <= bound, "{} (bound {bound})", tag());
     }
     if clamp.is_some() {
-        let (sa, sb) = (seen_a.load(Ordering::Relaxed), seen_b.load(Ordering::Relaxed));
-        assert_eq!(sa >= 0x7f80_0000, sb >= 0x7f80_0000, "{isa:?} {t:?}: scan bits");
+        let (sa, sb) = (
+            seen_a.load(Ordering::Relaxed),
+            seen_b.load(Ordering::Relaxed),
+        );
+        assert_eq!(
+            sa >= 0x7f80_0000,
+            sb >= 0x7f80_0000,
+            "{isa:?} {t:?}: scan bits"
+        );
         let (fa, fb) = (f32::from_bits(sa), f32::from_bits(sb));
         if fb.is_finite() {
-            assert!((fa - fb).abs() <= 1e-4 * (1.0 + fb), "{isa:?} {t:?}: largest |y| {fa} vs {fb}");
+            assert!(
+                (fa - fb).abs() <= 1e-4 * (1.0 + fb),
+                "{isa:?} {t:?}: largest |y| {fa} vs {fb}"
+            );
         }
     }
 }
@@ -247,10 +264,15 @@ fn packed_kernel_matches_the_f64_definition() {
                                     for kx in 0..kw {
                                         let iy = (oy * t.s + ky * t.d) as isize - t.p as isize;
                                         let ix = (ox * t.s + kx * t.d) as isize - t.p as isize;
-                                        if iy < 0 || ix < 0 || iy >= t.h as isize || ix >= t.w as isize {
+                                        if iy < 0
+                                            || ix < 0
+                                            || iy >= t.h as isize
+                                            || ix >= t.w as isize
+                                        {
                                             continue;
                                         }
-                                        acc += x[((ni * t.c + ci) * t.h + iy as usize) * t.w + ix as usize]
+                                        acc += x[((ni * t.c + ci) * t.h + iy as usize) * t.w
+                                            + ix as usize]
                                             as f64
                                             * w[((mi * t.c + ci) * kh + ky) * kw + kx] as f64;
                                     }
@@ -260,7 +282,10 @@ fn packed_kernel_matches_the_f64_definition() {
                             let a = got[i_out] as f64;
                             let bound = 2.0 * k * f32::EPSILON as f64 / 2.0 * mag[i_out]
                                 + f32::EPSILON as f64 * (want.abs() + 2.0);
-                            assert!((a - want).abs() <= bound, "{isa:?} {t:?} at {i_out}: {a} vs {want}");
+                            assert!(
+                                (a - want).abs() <= bound,
+                                "{isa:?} {t:?} at {i_out}: {a} vs {want}"
+                            );
                             i_out += 1;
                         }
                     }
@@ -361,9 +386,11 @@ fn packed_timing() {
             let mut wd = vec![t.m, t.c];
             wd.extend([t.k.0, t.k.1]);
             let pk = super::packed::PackedConv::new(isa, &w, &wd);
-            let mk = time(&|| super::packed::conv_packed_f32(&x, &pk, &wd, &g, &epi, None).unwrap());
-            let pks: Vec<_> =
-                (0..copies).map(|_| super::packed::PackedConv::new(isa, &w, &wd)).collect();
+            let mk =
+                time(&|| super::packed::conv_packed_f32(&x, &pk, &wd, &g, &epi, None).unwrap());
+            let pks: Vec<_> = (0..copies)
+                .map(|_| super::packed::PackedConv::new(isa, &w, &wd))
+                .collect();
             let mc = time(&|| {
                 turn.set(turn.get() + 1);
                 super::packed::conv_packed_f32(&x, &pks[turn.get() % copies], &wd, &g, &epi, None)
@@ -379,7 +406,16 @@ fn packed_timing() {
 #[test]
 #[ignore]
 fn packed_tile_peak() {
-    for (isa, np, mb) in [(MkIsa::Avx512, 12, 32), (MkIsa::Avx512, 11, 32), (MkIsa::Avx512, 10, 32), (MkIsa::Avx512, 9, 32), (MkIsa::Avx512, 8, 32), (MkIsa::Avx512, 7, 32), (MkIsa::Avx2, 6, 16), (MkIsa::Avx2, 5, 16)] {
+    for (isa, np, mb) in [
+        (MkIsa::Avx512, 12, 32),
+        (MkIsa::Avx512, 11, 32),
+        (MkIsa::Avx512, 10, 32),
+        (MkIsa::Avx512, 9, 32),
+        (MkIsa::Avx512, 8, 32),
+        (MkIsa::Avx512, 7, 32),
+        (MkIsa::Avx2, 6, 16),
+        (MkIsa::Avx2, 5, 16),
+    ] {
         if !isas().contains(&isa) {
             continue;
         }
@@ -391,7 +427,17 @@ fn packed_tile_peak() {
             let t0 = std::time::Instant::now();
             for _ in 0..reps {
                 // SAFETY: sizes as the tile's contract.
-                unsafe { super::packed::tile_for_test(isa, np, k, w.as_ptr(), x.as_ptr(), xs, t.as_mut_ptr()) };
+                unsafe {
+                    super::packed::tile_for_test(
+                        isa,
+                        np,
+                        k,
+                        w.as_ptr(),
+                        x.as_ptr(),
+                        xs,
+                        t.as_mut_ptr(),
+                    )
+                };
             }
             let s = t0.elapsed().as_secs_f64();
             let gmac = (reps * k * np * mb) as f64 / s / 1e9;

@@ -63,8 +63,7 @@ pub(crate) enum IsaCap {
 pub(crate) fn isa_cap() -> IsaCap {
     static CAP: std::sync::OnceLock<IsaCap> = std::sync::OnceLock::new();
     *CAP.get_or_init(|| {
-        let has = if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
-        {
+        let has = if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
             IsaCap::Avx512
         } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             IsaCap::Avx2
