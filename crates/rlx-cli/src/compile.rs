@@ -368,23 +368,7 @@ pub fn prepare_dynamic(a: &ModelArgs, mut m: DynamicModel, quiet: bool) -> Resul
     let guards = m.guards().to_vec();
     let decl: Vec<(String, rlx_ir::Shape)> = guards
         .iter()
-        .map(|g| {
-            let dims = g
-                .dims
-                .iter()
-                .map(|d| match &d.symbol {
-                    Some(s) => rlx_ir::Dim::Sym(s.clone()),
-                    None => rlx_ir::Dim::Static(d.min),
-                })
-                .collect();
-            (
-                g.name.clone(),
-                rlx_ir::Shape {
-                    dims,
-                    dtype: g.dtype,
-                },
-            )
-        })
+        .map(|g| (g.name.clone(), g.declared_shape()))
         .collect();
     let mut given = bind_input_files(a, &decl)?;
     if a.model.is_dir() {
@@ -400,33 +384,15 @@ pub fn prepare_dynamic(a: &ModelArgs, mut m: DynamicModel, quiet: bool) -> Resul
             }
         }
     }
-    // Symbol sizes for generated inputs: --dim, then the given files, then the range's min.
-    let mut sizes: BTreeMap<String, usize> = dims.into_iter().collect();
-    for g in &guards {
-        if let Some((t, _)) = given.get(&g.name) {
-            for (d, &n) in g.dims.iter().zip(t.dims()) {
-                if let Some(s) = &d.symbol {
-                    sizes.entry(s.clone()).or_insert(n);
-                }
-            }
-        }
-    }
-    for (s, r) in m.ranges() {
-        sizes.entry(s.clone()).or_insert(r.min.max(1));
-    }
-    let feeds = order_feeds(a, &decl, given, true, |name, shape| {
-        let dims = shape
-            .dims
+    let given_refs: Vec<(&str, &Tensor)> =
+        given.iter().map(|(n, (t, _))| (n.as_str(), t)).collect();
+    let sizes = m.sizes_for(&given_refs, &dims);
+    let feeds = order_feeds(a, &decl, given, true, |name, _| {
+        let g = guards
             .iter()
-            .map(|d| match d {
-                rlx_ir::Dim::Static(v) => rlx_ir::Dim::Static(*v),
-                rlx_ir::Dim::Sym(s) => rlx_ir::Dim::Static(sizes[s]),
-            })
-            .collect();
-        let s = rlx_ir::Shape {
-            dims,
-            dtype: shape.dtype,
-        };
+            .find(|g| g.name == name)
+            .expect("a declared input");
+        let s = g.shape_at(&sizes);
         rlx_runtime::check_input_size(name, &s).map_err(|e| anyhow!("{e}"))?;
         Ok(s)
     })?;

@@ -513,31 +513,14 @@ fn build_dynamic(
     key: Key,
 ) -> Result<Compiled, Fail> {
     let mut m = rlx_runtime::load_dynamic_package(path, device).map_err(|e| runtime_fail(&e))?;
-    let guards = m.guards().to_vec();
-    let mut sizes: HashMap<String, usize> = HashMap::new();
-    for g in &guards {
-        if let Some((_, t)) = arrays.iter().find(|a| a.0 == g.name) {
-            for (d, &n) in g.dims.iter().zip(t.dims()) {
-                if let Some(sym) = &d.symbol {
-                    sizes.entry(sym.clone()).or_insert(n);
-                }
-            }
-        }
-    }
+    let given: Vec<(&str, &Tensor)> = arrays.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let sizes = m.sizes_for(&given, &HashMap::new());
     let mut generated = HashMap::new();
-    for g in &guards {
+    for g in m.guards() {
         if arrays.iter().any(|a| a.0 == g.name) {
             continue;
         }
-        let dims: Vec<usize> = g
-            .dims
-            .iter()
-            .map(|d| match &d.symbol {
-                Some(sym) => *sizes.entry(sym.clone()).or_insert(d.min.max(1)),
-                None => d.min,
-            })
-            .collect();
-        let shape = Shape::new(&dims, g.dtype);
+        let shape = g.shape_at(&sizes);
         rlx_runtime::check_input_size(&g.name, &shape).map_err(|e| runtime_fail(&e))?;
         generated.insert(
             g.name.clone(),
@@ -572,23 +555,7 @@ fn dynamic_model(p: PathBuf, args: &ModelArgs, seed: u64) -> Result<NativeModel,
     let inputs = m
         .guards()
         .iter()
-        .map(|g| {
-            let dims = g
-                .dims
-                .iter()
-                .map(|d| match &d.symbol {
-                    Some(sym) => Dim::Sym(sym.clone()),
-                    None => Dim::Static(d.min),
-                })
-                .collect();
-            (
-                g.name.clone(),
-                Shape {
-                    dims,
-                    dtype: g.dtype,
-                },
-            )
-        })
+        .map(|g| (g.name.clone(), g.declared_shape()))
         .collect();
     Ok(NativeModel {
         path: p,
@@ -661,34 +628,22 @@ impl State {
                 ));
             }
             let _ = mode; // segments follow RLX_DEBUG_NANS and print their own reports
-            let mut sizes = dims.clone();
+            let given: Vec<(&str, &Tensor)> = arrays.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let sizes = model.sizes_for(&given, dims);
+            let mut made = vec![];
             for g in model.guards() {
-                if let Some((_, t)) = arrays.iter().find(|a| a.0 == g.name) {
-                    for (d, &n) in g.dims.iter().zip(t.dims()) {
-                        if let Some(sym) = &d.symbol {
-                            sizes.entry(sym.clone()).or_insert(n);
-                        }
-                    }
-                }
-            }
-            let mut feeds = arrays;
-            for g in model.guards().to_vec() {
-                if feeds.iter().any(|a| a.0 == g.name) {
+                if arrays.iter().any(|a| a.0 == g.name) {
                     continue;
                 }
-                let shape: Vec<usize> = g
-                    .dims
-                    .iter()
-                    .map(|d| match &d.symbol {
-                        Some(sym) => *sizes.entry(sym.clone()).or_insert(d.min.max(1)),
-                        None => d.min,
-                    })
-                    .collect();
-                let shape = Shape::new(&shape, g.dtype);
+                let shape = g.shape_at(&sizes);
                 rlx_runtime::check_input_size(&g.name, &shape).map_err(|e| runtime_fail(&e))?;
-                let t = rlx_cli::run::generate_input(&g.name, &shape, *seed);
-                feeds.push((g.name.clone(), t));
+                made.push((
+                    g.name.clone(),
+                    rlx_cli::run::generate_input(&g.name, &shape, *seed),
+                ));
             }
+            let mut feeds = arrays;
+            feeds.extend(made);
             let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
             let outs = model.run_tensors(&named).map_err(|e| runtime_fail(&e))?;
             return Ok(RunOut {
@@ -906,17 +861,7 @@ impl NativeModel {
                         inputs = m
                             .inputs
                             .iter()
-                            .map(|g| {
-                                let dims = g
-                                    .dims
-                                    .iter()
-                                    .map(|d| match &d.symbol {
-                                        Some(sym) => Dim::Sym(sym.clone()),
-                                        None => Dim::Static(d.min),
-                                    })
-                                    .collect();
-                                (g.name.clone(), Shape { dims, dtype: g.dtype })
-                            })
+                            .map(|g| (g.name.clone(), g.declared_shape()))
                             .collect();
                     }
                     Ok(NativeModel {

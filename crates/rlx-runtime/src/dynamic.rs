@@ -414,6 +414,30 @@ impl DynamicModel {
         self.last.as_ref()
     }
 
+    /// Sizes for inputs still to be made: every symbol at `dims`' size, else at the size a
+    /// given tensor has for it, else at its range's minimum (at least 1), in that order.
+    pub fn sizes_for(
+        &self,
+        given: &[(&str, &Tensor)],
+        dims: &HashMap<String, usize>,
+    ) -> BTreeMap<String, usize> {
+        let mut sizes: BTreeMap<String, usize> =
+            dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for g in &self.guards {
+            if let Some((_, t)) = given.iter().find(|(n, _)| *n == g.name) {
+                for (d, &n) in g.dims.iter().zip(t.dims()) {
+                    if let Some(s) = &d.symbol {
+                        sizes.entry(s.clone()).or_insert(n);
+                    }
+                }
+            }
+        }
+        for (s, r) in &self.ranges {
+            sizes.entry(s.clone()).or_insert(r.min.max(1));
+        }
+        sizes
+    }
+
     /// The signature of `inputs`: every symbol's size, in name order, after the checks
     /// (dtype, rank, static dims, ranges, symbols shared between inputs agreeing).
     ///
@@ -425,38 +449,46 @@ impl DynamicModel {
         let mut lines = vec![];
         let mut bound: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
         for (k, g) in self.guards.iter().enumerate() {
-            let at = format!("rlx input-check: inputs[{k}] \"{}\"", g.name);
+            // Line prefixes are built only when a line is written (this runs before every run).
+            let at = || format!("rlx input-check: inputs[{k}] \"{}\"", g.name);
             let Some((_, t)) = inputs.iter().find(|(n, _)| *n == g.name) else {
                 lines.push(format!(
-                    "{at}: missing input, expected: {}",
+                    "{}: missing input, expected: {}",
+                    at(),
                     g.type_string()
                 ));
                 continue;
             };
             if t.dtype() != g.dtype {
                 lines.push(format!(
-                    "{at}: unmatched dtype, expected: {}, but got: {}",
+                    "{}: unmatched dtype, expected: {}, but got: {}",
+                    at(),
                     g.dtype,
                     t.dtype()
                 ));
             }
             if t.dims().len() != g.dims.len() {
                 lines.push(format!(
-                    "{at}: unmatched rank, expected: {}, but got: {}",
+                    "{}: unmatched rank, expected: {}, but got: {}",
+                    at(),
                     g.dims.len(),
                     t.dims().len()
                 ));
                 continue;
             }
             for (i, (gd, &n)) in g.dims.iter().zip(t.dims()).enumerate() {
-                let sym = gd
-                    .symbol
-                    .as_ref()
-                    .map(|s| format!(" (\"{s}\")"))
-                    .unwrap_or_default();
+                let dim = || {
+                    let sym = gd
+                        .symbol
+                        .as_ref()
+                        .map(|s| format!(" (\"{s}\")"))
+                        .unwrap_or_default();
+                    format!("{}: unmatched dim {i}{sym}", at())
+                };
                 if !gd.accepts(n) {
                     lines.push(format!(
-                        "{at}: unmatched dim {i}{sym}, expected: {}, but got: {n}",
+                        "{}, expected: {}, but got: {n}",
+                        dim(),
                         gd.expected()
                     ));
                     continue;
@@ -464,7 +496,8 @@ impl DynamicModel {
                 let Some(s) = &gd.symbol else { continue };
                 match bound.get(s) {
                     Some(&(v, j, d)) if v != n => lines.push(format!(
-                        "{at}: unmatched dim {i}{sym}, expected: {v} (as inputs[{j}] \"{}\" dim {d}), but got: {n}",
+                        "{}, expected: {v} (as inputs[{j}] \"{}\" dim {d}), but got: {n}",
+                        dim(),
                         self.guards[j].name
                     )),
                     Some(_) => {}
@@ -504,17 +537,19 @@ impl DynamicModel {
         inputs: &[(&str, &Tensor)],
     ) -> Result<&mut CompiledGraph, RuntimeError> {
         let syms = self.signature(inputs)?;
-        let shapes: HashMap<String, Vec<usize>> = inputs
-            .iter()
-            .map(|(n, t)| (n.to_string(), t.dims().to_vec()))
-            .collect();
+        let shapes = || -> HashMap<String, Vec<usize>> {
+            inputs
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.dims().to_vec()))
+                .collect()
+        };
         // Only parameter inputs (small: shapes, axes, counts) are copied, for the key.
         let values: HashMap<String, Tensor> = inputs
             .iter()
             .filter(|(n, t)| self.params.iter().any(|p| p == n) && t.numel() <= 4096)
             .map(|(n, t)| (n.to_string(), (*t).clone()))
             .collect();
-        self.plan_keyed(syms, &shapes, Some(&values))
+        self.plan_keyed(syms, shapes, Some(&values))
     }
 
     /// The plan the last [`DynamicModel::plan_for`] / [`DynamicModel::plan_at`] used.
@@ -560,7 +595,7 @@ impl DynamicModel {
         }
         let shapes = self.shapes_at(sizes);
         let key = self.ranges.keys().map(|s| (s.clone(), sizes[s])).collect();
-        self.plan_keyed(key, &shapes, None)
+        self.plan_keyed(key, || shapes, None)
     }
 
     /// Every declared input's dims with the symbols at `sizes` (symbols not given at their
@@ -606,7 +641,7 @@ impl DynamicModel {
     fn plan_keyed(
         &mut self,
         syms: Vec<(String, usize)>,
-        shapes: &HashMap<String, Vec<usize>>,
+        shapes: impl FnOnce() -> HashMap<String, Vec<usize>>,
         values: Option<&HashMap<String, Tensor>>,
     ) -> Result<&mut CompiledGraph, RuntimeError> {
         self.clock += 1;
@@ -615,6 +650,7 @@ impl DynamicModel {
             Some(k) => (k, false, 0.0),
             None => {
                 let t0 = Instant::now();
+                let shapes = &shapes();
                 let frozen = |by: &[String]| -> HashMap<String, Tensor> {
                     values
                         .map(|v| {

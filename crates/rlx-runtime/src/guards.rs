@@ -90,6 +90,37 @@ impl InputGuard {
     }
 }
 
+impl InputGuard {
+    /// The guard as a declared type: symbolic dims as `Dim::Sym`, static ones at their size.
+    pub fn declared_shape(&self) -> Shape {
+        Shape {
+            dims: self
+                .dims
+                .iter()
+                .map(|d| match &d.symbol {
+                    Some(s) => Dim::Sym(s.clone()),
+                    None => Dim::Static(d.min),
+                })
+                .collect(),
+            dtype: self.dtype,
+        }
+    }
+
+    /// The shape this input takes when each symbol has the size in `sizes` (a symbol missing
+    /// there at its smallest accepted size, at least 1).
+    pub fn shape_at(&self, sizes: &std::collections::BTreeMap<String, usize>) -> Shape {
+        let dims: Vec<usize> = self
+            .dims
+            .iter()
+            .map(|d| match &d.symbol {
+                Some(s) => sizes.get(s).copied().unwrap_or(d.min.max(1)),
+                None => d.min,
+            })
+            .collect();
+        Shape::new(&dims, self.dtype)
+    }
+}
+
 impl fmt::Display for InputGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
