@@ -11,6 +11,12 @@ use std::path::Path;
 /// anything is allocated.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
     let bytes = crate::run::read_regular_file(path)?;
+    parse_npy(&bytes, &path.display().to_string())
+}
+
+/// Parse the bytes of a `.npy` file (as [`read_npy`]); `name` names the file in errors.
+pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
+    let path = std::path::Path::new(name);
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         bail!("{}: not a .npy file (bad magic)", path.display());
     }
@@ -30,7 +36,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
             bytes.len()
         );
     }
-    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| {
+    let npy = npyz::NpyFile::new(bytes).map_err(|e| {
         let msg = e.to_string();
         let first = msg.lines().next().unwrap_or("").trim().to_string();
         anyhow::anyhow!("{}: not a valid .npy file ({first})", path.display())

@@ -524,7 +524,6 @@ fn run_plain(
             Err(f)
                 if !freeze
                     && f.0 == Stage::Import
-                    && ds.values.is_empty()
                     && rlx_runtime::dynamic::is_value_dependent(&f.1) =>
             {
                 None
@@ -636,6 +635,7 @@ fn run_dynamic(dir: &Path, ds: &DataSet) -> Dynamic {
         Ok(Err(e)) => return Dynamic::Fail(Fail(Stage::Import, e.to_string())),
         Err(f) => return Dynamic::Fail(f),
     };
+    m.set_value_inputs(ds.values.clone());
     let named: Vec<(&str, &Tensor)> = ds.inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     match guarded("plan", || m.take_plan(&named)) {
         Ok(Ok(c)) => Dynamic::Plan(c),

@@ -360,9 +360,13 @@ impl Cut {
                         return Ok(v);
                     }
                 }
-                let &(dt, rank) = types
-                    .get(n)
-                    .ok_or_else(|| format!("value \"{n}\" has no type (it was not computed)"))?;
+                let Some(&(dt, rank)) = types.get(n) else {
+                    // A graph input of sequence or optional type has no tensor type: its
+                    // declared type stays.
+                    return self
+                        .declared(n)
+                        .ok_or_else(|| format!("value \"{n}\" has no type (it was not computed)"));
+                };
                 Ok(value_info(n, dt, &symbolic(n, rank, &self.taken)))
             })
             .collect()

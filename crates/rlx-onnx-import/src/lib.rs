@@ -45,7 +45,8 @@ pub struct ImportOptions {
     /// dtype must match the declared one.
     pub constant_inputs: HashMap<String, rlx_ir::Tensor>,
     /// Graph inputs of sequence or optional type, with their layout for this run: RLX takes
-    /// them as tensor inputs (see [`ValueInput`]). Such an input not listed is an error.
+    /// them as tensor inputs (see [`ValueInput`]; an element named in `constant_inputs`,
+    /// `s[0]` or `o`, is frozen instead). Such an input not listed is an error.
     pub value_inputs: HashMap<String, ValueInput>,
 }
 
@@ -453,11 +454,19 @@ fn import_model(
             continue;
         }
         if let Some(v) = opts.value_inputs.get(&vi.name) {
+            // An element given in `constant_inputs` (by its input name) is frozen.
+            let element = |cx: &mut Ctx, name: &str, d: &[usize], t: rlx_ir::DType| match opts
+                .constant_inputs
+                .get(name)
+            {
+                Some(c) => cx.constant(c.clone()),
+                None => cx.g.input(name, Shape::new(d, t)),
+            };
             let seq_inputs = |cx: &mut Ctx, elems: &[(Vec<usize>, rlx_ir::DType)]| {
                 let ids: Vec<NodeId> = elems
                     .iter()
                     .enumerate()
-                    .map(|(i, (d, t))| cx.g.input(&format!("{}[{i}]", vi.name), Shape::new(d, *t)))
+                    .map(|(i, (d, t))| element(cx, &format!("{}[{i}]", vi.name), d, *t))
                     .collect();
                 ops::new_seq(cx, ids)
             };
@@ -468,7 +477,7 @@ fn import_model(
                     ops::new_opt(&mut cx, Some(s))
                 }
                 ValueInput::OptionalTensor(d, t) => {
-                    let x = cx.g.input(&vi.name, Shape::new(d, *t));
+                    let x = element(&mut cx, &vi.name, d, *t);
                     ops::new_opt(&mut cx, Some(x))
                 }
                 ValueInput::OptionalNone => ops::new_opt(&mut cx, None),

@@ -126,12 +126,15 @@ pub trait GraphSource: Send + Sync {
     fn name(&self) -> &str;
     /// Declared inputs, symbolic dims kept (`Dim::Sym("batch")`), in input order.
     fn declared_inputs(&self) -> Vec<(String, Shape)>;
-    /// The graph with every input at the given shape (all symbolic dims bound) and the
-    /// inputs in `constants` frozen to those values (they are then no inputs of the graph).
+    /// The graph with every input at the given shape (all symbolic dims bound), the inputs
+    /// in `constants` frozen to those values (they are then no inputs of the graph), and the
+    /// sequence / optional inputs at the layouts in `values` (their tensors are inputs named
+    /// as [`rlx_onnx_import::ValueInput`] says).
     fn specialize(
         &self,
         input_shapes: &HashMap<String, Vec<usize>>,
         constants: &HashMap<String, Tensor>,
+        values: &HashMap<String, rlx_onnx_import::ValueInput>,
     ) -> Result<Graph, String>;
     /// Inputs that only fix sizes, axes or attributes (a Reshape's `shape`): when the
     /// source cannot be specialized without their values, plans are made per value.
@@ -211,6 +214,7 @@ impl GraphSource for OnnxSource {
         &self,
         input_shapes: &HashMap<String, Vec<usize>>,
         constants: &HashMap<String, Tensor>,
+        values: &HashMap<String, rlx_onnx_import::ValueInput>,
     ) -> Result<Graph, String> {
         let opts = rlx_onnx_import::ImportOptions {
             input_shapes: input_shapes
@@ -219,6 +223,7 @@ impl GraphSource for OnnxSource {
                 .map(|(n, s)| (n.clone(), s.clone()))
                 .collect(),
             constant_inputs: constants.clone(),
+            value_inputs: values.clone(),
             ..Default::default()
         };
         self.model.import(&opts).map_err(|e| e.to_string())
@@ -274,6 +279,8 @@ pub struct DynamicModel {
     /// Set when the source has a node whose output shape depends on values: the model then
     /// runs in segments around it (see [`DynamicModel::run_tensors`]).
     segmented: Option<Box<Segmented>>,
+    /// Layouts of the sequence / optional inputs ([`DynamicModel::set_value_inputs`]).
+    values: HashMap<String, rlx_onnx_import::ValueInput>,
 }
 
 /// A model run in three parts around a node whose output shape depends on values.
@@ -368,7 +375,34 @@ impl DynamicModel {
             params: source.parameter_inputs(),
             source,
             segmented: None,
+            values: HashMap::new(),
         })
+    }
+
+    /// The layouts of the model's sequence / optional inputs for the next runs (a sequence
+    /// `s` of `k` tensors is fed as the inputs `s[0]`, ..., `s[k-1]`; an optional tensor `o`
+    /// as `o`; see [`rlx_onnx_import::ValueInput`]). A layout is part of the signature: plans
+    /// are keyed by it. Models with no such input need none.
+    pub fn set_value_inputs(&mut self, layouts: HashMap<String, rlx_onnx_import::ValueInput>) {
+        self.values = layouts;
+    }
+
+    /// The input names the tensors of the sequence / optional inputs take at their layouts.
+    fn value_input_names(&self) -> Vec<String> {
+        use rlx_onnx_import::ValueInput as V;
+        let mut names: Vec<String> = vec![];
+        let mut layouts: Vec<_> = self.values.iter().collect();
+        layouts.sort_by(|a, b| a.0.cmp(b.0));
+        for (n, l) in layouts {
+            match l {
+                V::Sequence(ts) | V::OptionalSequence(ts) => {
+                    names.extend((0..ts.len()).map(|i| format!("{n}[{i}]")))
+                }
+                V::OptionalTensor(..) => names.push(n.clone()),
+                V::OptionalNone => {}
+            }
+        }
+        names
     }
 
     /// Compile plans with these options.
@@ -507,8 +541,9 @@ impl DynamicModel {
                 }
             }
         }
+        let elements = self.value_input_names();
         for (name, _) in inputs {
-            if !self.guards.iter().any(|g| g.name == *name) {
+            if !self.guards.iter().any(|g| g.name == *name) && !elements.iter().any(|e| e == name) {
                 let names: Vec<&str> = self.guards.iter().map(|g| g.name.as_str()).collect();
                 lines.push(format!(
                     "rlx input-check: \"{name}\": unknown input name, expected one of: {}, but got: \"{name}\"",
@@ -568,6 +603,7 @@ impl DynamicModel {
             .iter()
             .map(|g| g.name.clone())
             .filter(|n| !self.by_value.contains(n))
+            .chain(self.value_input_names())
             .collect()
     }
 
@@ -624,6 +660,11 @@ impl DynamicModel {
         values: Option<&HashMap<String, Tensor>>,
     ) -> String {
         let mut parts: Vec<String> = syms.iter().map(|(s, v)| format!("{s}={v}")).collect();
+        let mut layouts: Vec<_> = self.values.iter().collect();
+        layouts.sort_by(|a, b| a.0.cmp(b.0));
+        for (n, l) in layouts {
+            parts.push(format!("{n}={l:?}"));
+        }
         if let Some(values) = values {
             for n in &self.by_value {
                 if let Some(t) = values.get(n) {
@@ -661,7 +702,9 @@ impl DynamicModel {
                         })
                         .unwrap_or_default()
                 };
-                let mut r = self.source.specialize(shapes, &frozen(&self.by_value));
+                let mut r = self
+                    .source
+                    .specialize(shapes, &frozen(&self.by_value), &self.values);
                 // The source needs a parameter input's value: plan by value from now on.
                 if let Err(e) = &r {
                     let avail: Vec<String> = values
@@ -673,7 +716,7 @@ impl DynamicModel {
                     {
                         let mut by: Vec<String> = self.params.clone();
                         by.retain(|n| avail.contains(n));
-                        let retry = self.source.specialize(shapes, &frozen(&by));
+                        let retry = self.source.specialize(shapes, &frozen(&by), &self.values);
                         if retry.is_ok() {
                             self.by_value = by;
                             self.plans.clear();
@@ -860,16 +903,44 @@ impl DynamicModel {
         let feed = |m: &DynamicModel, vals: &HashMap<String, Tensor>| -> Vec<(String, Tensor)> {
             m.guards()
                 .iter()
-                .filter_map(|g| vals.get(&g.name).map(|t| (g.name.clone(), t.clone())))
+                .map(|g| g.name.clone())
+                .chain(m.value_input_names())
+                .filter_map(|n| vals.get(&n).map(|t| (n, t.clone())))
                 .collect()
         };
+        // The sequence / optional inputs a part reads keep their layouts.
+        let layouts = &self.values;
+        let layouts_for = |m: &DynamicModel| -> HashMap<String, rlx_onnx_import::ValueInput> {
+            let names = m
+                .source
+                .as_onnx()
+                .map(|o| o.input_names())
+                .unwrap_or_default();
+            layouts
+                .iter()
+                .filter(|(n, _)| names.contains(n))
+                .map(|(n, l)| (n.clone(), l.clone()))
+                .collect()
+        };
+        // A part's outputs by name (a sequence output would come back as several tensors).
+        let take = |names: &[String], outs: Vec<Tensor>, vals: &mut HashMap<String, Tensor>| {
+            if outs.len() != names.len() {
+                return Err(RuntimeError::Input(format!(
+                    "{name}: a sequence or optional value crosses the segments around node {at} (not supported: the values between segments are tensors)"
+                )));
+            }
+            for (n, t) in names.iter().zip(outs) {
+                vals.insert(n.clone(), t);
+            }
+            Ok(())
+        };
         if let Some(h) = seg.head.as_mut() {
+            let l = layouts_for(h);
+            h.set_value_inputs(l);
             let fed = feed(h, &vals);
             let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
             let outs = h.run_tensors(&named)?;
-            for (n, t) in seg.cut.head_outputs().iter().zip(outs) {
-                vals.insert(n.clone(), t);
-            }
+            take(seg.cut.head_outputs(), outs, &mut vals)?;
         }
         // The cut node, on the CPU, with its inputs as constants.
         let types = |names: &[String], vals: &HashMap<String, Tensor>| {
@@ -887,22 +958,34 @@ impl DynamicModel {
             .cut
             .op_model(&types(seg.cut.op_inputs(), &vals))
             .map_err(node_err)?;
-        let consts: HashMap<String, Tensor> = seg
-            .cut
-            .op_inputs()
+        // The node's inputs, sequence / optional ones as their elements (`s[0]`, ...).
+        let op_layouts: HashMap<String, rlx_onnx_import::ValueInput> = layouts
             .iter()
-            .filter_map(|n| vals.get(n).map(|t| (n.clone(), t.clone())))
+            .filter(|(n, _)| seg.cut.op_inputs().contains(n))
+            .map(|(n, l)| (n.clone(), l.clone()))
+            .collect();
+        let consts: HashMap<String, Tensor> = vals
+            .iter()
+            .filter(|(n, _)| {
+                seg.cut.op_inputs().contains(n)
+                    || n.split_once('[')
+                        .is_some_and(|(b, _)| op_layouts.contains_key(b))
+            })
+            .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
         let g = om
             .import(&rlx_onnx_import::ImportOptions {
                 constant_inputs: consts,
+                value_inputs: op_layouts,
                 ..Default::default()
             })
             .map_err(|e| node_err(e.to_string()))?;
         let mut c = Session::new(Device::Cpu).try_compile(g)?;
+        let names: Vec<String> = c.outputs().into_iter().map(|(n, _)| n).collect();
         let outs = c.run_tensors(vec![])?;
-        for (n, t) in seg.cut.op_outputs().iter().zip(outs) {
-            vals.insert(n.clone(), t);
+        // By the names the import gave them: a sequence output is its elements, `s[i]`.
+        for (n, t) in names.into_iter().zip(outs) {
+            vals.insert(n, t);
         }
         if !seg.tail_built {
             let tm = seg
@@ -933,6 +1016,8 @@ impl DynamicModel {
                     t.context = Some(format!(
                         "segment after {at}: its Input nodes other than the model's inputs carry values computed before {at}"
                     ));
+                    let l = layouts_for(&t);
+                    t.set_value_inputs(l);
                     Some(t)
                 }
                 None => None,
@@ -943,18 +1028,28 @@ impl DynamicModel {
             let fed = feed(t, &vals);
             let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
             let outs = t.run_tensors(&named)?;
-            for (n, t) in seg.cut.tail_outputs().iter().zip(outs) {
-                vals.insert(n.clone(), t);
+            take(seg.cut.tail_outputs(), outs, &mut vals)?;
+        }
+        // A sequence / optional output is returned as its elements (`s[0]`, ...), as a
+        // plan returns it; an empty one as nothing.
+        let mut out = vec![];
+        for n in &outputs {
+            if let Some(t) = vals.remove(n) {
+                out.push(t);
+                continue;
+            }
+            let mut i = 0;
+            while let Some(t) = vals.remove(&format!("{n}[{i}]")) {
+                out.push(t);
+                i += 1;
+            }
+            if i == 0 && !seg.cut.op_outputs().contains(n) {
+                return Err(RuntimeError::Input(format!(
+                    "{name}: output \"{n}\" was not computed"
+                )));
             }
         }
-        outputs
-            .iter()
-            .map(|n| {
-                vals.remove(n).ok_or_else(|| {
-                    RuntimeError::Input(format!("{name}: output \"{n}\" was not computed"))
-                })
-            })
-            .collect()
+        Ok(out)
     }
 }
 
