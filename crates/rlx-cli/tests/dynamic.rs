@@ -538,6 +538,48 @@ fn value_dependent_nodes_run_in_segments() {
         assert_close(&format!("library {size} y"), &outs[0], &want, 1e-5, 1e-6);
     }
 
+    // A package with ranges of a model that runs in segments: compiled (the corners are
+    // not planned: there is no whole-model plan) and run at both sizes.
+    let pkg = tmp("nzm.rlxpkg");
+    let (code, _, err) = rlx(
+        &[
+            "compile",
+            dir.join("model.onnx").to_str().unwrap(),
+            "--dim",
+            "n=1..8",
+            "--dim",
+            "m=1..8",
+            "-o",
+            pkg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("runs in segments around node \"nz\" (NonZero)"),
+        "{err}"
+    );
+    for size in ["4x5", "7x3"] {
+        let case = dir.join(size);
+        let out = tmp(&format!("nzm-pkg-{size}"));
+        let (code, _, err) = rlx(
+            &[
+                "run",
+                pkg.to_str().unwrap(),
+                &format!("--input=x={}", case.join("input_x.npy").display()),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_eq!(code, 0, "{size}: {err}");
+        for o in ["y", "total"] {
+            let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+            let want = read_npy(&case.join(format!("expected_{o}.npy"))).unwrap();
+            assert_close(&format!("package {size} {o}"), &got, &want, 1e-5, 1e-6);
+        }
+    }
+
     // --nan-report on a run in segments says it is not written (and scans)
     let nr = tmp("nzm-report.json");
     let (code, _, err) = rlx(

@@ -418,22 +418,53 @@ pub fn save_dynamic_package(
     let device = model.device();
     // A symbol whose range starts at 0 may have no plan at 0 (a Reshape to a 0-size dim):
     // the outputs are then described at 1.
-    if model.plan_at(&mins).is_err() {
-        let ones: BTreeMap<String, usize> =
-            mins.iter().map(|(s, &n)| (s.clone(), n.max(1))).collect();
-        model.plan_at(&ones)?;
-    }
-    let plan = model.last_plan_graph().expect("plan_at just cached a plan");
-    let outputs = plan
-        .outputs()
-        .into_iter()
-        .map(|(name, s)| OutputInfo {
-            name,
-            dtype: s.dtype,
-            dims: s.dims_usize().to_vec(),
-        })
-        .collect();
-    let graph_name = plan.graph().name.clone();
+    let planned = match model.plan_at(&mins) {
+        Ok(_) => Ok(()),
+        Err(_) => {
+            let ones: BTreeMap<String, usize> =
+                mins.iter().map(|(s, &n)| (s.clone(), n.max(1))).collect();
+            model.plan_at(&ones).map(|_| ())
+        }
+    };
+    let (outputs, graph_name) = match planned {
+        Ok(()) => {
+            let plan = model.last_plan_graph().expect("plan_at just cached a plan");
+            let outputs = plan
+                .outputs()
+                .into_iter()
+                .map(|(name, s)| OutputInfo {
+                    name,
+                    dtype: s.dtype,
+                    dims: s.dims_usize().to_vec(),
+                })
+                .collect();
+            (outputs, plan.graph().name.clone())
+        }
+        // A model that runs in segments around a node whose output shape depends on values
+        // has no plan for the whole: its outputs are described as declared, a size known only
+        // at run time as 0.
+        Err(e) if crate::dynamic::is_value_dependent(&e.to_string()) => {
+            let onnx = src.as_onnx().ok_or(e)?;
+            let outputs = onnx
+                .declared_outputs()
+                .into_iter()
+                .map(|(name, s)| OutputInfo {
+                    name,
+                    dtype: s.dtype,
+                    dims: s
+                        .dims
+                        .iter()
+                        .map(|d| match d {
+                            rlx_ir::Dim::Static(n) => *n,
+                            rlx_ir::Dim::Sym(_) => 0,
+                        })
+                        .collect(),
+                })
+                .collect();
+            (outputs, src.name().to_string())
+        }
+        Err(e) => return Err(e),
+    };
     let manifest = Manifest {
         format: FORMAT_NAME.into(),
         format_version: 2,
