@@ -3,6 +3,13 @@
 //! NaN/Inf localizer on ([`DebugMode::Warn`], what `RLX_DEBUG_NANS=1` selects) and check that
 //! it changes nothing.
 //!
+//! Nothing is frozen: every graph input is fed at run time. A model whose import needs a value
+//! known only when it runs goes through the runtime's own way with such models,
+//! [`rlx_runtime::DynamicModel`], as `rlx run` does: a parameter input (a Reshape's `shape`, a
+//! TopK's `k`) plans the graph by its value, a value-dependent node (NonZero, Unique, a Loop
+//! with a run-time trip count) splits the model into segments run around it. [`Outcome::run_path`]
+//! records which.
+//!
 //! The suite runs each case in a child process (`rlx-conformance case DIR`), so a hang, a stack
 //! overflow or an abort costs that case only; panics are caught here and reported as
 //! [`Stage::Panic`].
@@ -68,6 +75,24 @@ impl Stage {
     }
 }
 
+/// How a case's model ran (over all its data sets, the furthest from [`RunPath::Static`]).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum RunPath {
+    /// Imported and compiled as it is (the input shapes bound from the data).
+    #[default]
+    Static,
+    /// The import needs the value of a parameter input (a Reshape's `shape`, a TopK's `k`):
+    /// [`rlx_runtime::DynamicModel`] planned the graph by that value.
+    ByValue,
+    /// A node's output shape or control flow depends on values (NonZero, Unique, an If or Loop
+    /// deciding on a run-time value): [`rlx_runtime::DynamicModel`] ran the model in segments
+    /// around it (no localizer run then: each segment is a plan of its own).
+    Segments,
+}
+
 /// The result of the plain run (localizer off).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
@@ -78,12 +103,10 @@ pub struct Outcome {
     pub ms: f64,
     /// Whether an expected output holds NaN or an infinity.
     pub expected_nonfinite: bool,
-    /// Graph inputs frozen as constants (with the data set's values) because the importer
-    /// needs them at import time (an `axes`, `pads`, `shape`, `k` input): the case ran
-    /// specialized to its test data, as tract's harness runs its `input:`-annotated cases.
-    /// Empty for a plain run.
+    /// How the model ran: as it is, or through the runtime's dynamic path (as far as the
+    /// case got; `rlx_results.json`'s `"run_path"`: `static`, `by_value`, `segments`).
     #[serde(default)]
-    pub frozen: Vec<String>,
+    pub run_path: RunPath,
 }
 
 impl Outcome {
@@ -417,31 +440,19 @@ fn feed<'a>(c: &CompiledGraph, inputs: &'a [(String, Tensor)]) -> Vec<(&'a str, 
 /// What a plain run of one data set gave (kept for the debug comparison).
 type RunResult = Result<Vec<Tensor>, String>;
 
-/// One data set, compiled (each data set is imported with its own input shapes, and its own
-/// values for frozen inputs).
+/// One data set, compiled (each data set is imported with its own input shapes, or planned
+/// by its own parameter values).
 struct Prepared {
     compiled: CompiledGraph,
     ds: DataSet,
     plain: RunResult,
 }
 
-/// The importer's message for a value that must be a constant (an `axes`, `pads`, `shape`
-/// input fed at run time).
-const NEEDS_CONSTANT: &str = "known at import time";
-
-/// Import the model for one data set: graph input shapes from the data; when the plain import
-/// fails only because a shape-defining input (axes, pads, shape, ...) is fed at run time and
-/// `freeze` is on, freeze inputs as constants with this data set's values, last input first,
-/// until the import succeeds (what tract's harness does with its `input:` annotations). The
-/// frozen inputs are recorded in `frozen`.
-fn import_for(
-    dir: &Path,
-    ds: &DataSet,
-    freeze: bool,
-    frozen: &mut Vec<String>,
-) -> Result<rlx_ir::Graph, Fail> {
+/// Import the model for one data set, graph input shapes from the data (every input stays an
+/// input: nothing is frozen).
+fn import_for(dir: &Path, ds: &DataSet) -> Result<rlx_ir::Graph, Fail> {
     let model = dir.join("model.onnx");
-    let mut opts = ImportOptions {
+    let opts = ImportOptions {
         input_shapes: ds
             .inputs
             .iter()
@@ -450,43 +461,17 @@ fn import_for(
         value_inputs: ds.values.clone(),
         ..ImportOptions::default()
     };
-    // Candidates to freeze: the tensor inputs present in the data, last first (not the
-    // elements of sequence / optional inputs: those are no graph inputs of their own).
-    let mut candidates: Vec<&(String, Tensor)> = ds
-        .inputs
-        .iter()
-        .filter(|(n, _)| !ds.values.contains_key(n) && !n.ends_with(']'))
-        .collect();
-    frozen.clear();
-    loop {
-        for n in frozen.iter() {
-            if let Some((_, t)) = ds.inputs.iter().find(|(m, _)| m == n) {
-                opts.input_shapes.remove(n);
-                opts.constant_inputs.insert(n.clone(), t.clone());
-            }
-        }
-        match guarded("import", || import_onnx(&model, &opts))? {
-            Ok(g) => return Ok(g),
-            Err(e) => {
-                let msg = e.to_string();
-                if freeze && msg.contains(NEEDS_CONSTANT) {
-                    if let Some((n, _)) = candidates.pop() {
-                        frozen.push(n.clone());
-                        continue;
-                    }
-                }
-                return fail(Stage::Import, msg);
-            }
-        }
+    match guarded("import", || import_onnx(&model, &opts))? {
+        Ok(g) => Ok(g),
+        Err(e) => fail(Stage::Import, e.to_string()),
     }
 }
 
 fn run_plain(
     dir: &Path,
     meta: &ModelMeta,
-    freeze: bool,
     expected_nonfinite: &mut bool,
-    frozen_all: &mut Vec<String>,
+    run_path: &mut RunPath,
 ) -> (Result<(), Fail>, Vec<Prepared>) {
     let dss = data_sets(dir);
     if dss.is_empty() {
@@ -507,40 +492,33 @@ fn run_plain(
                     values: HashMap::new(),
                     outputs: vec![],
                 };
-                let mut fz = vec![];
-                return match import_for(dir, &bare, false, &mut fz) {
+                return match import_for(dir, &bare) {
                     Err(fi) if fi.0 == Stage::Import || fi.0 == Stage::Panic => (Err(fi), prepared),
                     _ => (Err(f), prepared),
                 };
             }
             Err(f) => return (Err(f), prepared),
         };
-        let mut frozen = vec![];
-        let g = match import_for(dir, &ds, freeze, &mut frozen) {
+        let g = match import_for(dir, &ds) {
             Ok(g) => Some(g),
-            // Not frozen by the harness: the runtime's own way with values known only when
-            // the model runs (`rlx_runtime::dynamic`: parameter inputs planned by value,
-            // value-dependent nodes run between plans), as `rlx run` does it.
-            Err(f)
-                if !freeze
-                    && f.0 == Stage::Import
-                    && rlx_runtime::dynamic::is_value_dependent(&f.1) =>
-            {
+            // A value known only when the model runs: the runtime's own way with it
+            // (`rlx_runtime::dynamic`: parameter inputs planned by value, value-dependent
+            // nodes run between plans), as `rlx run` does it.
+            Err(f) if f.0 == Stage::Import && rlx_runtime::dynamic::is_value_dependent(&f.1) => {
                 None
             }
             Err(f) => return (Err(f), prepared),
         };
-        for f in &frozen {
-            if !frozen_all.contains(f) {
-                frozen_all.push(f.clone());
-            }
-        }
         let built = match g {
             Some(g) => guarded("compile", || Session::new(Device::Cpu).try_compile(g))
                 .map(|r| r.map_err(|e| Fail(Stage::Compile, e.to_string()))),
             None => match run_dynamic(dir, &ds) {
-                Dynamic::Plan(c) => Ok(Ok(c)),
+                Dynamic::Plan(c) => {
+                    *run_path = (*run_path).max(RunPath::ByValue);
+                    Ok(Ok(c))
+                }
                 Dynamic::Segmented(plain) => {
+                    *run_path = RunPath::Segments;
                     // Ran in segments: compared, but no localizer comparison (the segments
                     // are plans of their own).
                     let plain: RunResult = plain.map_err(|f| {
@@ -737,9 +715,9 @@ fn run_debug(meta: &ModelMeta, prepared: &mut [Prepared]) -> DebugOutcome {
 /// Run the case in `dir` and hand each result line to `emit` as soon as it is known: first
 /// [`Line::Normal`], then (with `debug_nans`, when the model compiled) [`Line::Debug`].
 ///
-/// `freeze`: allow freezing shape-defining inputs as constants when the plain import needs
-/// them constant (see [`Outcome::frozen`]).
-pub fn run_case(dir: &Path, debug_nans: bool, freeze: bool, emit: &mut dyn FnMut(&Line)) {
+/// A model whose import needs a run-time value runs through [`rlx_runtime::DynamicModel`]
+/// ([`Outcome::run_path`]).
+pub fn run_case(dir: &Path, debug_nans: bool, emit: &mut dyn FnMut(&Line)) {
     let t0 = Instant::now();
     let meta = match load_meta(dir) {
         Ok(m) => m,
@@ -749,14 +727,14 @@ pub fn run_case(dir: &Path, debug_nans: bool, freeze: bool, emit: &mut dyn FnMut
                 detail: e,
                 ms: 0.0,
                 expected_nonfinite: false,
-                frozen: vec![],
+                run_path: RunPath::Static,
             }));
             return;
         }
     };
     let mut expected_nonfinite = false;
-    let mut frozen = vec![];
-    let (r, mut prepared) = run_plain(dir, &meta, freeze, &mut expected_nonfinite, &mut frozen);
+    let mut run_path = RunPath::Static;
+    let (r, mut prepared) = run_plain(dir, &meta, &mut expected_nonfinite, &mut run_path);
     let (stage, detail) = match r {
         Ok(()) => (Stage::Pass, String::new()),
         Err(Fail(s, d)) => (s, d),
@@ -766,7 +744,7 @@ pub fn run_case(dir: &Path, debug_nans: bool, freeze: bool, emit: &mut dyn FnMut
         detail,
         ms: t0.elapsed().as_secs_f64() * 1e3,
         expected_nonfinite,
-        frozen,
+        run_path,
     }));
     if debug_nans && !prepared.is_empty() {
         let d = run_debug(&meta, &mut prepared);

@@ -3,6 +3,11 @@
 //! `scripts/onnx-node-suite`; 1884 cases for onnx 1.23.2) through `rlx-onnx-import` and the CPU
 //! runtime (`Session::new(Device::Cpu).try_compile(g)` then `run_tensors`).
 //!
+//! No input is frozen: every graph input is fed at run time, as a user's would be. A case whose
+//! import needs a value known only at run time runs through [`rlx_runtime::DynamicModel`]
+//! (parameter inputs planned by value, value-dependent nodes run in segments), and the report
+//! counts those cases ([`case::RunPath`]).
+//!
 //! * [`compare`]: the output comparison (rtol 1e-3 / atol 1e-7, NaN equal to NaN, dtype and
 //!   dims exact, ints/bools exact, bf16 at onnx's wider tolerance);
 //! * [`case`]: one case in this process, the plain run and the run with the NaN/Inf localizer
@@ -15,7 +20,6 @@
 
 pub mod case;
 pub mod compare;
-pub mod frozen;
 pub mod onnx_meta;
 pub mod suite;
 
@@ -44,8 +48,8 @@ pub fn workspace_root() -> std::path::PathBuf {
 pub const MANIFEST_HEADER: &str =
     "ONNX node test cases (onnx 1.23.2, scripts/onnx-node-suite) that RLX passes.
 A listed case that fails is a regression: `cargo test -p rlx-conformance` fails.
-'frozen: x' = the case runs with graph input x frozen to its test value (the importer needs
-it at import time: an axes/pads/shape input), as tract's harness does for `input:` cases.
+No input is frozen: a case whose import needs a run-time value runs through the runtime's
+DynamicModel (planned by a parameter input's value, or in segments around a value-dependent node).
 Regenerate: RLX_UPDATE_MANIFEST=1 cargo test -p rlx-conformance --test node_suite
 (or: cargo run -p rlx-conformance -- suite --update-manifest).";
 
@@ -71,7 +75,7 @@ impl ManifestUpdate {
 
 /// Why `passing.txt` cannot be regenerated from a run with these options (None: it can). Only
 /// the full default suite may rewrite it: the folder `scripts/onnx-node-suite` writes
-/// ([`workspace_root`]), no filter, inputs frozen as in the committed manifest.
+/// ([`workspace_root`]), no filter.
 pub fn update_refusal(opts: &suite::SuiteOptions) -> Option<String> {
     let mut why = vec![];
     let canon = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
@@ -86,12 +90,6 @@ pub fn update_refusal(opts: &suite::SuiteOptions) -> Option<String> {
         why.push(format!(
             "a filter is set ({f:?}: --filter / RLX_CONFORMANCE_FILTER)"
         ));
-    }
-    if !opts.freeze {
-        why.push(
-            "inputs are not frozen (--no-freeze / RLX_CONFORMANCE_FREEZE=0): the `# frozen:` cases would drop out"
-                .to_string(),
-        );
     }
     (!why.is_empty()).then(|| {
         format!(
@@ -119,7 +117,7 @@ pub fn run_and_gate(
         eprint_now(&format!("cannot write {}: {e}\n", results_path.display()));
     }
     let mpath = manifest_path();
-    let manifest = match read_manifest_entries(&mpath) {
+    let manifest = match read_manifest(&mpath) {
         Ok(m) => m,
         Err(e) => {
             eprint_now(&format!("cannot read {}: {e}\n", mpath.display()));
@@ -128,15 +126,6 @@ pub fn run_and_gate(
     };
     let v = verdict(&report, &manifest, opts.filter.as_deref());
     let mut ok = v.ok();
-    if !opts.freeze {
-        eprint_now(&format!(
-            "\n== RLX_CONFORMANCE_FREEZE=0 (strict count): {} of {} cases pass with no input frozen; \
-             the {} passing.txt cases marked `# frozen:` are not gated in this mode\n",
-            report.passed(),
-            report.results.len(),
-            v.frozen_not_gated.len()
-        ));
-    }
     if !v.newly_passing.is_empty() {
         eprint_now(&format!(
             "\n{} cases pass that passing.txt does not list (extend it: RLX_UPDATE_MANIFEST=1):\n  {}\n",
@@ -149,15 +138,6 @@ pub fn run_and_gate(
             "\nREGRESSIONS: {} cases listed in passing.txt fail:\n  {}\n",
             v.regressions.len(),
             v.regressions.join("\n  ")
-        ));
-    }
-    if !v.frozen_grew.is_empty() {
-        eprint_now(&format!(
-            "\nFROZEN INPUTS GREW: {} cases listed in passing.txt pass only by freezing an input \
-             their `# frozen:` entry does not name (the importer may now compute what the runtime \
-             ran; accept with RLX_UPDATE_MANIFEST=1 RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1):\n  {}\n",
-            v.frozen_grew.len(),
-            v.frozen_grew.join("\n  ")
         ));
     }
     if !v.debug_violations.is_empty() {
@@ -173,14 +153,7 @@ pub fn run_and_gate(
             ok = false;
         } else {
             let plan = plan_manifest(&report, &manifest);
-            if !v.frozen_grew.is_empty() && !u.allow_removals {
-                eprint_now(&format!(
-                    "\nrefusing to update passing.txt: {} listed cases would record more frozen \
-                     inputs (rerun with --allow-removals / RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 to accept)\n",
-                    v.frozen_grew.len()
-                ));
-                ok = false;
-            } else if !plan.removed.is_empty() && !u.allow_removals {
+            if !plan.removed.is_empty() && !u.allow_removals {
                 eprint_now(&format!(
                     "\nrefusing to update passing.txt: {} listed cases would be removed \
                      (rerun with --allow-removals / RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 to drop them):\n  {}\n",

@@ -2,18 +2,24 @@
 //!
 //! ```text
 //! rlx-conformance suite [--root DIR] [--filter SUBSTR] [--jobs N] [--timeout SECS]
-//!                       [--no-debug-nans] [--no-freeze] [--update-manifest [--allow-removals]]
-//! rlx-conformance case DIR [--debug-nans] [--no-freeze] [--pretty]
+//!                       [--no-debug-nans] [--update-manifest [--allow-removals]]
+//! rlx-conformance case DIR [--debug-nans] [--pretty]
 //! ```
 //!
 //! `suite` is what `cargo test -p rlx-conformance` runs (defaults from the same environment
 //! variables: RLX_ONNX_NODE_DIR, RLX_CONFORMANCE_JOBS, RLX_CONFORMANCE_TIMEOUT_S,
-//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_CONFORMANCE_FREEZE=0,
-//! RLX_UPDATE_MANIFEST=1, RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1); exit status 1 on a
-//! regression or a refused manifest update, 2 on a usage error.
+//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_UPDATE_MANIFEST=1,
+//! RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1); exit status 1 on a regression or a refused manifest
+//! update, 2 on a usage error.
 //! `case` runs one case in this process and prints its result lines (JSON, prefixed
 //! `@@rlx-conformance `); the suite runs it in a child process per case. Exit status 0 when the
 //! case passes (and the localizer run, if any, changed nothing), 1 when it does not.
+//!
+//! No input is ever frozen to its test value: a case whose import needs a value known only at
+//! run time (a Reshape's `shape` fed as an input, a NonZero whose output size depends on its
+//! data) runs through `rlx_runtime::DynamicModel`, planned by the parameter input's value or
+//! run in segments around the value-dependent node, as `rlx run` runs such a model. The suite
+//! report counts those cases.
 
 use clap::{Args, Parser, Subcommand};
 use rlx_conformance::case::{self, Line, LINE_PREFIX};
@@ -49,9 +55,12 @@ enum Cmd {
 
 const SUITE_ENV: &str = "Environment (the options override it): RLX_ONNX_NODE_DIR (--root), \
 RLX_CONFORMANCE_JOBS (--jobs), RLX_CONFORMANCE_TIMEOUT_S (--timeout), RLX_CONFORMANCE_FILTER \
-(--filter), RLX_CONFORMANCE_DEBUG_NANS=0 (--no-debug-nans), RLX_CONFORMANCE_FREEZE=0 \
-(--no-freeze), RLX_UPDATE_MANIFEST=1 (--update-manifest), RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 \
-(--allow-removals).
+(--filter), RLX_CONFORMANCE_DEBUG_NANS=0 (--no-debug-nans), RLX_UPDATE_MANIFEST=1 \
+(--update-manifest), RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1 (--allow-removals).
+
+No input is frozen: a case whose import needs a run-time value runs through the runtime's \
+DynamicModel (planned by a parameter input's value, or in segments around a value-dependent \
+node); the report counts them.
 
 Exit status: 0 when every case listed in passing.txt passes and the localizer changed nothing; \
 1 on a regression, a localizer violation, a refused manifest update or no cases found; 2 on a \
@@ -74,10 +83,6 @@ struct SuiteArgs {
     /// Skip the second run of each case with the NaN/Inf localizer on
     #[arg(long)]
     no_debug_nans: bool,
-    /// Never freeze shape-defining inputs to their test values (the strict count; passing.txt
-    /// cases marked `# frozen:` are then not gated)
-    #[arg(long)]
-    no_freeze: bool,
     /// Rewrite passing.txt with the cases passing now (full default suite only)
     #[arg(long)]
     update_manifest: bool,
@@ -93,9 +98,6 @@ struct CaseArgs {
     /// Also run with the NaN/Inf localizer on and check that it changes nothing
     #[arg(long)]
     debug_nans: bool,
-    /// Never freeze shape-defining inputs to their test values
-    #[arg(long)]
-    no_freeze: bool,
     /// Pretty-print the JSON lines
     #[arg(long)]
     pretty: bool,
@@ -136,7 +138,7 @@ fn case_cmd(a: CaseArgs) -> ExitCode {
         let _ = writeln!(out, "{LINE_PREFIX}{}", j.unwrap_or_default());
         let _ = out.flush();
     };
-    case::run_case(&a.dir, a.debug_nans, !a.no_freeze, &mut emit);
+    case::run_case(&a.dir, a.debug_nans, &mut emit);
     if passed && debug_same {
         ExitCode::SUCCESS
     } else {
@@ -173,9 +175,6 @@ fn suite_cmd(a: SuiteArgs) -> ExitCode {
     }
     if a.no_debug_nans {
         opts.debug_nans = false;
-    }
-    if a.no_freeze {
-        opts.freeze = false;
     }
     let mut update = ManifestUpdate::from_env();
     if a.update_manifest {

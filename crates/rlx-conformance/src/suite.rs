@@ -1,7 +1,7 @@
 //! The whole suite: find the cases, run each in a child process with a time limit, aggregate,
 //! print the per-op table, gate on the manifest of cases expected to pass.
 
-use crate::case::{self, DebugOutcome, Line, Outcome, Stage, LINE_PREFIX};
+use crate::case::{self, DebugOutcome, Line, Outcome, RunPath, Stage, LINE_PREFIX};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -148,9 +148,6 @@ pub struct SuiteOptions {
     pub filter: Option<String>,
     /// Also run each case with the localizer on and check it changes nothing.
     pub debug_nans: bool,
-    /// Let a case whose import needs a runtime input as a constant (axes, pads, shape, ...)
-    /// run with that input frozen to its test value ([`Outcome::frozen`]).
-    pub freeze: bool,
     /// Print a progress line to stderr every this many cases (0: never).
     pub progress_every: usize,
 }
@@ -158,8 +155,7 @@ pub struct SuiteOptions {
 impl SuiteOptions {
     /// Defaults, overridable by environment: `RLX_CONFORMANCE_JOBS` (default: 2, at most the
     /// machine's cores), `RLX_CONFORMANCE_TIMEOUT_S` (10), `RLX_CONFORMANCE_FILTER`,
-    /// `RLX_CONFORMANCE_DEBUG_NANS=0` (skip the localizer run), `RLX_CONFORMANCE_FREEZE=0`
-    /// (never freeze inputs: the strict count).
+    /// `RLX_CONFORMANCE_DEBUG_NANS=0` (skip the localizer run).
     ///
     /// Panics when `RLX_CONFORMANCE_TIMEOUT_S` is not a valid limit ([`parse_timeout`]); see
     /// [`SuiteOptions::try_from_env`].
@@ -185,7 +181,6 @@ impl SuiteOptions {
             timeout,
             filter: env("RLX_CONFORMANCE_FILTER"),
             debug_nans: !rlx_ir::env::is_off("RLX_CONFORMANCE_DEBUG_NANS"),
-            freeze: !rlx_ir::env::is_off("RLX_CONFORMANCE_FREEZE"),
             progress_every: 500,
         })
     }
@@ -255,7 +250,6 @@ pub struct SuiteReport {
     pub wall_s: f64,
     pub jobs: usize,
     pub debug_nans: bool,
-    pub freeze: bool,
     pub onnxruntime: Option<String>,
 }
 
@@ -266,42 +260,20 @@ impl SuiteReport {
     pub fn failed(&self) -> usize {
         self.results.len() - self.passed()
     }
-    /// Passing cases that ran with inputs frozen ([`Outcome::frozen`]).
-    pub fn passed_frozen(&self) -> usize {
-        self.results
-            .iter()
-            .filter(|r| r.passed() && !r.outcome.frozen.is_empty())
-            .count()
-    }
-    /// Passing cases by what freezing did to them ([`crate::frozen::classify`], from each
-    /// case's `model.onnx` under `root`): `(parameter inputs only, data inputs, the data cases'
-    /// names)`; an expanded case is classed by its base case's model. A case whose model
-    /// cannot be read counts as data (the stricter count).
-    pub fn passed_frozen_kinds(&self) -> (usize, usize, Vec<String>) {
-        use crate::frozen::{classify, FrozenKind};
-        let (mut param, mut data) = (0, vec![]);
-        for c in self
-            .results
-            .iter()
-            .filter(|c| c.passed() && !c.outcome.frozen.is_empty())
-        {
-            // An expanded case (the op's function body) has the same graph inputs as its base
-            // case: classify by the base case's single node, whose schema positions apply
-            // (the body reads a shape input through Sub/Div index arithmetic).
-            let base = self.root.join(base_case(&c.name));
-            let dir = if c.expanded && base.join("model.onnx").is_file() {
-                base
-            } else {
-                self.root.join(&c.name)
-            };
-            let kind =
-                case::load_meta(&dir).map_or(FrozenKind::Data, |m| classify(&m, &c.outcome.frozen));
-            match kind {
-                FrozenKind::Data => data.push(c.name.clone()),
-                _ => param += 1,
-            }
-        }
-        (param, data.len(), data)
+    /// Passing cases by how they ran ([`Outcome::run_path`]): `(static, planned by the
+    /// value of a parameter input, in segments around a value-dependent node)`.
+    pub fn passed_by_path(&self) -> (usize, usize, usize) {
+        let n = |p: RunPath| {
+            self.results
+                .iter()
+                .filter(|c| c.passed() && c.outcome.run_path == p)
+                .count()
+        };
+        (
+            n(RunPath::Static),
+            n(RunPath::ByValue),
+            n(RunPath::Segments),
+        )
     }
     /// `N passed, M failed (S skipped)`.
     pub fn closing_line(&self) -> String {
@@ -361,9 +333,6 @@ fn run_child(
     cmd.arg("case").arg(dir);
     if opts.debug_nans {
         cmd.arg("--debug-nans");
-    }
-    if !opts.freeze {
-        cmd.arg("--no-freeze");
     }
     cmd.env_remove("RLX_DEBUG_NANS")
         .stdin(Stdio::null())
@@ -551,7 +520,7 @@ pub fn run_suite(opts: &SuiteOptions) -> SuiteReport {
                             detail: d,
                             ms: 0.0,
                             expected_nonfinite: false,
-                            frozen: vec![],
+                            run_path: RunPath::Static,
                         },
                         None,
                     ),
@@ -561,7 +530,7 @@ pub fn run_suite(opts: &SuiteOptions) -> SuiteReport {
                             detail: "the child printed no result".into(),
                             ms: 0.0,
                             expected_nonfinite: false,
-                            frozen: vec![],
+                            run_path: RunPath::Static,
                         },
                         None,
                     ),
@@ -595,7 +564,6 @@ pub fn run_suite(opts: &SuiteOptions) -> SuiteReport {
         wall_s: t0.elapsed().as_secs_f64(),
         jobs: opts.jobs,
         debug_nans: opts.debug_nans,
-        freeze: opts.freeze,
         onnxruntime: ort.map(|(v, _)| v),
     }
 }
@@ -754,14 +722,9 @@ pub fn failure_classes(r: &SuiteReport, top: usize) -> String {
     s
 }
 
-/// Read a manifest: one case name per line; `#` starts a comment.
+/// Read a manifest: one case name per line; `#` starts a comment. A missing file reads as
+/// empty.
 pub fn read_manifest(path: &Path) -> std::io::Result<BTreeSet<String>> {
-    Ok(read_manifest_entries(path)?.into_keys().collect())
-}
-
-/// Read a manifest with each case's frozen inputs (from its `# frozen: a, b` comment; empty
-/// when it has none). A missing file reads as empty.
-pub fn read_manifest_entries(path: &Path) -> std::io::Result<BTreeMap<String, Vec<String>>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -769,33 +732,17 @@ pub fn read_manifest_entries(path: &Path) -> std::io::Result<BTreeMap<String, Ve
     };
     Ok(text
         .lines()
-        .filter_map(|l| {
-            let (name, comment) = l.split_once('#').unwrap_or((l, ""));
-            let name = name.trim();
-            if name.is_empty() {
-                return None;
-            }
-            let frozen = comment
-                .trim()
-                .strip_prefix("frozen:")
-                .map(|f| {
-                    f.split(',')
-                        .map(str::trim)
-                        .filter(|x| !x.is_empty())
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default();
-            Some((name.to_string(), frozen))
-        })
+        .map(|l| l.split_once('#').map_or(l, |(name, _)| name).trim())
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
         .collect())
 }
 
 /// What rewriting the manifest from a run would do.
 #[derive(Debug, Clone, Default)]
 pub struct ManifestPlan {
-    /// The new manifest: every passing case, with its frozen inputs.
-    pub cases: BTreeMap<String, Vec<String>>,
+    /// The new manifest: every passing case.
+    pub cases: BTreeSet<String>,
     /// Passing cases the manifest does not list yet.
     pub added: Vec<String>,
     /// Listed cases that would go (they failed, or are not in the run).
@@ -803,23 +750,15 @@ pub struct ManifestPlan {
 }
 
 /// The manifest a run gives (its passing cases), against the current one.
-pub fn plan_manifest(r: &SuiteReport, current: &BTreeMap<String, Vec<String>>) -> ManifestPlan {
-    let cases: BTreeMap<String, Vec<String>> = r
+pub fn plan_manifest(r: &SuiteReport, current: &BTreeSet<String>) -> ManifestPlan {
+    let cases: BTreeSet<String> = r
         .results
         .iter()
         .filter(|c| c.passed())
-        .map(|c| (c.name.clone(), c.outcome.frozen.clone()))
+        .map(|c| c.name.clone())
         .collect();
-    let added = cases
-        .keys()
-        .filter(|c| !current.contains_key(*c))
-        .cloned()
-        .collect();
-    let removed = current
-        .keys()
-        .filter(|c| !cases.contains_key(*c))
-        .cloned()
-        .collect();
+    let added = cases.difference(current).cloned().collect();
+    let removed = current.difference(&cases).cloned().collect();
     ManifestPlan {
         cases,
         added,
@@ -827,23 +766,15 @@ pub fn plan_manifest(r: &SuiteReport, current: &BTreeMap<String, Vec<String>>) -
     }
 }
 
-/// Write the manifest: a header, then the passing cases sorted, each with a trailing comment
-/// naming its frozen inputs when it has any (`test_x  # frozen: axes`).
-pub fn write_manifest(
-    path: &Path,
-    cases: &BTreeMap<String, Vec<String>>,
-    header: &str,
-) -> std::io::Result<()> {
+/// Write the manifest: a header (each line as a `# ` comment), then the passing cases sorted,
+/// one name per line.
+pub fn write_manifest(path: &Path, cases: &BTreeSet<String>, header: &str) -> std::io::Result<()> {
     let mut s = String::new();
     for l in header.lines() {
         let _ = writeln!(s, "# {l}");
     }
-    for (c, frozen) in cases {
-        if frozen.is_empty() {
-            let _ = writeln!(s, "{c}");
-        } else {
-            let _ = writeln!(s, "{c}  # frozen: {}", frozen.join(", "));
-        }
+    for c in cases {
+        let _ = writeln!(s, "{c}");
     }
     std::fs::write(path, s)
 }
@@ -857,65 +788,27 @@ pub struct Verdict {
     pub newly_passing: Vec<String>,
     /// The localizer changed outputs or crashed.
     pub debug_violations: Vec<String>,
-    /// Listed cases that need a frozen input (`# frozen:`), not gated because the run did not
-    /// freeze inputs (`RLX_CONFORMANCE_FREEZE=0`, the strict count).
-    pub frozen_not_gated: Vec<String>,
-    /// Listed cases that pass only by freezing an input their `# frozen:` entry does not
-    /// name (a case that starts needing a frozen input fails the gate: the importer, not the
-    /// runtime, may now be computing it).
-    pub frozen_grew: Vec<String>,
 }
 
 impl Verdict {
-    /// No regression, no localizer violation, no case whose frozen inputs grew.
+    /// No regression, no localizer violation.
     pub fn ok(&self) -> bool {
-        self.regressions.is_empty()
-            && self.debug_violations.is_empty()
-            && self.frozen_grew.is_empty()
+        self.regressions.is_empty() && self.debug_violations.is_empty()
     }
 }
 
-/// Compare a run with the manifest (case → frozen inputs, [`read_manifest_entries`]). In a
-/// run without freezing (`r.freeze` false) the listed cases that need a frozen input are not
-/// gated (they are in [`Verdict::frozen_not_gated`]). A listed case that passes with a frozen
-/// input its entry does not name goes to [`Verdict::frozen_grew`].
-pub fn verdict(
-    r: &SuiteReport,
-    manifest: &BTreeMap<String, Vec<String>>,
-    filter: Option<&str>,
-) -> Verdict {
+/// Compare a run with the manifest ([`read_manifest`]); with `filter`, only the listed cases
+/// whose name contains it are gated.
+pub fn verdict(r: &SuiteReport, manifest: &BTreeSet<String>, filter: Option<&str>) -> Verdict {
     let by_name: HashMap<&str, &CaseResult> =
         r.results.iter().map(|c| (c.name.as_str(), c)).collect();
     let mut v = Verdict::default();
-    for (m, frozen) in manifest {
+    for m in manifest {
         if filter.is_some_and(|f| !m.contains(f)) {
             continue;
         }
-        if !r.freeze && !frozen.is_empty() {
-            v.frozen_not_gated.push(m.clone());
-            continue;
-        }
         match by_name.get(m.as_str()) {
-            Some(c) if c.passed() => {
-                let extra: Vec<&str> = c
-                    .outcome
-                    .frozen
-                    .iter()
-                    .filter(|f| !frozen.contains(f))
-                    .map(String::as_str)
-                    .collect();
-                if !extra.is_empty() {
-                    v.frozen_grew.push(format!(
-                        "{m}: passes only with {} frozen; passing.txt records {}",
-                        extra.join(", "),
-                        if frozen.is_empty() {
-                            "no frozen input".to_string()
-                        } else {
-                            format!("frozen: {}", frozen.join(", "))
-                        }
-                    ));
-                }
-            }
+            Some(c) if c.passed() => {}
             Some(c) => v.regressions.push(format!(
                 "{m}: {} {}",
                 c.outcome.stage.as_str(),
@@ -928,7 +821,7 @@ pub fn verdict(
         }
     }
     for c in &r.results {
-        if c.passed() && !manifest.contains_key(&c.name) {
+        if c.passed() && !manifest.contains(&c.name) {
             v.newly_passing.push(c.name.clone());
         }
         if let Some(d) = c.debug_violation() {
@@ -1020,49 +913,17 @@ pub fn render(r: &SuiteReport) -> String {
     s.push_str(&op_table(r));
     let _ = writeln!(s, "\n== failure classes (most common first)");
     s.push_str(&failure_classes(r, 25));
-    if r.freeze {
-        let frozen: Vec<&CaseResult> = r
-            .results
-            .iter()
-            .filter(|c| !c.outcome.frozen.is_empty())
-            .collect();
-        // Cases where every graph input was frozen ran entirely at import time (constant
-        // folding): NonZero, Unique, Range, ConstantOfShape, the window ops.
-        let all: Vec<&str> = frozen
-            .iter()
-            .filter(|c| c.passed())
-            .filter(|c| {
-                case::load_meta(&r.root.join(&c.name))
-                    .is_ok_and(|m| m.inputs.iter().all(|i| c.outcome.frozen.contains(&i.name)))
-            })
-            .map(|c| c.name.as_str())
-            .collect();
-        let _ = writeln!(
-            s,
-            "\n== {} of the {} passing cases ran with inputs frozen to their test values \
-             ({} cases needed it; RLX_CONFORMANCE_FREEZE=0 for the strict count: {} pass); \
-             {} of them with every input frozen (computed at import time): {}",
-            r.passed_frozen(),
-            r.passed(),
-            frozen.len(),
-            r.passed() - r.passed_frozen(),
-            all.len(),
-            all.join(", ")
-        );
-        let (param, data, data_cases) = r.passed_frozen_kinds();
-        let _ = writeln!(
-            s,
-            "== frozen inputs: {} cases pass; {} pass with no input frozen, {} only with frozen \
-             parameter inputs (shape/axes/sizes: the runtime still computes the op), {} only with \
-             frozen data inputs (the importer computed values the runtime never ran; \
-             crate::frozen says which inputs are data): {}",
-            r.passed(),
-            r.passed() - r.passed_frozen(),
-            param,
-            data,
-            data_cases.join(", ")
-        );
-    }
+    let (st, by_value, segments) = r.passed_by_path();
+    let _ = writeln!(
+        s,
+        "\n== run-time values (no input is frozen): of the {} passing cases, {st} import and \
+         compile as they are, {} need the runtime's dynamic path (rlx_runtime::DynamicModel): \
+         {by_value} planned by the value of a parameter input (a Reshape's shape, a TopK's k), \
+         {segments} ran in segments around a value-dependent node (NonZero, Unique, an If or \
+         Loop deciding on a run-time value); per case: \"run_path\" in rlx_results.json",
+        r.passed(),
+        by_value + segments
+    );
     if let Some(v) = &r.onnxruntime {
         let ort_pass = r.results.iter().filter(|c| c.ort_passed()).count();
         let rlx_only: Vec<&str> = r

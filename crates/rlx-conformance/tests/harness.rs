@@ -2,7 +2,7 @@
 //! Stand-in children are shell scripts (unix only).
 #![cfg(unix)]
 
-use rlx_conformance::case::Stage;
+use rlx_conformance::case::{RunPath, Stage};
 use rlx_conformance::suite::{run_suite, SuiteOptions, SuiteReport};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,6 @@ fn suite_with(tag: &str, body: &str, timeout_s: f64) -> rlx_conformance::suite::
     opts.timeout = Duration::from_secs_f64(timeout_s);
     opts.filter = None;
     opts.debug_nans = true;
-    opts.freeze = true;
     opts.progress_every = 0;
     let r = run_suite(&opts);
     let _ = std::fs::remove_dir_all(&tmp);
@@ -103,7 +102,6 @@ fn exe(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
         "RLX_UPDATE_MANIFEST_ALLOW_REMOVALS",
         "RLX_CONFORMANCE_TIMEOUT_S",
         "RLX_CONFORMANCE_FILTER",
-        "RLX_CONFORMANCE_FREEZE",
     ] {
         cmd.env_remove(k);
     }
@@ -176,14 +174,10 @@ fn update_is_refused_for_a_partial_run() {
     let exe_path = PathBuf::from(EXE);
     let mut opts = SuiteOptions::from_env(rlx_conformance::workspace_root(), exe_path.clone());
     opts.filter = None;
-    opts.freeze = true;
     assert_eq!(update_refusal(&opts), None);
     let mut o = opts.clone();
     o.filter = Some("abs".into());
     assert!(update_refusal(&o).is_some_and(|w| w.contains("filter")));
-    let mut o = opts.clone();
-    o.freeze = false;
-    assert!(update_refusal(&o).is_some_and(|w| w.contains("frozen")));
     let mut o = opts.clone();
     o.root = std::env::temp_dir();
     assert!(update_refusal(&o).is_some_and(|w| w.contains("not the default")));
@@ -203,11 +197,6 @@ fn update_is_refused_for_a_partial_run() {
             vec!["suite", "--filter", "abs", "--update-manifest"],
             vec![],
         ),
-        (vec!["suite", "--no-freeze", "--update-manifest"], vec![]),
-        (
-            vec!["suite", "--update-manifest"],
-            vec![("RLX_CONFORMANCE_FREEZE", "0")],
-        ),
         (vec!["suite", "--allow-removals"], vec![]),
     ] {
         let (code, _, err) = exe(&args, &env);
@@ -224,7 +213,7 @@ fn update_is_refused_for_a_partial_run() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-fn result(name: &str, stage: Stage, frozen: &[&str]) -> rlx_conformance::suite::CaseResult {
+fn result(name: &str, stage: Stage, run_path: RunPath) -> rlx_conformance::suite::CaseResult {
     rlx_conformance::suite::CaseResult {
         name: name.into(),
         op: "Op".into(),
@@ -234,7 +223,7 @@ fn result(name: &str, stage: Stage, frozen: &[&str]) -> rlx_conformance::suite::
             detail: String::new(),
             ms: 0.0,
             expected_nonfinite: false,
-            frozen: frozen.iter().map(|s| s.to_string()).collect(),
+            run_path,
         },
         debug: None,
         debug_crash: None,
@@ -242,7 +231,7 @@ fn result(name: &str, stage: Stage, frozen: &[&str]) -> rlx_conformance::suite::
     }
 }
 
-fn report(results: Vec<rlx_conformance::suite::CaseResult>, freeze: bool) -> SuiteReport {
+fn report(results: Vec<rlx_conformance::suite::CaseResult>) -> SuiteReport {
     SuiteReport {
         root: PathBuf::from("/nowhere"),
         results,
@@ -250,58 +239,50 @@ fn report(results: Vec<rlx_conformance::suite::CaseResult>, freeze: bool) -> Sui
         wall_s: 0.0,
         jobs: 1,
         debug_nans: false,
-        freeze,
         onnxruntime: None,
     }
 }
 
 #[test]
-fn manifest_plan_and_strict_mode_gate() {
-    use rlx_conformance::suite::{plan_manifest, read_manifest_entries, verdict, write_manifest};
+fn manifest_plan_and_gate() {
+    use rlx_conformance::suite::{plan_manifest, read_manifest, verdict, write_manifest};
     let dir = tmp_dir("manifest");
     let path = dir.join("passing.txt");
-    std::fs::write(
-        &path,
-        "# header\ntest_a\ntest_b  # frozen: axes, pads\ntest_c\n",
-    )
-    .unwrap();
-    let m = read_manifest_entries(&path).unwrap();
-    assert_eq!(m["test_a"], Vec::<String>::new());
-    assert_eq!(m["test_b"], vec!["axes".to_string(), "pads".to_string()]);
-
-    // test_c fails now, test_d passes newly.
-    let r = report(
-        vec![
-            result("test_a", Stage::Pass, &[]),
-            result("test_b", Stage::Pass, &["axes", "pads"]),
-            result("test_c", Stage::Compare, &[]),
-            result("test_d", Stage::Pass, &[]),
-        ],
-        true,
+    // A trailing comment is no part of the name (an old manifest's marks still read).
+    std::fs::write(&path, "# header\ntest_a\ntest_b  # a note\ntest_c\n").unwrap();
+    let m = read_manifest(&path).unwrap();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        m.iter().cloned().collect::<Vec<_>>(),
+        names(&["test_a", "test_b", "test_c"])
     );
+
+    // test_c fails now, test_d passes newly; how a case ran does not matter to the manifest.
+    let r = report(vec![
+        result("test_a", Stage::Pass, RunPath::Static),
+        result("test_b", Stage::Pass, RunPath::ByValue),
+        result("test_c", Stage::Compare, RunPath::Static),
+        result("test_d", Stage::Pass, RunPath::Segments),
+    ]);
     let plan = plan_manifest(&r, &m);
-    assert_eq!(plan.removed, vec!["test_c".to_string()]);
-    assert_eq!(plan.added, vec!["test_d".to_string()]);
+    assert_eq!(plan.removed, names(&["test_c"]));
+    assert_eq!(plan.added, names(&["test_d"]));
     write_manifest(&path, &plan.cases, "h").unwrap();
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
-        "# h\ntest_a\ntest_b  # frozen: axes, pads\ntest_d\n"
+        "# h\ntest_a\ntest_b\ntest_d\n"
     );
 
-    // Without freezing, test_b (frozen) fails but is not a regression; test_a still gates.
-    let strict = report(
-        vec![
-            result("test_a", Stage::Compare, &[]),
-            result("test_b", Stage::Import, &[]),
-        ],
-        false,
-    );
-    let v = verdict(&strict, &m, None);
-    assert_eq!(v.frozen_not_gated, vec!["test_b".to_string()]);
-    assert_eq!(v.regressions.len(), 2, "{:?}", v.regressions); // test_a fails, test_c absent
-    assert!(v.regressions.iter().all(|x| !x.starts_with("test_b")));
-    let v = verdict(&report(vec![], true), &m, None);
-    assert!(v.regressions.iter().any(|x| x.starts_with("test_b")));
+    let v = verdict(&r, &m, None);
+    assert_eq!(v.regressions.len(), 1, "{:?}", v.regressions);
+    assert!(v.regressions[0].starts_with("test_c: compare"));
+    assert_eq!(v.newly_passing, names(&["test_d"]));
+    assert!(!v.ok());
+    // A filter gates only the listed cases it selects; a listed case absent from the run fails.
+    assert!(verdict(&r, &m, Some("test_a")).ok());
+    let v = verdict(&report(vec![]), &m, Some("test_b"));
+    assert_eq!(v.regressions.len(), 1, "{:?}", v.regressions);
+    assert!(v.regressions[0].starts_with("test_b: not in the suite"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -323,28 +304,35 @@ fn case_exit_status_missing_folder_and_fifo() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// onnx's node test case `name` under `fixtures/onnx-node`, or None after a skip line on stderr
+/// (a failure under `RLX_REQUIRE_FIXTURES=1`) when the suite is not there.
+fn node_case(test: &str, name: &str) -> Option<PathBuf> {
+    let src = rlx_conformance::workspace_root().join(name);
+    if src.join("model.onnx").is_file() {
+        return Some(src);
+    }
+    assert!(
+        rlx_ir::env::get("RLX_REQUIRE_FIXTURES").is_none_or(|v| v != "1"),
+        "RLX_REQUIRE_FIXTURES=1 but {} is missing (run scripts/onnx-node-suite)",
+        src.display()
+    );
+    use std::io::Write; // past the test harness's capture: the line shows in CI logs
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipping {test}: no {} (run scripts/onnx-node-suite)",
+        src.display()
+    );
+    None
+}
+
 /// A real case (onnx's `test_abs`) when `fixtures/onnx-node` exists: it passes, exits 0; with
 /// a stray `output_1.pb` it fails at the output stage, exits 1, and the suite counts it as a
 /// failure, not a crash.
 #[test]
 fn extra_expected_output_is_a_failure() {
-    let src = rlx_conformance::workspace_root().join("test_abs");
-    if !src.join("model.onnx").is_file() {
-        assert!(
-            rlx_ir::env::get("RLX_REQUIRE_FIXTURES").is_none_or(|v| v != "1"),
-            "RLX_REQUIRE_FIXTURES=1 but {} is missing (run scripts/onnx-node-suite)",
-            src.display()
-        );
-        {
-            use std::io::Write; // past the test harness's capture: the line shows in CI logs
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipping extra_expected_output_is_a_failure: no {} (run scripts/onnx-node-suite)",
-                src.display()
-            );
-        }
+    let Some(src) = node_case("extra_expected_output_is_a_failure", "test_abs") else {
         return;
-    }
+    };
     let tmp = tmp_dir("extra");
     let root = tmp.join("cases");
     for name in ["test_abs", "test_abs_extra"] {
@@ -373,7 +361,6 @@ fn extra_expected_output_is_a_failure() {
     let mut opts = SuiteOptions::from_env(root.clone(), PathBuf::from(EXE));
     opts.filter = None;
     opts.debug_nans = true;
-    opts.freeze = true;
     opts.progress_every = 0;
     let r = run_suite(&opts);
     let stage = |n: &str| r.results.iter().find(|c| c.name == n).unwrap();
@@ -383,108 +370,66 @@ fn extra_expected_output_is_a_failure() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// A listed case that passes only by freezing an input its `# frozen:` entry does not name
-/// fails the gate (a subset of the recorded inputs is fine).
+/// Cases whose import needs a value known only at run time pass with every input fed at run
+/// time, through the runtime's dynamic path, and the report counts them by the way they ran:
+/// `test_reshape_reduced_dims` feeds Reshape's `shape` (a parameter input: planned by its
+/// value), `test_nonzero_example` has a NonZero whose output size depends on its input's
+/// values (run in segments), `test_abs` needs neither.
 #[test]
-fn frozen_inputs_that_grow_fail_the_gate() {
-    use rlx_conformance::suite::verdict;
-    let mut m = std::collections::BTreeMap::new();
-    m.insert("test_a".to_string(), vec![]);
-    m.insert("test_b".to_string(), vec!["axes".to_string()]);
-    m.insert(
-        "test_c".to_string(),
-        vec!["k".to_string(), "pads".to_string()],
-    );
-    let r = report(
-        vec![
-            result("test_a", Stage::Pass, &["shape"]),
-            result("test_b", Stage::Pass, &["axes", "boxes"]),
-            result("test_c", Stage::Pass, &["k"]),
-        ],
-        true,
-    );
-    let v = verdict(&r, &m, None);
-    assert!(v.regressions.is_empty(), "{:?}", v.regressions);
-    assert!(!v.ok());
-    assert_eq!(v.frozen_grew.len(), 2, "{:?}", v.frozen_grew);
-    assert!(v.frozen_grew[0].starts_with("test_a: passes only with shape frozen"));
-    assert!(v.frozen_grew[1].starts_with("test_b: passes only with boxes frozen"));
-    let same = report(
-        vec![
-            result("test_a", Stage::Pass, &[]),
-            result("test_b", Stage::Pass, &["axes"]),
-            result("test_c", Stage::Pass, &["k", "pads"]),
-        ],
-        true,
-    );
-    assert!(verdict(&same, &m, None).ok());
-}
-
-/// Parameter against data inputs, by the ONNX schemas' input positions (Operators.md): a
-/// frozen input is a parameter only when every node reading it reads it at a parameter
-/// position.
-#[test]
-fn frozen_inputs_are_classed_parameter_or_data_by_the_schema() {
-    use rlx_conformance::frozen::{classify, FrozenKind};
-    use rlx_conformance::onnx_meta::{ModelMeta, NodeMeta};
-    let node = |op: &str, ins: &[&str]| NodeMeta {
-        op_type: op.into(),
-        name: String::new(),
-        inputs: ins.iter().map(|s| s.to_string()).collect(),
-        outputs: vec!["y".into()],
-    };
-    let model = |nodes: Vec<NodeMeta>| ModelMeta {
-        inputs: vec![],
-        outputs: vec![],
-        nodes,
-        opset: 21,
-    };
-    let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let reshape = model(vec![node("Reshape", &["data", "shape"])]);
-    assert_eq!(classify(&reshape, &f(&[])), FrozenKind::None);
-    assert_eq!(classify(&reshape, &f(&["shape"])), FrozenKind::Parameter);
-    assert_eq!(classify(&reshape, &f(&["data"])), FrozenKind::Data);
-    // NonMaxSuppression(boxes, scores, max_output_boxes_per_class, iou_threshold,
-    // score_threshold): the thresholds are parameters, boxes and scores data.
-    let nms = model(vec![node(
-        "NonMaxSuppression",
-        &["b", "s", "m", "iou", "st"],
-    )]);
-    assert_eq!(
-        classify(&nms, &f(&["m", "iou", "st"])),
-        FrozenKind::Parameter
-    );
-    assert_eq!(
-        classify(&nms, &f(&["m", "iou", "st", "s", "b"])),
-        FrozenKind::Data
-    );
-    // Range(start, limit, delta): limit only counts; start and delta make the values.
-    let range = model(vec![node("Range", &["start", "limit", "delta"])]);
-    assert_eq!(classify(&range, &f(&["limit"])), FrozenKind::Parameter);
-    assert_eq!(
-        classify(&range, &f(&["start", "limit", "delta"])),
-        FrozenKind::Data
-    );
-    // Pad(data, pads, constant_value, axes): the fill value is written into the output.
-    let pad = model(vec![node("Pad", &["x", "pads", "value", "axes"])]);
-    assert_eq!(classify(&pad, &f(&["pads", "axes"])), FrozenKind::Parameter);
-    assert_eq!(classify(&pad, &f(&["pads", "value"])), FrozenKind::Data);
-    // Unique's X, NonZero's X, Compress's condition, Loop's trip count: data.
-    for (op, ins, fr) in [
-        ("Unique", &["X"][..], "X"),
-        ("NonZero", &["c"][..], "c"),
-        ("Compress", &["x", "c"][..], "c"),
-        ("Loop", &["n", "cond", "v"][..], "n"),
-        ("HannWindow", &["size"][..], "size"),
-    ] {
-        assert_eq!(
-            classify(&model(vec![node(op, ins)]), &f(&[fr])),
-            FrozenKind::Data,
-            "{op}"
-        );
+fn value_needing_cases_pass_through_the_dynamic_path() {
+    use rlx_conformance::case::load_meta;
+    let cases = [
+        ("test_abs", RunPath::Static),
+        ("test_reshape_reduced_dims", RunPath::ByValue),
+        ("test_nonzero_example", RunPath::Segments),
+    ];
+    let mut srcs = vec![];
+    for (name, _) in cases {
+        match node_case("value_needing_cases_pass_through_the_dynamic_path", name) {
+            Some(s) => srcs.push(s),
+            None => return,
+        }
     }
-    // Read as a parameter by one node and as data by another: data. Read by nobody: data.
-    let both = model(vec![node("Reshape", &["x", "s"]), node("Add", &["x", "s"])]);
-    assert_eq!(classify(&both, &f(&["s"])), FrozenKind::Data);
-    assert_eq!(classify(&reshape, &f(&["unread"])), FrozenKind::Data);
+    // What makes each case need a run-time value is in its model, not in RLX: Reshape reads
+    // its second input from a graph input; NonZero reads a graph input.
+    let reshape = load_meta(&srcs[1]).unwrap();
+    let inputs: Vec<&str> = reshape.inputs.iter().map(|i| i.name.as_str()).collect();
+    let node = &reshape.nodes[0];
+    assert_eq!(node.op_type, "Reshape");
+    assert!(inputs.contains(&node.inputs[1].as_str()), "{inputs:?}");
+    let nonzero = load_meta(&srcs[2]).unwrap();
+    assert_eq!(nonzero.nodes[0].op_type, "NonZero");
+    assert_eq!(nonzero.nodes[0].inputs[0], nonzero.inputs[0].name);
+
+    let tmp = tmp_dir("dynamic");
+    let root = tmp.join("cases");
+    std::fs::create_dir_all(&root).unwrap();
+    for ((name, _), src) in cases.iter().zip(&srcs) {
+        let st = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(src)
+            .arg(root.join(name))
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp -r {}", src.display());
+    }
+    let mut opts = SuiteOptions::from_env(root.clone(), PathBuf::from(EXE));
+    opts.filter = None;
+    opts.debug_nans = true;
+    opts.progress_every = 0;
+    let r = run_suite(&opts);
+    for (name, path) in cases {
+        let c = r.results.iter().find(|c| c.name == name).unwrap();
+        assert!(c.passed(), "{name}: {:?}", c.outcome);
+        assert_eq!(c.outcome.run_path, path, "{name}");
+        assert!(c.debug_violation().is_none(), "{name}");
+    }
+    assert_eq!(r.passed_by_path(), (1, 1, 1));
+    let text = rlx_conformance::suite::render(&r);
+    assert!(
+        text.contains("1 planned by the value of a parameter input")
+            && text.contains("1 ran in segments"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
 }

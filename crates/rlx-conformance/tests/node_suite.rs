@@ -5,11 +5,11 @@
 //! listed in `passing.txt` fails, or when running with the NaN/Inf localizer on
 //! (`DebugMode::Warn`, what `RLX_DEBUG_NANS=1` selects) changes an output or crashes.
 //! `RLX_UPDATE_MANIFEST=1` rewrites `passing.txt` with the cases passing now: only from the full
-//! default suite (no filter, default folder, inputs frozen), and only when no listed case would
-//! go, unless `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`.
+//! default suite (no filter, default folder), and only when no listed case would go, unless
+//! `RLX_UPDATE_MANIFEST_ALLOW_REMOVALS=1`. No input is frozen: a case whose import needs a
+//! run-time value runs through the runtime's `DynamicModel` (see `Outcome::run_path`).
 //! Other knobs: RLX_ONNX_NODE_DIR, RLX_CONFORMANCE_JOBS, RLX_CONFORMANCE_TIMEOUT_S,
-//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0, RLX_CONFORMANCE_FREEZE=0 (the strict
-//! count; the `# frozen:` cases of `passing.txt` are then not gated; see `Outcome::frozen`).
+//! RLX_CONFORMANCE_FILTER, RLX_CONFORMANCE_DEBUG_NANS=0.
 
 use rlx_conformance::suite::{discover, eprint_now, SuiteOptions};
 use std::path::PathBuf;

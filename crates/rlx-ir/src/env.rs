@@ -374,14 +374,6 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Conformance,
     },
     EnvVar {
-        name: "RLX_CONFORMANCE_FREEZE",
-        values: "0|1 (default 1)",
-        acts: "conformance runs",
-        catches: "0: never feed an input as a constant (the strict count)",
-        cost: "none",
-        scope: Scope::Conformance,
-    },
-    EnvVar {
         name: "RLX_CONFORMANCE_JOBS",
         values: "N (default 2)",
         acts: "conformance runs",
