@@ -165,13 +165,44 @@ pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
 /// [`load`] with some inputs given as tensors (the Python package's arrays): each binds by
 /// name as `--input NAME=FILE` does, and errors call it "the array given".
 pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> Result<Loaded> {
+    let mut dims = parse_dims(&a.dims)?;
+    // A dynamic package holds its source model: this command imports that at the sizes
+    // asked for (checked against the package's ranges). A static one holds only a graph.
+    let mut package: Option<rlx_runtime::DynamicModel> = None;
+    let mut package_model: Option<OnnxModel> = None;
     if crate::compile::is_package(&a.model) {
-        bail!(
-            "{}: an RLX package (compiled graph); it runs with `rlx run`. Give this command the model it was compiled from (.onnx or .pt2)",
-            a.model.display()
+        let src = rlx_runtime::read_package_source(&a.model).map_err(|e| anyhow!("{e}"))?;
+        let Some((_, ranges, bytes)) = src else {
+            bail!(
+                "{}: a static RLX package (a compiled graph, no source model); it runs with `rlx run`. Give this command the model it was compiled from (.onnx or .pt2), or compile a package with --dim NAME=MIN..MAX (it keeps the model)",
+                a.model.display()
+            );
+        };
+        let name = format!(
+            "{}!{}",
+            a.model.display(),
+            rlx_runtime::package::SOURCE_ENTRY
         );
+        let onnx = OnnxModel::from_bytes(&bytes, &name).map_err(|e| anyhow!("{e}"))?;
+        let src = rlx_runtime::OnnxSource::from_bytes(bytes, &name).map_err(|e| anyhow!("{e}"))?;
+        let dm = rlx_runtime::DynamicModel::new(
+            std::sync::Arc::new(src),
+            rlx_runtime::Device::Cpu,
+            ranges,
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        // Refused before any input is generated at that size.
+        for (k, v) in &dims {
+            match dm.ranges().get(k) {
+                Some(r) if !r.accepts(*v) => {
+                    bail!("--dim {k}={v}: outside the package's range of \"{k}\", {r}")
+                }
+                _ => {}
+            }
+        }
+        package = Some(dm);
+        package_model = Some(onnx);
     }
-    let dims = parse_dims(&a.dims)?;
     let mut given: HashMap<String, Tensor> = HashMap::new();
     let mut sources: HashMap<String, PathBuf> = HashMap::new();
     for (name, t) in arrays {
@@ -201,7 +232,10 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
         }
     }
     let path = model_path(&a.model);
-    let m = SourceModel::open(&path)?;
+    let m = match package_model.take() {
+        Some(onnx) => SourceModel::Onnx(onnx),
+        None => SourceModel::open(&path)?,
+    };
     let decls = m.declared_inputs();
     check_dims_exist(&decls, &dims)?;
     // Every input name, with or without a declared shape (one without takes its shape
@@ -244,6 +278,11 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
                 names.join(", ")
             );
         }
+    }
+    if let Some(dm) = &package {
+        // Every symbol at --dim's size, else an input file's, else its range's minimum.
+        let refs: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        dims = dm.sizes_for(&refs, &dims).into_iter().collect();
     }
     let opts = ImportOptions {
         dims,
@@ -321,6 +360,11 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
             None => generate_input(name, &n.shape, a.seed),
         };
         feeds.push((name.clone(), t));
+    }
+    if let Some(dm) = &package {
+        // The package's guards: ranges, and symbols shared between inputs.
+        let refs: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        dm.signature(&refs).map_err(|e| anyhow!("{e}"))?;
     }
     Ok(Loaded { graph, feeds })
 }

@@ -1,15 +1,11 @@
 //! `rlx run` and `rlx lint`.
 
-use crate::load::parse_dims;
-use crate::load::SourceModel;
 use crate::npy::{read_npy, write_npy};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rlx_ir::numeric_check::scan_data;
-use rlx_ir::{DType, Graph, Shape, Tensor, TensorData};
-use rlx_onnx_import::ImportOptions;
+use rlx_ir::{DType, Shape, Tensor, TensorData};
 use rlx_runtime::Session;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Exit status when `RLX_DEBUG_NANS=abort` stopped the run.
@@ -238,27 +234,6 @@ pub fn summarize(t: &Tensor) -> String {
 }
 
 /// Open and decode the model once (errors name the file).
-fn open_model(model: &Path) -> Result<SourceModel> {
-    SourceModel::open(&model_path(model))
-}
-
-/// Lower the model with dims bound by `--dim` and by the shapes of the given inputs.
-fn import_with(
-    m: &SourceModel,
-    model: &Path,
-    dims: &HashMap<String, usize>,
-    given: &HashMap<String, Tensor>,
-) -> Result<Graph> {
-    let opts = ImportOptions {
-        dims: dims.clone(),
-        input_shapes: given
-            .iter()
-            .map(|(k, t)| (k.clone(), t.dims().to_vec()))
-            .collect(),
-        ..Default::default()
-    };
-    m.import(&model_path(model), &opts)
-}
 
 fn run_inner(a: &RunArgs) -> Result<i32> {
     crate::init_threads(a.threads)?;
@@ -323,8 +298,8 @@ pub(crate) fn run_compiled(
         Err(e) if e.as_nan_abort().is_some() => {
             let ab = e.as_nan_abort().expect("checked");
             eprintln!(
-                "rlx: run stopped by RLX_DEBUG_NANS=abort at {} {} \"{}\"",
-                ab.report.node, ab.report.op, ab.report.label
+                "rlx: run stopped by RLX_DEBUG_NANS=abort at {}",
+                ab.report.at()
             );
             return Ok(EXIT_NAN_ABORT);
         }
@@ -391,12 +366,15 @@ pub fn main_run(a: RunArgs) -> i32 {
 /// Entry point of `rlx lint`; exit 1 when a lint is found.
 pub fn main_lint(a: LintArgs) -> i32 {
     let r = (|| -> Result<i32> {
-        let g = import_with(
-            &open_model(&a.model)?,
-            &a.model,
-            &parse_dims(&a.dims)?,
-            &HashMap::new(),
-        )?;
+        // As every command loads a model (a folder, a dynamic package's source, the
+        // messages for a model that needs run-time values); the generated inputs are unused.
+        let args = crate::load::ModelArgs {
+            model: a.model.clone(),
+            inputs: vec![],
+            dims: a.dims.clone(),
+            seed: 0,
+        };
+        let g = crate::load::load(&args, true)?.graph;
         if g.outputs.is_empty() {
             bail!("the graph has no outputs");
         }

@@ -733,3 +733,59 @@ fn kv_cache_decode_32_steps_through_one_package() {
     // Each step is a new (seq, past, total) signature: planned once each, 33 in all.
     assert_eq!(planned, 33);
 }
+
+/// Item 6: the tools that import a model (trace, lint, diverge, ...) take a dynamic package
+/// and import its source at the sizes asked for, within the package's ranges.
+#[test]
+fn tools_take_a_dynamic_package() {
+    let Some(dir) = fixture("fixtures/dynamic/bert_dyn") else {
+        return;
+    };
+    let pkg = compile_pkg(&dir, "bert-tools");
+    let case = dir.join("3x128");
+    let out = tmp("bert-trace");
+    let mut args = vec!["trace".to_string(), pkg.display().to_string()];
+    args.extend(input_args(&case));
+    args.extend(["-o".into(), out.display().to_string()]);
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (code, _, err) = rlx(&a, &[]);
+    assert_eq!(code, 0, "rlx trace on the package: {err}");
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
+    // The source model's ops were traced (the encoder has a Softmax per layer).
+    let ops = trace["ops"].as_array().expect("ops");
+    assert!(
+        ops.iter().any(|o| o.to_string().contains("Softmax")),
+        "trace.json holds the source's ops"
+    );
+    let (code, out, err) = rlx(&["lint", pkg.to_str().unwrap(), "--dim", "batch=2"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("no constant folds to NaN/Inf"), "{out}");
+    // Out of the package's range: refused before anything is generated.
+    let (code, _, err) = rlx(&["trace", pkg.to_str().unwrap(), "--dim", "batch=17"], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--dim batch=17: outside the package's range of \"batch\", 1..16"),
+        "{err}"
+    );
+    // A static package has no source to import.
+    let stat = tmp("bert-static.rlxpkg");
+    let model = dir.join("model.onnx");
+    let (code, _, err) = rlx(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "--dim",
+            "batch=1",
+            "--dim",
+            "sequence=4",
+            "-o",
+            stat.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = rlx(&["lint", stat.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "lint's error status");
+    assert!(err.contains("a static RLX package"), "{err}");
+}

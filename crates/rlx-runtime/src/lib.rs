@@ -36,8 +36,8 @@ pub use dynamic::{DimRange, DynamicModel, GraphSource, OnnxSource};
 pub use guards::{GuardDim, InputGuard};
 pub mod package;
 pub use package::{
-    load_any_package, load_dynamic_package, load_package, save_dynamic_package, save_package,
-    LoadedPackage, PackageError,
+    load_any_package, load_dynamic_package, load_package, read_package_source,
+    save_dynamic_package, save_package, LoadedPackage, PackageError,
 };
 
 /// A device a graph can run on: `Cpu` always, `Wgpu` with the `gpu` feature and an adapter.

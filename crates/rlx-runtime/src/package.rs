@@ -515,10 +515,55 @@ pub fn load_dynamic_package(
     path: &Path,
     device: Device,
 ) -> Result<crate::dynamic::DynamicModel, RuntimeError> {
+    let manifest = read_manifest(path)?;
+    check_device_type(path, &manifest, device)?;
+    let (_, ranges, bytes) = read_package_source(path)?.ok_or_else(|| {
+        entry_err(
+            path,
+            MANIFEST_ENTRY,
+            "a static package (no \"dynamic\" field): load it with load_package",
+        )
+    })?;
+    let name = format!("{}!{SOURCE_ENTRY}", path.display());
+    let src = crate::dynamic::OnnxSource::from_bytes(bytes, &name)
+        .map_err(|e| entry_err(path, SOURCE_ENTRY, e))?;
+    let model =
+        crate::dynamic::DynamicModel::new(Arc::new(src), device, ranges).map_err(|e| match e {
+            RuntimeError::Input(m) => entry_err(path, MANIFEST_ENTRY, m),
+            e => e,
+        })?;
+    if model.guards() != manifest.inputs.as_slice() {
+        return Err(entry_err(
+            path,
+            MANIFEST_ENTRY,
+            format!("its inputs do not match the inputs of {SOURCE_ENTRY} with its ranges"),
+        ));
+    }
+    Ok(model)
+}
+
+/// The manifest, the ranges and the source model's bytes of a dynamic package (whatever its
+/// device type: for tools that import the source themselves, as `rlx trace` does); `None` for
+/// a static package, which holds a compiled graph and no source.
+///
+/// Errors: as [`load_dynamic_package`] for an unreadable file or a bad manifest (a range
+/// with min > max, an unknown source format).
+pub fn read_package_source(
+    path: &Path,
+) -> Result<
+    Option<(
+        Manifest,
+        BTreeMap<String, crate::dynamic::DimRange>,
+        Vec<u8>,
+    )>,
+    RuntimeError,
+> {
     let (mut z, cap) = open_archive(path)?;
     let manifest = parse_manifest(path, &read_entry(&mut z, path, MANIFEST_ENTRY, cap)?)?;
-    check_device_type(path, &manifest, device)?;
     let Some(info) = &manifest.dynamic else {
+        return Ok(None);
+    };
+    if info.source_format != "onnx" {
         return Err(entry_err(
             path,
             MANIFEST_ENTRY,
@@ -545,22 +590,8 @@ pub fn load_dynamic_package(
         }
     }
     let bytes = read_entry(&mut z, path, SOURCE_ENTRY, cap)?;
-    let name = format!("{}!{SOURCE_ENTRY}", path.display());
-    let src = crate::dynamic::OnnxSource::from_bytes(bytes, &name)
-        .map_err(|e| entry_err(path, SOURCE_ENTRY, e))?;
-    let model = crate::dynamic::DynamicModel::new(Arc::new(src), device, info.ranges.clone())
-        .map_err(|e| match e {
-            RuntimeError::Input(m) => entry_err(path, MANIFEST_ENTRY, m),
-            e => e,
-        })?;
-    if model.guards() != manifest.inputs.as_slice() {
-        return Err(entry_err(
-            path,
-            MANIFEST_ENTRY,
-            format!("its inputs do not match the inputs of {SOURCE_ENTRY} with its ranges"),
-        ));
-    }
-    Ok(model)
+    let ranges = info.ranges.clone();
+    Ok(Some((manifest, ranges, bytes)))
 }
 
 fn check_device_type(path: &Path, manifest: &Manifest, device: Device) -> Result<(), RuntimeError> {
