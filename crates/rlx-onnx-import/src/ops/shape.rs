@@ -156,6 +156,9 @@ pub fn transpose(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 
 pub fn concat(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let ins = (0..n.n_inputs()).map(|i| n.inp(i)).collect::<R<Vec<_>>>()?;
+    if ins.is_empty() {
+        return Err("Concat needs at least one input (inputs: 1 to 2147483647)".into());
+    }
     let axis = norm_axis(
         n.i("axis", i64::MIN).and_then(|a| {
             if a == i64::MIN {
