@@ -314,8 +314,8 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
                 Err(e) if e.as_nan_abort().is_some() => {
                     let ab = e.as_nan_abort().expect("checked");
                     eprintln!(
-                        "rlx: run stopped by RLX_DEBUG_NANS=abort at {} {} \"{}\"",
-                        ab.report.node, ab.report.op, ab.report.label
+                        "rlx: run stopped by RLX_DEBUG_NANS=abort at {}",
+                        ab.report.at()
                     );
                     return Ok(crate::run::EXIT_NAN_ABORT);
                 }

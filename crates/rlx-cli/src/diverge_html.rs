@@ -62,6 +62,15 @@ pub fn write(
     Ok(())
 }
 
+/// `"label"` for HTML (the label escaped, the quotes kept), then ` (iteration …)` escaped
+/// for a node of an unrolled loop ([`rlx_ir::provenance::with_iteration`]'s form).
+pub(crate) fn quoted_html(label: &str, iteration: &[rlx_ir::LoopIteration]) -> String {
+    let it = rlx_ir::graph::iteration_text(iteration)
+        .map(|t| format!(" ({})", esc(&t)))
+        .unwrap_or_default();
+    format!("\"{}\"{it}", esc(label))
+}
+
 pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
@@ -188,11 +197,11 @@ fn step(n: &NodeDiff) -> String {
 
 fn tooltip(i: usize, n: &NodeDiff, first: bool) -> String {
     let mut t = format!(
-        "#{i} {} {}{} \"{}\" {}{}\naccumulated rel {}  abs {}\nown (replayed) rel {}",
+        "#{i} {} {}{} {} {}{}\naccumulated rel {}  abs {}\nown (replayed) rel {}",
         n.node,
         n.op,
         step(n),
-        n.label,
+        rlx_ir::provenance::with_iteration(&n.label, &n.iteration),
         n.dtype,
         if n.on_device { "" } else { " (CPU fallback)" },
         err_str(&n.accumulated),
@@ -332,11 +341,11 @@ fn chart(d: &BackendDivergence, dev: &str) -> String {
         let tx = if anchor == "end" { x - 6.0 } else { x + 6.0 };
         let _ = write!(
             s,
-            r#"<g id="first-divergence-marker-{dev}" class="first-marker"><line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{base:.1}" stroke="{C_FIRST}" stroke-width="1.5" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{:.1}" text-anchor="{anchor}" class="flab">first divergence: {} {} "{}"</text></g>"#,
+            r#"<g id="first-divergence-marker-{dev}" class="first-marker"><line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{base:.1}" stroke="{C_FIRST}" stroke-width="1.5" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{:.1}" text-anchor="{anchor}" class="flab">first divergence: {} {} {}</text></g>"#,
             top + 12.0,
             nd.node,
             esc(&nd.op),
-            esc(&nd.label)
+            quoted_html(&nd.label, &nd.iteration)
         );
     }
     let _ = write!(
@@ -408,11 +417,14 @@ fn table(d: &BackendDivergence, dev: &str) -> String {
             .unwrap_or_default();
         let _ = write!(
             s,
-            r#"<tr id="{dev}-n{i}"{class}{attr}><td>{i}</td><td>{}</td><td>{}{}</td><td class="lab">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="lab">{}</td></tr>"#,
+            r#"<tr id="{dev}-n{i}"{class}{attr}><td>{i}</td><td>{}</td><td>{}{}</td><td class="lab">{}{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="lab">{}</td></tr>"#,
             n.node,
             esc(&n.op),
             esc(&step(n)),
             esc(&n.label),
+            rlx_ir::graph::iteration_text(&n.iteration)
+                .map(|t| format!(" <span class=\"it\">({})</span>", esc(&t)))
+                .unwrap_or_default(),
             if is_first {
                 r#" <span class="tag">first divergence</span>"#
             } else {
@@ -518,7 +530,14 @@ pub fn html(model: &str, label: &str, report: &[BackendDivergence]) -> String {
                 .localization
                 .as_ref()
                 .filter(|l| l.kind != "accumulated")
-                .map(|l| format!(" — first divergence at {} {} \"{}\"", l.node, l.op, l.label))
+                .map(|l| {
+                    format!(
+                        " — first divergence at {} {} {}",
+                        l.node,
+                        l.op,
+                        rlx_ir::provenance::with_iteration(&l.label, &l.iteration)
+                    )
+                })
                 .unwrap_or_default();
             ("bad", format!("SUSPECT{at}"))
         } else {
@@ -602,6 +621,7 @@ mod tests {
                     op: "Add".into(),
                     label: format!("layer{i}/add<&>"),
                     source_op: None,
+                    iteration: vec![],
                     dtype: "f32".into(),
                     tol: 2e-3,
                     on_device: i % 50 != 7,
@@ -638,6 +658,7 @@ mod tests {
                 kind: "kernel_bug_candidate".into(),
                 message: "first divergence".into(),
                 source: None,
+                iteration: vec![],
             }),
             nodes,
         }

@@ -7,7 +7,7 @@
 //! Recorded nodes: graph inputs and every computed op (parameters and constants are not), in
 //! the order the CPU executor runs them.
 
-use crate::diverge_html::esc;
+use crate::diverge_html::{esc, quoted_html};
 use crate::load::{load, ModelArgs};
 use anyhow::{anyhow, Result};
 use clap::Args;
@@ -43,9 +43,25 @@ pub struct TraceOp {
     pub source_op: Option<String>,
     /// `file.py:LINE  code` of the user's line that created the op (`torch.export`).
     pub at: Option<String>,
+    /// The loop iterations the op was unrolled in, outermost first (empty outside loops;
+    /// [`rlx_ir::Origin::iteration`]).
+    pub iteration: Vec<rlx_ir::LoopIteration>,
     pub dims: Vec<usize>,
     pub dtype: DType,
     pub stats: TensorStats,
+}
+
+impl TraceOp {
+    /// The label quoted, then its loop iteration when it has one:
+    /// `"body/Sqrt" (iteration 3 of Loop "loop")` ([`rlx_ir::provenance::with_iteration`]).
+    pub fn quoted(&self) -> String {
+        rlx_ir::provenance::with_iteration(&self.label, &self.iteration)
+    }
+
+    /// `iteration 3 of Loop "loop"`, or `None` outside loops.
+    pub fn iteration_text(&self) -> Option<String> {
+        rlx_ir::graph::iteration_text(&self.iteration)
+    }
 }
 
 /// A run's trace: ops in execution order, plus the error that stopped the run, if any.
@@ -91,6 +107,7 @@ impl Trace {
             label: node_label(g, id),
             source_op: source_op_type(g, id).map(str::to_string),
             at: rlx_ir::provenance::source_location(g, id).map(|l| l.to_string()),
+            iteration: rlx_ir::provenance::node_iteration(g, id).to_vec(),
             dims: t.dims().to_vec(),
             dtype: t.dtype(),
             stats: TensorStats::of(t),
@@ -107,6 +124,8 @@ impl Trace {
     }
 
     /// The first op (in execution order) whose value holds NaN or Inf.
+    ///
+    /// (An op of an unrolled loop is named with its iteration: [`TraceOp::quoted`].)
     pub fn first_nonfinite(&self) -> Option<&TraceOp> {
         self.ops.iter().find(|o| !o.stats.is_finite())
     }
@@ -127,8 +146,21 @@ impl Trace {
             Some(Num::Float(f)) => json!(f),
             None => Value::Null,
         };
-        let brief =
-            |o: &TraceOp| json!({"index": o.index, "id": o.id.0, "op": o.op, "label": o.label});
+        // An op of an unrolled loop also has `iteration`: its path, outermost first, and
+        // `iteration_text` (`iteration 3 of Loop "loop"`).
+        let with_iter = |mut v: Value, o: &TraceOp| {
+            if let (Some(m), Some(text)) = (v.as_object_mut(), o.iteration_text()) {
+                m.insert("iteration".into(), json!(o.iteration));
+                m.insert("iteration_text".into(), json!(text));
+            }
+            v
+        };
+        let brief = |o: &TraceOp| {
+            with_iter(
+                json!({"index": o.index, "id": o.id.0, "op": o.op, "label": o.label}),
+                o,
+            )
+        };
         json!({
             "model": self.model,
             "context": self.context,
@@ -136,7 +168,7 @@ impl Trace {
             "error": self.error,
             "first_nonfinite": self.first_nonfinite().map(brief),
             "overflow_lines": self.overflow_lines().iter().map(|(d, l)| json!({"dtype": d.to_string(), "max": l})).collect::<Vec<_>>(),
-            "ops": self.ops.iter().map(|o| json!({
+            "ops": self.ops.iter().map(|o| with_iter(json!({
                 "index": o.index,
                 "id": o.id.0,
                 "op": o.op,
@@ -153,7 +185,7 @@ impl Trace {
                 "nan": o.stats.nan,
                 "pos_inf": o.stats.pos_inf,
                 "neg_inf": o.stats.neg_inf,
-            })).collect::<Vec<_>>(),
+            }), o)).collect::<Vec<_>>(),
         })
     }
 
@@ -211,19 +243,25 @@ pub fn write_and_summarize(trace: &Trace, dir: &Path, out: &mut dyn std::io::Wri
     match trace.first_nonfinite() {
         Some(o) => writeln!(
             out,
-            "rlx trace: first non-finite value at #{} {} {} \"{}\" ({} NaN, {} +inf, {} -inf)",
-            o.index, o.id, o.op, o.label, o.stats.nan, o.stats.pos_inf, o.stats.neg_inf
+            "rlx trace: first non-finite value at #{} {} {} {} ({} NaN, {} +inf, {} -inf)",
+            o.index,
+            o.id,
+            o.op,
+            o.quoted(),
+            o.stats.nan,
+            o.stats.pos_inf,
+            o.stats.neg_inf
         )?,
         None => writeln!(out, "rlx trace: every recorded value is finite")?,
     }
     if let Some(p) = peak(trace) {
         writeln!(
             out,
-            "rlx trace: largest max|x| {} at {} {} \"{}\"",
+            "rlx trace: largest max|x| {} at {} {} {}",
             fmt_f64(p.stats.max_abs.unwrap_or(0.0)),
             p.id,
             p.op,
-            p.label
+            p.quoted()
         )?;
     }
     writeln!(
@@ -295,12 +333,12 @@ fn tooltip(o: &TraceOp) -> String {
         .map(|s| format!(" (step of {s})"))
         .unwrap_or_default();
     format!(
-        "#{} {} {}{} \"{}\"\n{}\n{}",
+        "#{} {} {}{} {}\n{}\n{}",
         o.index,
         o.id,
         o.op,
         src,
-        o.label,
+        o.quoted(),
         shape_str(o),
         stats_str(&o.stats)
     )
@@ -403,12 +441,12 @@ fn html_report(t: &Trace) -> String {
         let tx = if anchor == "end" { x - 6.0 } else { x + 6.0 };
         let _ = write!(
             svg,
-            r#"<g id="first-nonfinite-marker"><line x1="{x:.1}" x2="{x:.1}" y1="{top1}" y2="{:.1}" stroke="{C_NAN}" stroke-width="1.5" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{:.1}" text-anchor="{anchor}" class="flab">first non-finite: {} {} "{}"</text></g>"#,
+            r#"<g id="first-nonfinite-marker"><line x1="{x:.1}" x2="{x:.1}" y1="{top1}" y2="{:.1}" stroke="{C_NAN}" stroke-width="1.5" stroke-dasharray="4 3"/><text x="{tx:.1}" y="{:.1}" text-anchor="{anchor}" class="flab">first non-finite: {} {} {}</text></g>"#,
             top1 + band + h1,
             top1 + band + 14.0,
             f.id,
             esc(&f.op),
-            esc(&f.label)
+            quoted_html(&f.label, &f.iteration)
         );
     }
     // the line through finite points
@@ -558,12 +596,12 @@ fn html_report(t: &Trace) -> String {
         Some(f) => {
             let _ = write!(
                 summary,
-                r##"<p class="bad" id="first-nonfinite-summary">First non-finite value: op #{} <a href="#op-{}"><b>{} {} "{}"</b></a>{} — {} NaN, {} +inf, {} -inf in {} elements.{}</p>"##,
+                r##"<p class="bad" id="first-nonfinite-summary">First non-finite value: op #{} <a href="#op-{}"><b>{} {} {}</b></a>{} — {} NaN, {} +inf, {} -inf in {} elements.{}</p>"##,
                 f.index,
                 f.index,
                 f.id,
                 esc(&f.op),
-                esc(&f.label),
+                quoted_html(&f.label, &f.iteration),
                 step_of(f)
                     .map(|s| format!(" (a step of {})", esc(s)))
                     .unwrap_or_default(),
@@ -582,13 +620,13 @@ fn html_report(t: &Trace) -> String {
         let a = p.stats.max_abs.unwrap_or(0.0);
         let _ = write!(
             summary,
-            r##"<p>Largest finite max|x|: <b>{}</b> at op #{} <a href="#op-{}">{} {} "{}"</a>"##,
+            r##"<p>Largest finite max|x|: <b>{}</b> at op #{} <a href="#op-{}">{} {} {}</a>"##,
             fmt_f64(a),
             p.index,
             p.index,
             p.id,
             esc(&p.op),
-            esc(&p.label)
+            quoted_html(&p.label, &p.iteration)
         );
         if let Some(l) = overflow_limit(p.dtype) {
             let _ = write!(
@@ -628,12 +666,15 @@ fn html_report(t: &Trace) -> String {
         let f = |n: Option<Num>| n.map_or("-".to_string(), |n| n.to_string());
         let _ = write!(
             rows,
-            r#"<tr id="op-{}"{class}{idattr}><td>{}</td><td>{}</td><td>{}</td><td class="lab">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr id="op-{}"{class}{idattr}><td>{}</td><td>{}</td><td>{}</td><td class="lab">{}{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
             o.index,
             o.index,
             o.id,
             esc(&o.op),
             esc(&o.label),
+            o.iteration_text()
+                .map(|t| format!(r#"<br><span class="it">{}</span>"#, esc(&t)))
+                .unwrap_or_default(),
             o.at.as_deref()
                 .map(|a| format!(r#"<br><code class="at">{}</code>"#, esc(a)))
                 .unwrap_or_default(),

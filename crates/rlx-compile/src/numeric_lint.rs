@@ -12,7 +12,7 @@ use rlx_ir::numeric_check::{
     check_node, fix_hint, is_literal_constant, scan_data, BadKind, Cause, NodeState,
     NonFiniteCounts,
 };
-use rlx_ir::provenance::{node_label, source_op_type};
+use rlx_ir::provenance::{node_iteration, node_label, source_op_type, with_iteration};
 use rlx_ir::{Graph, NodeId, Op, Tensor};
 use serde::Serialize;
 use std::fmt;
@@ -50,14 +50,23 @@ pub struct NumericLint {
     /// The line of the user's code that created the op (`torch.export` programs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<rlx_ir::SourceLoc>,
+    /// The loop iterations the op was unrolled in, outermost first (empty outside loops;
+    /// printed after the label as the NaN report does).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub iteration: Vec<rlx_ir::LoopIteration>,
+    /// The loop iterations of `inf_origin`'s op, when it has any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inf_origin_iteration: Vec<rlx_ir::LoopIteration>,
 }
 
 impl fmt::Display for NumericLint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "rlx numeric-lint: {} {} \"{}\": constant subgraph folds to a non-finite value",
-            self.node, self.kind, self.label
+            "rlx numeric-lint: {} {} {}: constant subgraph folds to a non-finite value",
+            self.node,
+            self.kind,
+            with_iteration(&self.label, &self.iteration)
         )?;
         if let Some(loc) = &self.source {
             writeln!(f, "  at {loc}")?;
@@ -68,7 +77,11 @@ impl fmt::Display for NumericLint {
             self.op, self.counts, self.index
         )?;
         if let Some((o, l)) = &self.inf_origin {
-            write!(f, "; made from the infinity created at {o} \"{l}\"")?;
+            write!(
+                f,
+                "; made from the infinity created at {o} {}",
+                with_iteration(l, &self.inf_origin_iteration)
+            )?;
         }
         if self.reaches != self.node {
             write!(f, "; reaches the graph through {}", self.reaches)?;
@@ -277,9 +290,14 @@ pub fn numeric_lint(g: &Graph) -> Vec<NumericLint> {
                 index,
                 counts: c,
                 reaches: f,
-                inf_origin,
                 fix,
                 source: node.origin.as_ref().and_then(|x| x.source.clone()),
+                iteration: node_iteration(g, o).to_vec(),
+                inf_origin_iteration: inf_origin
+                    .as_ref()
+                    .map(|(io, _)| node_iteration(g, *io).to_vec())
+                    .unwrap_or_default(),
+                inf_origin,
             });
         }
     }

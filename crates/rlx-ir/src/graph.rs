@@ -38,6 +38,37 @@ pub struct Origin {
     /// node's `stack_trace`), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceLoc>,
+    /// The loop iterations the node was lowered in, outermost first: an importer that
+    /// unrolls a loop (ONNX `Loop`, `Scan`) stamps every node it lowers in iteration `i` of
+    /// a loop with `(that loop's node, i)`, so the unrolled copies of one body node tell
+    /// apart. Empty outside loops (and in packages written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iteration: Vec<LoopIteration>,
+}
+
+/// One level of a node's loop-iteration path ([`Origin::iteration`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LoopIteration {
+    /// The loop node's label (its ONNX name), e.g. `"decoder_loop"`.
+    pub node: String,
+    /// The loop's op type (`Loop`, `Scan`).
+    pub op_type: String,
+    /// The 0-based iteration: a `Loop` body's `iteration_num` input, a `Scan`'s step (0 =
+    /// the first slice the body processed, whatever the scan direction).
+    pub iteration: u64,
+}
+
+/// `iteration 3 of Loop "decoder_loop"`; nested loops outermost first:
+/// `iteration 3 of Loop "outer", 5 of Scan "inner"`. `None` for an empty path.
+pub fn iteration_text(path: &[LoopIteration]) -> Option<String> {
+    if path.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = path
+        .iter()
+        .map(|l| format!("{} of {} \"{}\"", l.iteration, l.op_type, l.node))
+        .collect();
+    Some(format!("iteration {}", parts.join(", ")))
 }
 
 /// A line of the user's source code: the file, the 1-based line number and, when known, the

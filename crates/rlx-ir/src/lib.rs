@@ -18,7 +18,7 @@ pub mod shape;
 pub mod tensor;
 
 pub use dtype::DType;
-pub use graph::{Graph, Node, NodeId, Origin, SourceLoc};
+pub use graph::{Graph, LoopIteration, Node, NodeId, Origin, SourceLoc};
 pub use numeric_check::{DebugMode, DebugScanner, NanReport};
 pub use op::{
     Activation, BinaryOp, ConvAttrs, GridMode, GridPadding, Op, PadMode, PoolAttrs, PoolKind,

@@ -14,7 +14,7 @@
 //! share `NodeState` and are one contract; the tests live beside it. A split is due when a
 //! second scanner needs only part of it.)
 
-use crate::provenance::{node_label, source_op_type};
+use crate::provenance::{node_iteration, node_label, quoted_label, source_op_type};
 use crate::{DType, Graph, NodeId, TensorData};
 use half::{bf16, f16};
 use serde::Serialize;
@@ -403,12 +403,32 @@ pub struct NanReport {
     /// set by the caller through [`DebugScanner::set_context`]; printed after the label.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// The loop iterations the node was lowered in, outermost first (an unrolled ONNX
+    /// `Loop`/`Scan` body node; [`crate::Origin::iteration`]); printed after the label:
+    /// `"body/Sqrt" (iteration 3 of Loop "loop")`. Empty outside loops.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub iteration: Vec<crate::LoopIteration>,
+    /// The loop iterations of `Cause::InputsHeldInf`'s origin node, when it has any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inf_origin_iteration: Vec<crate::LoopIteration>,
 }
 
 impl NanReport {
     /// True unless the node only carried a value from upstream.
     pub fn is_culprit(&self) -> bool {
         !matches!(self.cause, Cause::Propagated { .. })
+    }
+
+    /// The node as the report's header names it: `%12 Sqrt "body/Sqrt"`, followed by its
+    /// loop iteration when it has one (`(iteration 3 of Loop "loop")`). The CLI's and the
+    /// Python package's `RLX_DEBUG_NANS=abort` lines use it.
+    pub fn at(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.node,
+            self.op,
+            crate::provenance::with_iteration(&self.label, &self.iteration)
+        )
     }
 }
 
@@ -438,12 +458,10 @@ impl NanReport {
         use std::fmt::Write as _;
         writeln!(
             f,
-            "rlx nan-check: {} at index {} of {} {} \"{}\"{}",
+            "rlx nan-check: {} at index {} of {}{}",
             self.kind,
             self.index,
-            self.node,
-            self.op,
-            self.label,
+            self.at(),
             self.context
                 .as_deref()
                 .map(|c| format!(" ({c})"))
@@ -474,9 +492,14 @@ impl NanReport {
                     match inf_origin_kind {
                         Some(k) => write!(
                             f,
-                            "; the infinity entered as {k} at {o} {op} \"{l}\" and changed sign on the way"
+                            "; the infinity entered as {k} at {o} {op} {} and changed sign on the way",
+                            crate::provenance::with_iteration(l, &self.inf_origin_iteration)
                         )?,
-                        None => write!(f, "; the {input_kind} was created at {o} {op} \"{l}\"")?,
+                        None => write!(
+                            f,
+                            "; the {input_kind} was created at {o} {op} {}",
+                            crate::provenance::with_iteration(l, &self.inf_origin_iteration)
+                        )?,
                     }
                 }
                 writeln!(f, "), this op produced {}", self.kind)?;
@@ -1058,6 +1081,10 @@ impl DebugScanner {
                 None => None,
             },
             context: self.context.clone(),
+            iteration: node_iteration(g, id).to_vec(),
+            inf_origin_iteration: r_cause_origin
+                .map(|o| node_iteration(g, o).to_vec())
+                .unwrap_or_default(),
         }
     }
 
@@ -1225,9 +1252,9 @@ impl DebugScanner {
             String::new()
         };
         let note = format!(
-            "this {kind} (an overflow of finite values) was absorbed destructively at {id} {} \"{}\": dividing by it gave 0 in {zeroed} of {} element(s){rows} where the values are finite in exact math; the output looks finite but those values are lost",
+            "this {kind} (an overflow of finite values) was absorbed destructively at {id} {} {}: dividing by it gave 0 in {zeroed} of {} element(s){rows} where the values are finite in exact math; the output looks finite but those values are lost",
             display_op(g, id),
-            node_label(g, id),
+            quoted_label(g, id),
             out.len
         );
         let mut r = self.make_report(g, origin, kind, cause, Some(note));
@@ -1303,11 +1330,11 @@ impl DebugScanner {
                 "not reported (RLX_DEBUG_NANS=strict reports it)"
             };
             let line = format!(
-                "rlx nan-check: note: {} op(s) created ±inf that was absorbed downstream (first: {} {} \"{}\"); {tail}",
+                "rlx nan-check: note: {} op(s) created ±inf that was absorbed downstream (first: {} {} {}); {tail}",
                 absorbed.len(),
                 first,
                 g.node(*first).op.name(),
-                node_label(g, *first)
+                quoted_label(g, *first)
             );
             if self.print && self.mode == DebugMode::Warn {
                 eprintln!("{line}");

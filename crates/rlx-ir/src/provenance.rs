@@ -43,3 +43,28 @@ pub fn source_op_type(g: &Graph, id: NodeId) -> Option<&str> {
 pub fn source_location(g: &Graph, id: NodeId) -> Option<&crate::SourceLoc> {
     g.node(id).origin.as_ref().and_then(|o| o.source.as_ref())
 }
+
+/// The loop iterations a node was lowered in ([`crate::Origin::iteration`]; empty outside
+/// loops), outermost first.
+pub fn node_iteration(g: &Graph, id: NodeId) -> &[crate::LoopIteration] {
+    g.node(id)
+        .origin
+        .as_ref()
+        .map(|o| o.iteration.as_slice())
+        .unwrap_or(&[])
+}
+
+/// A node's label quoted, followed by its loop iteration when it has one: the form every
+/// report prints a node's name in, `"loop_body/Sqrt" (iteration 3 of Loop "decoder_loop")`
+/// (nested: `(iteration 3 of Loop "outer", 5 of Scan "inner")`), or `"fc"` outside loops.
+pub fn quoted_label(g: &Graph, id: NodeId) -> String {
+    with_iteration(&node_label(g, id), node_iteration(g, id))
+}
+
+/// `"label"` followed by ` (iteration …)` when `path` is not empty (see [`quoted_label`]).
+pub fn with_iteration(label: &str, path: &[crate::LoopIteration]) -> String {
+    match crate::graph::iteration_text(path) {
+        Some(it) => format!("\"{label}\" ({it})"),
+        None => format!("\"{label}\""),
+    }
+}

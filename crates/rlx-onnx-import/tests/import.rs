@@ -951,3 +951,199 @@ fn cast_e8m0_round_modes() {
     assert!(run("nearest", 0)[5].is_nan());
     assert_eq!(run("down", 0)[5], max);
 }
+
+// ---- loops: the iteration path of unrolled nodes ----
+
+fn a_graph(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attr_type::GRAPH,
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
+fn body(
+    name: &str,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    ins: &[&str],
+    outs: &[&str],
+) -> GraphProto {
+    GraphProto {
+        node: nodes,
+        name: name.into(),
+        initializer: inits,
+        input: ins.iter().map(|n| out(n)).collect(),
+        output: outs.iter().map(|n| out(n)).collect(),
+        value_info: vec![],
+    }
+}
+
+/// `(loop, op type, iteration)` of every level of a node's path.
+fn path(g: &Graph, id: rlx_ir::NodeId) -> Vec<(String, String, u64)> {
+    rlx_ir::provenance::node_iteration(g, id)
+        .iter()
+        .map(|l| (l.node.clone(), l.op_type.clone(), l.iteration))
+        .collect()
+}
+
+/// The paths of the nodes labelled `l`, in node order.
+fn paths_of(g: &Graph, l: &str) -> Vec<Vec<(String, String, u64)>> {
+    g.nodes
+        .iter()
+        .filter(|n| label(g, n.id) == l)
+        .map(|n| path(g, n.id))
+        .collect()
+}
+
+/// A Loop "outer" (2 iterations) whose body runs a Loop "inner" (3 iterations) whose body
+/// holds a Mul and an If with a constant condition (its branch's Neg inherits the path):
+/// each unrolled copy carries (outer, i), (inner, j) in that order; the loop nodes' own
+/// helpers and the nodes outside carry none.
+#[test]
+fn unrolled_loop_nodes_carry_their_iteration_path() {
+    let then_b = body(
+        "then",
+        vec![node("Neg", "then_neg", &["w2"], &["t"], vec![])],
+        vec![],
+        &[],
+        &["t"],
+    );
+    let else_b = body(
+        "else",
+        vec![node("Identity", "else_id", &["w2"], &["e"], vec![])],
+        vec![],
+        &[],
+        &["e"],
+    );
+    let inner_body = body(
+        "inner_body",
+        vec![
+            node("Identity", "inner_cond", &["c_in"], &["c_out"], vec![]),
+            node("Mul", "inner_mul", &["w", "two"], &["w2"], vec![]),
+            node(
+                "If",
+                "inner_if",
+                &["yes"],
+                &["w_out"],
+                vec![
+                    a_graph("then_branch", then_b),
+                    a_graph("else_branch", else_b),
+                ],
+            ),
+        ],
+        vec![
+            f32_init("two", &[2], vec![2.0, 2.0]),
+            tensor_to_proto(
+                "yes",
+                &Tensor::new(vec![], TensorData::Bool(vec![true])).unwrap(),
+            ),
+        ],
+        &["j", "c_in", "w"],
+        &["c_out", "w_out"],
+    );
+    let outer_body = body(
+        "outer_body",
+        vec![
+            node("Identity", "outer_cond", &["c_in"], &["c_out"], vec![]),
+            node(
+                "Loop",
+                "inner",
+                &["three", "", "v"],
+                &["v_out"],
+                vec![a_graph("body", inner_body)],
+            ),
+        ],
+        vec![i64_init("three", &[3])],
+        &["i", "c_in", "v"],
+        &["c_out", "v_out"],
+    );
+    let bytes = model(
+        17,
+        vec![
+            node(
+                "Loop",
+                "outer",
+                &["two_trips", "", "x"],
+                &["y"],
+                vec![a_graph("body", outer_body)],
+            ),
+            node("Relu", "after", &["y"], &["z"], vec![]),
+        ],
+        vec![i64_init("two_trips", &[2])],
+        vec![f32_in("x", &[2])],
+        vec![out("z")],
+    );
+    let g = import(&bytes).unwrap();
+    let want: Vec<Vec<(String, String, u64)>> = (0..2u64)
+        .flat_map(|i| {
+            (0..3u64).map(move |j| {
+                vec![
+                    ("outer".to_string(), "Loop".to_string(), i),
+                    ("inner".to_string(), "Loop".to_string(), j),
+                ]
+            })
+        })
+        .collect();
+    assert_eq!(paths_of(&g, "inner_mul"), want);
+    assert_eq!(
+        paths_of(&g, "then_neg"),
+        want,
+        "an If's branch inherits the path"
+    );
+    assert!(paths_of(&g, "after").iter().all(|p| p.is_empty()));
+    let id = g
+        .nodes
+        .iter()
+        .filter(|n| label(&g, n.id) == "inner_mul")
+        .nth(4)
+        .unwrap()
+        .id;
+    assert_eq!(
+        rlx_ir::provenance::quoted_label(&g, id),
+        "\"inner_mul\" (iteration 1 of Loop \"outer\", 1 of Loop \"inner\")"
+    );
+}
+
+/// Scan "scan" over axis 0 of x[4, 2] in reverse: the body's Sqrt of step t (t = 0 is the
+/// first slice processed, x[3]) carries (scan, Scan, t).
+#[test]
+fn unrolled_scan_nodes_carry_their_step() {
+    let b = body(
+        "scan_body",
+        vec![
+            node("Sqrt", "body_sqrt", &["xt"], &["r"], vec![]),
+            node("Add", "body_acc", &["s", "r"], &["s_out"], vec![]),
+        ],
+        vec![],
+        &["s", "xt"],
+        &["s_out", "r_out"],
+    );
+    let mut b = b;
+    b.node
+        .push(node("Identity", "body_id", &["r"], &["r_out"], vec![]));
+    let bytes = model(
+        11,
+        vec![node(
+            "Scan",
+            "scan",
+            &["s0", "x"],
+            &["s", "rs"],
+            vec![
+                a_graph("body", b),
+                a_int("num_scan_inputs", 1),
+                a_ints("scan_input_directions", &[1]),
+            ],
+        )],
+        vec![],
+        vec![f32_in("s0", &[2]), f32_in("x", &[4, 2])],
+        vec![out("s"), out("rs")],
+    );
+    let g = import(&bytes).unwrap();
+    let want: Vec<Vec<(String, String, u64)>> = (0..4u64)
+        .map(|t| vec![("scan".to_string(), "Scan".to_string(), t)])
+        .collect();
+    assert_eq!(paths_of(&g, "body_sqrt"), want);
+    assert_eq!(paths_of(&g, "body_acc"), want);
+}

@@ -681,8 +681,8 @@ impl State {
                         reports,
                         summary,
                         aborted: Some(format!(
-                            "run stopped by RLX_DEBUG_NANS=abort at {} {} \"{}\"",
-                            ab.report.node, ab.report.op, ab.report.label
+                            "run stopped by RLX_DEBUG_NANS=abort at {}",
+                            ab.report.at()
                         )),
                     })
                 }

@@ -366,11 +366,13 @@ impl PrinterConfig {
         self.level > 0
     }
 
-    /// `"label"`, then ` (context)` when the run has one.
+    /// `"label"`, then ` (iteration …)` for a node of an unrolled loop
+    /// ([`rlx_ir::provenance::quoted_label`]), then ` (context)` when the run has one.
     fn label_str(&self, g: &Graph, id: NodeId) -> String {
+        let q = rlx_ir::provenance::quoted_label(g, id);
         match &self.context {
-            Some(c) => format!("\"{}\" ({c})", node_label(g, id)),
-            None => format!("\"{}\"", node_label(g, id)),
+            Some(c) => format!("{q} ({c})"),
+            None => q,
         }
     }
 

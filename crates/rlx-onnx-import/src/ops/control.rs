@@ -8,10 +8,14 @@
 //! * `Scan` (opset 9+) is unrolled over the scan axis.
 //!
 //! Subgraphs see every outer-scope value; their nodes keep their own ONNX names as origin.
+//! A node lowered in iteration `i` of an unrolled Loop / Scan (or SequenceMap) also gets
+//! `(loop node, i)` appended to its origin's iteration path (`Origin::iteration`, outermost
+//! first), so reports tell the unrolled copies of one body node apart; an If's branches
+//! inherit the path of the If.
 
 use crate::ctx::{norm_axis, Ctx, ONode, R};
 use crate::proto::GraphProto;
-use rlx_ir::{DType, NodeId, Op, Origin, Tensor, TensorData};
+use rlx_ir::{DType, LoopIteration, NodeId, Op, Origin, Tensor, TensorData};
 
 /// Most iterations an unrolled Loop / Scan may have.
 const MAX_UNROLL: i64 = 4096;
@@ -24,11 +28,36 @@ fn graph_attr<'n>(n: &ONode<'n>, name: &str) -> R<&'n GraphProto> {
 
 /// Lower subgraph `g` with its formal inputs bound to `inputs`; returns its outputs.
 /// Outer-scope values stay visible; names the subgraph defines are dropped afterwards.
+/// The subgraph's nodes inherit the iteration path of `n` (an If's branch, a function-like
+/// attribute); a loop's body goes through [`lower_iteration`].
 pub(crate) fn lower_body(
     cx: &mut Ctx,
     n: &ONode,
     g: &GraphProto,
     inputs: &[NodeId],
+) -> R<Vec<NodeId>> {
+    lower_body_at(cx, n, g, inputs, None)
+}
+
+/// [`lower_body`] for iteration `i` (0-based) of the loop `n` (Loop, Scan, SequenceMap):
+/// every node lowered from `g` has `(n's label, n's op type, i)` appended to its origin's
+/// iteration path.
+pub(crate) fn lower_iteration(
+    cx: &mut Ctx,
+    n: &ONode,
+    g: &GraphProto,
+    inputs: &[NodeId],
+    i: u64,
+) -> R<Vec<NodeId>> {
+    lower_body_at(cx, n, g, inputs, Some(i))
+}
+
+fn lower_body_at(
+    cx: &mut Ctx,
+    n: &ONode,
+    g: &GraphProto,
+    inputs: &[NodeId],
+    iteration: Option<u64>,
 ) -> R<Vec<NodeId>> {
     if g.input.len() != inputs.len() {
         return Err(format!(
@@ -40,13 +69,31 @@ pub(crate) fn lower_body(
     }
     let saved_values = cx.values.clone();
     let saved_origin = cx.g.current_origin().cloned();
-    let r = lower_body_inner(cx, n, g, inputs);
+    // The enclosing node's path (it is the current origin while it lowers), plus this loop.
+    let mut path = saved_origin
+        .as_ref()
+        .map(|o| o.iteration.clone())
+        .unwrap_or_default();
+    if let Some(i) = iteration {
+        path.push(LoopIteration {
+            node: crate::onnx_node_label(n.proto),
+            op_type: n.proto.op_type.clone(),
+            iteration: i,
+        });
+    }
+    let r = lower_body_inner(cx, n, g, inputs, &path);
     cx.values = saved_values;
     cx.g.set_current_origin(saved_origin);
     r
 }
 
-fn lower_body_inner(cx: &mut Ctx, n: &ONode, g: &GraphProto, inputs: &[NodeId]) -> R<Vec<NodeId>> {
+fn lower_body_inner(
+    cx: &mut Ctx,
+    n: &ONode,
+    g: &GraphProto,
+    inputs: &[NodeId],
+    path: &[LoopIteration],
+) -> R<Vec<NodeId>> {
     for (vi, &id) in g.input.iter().zip(inputs) {
         cx.values.insert(vi.name.clone(), id);
     }
@@ -85,6 +132,7 @@ fn lower_body_inner(cx: &mut Ctx, n: &ONode, g: &GraphProto, inputs: &[NodeId]) 
         cx.g.set_current_origin(Some(Origin {
             label: label.clone(),
             op_type: Some(node.op_type.clone()),
+            iteration: path.to_vec(),
             ..Default::default()
         }));
         let on = ONode {
@@ -207,7 +255,7 @@ pub fn loop_(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         let cv = cx.scalar(DType::Bool, cond.unwrap_or(true) as u8 as f64);
         let mut ins = vec![it, cv];
         ins.extend(&vs);
-        let outs = lower_body(cx, n, body, &ins)?;
+        let outs = lower_iteration(cx, n, body, &ins, i as u64)?;
         if outs.len() != 1 + nv + n_scan {
             return Err(format!(
                 "body gives {} outputs, expected {}",
@@ -294,7 +342,7 @@ fn scan_run(
             let idx = if sp.in_dirs[j] != 0 { len - 1 - t } else { t };
             b_in.push(take(cx, x, sp.in_axes[j], idx)?);
         }
-        let outs = lower_body(cx, n, body, &b_in)?;
+        let outs = lower_iteration(cx, n, body, &b_in, t as u64)?;
         if outs.len() != ns + k {
             return Err(format!(
                 "body gives {} outputs, expected {}",

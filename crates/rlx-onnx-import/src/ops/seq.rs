@@ -325,7 +325,7 @@ pub fn sequence_map(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
                 None => x,
             });
         }
-        let r = super::control::lower_body(cx, n, body, &ins)?;
+        let r = super::control::lower_iteration(cx, n, body, &ins, i as u64)?;
         for (k, id) in r.into_iter().enumerate() {
             outs[k].push(id);
         }

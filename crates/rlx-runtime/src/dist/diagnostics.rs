@@ -41,7 +41,7 @@ use crate::printer::PrinterConfig;
 use crate::{available_devices, Device, RuntimeError};
 use rlx_compile::compiler::{compile, CompileOptions};
 use rlx_cpu::CpuExecutor;
-use rlx_ir::provenance::{node_label, source_op_type};
+use rlx_ir::provenance::{node_iteration, node_label, quoted_label, source_op_type};
 use rlx_ir::{DType, Graph, NodeId, Op, Tensor};
 use serde::Serialize;
 use std::fmt;
@@ -129,6 +129,10 @@ pub struct NodeDiff {
     /// The source op type when the node is a step of a decomposed op.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source_op: Option<String>,
+    /// The loop iterations the node was unrolled in, outermost first (empty outside loops;
+    /// [`rlx_ir::Origin::iteration`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub iteration: Vec<rlx_ir::LoopIteration>,
     /// The node's dtype.
     pub dtype: String,
     /// The tolerance its values are judged against ([`dtype_tol`]).
@@ -203,6 +207,10 @@ pub struct Localization {
     /// programs), printed after the message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<rlx_ir::SourceLoc>,
+    /// The loop iterations the node was unrolled in, outermost first (empty outside loops;
+    /// [`rlx_ir::Origin::iteration`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub iteration: Vec<rlx_ir::LoopIteration>,
 }
 
 /// Options for [`backend_divergence_with`].
@@ -1017,6 +1025,7 @@ pub fn node_diffs(
                 op,
                 label,
                 source_op,
+                iteration: node_iteration(g, n.id).to_vec(),
                 dtype: n.shape.dtype.to_string(),
                 tol: dtype_tol(n.shape.dtype, tol_rel),
                 on_device: on_device.contains(&n.id),
@@ -1093,6 +1102,7 @@ pub fn localize(
     let (id, _) = worst.unwrap_or((g.outputs[0], 0.0));
     let e = errs[id.index()].clone().unwrap_or_default();
     let (op, label, source_op) = describe(g, id);
+    let q = quoted_label(g, id);
     let inputs_rel = g
         .node(id)
         .inputs
@@ -1106,7 +1116,7 @@ pub fn localize(
         format!("on identical inputs: that op's own difference, under tol {tol_rel:.1e}")
     };
     let message = format!(
-        "no op differs from the CPU by more than tol when replayed on the {dev} backend's own inputs (largest node difference {:.1e} at {id} {op} \"{label}\", {whence}): the output gap is accumulated round-off, amplified where an output element is near zero",
+        "no op differs from the CPU by more than tol when replayed on the {dev} backend's own inputs (largest node difference {:.1e} at {id} {op} {q}, {whence}): the output gap is accumulated round-off, amplified where an output element is near zero",
         e.rel
     );
     Localization {
@@ -1119,6 +1129,7 @@ pub fn localize(
         kind: "accumulated".into(),
         message,
         source: g.node(id).origin.as_ref().and_then(|o| o.source.clone()),
+        iteration: node_iteration(g, id).to_vec(),
     }
 }
 
@@ -1133,6 +1144,7 @@ fn candidate(
     leaf: bool,
 ) -> Localization {
     let (op, label, source_op) = describe(g, id);
+    let q = quoted_label(g, id);
     let step = source_op
         .as_ref()
         .map(|s| format!(" (a step of {s})"))
@@ -1146,7 +1158,7 @@ fn candidate(
     };
     if let Some(m) = &e.nonfinite {
         let message = format!(
-            "cpu {}, {dev} {} at {id} {op} \"{label}\"{step} [{}]: {} (inputs agree to {:.1e}{}): kernel bug candidate",
+            "cpu {}, {dev} {} at {id} {op} {q}{step} [{}]: {} (inputs agree to {:.1e}{}): kernel bug candidate",
             m.cpu,
             m.other,
             m.index,
@@ -1164,6 +1176,7 @@ fn candidate(
             kind: "nonfinite".into(),
             message,
             source: g.node(id).origin.as_ref().and_then(|o| o.source.clone()),
+            iteration: node_iteration(g, id).to_vec(),
         };
     }
     let ulps = if !is_float(g.node(id).shape.dtype) {
@@ -1172,7 +1185,7 @@ fn candidate(
         format!("{} ULPs of {}", e.ulps, g.node(id).shape.dtype)
     };
     let message = format!(
-        "first divergence at {id} {op} \"{label}\"{step} (inputs agree to {:.1e}{how} differs by {:.1e} rel, {:.1e} abs, {ulps} at [{}]): kernel bug candidate",
+        "first divergence at {id} {op} {q}{step} (inputs agree to {:.1e}{how} differs by {:.1e} rel, {:.1e} abs, {ulps} at [{}]): kernel bug candidate",
         inputs_rel,
         e.rel,
         e.abs,
@@ -1193,6 +1206,7 @@ fn candidate(
         kind: "kernel_bug_candidate".into(),
         message,
         source: g.node(id).origin.as_ref().and_then(|o| o.source.clone()),
+        iteration: node_iteration(g, id).to_vec(),
     }
 }
 
