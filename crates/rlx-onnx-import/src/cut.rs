@@ -216,6 +216,34 @@ impl Cut {
         &self.op_inputs
     }
 
+    /// The cut node's op type (`Loop`, `NonZero`, ...).
+    pub fn op_type(&self) -> &str {
+        &self.graph().node[self.k].op_type
+    }
+
+    /// The cut node's inputs whose values the importer needs to lower it, when that is not
+    /// all of them: a `Loop`'s trip count `M` and condition `cond` (then it unrolls the body
+    /// over its other inputs, which may stay run-time inputs, so the body's ops run, are
+    /// scanned and are named with their iteration), an `If`'s condition. `None` for the
+    /// other cut nodes, whose output shapes depend on their data (NonZero, Unique, ...):
+    /// they are imported with every input frozen.
+    pub fn import_time_inputs(&self) -> Option<Vec<String>> {
+        let n = &self.graph().node[self.k];
+        let first = match n.op_type.as_str() {
+            "Loop" => 2,
+            "If" => 1,
+            _ => return None,
+        };
+        Some(
+            n.input
+                .iter()
+                .take(first)
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect(),
+        )
+    }
+
     /// The cut node's outputs.
     pub fn op_outputs(&self) -> Vec<String> {
         self.graph().node[self.k]
@@ -311,8 +339,9 @@ impl Cut {
     }
 
     /// The cut node alone, its inputs typed as `types` gives them (every name of
-    /// [`Cut::op_inputs`]), to be imported with them all frozen: the importer then computes
-    /// the node's outputs from the run's values.
+    /// [`Cut::op_inputs`]), to be imported with them all frozen (the importer then computes
+    /// the node's outputs from the run's values) or only [`Cut::import_time_inputs`] frozen
+    /// (the others bound by shape and fed when it runs).
     ///
     /// Errors: a name of [`Cut::op_inputs`] missing from `types`.
     pub fn op_model(&self, types: &HashMap<String, (DType, usize)>) -> Result<OnnxModel, String> {

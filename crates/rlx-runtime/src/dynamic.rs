@@ -973,16 +973,57 @@ impl DynamicModel {
             })
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
-        let g = om
-            .import(&rlx_onnx_import::ImportOptions {
-                constant_inputs: consts,
-                value_inputs: op_layouts,
-                ..Default::default()
-            })
-            .map_err(|e| node_err(e.to_string()))?;
-        let mut c = Session::new(Device::Cpu).try_compile(g)?;
+        // A Loop / If first with only what its lowering needs frozen (trip count,
+        // condition): its body's ops then run as ops, so the NaN scan and the printer see
+        // them, each named with its iteration. Everything frozen when that import fails.
+        let mut fed: Vec<(String, Tensor)> = vec![];
+        let partial = seg.cut.import_time_inputs().and_then(|keep| {
+            let (frozen, live): (HashMap<String, Tensor>, HashMap<String, Tensor>) = consts
+                .clone()
+                .into_iter()
+                .partition(|(n, _)| keep.contains(n) || !seg.cut.op_inputs().contains(n));
+            let input_shapes = live
+                .iter()
+                .map(|(n, t)| (n.clone(), t.dims().to_vec()))
+                .collect();
+            let g = om
+                .import(&rlx_onnx_import::ImportOptions {
+                    constant_inputs: frozen,
+                    input_shapes,
+                    value_inputs: op_layouts.clone(),
+                    ..Default::default()
+                })
+                .ok()?;
+            fed = live.into_iter().collect();
+            Some(g)
+        });
+        let g = match partial {
+            Some(g) => g,
+            None => om
+                .import(&rlx_onnx_import::ImportOptions {
+                    constant_inputs: consts,
+                    value_inputs: op_layouts,
+                    ..Default::default()
+                })
+                .map_err(|e| node_err(e.to_string()))?,
+        };
+        // The rest's compile options (lint); the debug mode and the printer are read from
+        // the environment per run, as the segments' plans do.
+        let mut c = Session::new(Device::Cpu)
+            .with_options(self.session.options.clone())
+            .try_compile(g)?;
+        c.set_report_context(Some("run alone between segments".into()));
         let names: Vec<String> = c.outputs().into_iter().map(|(n, _)| n).collect();
-        let outs = c.run_tensors(vec![])?;
+        let fed: Vec<(&str, &Tensor)> = c
+            .inputs()
+            .into_iter()
+            .filter_map(|(n, _)| {
+                fed.iter()
+                    .find(|(f, _)| *f == n)
+                    .map(|(f, t)| (f.as_str(), t))
+            })
+            .collect();
+        let outs = c.run_tensor_refs(&fed)?;
         // By the names the import gave them: a sequence output is its elements, `s[i]`.
         for (n, t) in names.into_iter().zip(outs) {
             vals.insert(n, t);
