@@ -273,8 +273,14 @@ impl Graph {
 
     /// A literal tensor.
     pub fn constant(&mut self, t: Tensor) -> NodeId {
+        self.constant_shared(Arc::new(t))
+    }
+
+    /// A constant holding a tensor shared with other graphs (the plans of one dynamic model
+    /// share their weights this way).
+    pub fn constant_shared(&mut self, t: Arc<Tensor>) -> NodeId {
         let shape = t.shape();
-        self.add_node(Op::Constant(Arc::new(t)), vec![], shape)
+        self.add_node(Op::Constant(t), vec![], shape)
     }
 
     /// `np.matmul(a, b)` with output type `shape`.

@@ -84,6 +84,9 @@ pub struct OnnxModel {
     model: ModelProto,
     file: String,
     base: Option<std::path::PathBuf>,
+    /// The top-level initializers as decoded by the first import: later imports (a dynamic
+    /// model's plan per size signature) share these tensors instead of decoding copies.
+    inits: std::sync::Mutex<HashMap<String, std::sync::Arc<rlx_ir::Tensor>>>,
 }
 
 impl OnnxModel {
@@ -122,6 +125,7 @@ impl OnnxModel {
             model,
             file: file.to_string(),
             base,
+            inits: Default::default(),
         })
     }
 
@@ -150,6 +154,7 @@ impl OnnxModel {
             model,
             file: file.to_string(),
             base: None,
+            inits: Default::default(),
         }
     }
 
@@ -245,7 +250,13 @@ impl OnnxModel {
 
     /// Lower the model into a [`Graph`] (see [`import_onnx`]).
     pub fn import(&self, opts: &ImportOptions) -> Result<Graph, ImportError> {
-        import_model(&self.model, &self.file, self.base.as_deref(), opts)
+        import_model(
+            &self.model,
+            &self.file,
+            self.base.as_deref(),
+            opts,
+            Some(&self.inits),
+        )
     }
 }
 
@@ -380,6 +391,7 @@ fn import_model(
     file: &str,
     base_dir: Option<&Path>,
     opts: &ImportOptions,
+    inits: Option<&std::sync::Mutex<HashMap<String, std::sync::Arc<rlx_ir::Tensor>>>>,
 ) -> Result<Graph, ImportError> {
     let graph = model
         .graph
@@ -432,16 +444,32 @@ fn import_model(
     // Initializers → constants labelled with their name.
     let mut init_names = HashSet::new();
     for t in &graph.initializer {
-        let tensor = tensor::tensor_from_proto(t, base_dir).map_err(|msg| ImportError::Tensor {
-            name: t.name.clone(),
-            msg,
-        })?;
+        // Decoded once per model: a poisoned lock (a panic elsewhere) only loses the sharing.
+        let cached = inits
+            .and_then(|c| c.lock().ok())
+            .and_then(|c| c.get(&t.name).cloned());
+        let tensor = match cached {
+            Some(x) => x,
+            None => {
+                let x =
+                    std::sync::Arc::new(tensor::tensor_from_proto(t, base_dir).map_err(|msg| {
+                        ImportError::Tensor {
+                            name: t.name.clone(),
+                            msg,
+                        }
+                    })?);
+                if let Some(mut c) = inits.and_then(|c| c.lock().ok()) {
+                    c.insert(t.name.clone(), x.clone());
+                }
+                x
+            }
+        };
         cx.g.set_current_origin(Some(Origin {
             label: t.name.clone(),
             op_type: None,
             ..Default::default()
         }));
-        let id = cx.constant(tensor);
+        let id = cx.g.constant_shared(tensor);
         cx.values.insert(t.name.clone(), id);
         init_names.insert(t.name.as_str());
     }
