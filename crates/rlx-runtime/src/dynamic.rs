@@ -12,8 +12,9 @@
 //!
 //! This is the first step of issue 32's runtime shapes: a plan is built by specializing
 //! the *source model* (re-importing it with the dims bound), not a symbolic graph, so each
-//! new signature pays import + compile (reported by [`DynamicModel::last_plan`]) and each
-//! cached plan holds its own copy of the weights. The check, the cache, the ranges and the
+//! new signature pays import + compile (reported by [`DynamicModel::last_plan`]); the plans
+//! share the weights the source decoded once (what a compile pass rewrites, a conv's packed
+//! copy, is per plan). The check, the cache, the ranges and the
 //! package format are the parts a symbolic IR will keep.
 //!
 //! Check messages follow [`crate::guards`] (AOTInductor's runtime input checks):
