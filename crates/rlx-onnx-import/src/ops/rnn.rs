@@ -216,7 +216,25 @@ struct DirWeights {
 
 fn dir_weights(cx: &mut Ctx, n: &ONode, c: &Common, d: usize, gates: usize) -> R<DirWeights> {
     let gh = gates * c.hidden;
-    let w = slice_axis(cx, n.inp(1)?, 0, d, 1)?;
+    // W [num_directions, G*hidden, input_size], R [num_directions, G*hidden, hidden].
+    let (w0, r0) = (n.inp(1)?, n.inp(2)?);
+    let wd = cx.dims(w0);
+    if wd.len() != 3 || wd[0] != c.dirs || wd[1] != gh {
+        return Err(format!(
+            "W {} has the wrong shape: expected [{}, {gh}, input_size]",
+            cx.shape(w0),
+            c.dirs
+        ));
+    }
+    if cx.dims(r0) != [c.dirs, gh, c.hidden] {
+        return Err(format!(
+            "R {} has the wrong shape: expected [{}, {gh}, {}]",
+            cx.shape(r0),
+            c.dirs,
+            c.hidden
+        ));
+    }
+    let w = slice_axis(cx, w0, 0, d, 1)?;
     let wi = cx.dims(w)[2];
     let w = cx.reshape(w, vec![gh, wi])?;
     let wt = transpose(cx, w, vec![1, 0])?;

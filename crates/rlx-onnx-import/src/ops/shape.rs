@@ -184,6 +184,13 @@ pub(crate) fn slice_axis(
     size: usize,
 ) -> R<NodeId> {
     let d = cx.dims(x);
+    if axis >= d.len() || start.checked_add(size).is_none_or(|e| e > d[axis]) {
+        return Err(format!(
+            "cannot take elements {start}..{} of axis {axis} of {}",
+            start.saturating_add(size),
+            cx.shape(x)
+        ));
+    }
     if start == 0 && size == d[axis] {
         return Ok(x);
     }
