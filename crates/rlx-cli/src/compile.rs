@@ -350,7 +350,8 @@ pub fn run_onnx_segmented(a: &RunArgs, device: Device, first: anyhow::Error) -> 
     let src = OnnxSource::open(&path).map_err(|e| anyhow!("{e}"))?;
     let m =
         DynamicModel::new(Arc::new(src), device, BTreeMap::new()).map_err(|e| anyhow!("{e}"))?;
-    let ready = prepare_dynamic(&model_args(a), m, a.quiet)?;
+    // Quiet: the first attempt already said where each input comes from.
+    let ready = prepare_dynamic(&model_args(a), m, true)?;
     run_ready(a, ready)
 }
 
