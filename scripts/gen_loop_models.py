@@ -16,7 +16,12 @@ Writes fixtures/loops/ (gitignored):
   loop_dyn/model.onnx     the same with the trip count a graph input "trip" (int64 scalar),
                           so RLX runs the Loop between segments
   loop_dyn/input_{x,trip}.npy   the same x, trip = 5
-  */expected_y.npy        onnxruntime's output
+  loop_while/model.onnx   a while loop: no trip count; the body's condition is
+                          `i < 4 and max(v) is not +inf` (computed from data, so the importer
+                          cannot unroll it and RLX runs the body once per iteration at run
+                          time), and a scan output "v_scan" stacking every iteration's v;
+                          outputs y and v_scan; input_x.npy the same x
+  */expected_y.npy        onnxruntime's output (loop_while: also expected_v_scan.npy)
   */expected.json         {"node": "loop_body/Sqrt", "loop": "decoder_loop", "iteration": k}:
                           k is the first iteration whose Sqrt gets a negative argument,
                           computed here with numpy (float32, the model's math) and checked
@@ -92,6 +97,63 @@ def model(trip_is_input: bool, trip: int = TRIP) -> onnx.ModelProto:
     return m
 
 
+def while_body() -> onnx.GraphProto:
+    nodes = [
+        helper.make_node("Cast", ["i"], ["fi"], name="loop_body/Cast", to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["v", "fi"], ["d"], name="loop_body/Sub"),
+        helper.make_node("Sqrt", ["d"], ["v_out"], name=NODE),
+        helper.make_node("Identity", ["v_out"], ["v_scan"], name="loop_body/Scan"),
+        helper.make_node("Less", ["fi", "four"], ["more"], name="loop_body/Less"),
+        helper.make_node("ReduceMax", ["v_out"], ["vmax"], name="loop_body/Max", keepdims=0),
+        helper.make_node("IsInf", ["vmax"], ["inf"], name="loop_body/IsInf", detect_negative=0),
+        helper.make_node("Not", ["inf"], ["finite"], name="loop_body/Not"),
+        helper.make_node("And", ["more", "finite"], ["cond_out"], name="loop_body/And"),
+    ]
+    return helper.make_graph(
+        nodes,
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("v_scan", TensorProto.FLOAT, [3]),
+        ],
+        initializer=[numpy_helper.from_array(np.array(4.0, dtype=np.float32), "four")],
+    )
+
+
+def while_model() -> onnx.ModelProto:
+    inits = [
+        numpy_helper.from_array(np.array(True), "cond"),
+        numpy_helper.from_array(np.zeros(3, np.float32), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "zero"], ["x0"], name="prep/Add"),
+        helper.make_node(
+            "Loop", ["", "cond", "x0"], ["v_final", "v_scan"], name=LOOP, body=while_body()
+        ),
+        helper.make_node("Neg", ["v_final"], ["y"], name="post/Neg"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "loop_while",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("v_scan", TensorProto.FLOAT, [None, 3]),
+        ],
+        initializer=inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
 def run_ort(m: onnx.ModelProto, feeds: dict) -> np.ndarray:
     s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return s.run(None, feeds)[0]
@@ -135,6 +197,20 @@ def main() -> None:
         np.save(d / "expected_y.npy", y)
         (d / "expected.json").write_text(json.dumps(expect, indent=2) + "\n")
         print(f"{d}: first NaN made by {NODE} at iteration {k} of {LOOP}; y = {y}")
+    # The while loop: 5 iterations (i = 0..4; at i = 4 the condition turns false), the same
+    # v as the for loops, so the same first NaN.
+    d = OUT / "loop_while"
+    d.mkdir(parents=True, exist_ok=True)
+    m = while_model()
+    onnx.save(m, d / "model.onnx")
+    np.save(d / "input_x.npy", X)
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, scan = s.run(None, {"x": X})
+    assert scan.shape == (TRIP, 3), scan.shape
+    np.save(d / "expected_y.npy", y)
+    np.save(d / "expected_v_scan.npy", scan)
+    (d / "expected.json").write_text(json.dumps(expect, indent=2) + "\n")
+    print(f"{d}: while loop, {scan.shape[0]} iterations; y = {y}")
 
 
 if __name__ == "__main__":

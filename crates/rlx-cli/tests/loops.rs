@@ -192,3 +192,43 @@ fn trace_names_the_iteration() {
         "the HTML names the iteration"
     );
 }
+
+/// A while loop (no trip count; the body computes its condition from data, so the importer
+/// cannot unroll it): its body runs once per iteration at run time. The NaN report names the
+/// body node and the iteration; the carried output and the scan output (every iteration's v,
+/// stacked) are onnxruntime's.
+#[test]
+fn nan_in_a_loop_run_at_run_time_names_the_iteration() {
+    let Some(dir) = fixture("fixtures/loops/loop_while") else {
+        return;
+    };
+    let (node, lp, it) = expected(&dir);
+    let out = tmp("loop_while");
+    let (code, err) = rlx(
+        &[
+            "run",
+            dir.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        &[("RLX_DEBUG_NANS", "1")],
+    );
+    assert_eq!(code, 0, "{err}");
+    let r = report_of(&err, &node);
+    assert!(
+        r[0].contains(&format!(
+            "Sqrt \"{node}\" (iteration {it} of Loop \"{lp}\", its body run at run time)"
+        )),
+        "the report names the body node and iteration {it}: {err}"
+    );
+    assert!(
+        r.iter()
+            .any(|l| l.contains("→ inputs finite, this op produced it")),
+        "{err}"
+    );
+    for o in ["y", "v_scan"] {
+        let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+        let exp = read_npy(&dir.join(format!("expected_{o}.npy"))).unwrap();
+        assert_close(&format!("loop_while {o}"), &got, &exp, 1e-6, 1e-6);
+    }
+}

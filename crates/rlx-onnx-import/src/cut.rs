@@ -191,6 +191,11 @@ impl Cut {
         dim_symbol(value, axis, &self.taken)
     }
 
+    /// The cut node's name as import errors give it (`nms`).
+    pub fn node_name(&self) -> &str {
+        label(&self.graph().node[self.k])
+    }
+
     /// The cut node's name and op type, `"nms" (NonMaxSuppression)`.
     pub fn node_label(&self) -> String {
         let n = &self.graph().node[self.k];
@@ -242,6 +247,121 @@ impl Cut {
                 .cloned()
                 .collect(),
         )
+    }
+
+    /// For a cut `Loop`: its body as a model of its own, run once per iteration by a runtime
+    /// that loops at run time (when the importer cannot unroll it: a condition the body
+    /// computes from data, more iterations than it unrolls). The model's inputs are the
+    /// body's formal inputs (iteration number, condition, loop-carried values), then the
+    /// outer-scope values the body reads (returned, in that order); its outputs are the
+    /// body's (condition, carried values, scan outputs). Inputs are typed by `types` (dtype
+    /// and rank of this run's values; sizes symbolic, so iterations whose carried values grow
+    /// still share the model); the main graph's initializers the body reads come along.
+    ///
+    /// Errors: the cut node is no Loop, has no body, or a value has no type in `types`.
+    pub fn loop_body(
+        &self,
+        types: &HashMap<String, (DType, usize)>,
+    ) -> Result<(OnnxModel, Vec<String>), String> {
+        let n = &self.graph().node[self.k];
+        if n.op_type != "Loop" {
+            return Err(format!("{} is no Loop", self.node_label()));
+        }
+        let body = n
+            .attribute
+            .iter()
+            .find(|a| a.name == "body")
+            .and_then(|a| a.g.as_ref())
+            .ok_or("the Loop has no body graph")?;
+        let mut defined: HashSet<String> = body.input.iter().map(|v| v.name.clone()).collect();
+        defined.extend(body.initializer.iter().map(|t| t.name.clone()));
+        let mut outer: Vec<String> = vec![];
+        for m in &body.node {
+            let mut r = vec![];
+            reads(m, &mut r);
+            for x in r {
+                if !defined.contains(&x) && !outer.contains(&x) {
+                    outer.push(x);
+                }
+            }
+            defined.extend(m.output.iter().cloned());
+        }
+        // Outer values that are main-graph initializers come as initializers; the others
+        // are inputs (and subgraph-internal names `reads` over-approximates drop out: they
+        // are neither initializers nor values of this run).
+        let inits: Vec<_> = self
+            .graph()
+            .initializer
+            .iter()
+            .filter(|t| outer.contains(&t.name))
+            .cloned()
+            .collect();
+        let outer: Vec<String> = outer
+            .into_iter()
+            .filter(|x| !inits.iter().any(|t| &t.name == x) && types.contains_key(x))
+            .collect();
+        let mut inputs = vec![];
+        for name in body.input.iter().map(|v| &v.name).chain(outer.iter()) {
+            let &(dt, rank) = types
+                .get(name)
+                .ok_or_else(|| format!("value \"{name}\" has no type (it was not computed)"))?;
+            inputs.push(value_info(name, dt, &symbolic(name, rank, &self.taken)));
+        }
+        let graph = GraphProto {
+            node: body.node.clone(),
+            name: format!("{}_body", label(n)),
+            initializer: body.initializer.iter().cloned().chain(inits).collect(),
+            input: inputs,
+            output: body
+                .output
+                .iter()
+                .map(|o| ValueInfoProto {
+                    name: o.name.clone(),
+                    r#type: None,
+                })
+                .collect(),
+            value_info: vec![],
+        };
+        let model = ModelProto {
+            graph: Some(graph),
+            ..self.model.clone()
+        };
+        Ok((
+            OnnxModel::from_proto(
+                model,
+                &format!("{} (body of {})", self.file, self.node_label()),
+            ),
+            outer,
+        ))
+    }
+
+    /// A cut Loop's body's formal input names (iteration number, condition, carried values);
+    /// empty for another node.
+    pub fn loop_body_inputs(&self) -> Vec<String> {
+        let n = &self.graph().node[self.k];
+        n.attribute
+            .iter()
+            .find(|a| a.name == "body")
+            .and_then(|a| a.g.as_ref())
+            .map(|b| b.input.iter().map(|v| v.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The value of the model's initializer `name` (a Loop's trip count or condition may be
+    /// one); `None` when no initializer has that name or it cannot be decoded.
+    pub fn initializer(&self, name: &str) -> Option<rlx_ir::Tensor> {
+        let t = self.graph().initializer.iter().find(|t| t.name == name)?;
+        crate::tensor::tensor_from_proto(t, None).ok()
+    }
+
+    /// The cut node's input names as the node lists them (`""` for an absent optional one).
+    pub fn op_node_inputs(&self) -> Vec<String> {
+        self.graph().node[self.k].input.clone()
+    }
+
+    /// The cut node's output names as the node lists them (`""` for an unused one).
+    pub fn op_node_outputs(&self) -> Vec<String> {
+        self.graph().node[self.k].output.clone()
     }
 
     /// The cut node's outputs.
