@@ -226,6 +226,13 @@ fn nan_in_a_loop_run_at_run_time_names_the_iteration() {
             .any(|l| l.contains("→ inputs finite, this op produced it")),
         "{err}"
     );
+    // The iterations and the segment after the Loop only carry it: their inputs' reports
+    // ("the graph input already holds it") are not printed.
+    assert_eq!(
+        err.matches("rlx nan-check:").count(),
+        1,
+        "one report, at the culprit: {err}"
+    );
     for o in ["y", "v_scan"] {
         let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
         let exp = read_npy(&dir.join(format!("expected_{o}.npy"))).unwrap();

@@ -945,6 +945,8 @@ pub struct DebugScanner {
     propagators: usize,
     summary: Option<String>,
     context: Option<String>,
+    /// Do not print reports whose node is a graph input ([`DebugScanner::set_quiet_inputs`]).
+    quiet_inputs: bool,
 }
 
 impl DebugScanner {
@@ -964,7 +966,15 @@ impl DebugScanner {
             propagators: 0,
             summary: None,
             context: None,
+            quiet_inputs: false,
         }
+    }
+
+    /// Record but do not print reports whose node is a graph input ("the graph input already
+    /// holds it"): for a part of a model run in parts whose inputs carry a value an earlier
+    /// part already reported (a segment's tail, a Loop body's next iteration).
+    pub fn set_quiet_inputs(&mut self, on: bool) {
+        self.quiet_inputs = on;
     }
 
     /// Tag every report of the following runs with `context` (e.g. `decode step 37,
@@ -1089,7 +1099,7 @@ impl DebugScanner {
     }
 
     fn emit(&mut self, r: NanReport) {
-        if self.print {
+        if self.print && !(self.quiet_inputs && r.op == "Input") {
             eprintln!("{r}");
         }
         self.reports.push(r);

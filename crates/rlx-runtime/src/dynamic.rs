@@ -282,6 +282,8 @@ pub struct DynamicModel {
     segmented: Option<Box<Segmented>>,
     /// Layouts of the sequence / optional inputs ([`DynamicModel::set_value_inputs`]).
     values: HashMap<String, rlx_onnx_import::ValueInput>,
+    /// Reports at graph inputs are not printed ([`DynamicModel::set_quiet_input_reports`]).
+    quiet_inputs: bool,
 }
 
 /// A model run in three parts around a node whose output shape depends on values.
@@ -312,6 +314,7 @@ fn run_loop(
     device: Device,
     options: &CompileOptions,
     name: &str,
+    reported: &mut bool,
 ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
     let at = cut.node_label();
     let err = |m: String| RuntimeError::Input(format!("{name}: Loop {at} at run time: {m}"));
@@ -422,7 +425,9 @@ fn run_loop(
                 }
             }
         }
+        b.set_quiet_input_reports(*reported);
         let mut res = b.run_tensors(&feed)?.into_iter();
+        *reported |= b.last_run_reported();
         let c = res
             .next()
             .ok_or_else(|| err("the body gave no condition".into()))?;
@@ -571,7 +576,24 @@ impl DynamicModel {
             source,
             segmented: None,
             values: HashMap::new(),
+            quiet_inputs: false,
         })
+    }
+
+    /// Record but do not print NaN reports at this model's graph inputs (cached plans too):
+    /// for a part whose inputs carry a value an earlier part of the run already reported.
+    pub fn set_quiet_input_reports(&mut self, on: bool) {
+        for p in &mut self.plans {
+            p.graph.set_quiet_input_reports(on);
+        }
+        self.quiet_inputs = on;
+    }
+
+    /// Whether the last run of a plan of this model found a NaN/Inf to report (false when
+    /// the model ran in segments: each part answers for itself).
+    pub fn last_run_reported(&mut self) -> bool {
+        self.last_plan_graph()
+            .is_some_and(|g| !g.nan_reports().is_empty())
     }
 
     /// Set the context appended to every NaN report of this model's plans (cached ones too).
@@ -943,6 +965,7 @@ impl DynamicModel {
                 if self.context.is_some() {
                     graph.set_report_context(self.context.clone());
                 }
+                graph.set_quiet_input_reports(self.quiet_inputs);
                 let ms = t0.elapsed().as_secs_f64() * 1e3;
                 self.plans.push(Plan {
                     key: key.clone(),
@@ -1143,12 +1166,16 @@ impl DynamicModel {
             }
             Ok(())
         };
+        // Set once a part of this run reported a NaN/Inf: the later parts then do not print
+        // reports at their inputs, which only carry it.
+        let mut reported = false;
         if let Some(h) = seg.head.as_mut() {
             let l = layouts_for(h);
             h.set_value_inputs(l);
             let fed = feed(h, &vals);
             let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
             let outs = h.run_tensors(&named)?;
+            reported |= h.last_run_reported();
             take(seg.cut.head_outputs(), outs, &mut vals)?;
         }
         // The cut node, on the CPU, with its inputs as constants.
@@ -1217,6 +1244,7 @@ impl DynamicModel {
                 device,
                 &self.session.options,
                 &name,
+                &mut reported,
             )?;
             for (n, t) in outs {
                 vals.insert(n, t);
@@ -1255,7 +1283,9 @@ impl DynamicModel {
                         .map(|(f, t)| (f.as_str(), t))
                 })
                 .collect();
+            c.set_quiet_input_reports(reported);
             let outs = c.run_tensor_refs(&fed)?;
+            reported |= !c.nan_reports().is_empty();
             // By the names the import gave them: a sequence output is its elements, `s[i]`.
             for (n, t) in names.into_iter().zip(outs) {
                 vals.insert(n, t);
@@ -1301,6 +1331,7 @@ impl DynamicModel {
         if let Some(t) = seg.tail.as_mut() {
             let fed = feed(t, &vals);
             let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            t.set_quiet_input_reports(reported);
             let outs = t.run_tensors(&named)?;
             take(seg.cut.tail_outputs(), outs, &mut vals)?;
         }

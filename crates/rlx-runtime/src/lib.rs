@@ -248,6 +248,8 @@ pub struct CompiledGraph {
     value_printer: Option<printer::PrinterConfig>,
     /// Appended to every NaN report of the next runs (`decode step 3, position 12`).
     report_context: Option<String>,
+    /// Reports at graph inputs are recorded but not printed ([`CompiledGraph::set_quiet_input_reports`]).
+    quiet_input_reports: bool,
 }
 
 impl CompiledGraph {
@@ -272,6 +274,7 @@ impl CompiledGraph {
             param_values: BTreeMap::new(),
             value_printer: None,
             report_context: None,
+            quiet_input_reports: false,
         }
     }
 
@@ -369,6 +372,13 @@ impl CompiledGraph {
     /// each run). Useful in tests and tools that run several graphs in one process.
     pub fn set_debug_mode(&mut self, mode: Option<DebugMode>) {
         self.debug_override = mode;
+    }
+
+    /// Record but do not print NaN reports whose node is a graph input ("the graph input
+    /// already holds it"): for a part of a model run in parts, whose inputs carry a value
+    /// that an earlier part already reported.
+    pub fn set_quiet_input_reports(&mut self, on: bool) {
+        self.quiet_input_reports = on;
     }
 
     /// Tag the NaN reports and printer lines of the following runs with `context`, printed
@@ -578,6 +588,7 @@ impl CompiledGraph {
             let mut sc = DebugScanner::new(mode, &self.device.to_string());
             sc.set_print(self.print_reports);
             sc.set_context(self.report_context.clone());
+            sc.set_quiet_inputs(self.quiet_input_reports);
             let r = Self::run_exec(&mut self.exec, &ordered, Some(&mut sc), &pcfg);
             self.reports = sc.reports().to_vec();
             self.nan_summary = sc.summary().map(str::to_string);
@@ -643,6 +654,7 @@ impl CompiledGraph {
             let mut sc = DebugScanner::new(mode, &self.device.to_string());
             sc.set_print(self.print_reports);
             sc.set_context(self.report_context.clone());
+            sc.set_quiet_inputs(self.quiet_input_reports);
             sc.begin_run(&g);
             sc
         });
