@@ -233,8 +233,6 @@ pub fn summarize(t: &Tensor) -> String {
     )
 }
 
-/// Open and decode the model once (errors name the file).
-
 fn run_inner(a: &RunArgs) -> Result<i32> {
     crate::init_threads(a.threads)?;
     if crate::compile::is_package(&a.model) {

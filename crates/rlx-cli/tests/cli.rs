@@ -158,7 +158,7 @@ fn hostile_files_and_dims_give_clean_errors() {
     // not as a size mismatch.
     let uni = dir.join("unicode.npy");
     let mut header = "{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');

@@ -123,7 +123,8 @@ fn one_package_runs_every_size_in_range_like_onnxruntime() {
         assert_eq!(code, 0, "rlx run at {size}: {err}");
         let (b, s) = size.split_once('x').unwrap();
         assert!(
-            err.contains(&format!("planned")) && err.contains(&format!("batch={b}, sequence={s}")),
+            err.contains(&"planned".to_string())
+                && err.contains(&format!("batch={b}, sequence={s}")),
             "the plan's signature is reported: {err}"
         );
         for o in OUTPUTS {
@@ -263,7 +264,7 @@ fn plan_cache_reuses_and_evicts() {
         .iter()
         .map(|s| (s.to_string(), inputs(&dir.join(s))))
         .collect();
-    let mut run = |m: &mut DynamicModel, k: usize| -> bool {
+    let run = |m: &mut DynamicModel, k: usize| -> bool {
         let (size, feeds) = &cases[k];
         let named: Vec<(&str, &Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let outs = m.run_tensors(&named).unwrap();

@@ -158,7 +158,7 @@ fn run_with_spinning_workers<R: Send>(f: impl FnOnce() -> R + Send) -> R {
                 }
                 std::hint::spin_loop();
                 polls = polls.wrapping_add(1);
-                if polls % 64 == 0 {
+                if polls.is_multiple_of(64) {
                     let t = *idle_since.get_or_insert_with(std::time::Instant::now);
                     if t.elapsed() >= SPIN_IDLE {
                         return;

@@ -27,12 +27,12 @@ fn design_front_door_graph() {
     assert_eq!(ex.missing_params(), vec!["w".to_string()]);
     let xin = f32t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     assert!(matches!(
-        ex.run(&[xin.clone()], None),
+        ex.run(std::slice::from_ref(&xin), None),
         Err(CpuError::Param(_))
     ));
     ex.set_param("w", f32t(&[4], &[1.0, 0.0, 0.0, 1.0]))
         .unwrap();
-    let out = ex.run(&[xin.clone()], None).unwrap();
+    let out = ex.run(std::slice::from_ref(&xin), None).unwrap();
     assert_eq!(out[0].as_f32().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
     // param errors
     assert!(matches!(
@@ -172,7 +172,7 @@ fn warn_scanner_names_the_div_that_made_zero_over_zero() {
     let xin = f32t(&[2], &[0.0, 1.0]);
     let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
     sc.set_print(false);
-    let out = ex.run(&[xin.clone()], Some(&mut sc)).unwrap();
+    let out = ex.run(std::slice::from_ref(&xin), Some(&mut sc)).unwrap();
     assert!(out[0].as_f32().unwrap()[0].is_nan());
     assert_eq!(sc.reports().len(), 1);
     let r = &sc.reports()[0];
@@ -185,7 +185,7 @@ fn warn_scanner_names_the_div_that_made_zero_over_zero() {
     // Scanner off: no reports, no scan state.
     let mut off = DebugScanner::new(DebugMode::Off, "cpu");
     off.set_print(false);
-    ex.run(&[xin.clone()], Some(&mut off)).unwrap();
+    ex.run(std::slice::from_ref(&xin), Some(&mut off)).unwrap();
     assert!(off.reports().is_empty());
     ex.run(&[xin], None).unwrap();
 }
@@ -490,7 +490,7 @@ fn a_failed_run_adds_nothing_to_the_profile() {
     let x = f32t(&[n, n], &vec![0.5; n * n]);
     for _ in 0..3 {
         assert!(matches!(
-            ex.run(&[x.clone()], None),
+            ex.run(std::slice::from_ref(&x), None),
             Err(CpuError::Param(_))
         ));
     }

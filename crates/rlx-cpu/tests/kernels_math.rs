@@ -905,7 +905,7 @@ fn in_place_clip_with_scalar_bounds_matches_definition() {
         if v.is_nan() {
             assert!(got.is_nan(), "at {i}: clip(NaN) = {got}");
         } else {
-            assert_eq!(got as f64, v.max(0.0).min(6.0), "at {i}: clip({v})");
+            assert_eq!(got as f64, v.clamp(0.0, 6.0), "at {i}: clip({v})");
         }
     }
 }
@@ -941,6 +941,8 @@ fn broadcast_binary_matches_the_numpy_rule() {
             DType::F32,
         ));
         let n: usize = od.iter().product();
+        // `o` is the flat output index the reference decomposes, not just `y`'s index.
+        #[allow(clippy::needless_range_loop)]
         for o in 0..n {
             let (mut rem, mut ia, mut ib, mut sa, mut sb) = (o, 0, 0, 1, 1);
             for i in (0..r).rev() {

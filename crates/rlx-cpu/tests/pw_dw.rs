@@ -327,7 +327,7 @@ fn a_clean_scanned_run_keeps_the_pair() {
         let x = rnd(cs.c * cs.h * cs.w, 21);
         let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x.clone()).unwrap();
         let mut ex = CpuExecutor::new(graph(cs, &p).0).unwrap();
-        let plain = ex.run(&[t.clone()], None).unwrap()[0]
+        let plain = ex.run(std::slice::from_ref(&t), None).unwrap()[0]
             .as_f32()
             .unwrap()
             .to_vec();

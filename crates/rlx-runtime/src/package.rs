@@ -542,22 +542,20 @@ pub fn load_dynamic_package(
     Ok(model)
 }
 
+/// A dynamic package's manifest, dim ranges and source model bytes ([`read_package_source`]).
+pub type PackageSource = (
+    Manifest,
+    BTreeMap<String, crate::dynamic::DimRange>,
+    Vec<u8>,
+);
+
 /// The manifest, the ranges and the source model's bytes of a dynamic package (whatever its
 /// device type: for tools that import the source themselves, as `rlx trace` does); `None` for
 /// a static package, which holds a compiled graph and no source.
 ///
 /// Errors: as [`load_dynamic_package`] for an unreadable file or a bad manifest (a range
 /// with min > max, an unknown source format).
-pub fn read_package_source(
-    path: &Path,
-) -> Result<
-    Option<(
-        Manifest,
-        BTreeMap<String, crate::dynamic::DimRange>,
-        Vec<u8>,
-    )>,
-    RuntimeError,
-> {
+pub fn read_package_source(path: &Path) -> Result<Option<PackageSource>, RuntimeError> {
     let (mut z, cap) = open_archive(path)?;
     let manifest = parse_manifest(path, &read_entry(&mut z, path, MANIFEST_ENTRY, cap)?)?;
     let Some(info) = &manifest.dynamic else {

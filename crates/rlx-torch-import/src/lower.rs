@@ -426,7 +426,7 @@ impl<'n> Args<'n> {
             .find(|(k, _)| k == name)
             .or_else(|| self.n.inputs.get(pos).filter(|(k, _)| k.is_empty()))
             .map(|(_, v)| v)
-            .filter(|v| !v.get("as_none").is_some())
+            .filter(|v| v.get("as_none").is_none())
     }
     fn has(&self, name: &str, pos: usize) -> bool {
         self.get(name, pos).is_some()
@@ -1155,7 +1155,7 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
             let lo_v = match (op, lo) {
                 (_, Some(l)) => Some(lw.scalar(l, odt_v)),
                 ("clamp" | "clamp_min", _) => {
-                    let nm = if op == "clamp" { "min" } else { "min" };
+                    let nm = "min";
                     if a.has(nm, 1) {
                         Some(operand(lw, nm, 1, odt_v)?)
                     } else {
@@ -1835,8 +1835,8 @@ fn lower_node(lw: &mut Lower, n: &FxNode) -> R<()> {
             };
             let ax = lw.ints(&axes);
             let onnx = match ord {
-                o if o == 2.0 => "ReduceL2",
-                o if o == 1.0 => "ReduceL1",
+                2.0 => "ReduceL2",
+                1.0 => "ReduceL1",
                 o if o.is_infinite() && o > 0.0 => {
                     let ab = lw.emit("Abs", &[&x.name], vec![]);
                     let y = lw.emit("ReduceMax", &[&ab, &ax], vec![attr_i("keepdims", keep as i64)]);

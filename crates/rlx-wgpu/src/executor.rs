@@ -1936,7 +1936,6 @@ fn build_spec(
                 return Err("matmul exceeds the dispatch limits".into());
             }
             let mut specs = vec![];
-            let mut meta = meta;
             if gm.splits > 1 {
                 meta.extend([u(gm.splits)?, u(out)?, u(gm.kc)?]);
             }

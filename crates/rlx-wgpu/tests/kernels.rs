@@ -198,7 +198,7 @@ fn nan_inf_propagation_matches_cpu() {
     );
     for op in ops {
         let g = unary_graph(op.clone(), &[n], DType::F32);
-        let (want, got) = both(&g, &[x.clone()]);
+        let (want, got) = both(&g, std::slice::from_ref(&x));
         // max_rel panics unless NaN ↔ NaN and ±inf ↔ same inf, element by element.
         let r = max_rel(&format!("{op:?}"), &got[0], &want[0]);
         assert!(r < 1e-5, "{op:?}: {r:e}");
@@ -216,12 +216,12 @@ fn nan_inf_propagation_matches_cpu() {
         },
     ] {
         let g = unary_graph(Op::Unary(op), &[n], DType::Bool);
-        let (want, got) = both(&g, &[x.clone()]);
+        let (want, got) = both(&g, std::slice::from_ref(&x));
         assert_eq!(got[0].data(), want[0].data(), "{op:?}");
     }
     // Relu keeps NaN (a max(x, 0) kernel would give 0): the ONNX/NumPy semantics.
     let g = unary_graph(Op::Activation(Activation::Relu), &[n], DType::F32);
-    let (_, got) = both(&g, &[x.clone()]);
+    let (_, got) = both(&g, std::slice::from_ref(&x));
     assert!(f32s(&got[0])[0].is_nan() && f32s(&got[0])[9].is_nan());
 }
 
@@ -305,7 +305,7 @@ fn reductions_argmax_pool_propagate_nan() {
                 Shape::new(&[5], DType::F32),
             );
             g.set_outputs(vec![r]);
-            let (want, got) = both(&g, &[x.clone()]);
+            let (want, got) = both(&g, std::slice::from_ref(&x));
             let e = max_rel(&format!("{kind:?} width {width}"), &got[0], &want[0]);
             assert!(e < 1e-5, "{kind:?}: {e:e}");
         }
@@ -323,7 +323,7 @@ fn reductions_argmax_pool_propagate_nan() {
                 Shape::new(&[5], DType::I64),
             );
             g.set_outputs(vec![r]);
-            let (want, got) = both(&g, &[x.clone()]);
+            let (want, got) = both(&g, std::slice::from_ref(&x));
             assert_eq!(
                 got[0].data(),
                 want[0].data(),
@@ -371,7 +371,7 @@ fn reductions_argmax_pool_propagate_nan() {
                 Shape::new(&[2, 3, oh, ow], DType::F32),
             );
             g.set_outputs(vec![r]);
-            let (want, got) = both(&g, &[x.clone()]);
+            let (want, got) = both(&g, std::slice::from_ref(&x));
             let e = max_rel(&format!("{kind:?} ceil {ceil_mode}"), &got[0], &want[0]);
             assert!(e < 1e-5, "{kind:?}: {e:e}");
         }
@@ -463,7 +463,7 @@ fn shape_ops_and_broadcasting() {
         let y = g.add_node(op.clone(), vec![i], Shape::new(&od, DType::F32));
         let z = g.activation(Activation::Relu, y, Shape::new(&od, DType::F32));
         g.set_outputs(vec![y, z]);
-        let (want, got) = both(&g, &[x.clone()]);
+        let (want, got) = both(&g, std::slice::from_ref(&x));
         assert_close(&format!("{op:?}"), &got[0], &want[0], 1e-5);
         assert_close(&format!("{op:?} relu"), &got[1], &want[1], 1e-5);
     }
@@ -601,7 +601,8 @@ fn small_arguments_keep_full_precision() {
     ];
     let n = v.len();
     let x = Tensor::from_f32(&[n], v.clone()).unwrap();
-    let f64s: [(Op, fn(f64) -> f64); 7] = [
+    type Reference = (Op, fn(f64) -> f64);
+    let f64s: [Reference; 7] = [
         (Op::Activation(Activation::Gelu), |x: f64| {
             0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
         }),
@@ -619,7 +620,9 @@ fn small_arguments_keep_full_precision() {
     for (op, f) in f64s {
         let g = unary_graph(op.clone(), &[n], DType::F32);
         let mut w = rlx_wgpu::WgpuExecutor::new(g).unwrap();
-        let got = w.run(&[x.clone()], None).unwrap()[0].data().to_f32_vec();
+        let got = w.run(std::slice::from_ref(&x), None).unwrap()[0]
+            .data()
+            .to_f32_vec();
         for (k, &xi) in v.iter().enumerate() {
             if matches!(op, Op::Unary(UnaryOp::Atanh)) && xi.abs() >= 1.0 {
                 continue;

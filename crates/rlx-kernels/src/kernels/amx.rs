@@ -72,7 +72,7 @@ fn request_tile_permission() -> bool {
 
 /// Whether a product of these sizes can take the AMX path (see the module docs).
 pub(crate) fn supported(m: usize, n: usize, k: usize) -> bool {
-    m > 0 && n > 0 && k > 0 && k % KS == 0 && n % (2 * T) == 0 && available()
+    m > 0 && n > 0 && k > 0 && k.is_multiple_of(KS) && n.is_multiple_of(2 * T) && available()
 }
 
 #[repr(C, align(64))]
@@ -131,6 +131,8 @@ fn pack_x(m: usize, k: usize, x: &[u16], rs: usize) -> Vec<u16> {
 /// row stride `x_rs`, `w` `[n, k]` contiguous, split over the rayon pool when `parallel`
 /// and the product is large. Returns false (and leaves `y` alone) when the sizes or the
 /// CPU do not allow the AMX path ([`supported`]).
+// A GEMM's usual operands (sizes, strides, buffers, a threading switch), as `gemm::gemm` takes.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_bf16_nt(
     m: usize,
     n: usize,
@@ -164,6 +166,8 @@ pub(crate) fn matmul_bf16_nt(
         .step_by(per)
         .map(|s| (s, (s + per).min(nblocks)))
         .collect();
+    // Rebinding `yp` makes the closure capture the `Send` wrapper, not its raw-pointer field.
+    #[allow(clippy::redundant_locals)]
     let run = |(s, e): (usize, usize)| {
         let yp = yp;
         // SAFETY: `available()` held (checked by `supported`); each task writes the

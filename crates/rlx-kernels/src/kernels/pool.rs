@@ -79,6 +79,8 @@ impl Windows {
             let mut off = 0usize;
             let mut status = 0u8; // 0 valid, 1 pad, 2 outside
             let mut kr = k;
+            // `i` indexes four per-axis tables at once.
+            #[allow(clippy::needless_range_loop)]
             for i in 0..nd {
                 let t = kr / self.kst[i];
                 kr %= self.kst[i];

@@ -22,7 +22,7 @@ use rlx_ir::{
 /// `[B, S, H*D]` → `[B, H, S, D]`.
 fn split_heads(cx: &mut Ctx, x: NodeId, heads: usize, what: &str) -> R<NodeId> {
     let d = cx.dims(x);
-    if heads == 0 || d[2] % heads != 0 {
+    if heads == 0 || !d[2].is_multiple_of(heads) {
         return Err(format!(
             "{what} hidden size {} is not divisible by {heads} heads",
             d[2]
@@ -357,7 +357,7 @@ pub fn rotary_embedding(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         )?,
         3 => {
             let h = n.i("num_heads", 0)?;
-            if h <= 0 || od[2] % h as usize != 0 {
+            if h <= 0 || !od[2].is_multiple_of(h as usize) {
                 return Err(format!(
                     "3-D input {} needs num_heads dividing its hidden size",
                     cx.shape(x)

@@ -48,7 +48,7 @@ pub fn col2im(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     }
     let xd = cx.dims(x);
     let k: usize = block.iter().product();
-    if xd.len() != 3 || xd[1] % k != 0 {
+    if xd.len() != 3 || !xd[1].is_multiple_of(k) {
         return Err(format!("input {} must be [N, C * {k}, L]", cx.shape(x)));
     }
     let (nb, c) = (xd[0], xd[1] / k);

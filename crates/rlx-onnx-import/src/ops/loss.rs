@@ -30,10 +30,7 @@ fn nll(cx: &mut Ctx, n: &ONode, x: NodeId, target: NodeId, weight: Option<NodeId
     }
     let dt = cx.dtype(x);
     let tdt = cx.dtype(target);
-    let ignore = match n.attr("ignore_index") {
-        Some(a) => Some(a.i),
-        None => None,
-    };
+    let ignore = n.attr("ignore_index").map(|a| a.i);
     // Positions to ignore, and a target that is a valid index everywhere.
     let (mask, safe_t) = match ignore {
         Some(ii) => {

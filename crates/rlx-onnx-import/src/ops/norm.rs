@@ -89,7 +89,7 @@ pub fn group_norm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         return Err(format!("input must have rank >= 3, got {}", cx.shape(x)));
     }
     let g = n.i("num_groups", 0)?;
-    if g <= 0 || d[1] % g as usize != 0 {
+    if g <= 0 || !d[1].is_multiple_of(g as usize) {
         return Err(format!(
             "num_groups {g} must divide the channel count {}",
             d[1]

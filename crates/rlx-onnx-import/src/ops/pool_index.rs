@@ -38,6 +38,8 @@ pub(crate) fn max_pool_indices(
     let mut od = Vec::with_capacity(nd);
     let mut padded = Vec::with_capacity(nd);
     let mut pads = vec![(0, 0), (0, 0)];
+    // `i` indexes the spatial dims and four attribute lists at once.
+    #[allow(clippy::needless_range_loop)]
     for i in 0..nd {
         let o = window_out_dim(
             sp[i],

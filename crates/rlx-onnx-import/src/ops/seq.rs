@@ -225,7 +225,7 @@ pub fn optional(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 pub fn optional_has_element(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let has = match n.opt(0) {
         None => false,
-        Some(id) => cx.opts.get(&id).map_or(true, |e| e.is_some()),
+        Some(id) => cx.opts.get(&id).is_none_or(|e| e.is_some()),
     };
     Ok(vec![cx.scalar(DType::Bool, has as u8 as f64)])
 }

@@ -137,7 +137,7 @@ fn dft_core(
     };
     let rows_ok = move |a: usize| if irfft { a <= n / 2 } else { a < n };
     let wgt = move |a: usize| {
-        if !irfft || a == 0 || (n % 2 == 0 && a == n / 2) {
+        if !irfft || a == 0 || (n.is_multiple_of(2) && a == n / 2) {
             1.0
         } else {
             2.0

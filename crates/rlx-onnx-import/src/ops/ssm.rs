@@ -73,7 +73,7 @@ pub fn causal_conv_with_state(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// `[B, T, H*D]` → `[B, H, T, D]`.
 fn heads(cx: &mut Ctx, x: NodeId, h: usize, what: &str) -> R<NodeId> {
     let d = cx.dims(x);
-    if d.len() != 3 || h == 0 || d[2] % h != 0 {
+    if d.len() != 3 || h == 0 || !d[2].is_multiple_of(h) {
         return Err(format!("{what} {} is not [B, T, {h} * D]", cx.shape(x)));
     }
     let y = cx.reshape(x, vec![d[0], d[1], h, d[2] / h])?;

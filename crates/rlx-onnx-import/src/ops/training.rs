@@ -9,7 +9,7 @@ use rlx_ir::{BinaryOp, DType, NodeId, Op, UnaryOp};
 /// All inputs after `R, T`, split into `groups` equal lists.
 fn groups(n: &ONode, groups: usize) -> R<Vec<Vec<NodeId>>> {
     let k = n.n_inputs().saturating_sub(2);
-    if k == 0 || k % groups != 0 {
+    if k == 0 || !k.is_multiple_of(groups) {
         return Err(format!(
             "{} inputs do not hold R, T and {groups} equal groups of tensors",
             n.n_inputs()
@@ -54,6 +54,8 @@ pub fn adagrad(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let den = lin(cx, 1.0, one, decay, t)?;
     let r = cx.binary(BinaryOp::Div, r, den)?;
     let (mut xs, mut hs) = (Vec::new(), Vec::new());
+    // `i` walks the parallel input groups (X, G, H, ...) together.
+    #[allow(clippy::needless_range_loop)]
     for i in 0..gs[0].len() {
         let (x, g, h) = (gs[0][i], gs[1][i], gs[2][i]);
         let gr = lin(cx, norm, x, 1.0, g)?;
@@ -98,6 +100,8 @@ pub fn adam(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let pos = cx.binary(BinaryOp::Gt, t, zero)?;
     let r = cx.add(Op::Select, vec![pos, ra, r])?;
     let (mut xs, mut vs, mut hs) = (Vec::new(), Vec::new(), Vec::new());
+    // `i` walks the parallel input groups (X, G, H, ...) together.
+    #[allow(clippy::needless_range_loop)]
     for i in 0..gs[0].len() {
         let (x, g, v, h) = (gs[0][i], gs[1][i], gs[2][i], gs[3][i]);
         let gr = lin(cx, norm, x, 1.0, g)?;
@@ -140,6 +144,8 @@ pub fn momentum(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let pos = cx.binary(BinaryOp::Gt, t, zero)?;
     let badj = cx.add(Op::Select, vec![pos, b, one])?;
     let (mut xs, mut vs) = (Vec::new(), Vec::new());
+    // `i` walks the parallel input groups (X, G, H, ...) together.
+    #[allow(clippy::needless_range_loop)]
     for i in 0..gs[0].len() {
         let (x, g, v) = (gs[0][i], gs[1][i], gs[2][i]);
         let gr = lin(cx, norm, x, 1.0, g)?;

@@ -1215,7 +1215,10 @@ mod tests {
     use super::*;
     use rlx_ir::{Activation, Shape, UnaryOp};
 
-    fn mlp() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+    /// A graph, its inputs and its parameters.
+    type Fixture = (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>);
+
+    fn mlp() -> Fixture {
         // y = relu(x @ w) summed over the last axis; values chosen by hand.
         let mut g = Graph::new("mlp");
         let x = g.input("x", Shape::new(&[2, 3], DType::F32));
@@ -1308,7 +1311,7 @@ mod tests {
     /// `y = (x · w) - c`, with `c` chosen so that `x · w - c` is near zero for the first
     /// element: a difference of 1e-4 relative in the product (under the 2e-3 tolerance)
     /// becomes a large relative difference of the output element near zero.
-    fn near_zero_chain() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+    fn near_zero_chain() -> Fixture {
         let mut g = Graph::new("near_zero");
         let x = g.input("x", Shape::new(&[1, 2], DType::F32));
         let w = g.param("w", Shape::new(&[2, 2], DType::F32));
@@ -1539,7 +1542,7 @@ mod tests {
     /// `x_i = 1 + i/8`, `w = 1.5`, so `m_i = 1.5 + 0.1875·i`; `c_i = m_i - (i+1)·2^-14`, so
     /// `cancel_i = (i+1)·2^-14` (6.1e-5 .. 4.9e-4, near zero against `m` ≈ 2) and
     /// `gain_i = 3·(i+1)·2^-14`. Nodes named `scale`, `cancel`, `gain`.
-    fn cancel_chain() -> (Graph, Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+    fn cancel_chain() -> Fixture {
         let sh = || Shape::new(&[8], DType::F32);
         let mut g = Graph::new("cancel");
         let x = g.input("x", sh());
