@@ -324,6 +324,23 @@ fn scan_run(
 ) -> R<Vec<NodeId>> {
     let ns = states.len();
     let k = sp.out_axes.len();
+    if xs.is_empty() || sp.in_axes.len() != xs.len() {
+        return Err(format!(
+            "a Scan needs num_scan_inputs >= 1 scan inputs, each with an axis ({} inputs, {} axes)",
+            xs.len(),
+            sp.in_axes.len()
+        ));
+    }
+    if let Some((x, a)) = xs
+        .iter()
+        .zip(&sp.in_axes)
+        .find(|(&x, &a)| a >= cx.dims(x).len())
+    {
+        return Err(format!(
+            "scan axis {a} is out of range for scan input {}",
+            cx.shape(*x)
+        ));
+    }
     let len = cx.dims(xs[0])[sp.in_axes[0]];
     if xs
         .iter()
