@@ -403,6 +403,9 @@ pub fn scan(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let m = m as usize;
     let ns = ins.len() - m;
     let (states, xs) = (ins[..ns].to_vec(), ins[ns..].to_vec());
+    if xs.is_empty() {
+        return Err("a Scan needs at least one scan input (num_scan_inputs >= 1)".into());
+    }
     let k = body.output.len().saturating_sub(ns);
     let list = |name: &str, len: usize| -> R<Vec<i64>> {
         let v = n.ints(name)?.unwrap_or(vec![0; len]);
@@ -413,7 +416,12 @@ pub fn scan(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     };
     if n.opset < 9 {
         let dirs = list("directions", m)?;
-        let b = cx.dims(xs[0])[0];
+        let b = cx.dims(xs[0]).first().copied().ok_or_else(|| {
+            format!(
+                "scan input {} needs a batch axis (opset < 9)",
+                cx.shape(xs[0])
+            )
+        })?;
         if let Some(sl) = n.opt(0) {
             let v = cx.const_i64s(sl, "sequence_lens")?;
             let full = cx.dims(xs[0]).get(1).copied().unwrap_or(0) as i64;

@@ -57,6 +57,16 @@ pub fn tfidf_vectorizer(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         .map(|a| a.floats.clone())
         .unwrap_or_default();
     let v = indexes.iter().max().map_or(0, |m| m + 1);
+    // The output has max(ngram_indexes) + 1 columns; each n-gram size builds a [grams, v]
+    // one-hot constant: refuse what no real vocabulary needs before allocating it.
+    const MAX_COLUMNS: usize = 1 << 24;
+    if v > MAX_COLUMNS || pool.len() > MAX_COLUMNS {
+        return Err(format!(
+            "ngram_indexes up to {} / a pool of {} ids: more than the {MAX_COLUMNS} RLX supports",
+            v.saturating_sub(1),
+            pool.len()
+        ));
+    }
     if !weights.is_empty() && weights.len() < v {
         return Err(format!(
             "weights has {} entries, the output has {v} columns",
@@ -65,7 +75,9 @@ pub fn tfidf_vectorizer(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     }
     // Pool n-grams by size: (gram, global index j), a repeated gram keeping its last j
     // (the reference's trie overwrites the id).
-    let mut by_size: Vec<Vec<(Vec<i64>, usize)>> = vec![vec![]; max_n + 1];
+    // Sizes come from ngram_counts' positions: no more than counts.len() of them (a bogus
+    // max_gram_length must not size an allocation).
+    let mut by_size: Vec<Vec<(Vec<i64>, usize)>> = vec![vec![]; counts.len().min(max_n) + 1];
     let mut j = 0usize;
     for (i, &start) in counts.iter().enumerate() {
         let size = i + 1;
@@ -77,7 +89,7 @@ pub fn tfidf_vectorizer(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
             ));
         }
         let grams = (end - start) / size;
-        if (min_n..=max_n).contains(&size) {
+        if (min_n..=max_n).contains(&size) && size < by_size.len() {
             let mut seen: HashMap<&[i64], usize> = HashMap::new();
             for g in 0..grams {
                 seen.insert(&pool[start + g * size..start + (g + 1) * size], j + g);
@@ -140,6 +152,11 @@ pub fn tfidf_vectorizer(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
             });
         }
         let Some(counts_n) = counts_n else { continue };
+        if g.saturating_mul(v) > 1 << 28 {
+            return Err(format!(
+                "{g} n-grams of size {size} x {v} output columns: a one-hot table larger than RLX builds"
+            ));
+        }
         let mut onehot = vec![0f32; g * v];
         for (r, (_, k)) in grams.iter().enumerate() {
             onehot[r * v + indexes[*k]] = 1.0;
