@@ -36,6 +36,22 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
             bytes.len()
         );
     }
+    // The header's shape, checked before npyz reads it (npyz multiplies it out unchecked: a
+    // lying header would overflow).
+    let header = String::from_utf8_lossy(&bytes[hstart..data_start]);
+    if let Some(dims) = header_shape(&header) {
+        let fits = dims
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .and_then(|n| n.checked_mul(8))
+            .is_some_and(|b| b <= bytes.len() as u64 * 8);
+        if !fits {
+            bail!(
+                "{}: header shape {dims:?} needs more data than the file holds",
+                path.display()
+            );
+        }
+    }
     let npy = npyz::NpyFile::new(bytes).map_err(|e| {
         let msg = e.to_string();
         let first = msg.lines().next().unwrap_or("").trim().to_string();
@@ -244,5 +260,44 @@ pub fn resolved(path: &Path) -> std::path::PathBuf {
             }
             _ => return abs,
         }
+    }
+}
+
+/// The `'shape': (a, b, ...)` of a `.npy` header, when it can be read (else `None`: npyz then
+/// reports the header).
+fn header_shape(header: &str) -> Option<Vec<u64>> {
+    let at = header.find("'shape'")?;
+    let rest = &header[at..];
+    let open = rest.find('(')?;
+    let close = rest[open..].find(')')? + open;
+    rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.trim_end_matches('L').parse::<u64>().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod fuzz_regressions {
+    /// Inputs kept in `fuzz/regressions/npy/` (crashers of the `npy` fuzz target and of QA):
+    /// each is an error, never a panic.
+    #[test]
+    fn npy_crashers_are_errors() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/npy");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let r = std::panic::catch_unwind(|| super::parse_npy(&bytes, &name).is_err());
+            assert_eq!(
+                r.ok(),
+                Some(true),
+                "{name}: an error, not a panic or a tensor"
+            );
+            n += 1;
+        }
+        assert!(n > 0, "{} holds the crashers", dir.display());
     }
 }
