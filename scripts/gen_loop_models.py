@@ -21,6 +21,8 @@ Writes fixtures/loops/ (gitignored):
                           cannot unroll it and RLX runs the body once per iteration at run
                           time), and a scan output "v_scan" stacking every iteration's v;
                           outputs y and v_scan; input_x.npy the same x
+  loop_long/model.onnx    a Loop of 5000 iterations (a constant trip count, more than the
+                          importer unrolls): v <- v + 1, so RLX runs it at run time; y = x + 5000
   */expected_y.npy        onnxruntime's output (loop_while: also expected_v_scan.npy)
   */expected.json         {"node": "loop_body/Sqrt", "loop": "decoder_loop", "iteration": k}:
                           k is the first iteration whose Sqrt gets a negative argument,
@@ -211,6 +213,45 @@ def main() -> None:
     np.save(d / "expected_v_scan.npy", scan)
     (d / "expected.json").write_text(json.dumps(expect, indent=2) + "\n")
     print(f"{d}: while loop, {scan.shape[0]} iterations; y = {y}")
+    # More iterations than the importer unrolls (4096).
+    d = OUT / "loop_long"
+    d.mkdir(parents=True, exist_ok=True)
+    inc = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="long_body/Cond"),
+            helper.make_node("Add", ["v", "one"], ["v_out"], name="long_body/Add"),
+        ],
+        "long_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3]),
+        ],
+        initializer=[numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one")],
+    )
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="long_loop", body=inc)],
+        "loop_long",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        initializer=[
+            numpy_helper.from_array(np.array(5000, dtype=np.int64), "trip"),
+            numpy_helper.from_array(np.array(True), "cond"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, d / "model.onnx")
+    np.save(d / "input_x.npy", X)
+    y = run_ort(m, {"x": X})
+    assert np.allclose(y, X + 5000), y
+    np.save(d / "expected_y.npy", y)
+    print(f"{d}: 5000 iterations; y = {y}")
 
 
 if __name__ == "__main__":

@@ -239,3 +239,26 @@ fn nan_in_a_loop_run_at_run_time_names_the_iteration() {
         assert_close(&format!("loop_while {o}"), &got, &exp, 1e-6, 1e-6);
     }
 }
+
+/// A constant trip count beyond what the importer unrolls (5000 > 4096) runs at run time and
+/// gives onnxruntime's (and the math's: x + 5000) output.
+#[test]
+fn a_loop_longer_than_the_unroll_limit_runs_at_run_time() {
+    let Some(dir) = fixture("fixtures/loops/loop_long") else {
+        return;
+    };
+    let out = tmp("loop_long");
+    let (code, err) = rlx(
+        &[
+            "run",
+            dir.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let got = read_npy(&out.join("y.npy")).unwrap();
+    let exp = read_npy(&dir.join("expected_y.npy")).unwrap();
+    assert_close("loop_long y", &got, &exp, 0.0, 0.0);
+}

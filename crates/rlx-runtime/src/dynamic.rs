@@ -45,10 +45,12 @@ pub fn is_value_dependent(msg: &str) -> bool {
     msg.contains("known at import time")
         || msg.contains("depends on runtime data")
         || msg.contains("depends on it)")
+        // A Loop with more iterations than the importer unrolls runs at run time too.
+        || msg.contains("iterations to unroll")
 }
 
-/// Plans a [`DynamicModel`] keeps by default (each holds its own weights: see the module
-/// docs).
+/// Plans a [`DynamicModel`] keeps by default (they share the decoded weights: see the
+/// module docs).
 pub const DEFAULT_PLAN_CACHE: usize = 4;
 
 /// The sizes one symbolic dim may take: `min..=max` (`max: None` is unbounded).
@@ -284,6 +286,8 @@ pub struct DynamicModel {
     values: HashMap<String, rlx_onnx_import::ValueInput>,
     /// Reports at graph inputs are not printed ([`DynamicModel::set_quiet_input_reports`]).
     quiet_inputs: bool,
+    /// The last run (of a plan, or of every part) found a NaN/Inf to report.
+    last_reported: bool,
 }
 
 /// A model run in three parts around a node whose output shape depends on values.
@@ -296,7 +300,8 @@ struct Segmented {
     body: Option<DynamicModel>,
 }
 
-/// Most iterations a Loop run at run time may take when only its condition bounds it.
+/// Most iterations a Loop run at run time may take (a trip count of 10^12 must not run, or
+/// stack scan outputs, until memory runs out).
 const MAX_LOOP_ITERATIONS: usize = 1 << 20;
 
 /// Run the cut Loop at run time: its body (a model of its own, [`Cut::loop_body`]) once per
@@ -315,6 +320,7 @@ fn run_loop(
     options: &CompileOptions,
     name: &str,
     reported: &mut bool,
+    outer: Option<&str>,
 ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
     let at = cut.node_label();
     let err = |m: String| RuntimeError::Input(format!("{name}: Loop {at} at run time: {m}"));
@@ -371,9 +377,10 @@ fn run_loop(
     let mut scans: Vec<Vec<Tensor>> = vec![];
     let mut i: u64 = 0;
     while trip.is_none_or(|m| i < m) && (!use_cond || cond) {
-        if trip.is_none() && i as usize >= MAX_LOOP_ITERATIONS {
+        if i as usize >= MAX_LOOP_ITERATIONS {
             return Err(err(format!(
-                "{MAX_LOOP_ITERATIONS} iterations and its condition is still true; stopped"
+                "{MAX_LOOP_ITERATIONS} iterations and it has not stopped (trip count {}); RLX runs at most that many at run time",
+                trip.map_or("none".to_string(), |m| m.to_string())
             )));
         }
         let iter_t = Tensor::scalar(rlx_ir::DType::I64, i as f64);
@@ -404,8 +411,11 @@ fn run_loop(
             *body = Some(b);
         }
         let b = body.as_mut().expect("made above");
+        // Nested in another loop's body: its iteration follows (outermost last here, as the
+        // enclosing model's context already names it).
+        let within = outer.map(|o| format!("; in {o}")).unwrap_or_default();
         b.set_context(Some(format!(
-            "iteration {i} of Loop \"{}\", its body run at run time",
+            "iteration {i} of Loop \"{}\", its body run at run time{within}",
             cut.node_name()
         )));
         let formal = cut.loop_body_inputs();
@@ -577,6 +587,7 @@ impl DynamicModel {
             segmented: None,
             values: HashMap::new(),
             quiet_inputs: false,
+            last_reported: false,
         })
     }
 
@@ -589,11 +600,10 @@ impl DynamicModel {
         self.quiet_inputs = on;
     }
 
-    /// Whether the last run of a plan of this model found a NaN/Inf to report (false when
-    /// the model ran in segments: each part answers for itself).
-    pub fn last_run_reported(&mut self) -> bool {
-        self.last_plan_graph()
-            .is_some_and(|g| !g.nan_reports().is_empty())
+    /// Whether the last run ([`DynamicModel::run_tensors`]; every part of a run in
+    /// segments) found a NaN/Inf to report.
+    pub fn last_run_reported(&self) -> bool {
+        self.last_reported
     }
 
     /// Set the context appended to every NaN report of this model's plans (cached ones too).
@@ -1064,7 +1074,9 @@ impl DynamicModel {
             .iter_mut()
             .find(|p| p.key == key)
             .expect("plan_for cached this signature's plan");
-        plan.graph.run_tensor_refs(&fed)
+        let out = plan.graph.run_tensor_refs(&fed);
+        self.last_reported = !plan.graph.nan_reports().is_empty();
+        out
     }
 
     /// True when the model runs in segments (after a run found a value-dependent node).
@@ -1168,8 +1180,12 @@ impl DynamicModel {
         };
         // Set once a part of this run reported a NaN/Inf: the later parts then do not print
         // reports at their inputs, which only carry it.
-        let mut reported = false;
+        // A model that is itself a part whose inputs carry a reported value (a Loop body in
+        // a later iteration) starts quiet.
+        let mut reported = self.quiet_inputs;
+        let outer = self.context.clone();
         if let Some(h) = seg.head.as_mut() {
+            h.set_quiet_input_reports(reported);
             let l = layouts_for(h);
             h.set_value_inputs(l);
             let fed = feed(h, &vals);
@@ -1245,6 +1261,7 @@ impl DynamicModel {
                 &self.session.options,
                 &name,
                 &mut reported,
+                outer.as_deref(),
             )?;
             for (n, t) in outs {
                 vals.insert(n, t);
@@ -1333,6 +1350,7 @@ impl DynamicModel {
             let named: Vec<(&str, &Tensor)> = fed.iter().map(|(n, t)| (n.as_str(), t)).collect();
             t.set_quiet_input_reports(reported);
             let outs = t.run_tensors(&named)?;
+            reported |= t.last_run_reported();
             take(seg.cut.tail_outputs(), outs, &mut vals)?;
         }
         // A sequence / optional output is returned as its elements (`s[0]`, ...), as a
@@ -1354,6 +1372,7 @@ impl DynamicModel {
                 )));
             }
         }
+        self.last_reported = reported;
         Ok(out)
     }
 }
