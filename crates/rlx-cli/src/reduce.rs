@@ -764,8 +764,8 @@ pub fn run(a: &ReduceArgs, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     }
     if crate::compile::is_package(&a.model.model) {
         bail!(
-            "{}: an RLX package (compiled graph); give rlx reduce the ONNX model it was compiled from",
-            a.model.model.display()
+            "{}",
+            crate::precision::package_refusal(&a.model.model, "rlx reduce cuts an ONNX model")
         );
     }
     let dir = &a.output_dir;
