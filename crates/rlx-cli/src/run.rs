@@ -112,9 +112,21 @@ pub fn read_regular_file(path: &Path) -> Result<Vec<u8>> {
 pub fn read_input_file(path: &Path) -> Result<Tensor> {
     if path.extension().and_then(|e| e.to_str()) == Some("pb") {
         let bytes = read_regular_file(path)?;
-        let (_, t) = rlx_onnx_import::read_tensor_proto(&bytes)
-            .with_context(|| format!("{}: not a valid ONNX TensorProto", path.display()))?;
-        Ok(t)
+        match rlx_onnx_import::read_tensor_proto(&bytes) {
+            Ok((_, t)) => Ok(t),
+            // ONNX test data keeps sequence / optional inputs as SequenceProto / OptionalProto.
+            Err(_)
+                if rlx_onnx_import::read_value_proto(&bytes, false).is_ok()
+                    || rlx_onnx_import::read_value_proto(&bytes, true).is_ok() =>
+            {
+                bail!(
+                    "{}: holds an ONNX sequence or optional value (SequenceProto / OptionalProto), not a tensor: rlx run feeds tensor inputs only (the library takes sequences: rlx_runtime::DynamicModel::set_value_inputs)",
+                    path.display()
+                )
+            }
+            Err(e) => Err(anyhow::Error::new(e)
+                .context(format!("{}: not a valid ONNX TensorProto", path.display()))),
+        }
     } else {
         read_npy(path)
     }
