@@ -23,7 +23,9 @@ Writes fixtures/loops/ (gitignored):
                           outputs y and v_scan; input_x.npy the same x
   loop_long/model.onnx    a Loop of 5000 iterations (a constant trip count, more than the
                           importer unrolls): v <- v + 1, so RLX runs it at run time; y = x + 5000
-  */expected_y.npy        onnxruntime's output (loop_while: also expected_v_scan.npy)
+  loop_zero/model.onnx    loop_while's body (with its scan output) under a trip count fed as
+                          input "trip" = 0: no iteration runs; y = -x and v_scan is [0, 3]
+  */expected_y.npy        onnxruntime's output (loop_while, loop_zero: also expected_v_scan.npy)
   */expected.json         {"node": "loop_body/Sqrt", "loop": "decoder_loop", "iteration": k}:
                           k is the first iteration whose Sqrt gets a negative argument,
                           computed here with numpy (float32, the model's math) and checked
@@ -213,6 +215,43 @@ def main() -> None:
     np.save(d / "expected_v_scan.npy", scan)
     (d / "expected.json").write_text(json.dumps(expect, indent=2) + "\n")
     print(f"{d}: while loop, {scan.shape[0]} iterations; y = {y}")
+    # Zero iterations with a scan output: an empty [0, 3] stack.
+    d = OUT / "loop_zero"
+    d.mkdir(parents=True, exist_ok=True)
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "zero"], ["x0"], name="prep/Add"),
+            helper.make_node(
+                "Loop", ["trip", "cond", "x0"], ["v_final", "v_scan"], name=LOOP, body=while_body()
+            ),
+            helper.make_node("Neg", ["v_final"], ["y"], name="post/Neg"),
+        ],
+        "loop_zero",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("trip", TensorProto.INT64, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("v_scan", TensorProto.FLOAT, [None, 3]),
+        ],
+        initializer=[
+            numpy_helper.from_array(np.array(True), "cond"),
+            numpy_helper.from_array(np.zeros(3, np.float32), "zero"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, d / "model.onnx")
+    np.save(d / "input_x.npy", X)
+    np.save(d / "input_trip.npy", np.array(0, dtype=np.int64))
+    s0 = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, scan = s0.run(None, {"x": X, "trip": np.array(0, dtype=np.int64)})
+    assert scan.shape == (0, 3) and np.array_equal(y, -X), (y, scan.shape)
+    np.save(d / "expected_y.npy", y)
+    np.save(d / "expected_v_scan.npy", scan)
+    print(f"{d}: zero iterations; y = {y}, v_scan {scan.shape}")
     # More iterations than the importer unrolls (4096).
     d = OUT / "loop_long"
     d.mkdir(parents=True, exist_ok=True)

@@ -262,3 +262,29 @@ fn a_loop_longer_than_the_unroll_limit_runs_at_run_time() {
     let exp = read_npy(&dir.join("expected_y.npy")).unwrap();
     assert_close("loop_long y", &got, &exp, 0.0, 0.0);
 }
+
+/// Zero iterations (a trip count of 0 fed at run time) with a scan output: the carried value
+/// unchanged and an empty `[0, 3]` stack, as onnxruntime gives.
+#[test]
+fn a_loop_of_zero_iterations_gives_an_empty_scan_output() {
+    let Some(dir) = fixture("fixtures/loops/loop_zero") else {
+        return;
+    };
+    let out = tmp("loop_zero");
+    let (code, err) = rlx(
+        &[
+            "run",
+            dir.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    for o in ["y", "v_scan"] {
+        let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+        let exp = read_npy(&dir.join(format!("expected_{o}.npy"))).unwrap();
+        assert_eq!(got.dims(), exp.dims(), "{o}");
+        assert_close(&format!("loop_zero {o}"), &got, &exp, 0.0, 0.0);
+    }
+}

@@ -354,6 +354,18 @@ impl Cut {
         crate::tensor::tensor_from_proto(t, None).ok()
     }
 
+    /// A cut Loop's body outputs' declared types when fully static (`None` per output
+    /// otherwise): a scan output of zero iterations is an empty stack of that type.
+    pub fn loop_body_output_types(&self) -> Vec<Option<(DType, Vec<usize>)>> {
+        let n = &self.graph().node[self.k];
+        n.attribute
+            .iter()
+            .find(|a| a.name == "body")
+            .and_then(|a| a.g.as_ref())
+            .map(|b| b.output.iter().map(crate::declared_static).collect())
+            .unwrap_or_default()
+    }
+
     /// The cut node's input names as the node lists them (`""` for an absent optional one).
     pub fn op_node_inputs(&self) -> Vec<String> {
         self.graph().node[self.k].input.clone()

@@ -702,6 +702,24 @@ fn bind_input_dims(
     Ok(out)
 }
 
+/// A value's declared tensor type when every dim is a number (a Loop body's output, for a
+/// scan output of zero iterations: `[0, dims...]`).
+pub(crate) fn declared_static(vi: &proto::ValueInfoProto) -> Option<(rlx_ir::DType, Vec<usize>)> {
+    let tt = vi.r#type.as_ref()?.tensor_type.as_ref()?;
+    let dt = tensor::dtype_of(tt.elem_type)?;
+    let dims = tt
+        .shape
+        .as_ref()?
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(proto::DimValue::DimValue(v)) if *v >= 0 => Some(*v as usize),
+            _ => None,
+        })
+        .collect::<Option<Vec<usize>>>()?;
+    Some((dt, dims))
+}
+
 fn input_shape(
     vi: &proto::ValueInfoProto,
     opts: &ImportOptions,

@@ -466,12 +466,23 @@ fn run_loop(
         if n.is_empty() {
             continue;
         }
-        let parts = scans.get(k - n_carried).filter(|p| !p.is_empty()).ok_or_else(|| {
-            err(format!(
-                "scan output \"{n}\" after {i} iterations: a Loop run at run time that ran no iteration has no element shape for it"
-            ))
-        })?;
-        out.push((n.clone(), stack(parts).map_err(err)?));
+        match scans.get(k - n_carried).filter(|p| !p.is_empty()) {
+            Some(parts) => out.push((n.clone(), stack(parts).map_err(err)?)),
+            // No iteration ran: an empty stack of the body's declared element type.
+            None => {
+                let declared = cut.loop_body_output_types().get(1 + k).cloned().flatten();
+                let (dt, dims) = declared.ok_or_else(|| {
+                    err(format!(
+                        "scan output \"{n}\" after 0 iterations: the body does not declare its element shape"
+                    ))
+                })?;
+                let mut d = vec![0];
+                d.extend(dims);
+                let t = Tensor::new(d, rlx_ir::TensorData::from_f64(dt, &[]))
+                    .map_err(|e| err(e.to_string()))?;
+                out.push((n.clone(), t));
+            }
+        }
     }
     Ok(out)
 }

@@ -275,9 +275,19 @@ pub fn loop_(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         i += 1;
     }
     let mut res = vs;
-    for s in scans {
+    for (k, s) in scans.into_iter().enumerate() {
         if s.is_empty() {
-            return Err("a scan output of a Loop that runs zero times is not supported".into());
+            // Zero iterations: an empty stack of the body's declared element type.
+            let (dt, dims) = body
+                .output
+                .get(1 + nv + k)
+                .and_then(crate::declared_static)
+                .ok_or("a scan output of a Loop that runs zero times needs the body to declare its element shape")?;
+            let mut d = vec![0];
+            d.extend(dims);
+            let t = Tensor::new(d, TensorData::from_f64(dt, &[])).map_err(|e| e.to_string())?;
+            res.push(cx.constant(t));
+            continue;
         }
         res.push(stack(cx, &s, 0)?);
     }
