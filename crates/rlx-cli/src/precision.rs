@@ -1923,6 +1923,26 @@ pub fn main_precision(a: PrecisionArgs) -> i32 {
     }
 }
 
+/// Why a command that rewrites or cuts an ONNX model refuses a package, and what to give it.
+pub fn package_refusal(pkg: &std::path::Path, what: &str) -> String {
+    let dynamic = rlx_runtime::read_package_source(pkg)
+        .ok()
+        .flatten()
+        .is_some();
+    if dynamic {
+        format!(
+            "{}: a dynamic RLX package; {what}: give it the ONNX model (this package holds it: unzip -p {} source.onnx > model.onnx)",
+            pkg.display(),
+            pkg.display()
+        )
+    } else {
+        format!(
+            "{}: a static RLX package (a compiled graph, no source model); {what}: give it the ONNX model it was compiled from",
+            pkg.display()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1976,25 +1996,5 @@ mod tests {
             Some("sum of 16000 terms loses 11 bits")
         );
         assert_eq!(bits_lost(Some(1), DType::F16), None);
-    }
-}
-
-/// Why a command that rewrites or cuts an ONNX model refuses a package, and what to give it.
-pub fn package_refusal(pkg: &std::path::Path, what: &str) -> String {
-    let dynamic = rlx_runtime::read_package_source(pkg)
-        .ok()
-        .flatten()
-        .is_some();
-    if dynamic {
-        format!(
-            "{}: a dynamic RLX package; {what}: give it the ONNX model (this package holds it: unzip -p {} source.onnx > model.onnx)",
-            pkg.display(),
-            pkg.display()
-        )
-    } else {
-        format!(
-            "{}: a static RLX package (a compiled graph, no source model); {what}: give it the ONNX model it was compiled from",
-            pkg.display()
-        )
     }
 }

@@ -300,6 +300,15 @@ struct Segmented {
     body: Option<DynamicModel>,
 }
 
+/// Where a Loop runs at run time: the model's device and compile options, its name in
+/// messages, and the enclosing model's report context (a loop nested in another's body).
+struct LoopEnv {
+    device: Device,
+    options: CompileOptions,
+    name: String,
+    outer: Option<String>,
+}
+
 /// Most iterations a Loop run at run time may take (a trip count of 10^12 must not run, or
 /// stack scan outputs, until memory runs out).
 const MAX_LOOP_ITERATIONS: usize = 1 << 20;
@@ -316,12 +325,16 @@ fn run_loop(
     cut: &rlx_onnx_import::cut::Cut,
     body: &mut Option<DynamicModel>,
     vals: &HashMap<String, Tensor>,
-    device: Device,
-    options: &CompileOptions,
-    name: &str,
+    env: &LoopEnv,
     reported: &mut bool,
-    outer: Option<&str>,
 ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+    let LoopEnv {
+        device,
+        options,
+        name,
+        outer,
+    } = env;
+    let (device, outer) = (*device, outer.as_deref());
     let at = cut.node_label();
     let err = |m: String| RuntimeError::Input(format!("{name}: Loop {at} at run time: {m}"));
     let ins = cut.op_node_inputs();
@@ -1264,16 +1277,13 @@ impl DynamicModel {
         // iterations than it unrolls): its body runs as a model of its own, once per
         // iteration, at run time.
         if partial.is_none() && seg.cut.op_type() == "Loop" {
-            let outs = run_loop(
-                &seg.cut,
-                &mut seg.body,
-                &vals,
+            let env = LoopEnv {
                 device,
-                &self.session.options,
-                &name,
-                &mut reported,
-                outer.as_deref(),
-            )?;
+                options: self.session.options.clone(),
+                name: name.clone(),
+                outer: outer.clone(),
+            };
+            let outs = run_loop(&seg.cut, &mut seg.body, &vals, &env, &mut reported)?;
             for (n, t) in outs {
                 vals.insert(n, t);
             }
