@@ -39,6 +39,27 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor> {
     // The header's shape, checked before npyz reads it (npyz multiplies it out unchecked: a
     // lying header would overflow).
     let header = String::from_utf8_lossy(&bytes[hstart..data_start]);
+    // A NumPy header is a flat dict holding a tuple (nesting depth 2, 3 for a structured
+    // dtype's list of tuples); npyz's expression parser takes exponential time on deeply
+    // nested brackets (a 71-byte file of `{{{{...` ran for seconds).
+    let mut depth = 0usize;
+    let mut deepest = 0usize;
+    for c in header.chars() {
+        match c {
+            '{' | '(' | '[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            '}' | ')' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > 4 {
+        bail!(
+            "{}: not a valid .npy file (its header nests brackets {deepest} deep; a NumPy header is a dict holding a shape tuple)",
+            path.display()
+        );
+    }
     if let Some(dims) = header_shape(&header) {
         let fits = dims
             .iter()
