@@ -128,6 +128,9 @@ def main():
                 with torch.inference_mode():
                     r[f"eager_{tag}"] = time_cuda(lambda: md(*a_, **kw), a.runs)
                     if a.compile:
+                        # Module.to() works in place, so md is the f32 module of the loop
+                        # before: without a reset, dynamo reuses the f32 graph's guards.
+                        torch._dynamo.reset()
                         mc = torch.compile(md)
                         r[f"compile_{tag}"] = time_cuda(lambda: mc(*a_, **kw), a.runs, warmup=5)
                 print(f"{name} {tag}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r.items() if k.endswith(tag)), flush=True)
