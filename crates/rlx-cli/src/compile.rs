@@ -74,6 +74,26 @@ pub fn is_package(p: &Path) -> bool {
         && sig == *b"PK\x03\x04"
 }
 
+/// Why a command that rewrites or cuts an ONNX model refuses a package, and what to give it.
+pub fn package_refusal(pkg: &Path, what: &str) -> String {
+    let dynamic = rlx_runtime::read_package_source(pkg)
+        .ok()
+        .flatten()
+        .is_some();
+    if dynamic {
+        format!(
+            "{}: a dynamic RLX package; {what}: give it the ONNX model (this package holds it: unzip -p {} source.onnx > model.onnx)",
+            pkg.display(),
+            pkg.display()
+        )
+    } else {
+        format!(
+            "{}: a static RLX package (a compiled graph, no source model); {what}: give it the ONNX model it was compiled from",
+            pkg.display()
+        )
+    }
+}
+
 fn compile_inner(a: &CompileArgs) -> Result<()> {
     let device = parse_device(&a.device)?;
     if !rlx_runtime::device_available(device) {

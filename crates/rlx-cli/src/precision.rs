@@ -1038,7 +1038,7 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
     if crate::compile::is_package(&a.model.model) {
         bail!(
             "{}",
-            package_refusal(&a.model.model, "rlx precision rewrites an ONNX model")
+            crate::compile::package_refusal(&a.model.model, "rlx precision rewrites an ONNX model")
         );
     }
     if !(a.tol_rel > 0.0 && a.tol_rel.is_finite()) {
@@ -1920,26 +1920,6 @@ pub fn main_precision(a: PrecisionArgs) -> i32 {
             eprintln!("rlx: error: {e:#}");
             1
         }
-    }
-}
-
-/// Why a command that rewrites or cuts an ONNX model refuses a package, and what to give it.
-pub fn package_refusal(pkg: &std::path::Path, what: &str) -> String {
-    let dynamic = rlx_runtime::read_package_source(pkg)
-        .ok()
-        .flatten()
-        .is_some();
-    if dynamic {
-        format!(
-            "{}: a dynamic RLX package; {what}: give it the ONNX model (this package holds it: unzip -p {} source.onnx > model.onnx)",
-            pkg.display(),
-            pkg.display()
-        )
-    } else {
-        format!(
-            "{}: a static RLX package (a compiled graph, no source model); {what}: give it the ONNX model it was compiled from",
-            pkg.display()
-        )
     }
 }
 

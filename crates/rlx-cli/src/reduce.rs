@@ -765,7 +765,7 @@ pub fn run(a: &ReduceArgs, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     if crate::compile::is_package(&a.model.model) {
         bail!(
             "{}",
-            crate::precision::package_refusal(&a.model.model, "rlx reduce cuts an ONNX model")
+            crate::compile::package_refusal(&a.model.model, "rlx reduce cuts an ONNX model")
         );
     }
     let dir = &a.output_dir;

@@ -141,6 +141,36 @@ fn check_case(name: &str) {
     }
 }
 
+/// `rlx run DIR --output-dir` with `env`; asserts it succeeded and that each named output
+/// has the dims of `expected_<name>.npy` (onnxruntime's, from scripts/gen_loop_models.py) and
+/// its values within `tol` (absolute and relative). Returns the run's stderr.
+fn run_and_compare(
+    dir: &Path,
+    case: &str,
+    outputs: &[&str],
+    env: &[(&str, &str)],
+    tol: f64,
+) -> String {
+    let out = tmp(case);
+    let (code, err) = rlx(
+        &[
+            "run",
+            dir.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        env,
+    );
+    assert_eq!(code, 0, "{err}");
+    for o in outputs {
+        let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
+        let exp = read_npy(&dir.join(format!("expected_{o}.npy"))).unwrap();
+        assert_eq!(got.dims(), exp.dims(), "{case} {o}");
+        assert_close(&format!("{case} {o}"), &got, &exp, tol, tol);
+    }
+    err
+}
+
 #[test]
 fn nan_in_an_unrolled_loop_names_the_iteration() {
     check_case("loop_const");
@@ -203,17 +233,13 @@ fn nan_in_a_loop_run_at_run_time_names_the_iteration() {
         return;
     };
     let (node, lp, it) = expected(&dir);
-    let out = tmp("loop_while");
-    let (code, err) = rlx(
-        &[
-            "run",
-            dir.to_str().unwrap(),
-            "--output-dir",
-            out.to_str().unwrap(),
-        ],
+    let err = run_and_compare(
+        &dir,
+        "loop_while",
+        &["y", "v_scan"],
         &[("RLX_DEBUG_NANS", "1")],
+        1e-6,
     );
-    assert_eq!(code, 0, "{err}");
     let r = report_of(&err, &node);
     assert!(
         r[0].contains(&format!(
@@ -233,11 +259,6 @@ fn nan_in_a_loop_run_at_run_time_names_the_iteration() {
         1,
         "one report, at the culprit: {err}"
     );
-    for o in ["y", "v_scan"] {
-        let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
-        let exp = read_npy(&dir.join(format!("expected_{o}.npy"))).unwrap();
-        assert_close(&format!("loop_while {o}"), &got, &exp, 1e-6, 1e-6);
-    }
 }
 
 /// A constant trip count beyond what the importer unrolls (5000 > 4096) runs at run time and
@@ -247,20 +268,7 @@ fn a_loop_longer_than_the_unroll_limit_runs_at_run_time() {
     let Some(dir) = fixture("fixtures/loops/loop_long") else {
         return;
     };
-    let out = tmp("loop_long");
-    let (code, err) = rlx(
-        &[
-            "run",
-            dir.to_str().unwrap(),
-            "--output-dir",
-            out.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
-    let got = read_npy(&out.join("y.npy")).unwrap();
-    let exp = read_npy(&dir.join("expected_y.npy")).unwrap();
-    assert_close("loop_long y", &got, &exp, 0.0, 0.0);
+    run_and_compare(&dir, "loop_long", &["y"], &[], 0.0);
 }
 
 /// Zero iterations (a trip count of 0 fed at run time) with a scan output: the carried value
@@ -270,21 +278,5 @@ fn a_loop_of_zero_iterations_gives_an_empty_scan_output() {
     let Some(dir) = fixture("fixtures/loops/loop_zero") else {
         return;
     };
-    let out = tmp("loop_zero");
-    let (code, err) = rlx(
-        &[
-            "run",
-            dir.to_str().unwrap(),
-            "--output-dir",
-            out.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
-    for o in ["y", "v_scan"] {
-        let got = read_npy(&out.join(format!("{o}.npy"))).unwrap();
-        let exp = read_npy(&dir.join(format!("expected_{o}.npy"))).unwrap();
-        assert_eq!(got.dims(), exp.dims(), "{o}");
-        assert_close(&format!("loop_zero {o}"), &got, &exp, 0.0, 0.0);
-    }
+    run_and_compare(&dir, "loop_zero", &["y", "v_scan"], &[], 0.0);
 }

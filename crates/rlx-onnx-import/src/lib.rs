@@ -720,6 +720,16 @@ pub(crate) fn declared_static(vi: &proto::ValueInfoProto) -> Option<(rlx_ir::DTy
     Some((dt, dims))
 }
 
+/// The scan output of a Loop that ran zero times: an empty `[0, dims...]` tensor of the
+/// body's declared element type `dt` and shape `dims` (what onnxruntime gives; the ONNX Loop
+/// spec leaves a zero-iteration stack's element shape to the body's declared output). Used
+/// by the importer's unrolling and by the run-time loop (rlx-runtime's `run_loop`).
+pub fn empty_scan_output(dt: rlx_ir::DType, dims: &[usize]) -> Result<rlx_ir::Tensor, String> {
+    let mut d = vec![0];
+    d.extend_from_slice(dims);
+    rlx_ir::Tensor::new(d, rlx_ir::TensorData::from_f64(dt, &[])).map_err(|e| e.to_string())
+}
+
 fn input_shape(
     vi: &proto::ValueInfoProto,
     opts: &ImportOptions,

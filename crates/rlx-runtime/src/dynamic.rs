@@ -489,11 +489,10 @@ fn run_loop(
                         "scan output \"{n}\" after 0 iterations: the body does not declare its element shape"
                     ))
                 })?;
-                let mut d = vec![0];
-                d.extend(dims);
-                let t = Tensor::new(d, rlx_ir::TensorData::from_f64(dt, &[]))
-                    .map_err(|e| err(e.to_string()))?;
-                out.push((n.clone(), t));
+                out.push((
+                    n.clone(),
+                    rlx_onnx_import::empty_scan_output(dt, &dims).map_err(err)?,
+                ));
             }
         }
     }

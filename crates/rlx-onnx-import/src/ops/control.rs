@@ -283,10 +283,7 @@ pub fn loop_(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
                 .get(1 + nv + k)
                 .and_then(crate::declared_static)
                 .ok_or("a scan output of a Loop that runs zero times needs the body to declare its element shape")?;
-            let mut d = vec![0];
-            d.extend(dims);
-            let t = Tensor::new(d, TensorData::from_f64(dt, &[])).map_err(|e| e.to_string())?;
-            res.push(cx.constant(t));
+            res.push(cx.constant(crate::empty_scan_output(dt, &dims)?));
             continue;
         }
         res.push(stack(cx, &s, 0)?);
