@@ -2,6 +2,7 @@
 //!
 //! * [`Graph`], [`Node`], [`NodeId`] (printed `%N`), [`Op`], [`Shape`], [`DType`], [`Tensor`];
 //! * a builder API (`g.input`, `g.param`, `g.matmul`, `g.activation`, `g.set_outputs`);
+//! * [`infer_shape::infer_output`]: every op's output type from its input types;
 //! * [`provenance::node_label`]: names nodes in the user's terms;
 //! * [`numeric_check`]: the NaN/Inf localizer every backend calls;
 //! * [`env`]: the registry of every `RLX_*` environment variable (`rlx env` prints it).
@@ -9,6 +10,7 @@
 pub mod dtype;
 pub mod env;
 pub mod graph;
+pub mod infer_shape;
 pub mod narrow;
 pub mod numeric_check;
 pub mod op;

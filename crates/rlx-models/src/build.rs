@@ -4,7 +4,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{Family, LlmConfig};
 use crate::ModelError;
-use rlx_compile::infer_shape::infer_output;
+use rlx_ir::infer_shape::infer_output;
 use rlx_ir::{
     Activation, BinaryOp, DType, Graph, NodeId, Op, Origin, ReduceKind, Shape, Tensor, UnaryOp,
 };

@@ -3,7 +3,7 @@
 //! and folds it to a constant when all its inputs are constants.
 
 use crate::proto::{attr_type, AttributeProto, NodeProto};
-use rlx_compile::infer_shape::infer_output;
+use rlx_ir::infer_shape::infer_output;
 use rlx_ir::{DType, Graph, NodeId, Op, Shape, Tensor, TensorData};
 use std::collections::HashMap;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! offset through a constant table.
 
 use crate::ctx::{Ctx, R};
-use rlx_compile::infer_shape::window_out_dim;
+use rlx_ir::infer_shape::window_out_dim;
 use rlx_ir::{NodeId, Op, PadMode, PoolAttrs, Tensor};
 
 fn unravel(mut flat: usize, dims: &[usize]) -> Vec<usize> {

@@ -128,7 +128,7 @@ pub fn reshape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         }
     }
     if let Some(i) = infer {
-        let known = rlx_compile::infer_shape::checked_numel(&out).unwrap_or(0);
+        let known = rlx_ir::infer_shape::checked_numel(&out).unwrap_or(0);
         if known == 0 || !total.is_multiple_of(known) {
             return Err(format!(
                 "cannot reshape {} elements {xd:?} to {spec:?}",

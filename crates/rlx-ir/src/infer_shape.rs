@@ -1,11 +1,13 @@
 //! Shape inference: the output type of an op from its input types.
 //!
-//! [`infer_output`] is the single definition of every op's output type; importers call it
-//! for each node they create, and [`crate::verify`] checks stored node shapes against it.
-//! Definitions follow the ONNX operator spec of each op (the IR's own variants, e.g.
-//! [`Op::Broadcast`] or [`Op::Slice`], are documented in `rlx_ir::op`).
+//! [`infer_output`] is the single definition of every op's output type, kept beside the op
+//! definitions ([`crate::op`]) so that every crate that builds graphs (the ONNX and torch
+//! importers, `rlx-models`) infers shapes without depending on the compiler; importers call
+//! it for each node they create, and `rlx_compile::verify` checks stored node shapes against
+//! it. Definitions follow the ONNX operator spec of each op (the IR's own variants, e.g.
+//! [`Op::Broadcast`] or [`Op::Slice`], are documented in [`crate::op`]).
 
-use rlx_ir::{broadcast_dims, DType, Op, Shape};
+use crate::{broadcast_dims, DType, Op, Shape};
 
 /// An op's inputs do not fit it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -19,7 +21,7 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ShapeError> {
 /// Number of inputs `op` takes: `(min, max)`, `max = None` for variadic ops.
 ///
 /// Leaves take none; `Conv` takes 2–3 (optional bias), `LayerNorm` 2–3 (optional bias),
-/// `Concat` one or more; every other op a fixed count (see the `inputs:` lists in `rlx_ir::op`).
+/// `Concat` one or more; every other op a fixed count (see the `inputs:` lists in [`crate::op`]).
 pub fn arity(op: &Op) -> (usize, Option<usize>) {
     match op {
         Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => (0, Some(0)),
@@ -215,7 +217,7 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
         }
         Op::Constant(t) => Ok(t.shape()),
         Op::Unary(u) => {
-            if *u == rlx_ir::UnaryOp::BitNot && !x().dtype.is_int() {
+            if *u == crate::UnaryOp::BitNot && !x().dtype.is_int() {
                 return err(format!(
                     "BitNot: input must be an integer, got {}",
                     x().dtype
@@ -241,7 +243,7 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
             out(xd(), x().dtype)
         }
         Op::Binary(b) => {
-            if *b != rlx_ir::BinaryOp::Pow {
+            if *b != crate::BinaryOp::Pow {
                 same_dtype(inputs[0], inputs[1], &name)?;
             }
             if b.is_bitwise() && !x().dtype.is_int() {
@@ -678,7 +680,7 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rlx_ir::{
+    use crate::{
         Activation, BinaryOp, ConvAttrs, PoolAttrs, PoolKind, ReduceKind, Tensor, UnaryOp,
     };
 
