@@ -85,6 +85,10 @@ pub(crate) struct EwGroup {
 }
 
 impl EwGroup {
+    /// The chain's ops in node order (the first is where it runs, the last its output).
+    pub(crate) fn members(&self) -> &[NodeId] {
+        &self.members
+    }
     /// The nodes whose values the chain reads, in the order `run` takes them (a Constant's
     /// value is its tensor in the graph: its node may come after the chain's first op).
     pub(crate) fn externals(&self) -> &[NodeId] {

@@ -8,14 +8,16 @@
 //! copied. Shape-only ops (Reshape) and in-place-capable elementwise ops take over their
 //! input's buffer when that input dies at the node.
 //!
-//! (One file over 1,000 lines: the executor's plan and its run loop with one branch per
-//! fusion kind; issue 34 turns the plan into a list of step types with their own files.)
+//! The plan (`crate::plan`) gives each node a step (`crate::steps`); a run is a loop over
+//! them: a plain node runs op by op, a fused group runs at its first node and its other
+//! nodes' turns record them, or the group replays op by op when its value is not clean.
 
-use crate::{eval_op, CpuError, KernelError};
+use crate::plan::Plan;
+use crate::steps::{kernel_err, release, Run, Slot, Step, Turn};
+use crate::CpuError;
 use rlx_ir::numeric_check::{scan_data, NonFiniteCounts};
 use rlx_ir::provenance::node_label;
-use rlx_ir::{BinaryOp, DType, DebugScanner, Dim, Graph, NodeId, Op, Tensor};
-use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
+use rlx_ir::{DebugScanner, Dim, Graph, NodeId, Op, Tensor};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 
@@ -30,13 +32,8 @@ pub struct CpuExecutor {
     params: Vec<Option<Tensor>>,
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
-    /// Per node: the inputs whose last consumer is this node (buffers freed after it runs).
-    free_after: Vec<Vec<NodeId>>,
-    /// Per node: input 0 dies here and is used once by this node (its buffer may be reused).
-    can_take0: Vec<bool>,
-    /// Per node: an f32/f64 Add or Mul whose input 1 has the output's dims and dies here,
-    /// used once (torch exports `bias + x`: the big operand second).
-    can_take1: Vec<bool>,
+    /// The steps, liveness and prepared weights (`crate::plan`).
+    plan: Plan,
     /// Per leaf whose value does not change between runs (Constant, Param once set): its
     /// NaN/Inf counts, computed once, so the scanner does not re-read weights every run.
     leaf_counts: Vec<Option<NonFiniteCounts>>,
@@ -45,40 +42,11 @@ pub struct CpuExecutor {
     moves: Vec<bool>,
     /// Some node is large enough for a kernel to split it over threads (see `parallel_work`).
     parallel_work: bool,
-    /// Conv epilogue groups (`crate::fuse`), used when `fuse_on`.
-    fusions: crate::fuse::Fusions,
-    /// Per fused group: its residual operand's buffer may become the conv's output (every
-    /// other reader of the operand comes before the conv, and the Add is its last reader:
-    /// `fuse::Skip::Owned`).
-    res_take: Vec<bool>,
-    /// Decomposed Softmaxes, LayerNorms and RMSNorms run one row at a time
-    /// (`crate::rowfuse`).
-    rows: crate::rowfuse::RowFusions,
-    /// Elementwise chains run block by block (`crate::ewfuse`).
-    ew: crate::ewfuse::EwFusions,
+    /// Fused steps (`crate::steps`) run; else every node runs op by op.
     fuse_on: bool,
-    /// 1×1 convs interleaved with their depthwise reader (`Fusions::then_dw`), with fusion.
+    /// 1×1 convs interleaved with their depthwise reader (`ConvStep::then_dw`), with fusion.
     pairs_on: bool,
-    /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
-    /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
-    /// the MatMul reads its input in place (`matmul::matmul_perm`).
-    mm_views: Vec<[Option<MmView>; 2]>,
-    /// Per node: a Transpose that a MatMul reads in place (`mm_views`).
-    viewed: Vec<bool>,
-    /// Per Conv node with constant weights the Winograd path takes: their transform
-    /// (`rlx_kernels::kernels::conv::winograd`). Not made for a conv whose fused group folds other
-    /// weights in (the group has its own, in `group_wino`).
-    wino: Vec<Option<WinogradWeights>>,
-    /// Per fused group with folded weights: the Winograd transform of those.
-    group_wino: Vec<Option<WinogradWeights>>,
     wino_on: bool,
-    /// Per Conv node with constant weights that RLX's own product kernel takes and the
-    /// Winograd path does not: the weights packed for it (`kernels::conv::packed`), made
-    /// once here. As for `wino`, a folded group's conv has its own in `group_packed`.
-    /// None with `RLX_CPU_MK=0` (the gemm path, for A/B).
-    packed: Vec<Option<Packed>>,
-    /// Per fused group with folded weights: those weights packed.
-    group_packed: Vec<Option<Packed>>,
     /// Free f32 buffers of dead values, reused by the kernels of later nodes and runs
     /// (`crate::buffers`).
     pool: rlx_kernels::buffers::Pool,
@@ -216,205 +184,11 @@ fn parallel_work(g: &Graph) -> bool {
     })
 }
 
-/// The bound of the executor's buffer pool: the most bytes of f32 intermediates (non-leaf
-/// values) alive at once when `g` runs in order and each value dies after the node listing
-/// it in `free_after`, plus the largest of them.
-fn pool_limit_bytes(g: &Graph, free_after: &[Vec<NodeId>]) -> usize {
-    let f32_bytes = |v: usize| {
-        let node = &g.nodes[v];
-        let leaf = matches!(
-            node.op,
-            Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
-        );
-        if leaf || node.shape.dtype != rlx_ir::DType::F32 {
-            0
-        } else {
-            node.shape.numel().saturating_mul(4)
-        }
-    };
-    let (mut live, mut peak, mut largest) = (0usize, 0usize, 0usize);
-    for (i, dead) in free_after.iter().enumerate() {
-        live = live.saturating_add(f32_bytes(i));
-        peak = peak.max(live);
-        largest = largest.max(f32_bytes(i));
-        for d in dead {
-            live = live.saturating_sub(f32_bytes(d.index()));
-        }
-    }
-    // Plus the largest intermediate: the pool drops its oldest buffers first, and with
-    // the peak alone a buffer as large as most of it (a 48 MB Relu output in a graph of
-    // 3 MB convs) was pushed out by the later, smaller ones every run and allocated again
-    // next run (12 k page faults, 29 ms for a 6.7 ms op in onnxruntime).
-    peak.saturating_add(largest)
-}
-
-/// A MatMul operand read through a Transpose's perm (`CpuExecutor::mm_views`).
-#[derive(Debug, Clone)]
-struct MmView {
-    transpose: NodeId,
-    src: NodeId,
-    perm: Vec<usize>,
-}
-
-/// Per MatMul node, its operands that are a Transpose of a float (f32, f64, f16, bf16: the
-/// dtypes `matmul_perm` reads through strides) whose only use is that MatMul (and not a graph
-/// output): `CpuExecutor::mm_views`.
-fn plan_mm_views(
-    g: &Graph,
-    consumers: &[Vec<NodeId>],
-    is_output: &[bool],
-) -> Vec<[Option<MmView>; 2]> {
-    g.nodes
-        .iter()
-        .map(|node| {
-            let view = |t: NodeId| {
-                let tn = g.node(t);
-                match (&tn.op, tn.inputs.as_slice()) {
-                    (Op::Transpose { perm }, &[src])
-                        if node.op == Op::MatMul
-                            && matches!(
-                                tn.shape.dtype,
-                                DType::F32 | DType::F64 | DType::F16 | DType::BF16
-                            )
-                            && perm.len() >= 2
-                            && consumers[t.index()].as_slice() == [node.id]
-                            && !is_output[t.index()] =>
-                    {
-                        Some(MmView {
-                            transpose: t,
-                            src,
-                            perm: perm.to_vec(),
-                        })
-                    }
-                    _ => None,
-                }
-            };
-            match node.inputs.as_slice() {
-                &[a, b] if node.op == Op::MatMul => [view(a), view(b)],
-                _ => [None, None],
-            }
-        })
-        .collect()
-}
-
-/// MatMul `id`'s operand `j`: the input itself, or, when it is a Transpose that was not
-/// run (`view`, its slot empty), that Transpose's input and perm.
-fn mm_operand<'a>(
-    g: &Graph,
-    id: NodeId,
-    slots: &'a [Slot],
-    j: usize,
-    view: &'a Option<MmView>,
-) -> Result<(&'a Tensor, Option<&'a [usize]>), CpuError> {
-    match view {
-        Some(v) if slots[v.transpose.index()].get().is_none() => {
-            let t = input_values(g, v.transpose, slots, &[v.src])?[0];
-            Ok((t, Some(v.perm.as_slice())))
-        }
-        _ => Ok((
-            input_values(g, id, slots, &g.node(id).inputs[j..=j])?[0],
-            None,
-        )),
-    }
-}
-
-/// A node's value during a run: borrowed (inputs, params, constants) or owned (computed).
-enum Slot<'a> {
-    Empty,
-    Borrowed(&'a Tensor),
-    Owned(Tensor),
-}
-
-impl Slot<'_> {
-    fn get(&self) -> Option<&Tensor> {
-        match self {
-            Slot::Empty => None,
-            Slot::Borrowed(t) => Some(t),
-            Slot::Owned(t) => Some(t),
-        }
-    }
-
-    /// The slot's tensor when it owns one (the slot is then empty); else None, slot kept.
-    fn take_owned(&mut self) -> Option<Tensor> {
-        match std::mem::replace(self, Slot::Empty) {
-            Slot::Owned(t) => Some(t),
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-}
-
-/// The values of node `id`'s `inputs`, inline for up to 4 (no heap allocation per node per
-/// run); an error naming the input when one has no value.
-fn input_values<'a>(
-    g: &Graph,
-    id: NodeId,
-    slots: &'a [Slot],
-    inputs: &[NodeId],
-) -> Result<smallvec::SmallVec<[&'a Tensor; 4]>, CpuError> {
-    inputs
-        .iter()
-        .map(|i| {
-            slots[i.index()]
-                .get()
-                .ok_or_else(|| kernel_err(g, id, format!("input {i} has no value")))
-        })
-        .collect()
-}
-
-/// The operand of a fused group's residual `res` for this run: `owned`, its buffer already
-/// taken from its slot (`CpuExecutor::res_take`), or else its value borrowed from there.
-fn skip_operand<'a>(
-    g: &Graph,
-    id: NodeId,
-    slots: &'a [Slot],
-    res: Option<crate::fuse::Residual>,
-    owned: Option<Tensor>,
-) -> Result<Option<crate::fuse::Skip<'a>>, CpuError> {
-    use crate::fuse::Skip;
-    Ok(match (res, owned) {
-        (_, Some(t)) => Some(Skip::Owned(t)),
-        (Some(r), None) => Some(Skip::Borrowed(input_values(g, id, slots, &[r.skip])?[0])),
-        (None, None) => None,
-    })
-}
-
-/// Empties a dead value's slot, handing an owned buffer to the active pool.
-fn release(slot: &mut Slot) {
-    if let Slot::Owned(t) = std::mem::replace(slot, Slot::Empty) {
-        rlx_kernels::buffers::give(t.into_data());
-    }
-}
-
 /// The counts of a finite value of node `node`'s type.
 fn clean_counts(node: &rlx_ir::Node) -> NonFiniteCounts {
     NonFiniteCounts {
         len: node.shape.numel(),
         ..Default::default()
-    }
-}
-
-/// Weights packed for RLX's own conv kernel, where it takes the conv (x86-64).
-fn pack_conv(w: &Tensor, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Option<Packed> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        rlx_kernels::kernels::conv::packed_weights(w, a, out)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (w, a, out);
-        None
-    }
-}
-
-fn kernel_err(g: &Graph, id: NodeId, msg: impl Into<String>) -> CpuError {
-    CpuError::Kernel {
-        node: id,
-        op: g.node(id).op.name(),
-        label: node_label(g, id),
-        msg: msg.into(),
     }
 }
 
@@ -554,160 +328,7 @@ impl CpuExecutor {
         if let Some(o) = graph.outputs.iter().find(|o| o.index() >= n) {
             return Err(CpuError::Input(format!("graph output {o} is not a node")));
         }
-        let mut is_output = vec![false; n];
-        for o in &graph.outputs {
-            is_output[o.index()] = true;
-        }
-        let mut consumers = vec![vec![]; n];
-        for node in &graph.nodes {
-            for i in &node.inputs {
-                consumers[i.index()].push(node.id);
-            }
-        }
-        // A Transpose that a MatMul reads in place: the MatMul reads the Transpose's input.
-        let mm_views = plan_mm_views(&graph, &consumers, &is_output);
-        let mut viewed = vec![false; n];
-        let fusions = crate::fuse::plan(&graph, &consumers, &is_output);
-        // Per value, the nodes that read it when fused: its consumers, a MatMul that reads
-        // it through a Transpose (`mm_views`), and a conv that takes a scale Mul's operands
-        // (`fuse::Scaled`); those are not graph edges.
-        let mut readers = consumers.clone();
-        for (i, v) in mm_views.iter().enumerate() {
-            for v in v.iter().flatten() {
-                viewed[v.transpose.index()] = true;
-                readers[v.src.index()].push(NodeId(i as u32));
-            }
-        }
-        for (grp, sc) in fusions.groups.iter().zip(&fusions.scaled) {
-            if let Some(sc) = sc {
-                readers[sc.x.index()].push(grp.conv);
-                readers[sc.s.index()].push(grp.conv);
-            }
-        }
-        // Liveness: a value's buffer dies after its last reader, unless it is an output.
-        let last_use: Vec<Option<usize>> = readers
-            .iter()
-            .map(|r| r.iter().map(|x| x.index()).max())
-            .collect();
-        let mut free_after = vec![vec![]; n];
-        for (v, lu) in last_use.iter().enumerate() {
-            if let (Some(u), false) = (lu, is_output[v]) {
-                free_after[*u].push(NodeId(v as u32));
-            }
-        }
-        let res_take = fusions
-            .groups
-            .iter()
-            .map(|grp| {
-                grp.residual.is_some_and(|r| {
-                    let s = r.skip.index();
-                    !is_output[s]
-                        && last_use[s] == Some(r.add.index())
-                        && readers[s]
-                            .iter()
-                            .all(|u| *u == r.add || u.index() < grp.conv.index())
-                })
-            })
-            .collect();
-        let can_take0 = graph
-            .nodes
-            .iter()
-            .map(|node| match node.inputs.first() {
-                Some(&i0) => {
-                    free_after[node.id.index()].contains(&i0)
-                        && node.inputs.iter().filter(|&&x| x == i0).count() == 1
-                }
-                None => false,
-            })
-            .collect();
-        let can_take1 = graph
-            .nodes
-            .iter()
-            .map(|node| match (&node.op, node.inputs.as_slice()) {
-                (Op::Binary(BinaryOp::Add | BinaryOp::Mul), &[i0, i1]) => {
-                    i0 != i1
-                        && free_after[node.id.index()].contains(&i1)
-                        && graph.node(i1).shape == node.shape
-                        && matches!(node.shape.dtype, DType::F32 | DType::F64)
-                }
-                _ => false,
-            })
-            .collect();
-        let rows = crate::rowfuse::plan(&graph, &consumers, &is_output);
-        let taken: Vec<bool> = (0..n)
-            .map(|i| {
-                fusions.at_conv[i].is_some()
-                    || fusions.member_of[i].is_some()
-                    || fusions.scale_mul[i].is_some()
-                    || fusions.residual_of[i].is_some()
-                    || rows.at[i].is_some()
-                    || rows.member_of[i].is_some()
-            })
-            .collect();
-        // Chains see the in-place MatMul reads too: an operand such a MatMul reads later
-        // does not give its buffer to a chain's output.
-        let ew = crate::ewfuse::plan(&graph, &readers, &is_output, &taken);
-        // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
-        let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
-        let mut folded_conv = vec![false; n];
-        let group_wino: Vec<Option<WinogradWeights>> = fusions
-            .groups
-            .iter()
-            .map(|grp| {
-                let (w, _) = grp.folded.as_ref()?;
-                folded_conv[grp.conv.index()] = true;
-                if !wino_on {
-                    return None;
-                }
-                let conv = graph.node(grp.conv);
-                match &conv.op {
-                    Op::Conv(a) => rlx_kernels::kernels::conv::winograd_weights(w, a, &conv.shape),
-                    _ => None,
-                }
-            })
-            .collect();
-        let wino: Vec<Option<WinogradWeights>> = graph
-            .nodes
-            .iter()
-            .map(|node| match (&node.op, node.inputs.get(1)) {
-                (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
-                    match &graph.node(*w).op {
-                        Op::Constant(t) => {
-                            rlx_kernels::kernels::conv::winograd_weights(t, a, &node.shape)
-                        }
-                        _ => None,
-                    }
-                }
-                _ => None,
-            })
-            .collect();
-        // Weights for RLX's own conv kernel, where the Winograd path has none.
-        let group_packed = fusions
-            .groups
-            .iter()
-            .zip(&group_wino)
-            .map(|(grp, wg): (&crate::fuse::ConvGroup, _)| {
-                let (w, _) = grp.folded.as_ref()?;
-                match &graph.node(grp.conv).op {
-                    Op::Conv(a) if wg.is_none() => pack_conv(w, a, &graph.node(grp.conv).shape),
-                    _ => None,
-                }
-            })
-            .collect();
-        let packed = graph
-            .nodes
-            .iter()
-            .zip(&wino)
-            .map(|(node, wg)| match (&node.op, node.inputs.get(1)) {
-                (Op::Conv(a), Some(w)) if wg.is_none() && !folded_conv[node.id.index()] => {
-                    match &graph.node(*w).op {
-                        Op::Constant(t) => pack_conv(t, a, &node.shape),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            })
-            .collect();
+        let plan = Plan::new(&graph);
         let inputs = graph.inputs();
         let leaf_counts = graph
             .nodes
@@ -718,23 +339,14 @@ impl CpuExecutor {
             })
             .collect();
         Ok(CpuExecutor {
-            pool: rlx_kernels::buffers::Pool::with_limit(pool_limit_bytes(&graph, &free_after)),
+            pool: rlx_kernels::buffers::Pool::with_limit(plan.pool_limit_bytes(&graph)),
             profile: None,
             pair_runs: 0,
             scaled_runs: 0,
-            wino,
-            group_wino,
-            wino_on,
-            packed,
-            group_packed,
+            plan,
+            wino_on: !rlx_ir::env::is_off("RLX_CPU_WINOGRAD"),
             fuse_on: !rlx_ir::env::is_off("RLX_CPU_FUSION"),
             pairs_on: !rlx_ir::env::is_off("RLX_CPU_PWDW"),
-            fusions,
-            res_take,
-            rows,
-            ew,
-            mm_views,
-            viewed,
             parallel_work: parallel_work(&graph),
             leaf_counts,
             moves: graph
@@ -745,9 +357,6 @@ impl CpuExecutor {
             params: vec![None; n],
             param_ids,
             inputs,
-            free_after,
-            can_take0,
-            can_take1,
             graph,
         })
     }
@@ -823,15 +432,15 @@ impl CpuExecutor {
     /// not it is on; none when `RLX_CPU_WINOGRAD=0` at build, so `set_winograd(true)` then
     /// changes nothing).
     pub fn winograd_convs(&self) -> usize {
-        self.wino.iter().chain(&self.group_wino).flatten().count()
+        let convs = self.plan.wino.iter().flatten().count();
+        convs + self.plan.convs().filter(|c| c.wino.is_some()).count()
     }
 
     /// The number of fused Conv groups (0 when fusion found nothing to fuse).
     pub fn fused_groups(&self) -> usize {
-        self.fusions
-            .groups
-            .iter()
-            .filter(|g| !g.members.is_empty())
+        self.plan
+            .convs()
+            .filter(|c| !c.grp.members.is_empty())
             .count()
     }
 
@@ -839,17 +448,18 @@ impl CpuExecutor {
     /// conv's epilogue on runs without a scanner or hooks (`RLX_CPU_RESIDUAL=0`: none); a
     /// group on the Winograd path still runs its Add apart.
     pub fn fused_residuals(&self) -> usize {
-        self.fusions
-            .groups
-            .iter()
-            .filter(|g| g.residual.is_some())
+        self.plan
+            .convs()
+            .filter(|c| c.grp.residual.is_some())
             .count()
     }
 
     /// How many decomposed Softmaxes, LayerNorms and RMSNorms run fused, one row at a time
     /// (`crate::rowfuse`; on and off with the conv groups).
     pub fn fused_row_groups(&self) -> usize {
-        self.rows.groups.len()
+        (self.plan.steps.iter())
+            .filter(|s| matches!(s, Step::Rows(_)))
+            .count()
     }
 
     /// How many 1×1 convs run interleaved with the depthwise conv that alone reads their
@@ -859,7 +469,7 @@ impl CpuExecutor {
     /// [`CpuExecutor::set_pairing`]). A pair whose kernels do not apply at run time (no
     /// AVX-512, another kernel size) runs apart.
     pub fn paired_convs(&self) -> usize {
-        self.fusions.then_dw.iter().flatten().count() * self.pairs_on as usize
+        self.plan.convs().filter(|c| c.then_dw.is_some()).count() * self.pairs_on as usize
     }
 
     /// How many 1×1 convs take the per-channel scale Mul before them into their weights
@@ -869,14 +479,16 @@ impl CpuExecutor {
     /// a scanner, only where the Mul's value is proven finite (see
     /// [`CpuExecutor::scaled_runs`]); else the Mul runs, so reports name it.
     pub fn scaled_convs(&self) -> usize {
-        self.fusions.scaled.iter().flatten().count()
+        self.plan.convs().filter(|c| c.scaled.is_some()).count()
     }
 
     /// How many elementwise chains run block by block (`crate::ewfuse`: connected f32
     /// Unary/Activation/Binary ops with a Unary or Activation among them, such as GELU;
     /// on and off with the other fusions).
     pub fn fused_chains(&self) -> usize {
-        self.ew.groups.len()
+        (self.plan.steps.iter())
+            .filter(|s| matches!(s, Step::Chain(_)))
+            .count()
     }
 
     /// How many Transposes a MatMul reads in place, through strides, instead of running
@@ -884,7 +496,9 @@ impl CpuExecutor {
     /// output; on and off with the other fusions). With a scanner, such a Transpose still
     /// runs when its input is not all finite, so reports give the transposed positions.
     pub fn transposes_read_in_place(&self) -> usize {
-        self.viewed.iter().filter(|&&v| v).count()
+        (self.plan.steps.iter())
+            .filter(|s| matches!(s, Step::View))
+            .count()
     }
 
     /// The graph this executor runs.
@@ -1036,42 +650,35 @@ impl CpuExecutor {
         // Kernels on this thread take their output buffers from `pool`; dead values'
         // buffers go back to it (`release`).
         let _pool = rlx_kernels::buffers::Active::install(pool);
-        let this = self;
-        let g = &this.graph;
-        this.check_inputs(inputs)?;
+        let g = &self.graph;
+        self.check_inputs(inputs)?;
         let mut scanner = scanner.filter(|s| s.is_on());
         if let Some(s) = scanner.as_deref_mut() {
             s.begin_run(g);
         }
-        let mut slots: Vec<Slot> = (0..g.len()).map(|_| Slot::Empty).collect();
         let mut next_input = 0;
-        // Fused groups (crate::fuse): off with hooks; `unfused[k]` marks a group replayed
-        // unfused in this run because its fused output was not finite.
-        let fuse = this.fuse_on && before.is_none() && observe.is_none();
-        let mut unfused = vec![false; if fuse { this.fusions.groups.len() } else { 0 }];
-        // Depthwise groups already run with the pointwise group before them (`run_pair`).
-        let mut paired = vec![false; unfused.len()];
-        // Groups that applied their residual Add (and Relu) in this run (`fuse::Residual`:
-        // only without a scanner, whose report must name the unfused Add).
-        let mut res_done = vec![false; unfused.len()];
-        // The same for the row groups (`crate::rowfuse`).
-        let mut rows_unfused = vec![false; if fuse { this.rows.groups.len() } else { 0 }];
-        // The same for the elementwise chains (`crate::ewfuse`).
-        let mut ew_unfused = vec![false; if fuse { this.ew.groups.len() } else { 0 }];
-        // Winograd convs: off with hooks too (hooked runs show plain op-by-op values).
-        let wino = this.wino_on && before.is_none() && observe.is_none();
-        // RLX's own conv kernel: off with hooks too, as Winograd.
-        let fast = before.is_none() && observe.is_none();
-        // With a scanner: per node, its output was found (or is known) clean.
-        let mut finite = vec![false; if scanner.is_some() { g.len() } else { 0 }];
-        // With a scanner: groups whose scale Mul was proven finite and skipped in this run
-        // (`fuse::scale_is_finite`), so the conv runs on the scaled weights (`run_scaled`).
-        let mut scale_proven = vec![false; unfused.len()];
+        // Fused steps (crate::steps): off with hooks (hooked runs show every value).
+        let hooked = before.is_some() || observe.is_some();
+        let fuse = self.fuse_on && !hooked;
+        let mut run = Run {
+            slots: (0..g.len()).map(|_| Slot::Empty).collect(),
+            // With a scanner: per node, its output was found (or is known) clean.
+            finite: vec![false; if scanner.is_some() { g.len() } else { 0 }],
+            group: vec![0; if fuse { g.len() } else { 0 }],
+            scan: scanner.is_some(),
+            // Winograd convs and RLX's own conv kernel: off with hooks too (hooked runs
+            // show plain op-by-op values).
+            wino: self.wino_on && !hooked,
+            fast: !hooked,
+            pairs_on: self.pairs_on,
+            pairs: 0,
+            scaled: 0,
+        };
         // Profiling: the node whose turn started at `clock.1` (its time is added when the
         // next node's turn starts, so no `continue` below needs to stop the clock).
         let mut clock = (stats.times.is_some() && !g.nodes.is_empty())
             .then(|| (0usize, std::time::Instant::now()));
-        for node in &g.nodes {
+        for (node, step) in g.nodes.iter().zip(&self.plan.steps) {
             let id = node.id;
             let i = id.index();
             if let (Some((last, t0)), Some(p)) = (clock.as_mut(), stats.times.as_deref_mut()) {
@@ -1079,205 +686,21 @@ impl CpuExecutor {
                 p.ns[*last] += (now - *t0).as_nanos() as u64;
                 (*last, *t0) = (i, now);
             }
-            if fuse {
-                // Whether a group computed this node's value (here or at its first node).
-                let mut done = false;
-                // A scale Mul folded into its conv's weights (`fuse::Scaled`): not run.
-                // With a scanner, only where its value is proven finite without it (its
-                // counts are then zero); else it runs and is scanned, so a report names it.
-                if let Some(k) = this.fusions.scale_mul[i].filter(|&k| !unfused[k]) {
-                    if let (Some(sc), true) = (this.fusions.scaled[k], scanner.is_some()) {
-                        scale_proven[k] =
-                            match (slots[sc.x.index()].get(), slots[sc.s.index()].get()) {
-                                (Some(x), Some(s)) => crate::fuse::scale_is_finite(
-                                    &sc,
-                                    x,
-                                    s,
-                                    finite[sc.x.index()],
-                                    finite[sc.s.index()],
-                                ),
-                                _ => false,
-                            };
-                    }
+            let turn = if fuse && !matches!(step, Step::Node) {
+                step.turn(&self.plan, g, id, &mut run)?
+            } else {
+                Turn::Op
+            };
+            if turn == Turn::Done {
+                // Computed with its group; finite when scanned (else it was replayed).
+                if let Some(s) = scanner.as_deref_mut() {
+                    run.finite[i] = true;
+                    s.scan_counts(g, id, clean_counts(node))?;
                 }
-                let scaling = |k: usize| {
-                    this.fusions.scaled[k].is_some() && (scanner.is_none() || scale_proven[k])
-                };
-                let pair = this.fusions.at_conv[i]
-                    .filter(|&k| !unfused[k] && this.pairs_on)
-                    .and_then(|k| Some((k, this.fusions.then_dw[k]?)))
-                    .filter(|&(_, kb)| !unfused[kb]);
-                if let Some((k, kb)) = pair {
-                    let (grp, dw) = (&this.fusions.groups[k], &this.fusions.groups[kb]);
-                    let x = slots[node.inputs[0].index()]
-                        .get()
-                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    match crate::fuse::run_pair(g, grp, dw, x, scanner.is_some())
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?
-                    {
-                        Some((t, true)) => {
-                            slots[dw.output().index()] = Slot::Owned(t);
-                            paired[kb] = true;
-                            done = true;
-                            stats.pairs += 1;
-                        }
-                        // Not clean (scanning): both groups op by op (below), so the scan
-                        // names the op.
-                        Some((t, false)) => {
-                            rlx_kernels::buffers::give(t.into_data());
-                            unfused[k] = true;
-                            unfused[kb] = true;
-                        }
-                        None => {}
-                    }
+                for dead in &self.plan.free_after[i] {
+                    release(&mut run.slots[dead.index()]);
                 }
-                let scaled = this.fusions.at_conv[i]
-                    .filter(|&k| !unfused[k] && scaling(k))
-                    .and_then(|k| Some((k, this.fusions.scaled[k]?)));
-                if let Some((k, sc)) = scaled {
-                    let grp = &this.fusions.groups[k];
-                    // The residual: not while scanning (the report must name the Add).
-                    let scan = scanner.is_some();
-                    let res = grp.residual.filter(|_| !scan);
-                    let owned = res
-                        .filter(|_| this.res_take[k])
-                        .and_then(|r| slots[r.skip.index()].take_owned());
-                    let xs = input_values(g, id, &slots, &[sc.x, sc.s])?;
-                    let skip = skip_operand(g, id, &slots, res, owned)?;
-                    let (t, clean, folded) =
-                        crate::fuse::run_scaled(g, grp, xs[0], xs[1], scan, skip)
-                            .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    if clean {
-                        drop(xs);
-                        slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
-                        res_done[k] = res.is_some();
-                        done = true;
-                        stats.scaled += folded as u64;
-                    } else {
-                        // Not clean (scanning): make the skipped Mul's value (proven
-                        // finite, its zero counts already given) and replay the group op
-                        // by op (below), so the scan names the op.
-                        rlx_kernels::buffers::give(t.into_data());
-                        let shape = &g.node(sc.mul).shape;
-                        let m = rlx_kernels::kernels::elementwise::binary(
-                            BinaryOp::Mul,
-                            xs[0],
-                            xs[1],
-                            shape,
-                        )
-                        .map_err(|e| kernel_err(g, sc.mul, e.to_string()))?;
-                        drop(xs);
-                        slots[sc.mul.index()] = Slot::Owned(m);
-                        unfused[k] = true;
-                    }
-                }
-                if let Some(k) =
-                    this.fusions.at_conv[i].filter(|&k| !unfused[k] && !paired[k] && !done)
-                {
-                    let grp = &this.fusions.groups[k];
-                    let wg = if grp.folded.is_some() {
-                        this.group_wino[k].as_ref()
-                    } else {
-                        this.wino[grp.conv.index()].as_ref()
-                    };
-                    let wg = wg.filter(|_| wino);
-                    let pk = if grp.folded.is_some() {
-                        this.group_packed[k].as_ref()
-                    } else {
-                        this.packed[grp.conv.index()].as_ref()
-                    }
-                    .filter(|_| fast);
-                    // The residual: not while scanning, nor on the Winograd path (whose
-                    // tiles would read it scattered, slower than the Add's own pass).
-                    let res = grp.residual.filter(|_| scanner.is_none() && wg.is_none());
-                    let owned = res
-                        .filter(|_| this.res_take[k])
-                        .and_then(|r| slots[r.skip.index()].take_owned());
-                    let x = slots[node.inputs[0].index()]
-                        .get()
-                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    let skip = skip_operand(g, id, &slots, res, owned)?;
-                    let (t, clean) =
-                        crate::fuse::run_group(g, grp, x, wg, pk, scanner.is_some(), skip, None)
-                            .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    if clean {
-                        slots[res.map_or(grp.output(), |r| r.output()).index()] = Slot::Owned(t);
-                        res_done[k] = res.is_some();
-                        done = true;
-                    } else {
-                        // Replay this group op by op (below), so the scan names the op.
-                        unfused[k] = true;
-                    }
-                }
-                if let Some(k) = this.rows.at[i].filter(|&k| !rows_unfused[k] && !done) {
-                    let grp = &this.rows.groups[k];
-                    let x = slots[node.inputs[0].index()]
-                        .get()
-                        .ok_or_else(|| kernel_err(g, id, "input 0 has no value"))?;
-                    match crate::rowfuse::run(grp, x, scanner.is_some())
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?
-                    {
-                        Some(t) => {
-                            slots[grp.output().index()] = Slot::Owned(t);
-                            done = true;
-                        }
-                        // Not all finite: replay op by op (below), so the scan names the op.
-                        None => rows_unfused[k] = true,
-                    }
-                }
-                if let Some(k) = this.ew.at[i].filter(|&k| !ew_unfused[k] && !done) {
-                    let grp = &this.ew.groups[k];
-                    // Without a scanner (no replay), an operand that dies in the chain
-                    // gives its buffer for the output.
-                    let own = grp
-                        .reusable()
-                        .filter(|_| scanner.is_none())
-                        .and_then(|k| Some((k, slots[grp.externals()[k].index()].take_owned()?)));
-                    let own_k = own.as_ref().map(|o| o.0);
-                    let ext = grp
-                        .externals()
-                        .iter()
-                        .enumerate()
-                        .map(|(k, &x)| match &g.node(x).op {
-                            _ if Some(k) == own_k => Ok(None),
-                            Op::Constant(t) => Ok(Some(t.as_ref())),
-                            _ => input_values(g, id, &slots, &[x]).map(|v| Some(v[0])),
-                        })
-                        .collect::<Result<smallvec::SmallVec<[Option<&Tensor>; 4]>, _>>()?;
-                    let r = crate::ewfuse::run(grp, &ext, own, scanner.is_some())
-                        .map_err(|e| kernel_err(g, id, e.to_string()))?;
-                    drop(ext);
-                    match r {
-                        Some(t) => {
-                            slots[grp.output().index()] = Slot::Owned(t);
-                            done = true;
-                        }
-                        // Not all finite: replay op by op (below), so the scan names the op.
-                        None => ew_unfused[k] = true,
-                    }
-                }
-                // A Transpose that its MatMul reads in place: not run. With a scanner, only
-                // when its input is clean (its counts are then the input's, all zero);
-                // else it runs, so the report gives the transposed value's positions.
-                done = done
-                    || (this.viewed[i] && (scanner.is_none() || finite[node.inputs[0].index()]))
-                    || this.fusions.member_of[i].is_some_and(|k| !unfused[k])
-                    || this.fusions.at_conv[i].is_some_and(|k| paired[k])
-                    || this.fusions.residual_of[i].is_some_and(|k| res_done[k])
-                    || this.fusions.scale_mul[i].is_some_and(|k| !unfused[k] && scaling(k))
-                    || this.rows.member_of[i].is_some_and(|k| !rows_unfused[k])
-                    || this.ew.member_of[i].is_some_and(|k| !ew_unfused[k]);
-                if done {
-                    // Computed with its group; finite when scanned (else it was replayed).
-                    if let Some(s) = scanner.as_deref_mut() {
-                        finite[i] = true;
-                        s.scan_counts(g, id, clean_counts(node))?;
-                    }
-                    for dead in &this.free_after[i] {
-                        release(&mut slots[dead.index()]);
-                    }
-                    continue;
-                }
+                continue;
             }
             if let Some(b) = before.as_deref_mut() {
                 b(id);
@@ -1288,7 +711,7 @@ impl CpuExecutor {
                     next_input += 1;
                     Slot::Borrowed(t)
                 }
-                Op::Param { name } => match &this.params[id.index()] {
+                Op::Param { name } => match &self.params[i] {
                     Some(t) => Slot::Borrowed(t),
                     None => {
                         return Err(CpuError::Param(format!(
@@ -1298,22 +721,29 @@ impl CpuExecutor {
                     }
                 },
                 Op::Constant(t) => Slot::Borrowed(t.as_ref()),
-                op => {
-                    let t = this.exec_node(node.id, op, &mut slots, wino, fast)?;
-                    Slot::Owned(t)
-                }
+                op => Slot::Owned(crate::steps::node::run_op(
+                    &self.plan,
+                    g,
+                    id,
+                    op,
+                    &mut run.slots,
+                    run.wino,
+                    run.fast,
+                )?),
             };
-            slots[i] = slot;
+            run.slots[i] = slot;
             if observe.is_some() || scanner.is_some() {
-                let t = slots[i].get().expect("slot just set");
+                let t = run.slots[i].get().expect("slot just set");
                 if let Some(o) = observe.as_deref_mut() {
                     o(id, t);
                 }
                 if let Some(s) = scanner.as_deref_mut() {
-                    let c = match &this.leaf_counts[i] {
+                    let c = match &self.leaf_counts[i] {
                         Some(c) => *c,
                         // Only moved values, all of them finite: not read again.
-                        None if this.moves[i] && node.inputs.iter().all(|x| finite[x.index()]) => {
+                        None if self.moves[i]
+                            && node.inputs.iter().all(|x| run.finite[x.index()]) =>
+                        {
                             NonFiniteCounts {
                                 len: t.data().len(),
                                 ..Default::default()
@@ -1321,20 +751,22 @@ impl CpuExecutor {
                         }
                         None => rlx_kernels::kernels::wide::scan_counts(t.data()),
                     };
-                    finite[i] = c.is_clean();
+                    run.finite[i] = c.is_clean();
                     s.scan_counts(g, id, c)?;
                 }
             }
-            for dead in &this.free_after[i] {
-                release(&mut slots[dead.index()]);
+            for dead in &self.plan.free_after[i] {
+                release(&mut run.slots[dead.index()]);
             }
         }
         if let (Some((last, t0)), Some(p)) = (clock, stats.times.as_deref_mut()) {
             p.ns[last] += t0.elapsed().as_nanos() as u64;
         }
+        (stats.pairs, stats.scaled) = (run.pairs, run.scaled);
         if let Some(s) = scanner {
             s.finish_run(g)?;
         }
+        let mut slots = run.slots;
         // Move owned outputs out (cloning only when an output is listed twice or borrowed).
         let mut remaining: HashMap<usize, usize> = HashMap::new();
         for o in &g.outputs {
@@ -1370,73 +802,12 @@ impl CpuExecutor {
     fn check_inputs<I: Borrow<Tensor>>(&self, inputs: &[I]) -> Result<(), CpuError> {
         check_feeds(&self.graph, &self.inputs, inputs, true).map_err(CpuError::Input)
     }
-
-    /// Run one non-leaf node, reusing its first input's buffer when that input dies here.
-    fn exec_node(
-        &self,
-        id: NodeId,
-        op: &Op,
-        slots: &mut [Slot],
-        wino: bool,
-        fast: bool,
-    ) -> Result<Tensor, CpuError> {
-        let g = &self.graph;
-        let node = g.node(id);
-        let err = |e: KernelError| kernel_err(g, id, e.to_string());
-        if self.can_take0[id.index()] && crate::inplace::can_reuse(op) {
-            if let Some(first) = slots[node.inputs[0].index()].take_owned() {
-                let rest = input_values(g, id, slots, &node.inputs[1..])?;
-                return crate::inplace::eval_owned(op, first, &rest, &node.shape).map_err(err);
-            }
-        }
-        if self.can_take1[id.index()] {
-            if let Some(second) = slots[node.inputs[1].index()].take_owned() {
-                let first = input_values(g, id, slots, &node.inputs[..1])?[0];
-                return crate::inplace::eval_owned_second(op, first, second, &node.shape)
-                    .map_err(err);
-            }
-        }
-        let [va, vb] = &self.mm_views[id.index()];
-        if va.is_some() || vb.is_some() {
-            let (a, ap) = mm_operand(g, id, slots, 0, va)?;
-            let (b, bp) = mm_operand(g, id, slots, 1, vb)?;
-            return rlx_kernels::kernels::matmul::matmul_perm(a, ap, b, bp, &node.shape)
-                .map_err(err);
-        }
-        let ins = input_values(g, id, slots, &node.inputs)?;
-        if let (Op::Conv(a), Some(pk), true) = (op, &self.packed[id.index()], fast) {
-            return rlx_kernels::kernels::conv::conv_packed(
-                ins[0],
-                pk,
-                ins[1],
-                ins.get(2).copied(),
-                a,
-                &node.shape,
-                rlx_kernels::kernels::conv::Act::NONE,
-                None,
-            )
-            .map_err(err);
-        }
-        match (op, &self.wino[id.index()]) {
-            (Op::Conv(a), Some(wg)) if wino => rlx_kernels::kernels::conv::conv_winograd(
-                ins[0],
-                wg,
-                ins[1],
-                ins.get(2).copied(),
-                a,
-                &node.shape,
-                &rlx_kernels::kernels::conv::no_post,
-            )
-            .map_err(err),
-            _ => eval_op(op, &ins, &node.shape).map_err(err),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rlx_ir::{Activation, DType, ReduceKind, Shape, UnaryOp};
+    use rlx_ir::{Activation, BinaryOp, DType, ReduceKind, Shape, UnaryOp};
 
     /// A graph whose largest intermediate is most of its peak (a 1 M-element Relu, reduced
     /// at once) followed by smaller values that die later: the pool keeps the large buffer

@@ -15,7 +15,9 @@ mod ewfuse;
 mod executor;
 mod fuse;
 mod inplace;
+mod plan;
 mod rowfuse;
+mod steps;
 
 pub use executor::{check_feeds, cpu_supports, CpuExecutor, NodeTimes, Observer};
 pub use fuse::{conv_affine_groups, ConvAffineGroup};

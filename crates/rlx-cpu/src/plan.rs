@@ -1,0 +1,309 @@
+//! The CPU executor's plan of a graph: one [`Step`] per node (`crate::steps`), the liveness
+//! of values (`free_after`), which inputs' buffers a node may take over, the MatMuls that
+//! read a Transpose in place, and the conv weights prepared for the packed and Winograd
+//! kernels. Made once per executor (`CpuExecutor::new`); runs only read it.
+
+use crate::steps::chain::ChainStep;
+use crate::steps::conv::ConvStep;
+use crate::steps::node::{plan_mm_views, MmView};
+use crate::steps::rows::RowStep;
+use crate::steps::Step;
+use rlx_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor};
+use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
+
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Per node, in node order: what its turn in a fused run does.
+    pub steps: Vec<Step>,
+    /// Per node: the inputs whose last reader is this node (buffers freed after it runs).
+    pub free_after: Vec<Vec<NodeId>>,
+    /// Per node: input 0 dies here and is used once by this node (its buffer may be reused).
+    pub can_take0: Vec<bool>,
+    /// Per node: an f32/f64 Add or Mul whose input 1 has the output's dims and dies here,
+    /// used once (torch exports `bias + x`: the big operand second).
+    pub can_take1: Vec<bool>,
+    /// Per MatMul node: for each operand that is a Transpose read by nothing else, that
+    /// Transpose's node, its input and perm; with fusion on, the Transpose is not run and
+    /// the MatMul reads its input in place (`matmul::matmul_perm`).
+    pub mm_views: Vec<[Option<MmView>; 2]>,
+    /// Per Conv node with constant weights the Winograd path takes: their transform
+    /// (`rlx_kernels::kernels::conv::winograd`). Not made for a conv whose fused group folds
+    /// other weights in (the group's step has its own).
+    pub wino: Vec<Option<WinogradWeights>>,
+    /// Per Conv node with constant weights that RLX's own product kernel takes and the
+    /// Winograd path does not: the weights packed for it (`kernels::conv::packed`), made
+    /// once here. As for `wino`, a folded group's step has its own. None with
+    /// `RLX_CPU_MK=0` (the gemm path, for A/B).
+    pub packed: Vec<Option<Packed>>,
+}
+
+impl Plan {
+    /// The plan of `graph`, a graph that `CpuExecutor::new` checked (topological order,
+    /// static non-leaf dims, outputs that are nodes).
+    pub(crate) fn new(graph: &Graph) -> Plan {
+        let n = graph.len();
+        let mut is_output = vec![false; n];
+        for o in &graph.outputs {
+            is_output[o.index()] = true;
+        }
+        let mut consumers = vec![vec![]; n];
+        for node in &graph.nodes {
+            for i in &node.inputs {
+                consumers[i.index()].push(node.id);
+            }
+        }
+        // A Transpose that a MatMul reads in place: the MatMul reads the Transpose's input.
+        let mm_views = plan_mm_views(graph, &consumers, &is_output);
+        let mut viewed = vec![false; n];
+        let fusions = crate::fuse::plan(graph, &consumers, &is_output);
+        // Per value, the nodes that read it when fused: its consumers, a MatMul that reads
+        // it through a Transpose (`mm_views`), and a conv that takes a scale Mul's operands
+        // (`fuse::Scaled`); those are not graph edges.
+        let mut readers = consumers.clone();
+        for (i, v) in mm_views.iter().enumerate() {
+            for v in v.iter().flatten() {
+                viewed[v.transpose.index()] = true;
+                readers[v.src.index()].push(NodeId(i as u32));
+            }
+        }
+        for (grp, sc) in fusions.groups.iter().zip(&fusions.scaled) {
+            if let Some(sc) = sc {
+                readers[sc.x.index()].push(grp.conv);
+                readers[sc.s.index()].push(grp.conv);
+            }
+        }
+        // Liveness: a value's buffer dies after its last reader, unless it is an output.
+        let last_use: Vec<Option<usize>> = readers
+            .iter()
+            .map(|r| r.iter().map(|x| x.index()).max())
+            .collect();
+        let mut free_after = vec![vec![]; n];
+        for (v, lu) in last_use.iter().enumerate() {
+            if let (Some(u), false) = (lu, is_output[v]) {
+                free_after[*u].push(NodeId(v as u32));
+            }
+        }
+        let res_take: Vec<bool> = fusions
+            .groups
+            .iter()
+            .map(|grp| {
+                grp.residual.is_some_and(|r| {
+                    let s = r.skip.index();
+                    !is_output[s]
+                        && last_use[s] == Some(r.add.index())
+                        && readers[s]
+                            .iter()
+                            .all(|u| *u == r.add || u.index() < grp.conv.index())
+                })
+            })
+            .collect();
+        let can_take0 = graph
+            .nodes
+            .iter()
+            .map(|node| match node.inputs.first() {
+                Some(&i0) => {
+                    free_after[node.id.index()].contains(&i0)
+                        && node.inputs.iter().filter(|&&x| x == i0).count() == 1
+                }
+                None => false,
+            })
+            .collect();
+        let can_take1 = graph
+            .nodes
+            .iter()
+            .map(|node| match (&node.op, node.inputs.as_slice()) {
+                (Op::Binary(BinaryOp::Add | BinaryOp::Mul), &[i0, i1]) => {
+                    i0 != i1
+                        && free_after[node.id.index()].contains(&i1)
+                        && graph.node(i1).shape == node.shape
+                        && matches!(node.shape.dtype, DType::F32 | DType::F64)
+                }
+                _ => false,
+            })
+            .collect();
+        let rows = crate::rowfuse::plan(graph, &consumers, &is_output);
+        let taken: Vec<bool> = (0..n)
+            .map(|i| {
+                fusions.at_conv[i].is_some()
+                    || fusions.member_of[i].is_some()
+                    || fusions.scale_mul[i].is_some()
+                    || fusions.residual_of[i].is_some()
+                    || rows.at[i].is_some()
+                    || rows.member_of[i].is_some()
+            })
+            .collect();
+        // Chains see the in-place MatMul reads too: an operand such a MatMul reads later
+        // does not give its buffer to a chain's output.
+        let ew = crate::ewfuse::plan(graph, &readers, &is_output, &taken);
+        // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
+        let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
+        let mut folded_conv = vec![false; n];
+        let group_wino: Vec<Option<WinogradWeights>> = fusions
+            .groups
+            .iter()
+            .map(|grp| {
+                let (w, _) = grp.folded.as_ref()?;
+                folded_conv[grp.conv.index()] = true;
+                if !wino_on {
+                    return None;
+                }
+                let conv = graph.node(grp.conv);
+                match &conv.op {
+                    Op::Conv(a) => rlx_kernels::kernels::conv::winograd_weights(w, a, &conv.shape),
+                    _ => None,
+                }
+            })
+            .collect();
+        let wino: Vec<Option<WinogradWeights>> = graph
+            .nodes
+            .iter()
+            .map(|node| match (&node.op, node.inputs.get(1)) {
+                (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
+                    match &graph.node(*w).op {
+                        Op::Constant(t) => {
+                            rlx_kernels::kernels::conv::winograd_weights(t, a, &node.shape)
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+        // Weights for RLX's own conv kernel, where the Winograd path has none.
+        let group_packed: Vec<Option<Packed>> = fusions
+            .groups
+            .iter()
+            .zip(&group_wino)
+            .map(|(grp, wg)| {
+                let (w, _) = grp.folded.as_ref()?;
+                match &graph.node(grp.conv).op {
+                    Op::Conv(a) if wg.is_none() => pack_conv(w, a, &graph.node(grp.conv).shape),
+                    _ => None,
+                }
+            })
+            .collect();
+        let packed = graph
+            .nodes
+            .iter()
+            .zip(&wino)
+            .map(|(node, wg)| match (&node.op, node.inputs.get(1)) {
+                (Op::Conv(a), Some(w)) if wg.is_none() && !folded_conv[node.id.index()] => {
+                    match &graph.node(*w).op {
+                        Op::Constant(t) => pack_conv(t, a, &node.shape),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+
+        // The steps: a node runs op by op unless a group runs it.
+        let mut steps: Vec<Step> = viewed
+            .iter()
+            .map(|&v| if v { Step::View } else { Step::Node })
+            .collect();
+        let mut place = |head: NodeId, step: Step, covers: Vec<NodeId>| {
+            for c in covers {
+                steps[c.index()] = Step::Covered { head };
+            }
+            steps[head.index()] = step;
+        };
+        let dw_conv: Vec<Option<NodeId>> = (fusions.then_dw.iter())
+            .map(|kb| kb.map(|kb| fusions.groups[kb].conv))
+            .collect();
+        let conv_parts = fusions.groups.into_iter().zip(fusions.scaled).zip(dw_conv);
+        let conv_parts = conv_parts.zip(res_take).zip(group_wino).zip(group_packed);
+        for (((((grp, scaled), then_dw), res_take), wino), packed) in conv_parts {
+            let step = ConvStep {
+                grp,
+                scaled,
+                then_dw,
+                res_take,
+                wino,
+                packed,
+            };
+            let head = step.grp.conv;
+            let covers = step.covers().collect();
+            place(head, Step::Conv(Box::new(step)), covers);
+        }
+        let mut row_heads = vec![NodeId(0); rows.groups.len()];
+        for (i, k) in rows.at.iter().enumerate() {
+            if let Some(k) = k {
+                row_heads[*k] = NodeId(i as u32);
+            }
+        }
+        for (grp, head) in rows.groups.into_iter().zip(row_heads) {
+            let step = RowStep { grp };
+            let covers = step.covers().collect();
+            place(head, Step::Rows(Box::new(step)), covers);
+        }
+        for grp in ew.groups {
+            let step = ChainStep { grp };
+            let head = step.grp.members()[0];
+            let covers = step.covers().collect();
+            place(head, Step::Chain(Box::new(step)), covers);
+        }
+        Plan {
+            steps,
+            free_after,
+            can_take0,
+            can_take1,
+            mm_views,
+            wino,
+            packed,
+        }
+    }
+
+    /// The fused conv groups' steps.
+    pub(crate) fn convs(&self) -> impl Iterator<Item = &ConvStep> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Conv(c) => Some(&**c),
+            _ => None,
+        })
+    }
+
+    /// The bound of the executor's buffer pool: the most bytes of f32 intermediates
+    /// (non-leaf values) alive at once when `g` runs in order and each value dies after the
+    /// node listing it in `free_after`, plus the largest of them.
+    pub(crate) fn pool_limit_bytes(&self, g: &Graph) -> usize {
+        let f32_bytes = |v: usize| {
+            let node = &g.nodes[v];
+            let leaf = matches!(
+                node.op,
+                Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
+            );
+            if leaf || node.shape.dtype != DType::F32 {
+                0
+            } else {
+                node.shape.numel().saturating_mul(4)
+            }
+        };
+        let (mut live, mut peak, mut largest) = (0usize, 0usize, 0usize);
+        for (i, dead) in self.free_after.iter().enumerate() {
+            live = live.saturating_add(f32_bytes(i));
+            peak = peak.max(live);
+            largest = largest.max(f32_bytes(i));
+            for d in dead {
+                live = live.saturating_sub(f32_bytes(d.index()));
+            }
+        }
+        // Plus the largest intermediate: the pool drops its oldest buffers first, and with
+        // the peak alone a buffer as large as most of it (a 48 MB Relu output in a graph of
+        // 3 MB convs) was pushed out by the later, smaller ones every run and allocated
+        // again next run (12 k page faults, 29 ms for a 6.7 ms op in onnxruntime).
+        peak.saturating_add(largest)
+    }
+}
+
+/// Weights packed for RLX's own conv kernel, where it takes the conv (x86-64).
+fn pack_conv(w: &Tensor, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Option<Packed> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        rlx_kernels::kernels::conv::packed_weights(w, a, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (w, a, out);
+        None
+    }
+}
