@@ -1,0 +1,222 @@
+//! Unit tests of `reduce.rs`: the reduction plan (runs and listed offsets), the f64 sums'
+//! order, and the f32 extreme and spread kernels.
+
+use super::{extreme_f32, offsets, reduce, run_len, spread_f32};
+use rlx_ir::{ReduceKind, Tensor};
+
+/// `run_len` agrees with the listed offsets: a run exactly when they are `0..k`.
+#[test]
+fn run_len_is_the_listed_offsets_when_they_are_a_run() {
+    // (size, stride) pairs of a [2, 1, 3, 4] tensor (strides 12, 12, 4, 1).
+    let dims = [(2, 12), (1, 12), (3, 4), (4, 1)];
+    let subsets: [&[usize]; 7] = [
+        &[3],
+        &[2, 3],
+        &[1, 2, 3],
+        &[0, 1, 2, 3],
+        &[0, 3],
+        &[2],
+        &[0, 2],
+    ];
+    for axes in subsets {
+        let sub: Vec<(usize, usize)> = axes.iter().map(|&a| dims[a]).collect();
+        let listed = offsets(&sub);
+        let is_run = listed.iter().enumerate().all(|(i, &o)| o == i);
+        assert_eq!(
+            run_len(&sub),
+            is_run.then_some(listed.len()),
+            "axes {axes:?}"
+        );
+    }
+    assert_eq!(run_len(&[(0, 1)]), None, "an empty axis is listed (empty)");
+}
+
+/// Sum and Mean over middle and leading axes whose kept trailing axes are at least 8
+/// long (the column-run path): each output is its terms added in f64 in index order,
+/// rounded once (the definition the fold uses), bit for bit, at 1 and several threads.
+/// The first two terms of every output are +2^60 and -2^60, so another order would lose
+/// the small terms (or keep them where this one does not).
+#[test]
+fn column_runs_sum_in_f64_in_index_order() {
+    const L: f32 = (1u64 << 60) as f32;
+    let dims = [3usize, 7, 5, 9];
+    let len: usize = dims.iter().product();
+    let idx = |i: usize| (i / 315, i / 45 % 7, i / 9 % 5, i % 9);
+    let small = |i: usize| ((i * 7919) % 1009) as f32 / 7.0 - 70.0;
+    // x1: the big pair at b = 0, 1 (summed over axis 1); x2: at (a, c) = (0, 0), (0, 1)
+    // (summed over axes 0 and 2).
+    let x1: Vec<f32> = (0..len)
+        .map(|i| match idx(i).1 {
+            0 => L,
+            1 => -L,
+            _ => small(i),
+        })
+        .collect();
+    let x2: Vec<f32> = (0..len)
+        .map(|i| match idx(i) {
+            (0, _, 0, _) => L,
+            (0, _, 1, _) => -L,
+            _ => small(i),
+        })
+        .collect();
+    let at =
+        |v: &[f32], a: usize, b: usize, c: usize, d: usize| v[((a * 7 + b) * 5 + c) * 9 + d] as f64;
+    let t1 = Tensor::from_f32(&dims, x1.clone()).unwrap();
+    let t2 = Tensor::from_f32(&dims, x2.clone()).unwrap();
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            // Over axis 1: runs of 5·9 = 45 outputs.
+            let y = reduce(&t1, ReduceKind::Sum, &[1], false).unwrap();
+            let want: Vec<f32> = (0..3 * 45)
+                .map(|o| (0..7).fold(0.0, |s, b| s + at(&x1, o / 45, b, o % 45 / 9, o % 9)) as f32)
+                .collect();
+            assert_eq!(y.as_f32().unwrap(), &want[..]);
+            assert!(want.iter().all(|w| w.abs() < 1e4), "the small terms kept");
+            // Mean over axes 0 and 2 (a list of offsets): runs of 9.
+            let y = reduce(&t2, ReduceKind::Mean, &[0, 2], true).unwrap();
+            assert_eq!(y.dims(), &[1, 7, 1, 9]);
+            let want: Vec<f32> = (0..7 * 9)
+                .map(|o| {
+                    let mut s = 0.0;
+                    for a in 0..3 {
+                        for c in 0..5 {
+                            s += at(&x2, a, o / 9, c, o % 9);
+                        }
+                    }
+                    (s / 15.0) as f32
+                })
+                .collect();
+            assert_eq!(y.as_f32().unwrap(), &want[..]);
+        });
+    }
+}
+
+/// Reductions over trailing, leading and middle axes against sums written out by hand.
+#[test]
+fn reduce_over_runs_and_lists_matches_hand_sums() {
+    // x[i][j][k] = 100 i + 10 j + k, dims [2, 3, 4].
+    let v: Vec<f32> = (0..24)
+        .map(|e| (100 * (e / 12) + 10 * (e / 4 % 3) + e % 4) as f32)
+        .collect();
+    let x = Tensor::from_f32(&[2, 3, 4], v).unwrap();
+    let sum = |axes: &[usize]| reduce(&x, ReduceKind::Sum, axes, false).unwrap();
+    // Over j, k: 12·100 i + 10·(0+1+2)·4 + (0+1+2+3)·3 = 1200 i + 138.
+    assert_eq!(sum(&[1, 2]).as_f32().unwrap(), &[138.0, 1338.0]);
+    // Over everything: 138 + 1338.
+    assert_eq!(sum(&[0, 1, 2]).as_f32().unwrap(), &[1476.0]);
+    // Over i, k (a list): 4·100 + 2·4·10 j + 2·6 = 412 + 80 j.
+    assert_eq!(sum(&[0, 2]).as_f32().unwrap(), &[412.0, 492.0, 572.0]);
+    let max = reduce(&x, ReduceKind::Max, &[0, 1, 2], true).unwrap();
+    assert_eq!(
+        (max.dims(), max.as_f32().unwrap()),
+        (&[1, 1, 1][..], &[123.0][..])
+    );
+}
+
+#[test]
+fn extreme_f32_is_the_max_and_min_and_sees_every_nan() {
+    // Lengths around the AVX2 kernel's 32-element steps and its tail, values from an
+    // LCG; the expected extreme is the f64 fold (exact for f32 values).
+    let mut seed = 12345u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3
+    };
+    let expect = |v: &[f32], max: bool| -> f64 {
+        if v.iter().any(|x| x.is_nan()) {
+            return f64::NAN;
+        }
+        let init = if max {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        };
+        v.iter().fold(init, |a, &x| {
+            if max {
+                a.max(x as f64)
+            } else {
+                a.min(x as f64)
+            }
+        })
+    };
+    let same = |r: f32, e: f64| (r.is_nan() && e.is_nan()) || r as f64 == e;
+    for n in (0usize..=100).chain([127, 128, 129, 255, 1000, 4099]) {
+        let v: Vec<f32> = (0..n).map(|_| next()).collect();
+        for max in [true, false] {
+            assert!(
+                same(extreme_f32(&v, max), expect(&v, max)),
+                "n {n} max {max}"
+            );
+        }
+        // The extreme at each end and at a step boundary, and ±inf.
+        for &at in &[0, n / 2, n.saturating_sub(1), 31.min(n.saturating_sub(1))] {
+            if n == 0 {
+                break;
+            }
+            for x in [f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30] {
+                let mut w = v.clone();
+                w[at] = x;
+                for max in [true, false] {
+                    assert!(
+                        same(extreme_f32(&w, max), expect(&w, max)),
+                        "n {n} at {at} x {x}"
+                    );
+                }
+            }
+        }
+    }
+    // A NaN (quiet, signalling, negative) at every position of rows of 1..=70.
+    for n in 1..=70 {
+        let v: Vec<f32> = (0..n).map(|_| next()).collect();
+        for at in 0..n {
+            for nan in [
+                f32::NAN,
+                f32::from_bits(0x7f80_0001),
+                f32::from_bits(0xffc0_0000),
+            ] {
+                let mut w = v.clone();
+                w[at] = nan;
+                for max in [true, false] {
+                    assert!(extreme_f32(&w, max).is_nan(), "n {n} NaN at {at} max {max}");
+                }
+            }
+        }
+    }
+    // All -inf: the max is -inf, not a NaN; empty: the identity.
+    assert_eq!(
+        extreme_f32(&[f32::NEG_INFINITY; 40], true),
+        f32::NEG_INFINITY
+    );
+    assert_eq!(extreme_f32(&[], true), f32::NEG_INFINITY);
+    assert_eq!(extreme_f32(&[], false), f32::INFINITY);
+}
+
+/// `max - min` by hand; a NaN anywhere (in the vector body or the tail) or an inf makes
+/// it non-finite, as does a spread past f32::MAX.
+#[test]
+fn spread_is_max_minus_min_and_sees_every_nan() {
+    let v: Vec<f32> = (0..100).map(|i| (i as f32 - 40.0) * 0.5).collect();
+    assert_eq!(spread_f32(&v), 29.5 - -20.0);
+    for at in [0, 31, 32, 50, 95, 99] {
+        let mut w = v.clone();
+        w[at] = f32::NAN;
+        assert!(spread_f32(&w).is_nan(), "NaN at {at}");
+    }
+    let mut w = v.clone();
+    w[7] = f32::NEG_INFINITY;
+    assert!(!spread_f32(&w).is_finite());
+    let mut w = v.clone();
+    w[3] = 3e38;
+    w[70] = -3e38;
+    assert!(!spread_f32(&w).is_finite());
+    w[70] = -3.4e38 + 3e38; // mask-like values with a small max stay finite
+    w[3] = -3.4e38;
+    assert!(spread_f32(&w).is_finite());
+    assert!(!spread_f32(&[]).is_finite());
+}
