@@ -220,3 +220,203 @@ fn spread_is_max_minus_min_and_sees_every_nan() {
     assert!(spread_f32(&w).is_finite());
     assert!(!spread_f32(&[]).is_finite());
 }
+
+/// Rows for the softmax row kernels: `rows` rows of `n` from an LCG, each of one kind
+/// (picked by row index): plain values at several scales, masks (-inf, -3.4e38), a NaN,
+/// ±inf, huge values, all-equal rows, ±0, results that go subnormal or to +0.
+#[cfg(target_arch = "x86_64")]
+fn softmax_rows_input(n: usize, rows: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut v = Vec::with_capacity(n * rows);
+    for r in 0..rows {
+        let kind = (r as u64 + seed) % 14;
+        let scale = [1.0f32, 8.0, 40.0, 1e4][(r / 14) % 4];
+        for _ in 0..n {
+            let u = next();
+            let x = (u - 0.5) * 2.0 * scale;
+            let mut pick = |p: f32| next() < p;
+            v.push(match kind {
+                1 if pick(0.5) => f32::NEG_INFINITY,
+                2 => f32::NEG_INFINITY,
+                3 if pick(0.3) => -3.4e38,
+                4 if pick(0.05) => f32::NAN,
+                5 if pick(0.05) => f32::INFINITY,
+                6 if pick(0.1) => 3e38,
+                7 => 1.25,
+                8 => [0.0, -0.0][(u * 2.0) as usize],
+                // `x - m` between -104 and -87: subnormal or +0 results.
+                9 => -(u * 100.0),
+                10 => -(u * 17.0) - 87.0,
+                11 if pick(0.02) => f32::from_bits(0x7f80_0001),
+                12 if pick(0.5) => -1e30,
+                _ => x,
+            });
+        }
+    }
+    v
+}
+
+/// The row lengths the kernels of `width` lanes take: multiples of it, short and long.
+#[cfg(target_arch = "x86_64")]
+fn softmax_lengths(width: usize) -> Vec<usize> {
+    [1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 130]
+        .iter()
+        .map(|k| k * width)
+        .collect()
+}
+
+/// Bit equality of two outputs, NaN payloads included.
+#[cfg(target_arch = "x86_64")]
+fn assert_same_bits(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.to_bits(), y.to_bits(), "{what}: element {i}: {x} vs {y}");
+    }
+}
+
+/// Each instantiation of the generic softmax row kernel (16 lanes on AVX-512, 8 on AVX2 +
+/// FMA and on AVX-512VL) gives [`softmax_rows_f32`]'s bits on rows of every kind (masks,
+/// NaN, inf, huge values, all-equal rows, subnormal results: the rows it redoes included),
+/// in groups of four rows and single rows; and `softmax_rows` (the dispatch, any length,
+/// tails included) does too.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn softmax_row_kernels_give_the_reference_bits() {
+    use super::softmax_lanes;
+    use super::{softmax_rows, softmax_rows_f32};
+    type Rows = unsafe fn(&[f32], &mut [f32], usize);
+    let avx512 = std::is_x86_feature_detected!("avx512f");
+    let fma = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    let has = |f: &str| match f {
+        "avx512f" => avx512,
+        "avx512vl" => avx512 && fma && std::is_x86_feature_detected!("avx512vl"),
+        _ => fma,
+    };
+    let kernels: [(&str, usize, Rows); 3] = [
+        ("avx512f", 16, softmax_lanes::rows512),
+        ("fma", 8, softmax_lanes::rows256),
+        ("avx512vl", 8, softmax_lanes::rows256vl),
+    ];
+    for (feat, width, f) in kernels {
+        if !has(feat) {
+            eprintln!("skipped: no {feat}");
+            continue;
+        }
+        for n in softmax_lengths(width) {
+            for rows in [1, 3, 4, 5, 9, 28] {
+                let x = softmax_rows_input(n, rows, (n * 31 + rows) as u64);
+                let mut want = vec![0f32; x.len()];
+                softmax_rows_f32(&x, &mut want, n);
+                let mut got = vec![f32::NAN; x.len()];
+                // SAFETY: the CPU has the features (checked); rows of n, a multiple of width.
+                unsafe { f(&x, &mut got, n) };
+                assert_same_bits(&got, &want, &format!("{feat} n {n} rows {rows}"));
+            }
+        }
+    }
+    for n in (1..=40).chain([100, 129, 1000]) {
+        let x = softmax_rows_input(n, 6, n as u64);
+        let mut want = vec![0f32; x.len()];
+        softmax_rows_f32(&x, &mut want, n);
+        let mut got = vec![f32::NAN; x.len()];
+        softmax_rows(&x, &mut got, n);
+        assert_same_bits(&got, &want, &format!("softmax_rows n {n}"));
+    }
+}
+
+/// TEMPORARY (removed with the old kernels): the generic kernel against the former
+/// per-width copies (`softmax512`, `softmax256`), bit for bit, on the same rows.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn softmax_lanes_is_the_former_kernels_bits() {
+    use super::{softmax256, softmax512, softmax_lanes};
+    type Rows = unsafe fn(&[f32], &mut [f32], usize);
+    let mut pairs: Vec<(&str, usize, Rows, Rows)> = vec![];
+    if std::is_x86_feature_detected!("avx512f") {
+        pairs.push(("512", 16, softmax512::rows, softmax_lanes::rows512));
+    }
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        pairs.push(("256", 8, softmax256::rows, softmax_lanes::rows256));
+    }
+    if std::is_x86_feature_detected!("avx512vl") && std::is_x86_feature_detected!("fma") {
+        pairs.push(("256vl", 8, softmax256::rows, softmax_lanes::rows256vl));
+    }
+    assert!(!pairs.is_empty());
+    let mut checked = 0usize;
+    for (name, width, old, new) in pairs {
+        for n in softmax_lengths(width) {
+            for rows in [1, 2, 3, 4, 5, 7, 8, 9, 28] {
+                for seed in 0..4u64 {
+                    let x = softmax_rows_input(n, rows, seed * 1000 + (n * 31 + rows) as u64);
+                    let mut a = vec![0f32; x.len()];
+                    let mut b = vec![1f32; x.len()];
+                    // SAFETY: features checked above; rows of n, a multiple of the width.
+                    unsafe {
+                        old(&x, &mut a, n);
+                        new(&x, &mut b, n);
+                    }
+                    assert_same_bits(&b, &a, &format!("{name} n {n} rows {rows}"));
+                    checked += x.len();
+                }
+            }
+        }
+        eprintln!("{name}: bit-identical to the former kernel");
+    }
+    eprintln!("{checked} outputs compared");
+}
+
+/// TEMPORARY: the former kernels and the generic one timed, interleaved (release,
+/// `--ignored --nocapture`, pinned to one core).
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn softmax_lanes_timing() {
+    use super::{softmax256, softmax512, softmax_lanes};
+    use std::time::Instant;
+    type Rows = unsafe fn(&[f32], &mut [f32], usize);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let kernels: [(&str, Rows); 4] = [
+        ("old512", softmax512::rows),
+        ("new512", softmax_lanes::rows512),
+        ("old256", softmax256::rows),
+        ("new256", softmax_lanes::rows256),
+    ];
+    for n in [16usize, 64, 128, 512, 2048] {
+        let rows = 32768 / n;
+        let x: Vec<f32> = (0..n * rows)
+            .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 20.0)
+            .collect();
+        let mut y = vec![0f32; x.len()];
+        let reps = 200;
+        let mut rounds: Vec<Vec<f64>> = vec![vec![]; kernels.len()];
+        for _round in 0..3 {
+            for (k, &(_, f)) in kernels.iter().enumerate() {
+                let mut samples = vec![];
+                for _ in 0..11 {
+                    let t = Instant::now();
+                    for _ in 0..reps {
+                        // SAFETY: AVX-512F and AVX2 + FMA on the timing machine.
+                        unsafe { f(std::hint::black_box(&x), &mut y, n) };
+                    }
+                    samples.push(t.elapsed().as_secs_f64() * 1e6 / reps as f64);
+                }
+                rounds[k].push(median(samples));
+            }
+        }
+        let line: Vec<String> = kernels
+            .iter()
+            .zip(rounds)
+            .map(|(&(name, _), r)| format!("{name} {:.2}us ({:.2?})", median(r.clone()), r))
+            .collect();
+        println!("softmax n {n:5} rows {rows:5}: {}", line.join("  "));
+    }
+}

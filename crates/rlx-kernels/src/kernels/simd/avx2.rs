@@ -1,35 +1,127 @@
 //! [`Lanes`] on AVX2 + FMA: 8 f32 lanes (ymm), lane masks in a vector (`__m256i`, all
-//! ones or all zeros per lane). The 8-lane helpers here serve [`super::Avx512Y`] too.
+//! ones or all zeros per lane). The methods whose ymm code does not depend on the mask type
+//! ([`ymm_common!`]) serve [`super::Avx512Y`] too.
 
 use super::Lanes;
 use std::arch::x86_64::*;
 
-/// [`Lanes::clamp`] on 8 lanes (ymm), for [`super::Avx512Y`] and [`Avx2`].
-#[inline(always)]
-pub(super) unsafe fn clamp_256(v: __m256, lo: __m256, hi: __m256) -> __m256 {
-    _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+/// The [`Lanes`] methods that are the same on every 8-lane (ymm) type, whatever its mask
+/// type: inside an `impl Lanes for` of `V = __m256`, `D = [__m256d; 2]`.
+macro_rules! ymm_common {
+    () => {
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> __m256 {
+            _mm256_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m256 {
+            _mm256_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn add(a: __m256, b: __m256) -> __m256 {
+            _mm256_add_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn fma(w: __m256, x: __m256, acc: __m256) -> __m256 {
+            _mm256_fmadd_ps(w, x, acc)
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m256) {
+            _mm256_storeu_ps(p, v)
+        }
+        #[inline(always)]
+        unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
+            _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+        }
+        #[inline(always)]
+        unsafe fn nan_out(v: __m256) -> __m256 {
+            let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
+            _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
+        }
+        #[inline(always)]
+        unsafe fn max_abs_bits(acc: __m256, v: __m256) -> __m256 {
+            let abs = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fff_ffff));
+            _mm256_castsi256_ps(_mm256_max_epu32(_mm256_castps_si256(acc), abs))
+        }
+        #[inline(always)]
+        unsafe fn hmax_bits(acc: __m256) -> u32 {
+            let lanes: [u32; 8] = std::mem::transmute(acc);
+            lanes.into_iter().max().unwrap_or(0)
+        }
+        #[inline(always)]
+        unsafe fn transpose(r: &mut [__m256; 16]) {
+            $crate::kernels::simd::transpose8(r)
+        }
+        #[inline(always)]
+        unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+            _mm256_sub_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+            _mm256_mul_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn div(a: __m256, b: __m256) -> __m256 {
+            _mm256_div_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn max(a: __m256, b: __m256) -> __m256 {
+            _mm256_max_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn min(a: __m256, b: __m256) -> __m256 {
+            _mm256_min_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn floor(v: __m256) -> __m256 {
+            _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(v)
+        }
+        #[inline(always)]
+        unsafe fn pow2i(n: __m256) -> __m256 {
+            let e = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e))
+        }
+        #[inline(always)]
+        unsafe fn hmax(v: __m256) -> f32 {
+            let h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            let h = _mm_max_ss(h, _mm_shuffle_ps::<1>(h, h));
+            _mm_cvtss_f32(h)
+        }
+        #[inline(always)]
+        unsafe fn even(a: __m256, b: __m256) -> __m256 {
+            // Per 128-bit half: a0 a2 b0 b2 | a4 a6 b4 b6; then the 64-bit pieces reordered
+            // 0, 2, 1, 3.
+            let s = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
+        }
+        #[inline(always)]
+        unsafe fn odd(a: __m256, b: __m256) -> __m256 {
+            let s = _mm256_shuffle_ps::<0b11_01_11_01>(a, b);
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
+        }
+        type D = [__m256d; 2];
+        #[inline(always)]
+        unsafe fn zero_d() -> [__m256d; 2] {
+            [_mm256_setzero_pd(); 2]
+        }
+        #[inline(always)]
+        unsafe fn add8_d(acc: [__m256d; 2], p: *const f32) -> [__m256d; 2] {
+            [
+                _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm_loadu_ps(p))),
+                _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm_loadu_ps(p.add(4)))),
+            ]
+        }
+        #[inline(always)]
+        unsafe fn lanes_d(acc: [__m256d; 2]) -> [f64; 8] {
+            let mut lanes = [0f64; 8];
+            _mm256_storeu_pd(lanes.as_mut_ptr(), acc[0]);
+            _mm256_storeu_pd(lanes.as_mut_ptr().add(4), acc[1]);
+            lanes
+        }
+    };
 }
-
-/// [`Lanes::nan_out`] on 8 lanes (ymm), for [`super::Avx512Y`] and [`Avx2`].
-#[inline(always)]
-pub(super) unsafe fn nan_out_256(v: __m256) -> __m256 {
-    let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
-    _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), m)
-}
-
-/// [`Lanes::max_abs_bits`] on 8 lanes (ymm), for [`super::Avx512Y`] and [`Avx2`].
-#[inline(always)]
-pub(super) unsafe fn max_abs_bits_256(acc: __m256, v: __m256) -> __m256 {
-    let abs = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fff_ffff));
-    _mm256_castsi256_ps(_mm256_max_epu32(_mm256_castps_si256(acc), abs))
-}
-
-/// [`Lanes::hmax_bits`] on 8 lanes (ymm).
-#[inline(always)]
-pub(super) unsafe fn hmax_bits_256(acc: __m256) -> u32 {
-    let lanes: [u32; 8] = std::mem::transmute(acc);
-    lanes.into_iter().max().unwrap_or(0)
-}
+pub(super) use ymm_common;
 
 pub(crate) struct Avx2;
 impl Lanes for Avx2 {
@@ -41,61 +133,46 @@ impl Lanes for Avx2 {
         // SAFETY: [i32; 8] and __m256i have the same size; every bit pattern is valid.
         unsafe { std::mem::transmute::<[i32; 8], __m256i>(lanes) }
     }
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> __m256 {
-        _mm256_set1_ps(v)
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m256 {
-        _mm256_loadu_ps(p)
-    }
+    ymm_common!();
     #[inline(always)]
     unsafe fn load_m(p: *const f32, m: __m256i) -> __m256 {
         _mm256_maskload_ps(p, m)
     }
     #[inline(always)]
-    unsafe fn add(a: __m256, b: __m256) -> __m256 {
-        _mm256_add_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn fma(w: __m256, x: __m256, acc: __m256) -> __m256 {
-        _mm256_fmadd_ps(w, x, acc)
+    unsafe fn load_or(p: *const f32, m: __m256i, fill: __m256) -> __m256 {
+        _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m))
     }
     #[inline(always)]
     unsafe fn fma_m(w: __m256, x: __m256, acc: __m256, m: __m256i) -> __m256 {
         _mm256_blendv_ps(acc, _mm256_fmadd_ps(w, x, acc), _mm256_castsi256_ps(m))
     }
     #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m256) {
-        _mm256_storeu_ps(p, v)
-    }
-    #[inline(always)]
     unsafe fn store_m(p: *mut f32, v: __m256, m: __m256i) {
         _mm256_maskstore_ps(p, m, v)
-    }
-    #[inline(always)]
-    unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
-        clamp_256(v, lo, hi)
-    }
-    #[inline(always)]
-    unsafe fn nan_out(v: __m256) -> __m256 {
-        nan_out_256(v)
-    }
-    #[inline(always)]
-    unsafe fn max_abs_bits(acc: __m256, v: __m256) -> __m256 {
-        max_abs_bits_256(acc, v)
-    }
-    #[inline(always)]
-    unsafe fn hmax_bits(acc: __m256) -> u32 {
-        hmax_bits_256(acc)
     }
     #[inline(always)]
     unsafe fn zero_off(v: __m256, m: __m256i) -> __m256 {
         _mm256_and_ps(v, _mm256_castsi256_ps(m))
     }
     #[inline(always)]
-    unsafe fn transpose(r: &mut [__m256; 16]) {
-        transpose8(r)
+    unsafe fn cmp<const P: i32>(a: __m256, b: __m256) -> __m256i {
+        _mm256_castps_si256(_mm256_cmp_ps::<P>(a, b))
+    }
+    #[inline(always)]
+    unsafe fn and_m(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_and_si256(a, b)
+    }
+    #[inline(always)]
+    unsafe fn or_m(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_or_si256(a, b)
+    }
+    #[inline(always)]
+    unsafe fn not_m(m: __m256i) -> __m256i {
+        _mm256_xor_si256(m, _mm256_set1_epi32(-1))
+    }
+    #[inline(always)]
+    unsafe fn any(m: __m256i) -> bool {
+        _mm256_movemask_ps(_mm256_castsi256_ps(m)) != 0
     }
 }
 

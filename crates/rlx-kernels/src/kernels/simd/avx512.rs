@@ -74,6 +74,88 @@ impl Lanes for Avx512 {
     unsafe fn transpose(r: &mut [__m512; 16]) {
         transpose16(r)
     }
+    #[inline(always)]
+    unsafe fn load_or(p: *const f32, m: u16, fill: __m512) -> __m512 {
+        _mm512_mask_loadu_ps(fill, m, p)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        _mm512_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        _mm512_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn div(a: __m512, b: __m512) -> __m512 {
+        _mm512_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn max(a: __m512, b: __m512) -> __m512 {
+        _mm512_max_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn min(a: __m512, b: __m512) -> __m512 {
+        _mm512_min_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn floor(v: __m512) -> __m512 {
+        _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(v)
+    }
+    #[inline(always)]
+    unsafe fn pow2i(n: __m512) -> __m512 {
+        let e = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
+        _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e))
+    }
+    #[inline(always)]
+    unsafe fn hmax(v: __m512) -> f32 {
+        _mm512_reduce_max_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn cmp<const P: i32>(a: __m512, b: __m512) -> u16 {
+        _mm512_cmp_ps_mask::<P>(a, b)
+    }
+    #[inline(always)]
+    unsafe fn and_m(a: u16, b: u16) -> u16 {
+        a & b
+    }
+    #[inline(always)]
+    unsafe fn or_m(a: u16, b: u16) -> u16 {
+        a | b
+    }
+    #[inline(always)]
+    unsafe fn not_m(m: u16) -> u16 {
+        !m
+    }
+    #[inline(always)]
+    unsafe fn any(m: u16) -> bool {
+        m != 0
+    }
+    #[inline(always)]
+    unsafe fn even(a: __m512, b: __m512) -> __m512 {
+        let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        _mm512_permutex2var_ps(a, idx, b)
+    }
+    #[inline(always)]
+    unsafe fn odd(a: __m512, b: __m512) -> __m512 {
+        let idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        _mm512_permutex2var_ps(a, idx, b)
+    }
+    type D = __m512d;
+    #[inline(always)]
+    unsafe fn zero_d() -> __m512d {
+        _mm512_setzero_pd()
+    }
+    #[inline(always)]
+    unsafe fn add8_d(acc: __m512d, p: *const f32) -> __m512d {
+        _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(p)))
+    }
+    #[inline(always)]
+    unsafe fn lanes_d(acc: __m512d) -> [f64; 8] {
+        let mut lanes = [0f64; 8];
+        _mm512_storeu_pd(lanes.as_mut_ptr(), acc);
+        lanes
+    }
 }
 
 /// Transpose 16 rows of 16 f32 in registers: `r[i][j]` becomes `r[j][i]`.

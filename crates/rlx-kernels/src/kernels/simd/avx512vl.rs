@@ -1,6 +1,6 @@
 //! [`Lanes`] on AVX-512F + VL at 8 lanes (ymm) with mask registers (`__mmask8`).
 
-use super::avx2::{clamp_256, hmax_bits_256, max_abs_bits_256, nan_out_256, transpose8};
+use super::avx2::ymm_common;
 use super::Lanes;
 use std::arch::x86_64::*;
 
@@ -19,60 +19,45 @@ impl Lanes for Avx512Y {
             upto(b) & !upto(a)
         }
     }
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> __m256 {
-        _mm256_set1_ps(v)
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m256 {
-        _mm256_loadu_ps(p)
-    }
+    ymm_common!();
     #[inline(always)]
     unsafe fn load_m(p: *const f32, m: u8) -> __m256 {
         _mm256_maskz_loadu_ps(m, p)
     }
     #[inline(always)]
-    unsafe fn add(a: __m256, b: __m256) -> __m256 {
-        _mm256_add_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn fma(w: __m256, x: __m256, acc: __m256) -> __m256 {
-        _mm256_fmadd_ps(w, x, acc)
+    unsafe fn load_or(p: *const f32, m: u8, fill: __m256) -> __m256 {
+        _mm256_mask_loadu_ps(fill, m, p)
     }
     #[inline(always)]
     unsafe fn fma_m(w: __m256, x: __m256, acc: __m256, m: u8) -> __m256 {
         _mm256_mask3_fmadd_ps(w, x, acc, m)
     }
     #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m256) {
-        _mm256_storeu_ps(p, v)
-    }
-    #[inline(always)]
     unsafe fn store_m(p: *mut f32, v: __m256, m: u8) {
         _mm256_mask_storeu_ps(p, m, v)
-    }
-    #[inline(always)]
-    unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
-        clamp_256(v, lo, hi)
-    }
-    #[inline(always)]
-    unsafe fn nan_out(v: __m256) -> __m256 {
-        nan_out_256(v)
-    }
-    #[inline(always)]
-    unsafe fn max_abs_bits(acc: __m256, v: __m256) -> __m256 {
-        max_abs_bits_256(acc, v)
-    }
-    #[inline(always)]
-    unsafe fn hmax_bits(acc: __m256) -> u32 {
-        hmax_bits_256(acc)
     }
     #[inline(always)]
     unsafe fn zero_off(v: __m256, m: u8) -> __m256 {
         _mm256_maskz_mov_ps(m, v)
     }
     #[inline(always)]
-    unsafe fn transpose(r: &mut [__m256; 16]) {
-        transpose8(r)
+    unsafe fn cmp<const P: i32>(a: __m256, b: __m256) -> u8 {
+        _mm256_cmp_ps_mask::<P>(a, b)
+    }
+    #[inline(always)]
+    unsafe fn and_m(a: u8, b: u8) -> u8 {
+        a & b
+    }
+    #[inline(always)]
+    unsafe fn or_m(a: u8, b: u8) -> u8 {
+        a | b
+    }
+    #[inline(always)]
+    unsafe fn not_m(m: u8) -> u8 {
+        !m
+    }
+    #[inline(always)]
+    unsafe fn any(m: u8) -> bool {
+        m != 0
     }
 }

@@ -3,9 +3,12 @@
 //! file: [`Avx512`] (16 lanes, zmm), [`Avx512Y`] (AVX-512VL on 8 lanes, ymm, with mask
 //! registers) and [`Avx2`] (8 lanes, ymm, with vector masks). A kernel written once over
 //! `S: Lanes` and compiled inside a `#[target_feature]` function of `S`'s features becomes
-//! that instruction set's kernel (the depthwise conv's, `conv::dw_simd`). Every method is
+//! that instruction set's kernel (the depthwise conv's, `conv::dw_simd`; the Softmax row
+//! kernel, `reduce::softmax_lanes`; MaxPool 3×3 stride 2, `pool::max2d`). Every method is
 //! one instruction or a fixed sequence, the same operations in the same order per lane on
-//! every width: a kernel's bits do not depend on which type it runs on.
+//! every width: a kernel's bits do not depend on which type it runs on (the horizontal
+//! [`Lanes::hmax`] aside, whose order only matters between ±0 and NaN lanes). [`exp`] is
+//! `fastmath`'s exp polynomial over any of them.
 
 mod avx2;
 mod avx512;
@@ -48,6 +51,66 @@ pub(crate) trait Lanes {
     /// Transpose the first `N` rows of `N` lanes in registers: `r[i][j]` becomes
     /// `r[j][i]` for `i, j < N` (rows past `N` untouched).
     unsafe fn transpose(r: &mut [Self::V; 16]);
+    /// [`Lanes::load_m`] with the masked-off lanes `fill` (not accessed).
+    unsafe fn load_or(p: *const f32, m: Self::M, fill: Self::V) -> Self::V;
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
+    /// `maxps(a, b)`: per lane `a > b ? a : b`, so `b` when either is NaN, and of ±0 `b`.
+    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+    /// `minps(a, b)`: per lane `a < b ? a : b` (`b` when either is NaN, of ±0 `b`).
+    unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
+    /// Rounded toward -inf.
+    unsafe fn floor(v: Self::V) -> Self::V;
+    /// `2^n` per lane for `n` integral in [-126, 127]: the float with exponent bits
+    /// `n + 127` (`n` converted with truncation).
+    unsafe fn pow2i(n: Self::V) -> Self::V;
+    /// The largest lane (the reduction's order is the instruction set's; of ±0 or with a
+    /// NaN lane, which one comes out is not specified).
+    unsafe fn hmax(v: Self::V) -> f32;
+    /// Lanes where `a P b` holds, `P` an `_CMP_*` predicate of `_mm256_cmp_ps`.
+    unsafe fn cmp<const P: i32>(a: Self::V, b: Self::V) -> Self::M;
+    unsafe fn and_m(a: Self::M, b: Self::M) -> Self::M;
+    unsafe fn or_m(a: Self::M, b: Self::M) -> Self::M;
+    unsafe fn not_m(m: Self::M) -> Self::M;
+    /// Whether any lane of `m` is set.
+    unsafe fn any(m: Self::M) -> bool;
+    /// Lanes `0, 2, …, 2N - 2` of the `2N` lanes `a ++ b`.
+    unsafe fn even(a: Self::V, b: Self::V) -> Self::V;
+    /// Lanes `1, 3, …, 2N - 1` of the `2N` lanes `a ++ b`.
+    unsafe fn odd(a: Self::V, b: Self::V) -> Self::V;
+    /// 8 f64 lanes (one register or two).
+    type D: Copy;
+    unsafe fn zero_d() -> Self::D;
+    /// `acc` plus the 8 f32 at `p` widened: lane `j` adds `p[j]`.
+    unsafe fn add8_d(acc: Self::D, p: *const f32) -> Self::D;
+    /// The 8 lanes of `acc`, in order.
+    unsafe fn lanes_d(acc: Self::D) -> [f64; 8];
+}
+
+/// `fastmath::exp_clamped` of `x` clamped to [`EXP_LO`, `EXP_HI`], op for op (its
+/// constants `EXP_LN2` and `EXP_POLY`, the same fused multiply-adds), so its bits in every
+/// lane; a NaN lane comes out finite (the clamp drops it).
+///
+/// [`EXP_LO`]: crate::kernels::fastmath::EXP_LO
+/// [`EXP_HI`]: crate::kernels::fastmath::EXP_HI
+#[inline(always)]
+pub(crate) unsafe fn exp<S: Lanes>(x: S::V) -> S::V {
+    use crate::kernels::fastmath::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
+    // SAFETY: register operations only; the caller has `S`'s features.
+    unsafe {
+        let c = |v: f32| S::splat(v);
+        let xc = S::min(S::max(x, c(EXP_LO)), c(EXP_HI));
+        let n = S::floor(S::fma(xc, c(std::f32::consts::LOG2_E), c(0.5)));
+        let r = S::fma(n, c(EXP_LN2[0]), xc);
+        let r = S::fma(n, c(EXP_LN2[1]), r);
+        let mut p = c(EXP_POLY[0]);
+        for &k in &EXP_POLY[1..] {
+            p = S::fma(p, r, c(k));
+        }
+        let y = S::add(S::fma(S::mul(p, r), r, r), c(1.0));
+        S::mul(y, S::pow2i(n))
+    }
 }
 
 /// The widest SIMD the kernels may use: the CPU's best, or less where `RLX_CPU_ISA` asks for
