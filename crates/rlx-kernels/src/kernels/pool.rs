@@ -601,6 +601,7 @@ pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
 /// NaN-aware path.
 #[cfg(target_arch = "x86_64")]
 mod max2d {
+    use crate::kernels::simd::{Avx2, Avx512, Lanes};
     use std::arch::x86_64::*;
 
     /// One plane's geometry: input `h × w`, output `oh × ow`, kernel `kh × kw`, strides,
@@ -890,4 +891,162 @@ mod max2d {
         }
         _mm256_movemask_ps(nan) == 0
     }
+
+    /// Lanes `l` of an `S::N`-lane load at input column `c` with `0 <= c + l < w`.
+    #[inline(always)]
+    fn lanes_inside<S: Lanes>(c: isize, w: usize) -> S::M {
+        let n = S::N as isize;
+        S::range(
+            (-c).clamp(0, n) as usize,
+            (w as isize - c).clamp(0, n) as usize,
+        )
+    }
+
+    /// Stride-2 3×3 MaxPool ([`plane`]'s values for that geometry), written once over
+    /// [`Lanes`] and compiled for AVX-512 (16 output columns per register; ResNet's and
+    /// SqueezeNet's MaxPool) and AVX2 (8; for CPUs without AVX-512), row by row: for `N`
+    /// output columns, each input row's three taps are folded first, left to right
+    /// (`maxps(new, acc)`), then the window's three rows, top to bottom. That is the window
+    /// order of [`plane`] (a later tap replaces the max only when larger), so the same tap
+    /// wins every tie, ±0 included. Output rows share their top and bottom input rows: each
+    /// row's fold is made once, and the output rows are walked down one `N`-column strip at
+    /// a time. Tap columns `c + 2l` and `c + 2l + 1` are the even and odd lanes of two loads
+    /// at `c` and `c + N`, column `c + 2l + 2` the first tap's lanes shifted down by one
+    /// with column `c + 2N` shifted in; columns outside the image read as -inf (masked
+    /// loads touch only the lanes inside the row; whole loads where the strip's columns are
+    /// all inside).
+    ///
+    /// Returns false when a tap it read was NaN: `dst` is then not the definition's (a NaN
+    /// tap may have been dropped) and the caller redoes the plane on the NaN-aware path.
+    /// Every column a row fold reads is checked: its first two taps' (one compare), and the
+    /// third tap's extra column `c + 2N`, which is the next strip's first column, or, in the
+    /// last strip, checked on its own. (A NaN in columns past the last output column is
+    /// seen too; that only costs a redo.)
+    ///
+    /// # Safety
+    /// The CPU must have `S`'s features; `g` is 3×3 with strides 2 ([`is_k3s2`]).
+    #[inline(always)]
+    unsafe fn k3s2<S: Lanes>(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+        assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
+        assert!(is_k3s2(g));
+        let n = S::N;
+        // (No closures here: a closure does not take the `#[target_feature]` of the entry
+        // point this is inlined into, and one left out of line calls every intrinsic.)
+        let pt = g.pt as isize;
+        // SAFETY (the whole body): register operations, and stores inside `dst` (checked).
+        unsafe {
+            let mut nan = S::range(0, 0);
+            for ox0 in (0..g.ow).step_by(n) {
+                // Output column ox0 + l reads input columns c + 2l + {0, 1, 2}.
+                let c = (ox0 * 2) as isize - g.pl as isize;
+                let next = c + 2 * n as isize;
+                let st = Strip::<S> {
+                    c,
+                    // Whole loads (no masks) when columns c..=c + 2N are all inside.
+                    whole: c >= 0 && next < g.w as isize,
+                    masks: [
+                        lanes_inside::<S>(c, g.w),
+                        lanes_inside::<S>(c + n as isize, g.w),
+                        S::range(0, usize::from((0..g.w as isize).contains(&next))),
+                    ],
+                    // No strip after this one reads column c + 2N as its first even lane.
+                    last: ox0 + n >= g.ow,
+                };
+                let cols = (g.ow - ox0).min(n);
+                let out_m = S::range(0, cols);
+                let mut top = fold_row(src, g, &st, -pt, &mut nan);
+                for oy in 0..g.oh {
+                    let iy = (oy * 2) as isize - pt;
+                    let bottom = fold_row(src, g, &st, iy + 2, &mut nan);
+                    let mid = fold_row(src, g, &st, iy + 1, &mut nan);
+                    let acc = S::max(bottom, S::max(mid, top));
+                    // Columns ox0..ox0 + cols of output row oy, inside `dst` (checked).
+                    let d = dst.as_mut_ptr().add(oy * g.ow + ox0);
+                    if cols == n {
+                        S::store(d, acc);
+                    } else {
+                        S::store_m(d, acc, out_m);
+                    }
+                    top = bottom;
+                }
+            }
+            !S::any(nan)
+        }
+    }
+
+    /// One strip of [`k3s2`]: `N` output columns from input column `c`.
+    struct Strip<S: Lanes> {
+        c: isize,
+        /// Columns `c..=c + 2N` are all inside the rows.
+        whole: bool,
+        /// The lanes inside the rows of the loads at `c` and `c + N`, and lane 0 of the
+        /// load at `c + 2N` where that column is inside.
+        masks: [S::M; 3],
+        last: bool,
+    }
+
+    /// Input row `iy`'s taps for strip `st`, folded left to right (-inf outside the image);
+    /// a NaN among them sets lanes of `nan`.
+    ///
+    /// # Safety
+    /// The CPU must have `S`'s features; `st` is a strip of `g`, `src` holds `g`'s plane.
+    #[inline(always)]
+    unsafe fn fold_row<S: Lanes>(
+        src: &[f32],
+        g: &Geo,
+        st: &Strip<S>,
+        iy: isize,
+        nan: &mut S::M,
+    ) -> S::V {
+        // SAFETY: register operations, and loads of the lanes inside row `iy` of `src`
+        // (masked, or whole where all are inside).
+        unsafe {
+            let ninf = S::splat(f32::NEG_INFINITY);
+            if iy < 0 || iy >= g.h as isize {
+                return ninf;
+            }
+            let p = row_at(src, g, iy, st.c);
+            let n = S::N;
+            let (a, b, next) = if st.whole {
+                (S::load(p), S::load(p.add(n)), S::splat(*p.add(2 * n)))
+            } else {
+                (
+                    S::load_or(p, st.masks[0], ninf),
+                    S::load_or(p.wrapping_add(n), st.masks[1], ninf),
+                    S::load_or(p.wrapping_add(2 * n), st.masks[2], ninf),
+                )
+            };
+            let (t0, t1) = (S::even(a, b), S::odd(a, b));
+            let t2 = S::shift_in(t0, next);
+            *nan = S::or_m(*nan, S::cmp::<_CMP_UNORD_Q>(t0, t1));
+            if st.last {
+                *nan = S::or_m(*nan, S::cmp::<_CMP_UNORD_Q>(t2, t2));
+            }
+            S::max(t2, S::max(t1, t0))
+        }
+    }
+
+    /// [`k3s2`] on AVX-512F.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `g` is 3×3 with strides 2 ([`is_k3s2`]).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn k3s2_avx512(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { k3s2::<Avx512>(src, dst, g) }
+    }
+
+    /// [`k3s2`] on AVX2.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `g` is 3×3 with strides 2 ([`is_k3s2`]).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn k3s2_avx2(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { k3s2::<Avx2>(src, dst, g) }
+    }
 }
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

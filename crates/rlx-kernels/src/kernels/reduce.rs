@@ -730,6 +730,8 @@ mod softmax_lanes {
         let nv = n / S::N;
         // SAFETY (every load and store below): vector k of row j is at j*n + N*k, inside
         // the R rows of `s` and `d` (k < nv = n / N); the rest are register operations.
+        // (No closure calls a `Lanes` method: a closure does not take the entry point's
+        // `#[target_feature]`.)
         let at = |j: usize, k: usize| j * n + S::N * k;
         unsafe {
             // The row maxima (`maxps` is order-free: a NaN or inf in the row makes some
@@ -740,7 +742,10 @@ mod softmax_lanes {
                     *m = S::max(*m, S::load(sp.add(at(j, k))));
                 }
             }
-            let m: [S::V; R] = std::array::from_fn(|j| S::splat(S::hmax(mx[j])));
+            let mut m = mx;
+            for v in m.iter_mut() {
+                *v = S::splat(S::hmax(*v));
+            }
             // d = x - m, e = exp(d) (+0 below -104), stored in `dst`.
             let (lo, hi, zero_below) =
                 (S::splat(EXP_LO), S::splat(EXP_HI), S::splat(EXP_ZERO_BELOW));
@@ -768,12 +773,13 @@ mod softmax_lanes {
                     }
                 }
             }
-            let sum: [S::V; R] = std::array::from_fn(|j| {
+            let mut sum = [S::splat(0.0); R];
+            for (s, a) in sum.iter_mut().zip(acc) {
                 // `lane_sum`: the lanes in order, then its (empty) tail.
-                let lanes = S::lanes_d(acc[j]);
-                let s = lanes.iter().sum::<f64>() + std::iter::empty::<f64>().sum::<f64>();
-                S::splat(s as f32)
-            });
+                let lanes = S::lanes_d(a);
+                let t = lanes.iter().sum::<f64>() + std::iter::empty::<f64>().sum::<f64>();
+                *s = S::splat(t as f32);
+            }
             for (j, s) in sum.iter().enumerate() {
                 for k in 0..nv {
                     let p = dp.add(at(j, k));

@@ -100,6 +100,13 @@ macro_rules! ymm_common {
             let s = _mm256_shuffle_ps::<0b11_01_11_01>(a, b);
             _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
         }
+        #[inline(always)]
+        unsafe fn shift_in(a: __m256, b: __m256) -> __m256 {
+            // [a's upper half, b's lower half], then per 128-bit half (that : a) one lane
+            // on: a1 a2 a3 a4 | a5 a6 a7 b0.
+            let t = _mm256_castps_si256(_mm256_permute2f128_ps::<0x21>(a, b));
+            _mm256_castsi256_ps(_mm256_alignr_epi8::<4>(t, _mm256_castps_si256(a)))
+        }
         type D = [__m256d; 2];
         #[inline(always)]
         unsafe fn zero_d() -> [__m256d; 2] {
@@ -128,8 +135,14 @@ impl Lanes for Avx2 {
     const N: usize = 8;
     type V = __m256;
     type M = __m256i;
+    #[inline(always)]
     fn range(a: usize, b: usize) -> __m256i {
-        let lanes: [i32; 8] = std::array::from_fn(|l| if a <= l && l < b { -1 } else { 0 });
+        // Lanes `l < n`: 8 lanes of [-1; 8] ++ [0; 8] from `8 - n` (two loads and an
+        // and-not, where a per-lane select compiled to a branch per lane).
+        static T: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+        let upto = |n: usize| -> &[i32] { &T[8 - n.min(8)..][..8] };
+        let (hi, lo) = (upto(b), upto(a));
+        let lanes: [i32; 8] = std::array::from_fn(|l| hi[l] & !lo[l]);
         // SAFETY: [i32; 8] and __m256i have the same size; every bit pattern is valid.
         unsafe { std::mem::transmute::<[i32; 8], __m256i>(lanes) }
     }

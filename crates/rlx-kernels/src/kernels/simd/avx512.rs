@@ -141,6 +141,13 @@ impl Lanes for Avx512 {
         let idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
         _mm512_permutex2var_ps(a, idx, b)
     }
+    #[inline(always)]
+    unsafe fn shift_in(a: __m512, b: __m512) -> __m512 {
+        _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(
+            _mm512_castps_si512(b),
+            _mm512_castps_si512(a),
+        ))
+    }
     type D = __m512d;
     #[inline(always)]
     unsafe fn zero_d() -> __m512d {

@@ -79,6 +79,8 @@ pub(crate) trait Lanes {
     unsafe fn even(a: Self::V, b: Self::V) -> Self::V;
     /// Lanes `1, 3, …, 2N - 1` of the `2N` lanes `a ++ b`.
     unsafe fn odd(a: Self::V, b: Self::V) -> Self::V;
+    /// Lanes `1..N` of `a`, then lane 0 of `b` (`a ++ b` one lane on).
+    unsafe fn shift_in(a: Self::V, b: Self::V) -> Self::V;
     /// 8 f64 lanes (one register or two).
     type D: Copy;
     unsafe fn zero_d() -> Self::D;
@@ -97,18 +99,22 @@ pub(crate) trait Lanes {
 #[inline(always)]
 pub(crate) unsafe fn exp<S: Lanes>(x: S::V) -> S::V {
     use crate::kernels::fastmath::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
-    // SAFETY: register operations only; the caller has `S`'s features.
+    // SAFETY: register operations only; the caller has `S`'s features. (`S::splat`, not a
+    // closure: a closure does not take the caller's `#[target_feature]`.)
     unsafe {
-        let c = |v: f32| S::splat(v);
-        let xc = S::min(S::max(x, c(EXP_LO)), c(EXP_HI));
-        let n = S::floor(S::fma(xc, c(std::f32::consts::LOG2_E), c(0.5)));
-        let r = S::fma(n, c(EXP_LN2[0]), xc);
-        let r = S::fma(n, c(EXP_LN2[1]), r);
-        let mut p = c(EXP_POLY[0]);
+        let xc = S::min(S::max(x, S::splat(EXP_LO)), S::splat(EXP_HI));
+        let n = S::floor(S::fma(
+            xc,
+            S::splat(std::f32::consts::LOG2_E),
+            S::splat(0.5),
+        ));
+        let r = S::fma(n, S::splat(EXP_LN2[0]), xc);
+        let r = S::fma(n, S::splat(EXP_LN2[1]), r);
+        let mut p = S::splat(EXP_POLY[0]);
         for &k in &EXP_POLY[1..] {
-            p = S::fma(p, r, c(k));
+            p = S::fma(p, r, S::splat(k));
         }
-        let y = S::add(S::fma(S::mul(p, r), r, r), c(1.0));
+        let y = S::add(S::fma(S::mul(p, r), r, r), S::splat(1.0));
         S::mul(y, S::pow2i(n))
     }
 }
