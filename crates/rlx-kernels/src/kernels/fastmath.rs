@@ -21,7 +21,7 @@ pub(crate) const EXP_HI: f32 = 88.0;
 pub(crate) const EXP_ZERO_BELOW: f32 = -104.0;
 /// Cephes `expf`'s constants: `r = x + n·EXP_LN2[0] + n·EXP_LN2[1]` (−ln 2 in two parts,
 /// Cephes' C1 and C2 negated) and the degree-5 polynomial on `r`, highest power first.
-/// Shared with the AVX-512 Softmax kernel (`reduce::softmax512`).
+/// Shared with the SIMD Softmax kernel (`simd::exp`, `reduce::softmax_lanes`).
 pub(crate) const EXP_LN2: [f32; 2] = [-0.693_359_4, 2.121_944_4e-4];
 pub(crate) const EXP_POLY: [f32; 6] = [
     1.987_569_1e-4,

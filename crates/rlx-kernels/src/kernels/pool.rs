@@ -269,7 +269,7 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         && (1..=2).contains(&sw);
     #[cfg(target_arch = "x86_64")]
     let avx512 = std::is_x86_feature_detected!("avx512f");
-    // Without AVX-512: 3×3 stride 2 on AVX2 (`max2d::plane_k3s2_avx2`), the rest generic.
+    // Without AVX-512: 3×3 stride 2 on AVX2 (`max2d::k3s2_avx2`), the rest generic.
     #[cfg(target_arch = "x86_64")]
     let avx2 = !avx512
         && (kh, kw, a.strides[0], sw) == (3, 3, 2, 2)
@@ -307,9 +307,9 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             // the one it takes.
             let clean = unsafe {
                 if avx512 {
-                    max2d::plane_k3s2(s32, d32, geo)
+                    max2d::k3s2_avx512(s32, d32, geo)
                 } else {
-                    max2d::plane_k3s2_avx2(s32, d32, geo)
+                    max2d::k3s2_avx2(s32, d32, geo)
                 }
             };
             if clean {
@@ -598,7 +598,9 @@ pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
 /// generic path's NaN-free max for every pair, ±0 included. A window with no valid tap is
 /// -inf, as there. Stride 2 takes two taps (kx, kx + 1) from one pair of loads (even and
 /// odd lanes). NaN is not handled here: the caller sends a plane holding one to the
-/// NaN-aware path.
+/// NaN-aware path. 3×3 windows with stride 2 take [`max2d::k3s2_avx512`] (or, without
+/// AVX-512, `k3s2_avx2`): one kernel written over [`Lanes`](super::simd::Lanes), which
+/// watches for NaN itself.
 #[cfg(target_arch = "x86_64")]
 mod max2d {
     use crate::kernels::simd::{Avx2, Avx512, Lanes};
@@ -619,22 +621,16 @@ mod max2d {
         pub pl: usize,
     }
 
-    /// Lanes `l` of a load at input column `c` with `0 <= c + l < w`.
-    #[inline(always)]
-    fn inside(c: isize, w: usize) -> u16 {
-        let lo = (-c).clamp(0, 16) as u32;
-        let hi = (w as isize - c).clamp(0, 16) as u32;
-        let bits = |n: u32| if n >= 16 { 0xffffu32 } else { (1u32 << n) - 1 };
-        (bits(hi) & !bits(lo)) as u16
-    }
-
     /// Per chunk of 16 output columns and tap column: the masks of its one (stride 1) or
     /// two (stride 2) loads, the same for every row and plane.
     pub(super) fn masks(g: &Geo) -> Vec<(u16, u16)> {
         (0..g.ow.div_ceil(16) * g.kw)
             .map(|i| {
                 let c = ((i / g.kw) * 16 * g.sw + i % g.kw) as isize - g.pl as isize;
-                (inside(c, g.w), inside(c + 16, g.w))
+                (
+                    lanes_inside::<Avx512>(c, g.w),
+                    lanes_inside::<Avx512>(c + 16, g.w),
+                )
             })
             .collect()
     }
@@ -698,84 +694,6 @@ mod max2d {
         }
     }
 
-    /// [`plane`] for 3×3 windows with stride 2 (ResNet's and SqueezeNet's MaxPool), row by
-    /// row: for 16 output columns, each input row's three taps are folded first (its even
-    /// lanes, odd lanes, and even lanes one column on, from three loads), then the window's
-    /// three rows, top to bottom. That is the window order of [`plane`] (a later tap replaces
-    /// the max only when larger), so the same tap wins every tie, ±0 included. Output rows
-    /// share their top and bottom input rows: each row's fold is made once, and the output
-    /// rows are walked down one 16-column strip at a time.
-    ///
-    /// Returns false when a tap it read was NaN: `dst` is then not the definition's (a NaN
-    /// tap may have been dropped) and the caller redoes the plane on the NaN-aware path.
-    /// Every column a row fold reads is checked: its even and odd lanes (one compare), and
-    /// the third tap's extra column, which is the next strip's first even lane, or, in the
-    /// last strip, checked on its own. (A NaN in lanes past the last output column is seen
-    /// too; that only costs a redo.)
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F; `g` is 3×3 with strides 2 ([`is_k3s2`]).
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn plane_k3s2(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
-        assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
-        assert!((g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2));
-        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        let (h, pt) = (g.h as isize, g.pt as isize);
-        let mut nan: u16 = 0;
-        for ox0 in (0..g.ow).step_by(16) {
-            // Output column ox0 + l reads input columns c + 2l + {0, 1, 2}.
-            let c = (ox0 * 2) as isize - g.pl as isize;
-            let (m0, m1, m2) = (inside(c, g.w), inside(c + 16, g.w), inside(c + 32, g.w) & 1);
-            // No strip after this one reads column c + 32 as its first even lane.
-            let last = ox0 + 16 >= g.ow;
-            // Input row iy's taps folded left to right (-inf outside the image).
-            let mut fold = |iy: isize| -> __m512 {
-                if iy < 0 || iy >= h {
-                    return ninf;
-                }
-                let p = row_at(src, g, iy, c);
-                // SAFETY: only lanes inside row iy are read (the masks).
-                let (lo, hi, next) = unsafe {
-                    (
-                        _mm512_mask_loadu_ps(ninf, m0, p),
-                        _mm512_mask_loadu_ps(ninf, m1, p.wrapping_add(16)),
-                        _mm512_mask_loadu_ps(ninf, m2, p.wrapping_add(32)),
-                    )
-                };
-                let t0 = _mm512_permutex2var_ps(lo, even, hi);
-                let t1 = _mm512_permutex2var_ps(lo, odd, hi);
-                let t2 = _mm512_castsi512_ps(_mm512_alignr_epi32(
-                    _mm512_castps_si512(next),
-                    _mm512_castps_si512(t0),
-                    1,
-                ));
-                nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(t0, t1);
-                if last {
-                    nan |= _mm512_mask_cmp_ps_mask::<_CMP_UNORD_Q>(m2, next, next);
-                }
-                _mm512_max_ps(t2, _mm512_max_ps(t1, t0))
-            };
-            let n = (g.ow - ox0).min(16);
-            let out_m = if n == 16 {
-                0xffff
-            } else {
-                ((1u32 << n) - 1) as u16
-            };
-            let mut top = fold(-pt);
-            for oy in 0..g.oh {
-                let iy = (oy * 2) as isize - pt;
-                let bottom = fold(iy + 2);
-                let acc = _mm512_max_ps(bottom, _mm512_max_ps(fold(iy + 1), top));
-                // SAFETY: columns ox0..ox0+n of output row oy, inside `dst` (checked).
-                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(oy * g.ow + ox0), out_m, acc) };
-                top = bottom;
-            }
-        }
-        nan == 0
-    }
-
     /// Where input row `iy` (inside the image) of `src` reads column `c` (possibly outside
     /// the row: only lanes inside it are loaded).
     #[inline(always)]
@@ -785,111 +703,9 @@ mod max2d {
             .wrapping_offset(c)
     }
 
-    /// Whether [`plane_k3s2`] takes `g`.
+    /// Whether [`k3s2`] takes `g`.
     pub(super) fn is_k3s2(g: &Geo) -> bool {
         (g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2)
-    }
-
-    /// Lanes `l` of an 8-lane load at input column `c` with `0 <= c + l < w`, as a vector
-    /// mask (all ones in such lanes) for `maskload`/`blendv`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn inside8(c: isize, w: usize) -> __m256i {
-        let at = _mm256_add_epi32(
-            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            _mm256_set1_epi32(c as i32),
-        );
-        let lo = _mm256_cmpgt_epi32(at, _mm256_set1_epi32(-1));
-        let hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), at);
-        _mm256_and_si256(lo, hi)
-    }
-
-    /// Lanes 0, 2, …, 14 (`ODD = false`) or 1, 3, …, 15 of the 16 columns `a ++ b`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn deinterleave<const ODD: bool>(a: __m256, b: __m256) -> __m256 {
-        // Per 128-bit half: a0 a2 b0 b2 | a4 a6 b4 b6 (or the odd lanes); then the 64-bit
-        // pieces reordered 0, 2, 1, 3.
-        let s = if ODD {
-            _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
-        } else {
-            _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
-        };
-        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
-    }
-
-    /// [`plane_k3s2`] on AVX2 (8 output columns per register, for CPUs without AVX-512):
-    /// the same folds in the same order (each input row's taps left to right, then the
-    /// window's rows top to bottom, `maxps(new, acc)`), so the same tap wins every tie.
-    /// Tap columns `c + 2l` and `c + 2l + 1` come from the even and odd lanes of two loads
-    /// at `c` and `c + 8`, column `c + 2l + 2` from the even lanes of two loads at `c + 2`
-    /// and `c + 10`; columns outside the image read as -inf (`maskload` touches only the
-    /// lanes inside the row). Every tap read is checked for NaN.
-    ///
-    /// Returns false when a tap it read was NaN (the caller redoes the plane on the
-    /// NaN-aware path).
-    ///
-    /// # Safety
-    /// The CPU must have AVX2; `g` is 3×3 with strides 2 ([`is_k3s2`]).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn plane_k3s2_avx2(src: &[f32], dst: &mut [f32], g: &Geo) -> bool {
-        assert!(src.len() >= g.h * g.w && dst.len() >= g.oh * g.ow);
-        assert!((g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2));
-        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
-        let (h, pt) = (g.h as isize, g.pt as isize);
-        let mut nan = _mm256_setzero_ps();
-        for ox0 in (0..g.ow).step_by(8) {
-            // Output column ox0 + l reads input columns c + 2l + {0, 1, 2}.
-            let c = (ox0 * 2) as isize - g.pl as isize;
-            // Whole loads (no masks) when columns c..c+18 are all inside the row.
-            let whole = c >= 0 && c + 18 <= g.w as isize;
-            let masks = [0isize, 8, 2, 10].map(|d| inside8(c + d, g.w));
-            // Input row iy's taps folded left to right (-inf outside the image).
-            let mut fold = |iy: isize| -> __m256 {
-                if iy < 0 || iy >= h {
-                    return ninf;
-                }
-                let p = row_at(src, g, iy, c);
-                let load = |i: usize, d: usize| {
-                    let q = p.wrapping_add(d);
-                    // SAFETY: with `whole`, columns c..c+18 of row iy are inside `src`;
-                    // else only the lanes inside the row are read (the mask).
-                    unsafe {
-                        if whole {
-                            _mm256_loadu_ps(q)
-                        } else {
-                            let m = masks[i];
-                            _mm256_blendv_ps(ninf, _mm256_maskload_ps(q, m), _mm256_castsi256_ps(m))
-                        }
-                    }
-                };
-                let (a, b, c2, d2) = (load(0, 0), load(1, 8), load(2, 2), load(3, 10));
-                let t0 = deinterleave::<false>(a, b);
-                let t1 = deinterleave::<true>(a, b);
-                let t2 = deinterleave::<false>(c2, d2);
-                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(t0, t1));
-                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(t2, t2));
-                _mm256_max_ps(t2, _mm256_max_ps(t1, t0))
-            };
-            let n = (g.ow - ox0).min(8);
-            let out_m = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(n as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
-            let mut top = fold(-pt);
-            for oy in 0..g.oh {
-                let iy = (oy * 2) as isize - pt;
-                let bottom = fold(iy + 2);
-                let acc = _mm256_max_ps(bottom, _mm256_max_ps(fold(iy + 1), top));
-                let d = dst.as_mut_ptr().add(oy * g.ow + ox0);
-                // SAFETY: columns ox0..ox0+n of output row oy, inside `dst` (checked).
-                if n == 8 {
-                    _mm256_storeu_ps(d, acc);
-                } else {
-                    _mm256_maskstore_ps(d, out_m, acc);
-                }
-                top = bottom;
-            }
-        }
-        _mm256_movemask_ps(nan) == 0
     }
 
     /// Lanes `l` of an `S::N`-lane load at input column `c` with `0 <= c + l < w`.
