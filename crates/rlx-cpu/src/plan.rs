@@ -55,7 +55,20 @@ impl Plan {
         // A Transpose that a MatMul reads in place: the MatMul reads the Transpose's input.
         let mm_views = plan_mm_views(graph, &consumers, &is_output);
         let mut viewed = vec![false; n];
-        let fusions = crate::fuse::plan(graph, &consumers, &is_output);
+        let mut fusions = crate::fuse::plan(graph, &consumers, &is_output);
+        let rows = crate::rowfuse::plan(graph, &consumers, &is_output);
+        // A Mul that a row group computes (an RMSNorm's `x * inv` on `[1, C, 1, W]`, whose
+        // `inv` is `[1, C, 1, 1]`) stays the row group's: a conv may not also take it as its
+        // scale Mul, whose operand `inv` the fused row never stores.
+        for sc in fusions.scaled.iter_mut() {
+            let m = sc.as_ref().map(|s| s.mul.index());
+            if let Some(m) = m {
+                if rows.at[m].is_some() || rows.member_of[m].is_some() {
+                    fusions.scale_mul[m] = None;
+                    *sc = None;
+                }
+            }
+        }
         // Per value, the nodes that read it when fused: its consumers, a MatMul that reads
         // it through a Transpose (`mm_views`), and a conv that takes a scale Mul's operands
         // (`fuse::Scaled`); those are not graph edges.
@@ -121,7 +134,6 @@ impl Plan {
                 _ => false,
             })
             .collect();
-        let rows = crate::rowfuse::plan(graph, &consumers, &is_output);
         let taken: Vec<bool> = (0..n)
             .map(|i| {
                 fusions.at_conv[i].is_some()

@@ -507,3 +507,71 @@ fn empty_rows_are_not_fused() {
     assert_eq!(count(rms_graph(&dims, 1e-6, false, None).0), 0);
     assert_eq!(count(ln_graph(&dims, 1e-5, false).0), 0);
 }
+
+/// An RMSNorm on `x` `[1, C, 1, W]` (torch's export, no weight) read by a 1×1 Conv: its final
+/// `x * inv` is both a row group's member and, with `inv` `[1, C, 1, 1]`, the shape of a
+/// conv's per-channel scale Mul. The row group keeps it (the fused row never stores `inv`, so
+/// a conv reading it failed with "input has no value"); the plain run is the unfused bits and
+/// the f64 definition `conv(x / sqrt(mean(x^2) + eps))`.
+#[test]
+fn rms_norm_into_a_pointwise_conv_is_not_also_its_scale() {
+    let (c, w, o) = (4usize, 32usize, 4usize);
+    let dims = [1, c, 1, w];
+    let eps = 1e-6f32;
+    let build = || {
+        let (mut g, ids) = rms_graph(&dims, eps, false, None);
+        let mul = ids[5];
+        let wv: Vec<f32> = (0..o * c)
+            .map(|k| ((k * 7 % 11) as f32 - 5.0) / 8.0)
+            .collect();
+        let wt = g.constant(Tensor::from_f32(&[o, c, 1, 1], wv).unwrap());
+        let a = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(0, 0), (0, 0)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let y = g.add_node(
+            Op::Conv(a),
+            vec![mul, wt],
+            Shape::new(&[1, o, 1, w], DType::F32),
+        );
+        g.set_outputs(vec![y]);
+        g
+    };
+    let xs = data(c * w);
+    let run = |fuse, mode| {
+        let mut ex = CpuExecutor::new(build()).unwrap();
+        ex.set_fusion(fuse);
+        let x = Tensor::from_f32(&dims, xs.clone()).unwrap();
+        common::run_scanned(&mut ex, &[x], mode)
+    };
+    let (_, yf) = run(true, DebugMode::Off);
+    let (_, yp) = run(false, DebugMode::Off);
+    assert_eq!(bits(&yf), bits(&yp));
+    let (rs, ys) = run(true, DebugMode::Strict);
+    assert!(rs.is_empty());
+    assert_eq!(bits(&ys), bits(&yp));
+    // The definition: per channel row, inv = 1/sqrt(mean(x^2) + eps) over W.
+    let mut xn = vec![0f64; c * w];
+    for ch in 0..c {
+        let row = &xs[ch * w..(ch + 1) * w];
+        let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / w as f64;
+        let r = 1.0 / (ms + eps as f64).sqrt();
+        for j in 0..w {
+            xn[ch * w + j] = row[j] as f64 * r;
+        }
+    }
+    for oc in 0..o {
+        for j in 0..w {
+            let want: f64 = (0..c)
+                .map(|ch| (((oc * c + ch) * 7 % 11) as f64 - 5.0) / 8.0 * xn[ch * w + j])
+                .sum();
+            let got = yf[oc * w + j] as f64;
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "[{oc}, {j}]: {got} vs {want}"
+            );
+        }
+    }
+}
