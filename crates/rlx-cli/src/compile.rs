@@ -76,11 +76,12 @@ pub fn is_package(p: &Path) -> bool {
 
 /// Why a command that rewrites or cuts an ONNX model refuses a package, and what to give it.
 pub fn package_refusal(pkg: &Path, what: &str) -> String {
-    let dynamic = rlx_runtime::read_package_source(pkg)
-        .ok()
-        .flatten()
-        .is_some();
-    if dynamic {
+    let source = match rlx_runtime::read_package_source(pkg) {
+        Ok(s) => s,
+        // A truncated or corrupted archive: say so, as every other command does.
+        Err(e) => return format!("{e}"),
+    };
+    if source.is_some() {
         format!(
             "{}: a dynamic RLX package; {what}: give it the ONNX model (this package holds it: unzip -p {} source.onnx > model.onnx)",
             pkg.display(),

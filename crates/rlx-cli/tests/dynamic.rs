@@ -789,4 +789,18 @@ fn tools_take_a_dynamic_package() {
     let (code, _, err) = rlx(&["lint", stat.to_str().unwrap()], &[]);
     assert_eq!(code, 2, "lint's error status");
     assert!(err.contains("a static RLX package"), "{err}");
+    // A truncated package is named as an unreadable one (reduce and precision said "a static
+    // RLX package" of it).
+    let bytes = std::fs::read(&stat).unwrap();
+    let cut = tmp("bert-cut.rlxpkg");
+    std::fs::write(&cut, &bytes[..100]).unwrap();
+    let c = cut.to_str().unwrap();
+    for args in [vec!["reduce", "--until", "nan", c], vec!["precision", "--to", "float16", c]] {
+        let (code, _, err) = rlx(&args, &[]);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains("not a readable RLX package") && !err.contains("static RLX package"),
+            "{args:?}: {err}"
+        );
+    }
 }
