@@ -336,7 +336,7 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
                     let ab = e.as_nan_abort().expect("checked");
                     eprintln!(
                         "rlx: run stopped by RLX_DEBUG_NANS=abort at {}",
-                        ab.report.at()
+                        ab.report.at_in_context()
                     );
                     return Ok(crate::run::EXIT_NAN_ABORT);
                 }

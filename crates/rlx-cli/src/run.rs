@@ -309,7 +309,7 @@ pub(crate) fn run_compiled(
             let ab = e.as_nan_abort().expect("checked");
             eprintln!(
                 "rlx: run stopped by RLX_DEBUG_NANS=abort at {}",
-                ab.report.at()
+                ab.report.at_in_context()
             );
             return Ok(EXIT_NAN_ABORT);
         }

@@ -430,6 +430,16 @@ impl NanReport {
             crate::provenance::with_iteration(&self.label, &self.iteration)
         )
     }
+
+    /// [`NanReport::at`] and the run's context in parentheses when there is one (a loop body
+    /// run at run time: `(iteration 3 of Loop "decoder_loop", its body run at run time)`), as
+    /// the report's first line and the `RLX_DEBUG_NANS=abort` line print it.
+    pub fn at_in_context(&self) -> String {
+        match &self.context {
+            Some(c) => format!("{} ({c})", self.at()),
+            None => self.at(),
+        }
+    }
 }
 
 fn unravel(mut i: usize, dims: &[usize]) -> Vec<usize> {
@@ -458,14 +468,10 @@ impl NanReport {
         use std::fmt::Write as _;
         writeln!(
             f,
-            "rlx nan-check: {} at index {} of {}{}",
+            "rlx nan-check: {} at index {} of {}",
             self.kind,
             self.index,
-            self.at(),
-            self.context
-                .as_deref()
-                .map(|c| format!(" ({c})"))
-                .unwrap_or_default()
+            self.at_in_context(),
         )?;
         if let Some(loc) = &self.source {
             writeln!(f, "  at {loc}")?;

@@ -682,7 +682,7 @@ impl State {
                         summary,
                         aborted: Some(format!(
                             "run stopped by RLX_DEBUG_NANS=abort at {}",
-                            ab.report.at()
+                            ab.report.at_in_context()
                         )),
                     })
                 }
