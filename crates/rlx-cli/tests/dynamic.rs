@@ -795,7 +795,10 @@ fn tools_take_a_dynamic_package() {
     let cut = tmp("bert-cut.rlxpkg");
     std::fs::write(&cut, &bytes[..100]).unwrap();
     let c = cut.to_str().unwrap();
-    for args in [vec!["reduce", "--until", "nan", c], vec!["precision", "--to", "float16", c]] {
+    for args in [
+        vec!["reduce", "--until", "nan", c],
+        vec!["precision", "--to", "float16", c],
+    ] {
         let (code, _, err) = rlx(&args, &[]);
         assert_ne!(code, 0, "{args:?}");
         assert!(
