@@ -15,6 +15,8 @@
 mod ctx;
 pub mod cut;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod ops;
 pub mod params;
 pub mod proto;

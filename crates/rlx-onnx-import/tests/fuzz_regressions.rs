@@ -2,7 +2,6 @@
 //! minimized and kept in `fuzz/regressions/<target>/`: each goes through the target's code
 //! again and must give an error or a value, never a panic.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 fn cases(target: &str) -> Vec<(String, Vec<u8>)> {
@@ -22,30 +21,6 @@ fn cases(target: &str) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-/// The body of `fuzz_targets/onnx_model.rs`.
-fn onnx_model(data: &[u8]) {
-    let Ok(m) = rlx_onnx_import::OnnxModel::from_bytes(data, "fuzz.onnx") else {
-        return;
-    };
-    let _ = m.declared_inputs();
-    let _ = m.parameter_inputs();
-    let _ = m.import(&rlx_onnx_import::ImportOptions::default());
-    let names = m.output_names();
-    if let Some(c) = names.first().and_then(|n| m.cut_at(n)) {
-        let _ = c
-            .head()
-            .map(|h| h.import(&rlx_onnx_import::ImportOptions::default()));
-        let types: HashMap<String, (rlx_ir::DType, usize)> = c
-            .op_inputs()
-            .iter()
-            .chain(c.tail_inputs())
-            .map(|n| (n.clone(), (rlx_ir::DType::F32, 1)))
-            .collect();
-        let _ = c.op_model(&types);
-        let _ = c.tail_model(&types);
-    }
-}
-
 #[test]
 fn onnx_model_crashers_are_errors() {
     let cases = cases("onnx_model");
@@ -54,7 +29,7 @@ fn onnx_model_crashers_are_errors() {
         "fuzz/regressions/onnx_model holds the minimized crashers"
     );
     for (name, data) in cases {
-        let r = std::panic::catch_unwind(|| onnx_model(&data));
+        let r = std::panic::catch_unwind(|| rlx_onnx_import::fuzzing::onnx_model(&data));
         assert!(r.is_ok(), "fuzz/regressions/onnx_model/{name} panics");
     }
 }
