@@ -256,6 +256,9 @@ pub struct PlanEvent {
     pub new: bool,
     /// Milliseconds spent building it (specialize + compile); 0 for a cached plan.
     pub plan_ms: f64,
+    /// The part of `plan_ms` spent specializing the source (binding the sizes: importing
+    /// the ONNX model again, or substituting a symbolic graph's dims).
+    pub specialize_ms: f64,
     /// Plans cached after this run.
     pub cached: usize,
 }
@@ -733,6 +736,7 @@ impl DynamicModel {
     ) -> Result<&mut CompiledGraph, RuntimeError> {
         self.clock += 1;
         let mut key = self.key_text(&syms, values);
+        let mut spec_ms = 0.0;
         let (k, new, ms) = match self.plans.iter().position(|p| p.key == key) {
             Some(k) => (k, false, 0.0),
             None => {
@@ -777,6 +781,7 @@ impl DynamicModel {
                         self.source.name()
                     ))
                 })?;
+                spec_ms = t0.elapsed().as_secs_f64() * 1e3;
                 let mut graph = self.session.try_compile(g)?;
                 if self.context.is_some() {
                     graph.set_report_context(self.context.clone());
@@ -803,6 +808,7 @@ impl DynamicModel {
             signature: key,
             new,
             plan_ms: ms,
+            specialize_ms: spec_ms,
             cached: self.plans.len(),
         });
         Ok(&mut self.plans[k].graph)

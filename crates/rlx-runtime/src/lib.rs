@@ -772,8 +772,10 @@ fn memory_limit() -> u128 {
 /// allocates (`RuntimeError::TooLarge`, naming the node and its shape). Compiling calls it;
 /// tools that build input tensors from a graph's shapes call it first.
 pub fn check_sizes(g: &Graph) -> Result<(), RuntimeError> {
+    // Read the limit once (three small files), not per node.
+    let limit = memory_limit();
     for n in &g.nodes {
-        check_size(&n.shape, || {
+        check_size_within(&n.shape, limit, || {
             format!(
                 "{} {} \"{}\"",
                 n.id,
@@ -788,11 +790,14 @@ pub fn check_sizes(g: &Graph) -> Result<(), RuntimeError> {
 /// [`check_sizes`] for one input about to be generated or read: `input "name"` needing more
 /// memory than this process may use is [`RuntimeError::TooLarge`].
 pub fn check_input_size(name: &str, shape: &Shape) -> Result<(), RuntimeError> {
-    check_size(shape, || format!("input \"{name}\""))
+    check_size_within(shape, memory_limit(), || format!("input \"{name}\""))
 }
 
-fn check_size(shape: &Shape, what: impl FnOnce() -> String) -> Result<(), RuntimeError> {
-    let limit = memory_limit();
+fn check_size_within(
+    shape: &Shape,
+    limit: u128,
+    what: impl FnOnce() -> String,
+) -> Result<(), RuntimeError> {
     let bytes = shape
         .dims_usize()
         .iter()
