@@ -126,6 +126,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_MK_ROWS",
+        values: "0|1 (default 0)",
+        acts: "when a CPU executor is built (its convs' weights are packed then)",
+        catches: "nothing: 1 runs stride-1 1x1 f32 convs on planes larger than 14x14 through RLX's pointwise kernel with positions on the vector side (`kernels::conv::packed_rows`, AVX-512F, weights packed at build, a residual buffer taken as the output) instead of the gemm crate; off by default (measured at gemm's speed, not faster, bench/NOTES.md §27). Values differ by rounding only; only for timing",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CPU_ISA",
         values: "avx512|avx2|portable",
         acts: "at the first use of each SIMD kernel family of the process",

@@ -22,6 +22,10 @@ mod dw_simd;
 mod im2col;
 #[cfg(target_arch = "x86_64")]
 mod packed;
+#[cfg(target_arch = "x86_64")]
+mod packed_rows;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod packed_rows_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod packed_tests;
 mod pw_dw;
@@ -185,6 +189,18 @@ fn conv_with(
                     D::F32(o)
                 }
                 None => {
+                    // A residual buffer the pointwise kernel on positions can take as its
+                    // output (`(conv + r) + bias`, as gemm's accumulation onto it).
+                    #[cfg(target_arch = "x86_64")]
+                    let res = match (pk, res) {
+                        (Some(pk), Some(Residual::Into(v))) => {
+                            match packed::conv_packed_into(xv, pk, w.dims(), &g, &epi, v) {
+                                Ok(o) => return make(od, D::F32(o)),
+                                Err(v) => Some(Residual::Into(v)),
+                            }
+                        }
+                        (_, r) => r,
+                    };
                     let read = res.as_ref().map(|r| r.values());
                     #[cfg(target_arch = "x86_64")]
                     let o =

@@ -24,6 +24,7 @@ use super::common::{
     add_bias_residual, bias_clamp, with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS,
 };
 use super::im2col::{im2col_2d, CONV_SPLIT_FLOPS};
+use super::packed_rows::RowsRes;
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 use std::sync::atomic::Ordering;
@@ -74,6 +75,9 @@ pub struct PackedConv {
     k: usize,
     wdims: Vec<usize>,
     data: Vec<f32>,
+    /// Packed for [`super::packed_rows`] (positions on the vector side, `[M/6][K][6]`)
+    /// instead of this file's tiles.
+    rows: bool,
 }
 
 impl std::fmt::Debug for PackedConv {
@@ -109,7 +113,35 @@ impl PackedConv {
             k,
             wdims: wdims.to_vec(),
             data,
+            rows: false,
         }
+    }
+
+    /// Packs `w` (`[m, k]` row-major, any trailing dims folded into `k`) for
+    /// [`super::packed_rows`]'s AVX-512 kernel (a stride-1 1×1 conv's positions on the
+    /// vector side).
+    pub fn new_rows(w: &[f32], wdims: &[usize]) -> PackedConv {
+        let m = wdims[0];
+        let k = wdims[1..].iter().product::<usize>();
+        assert_eq!(w.len(), m * k, "packed conv: weights do not fit {wdims:?}");
+        PackedConv {
+            isa: MkIsa::Avx512,
+            m,
+            k,
+            wdims: wdims.to_vec(),
+            data: super::packed_rows::pack(w, m, k),
+            rows: true,
+        }
+    }
+
+    /// Products per output (`C·KH·KW`).
+    pub(super) fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The packed weights.
+    pub(super) fn data(&self) -> &[f32] {
+        &self.data
     }
 
     /// The packed bytes.
@@ -147,6 +179,16 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
     let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && (p <= 64 || p == MAX_PLANE);
     let s2 = d[2] * d[3] > 1 && a.strides == [2, 2] && p <= MAX_PLANE_S2;
     let k: usize = d[1..].iter().product();
+    // Stride-1 1×1 convs on planes larger than 14²: positions on the vector side.
+    if plain
+        && d[2..] == [1, 1]
+        && a.pads.iter().all(|&p| p == (0, 0))
+        && a.strides.iter().all(|&s| s == 1)
+        && p > MAX_PLANE
+        && rows_enabled()
+    {
+        return Some(PackedConv::new_rows(wv, d));
+    }
     if !plain || !(pw || s2) || k < MIN_K {
         return None;
     }
@@ -156,6 +198,19 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
         return None;
     }
     Some(PackedConv::new(isa, wv, d))
+}
+
+/// True when stride-1 1×1 convs on planes larger than 14² take [`super::packed_rows`]:
+/// AVX-512F and `RLX_CPU_MK_ROWS=1` (read once per process). Off by default: on the AMD
+/// EPYC Zen 4 of bench/NOTES.md §27 it ran at gemm's speed, not faster (models 1.00–1.03×
+/// with it, 1 thread).
+fn rows_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        isa_cap() == IsaCap::Avx512
+            && !rlx_ir::env::is_off("RLX_CPU_MK")
+            && rlx_ir::env::is_on("RLX_CPU_MK_ROWS")
+    })
 }
 
 /// See [`packed_weights`].
@@ -195,6 +250,20 @@ const CHUNK_BYTES: usize = 768 << 10;
 /// noise of 256 and 512, a little ahead on 1000←512 at 13²).
 const KC: usize = 128;
 
+/// True when `pk` (packed from weights of dims `wdims`) fits conv `g` on this CPU.
+fn fits(pk: &PackedConv, wdims: &[usize], g: &Geo) -> bool {
+    g.sp.len() == 2
+        && g.groups == 1
+        && wdims == pk.wdims.as_slice()
+        && g.m == pk.m
+        && g.c * g.ks.iter().product::<usize>() == pk.k
+        && match pk.isa {
+            MkIsa::Avx512 => isa_cap() == IsaCap::Avx512,
+            MkIsa::Avx2 => isa_cap() >= IsaCap::Avx2,
+        }
+        && (!pk.rows || (g.ks == [1, 1] && g.pads == [(0, 0); 2]))
+}
+
 /// The conv `g` through `pk`'s kernel, with `epi` (and the residual `res`, added after the
 /// bias) per output row as [`super::im2col::conv_float`] applies them. None (nothing
 /// computed) where `pk` does not fit `g` (other weights, groups, rank).
@@ -206,16 +275,7 @@ pub(super) fn conv_packed_f32(
     epi: &Epilogue,
     res: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    let fits = g.sp.len() == 2
-        && g.groups == 1
-        && wdims == pk.wdims.as_slice()
-        && g.m == pk.m
-        && g.c * g.ks.iter().product::<usize>() == pk.k
-        && match pk.isa {
-            MkIsa::Avx512 => isa_cap() == IsaCap::Avx512,
-            MkIsa::Avx2 => isa_cap() >= IsaCap::Avx2,
-        };
-    if !fits {
+    if !fits(pk, wdims, g) {
         return None;
     }
     // A strided 1×1 conv without padding reads every s-th pixel: gathered once into
@@ -242,10 +302,86 @@ pub(super) fn conv_packed_f32(
                 dil: g.dil.clone(),
                 ..*g
             };
-            Some(run(xs, pk, &g1, epi, res))
+            Some(run_any(xs, pk, &g1, epi, res))
         });
     }
-    Some(run(x, pk, g, epi, res))
+    Some(run_any(x, pk, g, epi, res))
+}
+
+/// [`conv_packed_f32`] for a conv whose residual is a
+/// [`super::common::Residual::Into`] buffer `v` (its values; `(conv + r) + bias`): the
+/// output, written over `v`, where `pk` is packed for [`super::packed_rows`] and fits a
+/// stride-1 `g`; else `v` back, nothing computed.
+pub(super) fn conv_packed_into(
+    x: &[f32],
+    pk: &PackedConv,
+    wdims: &[usize],
+    g: &Geo,
+    epi: &Epilogue,
+    v: Vec<f32>,
+) -> Result<Vec<f32>, Vec<f32>> {
+    if !pk.rows || !fits(pk, wdims, g) || !g.direct() || v.len() != g.n * g.m * g.sp[0] * g.sp[1] {
+        return Err(v);
+    }
+    Ok(super::packed_rows::run(x, pk, g, epi, RowsRes::Into(v)))
+}
+
+/// [`run`], or [`super::packed_rows::run`] for weights packed for it.
+fn run_any(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
+    if pk.rows {
+        let res = res.map_or(RowsRes::None, RowsRes::Read);
+        super::packed_rows::run(x, pk, g, epi, res)
+    } else {
+        run(x, pk, g, epi, res)
+    }
+}
+
+/// The epilogue of `rows` output rows whose sums are in place (row `i` at `dst + ooff +
+/// i·p`, `pb` values; its channel `m0 + i`, its residual at the same offset of `res`):
+/// the bias, residual, clamp, `post` and the scan's largest |y| per row, exactly as
+/// [`super::im2col::conv_float`] applies them (`post` over the whole run when the rows are
+/// whole planes).
+///
+/// # Safety
+/// Those rows are inside `dst`'s allocation and the caller's alone.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn finish_rows(
+    dst: *mut f32,
+    ooff: usize,
+    m0: usize,
+    rows: usize,
+    pb: usize,
+    p: usize,
+    epi: &Epilogue,
+    res: Option<&[f32]>,
+) {
+    let Epilogue {
+        bias,
+        clamp,
+        post,
+        seen,
+    } = *epi;
+    for i in 0..rows {
+        // SAFETY: the caller's row segment.
+        let seg = unsafe { std::slice::from_raw_parts_mut(dst.add(ooff + i * p), pb) };
+        let mut bv = bias.map(|b| b[m0 + i]);
+        if let Some(r) = res {
+            let at = ooff + i * p;
+            add_bias_residual(seg, bv.take(), &r[at..at + pb]);
+        }
+        let bits = bias_clamp(seg, bv, clamp, seen.is_some());
+        if let Some(s) = seen {
+            s.fetch_max(bits, Ordering::Relaxed);
+        }
+        if clamp.is_none() && pb < p {
+            post(seg);
+        }
+    }
+    if clamp.is_none() && pb == p {
+        // Whole planes: the rows are one run.
+        // SAFETY: the caller's rows, consecutive when pb == p.
+        post(unsafe { std::slice::from_raw_parts_mut(dst.add(ooff), rows * p) });
+    }
 }
 
 /// Convs run by [`run`] in this process ([`packed_runs`]).
@@ -262,12 +398,6 @@ pub fn packed_runs() -> u64 {
 /// from L2), into a stripe `[position][mb]`; then the stripe goes to the block's NCHW
 /// output rows with the epilogue.
 fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
-    let Epilogue {
-        bias,
-        clamp,
-        post,
-        seen,
-    } = *epi;
     let (m, k, isa) = (g.m, pk.k, pk.isa);
     let (mb, np_max) = (isa.mb(), isa.np_max());
     let (oh, ow) = (g.osp[0], g.osp[1]);
@@ -305,27 +435,8 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
         // SAFETY: rows m0..m1 of image ni, columns j0..j0+pb: the calling task's
         // (disjoint from every other task's); the stripe holds pb·mb values.
         unsafe { transpose_into(stripe.as_ptr(), mb, pb, m1 - m0, dst.get().add(ooff), p) };
-        for i in 0..m1 - m0 {
-            // SAFETY: the task's row segment, written just above.
-            let seg = unsafe { std::slice::from_raw_parts_mut(dst.get().add(ooff + i * p), pb) };
-            let mut bv = bias.map(|b| b[m0 + i]);
-            if let Some(r) = res {
-                let at = ooff + i * p;
-                add_bias_residual(seg, bv.take(), &r[at..at + pb]);
-            }
-            let bits = bias_clamp(seg, bv, clamp, seen.is_some());
-            if let Some(s) = seen {
-                s.fetch_max(bits, Ordering::Relaxed);
-            }
-            if clamp.is_none() && pb < p {
-                post(seg);
-            }
-        }
-        if clamp.is_none() && pb == p {
-            // Whole planes: the block's rows are one run.
-            // SAFETY: rows m0..m1 of image ni, written above.
-            post(unsafe { std::slice::from_raw_parts_mut(dst.get().add(ooff), (m1 - m0) * p) });
-        }
+        // SAFETY: as above.
+        unsafe { finish_rows(dst.get(), ooff, m0, m1 - m0, pb, p, epi, res) };
     };
     let task = |t: usize| {
         let (ni, rest) = (t / (nchunk * mparts), t % (nchunk * mparts));
@@ -606,4 +717,20 @@ pub(super) unsafe fn tile_for_test(
 ) {
     // SAFETY: the caller's.
     unsafe { tile(isa, np, k, false, w, x, xs, t, (std::ptr::null(), 0)) }
+}
+
+/// [`super::packed_rows::run`] on `w` packed for it (a stride-1 1×1 conv `g`), for tests.
+#[cfg(test)]
+pub(super) fn run_rows_for_test(
+    x: &[f32],
+    w: &[f32],
+    g: &Geo,
+    epi: &Epilogue,
+    res: RowsRes,
+) -> Vec<f32> {
+    let mut wd = vec![g.m, g.c];
+    wd.extend(&g.ks);
+    let pk = PackedConv::new_rows(w, &wd);
+    assert!(fits(&pk, &wd, g) && g.direct(), "a stride-1 1x1 conv");
+    super::packed_rows::run(x, &pk, g, epi, res)
 }
