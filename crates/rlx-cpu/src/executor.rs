@@ -35,8 +35,10 @@ pub struct CpuExecutor {
     /// The steps, liveness and prepared weights (`crate::plan`).
     plan: Plan,
     /// Per leaf whose value does not change between runs (Constant, Param once set): its
-    /// NaN/Inf counts, computed once, so the scanner does not re-read weights every run.
-    leaf_counts: Vec<Option<NonFiniteCounts>>,
+    /// NaN/Inf counts, computed at the first scanned run, so the scanner does not re-read
+    /// weights every run, and building an executor (a dynamic model's plan per size
+    /// signature) does not read them at all.
+    leaf_counts: Vec<Option<std::sync::OnceLock<NonFiniteCounts>>>,
     /// Per node: its op only moves values (`numeric_check::only_moves_values`); the scanner
     /// records its output clean without reading it when every input was clean.
     moves: Vec<bool>,
@@ -334,7 +336,7 @@ impl CpuExecutor {
             .nodes
             .iter()
             .map(|node| match &node.op {
-                Op::Constant(t) => Some(scan_data(t.data())),
+                Op::Constant(_) => Some(std::sync::OnceLock::new()),
                 _ => None,
             })
             .collect();
@@ -548,7 +550,7 @@ impl CpuExecutor {
         let t = t
             .reshaped(dims)
             .map_err(|e| CpuError::Param(format!("param \"{name}\": {e}")))?;
-        self.leaf_counts[id.index()] = Some(scan_data(t.data()));
+        self.leaf_counts[id.index()] = Some(std::sync::OnceLock::new());
         self.params[id.index()] = Some(t);
         Ok(())
     }
@@ -739,7 +741,7 @@ impl CpuExecutor {
                 }
                 if let Some(s) = scanner.as_deref_mut() {
                     let c = match &self.leaf_counts[i] {
-                        Some(c) => *c,
+                        Some(c) => *c.get_or_init(|| scan_data(t.data())),
                         // Only moved values, all of them finite: not read again.
                         None if self.moves[i]
                             && node.inputs.iter().all(|x| run.finite[x.index()]) =>

@@ -49,7 +49,7 @@ fn nan_from_fast_exp_overflow_names_the_sub_and_the_exp() {
 #[test]
 fn cached_counts_of_constants_and_params_still_report() {
     // A NaN param and a NaN constant, each consumed by an Add: scanned from the counts
-    // cached at set_param / executor construction, on every run.
+    // cached at the first scanned run, on every run; a new param value is counted again.
     let mut g = Graph::new("t");
     let x = g.input("x", s(&[4]));
     let w = g.param("w", s(&[4]));
@@ -80,7 +80,31 @@ fn cached_counts_of_constants_and_params_still_report() {
                 .any(|r| r.index == 1 && (r.node == w || r.node == a)),
             "{nodes:?}"
         );
+        // The constant's NaN (index 3) is reported, at the constant or at its consumer.
+        assert!(
+            sc.reports()
+                .iter()
+                .any(|r| r.index == 3 && (r.node == c || r.node == b)),
+            "{nodes:?}"
+        );
     }
+    // The param's NaN moves to index 2: its counts are not the first value's.
+    ex.set_param(
+        "w",
+        Tensor::from_f32(&[4], vec![0.0, 0.0, f32::NAN, 0.0]).unwrap(),
+    )
+    .unwrap();
+    let mut sc = DebugScanner::new(DebugMode::Strict, "cpu");
+    sc.set_print(false);
+    let xin = Tensor::from_f32(&[4], vec![1.0; 4]).unwrap();
+    ex.run(&[xin], Some(&mut sc)).unwrap();
+    assert!(
+        sc.reports()
+            .iter()
+            .any(|r| r.index == 2 && (r.node == w || r.node == a)),
+        "{:?}",
+        sc.reports()
+    );
 }
 
 /// The Inf note names the sign that reached the output: x = [-3e38, 3e38] times 10
