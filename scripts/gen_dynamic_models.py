@@ -2,6 +2,7 @@
 """Models with dynamic input dims and onnxruntime's outputs at several sizes (issue 32).
 
     .venv/bin/python scripts/gen_dynamic_models.py      # a few seconds; CI runs it
+    .venv/bin/python scripts/gen_dynamic_models.py --bench   # only gpt2_kv_6l (not in CI)
 
 Writes fixtures/dynamic/ (gitignored):
 
@@ -27,6 +28,10 @@ Writes fixtures/dynamic/ (gitignored):
   gpt2_kv/tokens.npy           the prompt (3 tokens) then 32 greedy tokens, onnxruntime's
   gpt2_kv/expected_logits_<step>.npy   onnxruntime's logits at step 0 (prefill, empty past)
                                        to 32, each step fed the previous step's present
+  gpt2_kv_6l/model.onnx        (--bench only) the same export of a larger GPT-2 (6 layers, 8
+                               heads, 512 wide, vocab 8000, 256 positions; 27M parameters,
+                               109 MB): what planning a new past length costs at a size where
+                               a decode step takes milliseconds (bench/RESULTS.md); no outputs
   cut_names/model.onnx         NonZero "nz" with output "a" and a second input y whose dim is
                                named "a.1" (the cut's own name for the output's axis 1: the
                                invented symbols must not collide); input_{x,y}.npy, expected_s.npy
@@ -44,6 +49,7 @@ export's dynamic axes are real.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -257,6 +263,51 @@ def gpt2_kv() -> None:
     print(f"wrote {d} (33 steps)")
 
 
+def gpt2_kv_6l() -> None:
+    """A larger gpt2_kv export for timing (no reference outputs)."""
+    from transformers.cache_utils import DynamicCache
+
+    torch.manual_seed(0)
+    layers, heads, emb = 6, 8, 512
+    hd = emb // heads
+    cfg = transformers.GPT2Config(vocab_size=8000, n_positions=256, n_embd=emb, n_layer=layers,
+                                  n_head=heads, attn_implementation="eager")
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+
+    class Step(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, *past):
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask,
+                       past_key_values=cache, use_cache=True)
+            outs = [o.logits]
+            for layer in o.past_key_values.layers:
+                outs += [layer.keys, layer.values]
+            return tuple(outs)
+
+    kv = [f"{i}.{n}" for i in range(layers) for n in ("key", "value")]
+    names_in = ["input_ids", "attention_mask"] + [f"past.{x}" for x in kv]
+    names_out = ["logits"] + [f"present.{x}" for x in kv]
+    axes = {"input_ids": {1: "seq"}, "attention_mask": {1: "total"}, "logits": {1: "seq"}}
+    axes.update({f"past.{x}": {2: "past"} for x in kv})
+    axes.update({f"present.{x}": {2: "total"} for x in kv})
+    d = OUT / "gpt2_kv_6l"
+    d.mkdir(parents=True, exist_ok=True)
+    ex = (torch.tensor([[5]]), torch.ones(1, 4, dtype=torch.int64),
+          *[torch.zeros(1, heads, 3, hd) for _ in kv])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Step(m).eval(), ex, str(d / "model.onnx"), input_names=names_in,
+                          output_names=names_out, dynamic_axes=axes, opset_version=17,
+                          dynamo=False)
+    print(f"wrote {d}")
+
+
 def ssdlite() -> None:
     import torchvision
 
@@ -287,6 +338,9 @@ def ssdlite() -> None:
 
 
 if __name__ == "__main__":
+    if "--bench" in sys.argv[1:]:
+        gpt2_kv_6l()
+        sys.exit(0)
     bert_dyn()
     nonzero_mid()
     cut_names()
