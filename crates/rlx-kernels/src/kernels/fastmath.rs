@@ -41,17 +41,19 @@ pub(crate) enum Isa {
     Plain,
 }
 
+/// Which copy of the `isa_fn!` kernels runs: the CPU's best, within `RLX_CPU_ISA`
+/// ([`crate::kernels::simd::isa_cap`]: `avx2` runs the AVX2 copies on an AVX-512 CPU,
+/// `portable` the plain ones). Every copy gives the same bits (see the module docs).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn isa() -> Isa {
+    use crate::kernels::simd::{isa_cap, IsaCap};
     use std::sync::OnceLock;
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
-        if is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-        {
+        let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if is_x86_feature_detected!("avx512f") && fma && isa_cap() == IsaCap::Avx512 {
             Isa::Avx512
-        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        } else if fma && isa_cap() >= IsaCap::Avx2 {
             Isa::Avx2
         } else {
             Isa::Plain

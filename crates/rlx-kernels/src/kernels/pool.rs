@@ -267,11 +267,15 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         && super::wide::is_f32::<T>()
         && a.dilations.iter().all(|&d| d == 1)
         && (1..=2).contains(&sw);
+    // Within `RLX_CPU_ISA` (`avx2`: the AVX2 kernel on an AVX-512 CPU; `portable`: none).
     #[cfg(target_arch = "x86_64")]
-    let avx512 = std::is_x86_feature_detected!("avx512f");
+    let cap = super::simd::isa_cap();
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = cap == super::simd::IsaCap::Avx512 && std::is_x86_feature_detected!("avx512f");
     // Without AVX-512: 3×3 stride 2 on AVX2 (`max2d::k3s2_avx2`), the rest generic.
     #[cfg(target_arch = "x86_64")]
     let avx2 = !avx512
+        && cap >= super::simd::IsaCap::Avx2
         && (kh, kw, a.strides[0], sw) == (3, 3, 2, 2)
         && std::is_x86_feature_detected!("avx2");
     #[cfg(target_arch = "x86_64")]
