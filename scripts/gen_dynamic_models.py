@@ -199,15 +199,11 @@ def cut_names() -> None:
     print(f"wrote {d}")
 
 
-def gpt2_kv() -> None:
+def export_gpt2_kv(m, layers: int, heads: int, hd: int, path: Path) -> list[str]:
+    """Export GPT2LMHeadModel `m` as one decode step with past_key_values as inputs
+    past.<layer>.{key,value} and outputs present.<layer>.{key,value} (dims "seq", "total",
+    "past"); returns the KV names `<layer>.{key,value}`."""
     from transformers.cache_utils import DynamicCache
-
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=100, n_positions=128, n_embd=32, n_layer=2,
-                                  n_head=4, bos_token_id=0, eos_token_id=0,
-                                  attn_implementation="eager")
-    m = transformers.GPT2LMHeadModel(cfg).eval()
-    layers, heads, hd = 2, 4, 8
 
     class Step(torch.nn.Module):
         def __init__(self, m):
@@ -231,9 +227,6 @@ def gpt2_kv() -> None:
     axes = {"input_ids": {1: "seq"}, "attention_mask": {1: "total"}, "logits": {1: "seq"}}
     axes.update({f"past.{x}": {2: "past"} for x in kv})
     axes.update({f"present.{x}": {2: "total"} for x in kv})
-    d = OUT / "gpt2_kv"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / "model.onnx"
     ex = (torch.tensor([[5]]), torch.ones(1, 4, dtype=torch.int64),
           *[torch.zeros(1, heads, 3, hd) for _ in kv])
     with warnings.catch_warnings():
@@ -241,6 +234,20 @@ def gpt2_kv() -> None:
         torch.onnx.export(Step(m).eval(), ex, str(path), input_names=names_in,
                           output_names=names_out, dynamic_axes=axes, opset_version=17,
                           dynamo=False)
+    return kv
+
+
+def gpt2_kv() -> None:
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=100, n_positions=128, n_embd=32, n_layer=2,
+                                  n_head=4, bos_token_id=0, eos_token_id=0,
+                                  attn_implementation="eager")
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    layers, heads, hd = 2, 4, 8
+    d = OUT / "gpt2_kv"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "model.onnx"
+    kv = export_gpt2_kv(m, layers, heads, hd, path)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     tokens = [1, 2, 3]
     past = {f"past.{x}": np.zeros((1, heads, 0, hd), np.float32) for x in kv}
@@ -265,46 +272,15 @@ def gpt2_kv() -> None:
 
 def gpt2_kv_6l() -> None:
     """A larger gpt2_kv export for timing (no reference outputs)."""
-    from transformers.cache_utils import DynamicCache
-
     torch.manual_seed(0)
     layers, heads, emb = 6, 8, 512
-    hd = emb // heads
     cfg = transformers.GPT2Config(vocab_size=8000, n_positions=256, n_embd=emb, n_layer=layers,
-                                  n_head=heads, attn_implementation="eager")
+                                  n_head=heads, bos_token_id=0, eos_token_id=0,
+                                  attn_implementation="eager")
     m = transformers.GPT2LMHeadModel(cfg).eval()
-
-    class Step(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask, *past):
-            cache = DynamicCache()
-            for i in range(layers):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            o = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                       past_key_values=cache, use_cache=True)
-            outs = [o.logits]
-            for layer in o.past_key_values.layers:
-                outs += [layer.keys, layer.values]
-            return tuple(outs)
-
-    kv = [f"{i}.{n}" for i in range(layers) for n in ("key", "value")]
-    names_in = ["input_ids", "attention_mask"] + [f"past.{x}" for x in kv]
-    names_out = ["logits"] + [f"present.{x}" for x in kv]
-    axes = {"input_ids": {1: "seq"}, "attention_mask": {1: "total"}, "logits": {1: "seq"}}
-    axes.update({f"past.{x}": {2: "past"} for x in kv})
-    axes.update({f"present.{x}": {2: "total"} for x in kv})
     d = OUT / "gpt2_kv_6l"
     d.mkdir(parents=True, exist_ok=True)
-    ex = (torch.tensor([[5]]), torch.ones(1, 4, dtype=torch.int64),
-          *[torch.zeros(1, heads, 3, hd) for _ in kv])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Step(m).eval(), ex, str(d / "model.onnx"), input_names=names_in,
-                          output_names=names_out, dynamic_axes=axes, opset_version=17,
-                          dynamo=False)
+    export_gpt2_kv(m, layers, heads, emb // heads, d / "model.onnx")
     print(f"wrote {d}")
 
 

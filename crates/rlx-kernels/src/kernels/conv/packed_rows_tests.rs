@@ -13,21 +13,9 @@ use super::im2col::conv_float;
 use super::no_post;
 use super::packed::run_rows_for_test;
 use super::packed_rows::RowsRes;
+use super::packed_tests::rnd;
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::ConvAttrs;
-
-/// xorshift values in [-1, 1).
-fn rnd(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// `(n, c, h, w, m)`: 1×1 convs, stride 1, no padding.
 const CASES: &[(usize, usize, usize, usize, usize)] = &[

@@ -29,7 +29,7 @@ fn isas() -> Vec<MkIsa> {
 }
 
 /// xorshift values in [-1, 1).
-fn rnd(n: usize, seed: u64) -> Vec<f32> {
+pub(super) fn rnd(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {
