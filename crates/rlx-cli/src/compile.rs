@@ -4,7 +4,7 @@
 //! provenance, the weights (safetensors), the device type, the input guards and a format
 //! version; `rlx run model.rlxpkg` loads it and runs it without the ONNX file.
 
-use crate::load::{load, ModelArgs};
+use crate::load::{load, split_input_spec, ModelArgs};
 use crate::run::{generate_input, read_input_file, RunArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -279,7 +279,7 @@ pub fn prepare_package(m: &ModelArgs, device: Option<&str>, quiet: bool) -> Resu
     };
     if manifest.dynamic.is_some() {
         let dm = rlx_runtime::load_dynamic_package(&m.model, device).map_err(|e| anyhow!("{e}"))?;
-        return prepare_dynamic(m, dm, quiet);
+        return prepare_dynamic(m, dm, quiet, !quiet);
     }
     if !m.dims.is_empty() {
         bail!(
@@ -290,7 +290,9 @@ pub fn prepare_package(m: &ModelArgs, device: Option<&str>, quiet: bool) -> Resu
     let decl = s.inputs();
     let given = bind_input_files(m, &decl)?;
     let checked = s.check_inputs_enabled();
-    let feeds = order_feeds(m, &decl, given, checked, |_, shape| Ok(shape.clone()))?;
+    let feeds = order_feeds(m, &decl, given, checked, !quiet, |_, shape| {
+        Ok(shape.clone())
+    })?;
     Ok(Ready::Plan {
         graph: s,
         feeds,
@@ -371,16 +373,23 @@ pub fn run_onnx_segmented(a: &RunArgs, device: Device, first: anyhow::Error) -> 
     let src = OnnxSource::open(&path).map_err(|e| anyhow!("{e}"))?;
     let m =
         DynamicModel::new(Arc::new(src), device, BTreeMap::new()).map_err(|e| anyhow!("{e}"))?;
-    // Quiet: the first attempt already said where each input comes from.
-    let ready = prepare_dynamic(&model_args(a), m, true)?;
+    // Quiet: the first attempt already said where each input comes from (it stopped
+    // before generating any, so those notes are made here).
+    let ready = prepare_dynamic(&model_args(a), m, true, !a.quiet)?;
     run_ready(a, ready)
 }
 
 /// Bind a dynamic model's inputs (files, a model folder's `input_<name>.npy`), generate the
 /// others at the sizes the files, `--dim NAME=SIZE` or the ranges' minimum give, then plan
 /// this signature; a model with a value-dependent node is left to run in segments (outputs
-/// and NaN reports per segment; no `--nan-report` file).
-pub fn prepare_dynamic(a: &ModelArgs, mut m: DynamicModel, quiet: bool) -> Result<Ready> {
+/// and NaN reports per segment; no `--nan-report` file). `quiet` silences the notes of
+/// where each input came from; `note_generated` prints one line per generated input.
+pub fn prepare_dynamic(
+    a: &ModelArgs,
+    mut m: DynamicModel,
+    quiet: bool,
+    note_generated: bool,
+) -> Result<Ready> {
     let dims = crate::load::parse_dims(&a.dims)?;
     // Refused before any input is generated at that size.
     for (k, v) in &dims {
@@ -409,23 +418,21 @@ pub fn prepare_dynamic(a: &ModelArgs, mut m: DynamicModel, quiet: bool) -> Resul
         .map(|g| (g.name.clone(), g.declared_shape()))
         .collect();
     let mut given = bind_input_files(a, &decl)?;
-    if a.model.is_dir() {
-        for (name, _) in &decl {
-            let p = a
-                .model
-                .join(format!("input_{}.npy", crate::run::sanitize(name)));
-            if !given.contains_key(name) && p.is_file() {
-                if !quiet {
-                    eprintln!("rlx: input \"{name}\" from {}", p.display());
-                }
-                given.insert(name.clone(), (crate::npy::read_npy(&p)?, p));
+    for (name, _) in &decl {
+        if given.contains_key(name) {
+            continue;
+        }
+        if let Some(p) = crate::load::folder_input(&a.model, name)? {
+            if !quiet {
+                eprintln!("rlx: input \"{name}\" from {}", p.display());
             }
+            given.insert(name.clone(), (crate::npy::read_npy(&p)?, p));
         }
     }
     let given_refs: Vec<(&str, &Tensor)> =
         given.iter().map(|(n, (t, _))| (n.as_str(), t)).collect();
     let sizes = m.sizes_for(&given_refs, &dims);
-    let feeds = order_feeds(a, &decl, given, true, |name, _| {
+    let feeds = order_feeds(a, &decl, given, true, note_generated, |name, _| {
         let g = guards
             .iter()
             .find(|g| g.name == name)
@@ -464,11 +471,12 @@ fn bind_input_files(
 ) -> Result<HashMap<String, (Tensor, PathBuf)>> {
     let mut given: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
     let mut free = decl.iter().map(|d| d.0.clone());
-    let named: Vec<&str> = a
-        .inputs
-        .iter()
-        .filter_map(|s| s.split_once('=').map(|p| p.0))
-        .collect();
+    let mut named: Vec<&str> = vec![];
+    for spec in &a.inputs {
+        if let Some((name, _)) = split_input_spec(spec)? {
+            named.push(name);
+        }
+    }
     let mut free_names = vec![];
     for n in free.by_ref() {
         if !named.contains(&n.as_str()) {
@@ -477,13 +485,8 @@ fn bind_input_files(
     }
     let mut free_names = free_names.into_iter();
     for spec in &a.inputs {
-        let (name, file) = match spec.split_once('=') {
-            Some((name, file)) => {
-                if name.is_empty() {
-                    bail!("--input {spec}: the input NAME before '=' is empty");
-                }
-                (name.to_string(), file)
-            }
+        let (name, file) = match split_input_spec(spec)? {
+            Some((name, file)) => (name.to_string(), file),
             None => match free_names.next() {
                 Some(n) => (n, spec.as_str()),
                 None => bail!("--input {spec}: every input of the package is already bound"),
@@ -501,13 +504,15 @@ fn bind_input_files(
 }
 
 /// One tensor per declared input, in order: the bound file, else generated at the shape
-/// `shape_of` gives. Unchecked, a file of the wrong type or an unknown name is refused here;
-/// checked, they are left for the guards to report.
+/// `shape_of` gives (one line on stderr each when `note_generated`). Unchecked, a file of
+/// the wrong type or an unknown name is refused here; checked, they are left for the guards
+/// to report.
 fn order_feeds(
     a: &ModelArgs,
     decl: &[(String, rlx_ir::Shape)],
     mut given: HashMap<String, (Tensor, PathBuf)>,
     checked: bool,
+    note_generated: bool,
     shape_of: impl Fn(&str, &rlx_ir::Shape) -> Result<rlx_ir::Shape>,
 ) -> Result<Vec<(String, Tensor)>> {
     let mut feeds = vec![];
@@ -525,7 +530,13 @@ fn order_feeds(
                 }
                 t
             }
-            None => generate_input(name, &shape_of(name, shape)?, a.seed),
+            None => {
+                let s = shape_of(name, shape)?;
+                if note_generated {
+                    crate::load::note_generated_input(name, &s, a.seed, &a.model);
+                }
+                generate_input(name, &s, a.seed)
+            }
         };
         feeds.push((name.clone(), t));
     }

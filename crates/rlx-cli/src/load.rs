@@ -154,17 +154,88 @@ pub fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 /// Read the model, bind input files and dims, import once, and produce one tensor per graph
-/// input (generated where no file was given). `quiet` silences the "input from" notes.
+/// input (generated where no file was given). `quiet` silences the notes on stderr: where
+/// each input came from, and one line per generated input ([`note_generated_input`]).
 ///
 /// Errors: unreadable or malformed model or input file (naming it), an input file for a
 /// name the model does not have, a file whose dtype or shape differs from the model's input.
 pub fn load(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
-    load_with(a, quiet, vec![])
+    load_inner(a, quiet, !quiet, vec![])
+}
+
+/// [`load`] without the one line per generated input, for a command that says itself
+/// which inputs were generated (`rlx precision`); `quiet` silences the other notes.
+pub fn load_unnoted(a: &ModelArgs, quiet: bool) -> Result<Loaded> {
+    load_inner(a, quiet, false, vec![])
 }
 
 /// [`load`] with some inputs given as tensors (the Python package's arrays): each binds by
 /// name as `--input NAME=FILE` does, and errors call it "the array given".
 pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> Result<Loaded> {
+    load_inner(a, quiet, !quiet, arrays)
+}
+
+/// `--input SPEC` split into `(NAME, FILE)` at its first '=' (None for a bare FILE, which
+/// binds the next unnamed input). An empty NAME, an empty FILE after '=' (`--input x=`) or
+/// an empty SPEC is refused with an error saying so.
+pub fn split_input_spec(spec: &str) -> Result<Option<(&str, &str)>> {
+    match spec.split_once('=') {
+        Some(("", _)) => bail!("--input {spec}: the input NAME before '=' is empty"),
+        Some((_, "")) => bail!("--input {spec:?}: no file after '='"),
+        Some(p) => Ok(Some(p)),
+        None if spec.is_empty() => bail!("--input \"\": no file given"),
+        None => Ok(None),
+    }
+}
+
+/// The model folder's `input_<name>.npy` for the input `name` when `model` is a folder
+/// holding one; None when it is not a folder or holds no such entry. An entry of that
+/// name that is not a regular file (a folder, a FIFO, a link to nothing) is an error
+/// naming it, not skipped.
+pub fn folder_input(model: &Path, name: &str) -> Result<Option<PathBuf>> {
+    if !model.is_dir() {
+        return Ok(None);
+    }
+    let p = model.join(format!("input_{}.npy", sanitize(name)));
+    let not_regular = |what: &str| {
+        anyhow!(
+            "{} is not a regular file{what}: a model folder's input_<name>.npy is read as the input \"{name}\" (remove it, or give the input with --input {name}=FILE)",
+            p.display()
+        )
+    };
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_file() => Ok(Some(p)),
+        Ok(m) if m.is_dir() => Err(not_regular(" (a folder)")),
+        Ok(_) => Err(not_regular("")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(&p).is_ok() {
+                Err(not_regular(" (a link to nothing)"))
+            } else {
+                Ok(None)
+            }
+        }
+        Err(e) => Err(anyhow!("cannot read {}: {e}", p.display())),
+    }
+}
+
+/// One line on stderr for an input generated because no file was given for it:
+/// `rlx: input "x" f32[1,3] generated (seed 0): no --input or input_x.npy given`.
+pub fn note_generated_input(name: &str, shape: &Shape, seed: u64, model: &Path) {
+    let why = if model.is_dir() {
+        format!("no --input or input_{}.npy given", sanitize(name))
+    } else {
+        "no --input given".to_string()
+    };
+    eprintln!("rlx: input \"{name}\" {shape} generated (seed {seed}): {why}");
+}
+
+/// [`load_with`], printing one line per generated input when `note_generated`.
+fn load_inner(
+    a: &ModelArgs,
+    quiet: bool,
+    note_generated: bool,
+    arrays: Vec<(String, Tensor)>,
+) -> Result<Loaded> {
     let mut dims = parse_dims(&a.dims)?;
     // A dynamic package holds its source model: this command imports that at the sizes
     // asked for (checked against the package's ranges). A static one holds only a graph.
@@ -213,11 +284,8 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
     }
     let mut positional: Vec<(PathBuf, Tensor)> = vec![];
     for spec in &a.inputs {
-        match spec.split_once('=') {
+        match split_input_spec(spec)? {
             Some((name, file)) => {
-                if name.is_empty() {
-                    bail!("--input {spec}: the input NAME before '=' is empty");
-                }
                 let t = read_input_file(Path::new(file))
                     .with_context(|| format!("input \"{name}\""))?;
                 if given.insert(name.to_string(), t).is_some() {
@@ -259,16 +327,13 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
         sources.insert(name.clone(), p);
         given.insert(name, t);
     }
-    if a.model.is_dir() {
-        for name in free {
-            let p = a.model.join(format!("input_{}.npy", sanitize(&name)));
-            if p.is_file() {
-                if !quiet {
-                    eprintln!("rlx: input \"{name}\" from {}", p.display());
-                }
-                given.insert(name.clone(), read_npy(&p)?);
-                sources.insert(name, p);
+    for name in free {
+        if let Some(p) = folder_input(&a.model, &name)? {
+            if !quiet {
+                eprintln!("rlx: input \"{name}\" from {}", p.display());
             }
+            given.insert(name.clone(), read_npy(&p)?);
+            sources.insert(name, p);
         }
     }
     for name in given.keys() {
@@ -357,7 +422,12 @@ pub fn load_with(a: &ModelArgs, quiet: bool, arrays: Vec<(String, Tensor)>) -> R
                 }
                 t
             }
-            None => generate_input(name, &n.shape, a.seed),
+            None => {
+                if note_generated {
+                    note_generated_input(name, &n.shape, a.seed, &a.model);
+                }
+                generate_input(name, &n.shape, a.seed)
+            }
         };
         feeds.push((name.clone(), t));
     }

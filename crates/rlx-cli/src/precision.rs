@@ -1109,7 +1109,8 @@ pub fn run(a: &PrecisionArgs, say: &mut dyn FnMut(&str)) -> Result<bool> {
     let samples = match &a.calibration {
         Some(d) => samples_from_dir(a, d, "--calibration")?,
         None => {
-            let l = load(&a.model, a.quiet)?;
+            // Without per-input "generated" notes: the line below says how many were.
+            let l = crate::load::load_unnoted(&a.model, a.quiet)?;
             // Which inputs came from a file (--input, the folder's input_<name>.npy).
             let from_folder = |n: &str| {
                 a.model.model.is_dir()

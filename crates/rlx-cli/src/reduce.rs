@@ -1050,7 +1050,7 @@ pub fn run(a: &ReduceArgs, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
 fn error_feeds(a: &ReduceArgs) -> Result<Vec<(String, Tensor)>> {
     let mut given: HashMap<String, Tensor> = HashMap::new();
     for spec in &a.model.inputs {
-        if let Some((name, file)) = spec.split_once('=') {
+        if let Some((name, file)) = crate::load::split_input_spec(spec)? {
             given.insert(
                 name.to_string(),
                 crate::run::read_input_file(Path::new(file))
@@ -1067,8 +1067,7 @@ fn error_feeds(a: &ReduceArgs) -> Result<Vec<(String, Tensor)>> {
             out.push((name, t));
             continue;
         }
-        let p = a.model.model.join(format!("input_{}.npy", sanitize(&name)));
-        if a.model.model.is_dir() && p.is_file() {
+        if let Some(p) = crate::load::folder_input(&a.model.model, &name)? {
             out.push((name, crate::npy::read_npy(&p)?));
             continue;
         }

@@ -15,8 +15,9 @@ pub const EXIT_NAN_ABORT: i32 = 3;
 ///
 /// Inputs come from `--input NAME=FILE` (`.npy`, or ONNX `TensorProto` `.pb` as in the ONNX
 /// test data); inputs not given are generated deterministically from the declared shapes
-/// (floats uniform in [-1, 1), integer ids in [0, 10), `*mask*` inputs all ones), except
-/// that a model folder's `input_<name>.npy` files are used when present.
+/// (floats uniform in [-1, 1), integer ids in [0, 10), `*mask*` inputs all ones; one line
+/// on stderr names each), except that a model folder's `input_<name>.npy` files are used
+/// when present.
 /// Set RLX_DEBUG_NANS=1 (or strict, abort) to localize NaN/Inf to the op that created it.
 #[derive(Args, Debug, Clone)]
 #[command(name = "rlx-run", version, verbatim_doc_comment)]

@@ -104,6 +104,89 @@ fn bad_inputs_give_one_line_errors() {
     assert!(err.contains("input \"x\""), "{err}");
 }
 
+/// `--input x=` names no file: the error says so (it said "cannot read : No such file or
+/// directory"), as does an empty `--input ""`.
+#[test]
+fn input_with_no_file_is_named_as_such() {
+    for (spec, want) in [
+        ("x=", r#"--input "x=": no file after '='"#),
+        ("", r#"--input "": no file given"#),
+    ] {
+        let (code, _, err) = rlx_run(&["examples/healthy_mlp", "--input", spec], None);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains(want), "--input {spec:?}: {err}");
+        assert!(!err.contains("cannot read"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+/// A model folder's entry named like an input file that is not a regular file (a folder
+/// named `input_x.npy`) is an error naming it (it was skipped, and the input generated
+/// without a word); a generated input gets one line on stderr saying so.
+#[test]
+fn folder_input_that_is_no_file_is_refused_and_generated_inputs_are_said() {
+    let dir = std::env::temp_dir().join(format!("rlx-cli-folder-input-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo().join("examples/healthy_mlp/model.onnx"),
+        dir.join("model.onnx"),
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    // No input file: generated, one line says so (with its shape and seed).
+    let (code, _, err) = rlx_run(&[d, "--seed", "7"], None);
+    assert_eq!(code, 0, "{err}");
+    let want = r#"rlx: input "x" f32[4,16] generated (seed 7): no --input or input_x.npy given"#;
+    assert_eq!(err.lines().filter(|l| *l == want).count(), 1, "{err}");
+    // The model file, not its folder: no folder to look in.
+    let file = dir.join("model.onnx");
+    let (code, _, err) = rlx_run(&[file.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(r#"rlx: input "x" f32[4,16] generated (seed 0): no --input given"#),
+        "{err}"
+    );
+    // -q, or the input given: no line.
+    let (code, _, err) = rlx_run(&[d, "-q"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("generated"), "{err}");
+    let given = "x=examples/healthy_mlp/input_x.npy";
+    let (code, _, err) = rlx_run(&[d, "--input", given], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("generated"), "{err}");
+    // A folder named input_x.npy: refused, naming it, by run and by the other commands
+    // that read the folder's inputs.
+    let bad = dir.join("input_x.npy");
+    std::fs::create_dir(&bad).unwrap();
+    let want = format!("{} is not a regular file", bad.display());
+    let (code, _, err) = rlx_run(&[d], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&want), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let trace_dir = dir.join("trace");
+    for args in [
+        vec!["lint", d],
+        vec!["trace", d, "-o", trace_dir.to_str().unwrap()],
+        vec!["diverge", d],
+    ] {
+        let cmd = args[0];
+        let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(&args)
+            .current_dir(repo())
+            .env_remove("RLX_DEBUG_NANS")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "rlx {cmd}: {err}");
+        assert!(err.contains(&want), "rlx {cmd}: {err}");
+    }
+    // An input given with --input does not read the folder's entry.
+    let (code, _, err) = rlx_run(&[d, "--input", given], None);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn lint_subcommand() {
     let o = Command::new(env!("CARGO_BIN_EXE_rlx"))

@@ -229,3 +229,34 @@ fn cli_input_check_and_load_errors() {
     assert_eq!(code, 1);
     assert!(err.contains("fixed when it was compiled"), "{err}");
 }
+
+/// A package's run: `--input x=` names no file (was "cannot read : No such file"), and an
+/// input generated for want of a file gets one line on stderr saying so.
+#[test]
+fn package_input_with_no_file_and_generated_inputs_are_said() {
+    let pkg = tmp("healthy_mlp_inputs.rlxpkg");
+    let (code, _, err) = rlx(
+        RLX,
+        &[
+            "compile",
+            "examples/healthy_mlp",
+            "-o",
+            pkg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let p = pkg.to_str().unwrap();
+    let (code, _, err) = rlx(RLX, &["run", p, "--input", "x="], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(r#"--input "x=": no file after '='"#), "{err}");
+    let (code, _, err) = rlx(RLX, &["run", p, "--seed", "3"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(r#"rlx: input "x" f32[4,16] generated (seed 3): no --input given"#),
+        "{err}"
+    );
+    let (code, _, err) = rlx(RLX, &["run", p, "-q"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("generated"), "{err}");
+}
