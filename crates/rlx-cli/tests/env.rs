@@ -169,3 +169,46 @@ fn rlx_env_prints_every_variable_with_its_current_value() {
         assert!(d[k].as_str().is_some_and(|s| !s.is_empty()), "{k}");
     }
 }
+
+/// `rlx env`'s RLX_CPU_FUSION text names every fusion that `RLX_CPU_FUSION=0` turns off:
+/// each kind of fused step of the CPU executor's plan (`rlx_cpu` `steps::Step`: conv
+/// groups with their residual Add, 1x1 + depthwise pairs and scale Muls, row groups,
+/// elementwise chains, Transposes read in place; counted by `CpuExecutor::fused_row_groups`,
+/// `paired_convs`, `scaled_convs`, `fused_chains`, `transposes_read_in_place`). It named
+/// only the conv epilogue and the row groups.
+#[test]
+fn cpu_fusion_text_names_every_fusion_it_turns_off() {
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["env", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "RLX_CPU_FUSION")
+        .expect("RLX_CPU_FUSION in rlx env");
+    let text = v["catches"].as_str().unwrap();
+    for what in [
+        "BatchNorm",
+        "Relu, SiLU or Clip",
+        "residual Add",
+        "RLX_CPU_RESIDUAL",
+        "depthwise",
+        "RLX_CPU_PWDW",
+        "scale Mul",
+        "Softmax",
+        "LayerNorm",
+        "RMSNorm",
+        "elementwise",
+        "Transpose",
+        "MatMul",
+    ] {
+        assert!(
+            text.contains(what),
+            "RLX_CPU_FUSION's text lacks {what:?}: {text}"
+        );
+    }
+}

@@ -73,7 +73,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_FUSION",
         values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",
-        catches: "nothing: 0 turns off the CPU's fusions (default on): a Conv with a following BatchNorm/bias and Relu, SiLU or Clip, and the decomposed Softmax, LayerNorm and RMSNorm run one row at a time; to rule a fusion out or to time its effect. NaN reports name the same op either way (a fused group with a non-finite value is replayed op by op)",
+        catches: "nothing: 0 turns off every fusion of the CPU executor (default on), so each op runs on its own: (1) an f32 Conv with constant weights and the per-channel Add/Sub/Mul/Div after it (a decomposed BatchNorm, a bias) folded into its weights, with a Relu, SiLU or Clip after them applied in its epilogue; (2) a residual Add (and its Relu) after such a conv, in the conv's epilogue (RLX_CPU_RESIDUAL=0 turns off only this); (3) a 1x1 conv interleaved with the depthwise conv that alone reads its output (RLX_CPU_PWDW=0: only this); (4) a per-channel scale Mul (a Squeeze-and-Excitation block's) folded into the weights of the 1x1 conv that alone reads its output; (5) the decomposed Softmax, LayerNorm and RMSNorm over the last axis, run one row at a time; (6) chains of elementwise ops (f32, float16, bfloat16; a GELU) run block by block; (7) a Transpose read only by a MatMul, read in place instead of run. Not fusions, so left on: in-place reuse of a dying input's buffer, the Winograd and packed conv kernels (RLX_CPU_WINOGRAD, RLX_CPU_MK). To rule a fusion out or to time its effect. NaN reports name the same op either way (a fused group with a non-finite value is replayed op by op)",
         cost: "none",
         scope: Scope::Runtime,
     },
