@@ -137,7 +137,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_ISA",
         values: "avx512|avx2|portable",
         acts: "at the first use of each SIMD kernel family of the process",
-        catches: "nothing: avx2 keeps the AVX-512 kernels off (the direct conv off; the depthwise kernels run their AVX2 versions, and so does the conv micro-kernel with RLX_CPU_MK=1), to test and time the AVX2 paths on an AVX-512 machine (the gemm crate keeps its own choice); portable turns the conv micro-kernel and the depthwise SIMD kernels off (gemm and the generic loops). Unset: the best the CPU has",
+        catches: "nothing: avx2 keeps the AVX-512 kernels off (the direct conv off; the depthwise kernels, MaxPool and the elementwise, Softmax and reduction loops run their AVX2 versions, and so does the conv micro-kernel with RLX_CPU_MK=1), to test and time the AVX2 paths on an AVX-512 machine (the gemm crate keeps its own choice); portable turns the conv micro-kernel and the depthwise and MaxPool SIMD kernels off and runs the plain copies of the elementwise loops (gemm and the generic loops; the same bits, slower). Unset: the best the CPU has",
         cost: "none",
         scope: Scope::Runtime,
     },
