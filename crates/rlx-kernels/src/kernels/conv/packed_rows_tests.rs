@@ -65,6 +65,21 @@ fn available() -> bool {
     isa_cap() == IsaCap::Avx512
 }
 
+/// Case `t`'s inputs, weights, bias and residual, from seeds `base`, `base + 10`, `+ 20`,
+/// `+ 30`.
+fn operands(
+    &(n, c, h, wd, m): &(usize, usize, usize, usize, usize),
+    base: u64,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let p = h * wd;
+    (
+        rnd(n * c * p, base),
+        rnd(m * c, base + 10),
+        rnd(m, base + 20),
+        rnd(n * m * p, base + 30),
+    )
+}
+
 /// Sums, bias, Relu and the residual (read, and taken as the output buffer) against the
 /// float64 definition: `relu((Σ + b) + r)` for a read residual, `relu((Σ + r) + b)` for a
 /// buffer, each rounding step in f32 as the unfused ops (and gemm) take them.
@@ -77,10 +92,7 @@ fn packed_rows_kernel_matches_the_f64_definition() {
     for (i, t) in CASES.iter().enumerate() {
         let &(n, c, h, wd, m) = t;
         let p = h * wd;
-        let x = rnd(n * c * p, 10 + i as u64);
-        let w = rnd(m * c, 20 + i as u64);
-        let b = rnd(m, 30 + i as u64);
-        let r = rnd(n * m * p, 40 + i as u64);
+        let (x, w, b, r) = operands(t, 10 + i as u64);
         let g = geo(t);
         let def = definition(t, &x, &w);
         for mode in 0..3 {
@@ -126,12 +138,8 @@ fn packed_rows_kernel_follows_gemm_with_nan_and_inf() {
         return;
     }
     for (i, t) in CASES.iter().enumerate() {
-        let &(n, c, h, wd, m) = t;
-        let p = h * wd;
-        let mut x = rnd(n * c * p, 50 + i as u64);
-        let mut w = rnd(m * c, 60 + i as u64);
-        let b = rnd(m, 70 + i as u64);
-        let r = rnd(n * m * p, 80 + i as u64);
+        let c = t.1;
+        let (mut x, mut w, b, r) = operands(t, 50 + i as u64);
         let g = geo(t);
         for poison in 0..2 {
             if poison == 1 {
