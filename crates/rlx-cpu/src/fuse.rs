@@ -672,11 +672,13 @@ pub(crate) fn run_pair(
     let act_a = Act {
         clamp: act_a.clamp(),
         post: &post_a,
+        post_bias: None,
         seen: scan.then_some(&bits[0]),
     };
     let act_b = Act {
         clamp: act_b.clamp(),
         post: &post_b,
+        post_bias: None,
         seen: scan.then_some(&bits[1]),
     };
     let t = rlx_kernels::kernels::conv::pw_dw(
@@ -882,6 +884,10 @@ pub(crate) fn run_group(
         }
         act.apply(v)
     };
+    // A SiLU takes the bias in its own pass (the same values, one pass fewer over the run).
+    let silu_bias = |v: &mut [f32], b: f32| {
+        rlx_kernels::kernels::fastmath::silu_bias_inplace(v, b, scan.then_some(&max_bits))
+    };
     let (Op::Conv(a), Some((w, bias))) = (&node.op, weights(g, grp)) else {
         return Err(crate::KernelError::Invalid(
             "fused group: not a Conv with constant weights".into(),
@@ -901,6 +907,7 @@ pub(crate) fn run_group(
             let act = Act {
                 clamp: act.clamp(),
                 post: &post,
+                post_bias: (act == Epilogue::Silu).then_some(&silu_bias as _),
                 seen: scan.then_some(&max_bits),
             };
             // RLX's own kernel on the packed weights (not with `w_over`: other weights).

@@ -541,3 +541,93 @@ fn fused_silu_on_a_large_plane_matches_unfused() {
         assert_eq!(a.to_bits(), b.to_bits());
     }
 }
+
+/// A 1×1 Conv with bias → Sigmoid → Mul on planes of 40×40 (at least the 1024 elements from
+/// which im2col's path runs the SiLU per output row, with the bias in the same pass:
+/// `fastmath::silu_bias_inplace`). Returns (graph, conv, mul).
+fn silu_bias_graph() -> (Graph, NodeId, NodeId) {
+    const C: usize = 4;
+    const M: usize = 8;
+    let mut g = Graph::new("pwsilu");
+    let x = g.input("x", s(&[1, C, 40, 40]));
+    let w: Vec<f32> = (0..M * C)
+        .map(|i| ((i * 5 % 13) as f32 - 6.0) * 0.2)
+        .collect();
+    let w = g.constant(Tensor::from_f32(&[M, C, 1, 1], w).unwrap());
+    let b: Vec<f32> = (0..M).map(|i| i as f32 * 0.7 - 2.5).collect();
+    let b = g.constant(Tensor::from_f32(&[M], b).unwrap());
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let out = s(&[1, M, 40, 40]);
+    let conv = g.add_node(Op::Conv(attrs), vec![x, w, b], out.clone());
+    g.set_name(conv, "expand.conv");
+    let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![conv], out.clone());
+    let mul = g.mul(conv, sig, out);
+    g.set_name(mul, "expand.act.mul");
+    g.set_outputs(vec![mul]);
+    (g, conv, mul)
+}
+
+/// The fused 1×1 conv + bias + SiLU gives the unfused Conv, Sigmoid and Mul bit for bit
+/// (with and without the NaN scan), and with an inf input its reports are the unfused ones
+/// (the scan's largest |y| is taken in the bias+SiLU pass).
+#[test]
+fn fused_silu_with_bias_on_large_planes_is_the_unfused_bits() {
+    let xs: Vec<f32> = (0..4 * 1600)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.09)
+        .collect();
+    let run = |fuse: bool, scan: bool, xs: &[f32]| {
+        let mut ex = CpuExecutor::new(silu_bias_graph().0).unwrap();
+        assert_eq!(ex.fused_groups(), 1);
+        ex.set_fusion(fuse);
+        let x = Tensor::from_f32(&[1, 4, 40, 40], xs.to_vec()).unwrap();
+        if scan {
+            common::run_scanned(&mut ex, &[x], DebugMode::Warn)
+        } else {
+            let y = ex.run(&[x], None).unwrap();
+            (vec![], y[0].as_f32().unwrap().to_vec())
+        }
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (_, plain) = run(false, false, &xs);
+    for scan in [false, true] {
+        let (r, fused) = run(true, scan, &xs);
+        assert!(r.is_empty(), "{r:?}");
+        assert_eq!(bits(&fused), bits(&plain), "scan {scan}");
+    }
+    // The definition at a few points: y = conv + b, y·σ(y) in f64.
+    for &(m, p) in &[(0usize, 0usize), (3, 777), (7, 1599)] {
+        let mut y = m as f64 * 0.7 - 2.5;
+        for c in 0..4 {
+            let w = (((m * 4 + c) * 5 % 13) as f64 - 6.0) * 0.2;
+            y += w * xs[c * 1600 + p] as f64;
+        }
+        let want = y / (1.0 + (-y).exp());
+        let got = plain[m * 1600 + p] as f64;
+        assert!(
+            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "{got} vs {want}"
+        );
+        let got = run(true, false, &xs).1[m * 1600 + p] as f64;
+        assert!(
+            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "fused {got} vs {want}"
+        );
+    }
+    // +inf under one pixel: the conv is ±inf there and y·σ(y) NaN for -inf.
+    let mut xs = xs;
+    xs[1600 + 41] = f32::INFINITY;
+    let (fused, yf) = run(true, true, &xs);
+    let (plain, yp) = run(false, true, &xs);
+    assert_eq!(fused, plain);
+    let (_, conv, mul) = silu_bias_graph();
+    assert!(fused.iter().any(|(n, _, _)| *n == conv), "{fused:?}");
+    assert!(fused.iter().any(|(n, _, _)| *n == mul), "{fused:?}");
+    for (a, b) in yf.iter().zip(&yp) {
+        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+    }
+}

@@ -59,6 +59,7 @@ pub(super) fn conv_direct_f32(
             clamp,
             post,
             seen,
+            ..
         } = *epi;
         let in_regs = clamp
             .filter(|c| !c.nan_out && seen.is_none() && res.is_none())

@@ -183,6 +183,7 @@ pub(super) fn conv_float<
         bias,
         clamp,
         post,
+        post_bias,
         seen,
     } = *epi;
     let p: usize = g.osp.iter().product();
@@ -347,6 +348,11 @@ pub(super) fn conv_float<
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
                 let mut b = bias.map(|b| b[gi * mg + m0 + i]);
+                // Bias and `post` in one pass over the row (no residual, no clamp).
+                if let (true, None, Some(pb_f), Some(bv)) = (post_rows, read, post_bias, b) {
+                    pb_f(seg, bv);
+                    return;
+                }
                 if let Some(r) = read {
                     let at = ooff + i * p;
                     add_bias_residual(seg, b.take(), &r[at..at + pb]);

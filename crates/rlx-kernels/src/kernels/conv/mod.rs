@@ -35,7 +35,7 @@ pub(crate) mod winograd;
 
 use crate::kernels::{fill_chunks, invalid, make, out_dims, values_as, KResult};
 use common::{geometry, with_col, Epilogue, BIAS_BEFORE_RESIDUAL, POST_MIN_RUN};
-pub use common::{no_post, Act, Clamp, Post, Residual};
+pub use common::{no_post, Act, Clamp, Post, PostBias, Residual};
 use depthwise::depthwise_2d_f32;
 use direct::conv_direct_f32;
 use half::{bf16, f16};
@@ -179,6 +179,7 @@ fn conv_with(
                 } else {
                     &no_post
                 },
+                post_bias: epi.post_bias.filter(|_| per_plane),
                 ..epi
             };
             match dw.then(|| depthwise_2d_f32(xv, wv, &g, &dw_epi)).flatten() {
@@ -223,6 +224,7 @@ fn conv_with(
                 bias: b.as_deref(),
                 clamp: None,
                 post: &|_: &mut [f64]| {},
+                post_bias: None,
                 seen: None,
             };
             D::F64(conv_float(xv, wv, &g, &epi, None)?)
@@ -260,6 +262,7 @@ pub fn conv_winograd(
     let plain = Act {
         clamp: None,
         post,
+        post_bias: None,
         seen: None,
     };
     let od = out_dims(out)?;

@@ -360,6 +360,7 @@ pub(super) unsafe fn finish_rows(
         clamp,
         post,
         seen,
+        ..
     } = *epi;
     for i in 0..rows {
         // SAFETY: the caller's row segment.

@@ -100,6 +100,7 @@ fn packed_rows_kernel_matches_the_f64_definition() {
                 bias: Some(&b),
                 clamp: (mode > 0).then_some(Clamp::RELU),
                 post: &no_post,
+                post_bias: None,
                 seen: None,
             };
             let res = match mode {
@@ -156,6 +157,7 @@ fn packed_rows_kernel_follows_gemm_with_nan_and_inf() {
                     bias: Some(&b),
                     clamp: Some(Clamp::RELU),
                     post: &no_post,
+                    post_bias: None,
                     seen: None,
                 };
                 let got = if into {

@@ -169,6 +169,7 @@ fn compare(isa: MkIsa, t: &Case, x: &[f32], w: &[f32], clamp: Option<Clamp>, wit
         bias: Some(&b),
         clamp,
         post: &no_post,
+        post_bias: None,
         seen: clamp.and(Some(seen)),
     };
     let got = run_for_test(isa, x, w, &g, &epi(&seen_a), res).expect("the kernel takes it");
@@ -245,6 +246,7 @@ fn packed_kernel_matches_the_f64_definition() {
                 bias: Some(&b),
                 clamp: None,
                 post: &no_post,
+                post_bias: None,
                 seen: None,
             };
             let got = run_for_test(isa, &x, &w, &g, &epi, None).unwrap();
@@ -358,6 +360,7 @@ fn packed_timing() {
             bias: Some(&b),
             clamp: Some(Clamp::RELU),
             post: &no_post,
+            post_bias: None,
             seen: None,
         };
         let time = |f: &dyn Fn() -> Vec<f32>| {

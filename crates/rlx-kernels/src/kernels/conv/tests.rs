@@ -418,6 +418,7 @@ fn depthwise_channel_blocks_give_the_per_row_bits() {
                     bias: Some(&b),
                     clamp: Some(clamp),
                     post: &no_post,
+                    post_bias: None,
                     seen,
                 };
                 dw_simd::run_with(isa, true, &x, &w, &g, &epi).unwrap()
@@ -558,6 +559,7 @@ fn depthwise_simd_widths_match_generic() {
                     bias: Some(&b),
                     clamp: Some(clamp),
                     post: &no_post,
+                    post_bias: None,
                     seen: Some(&seen),
                 };
                 let got = dw_simd::run_with(isa, !inf_w, &x, &w, &g, &epi).unwrap();
@@ -601,6 +603,7 @@ fn depthwise_simd_widths_match_generic() {
                 bias: Some(&b),
                 clamp: Some(clip),
                 post: &no_post,
+                post_bias: None,
                 seen: Some(&seen),
             };
             dw_simd::run_with(isa, true, &xf, &wf, &g, &epi).unwrap();
@@ -666,6 +669,7 @@ fn depthwise_tracking_sees_every_position() {
                     bias: None,
                     clamp: Some(clip),
                     post: &no_post,
+                    post_bias: None,
                     seen: Some(&seen),
                 };
                 let y = dw_simd::run_with(isa, true, &x, &w, &g, &epi).unwrap();
