@@ -239,10 +239,12 @@ pub enum Ready {
         feeds: Vec<(String, Tensor)>,
         planned: Option<rlx_runtime::dynamic::PlanEvent>,
     },
-    /// A model that runs in segments around value-dependent nodes, and its feeds.
+    /// A model that runs in segments around value-dependent nodes, and its feeds, with the
+    /// file each given input came from (named when the run's input check refuses it).
     Segmented {
         model: DynamicModel,
         feeds: Vec<(String, Tensor)>,
+        sources: Vec<(String, PathBuf)>,
     },
 }
 
@@ -318,7 +320,11 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
             }
             crate::run::run_compiled(a, &mut graph, feeds)
         }
-        Ready::Segmented { mut model, feeds } => {
+        Ready::Segmented {
+            mut model,
+            feeds,
+            sources,
+        } => {
             if a.nan_report.is_some() {
                 if !rlx_ir::DebugMode::from_env().is_on() {
                     std::env::set_var("RLX_DEBUG_NANS", "1");
@@ -331,7 +337,7 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
             let outs = match model.run_tensors(&named) {
                 Ok(o) => o,
                 Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
-                    eprintln!("{e}");
+                    eprintln!("{}", with_sources(&e.to_string(), &sources));
                     return Ok(1);
                 }
                 Err(e) if e.as_nan_abort().is_some() => {
@@ -431,6 +437,11 @@ pub fn prepare_dynamic(
     }
     let given_refs: Vec<(&str, &Tensor)> =
         given.iter().map(|(n, (t, _))| (n.as_str(), t)).collect();
+    let mut sources: Vec<(String, PathBuf)> = given
+        .iter()
+        .map(|(n, (_, p))| (n.clone(), p.clone()))
+        .collect();
+    sources.sort();
     let sizes = m.sizes_for(&given_refs, &dims);
     let feeds = order_feeds(a, &decl, given, true, note_generated, |name, _| {
         let g = guards
@@ -445,7 +456,14 @@ pub fn prepare_dynamic(
     match m.plan_for(&named) {
         Ok(_) => {}
         Err(e) if is_value_dependent(&e.to_string()) => {
-            return Ok(Ready::Segmented { model: m, feeds });
+            return Ok(Ready::Segmented {
+                model: m,
+                feeds,
+                sources,
+            });
+        }
+        Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
+            return Err(anyhow!("{}", with_sources(&e.to_string(), &sources)));
         }
         Err(e) => return Err(anyhow!("{e}")),
     }
@@ -462,6 +480,21 @@ pub fn prepare_dynamic(
         feeds,
         planned,
     })
+}
+
+/// An input check's message `msg` (lines naming inputs as `"name"`), followed by one line
+/// per input it names that came from a file: `rlx: input "x" was read from FILE`.
+fn with_sources(msg: &str, sources: &[(String, PathBuf)]) -> String {
+    let mut out = msg.to_string();
+    for (name, p) in sources {
+        if msg.contains(&format!("\"{name}\"")) {
+            out.push_str(&format!(
+                "\nrlx: input \"{name}\" was read from {}",
+                p.display()
+            ));
+        }
+    }
+    out
 }
 
 /// `--input NAME=FILE` / `--input FILE` for a package whose inputs are `decl`.

@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use rlx_cli::npy::read_npy;
+use rlx_cli::npy::{read_npy, write_npy};
 use rlx_ir::Tensor;
 use rlx_runtime::{
     load_any_package, load_dynamic_package, load_package, save_dynamic_package, Device, DimRange,
@@ -528,6 +528,19 @@ fn value_dependent_nodes_run_in_segments() {
             assert_close(&format!("nonzero_mid {size} {o}"), &got, &want, 1e-5, 1e-6);
         }
     }
+    // An input file of the wrong dtype: the guard's line, then the file it came from.
+    let bad = tmp("nzm-bad-x.npy");
+    let t = Tensor::new([4usize, 5].as_slice(), rlx_ir::TensorData::I64(vec![0; 20])).unwrap();
+    write_npy(&bad, &t).unwrap();
+    let model = dir.join("model.onnx");
+    let x = format!("--input=x={}", bad.display());
+    let (code, _, err) = rlx(&["run", model.to_str().unwrap(), &x], &[]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(r#"inputs[0] "x": unmatched dtype, expected: f32, but got: i64"#)
+            && err.contains(&format!("rlx: input \"x\" was read from {}", bad.display())),
+        "{err}"
+    );
     // The library: one model, two sizes, segmented on the first run.
     let src = OnnxSource::open(&dir.join("model.onnx")).unwrap();
     let mut m = DynamicModel::new(Arc::new(src), Device::Cpu, BTreeMap::new()).unwrap();
