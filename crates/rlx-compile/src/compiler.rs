@@ -1,7 +1,7 @@
 //! The pass pipeline: verify → numeric lint → constant folding → decomposition → folding.
 
 use crate::numeric_lint::{lint_enabled_from_env, numeric_lint, NumericLint};
-use crate::{const_fold::const_fold_with, decompose::decompose};
+use crate::{const_fold::const_fold_owned, decompose::decompose};
 use rlx_ir::Graph;
 
 /// Which passes run.
@@ -53,12 +53,12 @@ pub fn compile(g: Graph, opts: &CompileOptions) -> Result<Compiled, crate::Compi
             eprintln!("{l}");
         }
     }
-    let fold = |g: &Graph| const_fold_with(g, opts.keep_matmul_transposes);
-    let mut g = if opts.fold { fold(&g) } else { g };
+    let fold = |g: Graph| const_fold_owned(g, opts.keep_matmul_transposes);
+    let mut g = if opts.fold { fold(g) } else { g };
     if opts.decompose {
         g = decompose(&g);
         if opts.fold {
-            g = fold(&g);
+            g = fold(g);
         }
     }
     crate::verify::verify(&g)?;
