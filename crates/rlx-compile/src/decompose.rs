@@ -15,7 +15,7 @@ pub fn decompose(g: &Graph) -> Graph {
     out.input_decls = g.input_decls.clone();
     let mut map: Vec<NodeId> = Vec::with_capacity(g.len());
     for node in &g.nodes {
-        out.set_current_origin(node.origin.clone());
+        out.set_current_origin_shared(node.origin.clone());
         out.set_current_block(node.block.clone());
         let ins: Vec<NodeId> = node.inputs.iter().map(|i| map[i.index()]).collect();
         let new = lower(&mut out, node, &ins);

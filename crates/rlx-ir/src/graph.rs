@@ -105,7 +105,9 @@ pub struct Node {
     /// Output type (static dims once the graph is built by an importer or the builder).
     pub shape: Shape,
     /// The source op this node was created for (stamped by importers; kept by passes).
-    pub origin: Option<Origin>,
+    /// Shared: the IR nodes lowered from one source op, and the copies a compile makes
+    /// (the kept source graph, the passes), point at one `Origin`.
+    pub origin: Option<std::sync::Arc<Origin>>,
     /// An enclosing block or layer name (e.g. `"layer3.attn"`), when the builder knows one.
     pub block: Option<String>,
     /// A free-form name given through the builder.
@@ -124,7 +126,7 @@ pub struct Graph {
     /// Input nodes themselves carry the bound static shape.
     pub input_decls: Vec<(String, Shape)>,
     #[serde(skip)]
-    current_origin: Option<Origin>,
+    current_origin: Option<std::sync::Arc<Origin>>,
     #[serde(skip)]
     current_block: Option<String>,
 }
@@ -141,12 +143,17 @@ impl Graph {
     /// Stamp `origin` on every node added until it is changed again (importers call this
     /// once per source op; the decompose pass once per rewritten node).
     pub fn set_current_origin(&mut self, origin: Option<Origin>) {
+        self.current_origin = origin.map(std::sync::Arc::new);
+    }
+
+    /// [`Graph::set_current_origin`] with an origin already shared (a pass copying a node's).
+    pub fn set_current_origin_shared(&mut self, origin: Option<std::sync::Arc<Origin>>) {
         self.current_origin = origin;
     }
 
     /// The origin stamped on new nodes.
     pub fn current_origin(&self) -> Option<&Origin> {
-        self.current_origin.as_ref()
+        self.current_origin.as_deref()
     }
 
     /// Stamp `block` on every node added until it is changed again.

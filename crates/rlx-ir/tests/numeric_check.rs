@@ -253,11 +253,11 @@ fn labels_follow_the_resolution_order() {
     assert_eq!(node_label(&g, a), "free");
     g.node_mut(a).block = Some("layer0".into());
     assert_eq!(node_label(&g, a), "layer0");
-    g.node_mut(a).origin = Some(Origin {
+    g.node_mut(a).origin = Some(std::sync::Arc::new(Origin {
         label: "onnx_add".into(),
         op_type: None,
         ..Default::default()
-    });
+    }));
     assert_eq!(node_label(&g, a), "onnx_add");
 }
 

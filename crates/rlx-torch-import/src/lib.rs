@@ -153,7 +153,9 @@ impl Pt2Model {
         g.name = "torch.export".into();
         self.check_ranges(&g)?;
         for n in &mut g.nodes {
-            let Some(o) = n.origin.as_mut() else { continue };
+            let Some(o) = n.origin.as_mut().map(std::sync::Arc::make_mut) else {
+                continue;
+            };
             if let Some(p) = self.prov.get(&o.label) {
                 o.label = p.fx_name.clone();
                 // A literal the lowering wrote for an argument (a scalar, a fill value)
