@@ -153,6 +153,28 @@ pub fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
     }
 }
 
+/// `e` followed by one line per given input whose name it quotes (`"x"`), naming the file
+/// that input was read from: `rlx: input "x" was read from FILE`.
+fn name_input_files(e: anyhow::Error, sources: &HashMap<String, PathBuf>) -> anyhow::Error {
+    let msg = format!("{e:#}");
+    let mut named: Vec<(&String, &PathBuf)> = sources
+        .iter()
+        .filter(|(n, _)| msg.contains(&format!("\"{n}\"")))
+        .collect();
+    if named.is_empty() {
+        return e;
+    }
+    named.sort();
+    let mut out = msg;
+    for (n, p) in named {
+        out.push_str(&format!(
+            "\nrlx: input \"{n}\" was read from {}",
+            p.display()
+        ));
+    }
+    anyhow!(out)
+}
+
 /// Read the model, bind input files and dims, import once, and produce one tensor per graph
 /// input (generated where no file was given). `quiet` silences the notes on stderr: where
 /// each input came from, and one line per generated input ([`note_generated_input`]).
@@ -360,6 +382,9 @@ fn load_inner(
     let graph = match m.import(&path, &opts) {
         Ok(g) => g,
         Err(e) => {
+            // Name the files of the inputs the message names (a rank or size the model
+            // refuses, a symbol two inputs disagree on).
+            let e = name_input_files(e, &sources);
             // A parameter input (a Reshape's `shape`, a TopK's `K`) fed at run time: import
             // again with the given values frozen, as a dynamic model plans by value.
             let params: Vec<String> = match &m {

@@ -196,6 +196,27 @@ fn out_of_range_and_disagreeing_inputs_get_guard_messages() {
         err.contains("inputs[1] \"attention_mask\": unmatched dim 1 (\"sequence\"), expected: 7 (as inputs[0] \"input_ids\" dim 1), but got: 128"),
         "{err}"
     );
+    // The same files on the .onnx model (no package): the importer names both inputs (the
+    // one that bound the symbol first) and the files they came from.
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            dir.join("model.onnx").to_str().unwrap(),
+            "--input",
+            &format!("input_ids={}", ids.display()),
+            "--input",
+            &format!("attention_mask={}", mask.display()),
+            "-q",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(r#"graph input "attention_mask": dim 0 (batch) is 3 here but 1 in input "input_ids" (its dim 0)"#)
+            && err.contains(&format!("rlx: input \"input_ids\" was read from {}", ids.display()))
+            && err.contains(&format!("rlx: input \"attention_mask\" was read from {}", mask.display())),
+        "{err}"
+    );
     // rlx bench plans the signature once, before its timed runs, and says what it cost
     let (code, out, err) = rlx(
         &[
@@ -539,6 +560,20 @@ fn value_dependent_nodes_run_in_segments() {
     assert!(
         err.contains(r#"inputs[0] "x": unmatched dtype, expected: f32, but got: i64"#)
             && err.contains(&format!("rlx: input \"x\" was read from {}", bad.display())),
+        "{err}"
+    );
+    // A file of the wrong rank: the importer's refusal, then the file.
+    let bad3 = tmp("nzm-bad-rank3.npy");
+    write_npy(&bad3, &Tensor::from_f32(&[2, 4, 5], vec![0.0; 40]).unwrap()).unwrap();
+    let x = format!("--input=x={}", bad3.display());
+    let (code, _, err) = rlx(&["run", model.to_str().unwrap(), &x], &[]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(r#"graph input "x": declared rank 2"#)
+            && err.contains(&format!(
+                "rlx: input \"x\" was read from {}",
+                bad3.display()
+            )),
         "{err}"
     );
     // The library: one model, two sizes, segmented on the first run.

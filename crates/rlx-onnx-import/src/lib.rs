@@ -655,6 +655,8 @@ fn bind_input_dims(
     opts: &ImportOptions,
 ) -> Result<ImportOptions, ImportError> {
     let mut out = opts.clone();
+    // Which input (and dim) bound each symbol first, for the message when another disagrees.
+    let mut bound_by: HashMap<String, (String, usize)> = HashMap::new();
     for vi in inputs {
         if init_names.contains(vi.name.as_str()) || opts.value_inputs.contains_key(&vi.name) {
             continue;
@@ -688,6 +690,8 @@ fn bind_input_dims(
                         if prev != n {
                             let other = if opts.dims.contains_key(p) {
                                 format!("the requested {p}={prev}")
+                            } else if let Some((by, at)) = bound_by.get(p) {
+                                format!("{prev} in input \"{by}\" (its dim {at})")
                             } else {
                                 format!("{prev} in another input")
                             };
@@ -695,6 +699,7 @@ fn bind_input_dims(
                         }
                     } else {
                         out.dims.insert(p.clone(), n);
+                        bound_by.insert(p.clone(), (vi.name.clone(), k));
                     }
                 }
                 _ => {}
