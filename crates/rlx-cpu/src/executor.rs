@@ -754,6 +754,10 @@ impl CpuExecutor {
                         None => rlx_kernels::kernels::wide::scan_counts(t.data()),
                     };
                     run.finite[i] = c.is_clean();
+                    if c.has_nan() {
+                        // Where, so an elementwise op's new NaN beside carried ones is seen.
+                        s.note_nan_positions(g, id, t.data());
+                    }
                     s.scan_counts(g, id, c)?;
                 }
             }

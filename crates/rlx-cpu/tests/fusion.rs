@@ -631,3 +631,38 @@ fn fused_silu_with_bias_on_large_planes_is_the_unfused_bits() {
         assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
     }
 }
+
+/// SiLU (`x · sigmoid(x)`) on x = [1, -inf, NaN, 3, ...]: the Mul makes a NaN at index 1
+/// (`-inf · 0`) while both its operands carry the input's NaN at index 2. The CPU executor
+/// gives the scanner the NaN positions, so the Mul is blamed at index 1 (by counts alone, 2
+/// NaN against the operands' 1 + 1, it passed as a carrier), fused or not.
+#[test]
+fn silu_nan_beside_a_carried_nan_is_blamed_on_the_mul() {
+    let s4 = s(&[1, 64]);
+    let mut g = Graph::new("silu");
+    let x = g.input("x", s4.clone());
+    let sig = g.add_node(Op::Activation(Activation::Sigmoid), vec![x], s4.clone());
+    let mul = g.mul(x, sig, s4);
+    g.set_name(mul, "act.mul");
+    g.set_outputs(vec![mul]);
+    let mut xs: Vec<f32> = (0..64).map(|i| i as f32 * 0.1 - 3.0).collect();
+    xs[1] = f32::NEG_INFINITY;
+    xs[2] = f32::NAN;
+    for fuse in [true, false] {
+        let mut ex = CpuExecutor::new(g.clone()).unwrap();
+        ex.set_fusion(fuse);
+        let t = Tensor::from_f32(&[1, 64], xs.clone()).unwrap();
+        let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+        sc.set_print(false);
+        let y = ex.run(&[t], Some(&mut sc)).unwrap();
+        let y = y[0].as_f32().unwrap();
+        assert!(y[1].is_nan() && y[2].is_nan());
+        let r: Vec<(NodeId, usize)> = sc.reports().iter().map(|r| (r.node, r.index)).collect();
+        assert_eq!(
+            r,
+            vec![(x, 2), (mul, 1)],
+            "fuse {fuse}: {:#?}",
+            sc.reports()
+        );
+    }
+}

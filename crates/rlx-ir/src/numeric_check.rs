@@ -848,6 +848,20 @@ pub fn only_moves_values(op: &crate::Op, dtype: DType) -> bool {
 /// Classify a node whose output holds bad values, given the states of its inputs:
 /// culprit (and why) or propagator. `states` is indexed by node id.
 pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeState]) -> Cause {
+    check_node_at(g, id, out, states, &[])
+}
+
+/// [`check_node`] with the NaN positions of nodes (indexed by node id; `None` or missing:
+/// unknown). An elementwise op whose NaN inputs have the output's length and known positions
+/// carries at most as many NaN as the union of those positions, not their sum: NaN at the
+/// same place of both operands counts once.
+pub fn check_node_at(
+    g: &Graph,
+    id: NodeId,
+    out: &NonFiniteCounts,
+    states: &[NodeState],
+    nan_pos: &[Option<Vec<u32>>],
+) -> Cause {
     let node = g.node(id);
     if node.op.is_leaf() {
         return Cause::Leaf;
@@ -877,6 +891,21 @@ pub fn check_node(g: &Graph, id: NodeId, out: &NonFiniteCounts, states: &[NodeSt
                         .map_or(0, |r| s.nan_count * r.max(1))
                 })
                 .sum();
+            // Same-length NaN inputs with known positions: the union bounds what is carried.
+            let carried = if elementwise && out.nan <= carried {
+                let lists: Option<Vec<&[u32]>> = uniq
+                    .iter()
+                    .filter(|x| st(x).nan)
+                    .map(|x| {
+                        (st(x).len == out.len)
+                            .then(|| nan_pos.get(x.index())?.as_deref())
+                            .flatten()
+                    })
+                    .collect();
+                lists.map_or(carried, |l| union_len(&l))
+            } else {
+                carried
+            };
             if !elementwise || out.nan <= carried {
                 return Cause::Propagated { input: *i };
             }
@@ -953,6 +982,48 @@ pub struct DebugScanner {
     context: Option<String>,
     /// Do not print reports whose node is a graph input ([`DebugScanner::set_quiet_inputs`]).
     quiet_inputs: bool,
+    /// Per node holding NaN, where (flat indices, ascending), when the backend gave the data
+    /// ([`DebugScanner::note_nan_positions`]) and there are at most [`NAN_POSITIONS_MAX`].
+    nan_pos: Vec<Option<Vec<u32>>>,
+}
+
+/// Most NaN positions a scanner keeps per node (4 M: 16 MB) to tell a NaN an elementwise op
+/// created from one it carried, when its inputs hold NaN at the same places.
+pub const NAN_POSITIONS_MAX: usize = 1 << 22;
+
+/// The flat indices of `d`'s NaN elements, ascending (float types; `None` for others, for
+/// more than [`NAN_POSITIONS_MAX`] of them, or for tensors over `u32::MAX` elements).
+pub fn nan_positions(d: &TensorData) -> Option<Vec<u32>> {
+    fn pos<T: Copy>(v: &[T], is_nan: impl Fn(T) -> bool) -> Option<Vec<u32>> {
+        if v.len() > u32::MAX as usize {
+            return None;
+        }
+        let mut out = vec![];
+        for (i, &x) in v.iter().enumerate() {
+            if is_nan(x) {
+                if out.len() == NAN_POSITIONS_MAX {
+                    return None;
+                }
+                out.push(i as u32);
+            }
+        }
+        Some(out)
+    }
+    match d {
+        TensorData::F32(v) => pos(v, f32::is_nan),
+        TensorData::F64(v) => pos(v, f64::is_nan),
+        TensorData::F16(v) => pos(v, |x: f16| x.is_nan()),
+        TensorData::BF16(v) => pos(v, |x: bf16| x.is_nan()),
+        _ => None,
+    }
+}
+
+/// Size of the union of ascending index lists.
+fn union_len(lists: &[&[u32]]) -> usize {
+    let mut all: Vec<u32> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all.len()
 }
 
 impl DebugScanner {
@@ -968,6 +1039,7 @@ impl DebugScanner {
             reports: vec![],
             inf_origins: vec![],
             inf_into_nan: vec![],
+            nan_pos: vec![],
             destroyed: vec![],
             propagators: 0,
             summary: None,
@@ -1015,6 +1087,7 @@ impl DebugScanner {
     pub fn begin_run(&mut self, g: &Graph) {
         self.states = vec![NodeState::default(); g.len()];
         self.counts = vec![NonFiniteCounts::default(); g.len()];
+        self.nan_pos = vec![None; g.len()];
         self.reports.clear();
         self.inf_origins.clear();
         self.inf_into_nan.clear();
@@ -1052,6 +1125,28 @@ impl DebugScanner {
             .collect()
     }
 
+    /// The first NaN of elementwise node `id` at a place where none of its same-length inputs
+    /// holds NaN, when every position list involved is known.
+    fn first_new_nan(&self, g: &Graph, id: NodeId) -> Option<usize> {
+        let out = self.nan_pos.get(id.index())?.as_deref()?;
+        let len = self.states.get(id.index())?.len;
+        let mut carried: Vec<u32> = vec![];
+        for x in &g.node(id).inputs {
+            let st = self.states.get(x.index())?;
+            if !st.nan {
+                continue;
+            }
+            if st.len != len {
+                return None;
+            }
+            carried.extend_from_slice(self.nan_pos.get(x.index())?.as_deref()?);
+        }
+        carried.sort_unstable();
+        out.iter()
+            .find(|p| carried.binary_search(p).is_err())
+            .map(|&p| p as usize)
+    }
+
     fn make_report(
         &self,
         g: &Graph,
@@ -1063,6 +1158,10 @@ impl DebugScanner {
         let node = g.node(id);
         let c = self.counts[id.index()];
         let index = match kind {
+            // A NaN made beside carried ones: the first the op made, where positions are known.
+            BadKind::NaN if matches!(cause, Cause::CreatedBesideInputNaN { .. }) => {
+                self.first_new_nan(g, id).or(c.first_nan)
+            }
             BadKind::NaN => c.first_nan,
             BadKind::PosInf => c.first_pos_inf,
             BadKind::NegInf => c.first_neg_inf,
@@ -1115,7 +1214,24 @@ impl DebugScanner {
     /// Errors only in abort mode, at the first NaN created.
     pub fn scan_node(&mut self, g: &Graph, id: NodeId, data: &TensorData) -> Result<(), NanAbort> {
         let c = scan_data(data);
+        if c.has_nan() {
+            self.note_nan_positions(g, id, data);
+        }
         self.scan_counts(g, id, c)
+    }
+
+    /// Record where node `id`'s output `data` holds NaN (call before
+    /// [`DebugScanner::scan_counts`], only for outputs with NaN; [`DebugScanner::scan_node`]
+    /// does). With the positions of an elementwise op's inputs, a NaN it makes where an input
+    /// already holds one elsewhere is told apart from the carried ones: `x · sigmoid(x)` with
+    /// NaN at one place of `x` (so of both operands) and `-inf · 0` at another.
+    pub fn note_nan_positions(&mut self, g: &Graph, id: NodeId, data: &TensorData) {
+        if self.states.len() != g.len() {
+            self.begin_run(g);
+        }
+        if let Some(slot) = self.nan_pos.get_mut(id.index()) {
+            *slot = nan_positions(data);
+        }
     }
 
     /// Like [`DebugScanner::scan_node`] for backends that counted on the device.
@@ -1134,7 +1250,7 @@ impl DebugScanner {
         if c.is_clean() {
             return self.check_destroyed(g, id, &c);
         }
-        let cause = check_node(g, id, &c, &self.states);
+        let cause = check_node_at(g, id, &c, &self.states, &self.nan_pos);
         let node_inputs = g.node(id).inputs.clone();
         let mut st = NodeState {
             scanned: true,

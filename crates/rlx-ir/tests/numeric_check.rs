@@ -296,6 +296,62 @@ fn new_nan_beside_carried_nan_is_still_blamed() {
     assert!(reps[1].to_string().contains("this op created the rest"));
 }
 
+/// SiLU as exported, `x · sigmoid(x)`, with x = [1, -inf, NaN, 3]: both operands hold the
+/// input's NaN at index 2 (counted once, by position), and `-inf · 0` makes a new NaN at
+/// index 1. The Mul is blamed, at the index it created; without positions (counts only, as
+/// a backend counting on the device reports) the two NaN fit the operands' sum, so the Mul
+/// passes as a carrier: the limit the positions lift.
+#[test]
+fn new_nan_where_both_operands_carry_one_elsewhere_is_blamed() {
+    let s = Shape::new(&[4], DType::F32);
+    let mut g = Graph::new("silu");
+    let x = g.input("x", s.clone());
+    let sig = g.add_node(
+        rlx_ir::Op::Activation(rlx_ir::Activation::Sigmoid),
+        vec![x],
+        s.clone(),
+    );
+    let m = g.mul(x, sig, s);
+    g.set_outputs(vec![m]);
+    let xs = [1.0, f32::NEG_INFINITY, f32::NAN, 3.0];
+    let sg = [0.731, 0.0, f32::NAN, 0.953];
+    let ms = [0.731, f32::NAN, f32::NAN, 2.86];
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&xs)).unwrap();
+    sc.scan_node(&g, sig, &f32s(&sg)).unwrap();
+    sc.scan_node(&g, m, &f32s(&ms)).unwrap();
+    sc.finish_run(&g).unwrap();
+    let reps = sc.reports();
+    assert_eq!(reps.len(), 2, "{reps:#?}");
+    assert_eq!((reps[0].node, reps[1].node), (x, m));
+    assert!(
+        matches!(
+            reps[1].cause,
+            Cause::CreatedBesideInputNaN {
+                carried_at_most: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        reps[1].cause
+    );
+    assert_eq!(
+        reps[1].index, 1,
+        "the NaN the Mul made, not the carried one"
+    );
+    // Counts only: the Mul is taken for a carrier (2 NaN, operands' sum 2).
+    let mut sc = DebugScanner::new(DebugMode::Warn, "cpu");
+    sc.set_print(false);
+    sc.begin_run(&g);
+    for (id, v) in [(x, &xs), (sig, &sg), (m, &ms)] {
+        sc.scan_counts(&g, id, scan_data(&f32s(v))).unwrap();
+    }
+    sc.finish_run(&g).unwrap();
+    assert_eq!(sc.reports().len(), 1, "{:#?}", sc.reports());
+}
+
 // ---- culprit or propagator: the counts that decide it ----
 
 fn scanner() -> DebugScanner {
