@@ -1416,7 +1416,12 @@ impl DebugScanner {
         for (k, o) in g.outputs.iter().enumerate() {
             let s = self.states.get(o.index()).copied().unwrap_or_default();
             let Some(origin) = s.inf_origin else { continue };
-            if s.nan || reported.contains(&origin) {
+            // Skipped when a NaN report already named this origin (its Inf became NaN, or it
+            // made NaN itself: log of [0, -1]); an output that also carries an unrelated NaN
+            // (an input's) still gets its Inf named.
+            let named = self.inf_into_nan.contains(&origin)
+                || self.reports.iter().any(|r| r.node == origin);
+            if reported.contains(&origin) || (s.nan && named) {
                 continue;
             }
             reported.push(origin);

@@ -475,6 +475,36 @@ fn output_with_nan_and_inf_is_reported_once() {
     assert_eq!(sc.reports()[0].counts.neg_inf, 1);
 }
 
+/// An output that carries the input's NaN and also an +inf its op made (3e38 · 10): the
+/// NaN is the input's (reported there, carried by the Mul), and the +inf that reached the
+/// output is still reported at the Mul (QA's F2: an output's NaN used to hide it).
+#[test]
+fn inf_reaching_an_output_beside_a_carried_nan_is_reported() {
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let x = g.input("x", s.clone());
+    let ten = g.constant(Tensor::from_f32(&[], vec![10.0]).unwrap());
+    let m = g.mul(x, ten, s);
+    g.set_outputs(vec![m]);
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, x, &f32s(&[f32::NAN, 3e38])).unwrap();
+    sc.scan_node(&g, ten, &f32s(&[10.0])).unwrap();
+    sc.scan_node(&g, m, &f32s(&[f32::NAN, f32::INFINITY]))
+        .unwrap();
+    sc.finish_run(&g).unwrap();
+    let r: Vec<(NodeId, BadKind)> = sc.reports().iter().map(|r| (r.node, r.kind)).collect();
+    assert_eq!(
+        r,
+        vec![(x, BadKind::NaN), (m, BadKind::PosInf)],
+        "{:#?}",
+        sc.reports()
+    );
+    assert!(sc.reports()[1]
+        .to_string()
+        .contains("reached graph output #0"));
+}
+
 /// Fix lines for `torch.export` culprits: the ATen op's advice when it has one (a variance
 /// over one element, acos outside [-1, 1]), in-place forms advised as their functional op
 /// (`div_`), and the IR step's advice when the ATen op has none.
