@@ -1421,7 +1421,16 @@ impl DebugScanner {
             // (an input's) still gets its Inf named.
             let named = self.inf_into_nan.contains(&origin)
                 || self.reports.iter().any(|r| r.node == origin);
-            if reported.contains(&origin) || (s.nan && named) {
+            // The origin is the first Inf-carrying input's; with several, the Inf that reached
+            // the output may be another's. Beside a NaN, report only an origin holding an Inf
+            // of the sign that reached the output (else the attribution is a guess).
+            let oc = self.counts[origin.index()];
+            let sign_held = match s.inf_kind {
+                Some(BadKind::PosInf) => oc.pos_inf > 0,
+                Some(BadKind::NegInf) => oc.neg_inf > 0,
+                _ => false,
+            };
+            if reported.contains(&origin) || (s.nan && (named || !sign_held)) {
                 continue;
             }
             reported.push(origin);
@@ -1432,7 +1441,6 @@ impl DebugScanner {
                 .unwrap_or_else(|| o.to_string());
             // The sign that reached the output, when the origin holds an Inf of that sign
             // (a Relu after it can clamp the origin's first -inf and keep a +inf).
-            let oc = self.counts[origin.index()];
             let kind = match s.inf_kind {
                 Some(BadKind::PosInf) if oc.pos_inf > 0 => BadKind::PosInf,
                 Some(BadKind::NegInf) if oc.neg_inf > 0 => BadKind::NegInf,

@@ -505,6 +505,36 @@ fn inf_reaching_an_output_beside_a_carried_nan_is_reported() {
         .contains("reached graph output #0"));
 }
 
+/// Two Inf-carrying inputs: `b + a` with b = [-inf, 1], a = [NaN, +inf]. The output
+/// [NaN, +inf] carries a's NaN and a's +inf; the origin inherited from the first
+/// Inf-carrying input is b, which holds no +inf: nothing is said about it rather than
+/// "-inf of b reached the output" (QA's finding).
+#[test]
+fn inf_beside_nan_is_not_pinned_on_an_input_without_that_sign() {
+    let s = Shape::new(&[2], DType::F32);
+    let mut g = Graph::new("t");
+    let b = g.input("b", s.clone());
+    let a = g.input("a", s.clone());
+    let y = g.add(b, a, s);
+    g.set_outputs(vec![y]);
+    let mut sc = scanner();
+    sc.begin_run(&g);
+    sc.scan_node(&g, b, &f32s(&[f32::NEG_INFINITY, 1.0]))
+        .unwrap();
+    sc.scan_node(&g, a, &f32s(&[f32::NAN, f32::INFINITY]))
+        .unwrap();
+    sc.scan_node(&g, y, &f32s(&[f32::NAN, f32::INFINITY]))
+        .unwrap();
+    sc.finish_run(&g).unwrap();
+    assert!(
+        sc.reports()
+            .iter()
+            .all(|r| !(r.node == b && r.to_string().contains("reached graph output"))),
+        "{:#?}",
+        sc.reports()
+    );
+}
+
 /// Fix lines for `torch.export` culprits: the ATen op's advice when it has one (a variance
 /// over one element, acos outside [-1, 1]), in-place forms advised as their functional op
 /// (`div_`), and the IR step's advice when the ATen op has none.
