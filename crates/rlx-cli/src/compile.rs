@@ -337,7 +337,13 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
             let outs = match model.run_tensors(&named) {
                 Ok(o) => o,
                 Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
-                    eprintln!("{}", with_sources(&e.to_string(), &sources));
+                    eprintln!(
+                        "{}",
+                        crate::load::with_input_files(
+                            &e.to_string(),
+                            sources.iter().map(|(n, p)| (n, p))
+                        )
+                    );
                     return Ok(1);
                 }
                 Err(e) if e.as_nan_abort().is_some() => {
@@ -463,7 +469,10 @@ pub fn prepare_dynamic(
             });
         }
         Err(e @ rlx_runtime::RuntimeError::InputCheck { .. }) => {
-            return Err(anyhow!("{}", with_sources(&e.to_string(), &sources)));
+            return Err(anyhow!(
+                "{}",
+                crate::load::with_input_files(&e.to_string(), sources.iter().map(|(n, p)| (n, p)))
+            ));
         }
         Err(e) => return Err(anyhow!("{e}")),
     }
@@ -480,21 +489,6 @@ pub fn prepare_dynamic(
         feeds,
         planned,
     })
-}
-
-/// An input check's message `msg` (lines naming inputs as `"name"`), followed by one line
-/// per input it names that came from a file: `rlx: input "x" was read from FILE`.
-fn with_sources(msg: &str, sources: &[(String, PathBuf)]) -> String {
-    let mut out = msg.to_string();
-    for (name, p) in sources {
-        if msg.contains(&format!("\"{name}\"")) {
-            out.push_str(&format!(
-                "\nrlx: input \"{name}\" was read from {}",
-                p.display()
-            ));
-        }
-    }
-    out
 }
 
 /// `--input NAME=FILE` / `--input FILE` for a package whose inputs are `decl`.

@@ -153,26 +153,37 @@ pub fn with_file(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
     }
 }
 
-/// `e` followed by one line per given input whose name it quotes (`"x"`), naming the file
-/// that input was read from: `rlx: input "x" was read from FILE`.
-fn name_input_files(e: anyhow::Error, sources: &HashMap<String, PathBuf>) -> anyhow::Error {
-    let msg = format!("{e:#}");
+/// `msg` followed by one line per given input (name, file) whose name it quotes (`"x"`):
+/// `rlx: input "x" was read from FILE`, in name order. Shared by every command that binds
+/// input files (an import's refusal here, a dynamic model's input check in `compile`).
+pub fn with_input_files<'a>(
+    msg: &str,
+    sources: impl IntoIterator<Item = (&'a String, &'a PathBuf)>,
+) -> String {
     let mut named: Vec<(&String, &PathBuf)> = sources
-        .iter()
+        .into_iter()
         .filter(|(n, _)| msg.contains(&format!("\"{n}\"")))
         .collect();
-    if named.is_empty() {
-        return e;
-    }
     named.sort();
-    let mut out = msg;
+    let mut out = msg.to_string();
     for (n, p) in named {
         out.push_str(&format!(
             "\nrlx: input \"{n}\" was read from {}",
             p.display()
         ));
     }
-    anyhow!(out)
+    out
+}
+
+/// `e`, with [`with_input_files`]' lines when it names given inputs.
+fn name_input_files(e: anyhow::Error, sources: &HashMap<String, PathBuf>) -> anyhow::Error {
+    let msg = format!("{e:#}");
+    let out = with_input_files(&msg, sources);
+    if out.len() == msg.len() {
+        e
+    } else {
+        anyhow!(out)
+    }
 }
 
 /// Read the model, bind input files and dims, import once, and produce one tensor per graph

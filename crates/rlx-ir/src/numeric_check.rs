@@ -893,16 +893,7 @@ pub fn check_node_at(
                 .sum();
             // Same-length NaN inputs with known positions: the union bounds what is carried.
             let carried = if elementwise && out.nan <= carried {
-                let lists: Option<Vec<&[u32]>> = uniq
-                    .iter()
-                    .filter(|x| st(x).nan)
-                    .map(|x| {
-                        (st(x).len == out.len)
-                            .then(|| nan_pos.get(x.index())?.as_deref())
-                            .flatten()
-                    })
-                    .collect();
-                lists.map_or(carried, |l| union_len(&l))
+                carried_nan_positions(g, id, out.len, states, nan_pos).map_or(carried, |u| u.len())
             } else {
                 carried
             };
@@ -1018,12 +1009,32 @@ pub fn nan_positions(d: &TensorData) -> Option<Vec<u32>> {
     }
 }
 
-/// Size of the union of ascending index lists.
-fn union_len(lists: &[&[u32]]) -> usize {
-    let mut all: Vec<u32> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+/// The NaN positions node `id`'s NaN-holding inputs carry (their union, ascending), when
+/// every such input has the output's length `len` and known positions; `None` otherwise.
+fn carried_nan_positions(
+    g: &Graph,
+    id: NodeId,
+    len: usize,
+    states: &[NodeState],
+    nan_pos: &[Option<Vec<u32>>],
+) -> Option<Vec<u32>> {
+    let mut inputs = g.node(id).inputs.clone();
+    inputs.sort();
+    inputs.dedup();
+    let mut all = vec![];
+    for x in inputs {
+        let st = states.get(x.index())?;
+        if !st.nan {
+            continue;
+        }
+        if st.len != len {
+            return None;
+        }
+        all.extend_from_slice(nan_pos.get(x.index())?.as_deref()?);
+    }
     all.sort_unstable();
     all.dedup();
-    all.len()
+    Some(all)
 }
 
 impl DebugScanner {
@@ -1130,18 +1141,7 @@ impl DebugScanner {
     fn first_new_nan(&self, g: &Graph, id: NodeId) -> Option<usize> {
         let out = self.nan_pos.get(id.index())?.as_deref()?;
         let len = self.states.get(id.index())?.len;
-        let mut carried: Vec<u32> = vec![];
-        for x in &g.node(id).inputs {
-            let st = self.states.get(x.index())?;
-            if !st.nan {
-                continue;
-            }
-            if st.len != len {
-                return None;
-            }
-            carried.extend_from_slice(self.nan_pos.get(x.index())?.as_deref()?);
-        }
-        carried.sort_unstable();
+        let carried = carried_nan_positions(g, id, len, &self.states, &self.nan_pos)?;
         out.iter()
             .find(|p| carried.binary_search(p).is_err())
             .map(|&p| p as usize)

@@ -343,20 +343,7 @@ pub(crate) fn map_new(v: &[f32], f: SliceKernel) -> Vec<f32> {
 /// `v[i] = v[i] * sigmoid(v[i])` (SiLU), with [`sigmoid_slice`] and an f32 product: the
 /// bits of the unfused `Sigmoid` then `Mul`. Split over rayon above the parallel threshold.
 pub fn silu_inplace(v: &mut [f32]) {
-    fn run(c: &mut [f32]) {
-        let mut tmp = [0f32; 256];
-        for ch in c.chunks_mut(256) {
-            let t = &mut tmp[..ch.len()];
-            sigmoid_slice(ch, t);
-            super::wide::map2_inplace(ch, t, |x, s| x * s);
-        }
-    }
-    if super::par_worth(v.len()) {
-        use rayon::prelude::*;
-        v.par_chunks_mut(8192).for_each(run);
-    } else {
-        run(v);
-    }
+    silu_pass(v, None, None)
 }
 
 /// `v[i] = silu(v[i] + b)`: the same bits as adding `b` in its own pass and then
@@ -365,11 +352,21 @@ pub fn silu_inplace(v: &mut [f32]) {
 /// `wide::max_abs_bits` gives them: NaN's above +inf's) are folded into it, for the NaN
 /// scan of a fused conv group, which needs each value before the activation.
 pub fn silu_bias_inplace(v: &mut [f32], b: f32, seen: Option<&std::sync::atomic::AtomicU32>) {
+    silu_pass(v, Some(b), seen)
+}
+
+/// The SiLU pass of [`silu_inplace`] and [`silu_bias_inplace`]: 256 elements at a time, the
+/// bias added first when given (and the largest |v + b| bits folded into `seen`), then
+/// `sigmoid_slice` into a stack buffer and the product; split over rayon above the
+/// parallel threshold.
+fn silu_pass(v: &mut [f32], b: Option<f32>, seen: Option<&std::sync::atomic::AtomicU32>) {
     let run = |c: &mut [f32]| {
         let mut tmp = [0f32; 256];
         let mut bits = 0u32;
         for ch in c.chunks_mut(256) {
-            super::wide::map1_inplace(ch, |x| x + b);
+            if let Some(b) = b {
+                super::wide::map1_inplace(ch, |x| x + b);
+            }
             if seen.is_some() {
                 bits = bits.max(super::wide::max_abs_bits(ch));
             }
