@@ -362,6 +362,9 @@ def versions() -> str:
     if TRACT.is_file():
         v = subprocess.run([str(TRACT), "--version"], capture_output=True, text=True).stdout.strip()
         parts.append(v or "tract ?")
+    if os.environ.get("RLX_BENCH_REV"):  # a copy without its git history (the device machine)
+        parts.append(f"RLX {os.environ['RLX_BENCH_REV']}")
+        return ", ".join(parts)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "crates", "Cargo.toml"],

@@ -13,21 +13,33 @@ OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 export RLX_BIN=${RLX_BIN:-$PWD/.devbin/rlx}
 MODELS=${1:-bert,gpt2,qwen3,squeezenet,mobilenet_v2,efficientnet_b0,resnet18,resnet50}
-# bench.py runs onnxruntime with .venv/bin/python: the machine's python3 stands in.
+# Which parts run (comma-separated): table (bench.py), nodecmp (per-node gaps), ab (opt-in
+# kernels A/B). Default: all three.
+STEPS=${HOST_STEPS:-table,nodecmp,ab}
+# bench.py runs onnxruntime with .venv/bin/python: the machine's python3 stands in. A wrapper,
+# not a symlink: that python3 is itself a venv's, and a symlink to it elsewhere loses the
+# venv (its site-packages: numpy, onnxruntime).
 mkdir -p .venv/bin
-[ -x .venv/bin/python ] || ln -sf "$(command -v python3)" .venv/bin/python
+if [ ! -x .venv/bin/python ] || [ -L .venv/bin/python ]; then
+  rm -f .venv/bin/python
+  printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > .venv/bin/python
+  chmod +x .venv/bin/python
+fi
+# The copy there has no git history: the revision comes from .devbin/REV (written here by
+# `git rev-parse --short HEAD > .devbin/REV` when the binary is built).
+[ -f .devbin/REV ] && export RLX_BENCH_REV=$(cat .devbin/REV)
 { lscpu; nproc; uptime; } > "$OUT/lscpu.txt" 2>&1
 t0=$(date +%s)
 python3 scripts/gen_bench_models.py ${MODELS//,/ } > "$OUT/gen.log" 2>&1
 echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
-python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort --max-time 2 \
+[[ $STEPS == *table* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort --max-time 2 \
   --results "$OUT/RESULTS-host.md" > "$OUT/bench.log" 2>&1
-for m in resnet50 mobilenet_v2 efficientnet_b0 squeezenet; do
+[[ $STEPS == *nodecmp* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
   echo "== $m"
-  timeout 120 python3 bench/tools/node_cmp.py "bench/models/$m" --threads 1 --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
+  timeout 90 python3 bench/tools/node_cmp.py "bench/models/$m" --threads 1 --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
 done > "$OUT/node_cmp.txt"
 # RLX_CPU_MK_ROWS=1 (bench/NOTES.md §27) against the default, 3 interleaved rounds, 1 thread.
-for r in 1 2 3; do
+[[ $STEPS == *ab* ]] && for r in 1 2 3; do
   for m in squeezenet mobilenet_v2 efficientnet_b0 resnet18 resnet50; do
     for v in 0 1; do
       t=$(RLX_CPU_MK_ROWS=$v taskset -c 0 "$RLX_BIN" bench "bench/models/$m" --threads 1 --max-time 1.5 2>&1 | grep median)
