@@ -350,6 +350,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Tests,
     },
     EnvVar {
+        name: "RLX_BENCH_REV",
+        values: "text",
+        acts: "bench/bench.py",
+        catches: "the RLX revision the results header records, for a copy without its git history (bench/host_cpu.sh on the device machine sets it from .devbin/REV)",
+        cost: "none",
+        scope: Scope::Tests,
+    },
+    EnvVar {
         name: "RLX_REQUIRE_NUMPY",
         values: "0|1",
         acts: "test runs",
