@@ -103,7 +103,8 @@ impl Pool {
         if self.lent.len() >= LENT_MAX {
             self.lent.remove(0);
         }
-        self.lent.push((buf.as_ptr() as usize, buf.capacity(), init));
+        self.lent
+            .push((buf.as_ptr() as usize, buf.capacity(), init));
         (buf, init)
     }
 
@@ -255,7 +256,10 @@ mod tests {
             let o: Vec<f32> = overwritten(1000);
             assert_eq!(o.as_ptr(), p);
             assert!(o[..400].iter().all(|&x| x == 1.0));
-            assert!(o[400..].iter().all(|&x| x == 7.0), "no fill past 400: 7.0 kept");
+            assert!(
+                o[400..].iter().all(|&x| x == 7.0),
+                "no fill past 400: 7.0 kept"
+            );
             give(TensorData::F32(o));
             // A buffer that came from outside the pool with 600 of its 1000 values set:
             // only the 400 past them are filled.

@@ -168,15 +168,16 @@ pub(crate) fn simd() -> Simd {
     s
 }
 
-/// A raw pointer that rayon tasks may share (each writes a disjoint part).
+/// A raw pointer that rayon tasks may share (each writes a disjoint part; also
+/// `shape::concat_copy`'s).
 #[derive(Clone, Copy)]
-struct Ptr<T>(*mut T);
+pub(crate) struct Ptr<T>(pub(crate) *mut T);
 // SAFETY: only used for disjoint writes by the tasks of one call, which outlives them.
 unsafe impl<T> Send for Ptr<T> {}
 unsafe impl<T> Sync for Ptr<T> {}
 impl<T> Ptr<T> {
     /// The pointer (a method, so that closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut T {
+    pub(crate) fn get(self) -> *mut T {
         self.0
     }
 }

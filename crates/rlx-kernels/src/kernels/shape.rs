@@ -311,9 +311,10 @@ const CONCAT_PIECE_BYTES: usize = 64 << 10;
 /// The output of a concat: for each of `outer` rows, block `k` of every input in turn
 /// (`blocks[i]` elements of `slices[i]` per row), `n` elements in all. Above
 /// [`CONCAT_PIECE_BYTES`] × 2 and with several threads, the copies are split over rayon in
-/// tasks of about that size (pieces of long rows, groups of short ones): a channel concat of two conv outputs made by
-/// two threads (SqueezeNet's fire modules) read half its input from the other core's cache
-/// on one thread (168 against 34 µs in onnxruntime at 2 threads, slower than at 1).
+/// tasks of about that size (pieces of long rows, groups of short ones): a channel concat
+/// of two conv outputs made by two threads (SqueezeNet's fire modules) read half its input
+/// from the other core's cache on one thread (168 against 34 µs in onnxruntime at 2
+/// threads, slower than at 1).
 fn concat_copy<T: Copy + Send + Sync + 'static>(
     slices: &[&[T]],
     blocks: &[usize],
@@ -331,10 +332,8 @@ fn concat_copy<T: Copy + Send + Sync + 'static>(
         return o;
     }
     o.reserve_exact(n);
-    struct Dst<T>(*mut T);
-    // SAFETY: tasks write disjoint ranges of the output (see each use).
-    unsafe impl<T: Send> Sync for Dst<T> {}
-    let dst = Dst(o.as_mut_ptr());
+    // Tasks write disjoint ranges of the output (see each use).
+    let dst = super::matvec::Ptr(o.as_mut_ptr());
     use rayon::prelude::*;
     let row: usize = blocks.iter().sum();
     assert_eq!(row * outer, n, "concat: blocks cover the output");
@@ -352,24 +351,22 @@ fn concat_copy<T: Copy + Send + Sync + 'static>(
             }
         }
         pieces.par_iter().for_each(|&(src, off)| {
-            let dst = &dst;
             // SAFETY: [off, off + src.len()) lies inside the n reserved elements and no
             // other piece writes it (offsets advance by each piece's length); `src` does
             // not overlap the fresh output.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0.add(off), src.len()) };
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.get().add(off), src.len()) };
         });
     } else {
         // Short rows (a concat on a late axis): whole rows, about `piece` elements a task.
         let per = piece.div_ceil(row.max(1));
         (0..outer.div_ceil(per)).into_par_iter().for_each(|t| {
-            let dst = &dst;
             for k in t * per..((t + 1) * per).min(outer) {
                 let mut off = k * row;
                 for (s, &b) in slices.iter().zip(blocks) {
                     let src = &s[k * b..(k + 1) * b];
                     // SAFETY: row k's range [k·row, (k+1)·row) is inside the n reserved
                     // elements and written by this task alone; blocks fill it in turn.
-                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0.add(off), b) };
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.get().add(off), b) };
                     off += b;
                 }
             }
@@ -552,7 +549,10 @@ mod tests {
             }
         };
         for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             for axis in 0..3 {
                 let dims = dims_of(axis);
                 let f: Vec<(Vec<usize>, Vec<f32>)> = dims
@@ -560,7 +560,10 @@ mod tests {
                     .enumerate()
                     .map(|(i, d)| {
                         let n: usize = d.iter().product();
-                        (d.clone(), (0..n).map(|e| (e * 3 + i) as f32 * 0.5).collect())
+                        (
+                            d.clone(),
+                            (0..n).map(|e| (e * 3 + i) as f32 * 0.5).collect(),
+                        )
                     })
                     .collect();
                 let l: Vec<(Vec<usize>, Vec<i64>)> = f
@@ -569,10 +572,14 @@ mod tests {
                     .collect();
                 let mut od = dims[0].clone();
                 od[axis] = dims.iter().map(|d| d[axis]).sum();
-                let tf: Vec<Tensor> =
-                    f.iter().map(|(d, v)| Tensor::from_f32(d, v.clone()).unwrap()).collect();
-                let tl: Vec<Tensor> =
-                    l.iter().map(|(d, v)| Tensor::from_i64(d, v.clone()).unwrap()).collect();
+                let tf: Vec<Tensor> = f
+                    .iter()
+                    .map(|(d, v)| Tensor::from_f32(d, v.clone()).unwrap())
+                    .collect();
+                let tl: Vec<Tensor> = l
+                    .iter()
+                    .map(|(d, v)| Tensor::from_i64(d, v.clone()).unwrap())
+                    .collect();
                 let (gf, gl) = pool.install(|| {
                     let rf: Vec<&Tensor> = tf.iter().collect();
                     let rl: Vec<&Tensor> = tl.iter().collect();
