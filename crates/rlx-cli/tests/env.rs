@@ -196,6 +196,8 @@ fn cpu_fusion_text_names_every_fusion_it_turns_off() {
         "Relu, SiLU or Clip",
         "residual Add",
         "RLX_CPU_RESIDUAL",
+        "MaxPool",
+        "RLX_CPU_CONV_POOL",
         "depthwise",
         "RLX_CPU_PWDW",
         "scale Mul",

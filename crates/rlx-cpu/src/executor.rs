@@ -456,6 +456,13 @@ impl CpuExecutor {
             .count()
     }
 
+    /// How many fused Conv groups end in the MaxPool that alone reads them, run with the
+    /// conv in bands of rows (`rlx_kernels::kernels::conv::banded`; `RLX_CPU_CONV_POOL=0`:
+    /// none).
+    pub fn fused_pools(&self) -> usize {
+        self.plan.convs().filter(|c| c.grp.pool.is_some()).count()
+    }
+
     /// How many decomposed Softmaxes, LayerNorms and RMSNorms run fused, one row at a time
     /// (`crate::rowfuse`; on and off with the conv groups).
     pub fn fused_row_groups(&self) -> usize {

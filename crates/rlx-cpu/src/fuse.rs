@@ -52,6 +52,11 @@ pub(crate) struct ConvGroup {
     /// A residual Add (and Relu) after a chain that ends without an activation, applied
     /// in the conv's epilogue on runs without a scanner or hooks.
     pub residual: Option<Residual>,
+    /// A 2-D f32 MaxPool that alone reads the chain's value (a stem's Conv → Relu →
+    /// MaxPool): the group's last member, computed with the conv in bands of rows
+    /// (`rlx_kernels::kernels::conv::banded`; `RLX_CPU_CONV_POOL=0`: none). Never with a
+    /// residual.
+    pub pool: Option<NodeId>,
 }
 
 /// `Add(y, r)` (either order) that reads a group's value `y` and a value `r` of the same
@@ -233,6 +238,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         residual_of: vec![None; n],
     };
     let residual_on = !rlx_ir::env::is_off("RLX_CPU_RESIDUAL");
+    let pool_on = !rlx_ir::env::is_off("RLX_CPU_CONV_POOL");
     for node in &g.nodes {
         let Op::Conv(_) = &node.op else { continue };
         if node.shape.dtype != DType::F32 || node.shape.rank() < 3 || !node.shape.is_static() {
@@ -357,6 +363,15 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
                 f.residual_of[x.index()] = Some(gi);
             }
         }
+        let pool = if residual.is_none() && pool_on {
+            pool_at(g, *members.last().unwrap_or(&node.id), consumers, is_output)
+        } else {
+            None
+        };
+        if let Some(p) = pool {
+            members.push(p);
+            f.member_of[p.index()] = Some(gi);
+        }
         f.groups.push(ConvGroup {
             conv: node.id,
             members,
@@ -364,6 +379,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
             act,
             bound,
             residual,
+            pool,
         });
     }
     f.scaled = f
@@ -383,6 +399,27 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         .map(|(a, sc)| pair_at(g, &f, a, consumers, is_output).filter(|_| sc.is_none()))
         .collect();
     f
+}
+
+/// The MaxPool that alone reads `y`, the value a group computes (not a graph output), where
+/// the conv's output is large enough for bands to matter (over twice
+/// `rlx_kernels::kernels::conv::banded::BAND_BYTES`) and the pool fits the banded kernel
+/// (2-D f32 MaxPool, dilation 1 along rows).
+fn pool_at(g: &Graph, y: NodeId, consumers: &[Vec<NodeId>], is_output: &[bool]) -> Option<NodeId> {
+    use rlx_kernels::kernels::conv::banded;
+    let [p] = consumers[y.index()].as_slice() else {
+        return None;
+    };
+    let (yn, pn) = (g.node(y), g.node(*p));
+    let Op::Pool(pa) = &pn.op else {
+        return None;
+    };
+    let bytes = yn.shape.numel() * 4;
+    (!is_output[y.index()]
+        && pn.inputs.as_slice() == [y]
+        && bytes > 2 * banded::BAND_BYTES
+        && banded::fits(&yn.shape, pa, &pn.shape))
+    .then_some(*p)
 }
 
 /// The [`Residual`] after the value `y` that a group of `conv` (one group, f32) computes:
@@ -591,6 +628,9 @@ fn pair_at(
         return None;
     };
     let kb = f.at_conv[reader.index()]?;
+    if a.pool.is_some() || f.groups[kb].pool.is_some() {
+        return None;
+    }
     let (na, nb) = (g.node(a.conv), g.node(*reader));
     let (Op::Conv(aa), Op::Conv(ab)) = (&na.op, &nb.op) else {
         return None;
@@ -894,28 +934,62 @@ pub(crate) fn run_group(
         ));
     };
     let w = w_over.unwrap_or(w);
-    let t = match wino {
-        Some(_) if res.is_some() => {
-            return Err(crate::KernelError::Invalid(
-                "fused group: a residual is not applied on the Winograd path".into(),
-            ))
-        }
-        Some(wg) => conv_winograd(x, wg, w, bias, a, &node.shape, &post)?,
-        // The conv kernels apply a Relu/Clip themselves; when scanning they also take the
-        // largest |y| before it in the same pass (else `post` does both).
-        None => {
-            let act = Act {
-                clamp: act.clamp(),
-                post: &post,
-                post_bias: (act == Epilogue::Silu).then_some(&silu_bias as _),
-                seen: scan.then_some(&max_bits),
-            };
-            // RLX's own kernel on the packed weights (not with `w_over`: other weights).
-            match packed.filter(|_| w_over.is_none()) {
-                Some(pk) => conv_packed(x, pk, w, bias, a, &node.shape, act, res)?,
-                None => conv_post(x, w, bias, a, &node.shape, act, res)?,
+    // The conv (on the whole input, or on a band of its rows for a MaxPool tail).
+    let conv = |x: &Tensor,
+                a: &rlx_ir::ConvAttrs,
+                out: &rlx_ir::Shape,
+                res: Option<rlx_kernels::kernels::conv::Residual>|
+     -> Result<Tensor, crate::KernelError> {
+        Ok(match wino {
+            Some(_) if res.is_some() => {
+                return Err(crate::KernelError::Invalid(
+                    "fused group: a residual is not applied on the Winograd path".into(),
+                ))
             }
+            Some(wg) => conv_winograd(x, wg, w, bias, a, out, &post)?,
+            // The conv kernels apply a Relu/Clip themselves; when scanning they also take
+            // the largest |y| before it in the same pass (else `post` does both).
+            None => {
+                let act = Act {
+                    clamp: act.clamp(),
+                    post: &post,
+                    post_bias: (act == Epilogue::Silu).then_some(&silu_bias as _),
+                    seen: scan.then_some(&max_bits),
+                };
+                // RLX's own kernel on the packed weights (not with `w_over`: other weights).
+                match packed.filter(|_| w_over.is_none()) {
+                    Some(pk) => conv_packed(x, pk, w, bias, a, out, act, res)?,
+                    None => conv_post(x, w, bias, a, out, act, res)?,
+                }
+            }
+        })
+    };
+    let t = match grp.pool.map(|p| g.node(p)) {
+        Some(pn) => {
+            let Op::Pool(pa) = &pn.op else {
+                return Err(crate::KernelError::Invalid(
+                    "fused group: its pool tail is not a Pool".into(),
+                ));
+            };
+            if res.is_some() {
+                return Err(crate::KernelError::Invalid(
+                    "fused group: a residual with a pool tail".into(),
+                ));
+            }
+            use rlx_kernels::kernels::conv::banded;
+            let kh = w.dims().get(2).copied().unwrap_or(1);
+            banded::conv_max_pool(
+                x,
+                a,
+                kh,
+                &node.shape,
+                pa,
+                &pn.shape,
+                banded::BAND_BYTES,
+                &|x, a, out| conv(x, a, out, None),
+            )?
         }
+        None => conv(x, a, &node.shape, res)?,
     };
     // Finite, and every value of the unfused chain provably below half of f32::MAX (so the
     // unfused run cannot overflow where the fused one did not; else the caller replays).
@@ -971,8 +1045,12 @@ pub fn conv_affine_groups(g: &Graph) -> Vec<ConvAffineGroup> {
     plan(g, &consumers, &is_output)
         .groups
         .into_iter()
-        .filter(|grp| !grp.members.is_empty())
-        .filter_map(|grp| {
+        .filter(|grp| grp.members.len() > usize::from(grp.pool.is_some()))
+        .filter_map(|mut grp| {
+            // A MaxPool tail is the CPU's own (bands of rows); GPUs run the pool apart.
+            if grp.pool.is_some() {
+                grp.members.pop();
+            }
             let mut relu = match grp.act {
                 Epilogue::None => false,
                 Epilogue::Relu => true,

@@ -170,6 +170,7 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     osp: &[usize],
     a: &PoolAttrs,
     planes: usize,
+    into: Option<Into<'_, T>>,
 ) -> Vec<T> {
     let (h, w) = (sp[0], sp[1]);
     let (oh, ow) = (osp[0], osp[1]);
@@ -206,14 +207,26 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         })
         .collect();
     let p = oh * ow;
-    if p == 1 && ty.len() == 1 && ty[0].0.len() == h && tx[0].0.len() == w {
+    if p == 1 && ty.len() == 1 && ty[0].0.len() == h && tx[0].0.len() == w && into.is_none() {
         // One window over the whole plane (GlobalAveragePool/GlobalMaxPool): the taps in
         // window order are the plane in memory order.
         return global_pool(v, h * w, ty[0].1 * tx[0].1, a, planes);
     }
-    let mut out = crate::buffers::filled(planes * p, T::default());
-    if p == 0 {
-        return out;
+    // Every path below writes every output (no fill first).
+    let mut own = Vec::new();
+    let Into { out, stride, off } = match into {
+        Some(i) => i,
+        None => {
+            own = crate::buffers::overwritten(planes * p);
+            Into {
+                out: &mut own,
+                stride: p,
+                off: 0,
+            }
+        }
+    };
+    if p == 0 || out.len() < planes.saturating_sub(1) * stride + off + p {
+        return own;
     }
     // With stride sw > 1, each input row is first split into its sw phases (columns
     // r, r+sw, r+2sw, ... laid out one after another), so a tap's columns are contiguous.
@@ -252,7 +265,7 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
     let f = |acc: T, e: T| if is_max { max(acc, e) } else { add(acc, e) };
     if let PoolKind::Lp { .. } = a.kind {
         out.fill(T::nan()); // not routed here
-        return out;
+        return own;
     }
     // Per kernel column: where its taps start in an input row for output column `in_lo`.
     let tap_cols: Vec<usize> = spans
@@ -300,7 +313,8 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
         };
         (geo, masks)
     });
-    fill_chunks(&mut out, p, |pl, dst| {
+    fill_chunks(&mut out[..planes * stride], stride, |pl, chunk| {
+        let dst = &mut chunk[off..off + p];
         let src = &v[pl * h * w..(pl + 1) * h * w];
         // 3×3 stride 2 watches for NaN in the taps it reads; a plane where it saw one is
         // redone below.
@@ -408,7 +422,49 @@ fn pool_2d<T: Float + Send + Sync + Default + 'static>(
             }
         }
     });
-    out
+    own
+}
+
+/// Where [`pool_2d`] writes: plane `i`'s `oh·ow` outputs at `out[i·stride + off..]`.
+pub(crate) struct Into<'a, T> {
+    pub out: &'a mut [T],
+    pub stride: usize,
+    pub off: usize,
+}
+
+/// A 2-D MaxPool/AveragePool of `x` `[1, C, H, W]` (f32) to output dims `osp` =
+/// `[OH, OW]`, plane `i` written at `out[i·stride + off..][..OH·OW]` (rows of a larger
+/// output: `conv::banded`). Errors: not f32 `[1, C, H, W]`, an Lp pool, or `out` too short.
+pub(crate) fn pool_2d_into(
+    x: &Tensor,
+    a: &PoolAttrs,
+    osp: [usize; 2],
+    out: &mut [f32],
+    stride: usize,
+    off: usize,
+) -> KResult<()> {
+    let d = x.dims();
+    let Some(v) = x.as_f32().filter(|_| d.len() == 4 && d[0] == 1) else {
+        return invalid("pool: not an f32 [1, C, H, W] input");
+    };
+    if matches!(a.kind, PoolKind::Lp { .. })
+        || [
+            &a.kernel,
+            &a.strides,
+            &a.pads.iter().map(|p| p.0).collect(),
+            &a.dilations,
+        ]
+        .iter()
+        .any(|v| v.len() != 2)
+    {
+        return invalid("pool: not a 2-D Max/Average pool with every attribute given");
+    }
+    let planes = d[1];
+    if out.len() < planes.saturating_sub(1) * stride + off + osp[0] * osp[1] {
+        return invalid("pool: output slice too short");
+    }
+    pool_2d(v, &d[2..], &osp, a, planes, Some(Into { out, stride, off }));
+    Ok(())
 }
 
 /// One output per plane from every element of the plane, in memory order (the window
@@ -481,7 +537,7 @@ fn pool_impl<T: Float + Send + Sync + Default + 'static>(
     planes: usize,
 ) -> Vec<T> {
     if sp.len() == 2 && !matches!(a.kind, PoolKind::Lp { .. }) {
-        return pool_2d(v, sp, osp, a, planes);
+        return pool_2d(v, sp, osp, a, planes, None);
     }
     let w = Windows::new(sp, osp, a);
     let plane: usize = sp.iter().product();

@@ -7,11 +7,13 @@
 //! * [`winograd`]: Winograd F(2×2, 3×3);
 //! * [`packed`]: RLX's own product kernel on weights packed at build ([`PackedConv`]);
 //! * [`pw_dw`](fn@pw_dw): a pointwise conv and the depthwise conv after it, interleaved.
+//! * [`banded`]: a conv and the MaxPool that alone reads it, in bands of rows that stay in L2.
 //!
 //! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
 //! algorithm files import from `common` and not from one another (the pointwise-depthwise
 //! pair uses `dw_simd`'s row kernels), so there is no import cycle.
 
+pub mod banded;
 mod common;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod dconv;
