@@ -38,12 +38,17 @@ echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
   echo "== $m"
   timeout 90 python3 bench/tools/node_cmp.py "bench/models/$m" --threads 1 --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
 done > "$OUT/node_cmp.txt"
-# RLX_CPU_MK_ROWS=1 (bench/NOTES.md §27) against the default, 3 interleaved rounds, 1 thread.
+# A variable's 0 against 1 (default RLX_CPU_MK_ROWS, bench/NOTES.md §27; HOST_AB_VAR picks
+# another, HOST_AB_MODELS the models, HOST_AB_THREADS the thread counts), 3 interleaved
+# rounds, pinned to the first cores.
+AB_VAR=${HOST_AB_VAR:-RLX_CPU_MK_ROWS}
 [[ $STEPS == *ab* ]] && for r in 1 2 3; do
-  for m in squeezenet mobilenet_v2 efficientnet_b0 resnet18 resnet50; do
-    for v in 0 1; do
-      t=$(RLX_CPU_MK_ROWS=$v taskset -c 0 "$RLX_BIN" bench "bench/models/$m" --threads 1 --max-time 1.5 2>&1 | grep median)
-      echo "$m rows=$v $t"
+  for m in ${HOST_AB_MODELS:-squeezenet mobilenet_v2 efficientnet_b0 resnet18 resnet50}; do
+    for t in ${HOST_AB_THREADS:-1}; do
+      for v in 0 1; do
+        res=$(env "$AB_VAR=$v" taskset -c 0-$((t - 1)) "$RLX_BIN" bench "bench/models/$m" --threads "$t" --max-time 1.5 2>&1 | grep -E 'median|min' | tr '\n' ' ')
+        echo "$m threads=$t $AB_VAR=$v $res"
+      done
     done
   done
 done > "$OUT/ab.txt"

@@ -53,9 +53,9 @@ pub(crate) struct ConvGroup {
     /// in the conv's epilogue on runs without a scanner or hooks.
     pub residual: Option<Residual>,
     /// A 2-D f32 MaxPool that alone reads the chain's value (a stem's Conv → Relu →
-    /// MaxPool): the group's last member, computed with the conv in bands of rows
-    /// (`rlx_kernels::kernels::conv::banded`; `RLX_CPU_CONV_POOL=0`: none). Never with a
-    /// residual.
+    /// MaxPool): the group's last member, computed with the conv, in bands of rows at one
+    /// thread (`rlx_kernels::kernels::conv::banded`; `RLX_CPU_CONV_POOL=0`: none). Never
+    /// with a residual.
     pub pool: Option<NodeId>,
 }
 

@@ -105,7 +105,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_CONV_POOL",
         values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",
-        catches: "nothing: 0 runs a MaxPool that alone reads a fused conv's output as its own op instead of in bands with the conv (default on; the stems of SqueezeNet and ResNet: each band of conv rows is pooled while it is in L2). Values differ by rounding only (a band's conv may sum in another order); with a NaN scanner on, the band is scanned and a group with a non-finite value replays op by op; only for timing",
+        catches: "nothing: 0 runs a MaxPool that alone reads a fused conv's output as its own op instead of in bands with the conv (default on; at one thread, the stems of SqueezeNet and ResNet: each band of conv rows is pooled while it is in L2; with more threads the two run whole). Values differ by rounding only (a band's conv may sum in another order); with a NaN scanner on, the band is scanned and a group with a non-finite value replays op by op; only for timing",
         cost: "none",
         scope: Scope::Runtime,
     },

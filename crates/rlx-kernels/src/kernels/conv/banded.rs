@@ -1,9 +1,9 @@
 //! A 2-D f32 conv whose output only a MaxPool reads (the stem of SqueezeNet and of
-//! ResNet: Conv → Relu → MaxPool 3×3/2), run in bands of output rows: each band of the
-//! conv's output is computed into a buffer that stays in L2 and max-pooled at once, so the
-//! conv's whole output (3 MB for a 64×112×112 stem) is never written to memory and read
-//! back. onnxruntime runs the two as separate nodes; the pool then reads the conv's output
-//! from L3 or DRAM (bench/NOTES.md §30).
+//! ResNet: Conv → Relu → MaxPool 3×3/2), run in bands of output rows on one thread: each
+//! band of the conv's output is computed into a buffer that stays in L2 and max-pooled at
+//! once, so the conv's whole output (3 MB for a 64×112×112 stem) is never written to memory
+//! and read back. onnxruntime runs the two as separate nodes. With several threads the two
+//! run whole, one after the other (bench/NOTES.md §30: bands on all threads did not win).
 //!
 //! **Same values as the two nodes, up to the conv's summation order.** Band `[p0, p1)` of
 //! the pool's output rows reads the conv's output rows `[p0·s − pt, (p1 − 1)·s − pt + k)`
@@ -109,19 +109,14 @@ pub fn conv_max_pool(
     // Pool output rows per band: the conv rows they read fill about `band_bytes`.
     let row_bytes = (m * ow * 4).max(1);
     let conv_rows_per_band = (band_bytes / row_bytes).max(pool_rows.span);
-    let mut per_band = ((conv_rows_per_band - pool_rows.span) / pool_rows.s + 1).max(1);
-    // With threads, a multiple of their count of bands of about equal rows (5 bands on 2
-    // threads would leave one idle for a fifth of the time).
-    let threads = rayon::current_num_threads();
-    if threads > 1 && n == 1 {
-        let nb = ph.div_ceil(per_band).div_ceil(threads) * threads;
-        per_band = ph.div_ceil(nb).max(1);
-    }
+    let per_band = ((conv_rows_per_band - pool_rows.span) / pool_rows.s + 1).max(1);
     if n == 0 || m == 0 || ph == 0 || pw == 0 {
         return make(pd, TensorData::F32(Vec::new()));
     }
-    if per_band >= ph && n == 1 {
-        // One band: the two ops whole (no copies).
+    // One band, or several threads: the two ops whole. (Bands on all threads, each band's
+    // conv in its own core's L2, did not win at 2 threads on AMD Zen 4, bench/NOTES.md §30:
+    // the rows computed twice cost what the cache saved.)
+    if (per_band >= ph && n == 1) || rayon::current_num_threads() > 1 {
         let y = conv(x, ca, conv_out)?;
         let p = crate::kernels::pool::pool(&y, pa, pool_out)?;
         crate::buffers::give(y.into_data());
@@ -184,37 +179,10 @@ pub fn conv_max_pool(
                 .map(move |p0| (img, p0, (p0 + per_band).min(ph)))
         })
         .collect();
-    if rayon::current_num_threads() == 1 || bands.len() == 1 {
+    for (img, p0, p1) in bands {
         // Each band's pooled rows straight into the output.
-        for &(img, p0, p1) in &bands {
-            let dst = &mut out[img * m * plane_out..(img + 1) * m * plane_out];
-            band(img, p0, p1, dst, plane_out, p0 * pw)?;
-        }
-    } else {
-        // Bands on all threads (each band's conv in its own core's L2), each pooled into
-        // its own buffer, then copied to its rows of every plane.
-        use rayon::prelude::*;
-        let dst = crate::kernels::matvec::Ptr(out.as_mut_ptr());
-        bands
-            .par_iter()
-            .try_for_each(|&(img, p0, p1)| -> KResult<()> {
-                let rows = (p1 - p0) * pw;
-                let mut local = vec![0f32; m * rows];
-                band(img, p0, p1, &mut local, rows, 0)?;
-                for ch in 0..m {
-                    let at = img * m * plane_out + ch * plane_out + p0 * pw;
-                    // SAFETY: rows [p0, p1) of plane `ch` of image `img`: inside `out`
-                    // (`at + rows <= n·m·plane_out`), and no other band writes them.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            local.as_ptr().add(ch * rows),
-                            dst.get().add(at),
-                            rows,
-                        )
-                    };
-                }
-                Ok(())
-            })?;
+        let dst = &mut out[img * m * plane_out..(img + 1) * m * plane_out];
+        band(img, p0, p1, dst, plane_out, p0 * pw)?;
     }
     make(pd, TensorData::F32(out))
 }
@@ -270,7 +238,7 @@ mod tests {
 
     /// Banded against the conv then the pool, whole, with bands of one to a few rows (where
     /// a band's conv may take another kernel than the whole plane's: the same sums in
-    /// another order) and one band (bit for bit; with threads, one band per thread).
+    /// another order) and one band (bit for bit).
     fn check(cs: &Case) {
         let (h, w) = cs.hw;
         let x = Tensor::from_f32(&[cs.n, cs.c, h, w], rnd(cs.n * cs.c * h * w, 1)).unwrap();
@@ -318,7 +286,7 @@ mod tests {
             for (i, (a, b)) in got.iter().zip(want).enumerate() {
                 // Sums of up to 5·7·7 terms of magnitude below 1 in f32: a few ulps of
                 // the largest partial sum.
-                let ok = if band_bytes == 1 << 30 && rayon::current_num_threads() == 1 {
+                let ok = if band_bytes == 1 << 30 || rayon::current_num_threads() > 1 {
                     a.to_bits() == b.to_bits()
                 } else {
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs())
@@ -330,8 +298,7 @@ mod tests {
 
     #[test]
     fn bands_give_the_values_of_the_conv_then_the_pool() {
-        // One thread (bands in order, pooled straight into the output) and three (bands in
-        // parallel, each pooled apart and copied).
+        // One thread (bands) and three (the two ops whole).
         for threads in [1, 3] {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
