@@ -16,11 +16,12 @@ MODELS=${1:-bert,gpt2,qwen3,squeezenet,mobilenet_v2,efficientnet_b0,resnet18,res
 # Which parts run (comma-separated): table (bench.py), nodecmp (per-node gaps), ab (opt-in
 # kernels A/B). Default: all three.
 STEPS=${HOST_STEPS:-table,nodecmp,ab}
-# bench.py runs onnxruntime with .venv/bin/python: the machine's python3 stands in. A wrapper,
-# not a symlink: that python3 is itself a venv's, and a symlink to it elsewhere loses the
-# venv (its site-packages: numpy, onnxruntime).
+# bench.py runs onnxruntime with .venv/bin/python: where there is none (the device machine),
+# the machine's python3 stands in. A wrapper, not a symlink: that python3 is itself a venv's,
+# and a symlink to it elsewhere loses the venv (its site-packages: numpy, onnxruntime). A
+# working .venv/bin/python (a developer's venv) is left alone.
 mkdir -p .venv/bin
-if [ ! -x .venv/bin/python ] || [ -L .venv/bin/python ]; then
+if [ ! -x .venv/bin/python ]; then
   rm -f .venv/bin/python
   printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > .venv/bin/python
   chmod +x .venv/bin/python
