@@ -602,16 +602,9 @@ fn max_pool_ord<T: Copy + PartialOrd + Send + Sync + Default>(
     })
 }
 
-/// `Op::Pool`: x [N, C, *sp] → the node's [N, C, *osp].
-pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
-    let od = out_dims(out)?;
-    let d = x.dims();
-    if d.len() < 3 || od.len() != d.len() || od[0] != d[0] || od[1] != d[1] {
-        return invalid(format!(
-            "pool: input {d:?} and output {od:?} do not fit NC*spatial"
-        ));
-    }
-    let nd = d.len() - 2;
+/// `a` with ONNX's defaults spelled out for `nd` spatial axes where a list is empty:
+/// strides and dilations 1, pads 0.
+pub(crate) fn with_defaults(a: &PoolAttrs, nd: usize) -> PoolAttrs {
     let mut a = a.clone();
     if a.strides.is_empty() {
         a.strides = vec![1; nd];
@@ -622,6 +615,20 @@ pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
     if a.pads.is_empty() {
         a.pads = vec![(0, 0); nd];
     }
+    a
+}
+
+/// `Op::Pool`: x [N, C, *sp] → the node's [N, C, *osp].
+pub(crate) fn pool(x: &Tensor, a: &PoolAttrs, out: &Shape) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    let d = x.dims();
+    if d.len() < 3 || od.len() != d.len() || od[0] != d[0] || od[1] != d[1] {
+        return invalid(format!(
+            "pool: input {d:?} and output {od:?} do not fit NC*spatial"
+        ));
+    }
+    let nd = d.len() - 2;
+    let a = with_defaults(a, nd);
     if a.kernel.len() != nd
         || a.strides.len() != nd
         || a.dilations.len() != nd

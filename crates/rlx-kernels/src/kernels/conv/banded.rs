@@ -77,7 +77,7 @@ pub fn conv_max_pool(
     pa: &PoolAttrs,
     pool_out: &Shape,
     band_bytes: usize,
-    conv: &(dyn Fn(&Tensor, &ConvAttrs, &Shape) -> KResult<Tensor> + Sync),
+    conv: &dyn Fn(&Tensor, &ConvAttrs, &Shape) -> KResult<Tensor>,
 ) -> KResult<Tensor> {
     if !fits(conv_out, pa, pool_out) {
         return invalid("conv+MaxPool bands: not a 2-D f32 MaxPool after a 2-D conv");
@@ -122,67 +122,54 @@ pub fn conv_max_pool(
         crate::buffers::give(y.into_data());
         return Ok(p);
     }
-    // The pool's attributes with every default spelled out (`pool_2d_into` takes them so).
-    let mut pool_attrs = pa.clone();
-    for (v, d) in [(&mut pool_attrs.strides, 1), (&mut pool_attrs.dilations, 1)] {
-        if v.is_empty() {
-            *v = vec![d; 2];
-        }
-    }
-    if pool_attrs.pads.is_empty() {
-        pool_attrs.pads = vec![(0, 0); 2];
-    }
-    let mut out = crate::buffers::overwritten::<f32>(n * m * ph * pw);
+    // The pool's attributes with every default spelled out (its top padding is set per band).
+    let pool_attrs = crate::kernels::pool::with_defaults(pa, 2);
     let plane_out = ph * pw;
-    // One band: pool output rows [p0, p1) of image `img`, written into `dst` at plane
-    // stride `stride`, offset `off`.
-    let band = |img: usize, p0: usize, p1: usize, dst: &mut [f32], stride: usize, off: usize| {
-        // The conv rows this band's windows read, clipped to the conv's output.
-        let (lo, hi) = pool_rows.input(p0, p1);
-        let (r0, r1) = (lo.max(0) as usize, (hi.min(oh as isize)).max(0) as usize);
-        if r0 >= r1 {
-            // Windows wholly in the padding: no tap, -inf (the pool's own rule).
-            for ch in 0..m {
-                dst[ch * stride + off..ch * stride + off + (p1 - p0) * pw].fill(f32::NEG_INFINITY);
-            }
-            return Ok(());
-        }
-        // The input rows those conv rows read, and the padding left at the band's edges.
-        let (ilo, ihi) = conv_rows.input(r0, r1);
-        let (i0, i1) = (ilo.max(0) as usize, (ihi.min(h as isize)).max(0) as usize);
-        let mut sub_ca = ca.clone();
-        if sub_ca.pads.is_empty() {
-            sub_ca.pads = vec![(0, 0); 2];
-        }
-        sub_ca.pads[0] = ((-ilo).max(0) as usize, (ihi - h as isize).max(0) as usize);
-        let rows_in = i1.saturating_sub(i0);
+    let mut out = crate::buffers::overwritten::<f32>(n * m * plane_out);
+    for (img, dst) in out.chunks_mut(m * plane_out).enumerate() {
         let ximg = &xv[img * c * h * w..(img + 1) * c * h * w];
-        let mut xb = crate::buffers::overwritten::<f32>(c * rows_in * w);
-        for ch in 0..c {
-            let src = &ximg[ch * h * w + i0 * w..ch * h * w + i0 * w + rows_in * w];
-            xb[ch * rows_in * w..(ch + 1) * rows_in * w].copy_from_slice(src);
+        for p0 in (0..ph).step_by(per_band) {
+            // Pool output rows [p0, p1), written straight into each plane of `dst`.
+            let p1 = (p0 + per_band).min(ph);
+            // The conv rows this band's windows read, clipped to the conv's output.
+            let (lo, hi) = pool_rows.input(p0, p1);
+            let (r0, r1) = (lo.max(0) as usize, (hi.min(oh as isize)).max(0) as usize);
+            if r0 >= r1 {
+                // Windows wholly in the padding: no tap, -inf (the pool's own rule).
+                for plane in dst.chunks_mut(plane_out) {
+                    plane[p0 * pw..p1 * pw].fill(f32::NEG_INFINITY);
+                }
+                continue;
+            }
+            // The input rows those conv rows read, and the padding left at the band's edges.
+            let (ilo, ihi) = conv_rows.input(r0, r1);
+            let (i0, i1) = (ilo.max(0) as usize, (ihi.min(h as isize)).max(0) as usize);
+            let mut sub_ca = ca.clone();
+            if sub_ca.pads.is_empty() {
+                sub_ca.pads = vec![(0, 0); 2];
+            }
+            sub_ca.pads[0] = ((-ilo).max(0) as usize, (ihi - h as isize).max(0) as usize);
+            let rows_in = i1.saturating_sub(i0);
+            let mut xb = crate::buffers::overwritten::<f32>(c * rows_in * w);
+            for (ch, rows) in xb.chunks_mut(rows_in * w).enumerate() {
+                rows.copy_from_slice(&ximg[ch * h * w + i0 * w..][..rows_in * w]);
+            }
+            let xb = make(&[1, c, rows_in, w][..], TensorData::F32(xb))?;
+            let band_shape = Shape::new(&[1, m, r1 - r0, ow], rlx_ir::DType::F32);
+            let y = conv(&xb, &sub_ca, &band_shape)?;
+            crate::buffers::give(xb.into_data());
+            let mut sub_pa = pool_attrs.clone();
+            sub_pa.pads[0] = ((-lo).max(0) as usize, (hi - oh as isize).max(0) as usize);
+            crate::kernels::pool::pool_2d_into(
+                &y,
+                &sub_pa,
+                [p1 - p0, pw],
+                dst,
+                plane_out,
+                p0 * pw,
+            )?;
+            crate::buffers::give(y.into_data());
         }
-        let xb = make(&[1, c, rows_in, w][..], TensorData::F32(xb))?;
-        let band_shape = Shape::new(&[1, m, r1 - r0, ow], rlx_ir::DType::F32);
-        let y = conv(&xb, &sub_ca, &band_shape)?;
-        crate::buffers::give(xb.into_data());
-        let mut sub_pa = pool_attrs.clone();
-        sub_pa.pads[0] = ((-lo).max(0) as usize, (hi - oh as isize).max(0) as usize);
-        crate::kernels::pool::pool_2d_into(&y, &sub_pa, [p1 - p0, pw], dst, stride, off)?;
-        crate::buffers::give(y.into_data());
-        Ok(())
-    };
-    let bands: Vec<(usize, usize, usize)> = (0..n)
-        .flat_map(|img| {
-            (0..ph)
-                .step_by(per_band)
-                .map(move |p0| (img, p0, (p0 + per_band).min(ph)))
-        })
-        .collect();
-    for (img, p0, p1) in bands {
-        // Each band's pooled rows straight into the output.
-        let dst = &mut out[img * m * plane_out..(img + 1) * m * plane_out];
-        band(img, p0, p1, dst, plane_out, p0 * pw)?;
     }
     make(pd, TensorData::F32(out))
 }
