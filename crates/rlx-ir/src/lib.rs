@@ -17,6 +17,7 @@ pub mod op;
 pub mod provenance;
 pub mod sampling;
 pub mod shape;
+pub mod sym;
 pub mod tensor;
 
 pub use dtype::DType;
