@@ -270,6 +270,41 @@ impl DimExpr {
         None
     }
 
+    /// `self / o` when the division is exact term by term: `o` a non-zero constant dividing
+    /// every coefficient, or one monomial (`k * s * t`) dividing every term of `self`
+    /// (`(2*b*s*h) / (b*h)` = `2*s`). `None` otherwise, even where the quotient exists
+    /// for some bindings only.
+    pub fn div_exact(&self, o: &DimExpr) -> Option<DimExpr> {
+        if let Some(d) = o.as_const() {
+            if d == 0 || self.c % d != 0 || self.terms.values().any(|k| k % d != 0) {
+                return None;
+            }
+            return Some(DimExpr {
+                c: self.c / d,
+                terms: self.terms.iter().map(|(m, k)| (m.clone(), k / d)).collect(),
+            });
+        }
+        if o.c != 0 || o.terms.len() != 1 || self.c != 0 {
+            return None;
+        }
+        let (om, &ok) = o.terms.iter().next()?;
+        let mut terms = BTreeMap::new();
+        for (m, &k) in &self.terms {
+            if k % ok != 0 {
+                return None;
+            }
+            let mut rest = m.clone();
+            for a in om {
+                let at = rest.iter().position(|x| x == a)?;
+                rest.remove(at);
+            }
+            terms.insert(rest, k / ok);
+        }
+        // A term whose monomial became empty is a constant.
+        let c = terms.remove(&Vec::new()).unwrap_or(0);
+        Some(DimExpr { c, terms })
+    }
+
     /// True when the expression is provably ≥ 0 (symbols are sizes).
     pub fn is_nonneg(&self) -> bool {
         self.c >= 0
@@ -557,6 +592,31 @@ mod tests {
         assert_eq!(s("x").add(&k(1)).unwrap().eval(&big), None);
         assert_eq!(s("x").floor_div(0), None);
         assert_eq!(s("x").floor_div_expr(&s("y")), None);
+    }
+
+    #[test]
+    fn exact_division() {
+        let bsh = s("b").mul(&s("s")).unwrap().mul(&k(32)).unwrap();
+        assert_eq!(
+            bsh.div_exact(&s("b").mul(&k(4)).unwrap()),
+            Some(s("s").mul(&k(8)).unwrap())
+        );
+        assert_eq!(bsh.div_exact(&k(32)), Some(s("b").mul(&s("s")).unwrap()));
+        assert_eq!(bsh.div_exact(&k(3)), None);
+        assert_eq!(bsh.div_exact(&s("t")), None);
+        assert_eq!(s("s").div_exact(&s("s")), Some(k(1)));
+        assert_eq!(s("s").add(&k(1)).unwrap().div_exact(&s("s")), None);
+        // Checked against evaluation on a grid.
+        let e = s("a").mul(&s("b")).unwrap().mul(&k(6)).unwrap();
+        let q = e.div_exact(&s("a").mul(&k(3)).unwrap()).unwrap();
+        for a in 1..5 {
+            for bb in 0..5 {
+                let mut m = Bindings::new();
+                m.insert("a".into(), a);
+                m.insert("b".into(), bb);
+                assert_eq!(q.eval(&m).unwrap() * 3 * a, e.eval(&m).unwrap());
+            }
+        }
     }
 
     #[test]

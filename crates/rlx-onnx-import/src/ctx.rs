@@ -28,12 +28,17 @@ pub struct Ctx<'a> {
     /// Values of nodes left unfolded because they hold NaN/Inf (see [`Ctx::add`]): still
     /// known at import time, so a translator that needs them (a Pad's fill) reads them.
     pub deferred: HashMap<NodeId, Arc<Tensor>>,
+    /// The symbolic import's tracking (`None` for a plain import; see [`crate::sym`]).
+    pub sym: Option<crate::sym::SymState>,
 }
 
 impl<'a> Ctx<'a> {
     /// Append `op` on `inputs`, typed by `infer_output`; folded into a `Constant` (same
     /// origin) when every input is a constant and the CPU evaluator supports the op.
     pub fn add(&mut self, op: Op, inputs: Vec<NodeId>) -> R<NodeId> {
+        if self.sym.is_some() && inputs.iter().any(|&i| self.is_symbolic(i)) {
+            return self.add_symbolic(op, inputs, None);
+        }
         let shapes: Vec<&Shape> = inputs.iter().map(|&i| &self.g.node(i).shape).collect();
         let shape = infer_output(&op, &shapes).map_err(|e| e.0)?;
         let consts: Option<Vec<Arc<Tensor>>> =
@@ -81,9 +86,29 @@ impl<'a> Ctx<'a> {
         &self.g.node(id).shape
     }
 
-    /// Static dims of a node (graph nodes always have static dims after import).
+    /// Static dims of a node (graph nodes always have static dims after import). In a
+    /// symbolic import these are the probe sizes: reading a symbolic node's dims as numbers
+    /// taints the import (a translator that handles symbols uses [`Ctx::sdims`]).
     pub fn dims(&self, id: NodeId) -> Vec<usize> {
+        if let Some(s) = &self.sym {
+            if s.shapes.contains_key(&id) {
+                s.taint(|| {
+                    format!(
+                        "{} reads the sizes of a symbolic value as numbers",
+                        self.here()
+                    )
+                });
+            }
+        }
         self.g.node(id).shape.dims_usize().to_vec()
+    }
+
+    /// The ONNX node being lowered (for taint reasons).
+    fn here(&self) -> String {
+        match self.g.current_origin() {
+            Some(o) => format!("{} \"{}\"", o.op_type.as_deref().unwrap_or("node"), o.label),
+            None => "the importer".into(),
+        }
     }
 
     pub fn rank(&self, id: NodeId) -> usize {
@@ -97,6 +122,16 @@ impl<'a> Ctx<'a> {
     /// The node's value when it is known at import time (a `Constant`, or a constant
     /// expression left unfolded because it holds NaN/Inf).
     pub fn const_tensor(&self, id: NodeId) -> Option<Arc<Tensor>> {
+        if let Some(s) = &self.sym {
+            if s.consts.contains_key(&id) {
+                s.taint(|| {
+                    format!(
+                        "{} reads a value computed from symbolic sizes as numbers",
+                        self.here()
+                    )
+                });
+            }
+        }
         match &self.g.node(id).op {
             Op::Constant(t) => Some(t.clone()),
             _ => self.deferred.get(&id).cloned(),

@@ -20,6 +20,7 @@ pub mod fuzzing;
 mod ops;
 pub mod params;
 pub mod proto;
+pub mod sym;
 pub mod tensor;
 
 pub use error::ImportError;
@@ -250,6 +251,37 @@ impl OnnxModel {
             .collect()
     }
 
+    /// Lower the model once with its named input dims kept as symbols (see [`sym`]): the
+    /// graph at the sizes `opts` binds (the probe) and what to re-evaluate for others.
+    ///
+    /// Errors: every error [`OnnxModel::import`] gives, and [`ImportError::Model`] saying
+    /// why the model cannot be imported symbolically (the first op or translator that reads
+    /// a symbolic size as a number, or has no symbolic shape rule yet): import it per size
+    /// signature then.
+    pub fn import_symbolic(&self, opts: &ImportOptions) -> Result<sym::SymbolicGraph, ImportError> {
+        if !opts.constant_inputs.is_empty() || !opts.value_inputs.is_empty() {
+            return Err(ImportError::Model(
+                "a symbolic import takes no frozen or sequence inputs".into(),
+            ));
+        }
+        let (g, state, remap) = import_model_as(
+            &self.model,
+            &self.file,
+            self.base.as_deref(),
+            opts,
+            Some(&self.inits),
+            true,
+        )?;
+        let state = state.expect("symbolic import keeps its state");
+        if let Some(why) = state.tainted.borrow_mut().take() {
+            return Err(ImportError::Model(format!(
+                "{}: not symbolic: {why}",
+                self.file
+            )));
+        }
+        Ok(sym::SymbolicGraph::new(g, state, &remap))
+    }
+
     /// Lower the model into a [`Graph`] (see [`import_onnx`]).
     pub fn import(&self, opts: &ImportOptions) -> Result<Graph, ImportError> {
         import_model(
@@ -395,6 +427,21 @@ fn import_model(
     opts: &ImportOptions,
     inits: Option<&std::sync::Mutex<HashMap<String, std::sync::Arc<rlx_ir::Tensor>>>>,
 ) -> Result<Graph, ImportError> {
+    import_model_as(model, file, base_dir, opts, inits, false).map(|(g, _, _)| g)
+}
+
+/// The imported graph; with `symbolic`, also the symbolic tracking and the map from the
+/// tracking's node ids to the pruned graph's.
+type Imported = (Graph, Option<sym::SymState>, Vec<Option<NodeId>>);
+
+fn import_model_as(
+    model: &ModelProto,
+    file: &str,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+    inits: Option<&std::sync::Mutex<HashMap<String, std::sync::Arc<rlx_ir::Tensor>>>>,
+    symbolic: bool,
+) -> Result<Imported, ImportError> {
     let graph = model
         .graph
         .as_ref()
@@ -441,6 +488,7 @@ fn import_model(
         seqs: HashMap::new(),
         opts: HashMap::new(),
         deferred: HashMap::new(),
+        sym: None,
     };
 
     // Initializers → constants labelled with their name.
@@ -479,6 +527,16 @@ fn import_model(
     // Graph inputs (those that are not initializers).
     cx.g.set_current_origin(None);
     let opts = &bind_input_dims(&graph.input, &init_names, opts)?;
+    if symbolic {
+        cx.sym = Some(sym::SymState {
+            probe: opts
+                .dims
+                .iter()
+                .map(|(k, &v)| (k.clone(), v as i64))
+                .collect(),
+            ..Default::default()
+        });
+    }
     for vi in &graph.input {
         if init_names.contains(vi.name.as_str()) {
             continue;
@@ -537,6 +595,23 @@ fn import_model(
             continue;
         }
         let id = cx.g.input(&vi.name, bound);
+        if let Some(s) = &mut cx.sym {
+            // Named dims are the symbols (unnamed ones stay at their bound size).
+            let d: Vec<rlx_ir::sym::DimExpr> = decl
+                .dims
+                .iter()
+                .zip(cx.g.nodes[id.index()].shape.dims_usize().iter())
+                .map(|(d, &n)| match d {
+                    Dim::Sym(p) if p != "?" && s.probe.get(p) == Some(&(n as i64)) => {
+                        rlx_ir::sym::DimExpr::sym(p)
+                    }
+                    _ => rlx_ir::sym::DimExpr::from(n as i64),
+                })
+                .collect();
+            if d.iter().any(|e| !e.is_const()) {
+                s.shapes.insert(id, d);
+            }
+        }
         if let Some(last) = cx.g.input_decls.last_mut() {
             last.1 = decl;
         }
@@ -631,7 +706,8 @@ fn import_model(
         outputs.extend(ops::flatten_output(&cx, id, &vi.name));
     }
     cx.g.set_outputs_named(outputs);
-    Ok(prune(cx.g))
+    let (g, remap) = prune(cx.g);
+    Ok((g, cx.sym, remap))
 }
 
 /// Declared and bound type of a graph input.
@@ -801,7 +877,7 @@ fn input_shape(
 
 /// Drop nodes no output depends on (folded shape arithmetic, unused initializers),
 /// keeping every graph input. Ids are renumbered; order is preserved.
-fn prune(mut g: Graph) -> Graph {
+fn prune(mut g: Graph) -> (Graph, Vec<Option<NodeId>>) {
     let mut live = vec![false; g.nodes.len()];
     for o in &g.outputs {
         live[o.index()] = true;
@@ -817,19 +893,23 @@ fn prune(mut g: Graph) -> Graph {
         }
     }
     let nodes = std::mem::take(&mut g.nodes);
-    let mut remap = vec![NodeId(0); nodes.len()];
+    let mut remap = vec![None; nodes.len()];
     for mut n in nodes {
         if !live[n.id.index()] {
             continue;
         }
         let new_id = NodeId(g.nodes.len() as u32);
-        remap[n.id.index()] = new_id;
+        remap[n.id.index()] = Some(new_id);
         n.id = new_id;
         for i in n.inputs.iter_mut() {
-            *i = remap[i.index()];
+            *i = remap[i.index()].expect("inputs of a live node are live");
         }
         g.nodes.push(n);
     }
-    g.outputs = g.outputs.iter().map(|o| remap[o.index()]).collect();
-    g
+    g.outputs = g
+        .outputs
+        .iter()
+        .map(|o| remap[o.index()].expect("outputs are live"))
+        .collect();
+    (g, remap)
 }

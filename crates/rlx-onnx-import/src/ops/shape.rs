@@ -6,6 +6,9 @@ use crate::ctx::{norm_axes, norm_axis, to_usizes, Ctx, ONode, R};
 use crate::tensor::{dtype_of, onnx_type_name, tensor_from_proto};
 use rlx_ir::{broadcast_dims, DType, NodeId, Op, PadMode, Tensor, TensorData};
 
+#[path = "shape_sym.rs"]
+mod sym_ops;
+
 /// Identity (and aliases): no node, the output is the input.
 pub fn identity(_cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![n.inp(0)?])
@@ -103,6 +106,9 @@ pub fn cast_like(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// input dim (unless `allowzero`), `-1` is inferred.
 pub fn reshape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if n.opset >= 5 && (cx.is_symbolic(x) || cx.is_symbolic(n.inp(1)?)) {
+        return sym_ops::reshape(cx, n, x);
+    }
     let spec = if n.opset >= 5 {
         cx.const_i64s(n.inp(1)?, "shape")?
     } else {
@@ -183,6 +189,9 @@ pub(crate) fn slice_axis(
     start: usize,
     size: usize,
 ) -> R<NodeId> {
+    if cx.is_symbolic(x) {
+        return sym_ops::slice_axis(cx, x, axis, start, size);
+    }
     let d = cx.dims(x);
     if axis >= d.len() || start.checked_add(size).is_none_or(|e| e > d[axis]) {
         return Err(format!(
@@ -212,8 +221,12 @@ pub(crate) fn slice_axis(
 /// attribute `split` (older), or equal pieces (`num_outputs`, opset 18: last one smaller).
 pub fn split(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
-    let d = cx.dims(x);
-    let axis = norm_axis(n.i("axis", 0)?, d.len())?;
+    let axis = norm_axis(n.i("axis", 0)?, cx.rank(x))?;
+    let d = match cx.sdims(x)[axis].as_const() {
+        // Only the split axis's size is read as a number.
+        Some(_) if cx.is_symbolic(x) => cx.probe_sizes(&cx.sdims(x), "dims")?,
+        _ => cx.dims(x),
+    };
     let nout = n.proto.output.len();
     let given = if n.opset >= 13 {
         match n.opt(1) {
@@ -255,6 +268,11 @@ pub fn split(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// with the spec's clamping of out-of-range starts/ends.
 pub fn slice(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if n.opset >= 10 && (1..5).any(|i| n.opt(i).is_some_and(|id| cx.is_symbolic(id)))
+        || cx.is_symbolic(x)
+    {
+        return sym_ops::slice(cx, n, x);
+    }
     let d = cx.dims(x);
     let r = d.len();
     let (starts, ends, axes, steps) = if n.opset >= 10 {
@@ -355,6 +373,11 @@ fn axes_arg(cx: &Ctx, n: &ONode) -> R<Option<Vec<i64>>> {
 pub fn unsqueeze(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
     let axes = axes_arg(cx, n)?.ok_or("axes are required")?;
+    if cx.is_symbolic(x) {
+        let d = cx.sdims(x);
+        let axes = norm_axes(&axes, d.len() + axes.len())?;
+        return Ok(vec![cx.reshape_sym(x, sym_ops::unsqueezed(d, &axes))?]);
+    }
     let d = cx.dims(x);
     let out_rank = d.len() + axes.len();
     let axes = norm_axes(&axes, out_rank)?;
@@ -374,6 +397,10 @@ pub fn unsqueeze(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// ONNX Squeeze: drop size-1 dims at `axes` (all size-1 dims when absent).
 pub fn squeeze(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if cx.is_symbolic(x) {
+        let axes = axes_arg(cx, n)?;
+        return sym_ops::squeeze(cx, x, axes);
+    }
     let d = cx.dims(x);
     let axes = match axes_arg(cx, n)? {
         Some(a) => norm_axes(&a, d.len())?,
@@ -392,6 +419,9 @@ pub fn squeeze(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// ONNX Flatten → 2-D `[prod(dims[..axis]), prod(dims[axis..])]`, `axis` in `[-r, r]`.
 pub fn flatten(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if cx.is_symbolic(x) {
+        return sym_ops::flatten(cx, x, n.i("axis", 1)?);
+    }
     let d = cx.dims(x);
     let r = d.len() as i64;
     let a = n.i("axis", 1)?;
@@ -407,6 +437,10 @@ pub fn flatten(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// ONNX Expand: bidirectional broadcast of x with the constant `shape` input.
 pub fn expand(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if cx.is_symbolic(x) || cx.is_symbolic(n.inp(1)?) {
+        let s = cx.const_dims(n.inp(1)?, "shape")?;
+        return sym_ops::expand(cx, x, s);
+    }
     let s = to_usizes(&cx.const_i64s(n.inp(1)?, "shape")?, "shape")?;
     let d = cx.dims(x);
     let out = broadcast_dims(&d, &s)
@@ -420,6 +454,14 @@ pub fn expand(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// ONNX Shape → an i64 constant (opset 15 `start`/`end` slice the dims).
 pub fn shape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if cx.is_symbolic(x) {
+        let d = cx.sdims(x);
+        let r = d.len() as i64;
+        let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+        let (s, e) = (clampi(n.i("start", 0)?), clampi(n.i("end", r)?));
+        let v = if s < e { d[s..e].to_vec() } else { vec![] };
+        return Ok(vec![cx.const_exprs(vec![v.len()], DType::I64, v)?]);
+    }
     let d: Vec<i64> = cx.dims(x).iter().map(|&v| v as i64).collect();
     let r = d.len() as i64;
     let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
@@ -432,6 +474,10 @@ pub fn shape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// ONNX Size → an i64 scalar constant.
 pub fn size(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let x = n.inp(0)?;
+    if cx.is_symbolic(x) {
+        let p = sym_ops::product(&cx.sdims(x))?;
+        return Ok(vec![cx.const_exprs(vec![], DType::I64, vec![p])?]);
+    }
     let numel = cx.dims(x).iter().product::<usize>() as i64;
     Ok(vec![cx.constant(
         Tensor::new(vec![], TensorData::I64(vec![numel])).map_err(|e| e.to_string())?,
@@ -441,7 +487,17 @@ pub fn size(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 /// ONNX ConstantOfShape → a scalar constant broadcast to the (constant) shape. Small
 /// results fold to a constant; large ones stay a cheap `Broadcast` node.
 pub fn constant_of_shape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
-    let dims = to_usizes(&cx.const_i64s(n.inp(0)?, "shape")?, "shape")?;
+    let symbolic = cx.is_symbolic(n.inp(0)?);
+    let sdims = if symbolic {
+        cx.const_dims(n.inp(0)?, "shape")?
+    } else {
+        vec![]
+    };
+    let dims = if symbolic {
+        cx.probe_sizes(&sdims, "shape")?
+    } else {
+        to_usizes(&cx.const_i64s(n.inp(0)?, "shape")?, "shape")?
+    };
     let value = match n.attr("value").and_then(|a| a.t.as_ref()) {
         Some(t) => {
             let t = tensor_from_proto(t, cx.base_dir).map_err(|e| format!("value: {e}"))?;
@@ -455,6 +511,9 @@ pub fn constant_of_shape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let v = cx.constant(value);
     if dims.is_empty() {
         return Ok(vec![v]);
+    }
+    if symbolic {
+        return Ok(vec![cx.broadcast_sym(v, sdims)?]);
     }
     Ok(vec![cx.add(Op::Broadcast { dims }, vec![v])?])
 }
@@ -484,6 +543,9 @@ const RANGE_MAX: usize = 1 << 28;
 pub fn range(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (s, l, d) = (n.inp(0)?, n.inp(1)?, n.inp(2)?);
     let dt = cx.dtype(s);
+    if [s, l, d].iter().any(|&i| cx.is_symbolic(i)) {
+        return sym_ops::range(cx, s, l, d, dt);
+    }
     let one = |id: NodeId, what: &str| -> R<f64> {
         let v = cx.const_f64s(id, what)?;
         match v[..] {

@@ -1,0 +1,818 @@
+//! Symbolic import (issue 32, build item 1): import a model once with its named input dims
+//! (`batch`, `seq`, `past`) kept as symbols, then make the graph of any size signature by
+//! substitution instead of importing again.
+//!
+//! The importer runs as usual at a *probe* binding (the sizes of the first signature seen),
+//! so every translator sees concrete sizes, and beside it tracks:
+//! - the symbolic dims of every node whose shape involves a symbol ([`SymState::shapes`]);
+//! - the symbolic values of the small integer tensors shape arithmetic computes
+//!   (`Shape` → `Gather` → `Concat` → a Reshape's `shape`): one [`DimExpr`] per element
+//!   ([`SymState::elems`]), and `Range` constants with symbolic bounds;
+//! - the size attributes built from those values (a Reshape's dims, an Expand's, a Slice's
+//!   starts and sizes: [`SymAttr`]);
+//! - the guards: every decision taken on a symbolic value (a comparison, a broadcast of a
+//!   symbolic dim against 1) is recorded as a [`Guard`] that holds at the probe.
+//!
+//! Values that depend on sizes but are not shape arithmetic (a causal mask from `Range`s)
+//! are not folded: they stay ops on constants, folded by rlx-compile after specialization.
+//! Anything the tracking does not cover (a translator that reads a symbolic dim as a
+//! number, an op without a symbolic shape rule) *taints* the import: [`OnnxModel::
+//! import_symbolic`](crate::OnnxModel::import_symbolic) then fails and the caller imports
+//! per signature, as before. So the template is either exact or absent: specializing it at
+//! a binding where its guards hold gives the graph the per-signature import gives (up to
+//! folding that rlx-compile does), which the tests check by running both.
+
+use crate::ctx::{Ctx, R};
+use rlx_ir::sym::{Bindings, DimExpr, Guard};
+use rlx_ir::{BinaryOp, DType, Graph, NodeId, Op, Shape, Tensor, TensorData, UnaryOp};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// A size attribute to re-evaluate at specialization.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SymAttr {
+    /// `Op::Reshape { dims }`.
+    Reshape(Vec<DimExpr>),
+    /// `Op::Broadcast { dims }`.
+    Broadcast(Vec<DimExpr>),
+    /// `Op::Slice { starts, sizes }` (steps are constants).
+    Slice {
+        starts: Vec<DimExpr>,
+        sizes: Vec<DimExpr>,
+    },
+}
+
+/// A constant whose value depends on the symbols.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SymConst {
+    /// An integer tensor of fixed shape, one expression per element (row-major).
+    Elems {
+        dims: Vec<usize>,
+        dtype: DType,
+        exprs: Vec<DimExpr>,
+    },
+    /// ONNX `Range(start, start + len*delta, delta)` of an integer dtype: `len` elements.
+    Range {
+        start: DimExpr,
+        delta: i64,
+        len: DimExpr,
+        dtype: DType,
+    },
+}
+
+/// The tracking state of a symbolic import (in [`Ctx::sym`]).
+#[derive(Debug, Default)]
+pub struct SymState {
+    /// The probe binding: the sizes the graph is built at.
+    pub probe: Bindings,
+    /// Symbolic dims of nodes whose shape holds a symbol.
+    pub shapes: HashMap<NodeId, Vec<DimExpr>>,
+    /// Constants whose values depend on the symbols.
+    pub consts: HashMap<NodeId, SymConst>,
+    /// Size attributes of ops.
+    pub attrs: HashMap<NodeId, SymAttr>,
+    /// Decisions taken at the probe.
+    pub guards: Vec<Guard>,
+    /// Why the import cannot be symbolic (the first reason).
+    pub tainted: RefCell<Option<String>>,
+}
+
+impl SymState {
+    /// Record `why` as the reason the import is not symbolic (the first one is kept).
+    pub fn taint(&self, why: impl FnOnce() -> String) {
+        let mut t = self.tainted.borrow_mut();
+        if t.is_none() {
+            *t = Some(why());
+        }
+    }
+
+    fn eval(&self, e: &DimExpr) -> R<i64> {
+        e.eval(&self.probe)
+            .ok_or_else(|| format!("size {e} cannot be evaluated at the probe sizes"))
+    }
+
+    /// Record `g` unless it holds for every binding; it must hold at the probe.
+    pub fn guard(&mut self, g: Guard) {
+        if g.is_trivial() || self.guards.contains(&g) {
+            return;
+        }
+        if g.holds(&self.probe) != Some(true) {
+            self.taint(|| format!("internal: guard {g} does not hold at the probe"));
+            return;
+        }
+        self.guards.push(g);
+    }
+
+    /// `a == b` decided at the probe, the decision recorded.
+    pub fn decide_eq(&mut self, a: &DimExpr, b: &DimExpr) -> R<bool> {
+        if a == b {
+            return Ok(true);
+        }
+        let eq = self.eval(a)? == self.eval(b)?;
+        self.guard(if eq {
+            Guard::Eq(a.clone(), b.clone())
+        } else {
+            Guard::Ne(a.clone(), b.clone())
+        });
+        Ok(eq)
+    }
+
+    /// `a < b` decided at the probe, the decision recorded.
+    pub fn decide_lt(&mut self, a: &DimExpr, b: &DimExpr) -> R<bool> {
+        let lt = self.eval(a)? < self.eval(b)?;
+        self.guard(if lt {
+            Guard::Lt(a.clone(), b.clone())
+        } else {
+            Guard::Ge(a.clone(), b.clone())
+        });
+        Ok(lt)
+    }
+
+    /// NumPy broadcasting of two symbolic shapes, deciding `d` vs `1` at the probe.
+    pub fn broadcast(&mut self, a: &[DimExpr], b: &[DimExpr]) -> R<Vec<DimExpr>> {
+        let r = a.len().max(b.len());
+        let one = DimExpr::from(1);
+        let mut out = Vec::with_capacity(r);
+        for i in 0..r {
+            let da = (i + a.len() >= r).then(|| &a[i + a.len() - r]);
+            let db = (i + b.len() >= r).then(|| &b[i + b.len() - r]);
+            out.push(match (da, db) {
+                (Some(x), None) | (None, Some(x)) => x.clone(),
+                (Some(x), Some(y)) if x == y => x.clone(),
+                // A constant 1 broadcasts to the other dim whatever its size.
+                (Some(x), Some(y)) if *y == one => x.clone(),
+                (Some(x), Some(y)) if *x == one => y.clone(),
+                (Some(x), Some(y)) => {
+                    if self.decide_eq(y, &one)? {
+                        x.clone()
+                    } else if self.decide_eq(x, &one)? {
+                        y.clone()
+                    } else if self.decide_eq(x, y)? {
+                        if x.is_const() {
+                            x.clone()
+                        } else {
+                            y.clone()
+                        }
+                    } else {
+                        return Err(format!(
+                            "dims {x} and {y} do not broadcast (at the probe sizes)"
+                        ));
+                    }
+                }
+                (None, None) => unreachable!("i < max rank"),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Symbolic dims of a static shape.
+pub fn consts(d: &[usize]) -> Vec<DimExpr> {
+    d.iter().map(|&v| DimExpr::from(v as i64)).collect()
+}
+
+fn product(d: &[DimExpr]) -> R<DimExpr> {
+    d.iter().try_fold(DimExpr::from(1), |a, x| {
+        a.mul(x).ok_or_else(|| "size product overflows".to_string())
+    })
+}
+
+impl Ctx<'_> {
+    /// True when the node's shape or value depends on the symbols.
+    pub fn is_symbolic(&self, id: NodeId) -> bool {
+        self.sym
+            .as_ref()
+            .is_some_and(|s| s.shapes.contains_key(&id) || s.consts.contains_key(&id))
+    }
+
+    /// The node's dims as expressions (constants when its shape is static).
+    pub fn sdims(&self, id: NodeId) -> Vec<DimExpr> {
+        match self.sym.as_ref().and_then(|s| s.shapes.get(&id)) {
+            Some(d) => d.clone(),
+            None => consts(&self.g.node(id).shape.dims_usize()),
+        }
+    }
+
+    /// The node's value as size expressions when it is known at import time: a constant
+    /// integer tensor, or shape arithmetic on the symbols. `what` names it in errors.
+    pub fn const_dims(&self, id: NodeId, what: &str) -> R<Vec<DimExpr>> {
+        if let Some(SymConst::Elems { exprs, .. }) =
+            self.sym.as_ref().and_then(|s| s.consts.get(&id))
+        {
+            return Ok(exprs.clone());
+        }
+        Ok(self
+            .const_i64s(id, what)?
+            .into_iter()
+            .map(DimExpr::from)
+            .collect())
+    }
+
+    /// Record a size attribute for `id` when the import is symbolic and it holds a symbol.
+    fn set_attr(&mut self, id: NodeId, attr: SymAttr) {
+        if let Some(s) = &mut self.sym {
+            let symbolic = match &attr {
+                SymAttr::Reshape(d) | SymAttr::Broadcast(d) => d.iter().any(|e| !e.is_const()),
+                SymAttr::Slice { starts, sizes } => {
+                    starts.iter().chain(sizes).any(|e| !e.is_const())
+                }
+            };
+            if symbolic {
+                s.attrs.insert(id, attr);
+            }
+        }
+    }
+
+    /// Evaluate size expressions at the probe as usizes.
+    pub fn probe_sizes(&self, d: &[DimExpr], what: &str) -> R<Vec<usize>> {
+        let probe = self.sym.as_ref().map(|s| &s.probe);
+        d.iter()
+            .map(|e| {
+                let v = match (e.as_const(), probe) {
+                    (Some(c), _) => c,
+                    (None, Some(p)) => e.eval(p).ok_or_else(|| format!("{what}: {e} overflows"))?,
+                    (None, None) => return Err(format!("{what}: {e} is symbolic")),
+                };
+                usize::try_from(v).map_err(|_| format!("{what} has a negative entry ({e} = {v})"))
+            })
+            .collect()
+    }
+
+    /// A Reshape to symbolic dims (an alias when they equal the input's).
+    pub fn reshape_sym(&mut self, x: NodeId, dims: Vec<DimExpr>) -> R<NodeId> {
+        if self.sdims(x) == dims {
+            return Ok(x);
+        }
+        let d = self.probe_sizes(&dims, "reshape dims")?;
+        self.add_attr(Op::Reshape { dims: d }, vec![x], SymAttr::Reshape(dims))
+    }
+
+    /// A Broadcast to symbolic dims.
+    pub fn broadcast_sym(&mut self, x: NodeId, dims: Vec<DimExpr>) -> R<NodeId> {
+        let d = self.probe_sizes(&dims, "broadcast dims")?;
+        self.add_attr(Op::Broadcast { dims: d }, vec![x], SymAttr::Broadcast(dims))
+    }
+
+    /// A Slice with symbolic starts and sizes.
+    pub fn slice_sym(
+        &mut self,
+        x: NodeId,
+        starts: Vec<DimExpr>,
+        steps: Vec<i64>,
+        sizes: Vec<DimExpr>,
+    ) -> R<NodeId> {
+        let st = self.probe_sizes(&starts, "slice starts")?;
+        let sz = self.probe_sizes(&sizes, "slice sizes")?;
+        self.add_attr(
+            Op::Slice {
+                starts: st,
+                steps,
+                sizes: sz,
+            },
+            vec![x],
+            SymAttr::Slice { starts, sizes },
+        )
+    }
+
+    /// `add` with the symbolic form of a size attribute the op carries at its probe value.
+    pub fn add_attr(&mut self, op: Op, inputs: Vec<NodeId>, attr: SymAttr) -> R<NodeId> {
+        if self.sym.is_none() {
+            return self.add(op, inputs);
+        }
+        self.add_symbolic(op, inputs, Some(attr))
+    }
+
+    /// A constant integer tensor of `dtype` whose elements are `exprs` (a plain constant
+    /// when they hold no symbol).
+    pub fn const_exprs(
+        &mut self,
+        dims: Vec<usize>,
+        dtype: DType,
+        exprs: Vec<DimExpr>,
+    ) -> R<NodeId> {
+        let vals: Vec<i64> = exprs
+            .iter()
+            .map(|e| match e.as_const() {
+                Some(c) => Ok(c),
+                None => self
+                    .sym
+                    .as_ref()
+                    .ok_or_else(|| format!("{e} is symbolic"))?
+                    .eval(e),
+            })
+            .collect::<R<_>>()?;
+        let t = Tensor::new(dims.clone(), TensorData::from_i64(dtype, &vals))
+            .map_err(|e| e.to_string())?;
+        let id = self.g.constant(t);
+        if exprs.iter().any(|e| !e.is_const()) {
+            if let Some(s) = &mut self.sym {
+                s.consts.insert(id, SymConst::Elems { dims, dtype, exprs });
+            }
+        }
+        Ok(id)
+    }
+
+    /// The symbolic path of [`Ctx::add`]: taken when an input is symbolic or the op has a
+    /// symbolic attribute.
+    pub(crate) fn add_symbolic(
+        &mut self,
+        op: Op,
+        inputs: Vec<NodeId>,
+        attr: Option<SymAttr>,
+    ) -> R<NodeId> {
+        let shapes: Vec<&Shape> = inputs.iter().map(|&i| &self.g.node(i).shape).collect();
+        let probe_shape = rlx_ir::infer_shape::infer_output(&op, &shapes).map_err(|e| e.0)?;
+        let in_dims: Vec<Vec<DimExpr>> = inputs.iter().map(|&i| self.sdims(i)).collect();
+        let sym = self.sym.as_mut().expect("symbolic import");
+        let out_dims = match infer_sym(sym, &op, attr.as_ref(), &in_dims, &probe_shape) {
+            Ok(d) => d,
+            Err(e) => {
+                sym.taint(|| format!("{}: {e}", op.name()));
+                consts(&probe_shape.dims_usize())
+            }
+        };
+        // Shape arithmetic on constants: fold symbolically.
+        let all_const = inputs
+            .iter()
+            .all(|&i| matches!(self.g.node(i).op, Op::Constant(_)));
+        if all_const && (probe_shape.dtype.is_int() || probe_shape.dtype == DType::Bool) {
+            if let Some(exprs) = self.fold_exprs(&op, &inputs, &probe_shape)? {
+                return self.const_exprs(
+                    probe_shape.dims_usize().to_vec(),
+                    probe_shape.dtype,
+                    exprs,
+                );
+            }
+        }
+        let id = self.g.add_node(op, inputs, probe_shape);
+        let sym = self.sym.as_mut().expect("symbolic import");
+        if out_dims.iter().any(|e| !e.is_const()) {
+            sym.shapes.insert(id, out_dims);
+        }
+        if let Some(a) = attr {
+            self.set_attr(id, a);
+        }
+        Ok(id)
+    }
+
+    /// The value of `op` on constant inputs as expressions, when `op` is shape arithmetic
+    /// on fixed-length integer tensors; `None` when it is not (the op stays a node).
+    fn fold_exprs(&mut self, op: &Op, inputs: &[NodeId], out: &Shape) -> R<Option<Vec<DimExpr>>> {
+        let mut vals = Vec::with_capacity(inputs.len());
+        for &i in inputs {
+            match self.sym.as_ref().and_then(|s| s.consts.get(&i)) {
+                Some(SymConst::Elems { exprs, .. }) => vals.push(exprs.clone()),
+                Some(SymConst::Range { .. }) => return Ok(None),
+                None => {
+                    let Op::Constant(t) = &self.g.node(i).op else {
+                        return Ok(None);
+                    };
+                    if !(t.dtype().is_int() || t.dtype() == DType::Bool) || t.numel() > 64 {
+                        return Ok(None);
+                    }
+                    vals.push(
+                        t.data()
+                            .to_i64_vec()
+                            .into_iter()
+                            .map(DimExpr::from)
+                            .collect(),
+                    );
+                }
+            }
+        }
+        let in_dims: Vec<Vec<usize>> = inputs
+            .iter()
+            .map(|&i| self.g.node(i).shape.dims_usize().to_vec())
+            .collect();
+        let n_out = out.numel();
+        if n_out > 64 {
+            return Ok(None);
+        }
+        let sym = self.sym.as_mut().expect("symbolic import");
+        let ov = |e: Option<DimExpr>| e.ok_or_else(|| "size arithmetic overflows".to_string());
+        // Element `j` of a broadcast input for output index `o` (rank <= 1 inputs only).
+        let bget = |v: &Vec<DimExpr>, o: usize| -> Option<DimExpr> {
+            if v.len() == 1 {
+                Some(v[0].clone())
+            } else {
+                v.get(o).cloned()
+            }
+        };
+        let r = match op {
+            Op::Reshape { .. } | Op::Cast { .. } if out.dtype.is_int() => Some(vals[0].clone()),
+            Op::Concat { axis: 0 } if in_dims.iter().all(|d| d.len() == 1) => Some(vals.concat()),
+            Op::Gather { axis: 0 } if in_dims[0].len() == 1 => {
+                let n = vals[0].len() as i64;
+                let mut o = Vec::new();
+                for e in &vals[1] {
+                    let Some(k) = e.as_const() else {
+                        return Ok(None);
+                    };
+                    let k = if k < 0 { k + n } else { k };
+                    let Some(v) = usize::try_from(k).ok().and_then(|k| vals[0].get(k)) else {
+                        return Err(format!("Gather: index {k} out of range for {n} elements"));
+                    };
+                    o.push(v.clone());
+                }
+                Some(o)
+            }
+            Op::Slice {
+                starts,
+                steps,
+                sizes,
+            } if in_dims[0].len() == 1 => Some(
+                (0..sizes[0])
+                    .map(|j| {
+                        let i = starts[0] as i64 + j as i64 * steps[0];
+                        vals[0][i as usize].clone()
+                    })
+                    .collect(),
+            ),
+            Op::Broadcast { .. } if vals[0].len() == 1 => Some(vec![vals[0][0].clone(); n_out]),
+            Op::Unary(UnaryOp::Neg) => {
+                Some(vals[0].iter().map(|e| ov(e.neg())).collect::<R<Vec<_>>>()?)
+            }
+            Op::Binary(b) if in_dims.iter().all(|d| d.len() <= 1) => {
+                let mut o = Vec::with_capacity(n_out);
+                for j in 0..n_out {
+                    let (Some(x), Some(y)) = (bget(&vals[0], j), bget(&vals[1], j)) else {
+                        return Ok(None);
+                    };
+                    let bool_of = |v: bool| DimExpr::from(v as i64);
+                    let nonneg = |sym: &mut SymState, e: &DimExpr| -> R<()> {
+                        if !e.is_nonneg() && sym.decide_lt(e, &DimExpr::from(0))? {
+                            return Err(format!("negative size value {e}"));
+                        }
+                        Ok(())
+                    };
+                    let v = match b {
+                        BinaryOp::Add => ov(x.add(&y))?,
+                        BinaryOp::Sub => ov(x.sub(&y))?,
+                        BinaryOp::Mul => ov(x.mul(&y))?,
+                        BinaryOp::Div => {
+                            // Integer Div truncates; on non-negative values that is floor.
+                            nonneg(sym, &x)?;
+                            let Some(d) = y.as_const().filter(|&d| d > 0) else {
+                                return Ok(None);
+                            };
+                            ov(x.floor_div(d))?
+                        }
+                        BinaryOp::Max => x.maximum(&y),
+                        BinaryOp::Min => x.minimum(&y),
+                        BinaryOp::Eq => bool_of(sym.decide_eq(&x, &y)?),
+                        BinaryOp::Lt => bool_of(sym.decide_lt(&x, &y)?),
+                        BinaryOp::Ge => bool_of(!sym.decide_lt(&x, &y)?),
+                        BinaryOp::Gt => bool_of(sym.decide_lt(&y, &x)?),
+                        BinaryOp::Le => bool_of(!sym.decide_lt(&y, &x)?),
+                        BinaryOp::And | BinaryOp::Or if x.is_const() && y.is_const() => {
+                            let (p, q) = (x.as_const() != Some(0), y.as_const() != Some(0));
+                            bool_of(if *b == BinaryOp::And { p && q } else { p || q })
+                        }
+                        _ => return Ok(None),
+                    };
+                    o.push(v);
+                }
+                Some(o)
+            }
+            Op::Select if in_dims.iter().all(|d| d.len() <= 1) => {
+                let mut o = Vec::with_capacity(n_out);
+                for j in 0..n_out {
+                    let (Some(c), Some(x), Some(y)) =
+                        (bget(&vals[0], j), bget(&vals[1], j), bget(&vals[2], j))
+                    else {
+                        return Ok(None);
+                    };
+                    let Some(c) = c.as_const() else {
+                        return Ok(None);
+                    };
+                    o.push(if c != 0 { x } else { y });
+                }
+                Some(o)
+            }
+            Op::Reduce { kind, .. } if in_dims[0].len() <= 1 && n_out == 1 => match kind {
+                rlx_ir::ReduceKind::Sum => Some(vec![vals[0]
+                    .iter()
+                    .try_fold(DimExpr::from(0), |a, x| ov(a.add(x)))?]),
+                rlx_ir::ReduceKind::Prod => Some(vec![product(&vals[0])?]),
+                _ => None,
+            },
+            _ => None,
+        };
+        Ok(r.filter(|v| v.len() == n_out))
+    }
+}
+
+/// The symbolic output dims of `op`, or why they cannot be stated.
+fn infer_sym(
+    sym: &mut SymState,
+    op: &Op,
+    attr: Option<&SymAttr>,
+    ins: &[Vec<DimExpr>],
+    probe: &Shape,
+) -> R<Vec<DimExpr>> {
+    let all_static = ins.iter().all(|d| d.iter().all(DimExpr::is_const));
+    let x = || ins[0].clone();
+    Ok(match (op, attr) {
+        (Op::Reshape { .. }, Some(SymAttr::Reshape(d)))
+        | (Op::Broadcast { .. }, Some(SymAttr::Broadcast(d))) => {
+            if let Op::Reshape { .. } = op {
+                let (a, b) = (product(&ins[0])?, product(d)?);
+                if !sym.decide_eq(&a, &b)? {
+                    return Err(format!("reshape of {a} elements to {b}"));
+                }
+            }
+            d.clone()
+        }
+        (Op::Slice { .. }, Some(SymAttr::Slice { sizes, .. })) => sizes.clone(),
+        (_, Some(_)) => return Err("a symbolic attribute of another op".into()),
+        _ if all_static => consts(&probe.dims_usize()),
+        (Op::Reshape { .. } | Op::Broadcast { .. } | Op::Slice { .. }, None) => {
+            return Err("its sizes were given as numbers, not expressions".into())
+        }
+        (
+            Op::Unary(_)
+            | Op::Activation(_)
+            | Op::Cast { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::CumSum { .. }
+            | Op::Trilu { .. },
+            None,
+        ) => x(),
+        (Op::BitCast { to }, None) if to.size_bytes() == probe.dtype.size_bytes() => x(),
+        (Op::Binary(_), None) => sym.broadcast(&ins[0], &ins[1])?,
+        (Op::Select, None) => {
+            let ab = sym.broadcast(&ins[1], &ins[2])?;
+            sym.broadcast(&ins[0], &ab)?
+        }
+        (Op::Transpose { perm }, None) => perm.iter().map(|&p| ins[0][p].clone()).collect(),
+        (Op::Concat { axis }, None) => {
+            let mut o = x();
+            for d in &ins[1..] {
+                for (k, (a, b)) in o.iter().zip(d).enumerate() {
+                    if k != *axis && !sym.decide_eq(a, b)? {
+                        return Err(format!("concat of dims {a} and {b} on axis {k}"));
+                    }
+                }
+                o[*axis] = o[*axis].add(&d[*axis]).ok_or("concat size overflows")?;
+            }
+            o
+        }
+        (Op::Gather { axis }, None) => {
+            let mut o = ins[0][..*axis].to_vec();
+            o.extend(ins[1].iter().cloned());
+            o.extend(ins[0][*axis + 1..].iter().cloned());
+            o
+        }
+        (Op::Reduce { axes, keepdims, .. }, None) => reduce_dims(&ins[0], axes, *keepdims),
+        (Op::ArgReduce { axis, keepdims, .. }, None) => reduce_dims(&ins[0], &[*axis], *keepdims),
+        (Op::MatMul, None) => {
+            let (a, b) = (&ins[0], &ins[1]);
+            if a.len() < 2 || b.len() < 2 {
+                return Err("a 1-D MatMul operand".into());
+            }
+            let (ra, rb) = (a.len(), b.len());
+            if !sym.decide_eq(&a[ra - 1], &b[rb - 2])? {
+                return Err(format!("MatMul inner dims {} and {}", a[ra - 1], b[rb - 2]));
+            }
+            let mut o = sym.broadcast(&a[..ra - 2], &b[..rb - 2])?;
+            o.push(a[ra - 2].clone());
+            o.push(b[rb - 1].clone());
+            o
+        }
+        _ => return Err("has no symbolic shape rule yet".into()),
+    })
+}
+
+fn reduce_dims(x: &[DimExpr], axes: &[usize], keepdims: bool) -> Vec<DimExpr> {
+    let mut o = Vec::new();
+    for (i, d) in x.iter().enumerate() {
+        if axes.contains(&i) {
+            if keepdims {
+                o.push(DimExpr::from(1));
+            }
+        } else {
+            o.push(d.clone());
+        }
+    }
+    o
+}
+
+/// A graph imported once with symbolic dims: the graph at the probe sizes plus what to
+/// re-evaluate for another binding ([`SymbolicGraph::specialize`]).
+#[derive(Debug, Clone)]
+pub struct SymbolicGraph {
+    /// The graph at the probe sizes.
+    pub graph: Graph,
+    /// Each graph input's dims (symbols where the model declares named dims).
+    pub inputs: Vec<(String, Vec<DimExpr>)>,
+    /// The probe binding.
+    pub probe: Bindings,
+    /// Decisions the import took; the graph is valid where all hold.
+    pub guards: Vec<Guard>,
+    shapes: Vec<(NodeId, Vec<DimExpr>)>,
+    consts: Vec<(NodeId, SymConst)>,
+    attrs: Vec<(NodeId, SymAttr)>,
+}
+
+/// Why a binding cannot use a template.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecializeError {
+    /// The input shapes do not fit the template's inputs (rank, a static dim, two inputs
+    /// sharing a symbol with different sizes).
+    Inputs(String),
+    /// A guard fails: the model takes another path at these sizes (import it there).
+    Guard(String),
+    /// A size evaluates to a negative number or overflows.
+    Size(String),
+}
+
+impl std::fmt::Display for SpecializeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecializeError::Inputs(m) | SpecializeError::Size(m) => f.write_str(m),
+            SpecializeError::Guard(g) => write!(f, "guard {g} does not hold"),
+        }
+    }
+}
+
+impl SymbolicGraph {
+    pub(crate) fn new(graph: Graph, state: SymState, remap: &[Option<NodeId>]) -> SymbolicGraph {
+        let live = |id: &NodeId| remap.get(id.index()).copied().flatten();
+        let mut shapes: Vec<_> = state
+            .shapes
+            .into_iter()
+            .filter_map(|(k, v)| Some((live(&k)?, v)))
+            .collect();
+        let mut consts: Vec<_> = state
+            .consts
+            .into_iter()
+            .filter_map(|(k, v)| Some((live(&k)?, v)))
+            .collect();
+        let mut attrs: Vec<_> = state
+            .attrs
+            .into_iter()
+            .filter_map(|(k, v)| Some((live(&k)?, v)))
+            .collect();
+        shapes.sort_by_key(|x| x.0);
+        consts.sort_by_key(|x| x.0);
+        attrs.sort_by_key(|x| x.0);
+        let inputs = graph
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Input { name } => Some((
+                    name.clone(),
+                    shapes
+                        .iter()
+                        .find(|(k, _)| *k == n.id)
+                        .map(|(_, d)| d.clone())
+                        .unwrap_or_else(|| self::consts(&n.shape.dims_usize())),
+                )),
+                _ => None,
+            })
+            .collect();
+        SymbolicGraph {
+            graph,
+            inputs,
+            probe: state.probe,
+            guards: state.guards,
+            shapes,
+            consts,
+            attrs,
+        }
+    }
+
+    /// The symbols the inputs bind, from their shapes.
+    pub fn bind(
+        &self,
+        input_shapes: &HashMap<String, Vec<usize>>,
+    ) -> Result<Bindings, SpecializeError> {
+        let mut b = Bindings::new();
+        for (name, dims) in &self.inputs {
+            let given = input_shapes.get(name).ok_or_else(|| {
+                SpecializeError::Inputs(format!("no shape given for input \"{name}\""))
+            })?;
+            if given.len() != dims.len() {
+                return Err(SpecializeError::Inputs(format!(
+                    "input \"{name}\": rank {} given, the model's is {}",
+                    given.len(),
+                    dims.len()
+                )));
+            }
+            for (k, (e, &n)) in dims.iter().zip(given).enumerate() {
+                let n = n as i64;
+                match (e.as_const(), e.as_sym()) {
+                    (Some(c), _) if c == n => {}
+                    (Some(c), _) => {
+                        return Err(SpecializeError::Inputs(format!(
+                            "input \"{name}\" dim {k} is {c} in this template, {n} given"
+                        )))
+                    }
+                    (None, Some(s)) => {
+                        if let Some(&prev) = b.get(s) {
+                            if prev != n {
+                                return Err(SpecializeError::Inputs(format!(
+                                    "input \"{name}\" dim {k} ({s}) is {n}, but {s} = {prev} elsewhere"
+                                )));
+                            }
+                        }
+                        b.insert(s.to_string(), n);
+                    }
+                    (None, None) => {
+                        return Err(SpecializeError::Inputs(format!(
+                            "input \"{name}\" dim {k} is the expression {e}"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(b)
+    }
+
+    /// The graph at the sizes `input_shapes` gives (every graph input's shape): the probe
+    /// graph with every symbolic shape, attribute and constant re-evaluated.
+    ///
+    /// Errors: the shapes do not fit the inputs, a guard fails (the model would be
+    /// imported differently at these sizes), or a size is negative.
+    pub fn specialize(
+        &self,
+        input_shapes: &HashMap<String, Vec<usize>>,
+    ) -> Result<Graph, SpecializeError> {
+        let b = self.bind(input_shapes)?;
+        for g in &self.guards {
+            if g.holds(&b) != Some(true) {
+                return Err(SpecializeError::Guard(g.to_string()));
+            }
+        }
+        let size = |e: &DimExpr| -> Result<usize, SpecializeError> {
+            e.eval(&b)
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| SpecializeError::Size(format!("size {e} is negative or overflows")))
+        };
+        let sizes = |d: &[DimExpr]| d.iter().map(size).collect::<Result<Vec<_>, _>>();
+        let mut g = self.graph.clone();
+        for (id, d) in &self.shapes {
+            let s = sizes(d)?;
+            let n = g.node_mut(*id);
+            n.shape = Shape::new(&s, n.shape.dtype);
+        }
+        for (id, a) in &self.attrs {
+            let n = g.node_mut(*id);
+            match (&mut n.op, a) {
+                (Op::Reshape { dims }, SymAttr::Reshape(d))
+                | (Op::Broadcast { dims }, SymAttr::Broadcast(d)) => *dims = sizes(d)?,
+                (
+                    Op::Slice {
+                        starts: s,
+                        sizes: z,
+                        ..
+                    },
+                    SymAttr::Slice { starts, sizes: sz },
+                ) => {
+                    *s = sizes(starts)?;
+                    *z = sizes(sz)?;
+                }
+                _ => unreachable!("attributes are recorded for their op"),
+            }
+        }
+        for (id, c) in &self.consts {
+            let t = match c {
+                SymConst::Elems { dims, dtype, exprs } => {
+                    let v = exprs
+                        .iter()
+                        .map(|e| {
+                            e.eval(&b)
+                                .ok_or_else(|| SpecializeError::Size(format!("{e} overflows")))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Tensor::new(dims.clone(), TensorData::from_i64(*dtype, &v))
+                }
+                SymConst::Range {
+                    start,
+                    delta,
+                    len,
+                    dtype,
+                } => {
+                    let (s, n) = (
+                        start
+                            .eval(&b)
+                            .ok_or_else(|| SpecializeError::Size(format!("{start} overflows")))?,
+                        size(len)?,
+                    );
+                    let v: Vec<i64> = (0..n as i64).map(|i| s + i * delta).collect();
+                    Tensor::new(vec![n], TensorData::from_i64(*dtype, &v))
+                }
+            }
+            .map_err(|e| SpecializeError::Size(e.to_string()))?;
+            g.node_mut(*id).op = Op::Constant(std::sync::Arc::new(t));
+        }
+        Ok(g)
+    }
+
+    /// How many nodes carry symbolic dims, attributes and values (for reports).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.shapes.len(), self.attrs.len(), self.consts.len())
+    }
+}

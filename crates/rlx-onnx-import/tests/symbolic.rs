@@ -1,0 +1,226 @@
+//! Symbolic import (issue 32 item 1): a model imported once with symbolic dims and then
+//! specialized by substitution must give the graph the per-signature import gives. The
+//! reference is the per-signature import at the same sizes (tested against onnxruntime
+//! elsewhere): both graphs run through the CPU reference kernels (`eval_op`, node by node)
+//! on the same inputs and their outputs must be equal bit for bit; every node's shape in
+//! the specialized graph must be what static shape inference gives for its inputs.
+
+use rlx_ir::infer_shape::infer_output;
+use rlx_ir::{Graph, Op, Tensor, TensorData};
+use rlx_onnx_import::{ImportOptions, OnnxModel};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Deterministic inputs: integer inputs all 1 (token ids, attention masks), floats from a
+/// fixed sequence in [-1, 1).
+fn inputs(g: &Graph) -> HashMap<String, Tensor> {
+    let mut out = HashMap::new();
+    for n in &g.nodes {
+        if let Op::Input { name } = &n.op {
+            let d = n.shape.dims_usize().to_vec();
+            let len: usize = d.iter().product();
+            let dt = n.shape.dtype;
+            let data = if dt.is_float() {
+                let v: Vec<f64> = (0..len)
+                    .map(|i| ((i * 7919 + 13) % 2000) as f64 / 1000.0 - 1.0)
+                    .collect();
+                TensorData::from_f64(dt, &v)
+            } else {
+                TensorData::from_i64(dt, &vec![1; len])
+            };
+            out.insert(name.clone(), Tensor::new(d, data).unwrap());
+        }
+    }
+    out
+}
+
+/// Run `g` node by node through the CPU reference kernels.
+fn run(g: &Graph, feeds: &HashMap<String, Tensor>) -> Vec<Arc<Tensor>> {
+    let mut vals: Vec<Option<Arc<Tensor>>> = vec![None; g.len()];
+    for n in &g.nodes {
+        let v = match &n.op {
+            Op::Constant(t) => t.clone(),
+            Op::Input { name } => Arc::new(feeds[name].clone()),
+            op => {
+                let ins: Vec<&Tensor> = n
+                    .inputs
+                    .iter()
+                    .map(|x| vals[x.index()].as_deref().expect("topological order"))
+                    .collect();
+                Arc::new(
+                    rlx_cpu::eval_op(op, &ins, &n.shape)
+                        .unwrap_or_else(|e| panic!("node {} {}: {e:?}", n.id, op.name())),
+                )
+            }
+        };
+        vals[n.id.index()] = Some(v);
+    }
+    g.outputs
+        .iter()
+        .map(|o| vals[o.index()].clone().unwrap())
+        .collect()
+}
+
+fn shapes_of(sizes: &[(&str, Vec<usize>)]) -> HashMap<String, Vec<usize>> {
+    sizes
+        .iter()
+        .map(|(n, d)| (n.to_string(), d.clone()))
+        .collect()
+}
+
+fn opts(shapes: &HashMap<String, Vec<usize>>) -> ImportOptions {
+    ImportOptions {
+        input_shapes: shapes.clone(),
+        ..Default::default()
+    }
+}
+
+/// Import symbolically at `probe`, then at each of `at`: the specialized graph's shapes
+/// are consistent and it computes what the per-signature import computes.
+fn check_model(
+    path: PathBuf,
+    probe: HashMap<String, Vec<usize>>,
+    at: &[HashMap<String, Vec<usize>>],
+) {
+    if !path.exists() {
+        eprintln!("skipped: {} (run its fixture script)", path.display());
+        return;
+    }
+    let model = OnnxModel::open(&path).unwrap();
+    let t = model
+        .import_symbolic(&opts(&probe))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (shapes, attrs, consts) = t.counts();
+    assert!(shapes > 0, "nothing symbolic was tracked");
+    eprintln!(
+        "{}: {shapes} symbolic shapes, {attrs} attributes, {consts} values, guards: {}",
+        path.display(),
+        t.guards
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    for sizes in std::iter::once(&probe).chain(at) {
+        let g = t
+            .specialize(sizes)
+            .unwrap_or_else(|e| panic!("{sizes:?}: {e}"));
+        for n in &g.nodes {
+            if n.op.is_leaf() {
+                continue;
+            }
+            let ins: Vec<&rlx_ir::Shape> = n.inputs.iter().map(|i| &g.node(*i).shape).collect();
+            let want = infer_output(&n.op, &ins)
+                .unwrap_or_else(|e| panic!("{sizes:?}: {} {}: {}", n.id, n.op.name(), e.0));
+            assert_eq!(n.shape, want, "{sizes:?}: node {} {}", n.id, n.op.name());
+        }
+        let plain = model.import(&opts(sizes)).unwrap();
+        let feeds = inputs(&plain);
+        let (a, b) = (run(&g, &feeds), run(&plain, &feeds));
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(x.dims(), y.dims(), "{sizes:?}: output {i}");
+            let (xv, yv) = (x.data().to_f64_vec(), y.data().to_f64_vec());
+            for (j, (p, q)) in xv.iter().zip(&yv).enumerate() {
+                assert!(
+                    p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                    "{sizes:?}: output {i} element {j}: {p} vs {q}"
+                );
+            }
+        }
+    }
+}
+
+fn gpt2_sizes(
+    layers: usize,
+    heads: usize,
+    hd: usize,
+    seq: usize,
+    past: usize,
+) -> HashMap<String, Vec<usize>> {
+    let mut v = vec![
+        ("input_ids", vec![1, seq]),
+        ("attention_mask", vec![1, seq + past]),
+    ];
+    let names: Vec<String> = (0..layers)
+        .flat_map(|l| [format!("past.{l}.key"), format!("past.{l}.value")])
+        .collect();
+    let mut m = shapes_of(&v.drain(..).collect::<Vec<_>>());
+    for n in names {
+        m.insert(n, vec![1, heads, past, hd]);
+    }
+    m
+}
+
+#[test]
+fn gpt2_decoder_with_kv_cache_specializes_to_every_past_length() {
+    let path = repo().join("fixtures/dynamic/gpt2_kv/model.onnx");
+    // Decode steps (seq 1) at growing past lengths, from one template made at past 3.
+    let at: Vec<_> = [1, 2, 5, 17, 40]
+        .iter()
+        .map(|&p| gpt2_sizes(2, 4, 8, 1, p))
+        .collect();
+    check_model(path.clone(), gpt2_sizes(2, 4, 8, 1, 3), &at);
+    // Prefill (past 0) at several prompt lengths, from a template made at seq 5.
+    let at: Vec<_> = [2, 9, 31]
+        .iter()
+        .map(|&s| gpt2_sizes(2, 4, 8, s, 0))
+        .collect();
+    check_model(path, gpt2_sizes(2, 4, 8, 5, 0), &at);
+}
+
+#[test]
+fn bert_encoder_specializes_to_every_batch_and_sequence() {
+    let path = repo().join("fixtures/dynamic/bert_dyn/model.onnx");
+    let bs = |b: usize, s: usize| {
+        shapes_of(&[
+            ("input_ids", vec![b, s]),
+            ("attention_mask", vec![b, s]),
+            ("token_type_ids", vec![b, s]),
+        ])
+    };
+    check_model(path, bs(2, 5), &[bs(1, 7), bs(3, 128), bs(4, 2)]);
+}
+
+#[test]
+fn a_template_refuses_sizes_its_guards_exclude() {
+    let path = repo().join("fixtures/dynamic/gpt2_kv/model.onnx");
+    if !path.exists() {
+        return;
+    }
+    let model = OnnxModel::open(&path).unwrap();
+    let t = model
+        .import_symbolic(&opts(&gpt2_sizes(2, 4, 8, 1, 3)))
+        .unwrap();
+    // The graph was built for a prompt of at least one token (`seq >= 1` is a guard):
+    // an empty prompt fails the guard instead of running a graph made for another path.
+    let e = match t.specialize(&gpt2_sizes(2, 4, 8, 0, 3)) {
+        Ok(_) => panic!("a binding outside the guards was accepted"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(e, rlx_onnx_import::sym::SpecializeError::Guard(ref g) if g.contains("seq")),
+        "{e}"
+    );
+    // A static dim that differs is an input error naming the input.
+    let mut bad = gpt2_sizes(2, 4, 8, 1, 3);
+    bad.insert("past.0.key".into(), vec![1, 5, 3, 8]);
+    let e = match t.specialize(&bad) {
+        Ok(_) => panic!("a wrong static dim was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("past.0.key"), "{e}");
+    // Two inputs sharing a symbol must agree.
+    let mut bad = gpt2_sizes(2, 4, 8, 1, 3);
+    bad.insert("past.1.value".into(), vec![1, 4, 4, 8]);
+    let e = match t.specialize(&bad) {
+        Ok(_) => panic!("disagreeing inputs were accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("past"), "{e}");
+}
