@@ -102,6 +102,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_SYMBOLIC_IMPORT",
+        values: "1|0 (0, false, off, no: off)",
+        acts: "when a dynamic model (a model with symbolic dims, a dynamic package) plans a new size signature",
+        catches: "nothing: 0 imports the ONNX source again at every new size signature instead of specializing a graph imported once with its dims as symbols (default on; models whose import reads a symbolic size as a number are imported per signature either way). Same graphs and values; for timing and to rule the symbolic import out",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CPU_CONV_POOL",
         values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built",

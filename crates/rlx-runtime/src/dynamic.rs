@@ -162,6 +162,87 @@ pub struct OnnxSource {
     model: rlx_onnx_import::OnnxModel,
     bytes: Vec<u8>,
     name: String,
+    templates: std::sync::Mutex<Templates>,
+}
+
+/// Graphs imported once with symbolic dims ([`rlx_onnx_import::sym`]), each valid where its
+/// guards hold; a signature none fits gets a new one (at most [`MAX_TEMPLATES`]).
+#[derive(Default)]
+struct Templates {
+    graphs: Vec<Arc<rlx_onnx_import::sym::SymbolicGraph>>,
+    /// Why the model cannot be imported symbolically (then every signature imports).
+    refused: Option<String>,
+}
+
+/// Templates kept per source: a model whose guards split the sizes into a few regions
+/// (a prompt of one token and of several) needs one per region.
+const MAX_TEMPLATES: usize = 4;
+
+/// How the last graph of an [`OnnxSource`] was made (for `rlx bench`'s plan line).
+#[derive(Debug, Clone, PartialEq)]
+enum SpecializedBy {
+    /// A template imported with symbolic dims, substituted.
+    Template,
+    /// A new template imported at these sizes, then substituted.
+    NewTemplate,
+    /// The source imported at these sizes (the reason it was not a template).
+    Import(String),
+}
+
+impl OnnxSource {
+    /// A graph from a template that fits `input_shapes`, a new template, or `None` (the
+    /// reason in the returned [`SpecializedBy::Import`]).
+    fn from_template(
+        &self,
+        input_shapes: &HashMap<String, Vec<usize>>,
+    ) -> (Option<Graph>, SpecializedBy) {
+        if rlx_ir::env::is_off("RLX_SYMBOLIC_IMPORT") {
+            return (None, SpecializedBy::Import("RLX_SYMBOLIC_IMPORT=0".into()));
+        }
+        let Ok(mut t) = self.templates.lock() else {
+            return (None, SpecializedBy::Import("template cache poisoned".into()));
+        };
+        if let Some(why) = &t.refused {
+            return (None, SpecializedBy::Import(why.clone()));
+        }
+        let mut last_err = String::new();
+        for g in &t.graphs {
+            match g.specialize(input_shapes) {
+                Ok(g) => return (Some(g), SpecializedBy::Template),
+                Err(e) => last_err = e.to_string(),
+            }
+        }
+        if t.graphs.len() >= MAX_TEMPLATES {
+            return (None, SpecializedBy::Import(format!("no template fits ({last_err})")));
+        }
+        let opts = rlx_onnx_import::ImportOptions {
+            input_shapes: input_shapes.clone(),
+            ..Default::default()
+        };
+        match self.model.import_symbolic(&opts) {
+            Ok(tg) => match tg.specialize(input_shapes) {
+                Ok(g) => {
+                    t.graphs.push(Arc::new(tg));
+                    (Some(g), SpecializedBy::NewTemplate)
+                }
+                Err(e) => (None, SpecializedBy::Import(e.to_string())),
+            },
+            Err(e) => {
+                let why = e.to_string();
+                t.refused = Some(why.clone());
+                (None, SpecializedBy::Import(why))
+            }
+        }
+    }
+
+    /// How many symbolic templates the source holds, and why it has none when it cannot be
+    /// imported symbolically.
+    pub fn templates(&self) -> (usize, Option<String>) {
+        match self.templates.lock() {
+            Ok(t) => (t.graphs.len(), t.refused.clone()),
+            Err(_) => (0, None),
+        }
+    }
 }
 
 impl OnnxSource {
@@ -181,6 +262,7 @@ impl OnnxSource {
             model,
             bytes,
             name: name.to_string(),
+            templates: Default::default(),
         })
     }
 
@@ -190,6 +272,7 @@ impl OnnxSource {
             bytes: rlx_onnx_import::cut::Cut::encode(&model),
             model,
             name: name.to_string(),
+            templates: Default::default(),
         }
     }
 
@@ -223,6 +306,11 @@ impl GraphSource for OnnxSource {
         constants: &HashMap<String, Tensor>,
         values: &HashMap<String, rlx_onnx_import::ValueInput>,
     ) -> Result<Graph, String> {
+        if constants.is_empty() && values.is_empty() {
+            if let (Some(g), _) = self.from_template(input_shapes) {
+                return Ok(g);
+            }
+        }
         let opts = rlx_onnx_import::ImportOptions {
             input_shapes: input_shapes
                 .iter()
