@@ -602,7 +602,11 @@ fn import_model_as(
                 .iter()
                 .zip(cx.g.nodes[id.index()].shape.dims_usize().iter())
                 .map(|(d, &n)| match d {
-                    Dim::Sym(p) if p != "?" && s.probe.get(p) == Some(&(n as i64)) => {
+                    // A symbol bound by default (no size given) is probed at that size.
+                    Dim::Sym(p)
+                        if p != "?"
+                            && *s.probe.entry(p.clone()).or_insert(n as i64) == n as i64 =>
+                    {
                         rlx_ir::sym::DimExpr::sym(p)
                     }
                     _ => rlx_ir::sym::DimExpr::from(n as i64),

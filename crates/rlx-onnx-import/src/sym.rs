@@ -335,7 +335,9 @@ impl Ctx<'_> {
         let all_const = inputs
             .iter()
             .all(|&i| matches!(self.g.node(i).op, Op::Constant(_)));
-        if all_const && (probe_shape.dtype.is_int() || probe_shape.dtype == DType::Bool) {
+        // Only a value of fixed shape can be one expression per element.
+        let fixed = out_dims.iter().all(DimExpr::is_const);
+        if all_const && fixed && (probe_shape.dtype.is_int() || probe_shape.dtype == DType::Bool) {
             if let Some(exprs) = self.fold_exprs(&op, &inputs, &probe_shape)? {
                 return self.const_exprs(
                     probe_shape.dims_usize().to_vec(),

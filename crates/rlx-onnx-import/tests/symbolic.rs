@@ -187,6 +187,104 @@ fn bert_encoder_specializes_to_every_batch_and_sequence() {
     check_model(path, bs(2, 5), &[bs(1, 7), bs(3, 128), bs(4, 2)]);
 }
 
+/// Input shapes with every named dim at its size in `sizes` (unnamed ones 1).
+fn shapes_at(model: &OnnxModel, sizes: &HashMap<&str, usize>) -> HashMap<String, Vec<usize>> {
+    model
+        .declared_inputs()
+        .into_iter()
+        .map(|(name, s)| {
+            let d = s
+                .dims
+                .iter()
+                .map(|d| match d {
+                    rlx_ir::Dim::Static(n) => *n,
+                    rlx_ir::Dim::Sym(p) => sizes.get(p.as_str()).copied().unwrap_or(1),
+                })
+                .collect();
+            (name, d)
+        })
+        .collect()
+}
+
+/// Every generated transformer fixture with named input dims: symbolic at a probe where
+/// each symbol has its own size (2, 3, 4, ...), then at three other bindings, against the
+/// per-signature import. A model the symbolic import refuses is listed, not failed (it
+/// runs per signature); the fixtures named in `must` have to be symbolic.
+#[test]
+fn transformer_fixtures_specialize_like_per_signature_imports() {
+    let must = [
+        "bert_tiny",
+        "qwen3_tiny",
+        "t5_tiny",
+        "gpt2_kv",
+        "bert_dyn",
+        "qwen3_overflow",
+    ];
+    let mut seen = 0;
+    for dir in [
+        "fixtures/transformers",
+        "fixtures/dynamic",
+        "fixtures/precision",
+    ] {
+        let Ok(rd) = std::fs::read_dir(repo().join(dir)) else {
+            continue;
+        };
+        let mut cases: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        cases.sort();
+        for case in cases {
+            let path = case.join("model.onnx");
+            let Ok(model) = OnnxModel::open(&path) else {
+                continue;
+            };
+            let mut syms: Vec<String> = model
+                .declared_inputs()
+                .iter()
+                .flat_map(|(_, s)| s.dims.clone())
+                .filter_map(|d| match d {
+                    rlx_ir::Dim::Sym(p) if p != "?" => Some(p),
+                    _ => None,
+                })
+                .collect();
+            syms.sort();
+            syms.dedup();
+            if syms.is_empty() {
+                continue;
+            }
+            let name = case.file_name().unwrap().to_string_lossy().to_string();
+            // gpt2_kv's `total` is `past + seq`: give it that relation.
+            let at = |base: usize| -> HashMap<&str, usize> {
+                let mut m: HashMap<&str, usize> = syms
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (s.as_str(), base + i))
+                    .collect();
+                if let (Some(&p), Some(&q)) = (m.get("past"), m.get("seq")) {
+                    m.insert("total", p + q);
+                }
+                m
+            };
+            let probe = shapes_at(&model, &at(2));
+            match model.import_symbolic(&opts(&probe)) {
+                Ok(_) => {
+                    seen += 1;
+                    let others: Vec<_> = [5, 9, 17]
+                        .iter()
+                        .map(|&b| shapes_at(&model, &at(b)))
+                        .collect();
+                    check_model(path.clone(), probe, &others);
+                }
+                Err(e) => {
+                    assert!(!must.contains(&name.as_str()), "{name}: {e}");
+                    eprintln!("{name}: imported per signature: {e}");
+                }
+            }
+        }
+    }
+    if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some() {
+        assert!(seen >= must.len(), "only {seen} symbolic fixtures found");
+    }
+}
+
 #[test]
 fn a_template_refuses_sizes_its_guards_exclude() {
     let path = repo().join("fixtures/dynamic/gpt2_kv/model.onnx");
