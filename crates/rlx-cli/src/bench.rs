@@ -173,12 +173,17 @@ fn bench_inner(a: &BenchArgs) -> Result<()> {
     );
     match &planned {
         Some(ev) => println!(
-            "load: {:.3} ms (read package {:.3} ms, plan for {} {:.3} ms: specialize {:.3} ms + compile {:.3} ms of a new size signature)",
+            "load: {:.3} ms (read package {:.3} ms, plan for {} {:.3} ms: specialize {:.3} ms{} + compile {:.3} ms of a new size signature)",
             ms(d_import),
             ms(d_import) - ev.plan_ms,
             ev.signature,
             ev.plan_ms,
             ev.specialize_ms,
+            if ev.specialized_by.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", ev.specialized_by)
+            },
             ev.plan_ms - ev.specialize_ms
         ),
         None => println!(

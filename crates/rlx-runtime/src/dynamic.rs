@@ -155,6 +155,11 @@ pub trait GraphSource: Send + Sync {
     }
     /// The source's serialized bytes, for packages (`None`: it cannot be saved).
     fn bytes(&self) -> Option<&[u8]>;
+    /// How the last [`GraphSource::specialize`] made its graph (see
+    /// [`PlanEvent::specialized_by`]); `None` when the source does not say.
+    fn last_specialized_by(&self) -> Option<String> {
+        None
+    }
 }
 
 /// An ONNX model held as its file's bytes (no external data).
@@ -163,6 +168,7 @@ pub struct OnnxSource {
     bytes: Vec<u8>,
     name: String,
     templates: std::sync::Mutex<Templates>,
+    last_by: std::sync::Mutex<Option<String>>,
 }
 
 /// Graphs imported once with symbolic dims ([`rlx_onnx_import::sym`]), each valid where its
@@ -200,7 +206,10 @@ impl OnnxSource {
             return (None, SpecializedBy::Import("RLX_SYMBOLIC_IMPORT=0".into()));
         }
         let Ok(mut t) = self.templates.lock() else {
-            return (None, SpecializedBy::Import("template cache poisoned".into()));
+            return (
+                None,
+                SpecializedBy::Import("template cache poisoned".into()),
+            );
         };
         if let Some(why) = &t.refused {
             return (None, SpecializedBy::Import(why.clone()));
@@ -213,7 +222,10 @@ impl OnnxSource {
             }
         }
         if t.graphs.len() >= MAX_TEMPLATES {
-            return (None, SpecializedBy::Import(format!("no template fits ({last_err})")));
+            return (
+                None,
+                SpecializedBy::Import(format!("no template fits ({last_err})")),
+            );
         }
         let opts = rlx_onnx_import::ImportOptions {
             input_shapes: input_shapes.clone(),
@@ -232,6 +244,17 @@ impl OnnxSource {
                 t.refused = Some(why.clone());
                 (None, SpecializedBy::Import(why))
             }
+        }
+    }
+
+    fn set_last_by(&self, by: SpecializedBy) {
+        let text = match by {
+            SpecializedBy::Template => "symbolic template".to_string(),
+            SpecializedBy::NewTemplate => "new symbolic template".to_string(),
+            SpecializedBy::Import(why) => format!("import ({why})"),
+        };
+        if let Ok(mut b) = self.last_by.lock() {
+            *b = Some(text);
         }
     }
 
@@ -263,6 +286,7 @@ impl OnnxSource {
             bytes,
             name: name.to_string(),
             templates: Default::default(),
+            last_by: Default::default(),
         })
     }
 
@@ -273,6 +297,7 @@ impl OnnxSource {
             model,
             name: name.to_string(),
             templates: Default::default(),
+            last_by: Default::default(),
         }
     }
 
@@ -306,11 +331,18 @@ impl GraphSource for OnnxSource {
         constants: &HashMap<String, Tensor>,
         values: &HashMap<String, rlx_onnx_import::ValueInput>,
     ) -> Result<Graph, String> {
-        if constants.is_empty() && values.is_empty() {
-            if let (Some(g), _) = self.from_template(input_shapes) {
-                return Ok(g);
+        let by = if constants.is_empty() && values.is_empty() {
+            match self.from_template(input_shapes) {
+                (Some(g), by) => {
+                    self.set_last_by(by);
+                    return Ok(g);
+                }
+                (None, by) => by,
             }
-        }
+        } else {
+            SpecializedBy::Import("inputs planned by value".into())
+        };
+        self.set_last_by(by);
         let opts = rlx_onnx_import::ImportOptions {
             input_shapes: input_shapes
                 .iter()
@@ -332,6 +364,9 @@ impl GraphSource for OnnxSource {
     fn bytes(&self) -> Option<&[u8]> {
         Some(&self.bytes)
     }
+    fn last_specialized_by(&self) -> Option<String> {
+        self.last_by.lock().ok().and_then(|b| b.clone())
+    }
 }
 
 /// What the last run's plan was ([`DynamicModel::last_plan`]).
@@ -349,6 +384,10 @@ pub struct PlanEvent {
     pub specialize_ms: f64,
     /// Plans cached after this run.
     pub cached: usize,
+    /// How a new plan's graph was made: `symbolic template`, `new symbolic template`, or
+    /// `import (REASON)` (an import per signature and why no template served); empty for a
+    /// cached plan or a source that does not say.
+    pub specialized_by: String,
 }
 
 struct Plan {
@@ -898,6 +937,11 @@ impl DynamicModel {
             plan_ms: ms,
             specialize_ms: spec_ms,
             cached: self.plans.len(),
+            specialized_by: if new {
+                self.source.last_specialized_by().unwrap_or_default()
+            } else {
+                String::new()
+            },
         });
         Ok(&mut self.plans[k].graph)
     }
