@@ -769,7 +769,12 @@ fn kv_cache_decode_32_steps_through_one_package() {
         let mut feeds: Vec<(&str, &Tensor)> = vec![("input_ids", &ids), ("attention_mask", &mask)];
         feeds.extend(names.iter().map(|n| n.as_str()).zip(past.iter()));
         let mut outs = m.run_tensors(&feeds).unwrap();
-        planned += m.last_plan().unwrap().new as usize;
+        let ev = m.last_plan().unwrap();
+        planned += ev.new as usize;
+        // Item 1: the first plan imports the source once with symbolic dims; every later
+        // step substitutes its sizes into that template instead of importing again.
+        let want_by = if step == 0 { "new symbolic template" } else { "symbolic template" };
+        assert_eq!(ev.specialized_by, want_by, "step {step}");
         let want = read_npy(&dir.join(format!("expected_logits_{step}.npy"))).unwrap();
         assert_close(&format!("step {step} logits"), &outs[0], &want, 1e-4, 1e-5);
         past = outs.split_off(1);
