@@ -773,7 +773,11 @@ fn kv_cache_decode_32_steps_through_one_package() {
         planned += ev.new as usize;
         // Item 1: the first plan imports the source once with symbolic dims; every later
         // step substitutes its sizes into that template instead of importing again.
-        let want_by = if step == 0 { "new symbolic template" } else { "symbolic template" };
+        let want_by = if step == 0 {
+            "new symbolic template"
+        } else {
+            "symbolic template"
+        };
         assert_eq!(ev.specialized_by, want_by, "step {step}");
         let want = read_npy(&dir.join(format!("expected_logits_{step}.npy"))).unwrap();
         assert_close(&format!("step {step} logits"), &outs[0], &want, 1e-4, 1e-5);

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-/// Any bytes as an ONNX model: decode, import (symbolic dims bound to 1), cut at the first
+/// Any bytes as an ONNX model: decode, import (symbolic dims bound to 1), import with
+/// symbolic dims and specialize (see [`crate::sym`]), cut at the first
 /// output's node and build the head, node and tail parts. Each step must return an error or
 /// a value, never panic, hang or allocate what a bogus field asks for; the results are
 /// dropped.
@@ -15,6 +16,30 @@ pub fn onnx_model(data: &[u8]) {
     let _ = m.declared_inputs();
     let _ = m.parameter_inputs();
     let _ = m.import(&crate::ImportOptions::default());
+    // The symbolic import (symbols probed at 2), specialized at the probe and at 3.
+    let at = |n: usize| crate::ImportOptions {
+        default_dim: n,
+        ..Default::default()
+    };
+    if let Ok(t) = m.import_symbolic(&at(2)) {
+        for n in [2, 3] {
+            let shapes: HashMap<String, Vec<usize>> = t
+                .inputs
+                .iter()
+                .map(|(name, d)| {
+                    let d = d
+                        .iter()
+                        .map(|e| match e.as_const() {
+                            Some(c) => c.max(0) as usize,
+                            None => n,
+                        })
+                        .collect();
+                    (name.clone(), d)
+                })
+                .collect();
+            let _ = t.specialize(&shapes);
+        }
+    }
     let names = m.output_names();
     if let Some(c) = names.first().and_then(|n| m.cut_at(n)) {
         let _ = c.head().map(|h| h.import(&crate::ImportOptions::default()));

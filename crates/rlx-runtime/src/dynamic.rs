@@ -231,7 +231,21 @@ impl OnnxSource {
             input_shapes: input_shapes.clone(),
             ..Default::default()
         };
-        match self.model.import_symbolic(&opts) {
+        // A symbolic import must not take down a run the plain import would serve: a panic
+        // in it (a bug) is reported on stderr by the panic hook and the model imports per
+        // signature from then on.
+        let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.model.import_symbolic(&opts)
+        }));
+        let attempt = match attempt {
+            Ok(r) => r,
+            Err(_) => {
+                let why = "the symbolic import failed with an internal error".to_string();
+                t.refused = Some(why.clone());
+                return (None, SpecializedBy::Import(why));
+            }
+        };
+        match attempt {
             Ok(tg) => match tg.specialize(input_shapes) {
                 Ok(g) => {
                     t.graphs.push(Arc::new(tg));
