@@ -41,6 +41,13 @@ Writes fixtures/dynamic/ (gitignored):
                                has NonZero, TopK with a run-time K, GatherND and an If
   ssdlite/input_image.npy      one 3x320x320 image (uniform random)
   ssdlite/expected_{boxes,scores,labels}.npy   onnxruntime's detections, the reference
+  cnn_dyn/model.onnx           a small CNN (random weights, seed 0): conv 3x3/2 + BatchNorm +
+                               ReLU, MaxPool 3x3/2, a residual block, a depthwise conv, a
+                               channel Concat, AvgPool 2x2, GlobalAveragePool, Flatten, Linear;
+                               torch.onnx.export(dynamo=False, opset 17) with dynamic axes
+                               "batch", "height", "width" on the image (the symbolic import's
+                               Conv/Pool/BatchNorm rules); expected_<B>x<H>x<W>.npy and
+                               input_<B>x<H>x<W>.npy at (1, 32, 32), (2, 45, 61), (4, 64, 40)
 
 The script asserts that onnxruntime and PyTorch agree at every size (max abs < 1e-4), so the
 export's dynamic axes are real.
@@ -313,6 +320,56 @@ def ssdlite() -> None:
     print(f"wrote {d} ({len(scores)} detections)")
 
 
+def cnn_dyn() -> None:
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            self.res = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1), nn.ReLU(), nn.Conv2d(8, 8, 1))
+            self.dw = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
+            self.pool = nn.AvgPool2d(2, 2)
+            self.fc = nn.Linear(16, 5)
+
+        def forward(self, x):
+            y = self.stem(x)
+            y = torch.relu(y + self.res(y))
+            y = torch.cat([y, self.dw(y)], 1)
+            y = self.pool(y)
+            y = torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1)
+            return self.fc(y)
+
+    m = Net().eval()
+    with torch.no_grad():  # non-trivial BatchNorm statistics
+        bn = m.stem[1]
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    d = OUT / "cnn_dyn"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "model.onnx"
+    x0 = torch.rand(1, 3, 32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (x0,), str(path), opset_version=17, input_names=["image"],
+                          output_names=["logits"], dynamo=False,
+                          dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"},
+                                        "logits": {0: "batch"}})
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(2)
+    for b, h, w in [(1, 32, 32), (2, 45, 61), (4, 64, 40)]:
+        x = torch.rand(b, 3, h, w, generator=g)
+        (y,) = sess.run(None, {"image": x.numpy()})
+        with torch.no_grad():
+            t = m(x).numpy()
+        assert np.abs(y - t).max() < 1e-4, "onnxruntime and PyTorch disagree"
+        np.save(d / f"input_{b}x{h}x{w}.npy", x.numpy())
+        np.save(d / f"expected_{b}x{h}x{w}.npy", y)
+    print(f"wrote {d}")
+
+
 if __name__ == "__main__":
     if "--bench" in sys.argv[1:]:
         gpt2_kv_6l()
@@ -322,3 +379,4 @@ if __name__ == "__main__":
     cut_names()
     gpt2_kv()
     ssdlite()
+    cnn_dyn()

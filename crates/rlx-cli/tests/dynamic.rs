@@ -864,3 +864,45 @@ fn tools_take_a_dynamic_package() {
         );
     }
 }
+
+/// Item 1 on a CNN: one package with dynamic batch, height and width runs three image sizes
+/// like onnxruntime, every plan after the first made from the symbolic template.
+#[test]
+fn cnn_with_dynamic_batch_and_image_size_runs_from_one_template() {
+    let Some(dir) = fixture("fixtures/dynamic/cnn_dyn") else {
+        return;
+    };
+    let pkg = tmp("cnn_dyn.rlxpkg");
+    let model = dir.join("model.onnx");
+    let (code, _, err) = rlx(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "--dim",
+            "batch=1..8",
+            "--dim",
+            "height=16..96",
+            "--dim",
+            "width=16..96",
+            "-o",
+            pkg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "rlx compile: {err}");
+    let mut m = load_dynamic_package(&pkg, Device::Cpu).unwrap();
+    for (i, size) in ["1x32x32", "2x45x61", "4x64x40"].iter().enumerate() {
+        let x = read_npy(&dir.join(format!("input_{size}.npy"))).unwrap();
+        let out = m.run_tensors(&[("image", &x)]).unwrap();
+        let want = read_npy(&dir.join(format!("expected_{size}.npy"))).unwrap();
+        assert_close(&format!("{size} logits"), &out[0], &want, 1e-4, 1e-5);
+        let ev = m.last_plan().unwrap();
+        assert!(ev.new, "{size}: a new signature");
+        let want_by = if i == 0 {
+            "new symbolic template"
+        } else {
+            "symbolic template"
+        };
+        assert_eq!(ev.specialized_by, want_by, "{size} (run {i})");
+    }
+}

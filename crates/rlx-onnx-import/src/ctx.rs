@@ -103,6 +103,29 @@ impl<'a> Ctx<'a> {
         self.g.node(id).shape.dims_usize().to_vec()
     }
 
+    /// The probe dims of a node without tainting a symbolic import: for a translator that
+    /// reads only the rank or dims it checks are constant (it taints the import itself, with
+    /// [`Ctx::sym_taint`], before it reads a symbolic one as a number).
+    pub fn dims_unchecked(&self, id: NodeId) -> Vec<usize> {
+        self.g.node(id).shape.dims_usize().to_vec()
+    }
+
+    /// Taint a symbolic import (no-op otherwise): the reason names the node being lowered.
+    pub fn sym_taint(&self, why: &str) {
+        if let Some(s) = &self.sym {
+            s.taint(|| format!("{}: {why}", self.here()));
+        }
+    }
+
+    /// True when axis `axis` of the node's dims holds a symbol.
+    pub fn dim_is_symbolic(&self, id: NodeId, axis: usize) -> bool {
+        self.sym
+            .as_ref()
+            .and_then(|s| s.shapes.get(&id))
+            .and_then(|d| d.get(axis))
+            .is_some_and(|e| !e.is_const())
+    }
+
     /// The ONNX node being lowered (for taint reasons).
     fn here(&self) -> String {
         match self.g.current_origin() {

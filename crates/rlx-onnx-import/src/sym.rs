@@ -569,6 +569,62 @@ fn infer_sym(
         }
         (Op::Reduce { axes, keepdims, .. }, None) => reduce_dims(&ins[0], axes, *keepdims),
         (Op::ArgReduce { axis, keepdims, .. }, None) => reduce_dims(&ins[0], &[*axis], *keepdims),
+        (Op::BatchNorm { .. } | Op::Lrn { .. }, None) => x(),
+        (Op::Conv(a), None) => {
+            let (xd, wd) = (&ins[0], &ins[1]);
+            let mut o = vec![xd[0].clone(), wd[0].clone()];
+            for i in 0..xd.len() - 2 {
+                let k = wd[i + 2].as_const().ok_or("a symbolic kernel size")?;
+                o.push(window_dim(
+                    sym,
+                    &xd[i + 2],
+                    k,
+                    a.strides[i],
+                    a.pads[i],
+                    a.dilations[i],
+                    false,
+                    &probe.dims_usize()[i + 2],
+                )?);
+            }
+            o
+        }
+        (Op::Pool(a), None) => {
+            let xd = &ins[0];
+            let mut o = vec![xd[0].clone(), xd[1].clone()];
+            for i in 0..xd.len() - 2 {
+                o.push(window_dim(
+                    sym,
+                    &xd[i + 2],
+                    a.kernel[i] as i64,
+                    a.strides[i],
+                    a.pads[i],
+                    a.dilations[i],
+                    a.ceil_mode,
+                    &probe.dims_usize()[i + 2],
+                )?);
+            }
+            o
+        }
+        (Op::Pad { pads, .. }, None) => ins[0]
+            .iter()
+            .zip(pads)
+            .map(|(d, &(b, e))| d.add(&DimExpr::from((b + e) as i64)).ok_or("pad overflows"))
+            .collect::<Result<_, _>>()?,
+        (Op::Tile { repeats }, None) => ins[0]
+            .iter()
+            .zip(repeats)
+            .map(|(d, &r)| d.mul(&DimExpr::from(r as i64)).ok_or("tile overflows"))
+            .collect::<Result<_, _>>()?,
+        (Op::TopK { k, axis, .. }, None) => {
+            let mut o = x();
+            if sym.decide_lt(&o[*axis], &DimExpr::from(*k as i64))? {
+                return Err(format!("TopK k {k} exceeds {}", o[*axis]));
+            }
+            o[*axis] = DimExpr::from(*k as i64);
+            o
+        }
+        (Op::GatherElements { .. }, None) => ins[1].clone(),
+        (Op::ScatterElements { .. } | Op::ScatterND { .. }, None) => x(),
         (Op::MatMul, None) => {
             let (a, b) = (&ins[0], &ins[1]);
             if a.len() < 2 || b.len() < 2 {
@@ -585,6 +641,39 @@ fn infer_sym(
         }
         _ => return Err("has no symbolic shape rule yet".into()),
     })
+}
+
+/// An output size of a Conv/Pool window along one axis (`rlx_ir::infer_shape::
+/// window_out_dim`): `floor((in + pb + pe - dil*(k-1) - 1) / stride) + 1`. A constant input
+/// size gives the probe's output size; a symbolic one is stated for floor rounding only
+/// (`ceil_mode`'s last-window rule is not), with the numerator's sign as a guard.
+#[allow(clippy::too_many_arguments)]
+fn window_dim(
+    sym: &mut SymState,
+    input: &DimExpr,
+    k: i64,
+    stride: usize,
+    pads: (usize, usize),
+    dil: usize,
+    ceil_mode: bool,
+    probe_out: &usize,
+) -> R<DimExpr> {
+    if input.is_const() {
+        return Ok(DimExpr::from(*probe_out as i64));
+    }
+    if ceil_mode {
+        return Err("ceil_mode on a symbolic spatial size".into());
+    }
+    let span = (dil as i64) * (k - 1) + 1;
+    let num = input
+        .add(&DimExpr::from(pads.0 as i64 + pads.1 as i64 - span))
+        .ok_or("window size overflows")?;
+    if sym.decide_lt(&num, &DimExpr::from(0))? {
+        return Err(format!("window larger than the input ({num} < 0)"));
+    }
+    num.floor_div(stride.max(1) as i64)
+        .and_then(|q| q.add(&DimExpr::from(1)))
+        .ok_or_else(|| "window size overflows".to_string())
 }
 
 fn reduce_dims(x: &[DimExpr], axes: &[usize], keepdims: bool) -> Vec<DimExpr> {

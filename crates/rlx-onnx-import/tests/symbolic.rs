@@ -206,12 +206,13 @@ fn shapes_at(model: &OnnxModel, sizes: &HashMap<&str, usize>) -> HashMap<String,
         .collect()
 }
 
-/// Every generated transformer fixture with named input dims: symbolic at a probe where
-/// each symbol has its own size (2, 3, 4, ...), then at three other bindings, against the
+/// Every generated fixture with named input dims (transformers, a CNN with dynamic batch,
+/// height and width): symbolic at a probe where each symbol has its own size, then at three
+/// other bindings, against the
 /// per-signature import. A model the symbolic import refuses is listed, not failed (it
 /// runs per signature); the fixtures named in `must` have to be symbolic.
 #[test]
-fn transformer_fixtures_specialize_like_per_signature_imports() {
+fn fixtures_with_named_dims_specialize_like_per_signature_imports() {
     let must = [
         "bert_tiny",
         "qwen3_tiny",
@@ -253,10 +254,14 @@ fn transformer_fixtures_specialize_like_per_signature_imports() {
             let name = case.file_name().unwrap().to_string_lossy().to_string();
             // gpt2_kv's `total` is `past + seq`: give it that relation.
             let at = |base: usize| -> HashMap<&str, usize> {
+                // Image sides large enough for the CNN's strides, odd for floor rounding.
                 let mut m: HashMap<&str, usize> = syms
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| (s.as_str(), base + i))
+                    .map(|(i, s)| match s.as_str() {
+                        "height" | "width" => (s.as_str(), 8 * (base + i) + 1),
+                        _ => (s.as_str(), base + i),
+                    })
                     .collect();
                 if let (Some(&p), Some(&q)) = (m.get("past"), m.get("seq")) {
                     m.insert("total", p + q);

@@ -161,6 +161,18 @@ fn window(n: &ONode, in_spatial: &[usize], kernel: &[usize], dilations_attr: boo
     })
 }
 
+/// `auto_pad = SAME_*` computes pads from the input's spatial sizes: in a symbolic import
+/// with a symbolic spatial size that taints the import (the pads would be the probe's).
+fn same_pads_read(cx: &Ctx, n: &ONode, x: NodeId) -> R<()> {
+    if n.s("auto_pad", "NOTSET")?.starts_with("SAME") {
+        let r = cx.rank(x);
+        if (2..r).any(|a| cx.dim_is_symbolic(x, a)) {
+            cx.sym_taint("auto_pad SAME on a symbolic spatial size");
+        }
+    }
+    Ok(())
+}
+
 /// ONNX Conv (any spatial rank), `auto_pad` resolved to explicit pads.
 pub fn conv(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let (x, w) = (n.inp(0)?, n.inp(1)?);
@@ -175,7 +187,9 @@ pub(crate) fn conv_on(
     w: NodeId,
     bias: Option<NodeId>,
 ) -> R<NodeId> {
-    let (xd, wd) = (cx.dims(x), cx.dims(w));
+    // Batch and spatial sizes are read only for SAME padding (`same_pads_read`).
+    let (xd, wd) = (cx.dims_unchecked(x), cx.dims(w));
+    same_pads_read(cx, n, x)?;
     if xd.len() < 3 || wd.len() != xd.len() {
         return Err(format!(
             "X {} and W {} must have the same rank >= 3",
@@ -231,7 +245,9 @@ pub(crate) fn pool_attrs(
     kind: PoolKind,
     dilations: bool,
 ) -> R<PoolAttrs> {
-    let xd = cx.dims(x);
+    // Batch and spatial sizes are read only for SAME padding (`same_pads_read`).
+    let xd = cx.dims_unchecked(x);
+    same_pads_read(cx, n, x)?;
     if xd.len() < 3 {
         return Err(format!("X {} must have rank >= 3", cx.shape(x)));
     }
