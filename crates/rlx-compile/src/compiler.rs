@@ -1,7 +1,8 @@
 //! The pass pipeline: verify → numeric lint → constant folding → decomposition → folding.
 
 use crate::numeric_lint::{lint_enabled_from_env, numeric_lint, NumericLint};
-use crate::{const_fold::const_fold_owned, decompose::decompose};
+use crate::const_fold::{const_fold_owned, fold_held};
+use crate::decompose::decompose_tagged;
 use rlx_ir::Graph;
 
 /// Which passes run.
@@ -46,6 +47,20 @@ pub struct Compiled {
 ///
 /// Errors: a [`crate::CompileError`] naming the first node that fails verification.
 pub fn compile(g: Graph, opts: &CompileOptions) -> Result<Compiled, crate::CompileError> {
+    compile_tagged(g, opts, &mut Vec::new())
+}
+
+/// [`compile`] with nodes tagged (one entry per node of `g`; 0 = untagged): a tagged node
+/// and every node depending on one are never folded, and `tags` comes back with one entry
+/// per node of the compiled graph, each tagged node's tag on the node that carries it on.
+/// A symbolic template (`rlx_onnx_import::sym`) compiles once this way, holding what
+/// depends on its symbols, and is then specialized per signature by patching the tagged
+/// nodes, re-inferring shapes and folding what was held ([`finish_held`]).
+pub fn compile_tagged(
+    g: Graph,
+    opts: &CompileOptions,
+    tags: &mut Vec<u32>,
+) -> Result<Compiled, crate::CompileError> {
     crate::verify::verify(&g)?;
     let lints = if opts.lint { numeric_lint(&g) } else { vec![] };
     if opts.print_lints {
@@ -53,14 +68,24 @@ pub fn compile(g: Graph, opts: &CompileOptions) -> Result<Compiled, crate::Compi
             eprintln!("{l}");
         }
     }
-    let fold = |g: Graph| const_fold_owned(g, opts.keep_matmul_transposes);
-    let mut g = if opts.fold { fold(g) } else { g };
+    let fold = |g: Graph, tags: &mut Vec<u32>| fold_held(g, opts.keep_matmul_transposes, tags);
+    let mut g = if opts.fold { fold(g, tags) } else { g };
     if opts.decompose {
-        g = decompose(&g);
+        g = decompose_tagged(&g, tags);
         if opts.fold {
-            g = fold(g);
+            g = fold(g, tags);
         }
     }
     crate::verify::verify(&g)?;
     Ok(Compiled { graph: g, lints })
+}
+
+/// The end of [`compile_tagged`]'s pipeline for a graph whose held nodes have their final
+/// sizes and values: folds them like [`compile`] would have (nothing is held any more).
+pub fn finish_held(g: Graph, opts: &CompileOptions) -> Graph {
+    if opts.fold {
+        const_fold_owned(g, opts.keep_matmul_transposes)
+    } else {
+        g
+    }
 }

@@ -40,7 +40,22 @@ pub fn const_fold_with(g: &Graph, keep_matmul_transposes: bool) -> Graph {
 /// by moving the live ones ([`eliminate_dead_owned`]), with no copy of the graph (the
 /// compiler's pipeline; a dynamic model plans it per size signature, where three node-by-node
 /// copies per fold were ~10% of planning a decode step).
-pub fn const_fold_owned(mut g: Graph, keep_matmul_transposes: bool) -> Graph {
+pub fn const_fold_owned(g: Graph, keep_matmul_transposes: bool) -> Graph {
+    fold_held(g, keep_matmul_transposes, &mut Vec::new())
+}
+
+/// [`const_fold_owned`] where a node tagged non-zero in `tags` (one entry per node; empty:
+/// none), and every node that depends on one, is not folded; `tags` is rewritten to follow
+/// the surviving nodes. A symbolic template's compile holds the nodes whose sizes or values
+/// depend on symbols (they are folded after specialization).
+pub fn fold_held(mut g: Graph, keep_matmul_transposes: bool, tags: &mut Vec<u32>) -> Graph {
+    let mut held: Vec<bool> = vec![false; g.len()];
+    if !tags.is_empty() {
+        for n in &g.nodes {
+            let i = n.id.index();
+            held[i] = tags[i] != 0 || n.inputs.iter().any(|x| held[x.index()]);
+        }
+    }
     let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.len()];
     let mut finite: Vec<Option<bool>> = vec![None; g.len()];
     let mm_transposes = matmul_only_transposes(&g);
@@ -61,6 +76,7 @@ pub fn const_fold_owned(mut g: Graph, keep_matmul_transposes: bool) -> Graph {
             Op::Input { .. } | Op::Param { .. } => None,
             op => {
                 if !read_in_place[i]
+                    && !held[i]
                     && (node.shape.numel() <= MAX_FOLD_ELEMENTS || any_size[i])
                     && node.inputs.iter().all(|x| values[x.index()].is_some())
                     && node.inputs.iter().all(|x| {
@@ -91,7 +107,7 @@ pub fn const_fold_owned(mut g: Graph, keep_matmul_transposes: bool) -> Graph {
             n.inputs.clear();
         }
     }
-    eliminate_dead_owned(g)
+    eliminate_dead_tagged(g, tags)
 }
 
 /// Per node: a `Transpose` that is not a graph output and whose readers (at least one) are
@@ -127,7 +143,13 @@ pub fn eliminate_dead(g: &Graph) -> Graph {
 
 /// [`eliminate_dead`] on a graph the caller gives up: the live nodes are moved, not
 /// copied, and a graph with no dead node comes back as it is.
-pub fn eliminate_dead_owned(mut g: Graph) -> Graph {
+pub fn eliminate_dead_owned(g: Graph) -> Graph {
+    eliminate_dead_tagged(g, &mut Vec::new())
+}
+
+/// [`eliminate_dead_owned`], rewriting `tags` (one entry per node, or empty) to follow the
+/// surviving nodes.
+fn eliminate_dead_tagged(mut g: Graph, tags: &mut Vec<u32>) -> Graph {
     let mut live = vec![false; g.len()];
     for o in &g.outputs {
         live[o.index()] = true;
@@ -161,6 +183,15 @@ pub fn eliminate_dead_owned(mut g: Graph) -> Graph {
     }
     for o in g.outputs.iter_mut() {
         *o = map[o.index()].expect("live output");
+    }
+    if !tags.is_empty() {
+        let mut t = vec![0; g.nodes.len()];
+        for (old, m) in map.iter().enumerate() {
+            if let Some(m) = m {
+                t[m.index()] = tags[old];
+            }
+        }
+        *tags = t;
     }
     g
 }

@@ -11,6 +11,12 @@ use rlx_ir::{
 /// Return a copy of `g` with every high-level op (except `Lrn`) rewritten into primitives.
 /// Node ids change; outputs, output names and input declarations are kept.
 pub fn decompose(g: &Graph) -> Graph {
+    decompose_tagged(g, &mut Vec::new())
+}
+
+/// [`decompose`], rewriting `tags` (one entry per node, or empty) to follow the nodes: a
+/// rewritten node's tag goes to the node that stands for its value (the last primitive).
+pub fn decompose_tagged(g: &Graph, tags: &mut Vec<u32>) -> Graph {
     let mut out = Graph::new(&g.name);
     out.input_decls = g.input_decls.clone();
     let mut map: Vec<NodeId> = Vec::with_capacity(g.len());
@@ -28,6 +34,15 @@ pub fn decompose(g: &Graph) -> Graph {
     out.set_current_block(None);
     out.outputs = g.outputs.iter().map(|o| map[o.index()]).collect();
     out.output_names = g.output_names.clone();
+    if !tags.is_empty() {
+        let mut t = vec![0; out.len()];
+        for (old, m) in map.iter().enumerate() {
+            if tags[old] != 0 {
+                t[m.index()] = tags[old];
+            }
+        }
+        *tags = t;
+    }
     out
 }
 

@@ -14,7 +14,7 @@ pub type R<T> = Result<T, String>;
 
 /// Fold a node whose inputs are all constants only while its output stays small or no
 /// larger than its inputs: `ConstantOfShape` → huge weights stays a cheap `Broadcast`.
-const FOLD_MAX_GROWTH: usize = 1 << 16;
+pub(crate) const FOLD_MAX_GROWTH: usize = 1 << 16;
 
 /// Import state: the graph under construction and the ONNX value name → node map.
 pub struct Ctx<'a> {
@@ -215,7 +215,7 @@ impl<'a> Ctx<'a> {
 
 /// Evaluate `op` on constant inputs. Reshape and Cast are folded here (pure data moves);
 /// everything else goes to `rlx_kernels::eval_op`, and an op it does not support stays a node.
-fn fold(op: &Op, ins: &[&Tensor], out: &Shape) -> R<Option<Tensor>> {
+pub(crate) fn fold(op: &Op, ins: &[&Tensor], out: &Shape) -> R<Option<Tensor>> {
     match op {
         Op::Reshape { dims } => {
             return Ok(Some(

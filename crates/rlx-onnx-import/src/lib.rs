@@ -881,7 +881,7 @@ fn input_shape(
 
 /// Drop nodes no output depends on (folded shape arithmetic, unused initializers),
 /// keeping every graph input. Ids are renumbered; order is preserved.
-fn prune(mut g: Graph) -> (Graph, Vec<Option<NodeId>>) {
+pub(crate) fn prune(mut g: Graph) -> (Graph, Vec<Option<NodeId>>) {
     let mut live = vec![false; g.nodes.len()];
     for o in &g.outputs {
         live[o.index()] = true;

@@ -106,10 +106,25 @@ fn check_model(
             .collect::<Vec<_>>()
             .join("; ")
     );
+    // Compile once (held nodes unfolded), to be patched per binding below.
+    assert!(t.compiles_once(), "{}", path.display());
+    let copts = rlx_compile::compiler::CompileOptions {
+        lint: false,
+        ..Default::default()
+    };
+    let mut tags = t.tags();
+    let once = rlx_compile::compiler::compile_tagged(t.graph.clone(), &copts, &mut tags).unwrap();
     for sizes in std::iter::once(&probe).chain(at) {
         let g = t
             .specialize(sizes)
             .unwrap_or_else(|e| panic!("{sizes:?}: {e}"));
+        // The compiled template patched to these sizes computes what compiling the
+        // per-signature import computes.
+        let mut c = once.graph.clone();
+        t.patch_compiled(&mut c, &tags, sizes)
+            .unwrap_or_else(|e| panic!("{sizes:?}: patch: {e}"));
+        let c = rlx_compile::compiler::finish_held(c, &copts);
+        rlx_compile::verify::verify(&c).unwrap_or_else(|e| panic!("{sizes:?}: {e}"));
         for n in &g.nodes {
             if n.op.is_leaf() {
                 continue;
@@ -120,8 +135,49 @@ fn check_model(
             assert_eq!(n.shape, want, "{sizes:?}: node {} {}", n.id, n.op.name());
         }
         let plain = model.import(&opts(sizes)).unwrap();
+        // Node for node the graph the per-signature import builds (ops, constants' values,
+        // inputs, types, origins).
+        assert_eq!(g.len(), plain.len(), "{sizes:?}: node counts");
+        for (x, y) in g.nodes.iter().zip(&plain.nodes) {
+            assert_eq!(x, y, "{sizes:?}: node {}", x.id);
+        }
+        assert_eq!(g.outputs, plain.outputs);
         let feeds = inputs(&plain);
         let (a, b) = (run(&g, &feeds), run(&plain, &feeds));
+        let plain_c = rlx_compile::compiler::compile(plain.clone(), &copts)
+            .unwrap()
+            .graph;
+        let (ca, cb) = (run(&c, &feeds), run(&plain_c, &feeds));
+        if c.len() != plain_c.len() {
+            let hist = |g: &Graph| {
+                let mut h: std::collections::BTreeMap<String, i64> = Default::default();
+                for n in &g.nodes {
+                    *h.entry(n.op.name()).or_default() += 1;
+                }
+                h
+            };
+            let (ha, hb) = (hist(&c), hist(&plain_c));
+            let diff: Vec<_> = ha
+                .iter()
+                .filter(|(k, v)| hb.get(*k) != Some(v))
+                .map(|(k, v)| (k.clone(), *v, hb.get(k).copied().unwrap_or(0)))
+                .collect();
+            panic!(
+                "{sizes:?}: compiled node counts {} vs {}: {diff:?}",
+                c.len(),
+                plain_c.len()
+            );
+        }
+        for (i, (x, y)) in ca.iter().zip(&cb).enumerate() {
+            assert_eq!(x.dims(), y.dims(), "{sizes:?}: compiled output {i}");
+            let (xv, yv) = (x.data().to_f64_vec(), y.data().to_f64_vec());
+            assert!(
+                xv.iter()
+                    .zip(&yv)
+                    .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan())),
+                "{sizes:?}: compiled output {i} differs"
+            );
+        }
         assert_eq!(a.len(), b.len());
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             assert_eq!(x.dims(), y.dims(), "{sizes:?}: output {i}");
