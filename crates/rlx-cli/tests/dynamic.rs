@@ -774,9 +774,9 @@ fn kv_cache_decode_32_steps_through_one_package() {
         // Item 1: the first plan imports the source once with symbolic dims; every later
         // step substitutes its sizes into that template instead of importing again.
         let want_by = if step == 0 {
-            "new symbolic template"
+            "new symbolic template, compiled once"
         } else {
-            "symbolic template"
+            "symbolic template, compiled once"
         };
         assert_eq!(ev.specialized_by, want_by, "step {step}");
         let want = read_npy(&dir.join(format!("expected_logits_{step}.npy"))).unwrap();
@@ -899,9 +899,9 @@ fn cnn_with_dynamic_batch_and_image_size_runs_from_one_template() {
         let ev = m.last_plan().unwrap();
         assert!(ev.new, "{size}: a new signature");
         let want_by = if i == 0 {
-            "new symbolic template"
+            "new symbolic template, compiled once"
         } else {
-            "symbolic template"
+            "symbolic template, compiled once"
         };
         assert_eq!(ev.specialized_by, want_by, "{size} (run {i})");
     }

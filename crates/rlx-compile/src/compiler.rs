@@ -1,8 +1,8 @@
 //! The pass pipeline: verify → numeric lint → constant folding → decomposition → folding.
 
-use crate::numeric_lint::{lint_enabled_from_env, numeric_lint, NumericLint};
 use crate::const_fold::{const_fold_owned, fold_held};
 use crate::decompose::decompose_tagged;
+use crate::numeric_lint::{lint_enabled_from_env, numeric_lint, NumericLint};
 use rlx_ir::Graph;
 
 /// Which passes run.

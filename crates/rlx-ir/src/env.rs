@@ -102,6 +102,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_SYMBOLIC_COMPILE",
+        values: "1|0 (0, false, off, no: off)",
+        acts: "when a dynamic model plans a new size signature from a symbolic template",
+        catches: "nothing: 0 runs the compiler's passes (verify, lint, folding, decomposition) on each signature's graph instead of patching the template's graph compiled once (default on; the nodes whose sizes or values depend on the symbols are held unfolded in that compile and folded per signature). Same graphs and values; for timing and to rule it out",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_SYMBOLIC_IMPORT",
         values: "1|0 (0, false, off, no: off)",
         acts: "when a dynamic model (a model with symbolic dims, a dynamic package) plans a new size signature",

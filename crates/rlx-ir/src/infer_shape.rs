@@ -39,10 +39,10 @@ pub fn arity(op: &Op) -> (usize, Option<usize>) {
     }
 }
 
-fn static_dims(s: &Shape, what: &str) -> Result<Vec<usize>, ShapeError> {
+fn static_dims(s: &Shape, what: impl FnOnce() -> String) -> Result<Vec<usize>, ShapeError> {
     s.static_dims()
         .map(|d| d.to_vec())
-        .ok_or_else(|| ShapeError(format!("{what} has symbolic dims {s}; bind them first")))
+        .ok_or_else(|| ShapeError(format!("{} has symbolic dims {s}; bind them first", what())))
 }
 
 fn same_dtype(a: &Shape, b: &Shape, op: &str) -> Result<(), ShapeError> {
@@ -205,7 +205,7 @@ fn infer_unchecked(op: &Op, inputs: &[&Shape]) -> Result<Shape, ShapeError> {
     let dims: Vec<Vec<usize>> = inputs
         .iter()
         .enumerate()
-        .map(|(i, s)| static_dims(s, &format!("{name} input {i}")))
+        .map(|(i, s)| static_dims(s, || format!("{name} input {i}")))
         .collect::<Result<_, _>>()?;
     let x = || inputs[0];
     let xd = || dims[0].clone();

@@ -160,6 +160,16 @@ pub trait GraphSource: Send + Sync {
     fn last_specialized_by(&self) -> Option<String> {
         None
     }
+    /// The compiled form of `g`, a graph this source's [`GraphSource::specialize`] just
+    /// made, when the source can give it without running the compiler's passes on it (a
+    /// symbolic template compiled once and patched); `None`: compile `g`.
+    fn compiled_for(
+        &self,
+        _g: &Graph,
+        _opts: &CompileOptions,
+    ) -> Option<Result<rlx_compile::compiler::Compiled, rlx_compile::CompileError>> {
+        None
+    }
 }
 
 /// An ONNX model held as its file's bytes (no external data).
@@ -175,9 +185,53 @@ pub struct OnnxSource {
 /// guards hold; a signature none fits gets a new one (at most [`MAX_TEMPLATES`]).
 #[derive(Default)]
 struct Templates {
-    graphs: Vec<Arc<rlx_onnx_import::sym::SymbolicGraph>>,
+    graphs: Vec<Arc<Template>>,
     /// Why the model cannot be imported symbolically (then every signature imports).
     refused: Option<String>,
+}
+
+/// A symbolic template and, per compile options, its graph compiled once
+/// (`rlx_compile::compiler::compile_tagged`) with its tags; `None` where it cannot be
+/// compiled once (`SymbolicGraph::compiles_once`) or the compile failed.
+struct Template {
+    sym: rlx_onnx_import::sym::SymbolicGraph,
+    compiled: std::sync::Mutex<
+        Vec<(
+            CompileKey,
+            Option<Arc<(rlx_compile::compiler::Compiled, Vec<u32>)>>,
+        )>,
+    >,
+}
+
+/// The compile options a compiled template depends on.
+type CompileKey = (bool, bool, bool, bool);
+
+fn compile_key(o: &CompileOptions) -> CompileKey {
+    (o.decompose, o.fold, o.lint, o.keep_matmul_transposes)
+}
+
+impl Template {
+    /// The template compiled once under `opts` (compiled on first use).
+    fn compiled(
+        &self,
+        opts: &CompileOptions,
+    ) -> Option<Arc<(rlx_compile::compiler::Compiled, Vec<u32>)>> {
+        let key = compile_key(opts);
+        let mut c = self.compiled.lock().ok()?;
+        if let Some((_, v)) = c.iter().find(|(k, _)| *k == key) {
+            return v.clone();
+        }
+        let v = if self.sym.compiles_once() {
+            let mut tags = self.sym.tags();
+            rlx_compile::compiler::compile_tagged(self.sym.graph.clone(), opts, &mut tags)
+                .ok()
+                .map(|c| Arc::new((c, tags)))
+        } else {
+            None
+        };
+        c.push((key, v.clone()));
+        v
+    }
 }
 
 /// Templates kept per source: a model whose guards split the sizes into a few regions
@@ -216,7 +270,7 @@ impl OnnxSource {
         }
         let mut last_err = String::new();
         for g in &t.graphs {
-            match g.specialize(input_shapes) {
+            match g.sym.specialize(input_shapes) {
                 Ok(g) => return (Some(g), SpecializedBy::Template),
                 Err(e) => last_err = e.to_string(),
             }
@@ -248,7 +302,10 @@ impl OnnxSource {
         match attempt {
             Ok(tg) => match tg.specialize(input_shapes) {
                 Ok(g) => {
-                    t.graphs.push(Arc::new(tg));
+                    t.graphs.push(Arc::new(Template {
+                        sym: tg,
+                        compiled: Default::default(),
+                    }));
                     (Some(g), SpecializedBy::NewTemplate)
                 }
                 Err(e) => (None, SpecializedBy::Import(e.to_string())),
@@ -270,6 +327,48 @@ impl OnnxSource {
         if let Ok(mut b) = self.last_by.lock() {
             *b = Some(text);
         }
+    }
+
+    /// The compiled graph of `g` (a graph [`GraphSource::specialize`] made from a template)
+    /// from that template compiled once, patched to `g`'s input sizes; `None` when no
+    /// template fits or it cannot be compiled once (`RLX_SYMBOLIC_COMPILE=0`: never).
+    fn compile_from_template(
+        &self,
+        g: &Graph,
+        opts: &CompileOptions,
+    ) -> Option<Result<rlx_compile::compiler::Compiled, rlx_compile::CompileError>> {
+        if rlx_ir::env::is_off("RLX_SYMBOLIC_IMPORT") || rlx_ir::env::is_off("RLX_SYMBOLIC_COMPILE")
+        {
+            return None;
+        }
+        let shapes: HashMap<String, Vec<usize>> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                rlx_ir::Op::Input { name } => Some((name.clone(), n.shape.dims_usize().to_vec())),
+                _ => None,
+            })
+            .collect();
+        let graphs = self.templates.lock().ok()?.graphs.clone();
+        for t in graphs {
+            if t.sym.bind(&shapes).is_err() {
+                continue;
+            }
+            let Some(c) = t.compiled(opts) else {
+                continue;
+            };
+            let (compiled, tags) = &*c;
+            let mut graph = compiled.graph.clone();
+            if t.sym.patch_compiled(&mut graph, tags, &shapes).is_err() {
+                continue;
+            }
+            let graph = rlx_compile::compiler::finish_held(graph, opts);
+            return Some(Ok(rlx_compile::compiler::Compiled {
+                graph,
+                lints: compiled.lints.clone(),
+            }));
+        }
+        None
     }
 
     /// How many symbolic templates the source holds, and why it has none when it cannot be
@@ -380,6 +479,13 @@ impl GraphSource for OnnxSource {
     }
     fn last_specialized_by(&self) -> Option<String> {
         self.last_by.lock().ok().and_then(|b| b.clone())
+    }
+    fn compiled_for(
+        &self,
+        g: &Graph,
+        opts: &CompileOptions,
+    ) -> Option<Result<rlx_compile::compiler::Compiled, rlx_compile::CompileError>> {
+        self.compile_from_template(g, opts)
     }
 }
 
@@ -878,6 +984,7 @@ impl DynamicModel {
         self.clock += 1;
         let mut key = self.key_text(&syms, values);
         let mut spec_ms = 0.0;
+        let mut compiled_once = false;
         let (k, new, ms) = match self.plans.iter().position(|p| p.key == key) {
             Some(k) => (k, false, 0.0),
             None => {
@@ -923,7 +1030,18 @@ impl DynamicModel {
                     ))
                 })?;
                 spec_ms = t0.elapsed().as_secs_f64() * 1e3;
-                let mut graph = self.session.try_compile(g)?;
+                let source = &self.source;
+                let mut once = false;
+                let mut graph = self.session.try_compile_with(g, |g, opts| {
+                    match source.compiled_for(g, opts) {
+                        Some(r) => {
+                            once = true;
+                            r
+                        }
+                        None => rlx_compile::compiler::compile(g.clone(), opts),
+                    }
+                })?;
+                compiled_once = once;
                 if self.context.is_some() {
                     graph.set_report_context(self.context.clone());
                 }
@@ -951,10 +1069,10 @@ impl DynamicModel {
             plan_ms: ms,
             specialize_ms: spec_ms,
             cached: self.plans.len(),
-            specialized_by: if new {
-                self.source.last_specialized_by().unwrap_or_default()
-            } else {
-                String::new()
+            specialized_by: match (new, self.source.last_specialized_by()) {
+                (true, Some(by)) if compiled_once => format!("{by}, compiled once"),
+                (true, Some(by)) => by,
+                _ => String::new(),
             },
         });
         Ok(&mut self.plans[k].graph)

@@ -177,6 +177,21 @@ impl Session {
 
     /// Compile `g`: verify, lint, fold, decompose, then prepare the device's executor.
     pub fn try_compile(&self, g: Graph) -> Result<CompiledGraph, RuntimeError> {
+        self.try_compile_with(g, |g, opts| compile(g.clone(), opts))
+    }
+
+    /// [`Session::try_compile`] with the compiler's passes given by `passes` (called with
+    /// the graph and this session's options for its device): a dynamic model's symbolic
+    /// template gives a graph it compiled once and patched to these sizes.
+    pub fn try_compile_with(
+        &self,
+        g: Graph,
+        passes: impl FnOnce(
+            &Graph,
+            &CompileOptions,
+        )
+            -> Result<rlx_compile::compiler::Compiled, rlx_compile::CompileError>,
+    ) -> Result<CompiledGraph, RuntimeError> {
         if !device_available(self.device) {
             return Err(RuntimeError::DeviceUnavailable(self.device));
         }
@@ -184,11 +199,11 @@ impl Session {
             return Err(RuntimeError::NoOutputs);
         }
         check_sizes(&g)?;
-        let source = g.clone();
         let mut opts = self.options.clone();
         // Only the CPU reads a MatMul's transposed constant operand in place.
         opts.keep_matmul_transposes &= self.device == Device::Cpu;
-        let c = compile(g, &opts)?;
+        let c = passes(&g, &opts)?;
+        let source = g;
         let exec = backend::open(self.device, c.graph)?;
         let guards = guards::record_guards(exec.graph(), &source.input_decls, self.device);
         Ok(CompiledGraph::assemble(
