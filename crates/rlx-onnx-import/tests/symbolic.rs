@@ -341,7 +341,7 @@ fn fixtures_with_named_dims_specialize_like_per_signature_imports() {
             }
         }
     }
-    if std::env::var_os("RLX_REQUIRE_FIXTURES").is_some() {
+    if rlx_ir::env::is_on("RLX_REQUIRE_FIXTURES") {
         assert!(seen >= must.len(), "only {seen} symbolic fixtures found");
     }
 }
