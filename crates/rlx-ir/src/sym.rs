@@ -247,7 +247,8 @@ impl DimExpr {
     /// `ceil(self / d)` = `floor((self + d - 1) / d)` for `d > 0`.
     pub fn ceil_div(&self, d: i64) -> Option<DimExpr> {
         if d <= 0 {
-            return self.neg()?.floor_div(d.checked_neg()?)?.neg();
+            // ceil(x/d) = -floor(x/(-d)) for d < 0.
+            return self.floor_div(d.checked_neg()?)?.neg();
         }
         self.add(&DimExpr::from(d - 1))?.floor_div(d)
     }

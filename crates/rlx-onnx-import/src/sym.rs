@@ -401,7 +401,9 @@ impl Ctx<'_> {
             }
         };
         let r = match op {
-            Op::Reshape { .. } | Op::Cast { .. } if out.dtype.is_int() => Some(vals[0].clone()),
+            // A cast narrower than i64 would wrap a large size: only i64 passes values through.
+            Op::Reshape { .. } if out.dtype.is_int() => Some(vals[0].clone()),
+            Op::Cast { to: DType::I64, .. } => Some(vals[0].clone()),
             Op::Concat { axis: 0 } if in_dims.iter().all(|d| d.len() == 1) => Some(vals.concat()),
             Op::Gather { axis: 0 } if in_dims[0].len() == 1 => {
                 let n = vals[0].len() as i64;

@@ -265,15 +265,15 @@ impl OnnxSource {
                 SpecializedBy::Import("template cache poisoned".into()),
             );
         };
-        if let Some(why) = &t.refused {
-            return (None, SpecializedBy::Import(why.clone()));
-        }
         let mut last_err = String::new();
         for g in &t.graphs {
             match g.sym.specialize(input_shapes) {
                 Ok(g) => return (Some(g), SpecializedBy::Template),
                 Err(e) => last_err = e.to_string(),
             }
+        }
+        if let Some(why) = &t.refused {
+            return (None, SpecializedBy::Import(why.clone()));
         }
         if t.graphs.len() >= MAX_TEMPLATES {
             return (

@@ -537,7 +537,7 @@ pub fn constant(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
 }
 
 /// Largest Range the importer materializes.
-const RANGE_MAX: usize = 1 << 28;
+pub(crate) const RANGE_MAX: usize = 1 << 28;
 
 /// ONNX Range with constant scalar start/limit/delta → a constant.
 pub fn range(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {

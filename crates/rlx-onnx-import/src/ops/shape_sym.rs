@@ -262,6 +262,9 @@ pub(crate) fn range(cx: &mut Ctx, s: NodeId, l: NodeId, d: NodeId, dt: DType) ->
         .ok_or("Range delta must be a non-zero constant")?;
     let len = ov(ov(limit.sub(&start))?.ceil_div(delta))?.maximum(&DimExpr::from(0));
     let n = cx.probe_sizes(std::slice::from_ref(&len), "range length")?[0];
+    if n > super::RANGE_MAX {
+        return Err(format!("range of {n} elements is too large"));
+    }
     let s0 = cx.probe_sizes(std::slice::from_ref(&start), "range start");
     let s0 = match (s0, start.as_const()) {
         (Ok(v), _) => v[0] as i64,
