@@ -258,19 +258,6 @@ impl DimExpr {
         self.sub(&self.floor_div(d)?.scale(d)?)
     }
 
-    /// Division by another expression: exact when `o` is a constant, else only when the
-    /// quotient is exact (`(s*t)/t`); `None` otherwise.
-    pub fn floor_div_expr(&self, o: &DimExpr) -> Option<DimExpr> {
-        if let Some(d) = o.as_const() {
-            return self.floor_div(d);
-        }
-        if self == o {
-            // Sizes may be 0, where 0/0 is undefined: not folded.
-            return None;
-        }
-        None
-    }
-
     /// `self / o` when the division is exact term by term: `o` a non-zero constant dividing
     /// every coefficient, or one monomial (`k * s * t`) dividing every term of `self`
     /// (`(2*b*s*h) / (b*h)` = `2*s`). `None` otherwise, even where the quotient exists
@@ -592,7 +579,6 @@ mod tests {
         big.insert("x".into(), i64::MAX);
         assert_eq!(s("x").add(&k(1)).unwrap().eval(&big), None);
         assert_eq!(s("x").floor_div(0), None);
-        assert_eq!(s("x").floor_div_expr(&s("y")), None);
     }
 
     #[test]
