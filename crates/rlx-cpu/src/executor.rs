@@ -33,7 +33,7 @@ pub struct CpuExecutor {
     param_ids: HashMap<String, NodeId>,
     inputs: Vec<NodeId>,
     /// The steps, liveness and prepared weights (`crate::plan`).
-    plan: Plan,
+    pub(crate) plan: Plan,
     /// Per leaf whose value does not change between runs (Constant, Param once set): its
     /// NaN/Inf counts, computed at the first scanned run, so the scanner does not re-read
     /// weights every run, and building an executor (a dynamic model's plan per size

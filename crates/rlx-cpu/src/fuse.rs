@@ -31,6 +31,7 @@
 
 use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
 use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
+use std::sync::Arc;
 
 mod scale;
 use scale::scale_at;
@@ -46,7 +47,8 @@ pub(crate) struct ConvGroup {
     pub members: Vec<NodeId>,
     /// Folded weights (the conv's weight dims) and bias (`[M]`); None when the chain is
     /// only a Relu (the conv's own constants are used, not copied).
-    pub folded: Option<(Tensor, Tensor)>,
+    /// Shared by the executors holding the same constants (`crate::prepared`).
+    pub folded: Option<(Arc<Tensor>, Arc<Tensor>)>,
     /// A trailing activation, applied in place.
     pub act: Epilogue,
     /// `(r, o)`: every value the unfused chain computes (the conv's output and each step's)
@@ -187,6 +189,11 @@ pub(crate) struct Fusions {
 }
 
 fn constant(g: &Graph, id: NodeId) -> Option<&Tensor> {
+    constant_arc(g, id).map(|t| &**t)
+}
+
+/// A constant's shared tensor (its identity for `crate::prepared`).
+fn constant_arc(g: &Graph, id: NodeId) -> Option<&Arc<Tensor>> {
     match &g.node(id).op {
         Op::Constant(t) => Some(t),
         _ => None,
@@ -232,14 +239,20 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         if node.shape.dtype != DType::F32 || node.shape.rank() < 3 || !node.shape.is_static() {
             continue;
         }
-        let Some(w) = node.inputs.get(1).and_then(|&i| constant(g, i)) else {
+        let Some(w_arc) = node.inputs.get(1).and_then(|&i| constant_arc(g, i)) else {
             continue;
         };
-        let bias = match node.inputs.get(2) {
-            Some(&i) => match constant(g, i).and_then(|t| t.as_f32()) {
+        let w = &**w_arc;
+        let bias_arc = match node.inputs.get(2) {
+            Some(&i) => match constant_arc(g, i) {
                 Some(b) => Some(b),
                 None => continue,
             },
+            None => None,
+        };
+        let bias = match bias_arc.map(|t| t.as_f32()) {
+            Some(Some(b)) => Some(b),
+            Some(None) => continue,
             None => None,
         };
         let od = node.shape.dims_usize();
@@ -323,7 +336,7 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         let folded = if identity {
             None
         } else {
-            match fold(w, wv, bias, &a, &b) {
+            match crate::prepared::folded(w_arc, bias_arc, &a, &b, || fold(w, wv, bias, &a, &b)) {
                 Some(f) => Some(f),
                 None => continue,
             }
@@ -860,8 +873,9 @@ pub struct ConvAffineGroup {
     /// The chain after it, in order; the last one's value is the group's output.
     pub members: Vec<NodeId>,
     /// Folded weights (the conv's weight dims) and bias (`[M]`); `None` when the chain is a
-    /// Relu alone (the conv's own weights and bias apply).
-    pub folded: Option<(Tensor, Tensor)>,
+    /// Relu alone (the conv's own weights and bias apply). Shared with the CPU executors
+    /// that hold the same constants.
+    pub folded: Option<(Arc<Tensor>, Arc<Tensor>)>,
     /// The chain ends in a Relu (after the residual Add when there is one).
     pub relu: bool,
     /// A residual `Add(y, skip)` after the affine chain (a ResNet shortcut; `skip` is

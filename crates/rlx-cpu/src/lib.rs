@@ -16,6 +16,7 @@ mod executor;
 mod fuse;
 mod inplace;
 mod plan;
+mod prepared;
 mod rowfuse;
 mod steps;
 

@@ -10,6 +10,7 @@ use crate::steps::rows::RowStep;
 use crate::steps::Step;
 use rlx_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor};
 use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -27,20 +28,22 @@ pub(crate) struct Plan {
     /// the MatMul reads its input in place (`matmul::matmul_perm`).
     pub mm_views: Vec<[Option<MmView>; 2]>,
     /// Per Conv node with constant weights the Winograd path takes: their transform
-    /// (`rlx_kernels::kernels::conv::winograd`). Not made for a conv whose fused group folds
+    /// (`rlx_kernels::kernels::conv::winograd`), shared by the executors holding the same
+    /// weights (`crate::prepared`; so are `packed` and the groups' own). Not made for a conv whose fused group folds
     /// other weights in (the group's step has its own).
-    pub wino: Vec<Option<WinogradWeights>>,
+    pub wino: Vec<Option<Arc<WinogradWeights>>>,
     /// Per Conv node with constant weights that RLX's own product kernel takes and the
     /// Winograd path does not: the weights packed for it (`kernels::conv::packed`), made
     /// once here. As for `wino`, a folded group's step has its own. None with
     /// `RLX_CPU_MK=0` (the gemm path, for A/B).
-    pub packed: Vec<Option<Packed>>,
+    pub packed: Vec<Option<Arc<Packed>>>,
 }
 
 impl Plan {
     /// The plan of `graph`, a graph that `CpuExecutor::new` checked (topological order,
     /// static non-leaf dims, outputs that are nodes).
     pub(crate) fn new(graph: &Graph) -> Plan {
+        crate::prepared::release_unused();
         let n = graph.len();
         let mut is_output = vec![false; n];
         for o in &graph.outputs {
@@ -150,7 +153,7 @@ impl Plan {
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
-        let group_wino: Vec<Option<WinogradWeights>> = fusions
+        let group_wino: Vec<Option<Arc<WinogradWeights>>> = fusions
             .groups
             .iter()
             .map(|grp| {
@@ -161,20 +164,18 @@ impl Plan {
                 }
                 let conv = graph.node(grp.conv);
                 match &conv.op {
-                    Op::Conv(a) => rlx_kernels::kernels::conv::winograd_weights(w, a, &conv.shape),
+                    Op::Conv(a) => winograd(w, a, &conv.shape),
                     _ => None,
                 }
             })
             .collect();
-        let wino: Vec<Option<WinogradWeights>> = graph
+        let wino: Vec<Option<Arc<WinogradWeights>>> = graph
             .nodes
             .iter()
             .map(|node| match (&node.op, node.inputs.get(1)) {
                 (Op::Conv(a), Some(w)) if wino_on && !folded_conv[node.id.index()] => {
                     match &graph.node(*w).op {
-                        Op::Constant(t) => {
-                            rlx_kernels::kernels::conv::winograd_weights(t, a, &node.shape)
-                        }
+                        Op::Constant(t) => winograd(t, a, &node.shape),
                         _ => None,
                     }
                 }
@@ -182,7 +183,7 @@ impl Plan {
             })
             .collect();
         // Weights for RLX's own conv kernel, where the Winograd path has none.
-        let group_packed: Vec<Option<Packed>> = fusions
+        let group_packed: Vec<Option<Arc<Packed>>> = fusions
             .groups
             .iter()
             .zip(&group_wino)
@@ -307,15 +308,41 @@ impl Plan {
     }
 }
 
-/// Weights packed for RLX's own conv kernel, where it takes the conv (x86-64).
-fn pack_conv(w: &Tensor, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Option<Packed> {
+/// The Winograd transform of `w` where that path takes the conv, shared
+/// (`crate::prepared`).
+fn winograd(
+    w: &Arc<Tensor>,
+    a: &rlx_ir::ConvAttrs,
+    out: &rlx_ir::Shape,
+) -> Option<Arc<WinogradWeights>> {
+    if !rlx_kernels::kernels::conv::winograd_takes(w, a, out) {
+        return None;
+    }
+    crate::prepared::winograd(w)
+}
+
+/// Weights packed for RLX's own conv kernel, where it takes the conv (x86-64), shared
+/// (`crate::prepared`).
+fn pack_conv(w: &Arc<Tensor>, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Option<Arc<Packed>> {
     #[cfg(target_arch = "x86_64")]
     {
-        rlx_kernels::kernels::conv::packed_weights(w, a, out)
+        let form = rlx_kernels::kernels::conv::pack_form(w, a, out)?;
+        crate::prepared::packed(w, form)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (w, a, out);
         None
+    }
+}
+
+impl Drop for Plan {
+    /// Lets go of the shared prepared weights this plan held, then drops the cache's
+    /// entries nothing holds any more (the weights of a model dropped with its plans).
+    fn drop(&mut self) {
+        self.wino.clear();
+        self.packed.clear();
+        self.steps.clear();
+        crate::prepared::release_unused();
     }
 }

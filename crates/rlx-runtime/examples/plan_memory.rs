@@ -4,8 +4,11 @@
 //!
 //! ```sh
 //! cargo run --release -p rlx-runtime --example plan_memory -- MODEL.onnx SYMBOL 1,2,4,8
+//! cargo run --release -p rlx-runtime --example plan_memory -- MODEL.onnx n=1,h,w 224,160,128
 //! ```
-//! Prints VmRSS (MiB, from /proc/self/status; Linux only) after each plan.
+//! Prints VmRSS (MiB, from /proc/self/status; Linux only) and the time taken after each
+//! plan. SYMBOL may name several symbols (comma-separated), each bound to the size, or
+//! fix one (`n=1,h,w`).
 
 use rlx_runtime::{Device, DynamicModel, OnnxSource};
 use std::collections::BTreeMap;
@@ -50,8 +53,19 @@ fn main() {
             kept.push(DynamicModel::new(open(), Device::Cpu, BTreeMap::new()).unwrap());
             kept.last_mut().unwrap()
         };
-        let sym = BTreeMap::from([(args[2].clone(), n)]);
+        let sym: BTreeMap<String, usize> = (args[2].split(','))
+            .map(|s| match s.split_once('=') {
+                Some((name, v)) => (name.to_string(), v.parse().expect("SYMBOL=SIZE")),
+                None => (s.to_string(), n),
+            })
+            .collect();
+        let t0 = std::time::Instant::now();
         m.plan_at(&sym).expect("plan");
-        println!("{}={n}: {:.1} MiB", args[2], rss_mib());
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        println!(
+            "{}={n}: {:.1} MiB, planned in {ms:.1} ms",
+            args[2],
+            rss_mib()
+        );
     }
 }

@@ -249,7 +249,7 @@ impl GraphSource for OnnxSource {
         values: &HashMap<String, rlx_onnx_import::ValueInput>,
     ) -> Result<Graph, String> {
         let by = if constants.is_empty() && values.is_empty() {
-            match self.from_template(input_shapes) {
+            match self.specialize_template(input_shapes) {
                 (Some(g), by) => {
                     self.set_last_by(by);
                     return Ok(g);

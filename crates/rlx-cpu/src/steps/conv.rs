@@ -25,9 +25,9 @@ pub(crate) struct ConvStep {
     /// the operand comes before the conv, and the Add is its last reader: `Skip::Owned`).
     pub res_take: bool,
     /// With folded weights: their Winograd transform (else the conv's own, in `Plan::wino`).
-    pub wino: Option<WinogradWeights>,
+    pub wino: Option<std::sync::Arc<WinogradWeights>>,
     /// With folded weights: those packed for RLX's conv kernel (else `Plan::packed`).
-    pub packed: Option<Packed>,
+    pub packed: Option<std::sync::Arc<Packed>>,
 }
 
 impl ConvStep {
@@ -176,13 +176,13 @@ impl ConvStep {
         let folded = grp.folded.is_some();
         let conv = grp.conv.index();
         let wg = if folded { &self.wino } else { &plan.wino[conv] };
-        let wg = wg.as_ref().filter(|_| run.wino);
+        let wg = wg.as_deref().filter(|_| run.wino);
         let pk = if folded {
             &self.packed
         } else {
             &plan.packed[conv]
         };
-        let pk = pk.as_ref().filter(|_| run.fast);
+        let pk = pk.as_deref().filter(|_| run.fast);
         // The residual: not while scanning, nor on the Winograd path (whose tiles would
         // read it scattered, slower than the Add's own pass).
         let res = grp.residual.filter(|_| !run.scan && wg.is_none());

@@ -18,13 +18,11 @@ pub(super) struct Templates {
 /// compiled once (`SymbolicGraph::compiles_once`) or the compile failed.
 struct Template {
     sym: rlx_onnx_import::sym::SymbolicGraph,
-    compiled: std::sync::Mutex<
-        Vec<(
-            CompileKey,
-            Option<Arc<(rlx_compile::compiler::Compiled, Vec<u32>)>>,
-        )>,
-    >,
+    compiled: std::sync::Mutex<Vec<(CompileKey, Option<CompiledTemplate>)>>,
 }
+
+/// A template's graph compiled once, and its tags.
+type CompiledTemplate = Arc<(rlx_compile::compiler::Compiled, Vec<u32>)>;
 
 /// The compile options a compiled template depends on.
 type CompileKey = (bool, bool, bool, bool);
@@ -35,10 +33,7 @@ fn compile_key(o: &CompileOptions) -> CompileKey {
 
 impl Template {
     /// The template compiled once under `opts` (compiled on first use).
-    fn compiled(
-        &self,
-        opts: &CompileOptions,
-    ) -> Option<Arc<(rlx_compile::compiler::Compiled, Vec<u32>)>> {
+    fn compiled(&self, opts: &CompileOptions) -> Option<CompiledTemplate> {
         let key = compile_key(opts);
         let mut c = self.compiled.lock().ok()?;
         if let Some((_, v)) = c.iter().find(|(k, _)| *k == key) {
@@ -75,7 +70,7 @@ pub(super) enum SpecializedBy {
 impl OnnxSource {
     /// A graph from a template that fits `input_shapes`, a new template, or `None` (the
     /// reason in the returned [`SpecializedBy::Import`]).
-    pub(super) fn from_template(
+    pub(super) fn specialize_template(
         &self,
         input_shapes: &HashMap<String, Vec<usize>>,
     ) -> (Option<Graph>, SpecializedBy) {

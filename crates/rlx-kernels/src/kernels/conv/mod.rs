@@ -44,10 +44,10 @@ use half::{bf16, f16};
 use im2col::conv_float;
 pub use im2col::CONV_SPLIT_FLOPS;
 #[cfg(target_arch = "x86_64")]
-pub use packed::{packed_runs, packed_weights, MkIsa, PackedConv};
+pub use packed::{pack_form, packed_runs, packed_weights, MkIsa, PackForm, PackedConv};
 pub use pw_dw::pw_dw;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
-pub use winograd::{winograd_weights, WinogradWeights};
+pub use winograd::{winograd_takes, winograd_transform, winograd_weights, WinogradWeights};
 
 /// `Op::Conv` (ONNX Conv): x [N, C, *sp], w [M, C/groups, *k], optional bias [M];
 /// output [N, M, *osp] with `osp = (sp + pad_b + pad_e - dil*(k-1) - 1) / stride + 1`.

@@ -30,7 +30,7 @@ use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 use std::sync::atomic::Ordering;
 
 /// The instruction set of a [`PackedConv`]'s kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MkIsa {
     /// AVX-512F: tiles of 32 channels (two zmm) × up to 12 positions.
     Avx512,
@@ -166,9 +166,43 @@ impl PackedConv {
 ///
 /// None for others, without AVX-512 (AVX2 with `RLX_CPU_MK=1`), or with `RLX_CPU_MK=0`.
 pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedConv> {
-    let TensorData::F32(wv) = w.data() else {
+    pack_form(w, a, out)?.pack(w)
+}
+
+/// The form in which [`packed_weights`] packs a conv's weights: the choice (which depends
+/// on the conv's output size) apart from the packing (which depends on the weights alone),
+/// so the executors of one model at several sizes can share one packed copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PackForm {
+    /// `[ceil(M/mb)][K][mb]` tiles for [`MkIsa`]'s kernel ([`PackedConv::new`]).
+    Tiles(MkIsa),
+    /// Positions on the vector side ([`PackedConv::new_rows`]).
+    Rows,
+}
+
+impl PackForm {
+    /// `w` (f32, `[M, C, KH, KW]`) packed in this form; None for other weights.
+    pub fn pack(self, w: &Tensor) -> Option<PackedConv> {
+        let TensorData::F32(wv) = w.data() else {
+            return None;
+        };
+        let d = w.dims();
+        if d.len() != 4 || wv.len() != d.iter().product::<usize>() {
+            return None;
+        }
+        Some(match self {
+            PackForm::Tiles(isa) => PackedConv::new(isa, wv, d),
+            PackForm::Rows => PackedConv::new_rows(wv, d),
+        })
+    }
+}
+
+/// Whether and how [`packed_weights`] packs the weights `w` of a conv with attributes `a`
+/// and output type `out` (the conditions on [`packed_weights`]); reads no weight values.
+pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
+    if w.dtype() != rlx_ir::DType::F32 {
         return None;
-    };
+    }
     let d = w.dims();
     let od = out.static_dims().filter(|od| od.len() == 4)?;
     if d.len() != 4 {
@@ -187,7 +221,7 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
         && p > MAX_PLANE
         && rows_enabled()
     {
-        return Some(PackedConv::new_rows(wv, d));
+        return Some(PackForm::Rows);
     }
     if !plain || !(pw || s2) || k < MIN_K {
         return None;
@@ -197,7 +231,7 @@ pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedCo
     if d[0].div_ceil(isa.mb()) * isa.mb() * 8 > d[0] * 9 {
         return None;
     }
-    Some(PackedConv::new(isa, wv, d))
+    Some(PackForm::Tiles(isa))
 }
 
 /// True when stride-1 1×1 convs on planes larger than 14² take [`super::packed_rows`]:

@@ -537,12 +537,21 @@ pub(crate) fn conv(
 /// (below that the transforms cost more than the product saves), and an output for which
 /// [`winograd_pays`].
 pub fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<WinogradWeights> {
+    winograd_takes(w, a, out)
+        .then(|| winograd_transform(w))
+        .flatten()
+}
+
+/// Whether the Winograd path takes this conv (the conditions on [`winograd_weights`]);
+/// reads no weight values.
+pub fn winograd_takes(w: &Tensor, a: &ConvAttrs, out: &Shape) -> bool {
     let wd = w.dims();
     let pays = match out.static_dims().as_deref() {
         Some(&[n, _, oh, ow]) if wd.len() == 4 => winograd_pays(wd[0], wd[1], n, oh, ow),
         _ => true,
     };
-    let ok = wd.len() == 4
+    w.dtype() == rlx_ir::DType::F32
+        && wd.len() == 4
         && wd[2] == 3
         && wd[3] == 3
         && a.groups <= 1
@@ -550,9 +559,17 @@ pub fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<Winogr
         && a.dilations.iter().all(|&d| d == 1)
         && wd[0] >= WINOGRAD_MIN_CH
         && wd[1] >= WINOGRAD_MIN_CH
-        && pays;
+        && pays
+}
+
+/// The Winograd transform of 3×3 weights `w` (f32 `[M, C, 3, 3]`), which depends on the
+/// weights alone; None for other weights or a non-finite value.
+pub fn winograd_transform(w: &Tensor) -> Option<WinogradWeights> {
+    let wd = w.dims();
     match w.data() {
-        TensorData::F32(v) if ok => WinogradWeights::new(v, wd[0], wd[1]),
+        TensorData::F32(v) if wd.len() == 4 && wd[2..] == [3, 3] => {
+            WinogradWeights::new(v, wd[0], wd[1])
+        }
         _ => None,
     }
 }
