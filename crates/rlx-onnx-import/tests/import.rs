@@ -1147,3 +1147,36 @@ fn unrolled_scan_nodes_carry_their_step() {
     assert_eq!(paths_of(&g, "body_sqrt"), want);
     assert_eq!(paths_of(&g, "body_acc"), want);
 }
+
+/// A Dropout whose mask output is used (SqueezeNet 1.0's light model has one) keeps a
+/// symbolic import symbolic: the mask takes x's symbolic shape (it once read the sizes as
+/// numbers, so the model was imported per signature), and the template specialized to a
+/// batch is the per-signature import node for node.
+#[test]
+fn dropout_mask_keeps_the_symbolic_import() {
+    let bytes = model(
+        12,
+        vec![
+            node("Relu", "r", &["x"], &["h"], vec![]),
+            node("Dropout", "drop", &["h"], &["y", "mask"], vec![]),
+        ],
+        vec![],
+        vec![vi("x", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+        vec![out("y"), out("mask")],
+    );
+    let m = rlx_onnx_import::OnnxModel::from_bytes(&bytes, "dropout.onnx").unwrap();
+    let at = |b: usize| ImportOptions {
+        input_shapes: HashMap::from([("x".to_string(), vec![b, 4])]),
+        ..Default::default()
+    };
+    let t = m
+        .import_symbolic(&at(2))
+        .unwrap_or_else(|e| panic!("the symbolic import was refused: {e}"));
+    for b in [1, 3, 7] {
+        let s = t.specialize(&at(b).input_shapes).unwrap();
+        let plain = m.import(&at(b)).unwrap();
+        assert_eq!(s.nodes, plain.nodes, "batch {b}");
+        let mask = s.node(s.outputs[1]);
+        assert_eq!(mask.shape, Shape::new(&[b, 4], DType::Bool), "batch {b}");
+    }
+}

@@ -382,7 +382,13 @@ pub fn dropout(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     let mut outs = vec![x];
     if n.wants_output(1) {
         let t = cx.constant(Tensor::scalar(DType::Bool, 1.0));
-        outs.push(cx.add(Op::Broadcast { dims: cx.dims(x) }, vec![t])?);
+        // The mask has x's shape, symbolic sizes included (a symbolic import).
+        if cx.is_symbolic(x) {
+            let sd = cx.sdims(x);
+            outs.push(cx.broadcast_sym(t, sd)?);
+        } else {
+            outs.push(cx.add(Op::Broadcast { dims: cx.dims(x) }, vec![t])?);
+        }
     }
     Ok(outs)
 }
