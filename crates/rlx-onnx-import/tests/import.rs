@@ -1180,3 +1180,39 @@ fn dropout_mask_keeps_the_symbolic_import() {
         assert_eq!(mask.shape, Shape::new(&[b, 4], DType::Bool), "batch {b}");
     }
 }
+
+/// A Softmax before opset 13 coerces its input to 2-D around `axis` (SqueezeNet 1.0's light
+/// model, opset 9): with a symbolic batch the coercion is symbolic (it read the sizes as
+/// numbers, so the model was imported per signature), and each specialization is the
+/// per-signature import node for node.
+#[test]
+fn opset_11_softmax_keeps_the_symbolic_import() {
+    for axis in [0i64, 1, 2] {
+        let bytes = model(
+            11,
+            vec![node(
+                "Softmax",
+                "sm",
+                &["x"],
+                &["y"],
+                vec![a_int("axis", axis)],
+            )],
+            vec![],
+            vec![vi("x", data_type::FLOAT, &[Err("batch"), Ok(3), Ok(4)])],
+            vec![out("y")],
+        );
+        let m = rlx_onnx_import::OnnxModel::from_bytes(&bytes, "softmax.onnx").unwrap();
+        let at = |b: usize| ImportOptions {
+            input_shapes: HashMap::from([("x".to_string(), vec![b, 3, 4])]),
+            ..Default::default()
+        };
+        let t = m
+            .import_symbolic(&at(2))
+            .unwrap_or_else(|e| panic!("axis {axis}: the symbolic import was refused: {e}"));
+        for b in [1, 3, 5] {
+            let s = t.specialize(&at(b).input_shapes).unwrap();
+            let plain = m.import(&at(b)).unwrap();
+            assert_eq!(s.nodes, plain.nodes, "axis {axis}, batch {b}");
+        }
+    }
+}

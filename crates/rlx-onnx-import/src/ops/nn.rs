@@ -88,6 +88,12 @@ fn softmax_like(cx: &mut Ctx, n: &ONode, log: bool) -> R<Vec<NodeId>> {
     if r > 0 && axis == r - 1 {
         return Ok(vec![cx.add(mk(axis), vec![x])?]);
     }
+    if cx.is_symbolic(x) {
+        let sd = cx.sdims(x);
+        let flat = super::shape::flatten_sym(cx, x, axis)?;
+        let y = cx.add(mk(1), vec![flat])?;
+        return Ok(vec![cx.reshape_sym(y, sd)?]);
+    }
     let d = cx.dims(x);
     let flat = cx.reshape(
         x,

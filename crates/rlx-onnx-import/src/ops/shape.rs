@@ -9,6 +9,12 @@ use rlx_ir::{broadcast_dims, DType, NodeId, Op, PadMode, Tensor, TensorData};
 #[path = "shape_sym.rs"]
 mod sym_ops;
 
+/// `x` flattened to 2-D around `axis` with symbolic sizes (ONNX Flatten's rule), for the
+/// translators of other ops that coerce their input so (Softmax before opset 13).
+pub(crate) fn flatten_sym(cx: &mut Ctx, x: NodeId, axis: usize) -> R<NodeId> {
+    Ok(sym_ops::flatten(cx, x, axis as i64)?[0])
+}
+
 /// Identity (and aliases): no node, the output is the input.
 pub fn identity(_cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![n.inp(0)?])
