@@ -4,20 +4,23 @@ static path (issue 32: "within 3% of the static path at 1 thread").
 
     .venv/bin/python bench/dynamic.py [--models bert,resnet18] [--rounds 3] [--max-time 2]
 
-Needs bench/models/ (scripts/gen_bench_models.py) and target/release/rlx. For each model:
+Needs bench/models/ (scripts/gen_bench_models.py) and target/release/rlx (or $RLX_BIN).
+For each model:
 a copy of model.onnx whose inputs' batch dim is the symbol `batch` (and a rank-2 integer
 input's second dim `sequence`; dims already symbolic stay), compiled with
 `rlx compile --dim batch=1..8 [--dim sequence=1..512]` (a model whose graph bakes its batch
 size in, e.g. a Reshape to a constant shape, gets the one-size range its sizes allow), then
 `rlx bench` at 1 thread pinned to CPU 0 alternately on the static model and on the package
-at the model's own sizes, `--rounds` times each. Prints the medians, their median, the
-ratio dynamic/static and how the package planned the signature (RLX's `load:` line).
+at the model's own sizes, `--rounds` times each. Prints the medians, the median over rounds
+of dynamic/static (each round's pair run back to back) and the ratio of the minimums, and
+how the package planned the signature (RLX's `load:` line).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -29,7 +32,7 @@ import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parent.parent
-RLX = ROOT / "target" / "release" / "rlx"
+RLX = Path(os.environ.get("RLX_BIN", ROOT / "target" / "release" / "rlx"))
 MODELS = "bert,gpt2,qwen3,minilm,squeezenet,mobilenet_v2,efficientnet_b0,resnet18,resnet50"
 
 
@@ -131,18 +134,21 @@ def main() -> int:
             m, low, load = bench([str(pkg), *ins, *at], a.max_time)
             dy.append(m)
             dy_min.append(low)
-        s, y = statistics.median(st), statistics.median(dy)
+        # Each round's dynamic run right after its static one: the ratio per round is
+        # robust to the machine's speed changing between rounds (a VM's CPU shifting by
+        # 20-30% for minutes), which a ratio of medians is not.
+        paired = statistics.median(y / x for x, y in zip(st, dy))
         r_min = min(dy_min) / min(st_min)
-        rows.append((name, how, " ".join(dims), st, dy, s, y, r_min, load))
-        print(f"{name}: static {st} dynamic {dy} ratio {y / s:.3f} (min {r_min:.3f})", file=sys.stderr)
-    print("| model | package dims | static medians (ms) | dynamic medians (ms) | dynamic / static, median of medians | by min | plan of the signature |")
+        rows.append((name, how, " ".join(dims), st, dy, paired, r_min, load))
+        print(f"{name}: static {st} dynamic {dy} paired {paired:.3f} (min {r_min:.3f})", file=sys.stderr)
+    print("| model | package dims | static medians (ms) | dynamic medians (ms) | dynamic / static, median of the rounds' ratios | by min | plan of the signature |")
     print("|---|---|---|---|---|---|---|")
-    for name, how, dims, st, dy, s, y, r_min, load in rows:
+    for name, how, dims, st, dy, paired, r_min, load in rows:
         plan = re.search(r"plan for [^:]*: (.*)", load)
         f = lambda v: ", ".join(f"{x:.3f}" for x in v)
         dims = dims.replace("--dim=", "")
         print(f"| {name} | {dims}{' (one size)' if how == 'one size' else ''} | {f(st)} | {f(dy)} | "
-              f"**{y / s:.3f}** | {r_min:.3f} | {plan.group(1) if plan else load} |")
+              f"**{paired:.3f}** | {r_min:.3f} | {plan.group(1) if plan else load} |")
     return 0
 
 

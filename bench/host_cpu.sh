@@ -33,9 +33,9 @@ fi
 t0=$(date +%s)
 python3 scripts/gen_bench_models.py ${MODELS//,/ } > "$OUT/gen.log" 2>&1
 echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
-[[ $STEPS == *table* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort --max-time 2 \
+[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort --max-time 2 \
   --results "$OUT/RESULTS-host.md" > "$OUT/bench.log" 2>&1
-[[ $STEPS == *nodecmp* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
+[[ ",$STEPS," == *,nodecmp,* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
   echo "== $m"
   timeout 90 python3 bench/tools/node_cmp.py "bench/models/$m" --threads 1 --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
 done > "$OUT/node_cmp.txt"
@@ -43,7 +43,7 @@ done > "$OUT/node_cmp.txt"
 # another, HOST_AB_MODELS the models, HOST_AB_THREADS the thread counts), 3 interleaved
 # rounds, pinned to the first cores.
 AB_VAR=${HOST_AB_VAR:-RLX_CPU_MK_ROWS}
-[[ $STEPS == *ab* ]] && for r in 1 2 3; do
+[[ ",$STEPS," == *,ab,* ]] && for r in 1 2 3; do
   for m in ${HOST_AB_MODELS:-squeezenet mobilenet_v2 efficientnet_b0 resnet18 resnet50}; do
     for t in ${HOST_AB_THREADS:-1}; do
       for v in 0 1; do
