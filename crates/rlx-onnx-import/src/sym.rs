@@ -647,8 +647,8 @@ fn infer_sym(
 
 /// An output size of a Conv/Pool window along one axis (`rlx_ir::infer_shape::
 /// window_out_dim`): `floor((in + pb + pe - dil*(k-1) - 1) / stride) + 1`. A constant input
-/// size gives the probe's output size; a symbolic one is stated for floor rounding only
-/// (`ceil_mode`'s last-window rule is not), with the numerator's sign as a guard.
+/// size gives the probe's output size; a symbolic one is an expression for floor rounding
+/// and for `ceil_mode` (with its last-window rule), with the numerator's sign as a guard.
 #[allow(clippy::too_many_arguments)]
 fn window_dim(
     sym: &mut SymState,
@@ -663,9 +663,6 @@ fn window_dim(
     if input.is_const() {
         return Ok(DimExpr::from(*probe_out as i64));
     }
-    if ceil_mode {
-        return Err("ceil_mode on a symbolic spatial size".into());
-    }
     let span = (dil as i64) * (k - 1) + 1;
     let num = input
         .add(&DimExpr::from(pads.0 as i64 + pads.1 as i64 - span))
@@ -673,9 +670,27 @@ fn window_dim(
     if sym.decide_lt(&num, &DimExpr::from(0))? {
         return Err(format!("window larger than the input ({num} < 0)"));
     }
-    num.floor_div(stride.max(1) as i64)
-        .and_then(|q| q.add(&DimExpr::from(1)))
-        .ok_or_else(|| "window size overflows".to_string())
+    let s = stride.max(1) as i64;
+    let overflow = || "window size overflows".to_string();
+    let one = DimExpr::from(1);
+    if !ceil_mode {
+        return num
+            .floor_div(s)
+            .and_then(|q| q.add(&one))
+            .ok_or_else(overflow);
+    }
+    // Rounded up, then one window fewer when the last would start at or past `in + pb`
+    // (`window_out_dim`): with `a = ceil(num / s) + 1` and `b = ceil((in + pb) / s)` (the
+    // windows starting before `in + pb`), `max(1, max(a - 1, min(a, b)))`; equal to the
+    // rule for every input size (checked against it for in < 60, pads < 6, k < 7, s < 6,
+    // dilation < 4).
+    let q = num.ceil_div(s).ok_or_else(overflow)?;
+    let a = q.add(&one).ok_or_else(overflow)?;
+    let b = input
+        .add(&DimExpr::from(pads.0 as i64))
+        .and_then(|v| v.ceil_div(s))
+        .ok_or_else(overflow)?;
+    Ok(one.maximum(&q.maximum(&a.minimum(&b))))
 }
 
 fn reduce_dims(x: &[DimExpr], axes: &[usize], keepdims: bool) -> Vec<DimExpr> {

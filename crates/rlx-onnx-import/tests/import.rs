@@ -1216,3 +1216,66 @@ fn opset_11_softmax_keeps_the_symbolic_import() {
         }
     }
 }
+
+/// MaxPool/AveragePool with `ceil_mode` on symbolic spatial sizes (torchvision's
+/// SqueezeNet and GoogLeNet): the output size's rule (rounded up, one window fewer when the
+/// last would start past the input) is an expression, so the model stays symbolic, and the
+/// specialization at every height and width from 1 to 40 is the per-signature import node
+/// for node, or both refuse the size (a window larger than the padded input).
+#[test]
+fn ceil_mode_pooling_keeps_the_symbolic_import_at_every_size() {
+    // (op, kernel, stride, pads [h_begin, w_begin, h_end, w_end], dilation)
+    let cases: [(&str, i64, i64, [i64; 4], i64); 6] = [
+        ("MaxPool", 3, 2, [0, 0, 0, 0], 1),
+        ("MaxPool", 3, 2, [1, 1, 1, 1], 1),
+        ("MaxPool", 2, 2, [1, 0, 1, 0], 1),
+        ("MaxPool", 3, 3, [0, 2, 2, 0], 1),
+        ("MaxPool", 2, 3, [1, 1, 1, 1], 2),
+        ("AveragePool", 3, 2, [1, 1, 0, 1], 1),
+    ];
+    for (op, k, s, pads, d) in cases {
+        let mut attrs = vec![
+            a_ints("kernel_shape", &[k, k]),
+            a_ints("strides", &[s, s]),
+            a_ints("pads", &pads),
+            a_int("ceil_mode", 1),
+        ];
+        if op == "MaxPool" {
+            attrs.push(a_ints("dilations", &[d, d]));
+        }
+        let bytes = model(
+            17,
+            vec![node(op, "pool", &["x"], &["y"], attrs)],
+            vec![],
+            vec![vi(
+                "x",
+                data_type::FLOAT,
+                &[Ok(1), Ok(2), Err("h"), Err("w")],
+            )],
+            vec![out("y")],
+        );
+        let m = rlx_onnx_import::OnnxModel::from_bytes(&bytes, "pool.onnx").unwrap();
+        let at = |h: usize, w: usize| ImportOptions {
+            input_shapes: HashMap::from([("x".to_string(), vec![1, 2, h, w])]),
+            ..Default::default()
+        };
+        let t = m
+            .import_symbolic(&at(17, 23))
+            .unwrap_or_else(|e| panic!("{op} k{k} s{s} {pads:?}: refused: {e}"));
+        let mut compared = 0;
+        for h in 1..=40 {
+            for w in [1, 2, 5, 8, 13, 24, 40] {
+                let what = format!("{op} k{k} s{s} pads {pads:?} d{d} at {h}x{w}");
+                match (t.specialize(&at(h, w).input_shapes), m.import(&at(h, w))) {
+                    (Ok(sg), Ok(plain)) => {
+                        assert_eq!(sg.nodes, plain.nodes, "{what}");
+                        compared += 1;
+                    }
+                    (Err(_), Err(_)) => {}
+                    (a, b) => panic!("{what}: template {:?}, import {:?}", a.err(), b.err()),
+                }
+            }
+        }
+        assert!(compared > 150, "{op}: only {compared} sizes compared");
+    }
+}
