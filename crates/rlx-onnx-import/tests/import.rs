@@ -1279,3 +1279,76 @@ fn ceil_mode_pooling_keeps_the_symbolic_import_at_every_size() {
         assert!(compared > 150, "{op}: only {compared} sizes compared");
     }
 }
+
+/// Conv and MaxPool with `auto_pad = SAME_UPPER / SAME_LOWER` and stride 1 on symbolic
+/// spatial sizes (TensorFlow exports): the pads are `span - 1` split whatever the size, so
+/// the model stays symbolic, and every size from 1 to 30 specializes to the per-signature
+/// import node for node. A stride of 2 makes the pads depend on the size: the symbolic
+/// import is refused saying so (the runtime then imports per signature).
+#[test]
+fn same_padding_with_stride_1_keeps_the_symbolic_import() {
+    for (op, pad, k) in [
+        ("Conv", "SAME_UPPER", 3),
+        ("Conv", "SAME_LOWER", 4),
+        ("MaxPool", "SAME_UPPER", 2),
+        ("MaxPool", "SAME_LOWER", 5),
+    ] {
+        let mut attrs = vec![
+            a_ints("kernel_shape", &[k, k]),
+            AttributeProto {
+                name: "auto_pad".into(),
+                r#type: attr_type::STRING,
+                s: pad.as_bytes().to_vec(),
+                ..Default::default()
+            },
+        ];
+        let mut ins = vec!["x"];
+        let mut inits = vec![];
+        if op == "Conv" {
+            ins.push("w");
+            inits.push(f32_init(
+                "w",
+                &[3, 2, k as usize, k as usize],
+                vec![0.5; 6 * (k * k) as usize],
+            ));
+        }
+        let with_stride = |s: i64| {
+            let mut a = attrs.clone();
+            a.push(a_ints("strides", &[s, s]));
+            model(
+                17,
+                vec![node(op, "n", &ins, &["y"], a)],
+                inits.clone(),
+                vec![vi(
+                    "x",
+                    data_type::FLOAT,
+                    &[Ok(1), Ok(2), Err("h"), Err("w")],
+                )],
+                vec![out("y")],
+            )
+        };
+        let at = |h: usize, w: usize| ImportOptions {
+            input_shapes: HashMap::from([("x".to_string(), vec![1, 2, h, w])]),
+            ..Default::default()
+        };
+        let m = rlx_onnx_import::OnnxModel::from_bytes(&with_stride(1), "same.onnx").unwrap();
+        let t = m
+            .import_symbolic(&at(9, 14))
+            .unwrap_or_else(|e| panic!("{op} {pad}: refused: {e}"));
+        for h in 1..=30 {
+            for w in [1, 2, 7, 16] {
+                let sg = t.specialize(&at(h, w).input_shapes).unwrap();
+                let plain = m.import(&at(h, w)).unwrap();
+                assert_eq!(sg.nodes, plain.nodes, "{op} {pad} k{k} at {h}x{w}");
+                assert_eq!(plain.node(plain.outputs[0]).shape.dims_usize()[2..], [h, w]);
+            }
+        }
+        let m2 = rlx_onnx_import::OnnxModel::from_bytes(&with_stride(2), "same2.onnx").unwrap();
+        let e = m2
+            .import_symbolic(&at(9, 14))
+            .err()
+            .expect("stride 2 stays per signature");
+        assert!(e.to_string().contains("stride over 1"), "{e}");
+        attrs.clear();
+    }
+}

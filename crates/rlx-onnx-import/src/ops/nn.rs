@@ -168,12 +168,30 @@ fn window(n: &ONode, in_spatial: &[usize], kernel: &[usize], dilations_attr: boo
 }
 
 /// `auto_pad = SAME_*` computes pads from the input's spatial sizes: in a symbolic import
-/// with a symbolic spatial size that taints the import (the pads would be the probe's).
-fn same_pads_read(cx: &Ctx, n: &ONode, x: NodeId) -> R<()> {
+/// with a symbolic spatial size and a stride over 1 that taints the import (the pads would
+/// be the probe's). With stride 1 the pads are `span - 1` split, whatever the size (at
+/// least 1: a guard), so the import stays symbolic.
+fn same_pads_read(cx: &mut Ctx, n: &ONode, x: NodeId) -> R<()> {
     if n.s("auto_pad", "NOTSET")?.starts_with("SAME") {
         let r = cx.rank(x);
-        if (2..r).any(|a| cx.dim_is_symbolic(x, a)) {
-            cx.sym_taint("auto_pad SAME on a symbolic spatial size");
+        let strides = n.spatial_ints("strides", r.saturating_sub(2), 1)?;
+        for a in 2..r {
+            if !cx.dim_is_symbolic(x, a) {
+                continue;
+            }
+            if strides.get(a - 2) != Some(&1) {
+                cx.sym_taint("auto_pad SAME with a stride over 1 on a symbolic spatial size");
+                return Ok(());
+            }
+            let d = cx.sdims(x)[a].clone();
+            let empty = match cx.sym.as_mut() {
+                Some(s) => s.decide_lt(&d, &rlx_ir::sym::DimExpr::from(1))?,
+                None => false,
+            };
+            if empty {
+                cx.sym_taint("auto_pad SAME on an empty symbolic spatial size");
+                return Ok(());
+            }
         }
     }
     Ok(())
@@ -245,7 +263,7 @@ pub(crate) fn pool_on(
 
 /// The node's pooling attributes for `x` (kernel, strides, resolved pads, dilations).
 pub(crate) fn pool_attrs(
-    cx: &Ctx,
+    cx: &mut Ctx,
     n: &ONode,
     x: NodeId,
     kind: PoolKind,
