@@ -1352,3 +1352,36 @@ fn same_padding_with_stride_1_keeps_the_symbolic_import() {
         attrs.clear();
     }
 }
+
+/// Sizes whose element count overflows: a Reshape's `-1` and Size refuse with an error
+/// (the element count was a plain product: a panic in debug builds, a wrapped count in
+/// release ones), with and without the symbolic import.
+#[test]
+fn reshape_and_size_of_an_overflowing_input_are_errors() {
+    for op in ["Reshape", "Size"] {
+        let (ins, inits): (Vec<&str>, Vec<TensorProto>) = if op == "Reshape" {
+            (vec!["x", "s"], vec![i64_init("s", &[-1])])
+        } else {
+            (vec!["x"], vec![])
+        };
+        let bytes = model(
+            17,
+            vec![node(op, "n", &ins, &["y"], vec![])],
+            inits,
+            vec![vi("x", data_type::FLOAT, &[Err("a"), Err("b"), Ok(8)])],
+            vec![out("y")],
+        );
+        let huge = ImportOptions {
+            dims: HashMap::from([
+                ("a".to_string(), 1usize << 40),
+                ("b".to_string(), 1usize << 40),
+            ]),
+            ..Default::default()
+        };
+        let r = std::panic::catch_unwind(|| import_onnx_bytes(&bytes, None, &huge));
+        let e = r
+            .unwrap_or_else(|_| panic!("{op}: the import panicked"))
+            .err();
+        assert!(e.is_some(), "{op}: an overflowing input was accepted");
+    }
+}

@@ -122,7 +122,8 @@ pub fn reshape(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     };
     let allowzero = n.i("allowzero", 0)? != 0;
     let xd = cx.dims(x);
-    let total: usize = xd.iter().product();
+    let total = rlx_ir::infer_shape::checked_numel(&xd)
+        .ok_or_else(|| format!("input dims {xd:?} hold more elements than fit in memory"))?;
     let mut out = Vec::with_capacity(spec.len());
     let mut infer = None;
     for (i, &s) in spec.iter().enumerate() {
@@ -484,7 +485,14 @@ pub fn size(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         let p = sym_ops::product(&cx.sdims(x))?;
         return Ok(vec![cx.const_exprs(vec![], DType::I64, vec![p])?]);
     }
-    let numel = cx.dims(x).iter().product::<usize>() as i64;
+    let numel = rlx_ir::infer_shape::checked_numel(&cx.dims(x))
+        .and_then(|n| i64::try_from(n).ok())
+        .ok_or_else(|| {
+            format!(
+                "input {} has more elements than an int64 holds",
+                cx.shape(x)
+            )
+        })?;
     Ok(vec![cx.constant(
         Tensor::new(vec![], TensorData::I64(vec![numel])).map_err(|e| e.to_string())?,
     )])
