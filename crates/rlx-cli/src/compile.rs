@@ -311,8 +311,15 @@ fn run_ready(a: &RunArgs, ready: Ready) -> Result<i32> {
             planned,
         } => {
             if let (Some(ev), false) = (planned, a.quiet) {
+                // How the plan's graph was made: from the symbolic template, or imported
+                // again at these sizes (and why).
+                let how = if ev.specialized_by.is_empty() {
+                    "import + compile".to_string()
+                } else {
+                    format!("by {}", ev.specialized_by)
+                };
                 eprintln!(
-                    "rlx: planned {} for {} in {:.1} ms (import + compile; each new size signature is planned once)",
+                    "rlx: planned {} for {} in {:.1} ms ({how}; each new size signature is planned once)",
                     a.model.display(),
                     ev.signature,
                     ev.plan_ms
@@ -439,6 +446,27 @@ pub fn prepare_dynamic(
                 eprintln!("rlx: input \"{name}\" from {}", p.display());
             }
             given.insert(name.clone(), (crate::npy::read_npy(&p)?, p));
+        }
+    }
+    // A --dim the input files contradict is refused (as the .onnx path refuses it), not
+    // overridden by the files' sizes.
+    for g in &guards {
+        let Some((t, path)) = given.get(&g.name) else {
+            continue;
+        };
+        for (i, gd) in g.dims.iter().enumerate() {
+            let (Some(sym), Some(&have)) = (&gd.symbol, t.dims().get(i)) else {
+                continue;
+            };
+            if let Some(&want) = dims.get(sym) {
+                if have != want {
+                    bail!(
+                        "input \"{}\" ({}): dim {i} ({sym}) is {have} here but --dim {sym}={want} was given",
+                        g.name,
+                        path.display()
+                    );
+                }
+            }
         }
     }
     let given_refs: Vec<(&str, &Tensor)> =

@@ -906,3 +906,69 @@ fn cnn_with_dynamic_batch_and_image_size_runs_from_one_template() {
         assert_eq!(ev.specialized_by, want_by, "{size} (run {i})");
     }
 }
+
+/// `rlx run` on a dynamic package: a `--dim` the input file contradicts is refused naming
+/// the input, the file and both sizes (it was silently overridden by the file's size; found
+/// by QA), and the plan line says the graph came from the symbolic template (it said
+/// "import + compile" for every plan).
+#[test]
+fn run_refuses_a_dim_its_input_file_contradicts_and_says_how_it_planned() {
+    let Some(dir) = fixture("fixtures/dynamic/cnn_dyn") else {
+        return;
+    };
+    let pkg = tmp("cnn_dyn_dims.rlxpkg");
+    let model = dir.join("model.onnx");
+    let (code, _, err) = rlx(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "--dim",
+            "batch=1..8",
+            "--dim",
+            "height=16..96",
+            "--dim",
+            "width=16..96",
+            "-o",
+            pkg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "rlx compile: {err}");
+    let x = dir.join("input_1x32x32.npy");
+    let image = format!("image={}", x.display());
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            pkg.to_str().unwrap(),
+            "--dim",
+            "height=40",
+            "-i",
+            &image,
+        ],
+        &[],
+    );
+    assert_ne!(code, 0, "a contradicted --dim was accepted: {err}");
+    assert!(
+        err.contains("input \"image\"")
+            && err.contains("input_1x32x32.npy")
+            && err.contains("dim 2 (height) is 32 here but --dim height=40 was given"),
+        "{err}"
+    );
+    // An agreeing --dim runs, and the plan line names the template.
+    let (code, _, err) = rlx(
+        &[
+            "run",
+            pkg.to_str().unwrap(),
+            "--dim",
+            "height=32",
+            "-i",
+            &image,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("by new symbolic template, compiled once"),
+        "{err}"
+    );
+}
