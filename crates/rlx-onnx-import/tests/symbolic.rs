@@ -206,7 +206,7 @@ fn gpt2_sizes(
     let names: Vec<String> = (0..layers)
         .flat_map(|l| [format!("past.{l}.key"), format!("past.{l}.value")])
         .collect();
-    let mut m = shapes_of(&v.drain(..).collect::<Vec<_>>());
+    let mut m = shapes_of(&std::mem::take(&mut v));
     for n in names {
         m.insert(n, vec![1, heads, past, hd]);
     }
