@@ -1,7 +1,8 @@
 //! The CPU executor's plan of a graph: one [`Step`] per node (`crate::steps`), the liveness
 //! of values (`free_after`), which inputs' buffers a node may take over, the MatMuls that
 //! read a Transpose in place, and the conv weights prepared for the packed and Winograd
-//! kernels. Made once per executor (`CpuExecutor::new`); runs only read it.
+//! kernels (shared with other executors holding the same weights: `crate::prepared`). Made
+//! once per executor (`CpuExecutor::new`); runs only read it.
 
 use crate::steps::chain::ChainStep;
 use crate::steps::conv::ConvStep;
@@ -29,12 +30,12 @@ pub(crate) struct Plan {
     pub mm_views: Vec<[Option<MmView>; 2]>,
     /// Per Conv node with constant weights the Winograd path takes: their transform
     /// (`rlx_kernels::kernels::conv::winograd`), shared by the executors holding the same
-    /// weights (`crate::prepared`; so are `packed` and the groups' own). Not made for a conv whose fused group folds
-    /// other weights in (the group's step has its own).
+    /// weights (`crate::prepared`; so are `packed` and the groups' own). Not made for a
+    /// conv whose fused group folds other weights in (the group's step has its own).
     pub wino: Vec<Option<Arc<WinogradWeights>>>,
     /// Per Conv node with constant weights that RLX's own product kernel takes and the
     /// Winograd path does not: the weights packed for it (`kernels::conv::packed`), made
-    /// once here. As for `wino`, a folded group's step has its own. None with
+    /// once per weight and shared. As for `wino`, a folded group's step has its own. None with
     /// `RLX_CPU_MK=0` (the gemm path, for A/B).
     pub packed: Vec<Option<Arc<Packed>>>,
 }
