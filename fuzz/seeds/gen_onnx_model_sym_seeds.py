@@ -1,7 +1,8 @@
 """Small ONNX models with named input dims (batch, seq) whose shape arithmetic goes through
 Shape/Gather/Concat/Reshape/Slice/Expand/Range/ConstantOfShape/Unsqueeze/Squeeze/Flatten/
-Where/Equal/Split: seeds for the onnx_model fuzz target's symbolic import (rlx sym.rs,
-ops/shape_sym.rs). Usage: python gen_onnx_model_sym_seeds.py OUT_DIR"""
+Where/Equal/Split, and images through ceil_mode pooling, SAME convs, an opset-11 Softmax
+and an opset-12 Dropout mask: seeds for the onnx_model fuzz target's symbolic import (rlx
+sym.rs, ops/shape_sym.rs, ops/nn.rs). Usage: python gen_onnx_model_sym_seeds.py OUT_DIR"""
 import os, sys
 import numpy as np
 import onnx
@@ -227,4 +228,25 @@ save("range_float_expand", [
     h.make_node("Concat", ["b", "rs"], ["shp"], axis=0),
     h.make_node("Expand", ["r", "shp"], ["y"]),
 ], [x_bs], [y()])
+# 17-20 (stop 48): the window and coercion rules made symbolic then. An image with symbolic
+# height/width through ceil_mode pooling, SAME convs (stride 1 symbolic; stride 2 tainted),
+# an opset-11 Softmax coerced to 2-D, and an opset-12 Dropout with its mask used.
+img = h.make_tensor_value_info("x", F, ["batch", 3, "h", "w"])
+w3 = nh.from_array(np.full((4, 3, 3, 3), 0.1, np.float32), "w3")
+save("pool_ceil_mode", [
+    h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1),
+    h.make_node("AveragePool", ["p"], ["y"], kernel_shape=[2, 2], strides=[3, 3], ceil_mode=1),
+], [img], [y()])
+save("conv_same", [
+    h.make_node("Conv", ["x", "w3"], ["a"], auto_pad="SAME_UPPER"),
+    h.make_node("Conv", ["a", "w4"], ["y"], auto_pad="SAME_LOWER", strides=[2, 2], kernel_shape=[2, 2]),
+], [img], [y()], inits=[w3, nh.from_array(np.full((2, 4, 2, 2), 0.2, np.float32), "w4")])
+save("softmax_opset11", [
+    h.make_node("Softmax", ["x"], ["y"], axis=1),
+], [x_bs4], [y()], opset=11)
+save("dropout_mask", [
+    h.make_node("Dropout", ["x"], ["d", "m"]),
+    h.make_node("Cast", ["m"], ["mf"], to=F),
+    h.make_node("Add", ["d", "mf"], ["y"]),
+], [x_bs4], [y()], opset=12)
 print(len(os.listdir(out)), "models in", out)
