@@ -867,12 +867,9 @@ fn tools_take_a_dynamic_package() {
 
 /// Item 1 on a CNN: one package with dynamic batch, height and width runs three image sizes
 /// like onnxruntime, every plan after the first made from the symbolic template.
-#[test]
-fn cnn_with_dynamic_batch_and_image_size_runs_from_one_template() {
-    let Some(dir) = fixture("fixtures/dynamic/cnn_dyn") else {
-        return;
-    };
-    let pkg = tmp("cnn_dyn.rlxpkg");
+/// cnn_dyn compiled to a dynamic package (batch 1..8, height and width 16..96) named `name`.
+fn compile_cnn_dyn(dir: &Path, name: &str) -> PathBuf {
+    let pkg = tmp(name);
     let model = dir.join("model.onnx");
     let (code, _, err) = rlx(
         &[
@@ -890,6 +887,15 @@ fn cnn_with_dynamic_batch_and_image_size_runs_from_one_template() {
         &[],
     );
     assert_eq!(code, 0, "rlx compile: {err}");
+    pkg
+}
+
+#[test]
+fn cnn_with_dynamic_batch_and_image_size_runs_from_one_template() {
+    let Some(dir) = fixture("fixtures/dynamic/cnn_dyn") else {
+        return;
+    };
+    let pkg = compile_cnn_dyn(&dir, "cnn_dyn.rlxpkg");
     let mut m = load_dynamic_package(&pkg, Device::Cpu).unwrap();
     for (i, size) in ["1x32x32", "2x45x61", "4x64x40"].iter().enumerate() {
         let x = read_npy(&dir.join(format!("input_{size}.npy"))).unwrap();
@@ -916,24 +922,7 @@ fn run_refuses_a_dim_its_input_file_contradicts_and_says_how_it_planned() {
     let Some(dir) = fixture("fixtures/dynamic/cnn_dyn") else {
         return;
     };
-    let pkg = tmp("cnn_dyn_dims.rlxpkg");
-    let model = dir.join("model.onnx");
-    let (code, _, err) = rlx(
-        &[
-            "compile",
-            model.to_str().unwrap(),
-            "--dim",
-            "batch=1..8",
-            "--dim",
-            "height=16..96",
-            "--dim",
-            "width=16..96",
-            "-o",
-            pkg.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "rlx compile: {err}");
+    let pkg = compile_cnn_dyn(&dir, "cnn_dyn_dims.rlxpkg");
     let x = dir.join("input_1x32x32.npy");
     let image = format!("image={}", x.display());
     let (code, _, err) = rlx(
