@@ -25,6 +25,8 @@ mod im2col;
 #[cfg(target_arch = "x86_64")]
 mod packed;
 #[cfg(target_arch = "x86_64")]
+mod packed_im;
+#[cfg(target_arch = "x86_64")]
 mod packed_rows;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod packed_rows_tests;

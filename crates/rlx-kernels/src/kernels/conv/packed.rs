@@ -40,7 +40,7 @@ pub enum MkIsa {
 
 impl MkIsa {
     /// Output channels per packed block (the tile's vector side).
-    fn mb(self) -> usize {
+    pub(super) fn mb(self) -> usize {
         match self {
             MkIsa::Avx512 => 32,
             MkIsa::Avx2 => 16,
@@ -50,7 +50,7 @@ impl MkIsa {
     /// Most positions per tile. 10 on AVX-512: tiles of 11 and 12 positions (22–24
     /// accumulators) ran at 75–80% of the speed of tiles of 10 (`packed_tile_peak`;
     /// 1024←256 at 14² 716 against 559 µs).
-    fn np_max(self) -> usize {
+    pub(super) fn np_max(self) -> usize {
         match self {
             MkIsa::Avx512 => 10,
             MkIsa::Avx2 => 6,
@@ -211,7 +211,16 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     let p = od[2] * od[3];
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
     let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && (p <= 64 || p == MAX_PLANE);
-    let s2 = d[2] * d[3] > 1 && a.strides == [2, 2] && p <= MAX_PLANE_S2;
+    // Larger kernels: stride 2 on small planes through im2col; with the input read in
+    // place (`packed_im`), stride 1 or 2 on any plane with at least KXK_MIN_C input
+    // channels (Winograd, where it takes a conv, comes first: the executor's choice).
+    let s2 = d[2] * d[3] > 1
+        && a.dilations.iter().all(|&v| v == 1)
+        && if super::packed_im::enabled() {
+            d[1] >= KXK_MIN_C && a.strides.iter().all(|&s| s == 1 || s == 2)
+        } else {
+            a.strides == [2, 2] && p <= MAX_PLANE_S2
+        };
     let k: usize = d[1..].iter().product();
     // Stride-1 1×1 convs on planes larger than 14²: positions on the vector side.
     if plain
@@ -249,6 +258,12 @@ fn rows_enabled() -> bool {
 
 /// See [`packed_weights`].
 const MAX_PLANE_S2: usize = 64;
+
+/// Fewest input channels for which a conv larger than 1×1 is packed (read in place):
+/// with fewer, the direct kernel (`dconv`) is faster: ResNet's 7×7/2 stem (3 channels)
+/// ran 1.21× slower this way alone, SqueezeNet's 3×3 16→64 at 55² (K = 144) 475 against
+/// 410 µs in the model (1 thread, Xeon). Wider convs gained (bench/NOTES.md §31).
+const KXK_MIN_C: usize = 32;
 
 /// Fewest products per output (`K`) for which a conv is packed: below, the tile's stores
 /// and transposition outweigh its FMAs (576←96 at 14²: 129–144 µs against gemm's 119–133;
@@ -422,6 +437,11 @@ pub(super) unsafe fn finish_rows(
 /// Convs run by [`run`] in this process ([`packed_runs`]).
 static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Counts one conv run by this kernel (here or in [`super::packed_im`]).
+pub(super) fn count_run() {
+    RUNS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// How many convs this kernel has run in this process.
 pub fn packed_runs() -> u64 {
     RUNS.load(Ordering::Relaxed)
@@ -433,6 +453,20 @@ pub fn packed_runs() -> u64 {
 /// from L2), into a stripe `[position][mb]`; then the stripe goes to the block's NCHW
 /// output rows with the epilogue.
 fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
+    if super::packed_im::takes(g) {
+        return super::packed_im::run(x, pk, g, epi, res);
+    }
+    run_cols(x, pk, g, epi, res)
+}
+
+/// [`run`] through im2col's column matrix (or the input planes of a stride-1 1×1 conv).
+fn run_cols(
+    x: &[f32],
+    pk: &PackedConv,
+    g: &Geo,
+    epi: &Epilogue,
+    res: Option<&[f32]>,
+) -> Vec<f32> {
     let (m, k, isa) = (g.m, pk.k, pk.isa);
     let (mb, np_max) = (isa.mb(), isa.np_max());
     let (oh, ow) = (g.osp[0], g.osp[1]);
@@ -691,7 +725,7 @@ unsafe fn tile_avx2<const NP: usize>(
 /// `s` holds `pb·mb` values (`rows ≤ mb`); `d` rows `0..rows` at stride `ds` have room for
 /// `pb` values; the CPU has AVX2 (every [`MkIsa`] has).
 #[target_feature(enable = "avx2")]
-unsafe fn transpose_into(s: *const f32, mb: usize, pb: usize, rows: usize, d: *mut f32, ds: usize) {
+pub(super) unsafe fn transpose_into(s: *const f32, mb: usize, pb: usize, rows: usize, d: *mut f32, ds: usize) {
     use std::arch::x86_64::*;
     // SAFETY: the caller's contract; every index below is inside those bounds.
     unsafe {
@@ -737,6 +771,23 @@ pub(super) fn run_for_test(
     wd.extend(&g.ks);
     let pk = PackedConv::new(isa, w, &wd);
     conv_packed_f32(x, &pk, &wd, g, epi, res)
+}
+
+/// [`run_for_test`] through im2col's columns, never [`super::packed_im`].
+#[cfg(test)]
+pub(super) fn run_cols_for_test(
+    isa: MkIsa,
+    x: &[f32],
+    w: &[f32],
+    g: &Geo,
+    epi: &Epilogue,
+    res: Option<&[f32]>,
+) -> Vec<f32> {
+    let mut wd = vec![g.m, g.c];
+    wd.extend(&g.ks);
+    let pk = PackedConv::new(isa, w, &wd);
+    assert!(fits(&pk, &wd, g));
+    run_cols(x, &pk, g, epi, res)
 }
 
 /// [`tile`] for the tests' timing.

@@ -11,7 +11,7 @@
 use super::common::{geometry, Clamp, Epilogue, Geo};
 use super::im2col::conv_float;
 use super::no_post;
-use super::packed::{run_for_test, MkIsa};
+use super::packed::{run_cols_for_test, run_for_test, MkIsa};
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::ConvAttrs;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -150,6 +150,14 @@ fn cases() -> Vec<Case> {
         c(2, 8, 10, 10, 16, (3, 3), 1, 2, 2),
         c(1, 3, 23, 23, 20, (7, 7), 2, 3, 1),
         c(1, 64, 7, 7, 65, (3, 3), 1, 1, 1),
+        // Read in place (packed_im): tiles across rows, odd planes, stride 2 on an odd
+        // input, 5×5, no padding, a 1×3 kernel, dilation 3.
+        c(1, 40, 15, 15, 48, (3, 3), 2, 1, 1),
+        c(1, 48, 9, 13, 40, (3, 3), 1, 1, 1),
+        c(2, 36, 8, 8, 33, (5, 5), 1, 2, 1),
+        c(1, 32, 11, 6, 64, (3, 3), 1, 0, 1),
+        c(1, 130, 5, 7, 32, (1, 3), 2, 1, 1),
+        c(1, 20, 13, 13, 32, (3, 3), 1, 3, 3),
     ]
 }
 
@@ -234,6 +242,37 @@ fn packed_kernel_matches_gemm_on_random_shapes() {
 
 /// The kernel against a float64 definition directly (not through gemm): the sum of
 /// products plus the bias, within the same bound.
+/// Convs larger than 1×1 read their input in place (`packed_im`) and give, bit for bit,
+/// what the same tiles give on im2col's columns: the same products in the same order,
+/// the padding's zeros as im2col writes them. NaN/Inf in the input too.
+#[test]
+fn packed_in_place_matches_im2col_columns_bit_for_bit() {
+    for isa in isas() {
+        for t in cases().iter().filter(|t| t.k != (1, 1) || t.s > 1) {
+            let g = t.geo();
+            let mut x = rnd(t.n * t.c * t.h * t.w, 5);
+            let w = rnd(t.m * t.c * t.k.0 * t.k.1, 6);
+            x[t.w + 1] = f32::NAN;
+            let mid = x.len() / 2;
+            x[mid] = f32::INFINITY;
+            let b = rnd(t.m, 7);
+            let epi = Epilogue {
+                bias: Some(&b),
+                clamp: Some(Clamp::RELU),
+                post: &no_post,
+                post_bias: None,
+                seen: None,
+            };
+            let got = run_for_test(isa, &x, &w, &g, &epi, None).expect("the kernel takes it");
+            let want = run_cols_for_test(isa, &x, &w, &g, &epi, None);
+            assert_eq!(got.len(), want.len());
+            for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(a.to_bits(), e.to_bits(), "{isa:?} {t:?}: at {i}: {a} vs {e}");
+            }
+        }
+    }
+}
+
 #[test]
 fn packed_kernel_matches_the_f64_definition() {
     for isa in isas() {
