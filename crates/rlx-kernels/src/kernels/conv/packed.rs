@@ -259,6 +259,12 @@ fn rows_enabled() -> bool {
 /// See [`packed_weights`].
 const MAX_PLANE_S2: usize = 64;
 
+/// True when [`pack_form`] packs a stride-1 or -2 conv larger than 1×1 with `c` input
+/// channels (one group, dilation 1) for [`super::packed_im`] on this CPU.
+pub(super) fn takes_kxk_in_place(c: usize) -> bool {
+    c >= KXK_MIN_C && super::packed_im::enabled() && enabled_isa().is_some()
+}
+
 /// Fewest input channels for which a conv larger than 1×1 is packed (read in place):
 /// with fewer, the direct kernel (`dconv`) is faster: ResNet's 7×7/2 stem (3 channels)
 /// ran 1.21× slower this way alone, SqueezeNet's 3×3 16→64 at 55² (K = 144) 475 against
@@ -460,13 +466,7 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
 }
 
 /// [`run`] through im2col's column matrix (or the input planes of a stride-1 1×1 conv).
-fn run_cols(
-    x: &[f32],
-    pk: &PackedConv,
-    g: &Geo,
-    epi: &Epilogue,
-    res: Option<&[f32]>,
-) -> Vec<f32> {
+fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
     let (m, k, isa) = (g.m, pk.k, pk.isa);
     let (mb, np_max) = (isa.mb(), isa.np_max());
     let (oh, ow) = (g.osp[0], g.osp[1]);
@@ -725,7 +725,14 @@ unsafe fn tile_avx2<const NP: usize>(
 /// `s` holds `pb·mb` values (`rows ≤ mb`); `d` rows `0..rows` at stride `ds` have room for
 /// `pb` values; the CPU has AVX2 (every [`MkIsa`] has).
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn transpose_into(s: *const f32, mb: usize, pb: usize, rows: usize, d: *mut f32, ds: usize) {
+pub(super) unsafe fn transpose_into(
+    s: *const f32,
+    mb: usize,
+    pb: usize,
+    rows: usize,
+    d: *mut f32,
+    ds: usize,
+) {
     use std::arch::x86_64::*;
     // SAFETY: the caller's contract; every index below is inside those bounds.
     unsafe {

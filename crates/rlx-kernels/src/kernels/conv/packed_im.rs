@@ -19,7 +19,6 @@
 use super::common::{with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
 use super::im2col::CONV_SPLIT_FLOPS;
 use super::packed::{finish_rows, transpose_into, MkIsa, PackedConv};
-use std::sync::atomic::Ordering;
 
 /// Bytes of a task's input rows (all channels) and its output stripe together: inside L2.
 const CHUNK_BYTES: usize = 768 << 10;
@@ -79,7 +78,9 @@ pub(super) fn run(
     // Blocks of output rows whose input rows and stripe fit CHUNK_BYTES.
     let in_row = 4 * g.c * wp;
     let rows = (1..=oh)
-        .take_while(|&r| ((r - 1) * sh + (kh - 1) * dh + 1) * in_row + 4 * r * ow * mb <= CHUNK_BYTES)
+        .take_while(|&r| {
+            ((r - 1) * sh + (kh - 1) * dh + 1) * in_row + 4 * r * ow * mb <= CHUNK_BYTES
+        })
         .last()
         .unwrap_or(1);
     let nchunk = oh.div_ceil(rows);
@@ -95,7 +96,7 @@ pub(super) fn run(
     let tasks = g.n * nchunk * mparts;
     let dst = SendPtr(out.as_mut_ptr());
     with_scratch(&PHASES, g.n * g.c * pplane, |xp: &mut [f32]| {
-        pad_planes(x, g, (hp, wp), xp);
+        pad_planes(x, g, (hp, wp), xp, par);
         let xp: &[f32] = xp;
         let task = |t: usize| {
             let (ni, rest) = (t / (nchunk * mparts), t % (nchunk * mparts));
@@ -167,17 +168,16 @@ pub(super) fn run(
             (0..tasks).for_each(task);
         }
     });
-    let _ = Ordering::Relaxed;
     out
 }
 
 /// `x` (`[N][C][H][W]`) into `xp` (`[N][C][HP][WP]`): each plane at row `pt`, column `pl`,
-/// zeros around it.
-fn pad_planes(x: &[f32], g: &Geo, (hp, wp): (usize, usize), xp: &mut [f32]) {
+/// zeros around it; over the thread pool's threads when `par`.
+fn pad_planes(x: &[f32], g: &Geo, (hp, wp): (usize, usize), xp: &mut [f32], par: bool) {
     let (h, w) = (g.sp[0], g.sp[1]);
     let (pt, pl) = (g.pads[0].0, g.pads[1].0);
     let (hh, ww) = (h.min(hp - pt), w.min(wp - pl));
-    for (src, dst) in x.chunks_exact(h * w).zip(xp.chunks_exact_mut(hp * wp)) {
+    let plane = |(src, dst): (&[f32], &mut [f32])| {
         dst[..pt * wp].fill(0.0);
         for (r, drow) in dst[pt * wp..].chunks_exact_mut(wp).enumerate() {
             if r < hh {
@@ -188,6 +188,17 @@ fn pad_planes(x: &[f32], g: &Geo, (hp, wp): (usize, usize), xp: &mut [f32]) {
                 drow.fill(0.0);
             }
         }
+    };
+    if par {
+        use rayon::prelude::*;
+        x.par_chunks_exact(h * w)
+            .zip(xp.par_chunks_exact_mut(hp * wp))
+            .with_min_len(8)
+            .for_each(plane);
+    } else {
+        x.chunks_exact(h * w)
+            .zip(xp.chunks_exact_mut(hp * wp))
+            .for_each(plane);
     }
 }
 

@@ -267,8 +267,79 @@ fn packed_in_place_matches_im2col_columns_bit_for_bit() {
             let want = run_cols_for_test(isa, &x, &w, &g, &epi, None);
             assert_eq!(got.len(), want.len());
             for (i, (a, e)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(a.to_bits(), e.to_bits(), "{isa:?} {t:?}: at {i}: {a} vs {e}");
+                assert_eq!(
+                    a.to_bits(),
+                    e.to_bits(),
+                    "{isa:?} {t:?}: at {i}: {a} vs {e}"
+                );
             }
+        }
+    }
+}
+
+/// The same on 3 threads (tasks split over row blocks and channel blocks, the padded
+/// copy made over the pool) as on one, bit for bit: a ResNet-like 3×3/2 and a 7² 3×3/1.
+#[test]
+fn packed_in_place_threads_match_one_thread() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let big = [
+        Case {
+            n: 2,
+            c: 64,
+            h: 29,
+            w: 29,
+            m: 96,
+            k: (3, 3),
+            s: 2,
+            p: 1,
+            d: 1,
+        },
+        Case {
+            n: 1,
+            c: 128,
+            h: 7,
+            w: 7,
+            m: 80,
+            k: (3, 3),
+            s: 1,
+            p: 1,
+            d: 1,
+        },
+    ];
+    for isa in isas() {
+        for t in &big {
+            let g = t.geo();
+            let x = rnd(t.n * t.c * t.h * t.w, 8);
+            let w = rnd(t.m * t.c * t.k.0 * t.k.1, 9);
+            let epi = Epilogue {
+                bias: None,
+                clamp: None,
+                post: &no_post,
+                post_bias: None,
+                seen: None,
+            };
+            let a = pool
+                .install(|| run_for_test(isa, &x, &w, &g, &epi, None))
+                .unwrap();
+            let b = one
+                .install(|| run_for_test(isa, &x, &w, &g, &epi, None))
+                .unwrap();
+            let c = one.install(|| run_cols_for_test(isa, &x, &w, &g, &epi, None));
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{isa:?} {t:?}"
+            );
+            assert!(
+                a.iter().zip(&c).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{isa:?} {t:?}"
+            );
         }
     }
 }
