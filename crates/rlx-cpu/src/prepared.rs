@@ -184,9 +184,10 @@ mod tests {
         Shape::new(d, DType::F32)
     }
 
-    /// The model's constants: a 1×1 conv 128 -> 32 (packed where RLX's product kernel
-    /// runs), a 3×3 conv 32 -> 32 with bias (Winograd), and the per-channel scale and
-    /// shift after it (folded into the 3×3 conv's weights).
+    /// The model's constants: a 1×1 conv 128 -> 256 (packed where RLX's product kernel
+    /// runs), a 3×3 conv 256 -> 32 with bias (Winograd: at 7² and 8², 16 tiles × 256
+    /// channels, where the in-place kernel does not take it first), and the per-channel
+    /// scale and shift after it (folded into the 3×3 conv's weights).
     struct Consts {
         w0: Arc<Tensor>,
         w1: Arc<Tensor>,
@@ -199,6 +200,7 @@ mod tests {
     fn graph(c: &Consts, hw: usize) -> Graph {
         let mut g = Graph::new("prepared");
         let x = g.input("x", sh(&[1, 128, hw, hw]));
+        let mid = sh(&[1, 256, hw, hw]);
         let out = sh(&[1, 32, hw, hw]);
         let attrs = |k: usize| ConvAttrs {
             strides: vec![1, 1],
@@ -207,7 +209,7 @@ mod tests {
             groups: 1,
         };
         let w0 = g.constant_shared(c.w0.clone());
-        let y = g.add_node(Op::Conv(attrs(1)), vec![x, w0], out.clone());
+        let y = g.add_node(Op::Conv(attrs(1)), vec![x, w0], mid);
         let w1 = g.constant_shared(c.w1.clone());
         let b1 = g.constant_shared(c.b1.clone());
         let y = g.add_node(Op::Conv(attrs(3)), vec![y, w1, b1], out.clone());
@@ -267,8 +269,8 @@ mod tests {
     #[test]
     fn plans_at_two_sizes_share_prepared_weights_and_compute_as_unshared_ones() {
         let c = Consts {
-            w0: t(&[32, 128, 1, 1], 1),
-            w1: t(&[32, 32, 3, 3], 2),
+            w0: t(&[256, 128, 1, 1], 1),
+            w1: t(&[32, 256, 3, 3], 2),
             b1: t(&[32], 3),
             scale: Arc::new(
                 Tensor::from_f32(
@@ -280,22 +282,22 @@ mod tests {
             shift: t(&[32, 1, 1], 5),
         };
         let mut e8 = CpuExecutor::new(graph(&c, 8)).unwrap();
-        let mut e6 = CpuExecutor::new(graph(&c, 6)).unwrap();
+        let mut e7 = CpuExecutor::new(graph(&c, 7)).unwrap();
         let (f8, w8, p8) = held(&e8);
-        let (f6, w6, p6) = held(&e6);
-        assert!(Arc::ptr_eq(&f8, &f6), "one folded copy for both plans");
-        let (w8, w6) = (w8.expect("Winograd at 8x8"), w6.expect("Winograd at 6x6"));
+        let (f7, w7, p7) = held(&e7);
+        assert!(Arc::ptr_eq(&f8, &f7), "one folded copy for both plans");
+        let (w8, w7) = (w8.expect("Winograd at 8x8"), w7.expect("Winograd at 7x7"));
         assert!(
-            Arc::ptr_eq(&w8, &w6),
+            Arc::ptr_eq(&w8, &w7),
             "one Winograd transform for both plans"
         );
-        assert_eq!(p8.is_some(), p6.is_some());
-        if let (Some(p8), Some(p6)) = (&p8, &p6) {
-            assert!(Arc::ptr_eq(p8, p6), "one packed copy for both plans");
+        assert_eq!(p8.is_some(), p7.is_some());
+        if let (Some(p8), Some(p7)) = (&p8, &p7) {
+            assert!(Arc::ptr_eq(p8, p7), "one packed copy for both plans");
         }
         // The shared values compute what values prepared apart do, bit for bit.
         let other = copied(&c);
-        for (e, hw) in [(&mut e8, 8), (&mut e6, 6)] {
+        for (e, hw) in [(&mut e8, 8), (&mut e7, 7)] {
             let mut apart = CpuExecutor::new(graph(&other, hw)).unwrap();
             assert!(
                 !Arc::ptr_eq(&held(&apart).0, &f8),
@@ -328,7 +330,7 @@ mod tests {
             Arc::downgrade(&w8),
             p8.as_ref().map(Arc::downgrade),
         );
-        drop((f8, f6, w8, w6, p8, p6, e8, e6, e2));
+        drop((f8, f7, w8, w7, p8, p7, e8, e7, e2));
         assert!(weak.0.upgrade().is_none(), "folded weights released");
         assert!(weak.1.upgrade().is_none(), "Winograd transform released");
         assert!(
