@@ -150,6 +150,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_MK_IM",
+        values: "1|0 (0, false, off, no: off)",
+        acts: "when a CPU executor is built, and per conv run (read once per process)",
+        catches: "nothing: 0 sends convs larger than 1x1 (stride 1 or 2, at least 32 input channels) back from RLX's micro-kernel reading their input in place (`kernels::conv::packed_im`) to the earlier paths (Winograd, the direct kernel, im2col + gemm; stride 2 on planes up to 7² through im2col and the micro-kernel). Values differ by rounding only; only for timing",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CPU_MK_ROWS",
         values: "0|1 (default 0)",
         acts: "when a CPU executor is built (its convs' weights are packed then)",

@@ -5,13 +5,17 @@
 //! * [`depthwise`] and [`dw_simd`]: depthwise 2-D convs, generic and SIMD;
 //! * [`direct`] and [`dconv`]: the direct f32 kernel (AVX-512) and its driver;
 //! * [`winograd`]: Winograd F(2×2, 3×3);
-//! * [`packed`]: RLX's own product kernel on weights packed at build ([`PackedConv`]);
+//! * [`packed`]: RLX's own product kernel on weights packed at build ([`PackedConv`]),
+//!   with `packed_rows` (positions on the vector side) and `packed_im` (kernels larger
+//!   than 1×1, the input read in place through zero-padded planes);
 //! * [`pw_dw`](fn@pw_dw): a pointwise conv and the depthwise conv after it, interleaved.
 //! * [`banded`]: a conv and the MaxPool that alone reads it, in bands of rows that stay in L2.
 //!
 //! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
 //! algorithm files import from `common` and not from one another (the pointwise-depthwise
-//! pair uses `dw_simd`'s row kernels), so there is no import cycle.
+//! pair uses `dw_simd`'s row kernels; `packed_rows` and `packed_im` use `packed`'s pack,
+//! tile epilogue and transposition, and `packed` calls them, one family in three files),
+//! so there is no import cycle between families.
 
 pub mod banded;
 mod common;
