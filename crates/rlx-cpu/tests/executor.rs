@@ -297,13 +297,22 @@ fn reused_executor_matches_a_fresh_one_bit_for_bit() {
 /// earlier run (NaN among them) and no fill: every element must still be written. The conv
 /// is the first node, so it takes a buffer that the last run's later nodes left in the
 /// pool. Fused with a Relu (the clamp in registers) and alone; depthwise at stride 1 and 2
-/// on planes whose width is not a multiple of the SIMD width, Winograd (3×3, 32 channels)
-/// on odd planes (half tiles); each run must match a fresh executor's bits.
+/// on planes whose width is not a multiple of the SIMD width, Winograd (3×3, 128 channels)
+/// on odd planes (half tiles), the packed kernel reading its input in place; each run must
+/// match a fresh executor's bits.
 #[test]
 fn convs_on_pooled_buffers_match_a_fresh_executor() {
     let (h, wd) = (13usize, 11usize);
     // (channels, groups, stride)
-    let kinds = [(5usize, 5usize, 1usize), (5, 5, 2), (32, 1, 1)];
+    // 128 channels: Winograd; 32 and 48 (stride 2): RLX's packed kernel reading the input
+    // in place where the CPU has AVX-512, else im2col or the direct kernel.
+    let kinds = [
+        (5usize, 5usize, 1usize),
+        (5, 5, 2),
+        (128, 1, 1),
+        (32, 1, 1),
+        (48, 1, 2),
+    ];
     let build = |(c, groups, stride): (usize, usize, usize), relu: bool| {
         let mut g = Graph::new("conv");
         let x = g.input("x", s(&[1, c, h, wd]));
@@ -365,7 +374,7 @@ fn convs_on_pooled_buffers_match_a_fresh_executor() {
     assert_eq!(
         e.winograd_convs(),
         1,
-        "the 32-channel conv takes the Winograd path"
+        "the 128-channel conv takes the Winograd path"
     );
 }
 
