@@ -185,9 +185,8 @@ mod tests {
     }
 
     /// The model's constants: a 1×1 conv 128 -> 256 (packed where RLX's product kernel
-    /// runs), a 3×3 conv 256 -> 32 with bias (Winograd: at 7² and 8², 16 tiles × 256
-    /// channels, where the in-place kernel does not take it first), and the per-channel
-    /// scale and shift after it (folded into the 3×3 conv's weights).
+    /// runs), a 3×3 conv 256 -> 32 with bias (Winograd), and the per-channel scale and
+    /// shift after it (folded into the 3×3 conv's weights).
     struct Consts {
         w0: Arc<Tensor>,
         w1: Arc<Tensor>,

@@ -304,8 +304,8 @@ fn reused_executor_matches_a_fresh_one_bit_for_bit() {
 fn convs_on_pooled_buffers_match_a_fresh_executor() {
     let (h, wd) = (13usize, 11usize);
     // (channels, groups, stride)
-    // 128 channels: Winograd; 32 and 48 (stride 2): RLX's packed kernel reading the input
-    // in place where the CPU has AVX-512, else im2col or the direct kernel.
+    // 128 and 32 channels: Winograd; 48 at stride 2: RLX's packed kernel reading the input
+    // in place where the CPU has AVX-512, else the direct kernel or im2col.
     let kinds = [
         (5usize, 5usize, 1usize),
         (5, 5, 2),

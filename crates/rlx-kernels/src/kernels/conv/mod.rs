@@ -96,20 +96,6 @@ pub type Packed = PackedConv;
 #[cfg(not(target_arch = "x86_64"))]
 pub enum Packed {}
 
-/// True when a 3×3 (or larger) conv with `c` input channels gets packed weights that
-/// RLX's kernel reads in place (`packed_im`) on this CPU; false elsewhere.
-pub(crate) fn packed_in_place(c: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        packed::takes_kxk_in_place(c)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = c;
-        false
-    }
-}
-
 /// [`conv_post`] through RLX's product kernel on `pk`, the packed form of `w` (made by
 /// [`packed_weights`] when the executor was built). Where `pk` does not fit the conv (or
 /// the input is not f32), [`conv_post`]'s own paths; the same epilogue semantics either way.

@@ -259,12 +259,6 @@ fn rows_enabled() -> bool {
 /// See [`packed_weights`].
 const MAX_PLANE_S2: usize = 64;
 
-/// True when [`pack_form`] packs a stride-1 or -2 conv larger than 1×1 with `c` input
-/// channels (one group, dilation 1) for [`super::packed_im`] on this CPU.
-pub(super) fn takes_kxk_in_place(c: usize) -> bool {
-    c >= KXK_MIN_C && super::packed_im::enabled() && enabled_isa().is_some()
-}
-
 /// Fewest input channels for which a conv larger than 1×1 is packed (read in place):
 /// with fewer, the direct kernel (`dconv`) is faster: ResNet's 7×7/2 stem (3 channels)
 /// ran 1.21× slower this way alone, SqueezeNet's 3×3 16→64 at 55² (K = 144) 475 against

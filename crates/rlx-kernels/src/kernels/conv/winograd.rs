@@ -586,23 +586,11 @@ pub fn winograd_transform(w: &Tensor) -> Option<WinogradWeights> {
 /// (1.40-1.48 against 1.69-1.72 ms). Whole models, 3 interleaved pairs, medians: resnet18
 /// 28.9-31.3 → 23.7-24.8 ms at 1 thread (min 17.7-18.3 → 15.3-15.7 at 2), resnet50
 /// 59.3-62.7 → 56.1-58.6 (min 35.7-36.3 → 34.8-35.3 at 2).
-///
-/// Where RLX's packed kernel reads such a conv in place (`packed_im`, AVX-512), it is
-/// also faster than Winograd when tiles × input channels is under
-/// [`WINOGRAD_MIN_TILE_CH`]: SqueezeNet's 3×3 convs at 13² (49 tiles) with 64 and 48
-/// input channels took 353 and 205 µs in place against Winograd's 400 and 218 (1 thread,
-/// per-node profile, Xeon); with 32 channels at 27² (196 tiles) Winograd led, 395 against
-/// 406, and at 14² with 256 channels by 1.25× (bench/NOTES.md §31).
 pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) -> bool {
     let tiles = n * oh.div_ceil(2) * ow.div_ceil(2);
-    if tiles * c < WINOGRAD_MIN_TILE_CH && super::packed_in_place(c) {
-        return false;
-    }
     tiles >= WINOGRAD_MIN_TILES || 16 * m * c * 4 <= WINOGRAD_SMALL_WEIGHTS
 }
 
-/// See [`winograd_pays`].
-pub(crate) const WINOGRAD_MIN_TILE_CH: usize = 4096;
 
 /// See [`winograd_pays`].
 pub(crate) const WINOGRAD_MIN_TILES: usize = 32;
