@@ -591,7 +591,6 @@ pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) 
     tiles >= WINOGRAD_MIN_TILES || 16 * m * c * 4 <= WINOGRAD_SMALL_WEIGHTS
 }
 
-
 /// See [`winograd_pays`].
 pub(crate) const WINOGRAD_MIN_TILES: usize = 32;
 /// See [`winograd_pays`]: 1 MiB.
