@@ -274,13 +274,24 @@ isa_fn!(
     }
 );
 
-isa_fn!(
-    /// `dst[i] = sigmoid(src[i])` (lengths must match; extra elements are left alone); a few
-    /// ulp from the correctly rounded value on the exp range, the scalar definition outside it.
-    pub(crate) fn sigmoid_slice[](src: &[f32], dst: &mut [f32]) {
-        sigmoid_slice_generic(src, dst)
+/// Sigmoid and SiLU on SIMD lanes without the divider: [`sigmoid_slice_generic`]'s bits.
+#[cfg(target_arch = "x86_64")]
+mod logistic;
+
+/// `dst[i] = sigmoid(src[i])` (lengths must match; extra elements are left alone); a few
+/// ulp from the correctly rounded value on the exp range, the scalar definition outside it.
+/// The same bits on every instruction set: [`sigmoid_slice_generic`] on CPUs without AVX2 +
+/// FMA, its op-for-op SIMD form (`logistic`) on the others.
+pub(crate) fn sigmoid_slice(src: &[f32], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    match isa() {
+        // SAFETY: the CPU has these features (checked at run time by `isa`).
+        Isa::Avx512 => return unsafe { logistic::sigmoid512(src, dst) },
+        Isa::Avx2 => return unsafe { logistic::sigmoid256(src, dst) },
+        Isa::Plain => {}
     }
-);
+    sigmoid_slice_generic(src, dst)
+}
 
 /// A buffer-level kernel for the activation `act` on f32, when one exists.
 pub fn act_slice_kernel(act: rlx_ir::Activation) -> Option<SliceKernel> {
@@ -355,12 +366,28 @@ pub fn silu_bias_inplace(v: &mut [f32], b: f32, seen: Option<&std::sync::atomic:
     silu_pass(v, Some(b), seen)
 }
 
-/// The SiLU pass of [`silu_inplace`] and [`silu_bias_inplace`]: 256 elements at a time, the
-/// bias added first when given (and the largest |v + b| bits folded into `seen`), then
-/// `sigmoid_slice` into a stack buffer and the product; split over rayon above the
-/// parallel threshold.
+/// The SiLU pass of [`silu_inplace`] and [`silu_bias_inplace`]: with AVX2 + FMA one pass of
+/// `logistic`'s SIMD SiLU (bias, largest |v + b| bits, sigmoid and product per vector);
+/// without, 256 elements at a time, the bias added first when given (and the largest
+/// |v + b| bits folded into `seen`), then `sigmoid_slice` into a stack buffer and the
+/// product. The same bits either way; split over rayon above the parallel threshold.
 fn silu_pass(v: &mut [f32], b: Option<f32>, seen: Option<&std::sync::atomic::AtomicU32>) {
     let run = |c: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: the CPU has these features (checked at run time by `isa`).
+            let bits = match isa() {
+                Isa::Avx512 => Some(unsafe { logistic::silu512(c, b, seen.is_some()) }),
+                Isa::Avx2 => Some(unsafe { logistic::silu256(c, b, seen.is_some()) }),
+                Isa::Plain => None,
+            };
+            if let Some(bits) = bits {
+                if let Some(s) = seen {
+                    s.fetch_max(bits, std::sync::atomic::Ordering::Relaxed);
+                }
+                return;
+            }
+        }
         let mut tmp = [0f32; 256];
         let mut bits = 0u32;
         for ch in c.chunks_mut(256) {
@@ -585,6 +612,157 @@ mod tests {
                     .iter()
                     .zip(&got)
                     .all(|(a, c)| a.to_bits() == c.to_bits() || a.is_nan()));
+            }
+        }
+    }
+
+    /// Inputs for the bit-for-bit checks: a sweep over [-110, 110] by 1/1024 (both ends of
+    /// the exp range inside), specials, and pseudo-random bit patterns (every exponent,
+    /// NaN payloads, subnormals).
+    fn logistic_inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (-112_640..=112_640).map(|i| i as f32 / 1024.0).collect();
+        xs.extend([
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            -1e-40,
+            EXP_LO,
+            f32::from_bits(EXP_LO.to_bits() - 1),
+            f32::from_bits(EXP_LO.to_bits() + 1),
+            EXP_HI,
+            -EXP_HI,
+        ]);
+        let mut r = 0x2545_f491u32;
+        xs.extend((0..100_000).map(|_| {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            f32::from_bits(r)
+        }));
+        xs
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    type Sig = fn(&[f32], &mut [f32]);
+    type Silu = fn(&mut [f32], Option<f32>, bool) -> u32;
+
+    /// The SIMD sigmoid and SiLU copies (`logistic`) this CPU can run, by name.
+    fn logistic_copies() -> Vec<(&'static str, Sig, Silu)> {
+        let mut v: Vec<(&'static str, Sig, Silu)> = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                // SAFETY: checked just above.
+                v.push((
+                    "avx2",
+                    |s, d| unsafe { logistic::sigmoid256(s, d) },
+                    |x, b, seen| unsafe { logistic::silu256(x, b, seen) },
+                ));
+            }
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+                // SAFETY: checked just above.
+                v.push((
+                    "avx512",
+                    |s, d| unsafe { logistic::sigmoid512(s, d) },
+                    |x, b, seen| unsafe { logistic::silu512(x, b, seen) },
+                ));
+            }
+        }
+        v
+    }
+
+    /// The SIMD sigmoid and SiLU (`logistic`, every copy this CPU runs, and the dispatching
+    /// `sigmoid_slice` / `silu_bias_inplace`) against the plain loop
+    /// [`sigmoid_slice_generic`], bit for bit: on every length around the vector widths and
+    /// the four-vector steps (the masked tail), with and without a bias, and the largest
+    /// |x| bits the NaN scan folds.
+    #[test]
+    fn simd_sigmoid_and_silu_are_the_generic_loop_bit_for_bit() {
+        let xs = logistic_inputs();
+        let mut want = vec![0f32; xs.len()];
+        sigmoid_slice_generic(&xs, &mut want);
+        let mut sigs: Vec<(&str, Sig)> = vec![("dispatch", sigmoid_slice)];
+        let mut silus: Vec<(&str, Silu)> = vec![("dispatch", |v, b, seen| {
+            let s = std::sync::atomic::AtomicU32::new(0);
+            match b {
+                Some(b) => silu_bias_inplace(v, b, seen.then_some(&s)),
+                None => silu_inplace(v),
+            }
+            s.into_inner()
+        })];
+        for (name, sig, silu) in logistic_copies() {
+            sigs.push((name, sig));
+            silus.push((name, silu));
+        }
+        assert!(
+            sigs.len() > 1 || !cfg!(target_arch = "x86_64") || !is_x86_feature_detected!("avx2")
+        );
+        for &(name, sig) in &sigs {
+            let mut got = vec![0f32; xs.len()];
+            sig(&xs, &mut got);
+            for i in 0..xs.len() {
+                assert!(
+                    same(got[i], want[i]),
+                    "{name}: sigmoid({:e}) = {:e}, want {:e}",
+                    xs[i],
+                    got[i],
+                    want[i]
+                );
+            }
+            // Every length up to 80 at a few offsets (one lane below the exp range among
+            // them), and what lies past the slice untouched.
+            for start in [0usize, 3, 112_640 - 87 * 1024 - 5] {
+                for len in 0..80 {
+                    let mut out = vec![7f32; len + 1];
+                    sig(&xs[start..start + len], &mut out[..len]);
+                    for j in 0..len {
+                        assert!(same(out[j], want[start + j]), "{name}: len {len} at {j}");
+                    }
+                    assert_eq!(out[len], 7.0, "{name}: len {len}");
+                }
+            }
+        }
+        for b in [None, Some(0.0f32), Some(-0.375), Some(3.0)] {
+            let x: Vec<f32> = xs.iter().map(|&v| b.map_or(v, |b| v + b)).collect();
+            let mut sig = vec![0f32; x.len()];
+            sigmoid_slice_generic(&x, &mut sig);
+            let want: Vec<f32> = x.iter().zip(&sig).map(|(&v, &s)| v * s).collect();
+            for &(name, silu) in &silus {
+                for (start, len) in [
+                    (0, xs.len()),
+                    (0, 1),
+                    (5, 15),
+                    (9, 17),
+                    (1, 33),
+                    (2, 63),
+                    (4, 64),
+                    (7, 65),
+                    (112_640 - 87 * 1024 - 70, 79),
+                ] {
+                    let mut got = xs[start..start + len].to_vec();
+                    let bits = silu(&mut got, b, true);
+                    for i in 0..len {
+                        let (g, w) = (got[i], want[start + i]);
+                        assert!(
+                            same(g, w),
+                            "{name}: silu b {b:?} ({:e}) = {g:e}, want {w:e}",
+                            x[start + i]
+                        );
+                    }
+                    if b.is_some() {
+                        let want_bits = crate::kernels::wide::max_abs_bits(&x[start..start + len]);
+                        assert_eq!(bits, want_bits, "{name}: b {b:?} len {len}");
+                    }
+                }
             }
         }
     }

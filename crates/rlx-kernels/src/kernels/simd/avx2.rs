@@ -65,6 +65,10 @@ macro_rules! ymm_common {
             _mm256_div_ps(a, b)
         }
         #[inline(always)]
+        unsafe fn scale_pow2(y: __m256, n: __m256) -> __m256 {
+            Self::mul(y, Self::pow2i(n))
+        }
+        #[inline(always)]
         unsafe fn max(a: __m256, b: __m256) -> __m256 {
             _mm256_max_ps(a, b)
         }

@@ -108,6 +108,10 @@ impl Lanes for Avx512 {
         _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e))
     }
     #[inline(always)]
+    unsafe fn scale_pow2(y: __m512, n: __m512) -> __m512 {
+        _mm512_scalef_ps(y, n)
+    }
+    #[inline(always)]
     unsafe fn hmax(v: __m512) -> f32 {
         _mm512_reduce_max_ps(v)
     }

@@ -65,6 +65,10 @@ pub(crate) trait Lanes {
     /// `2^n` per lane for `n` integral in [-126, 127]: the float with exponent bits
     /// `n + 127` (`n` converted with truncation).
     unsafe fn pow2i(n: Self::V) -> Self::V;
+    /// `y · 2^n` per lane for `n` integral in [-126, 127], rounded once: bit for bit
+    /// `mul(y, pow2i(n))` (`2^n` is exact, so both are the correctly rounded product). On
+    /// AVX-512 one `vscalefps` in place of the conversion, shift, add and product.
+    unsafe fn scale_pow2(y: Self::V, n: Self::V) -> Self::V;
     /// The largest lane (the reduction's order is the instruction set's; of ±0 or with a
     /// NaN lane, which one comes out is not specified).
     unsafe fn hmax(v: Self::V) -> f32;
@@ -115,7 +119,7 @@ pub(crate) unsafe fn exp<S: Lanes>(x: S::V) -> S::V {
             p = S::fma(p, r, S::splat(k));
         }
         let y = S::add(S::fma(S::mul(p, r), r, r), S::splat(1.0));
-        S::mul(y, S::pow2i(n))
+        S::scale_pow2(y, n)
     }
 }
 
