@@ -274,7 +274,7 @@ isa_fn!(
     }
 );
 
-/// Sigmoid and SiLU on SIMD lanes without the divider: [`sigmoid_slice_generic`]'s bits.
+/// Sigmoid and SiLU on SIMD lanes, four vectors a step: [`sigmoid_slice_generic`]'s bits.
 #[cfg(target_arch = "x86_64")]
 mod logistic;
 

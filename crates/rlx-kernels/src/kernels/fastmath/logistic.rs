@@ -35,7 +35,7 @@ fn sigmoid_scalar(x: f32) -> f32 {
 }
 
 /// Vectors per step of the main loops: independent chains for the out-of-order core (one
-/// vector at a time left the exp's and the reciprocal's latency exposed).
+/// vector at a time left the exp's and the division's latency exposed).
 const U: usize = 4;
 
 /// `dst[i] = sigmoid(src[i])` for `i < src.len()` (`dst` at least as long).
