@@ -45,10 +45,9 @@ pub(crate) struct ConvGroup {
     /// The chain after the conv, in order; the last one's value is the group's output (the
     /// conv's own when the chain is empty).
     pub members: Vec<NodeId>,
-    /// Folded weights (the conv's weight dims) and bias (`[M]`); None when the chain is
-    /// only a Relu (the conv's own constants are used, not copied).
-    /// Shared by the executors holding the same constants (`crate::prepared`).
-    pub folded: Option<(Arc<Tensor>, Arc<Tensor>)>,
+    /// Folded weights and bias; None when the chain is only a Relu (the conv's own
+    /// constants are used, not copied).
+    pub folded: Option<Folded>,
     /// A trailing activation, applied in place.
     pub act: Epilogue,
     /// `(r, o)`: every value the unfused chain computes (the conv's output and each step's)
@@ -63,6 +62,54 @@ pub(crate) struct ConvGroup {
     /// thread (`rlx_kernels::kernels::conv::banded`; `RLX_CPU_CONV_POOL=0`: none). Never
     /// with a residual.
     pub pool: Option<NodeId>,
+}
+
+/// A group's conv weights and bias with its per-channel map folded in (`W'[m] = W[m]·a[m]`,
+/// `B'[m] = B[m]·a[m] + b[m]`, in f64), shared by the executors holding the same constants
+/// (`crate::prepared`).
+#[derive(Debug)]
+pub(crate) struct Folded {
+    /// The folded weights (the conv's weight dims), set by the executor's plan
+    /// (`crate::plan`) where a path of the group reads them unpacked. None where the plan
+    /// holds them only packed for RLX's product kernel (folded, packed and let go one
+    /// group at a time, so no second copy of those convs' weights is kept, nor made all at
+    /// once: ResNet-50's peak RSS 318 → 270 MB). A path that still needs them folds them
+    /// again ([`Folded::weights`]).
+    pub w: Option<Arc<Tensor>>,
+    /// The folded bias, `[M]`.
+    pub bias: Arc<Tensor>,
+    /// What they are folded from.
+    pub src: crate::prepared::FoldSrc,
+}
+
+impl Folded {
+    /// The folded weights: the kept copy, else folded again from `src` for this call (the
+    /// same bits: the same f64 products of the same values). None where they cannot be
+    /// (the fold failed when the group was made, so no group holds such a source).
+    fn weights(&self) -> Option<std::borrow::Cow<'_, Tensor>> {
+        match &self.w {
+            Some(w) => Some(std::borrow::Cow::Borrowed(&**w)),
+            None => fold_src(&self.src).map(|(w, _)| std::borrow::Cow::Owned(w)),
+        }
+    }
+
+    /// The folded weights, shared with the executors holding the same constants
+    /// (`crate::prepared`): the kept copy, else the cache's, else folded now.
+    pub(crate) fn shared(&self) -> Option<Arc<Tensor>> {
+        if let Some(w) = &self.w {
+            return Some(w.clone());
+        }
+        crate::prepared::folded(&self.src, || fold_src(&self.src)).map(|(w, _)| w)
+    }
+}
+
+/// [`fold`] of what `s` names.
+pub(crate) fn fold_src(s: &crate::prepared::FoldSrc) -> Option<(Tensor, Tensor)> {
+    let bias = match &s.bias {
+        Some(b) => Some(b.as_f32()?),
+        None => None,
+    };
+    fold(&s.w, s.w.as_f32()?, bias, &s.a, &s.b)
 }
 
 /// `Add(y, r)` (either order) that reads a group's value `y` and a value `r` of the same
@@ -336,8 +383,20 @@ pub(crate) fn plan(g: &Graph, consumers: &[Vec<NodeId>], is_output: &[bool]) -> 
         let folded = if identity {
             None
         } else {
-            match crate::prepared::folded(w_arc, bias_arc, &a, &b, || fold(w, wv, bias, &a, &b)) {
-                Some(f) => Some(f),
+            let src = crate::prepared::FoldSrc {
+                w: w_arc.clone(),
+                bias: bias_arc.cloned(),
+                a: a.clone(),
+                b: b.clone(),
+            };
+            // Only checked here: the plan makes the folded weights one group at a time,
+            // and keeps them only where a path reads them unpacked (`Folded::w`).
+            match fold_checked(wv, bias, &a, &b) {
+                Some(bias) => Some(Folded {
+                    w: None,
+                    bias: Arc::new(bias),
+                    src,
+                }),
                 None => continue,
             }
         };
@@ -507,10 +566,14 @@ fn pair_at(
         .then_some(kb)
 }
 
-/// The weights and bias a group's conv runs with: the folded ones, or the conv's constants.
-fn weights<'g>(g: &'g Graph, grp: &'g ConvGroup) -> Option<(&'g Tensor, Option<&'g Tensor>)> {
+/// The weights and bias a group's conv runs with: the folded ones (folded again where the
+/// plan kept them only packed: [`Folded::w`]), or the conv's constants.
+fn weights<'g>(
+    g: &'g Graph,
+    grp: &'g ConvGroup,
+) -> Option<(std::borrow::Cow<'g, Tensor>, Option<&'g Tensor>)> {
     match &grp.folded {
-        Some((w, b)) => Some((w, Some(b))),
+        Some(f) => Some((f.weights()?, Some(&*f.bias))),
         None => {
             let node = g.node(grp.conv);
             let w = constant(g, *node.inputs.get(1)?)?;
@@ -518,7 +581,7 @@ fn weights<'g>(g: &'g Graph, grp: &'g ConvGroup) -> Option<(&'g Tensor, Option<&
                 Some(&i) => Some(constant(g, i)?),
                 None => None,
             };
-            Some((w, b))
+            Some((std::borrow::Cow::Borrowed(w), b))
         }
     }
 }
@@ -582,8 +645,8 @@ pub(crate) fn run_pair(
     };
     let t = rlx_kernels::kernels::conv::pw_dw(
         x,
-        (wa, ba, aa, &na.shape, act_a),
-        (wb, bb, ab, &nb.shape, act_b),
+        (&wa, ba, aa, &na.shape, act_a),
+        (&wb, bb, ab, &nb.shape, act_b),
     )?;
     Ok(t.map(|t| {
         let [ba, bb] = bits.map(AtomicU32::into_inner);
@@ -682,26 +745,38 @@ fn fold(
     a: &[f64],
     b: &[f64],
 ) -> Option<(Tensor, Tensor)> {
-    let m = a.len();
-    if a.iter().chain(b).any(|x| !x.is_finite()) || a.contains(&0.0) {
-        return None;
-    }
-    let per = wv.len() / m;
+    let bf = fold_checked(wv, bias, a, b)?;
+    let per = wv.len() / a.len();
     let wf: Vec<f32> = wv
         .iter()
         .enumerate()
         .map(|(i, &x)| (x as f64 * a[i / per]) as f32)
         .collect();
+    Some((Tensor::from_f32(w.dims(), wf).ok()?, bf))
+}
+
+/// [`fold`]'s bias, where the fold succeeds (its conditions checked on every folded
+/// weight, none kept).
+fn fold_checked(wv: &[f32], bias: Option<&[f32]>, a: &[f64], b: &[f64]) -> Option<Tensor> {
+    let m = a.len();
+    if m == 0 || a.iter().chain(b).any(|x| !x.is_finite()) || a.contains(&0.0) {
+        return None;
+    }
+    let per = wv.len() / m;
+    let wf = |(i, &x): (usize, &f32)| (x as f64 * a[i / per]) as f32;
     let bf: Vec<f32> = (0..m)
         .map(|i| (bias.map_or(0.0, |bb| bb[i] as f64) * a[i] + b[i]) as f32)
         .collect();
-    if wf.iter().chain(&bf).any(|x| !x.is_finite()) {
+    if wv
+        .iter()
+        .enumerate()
+        .map(wf)
+        .chain(bf.iter().copied())
+        .any(|x| !x.is_finite())
+    {
         return None;
     }
-    Some((
-        Tensor::from_f32(w.dims(), wf).ok()?,
-        Tensor::from_f32(&[m], bf).ok()?,
-    ))
+    Tensor::from_f32(&[m], bf).ok()
 }
 
 /// The value of a group's [`Residual`] operand, as the executor hands it over: borrowed
@@ -787,12 +862,23 @@ pub(crate) fn run_group(
     let silu_bias = |v: &mut [f32], b: f32| {
         rlx_kernels::kernels::fastmath::silu_bias_inplace(v, b, scan.then_some(&max_bits))
     };
-    let (Op::Conv(a), Some((w, bias))) = (&node.op, weights(g, grp)) else {
-        return Err(crate::KernelError::Invalid(
-            "fused group: not a Conv with constant weights".into(),
-        ));
+    let bad = |what: &str| crate::KernelError::Invalid(format!("fused group: {what}"));
+    let Op::Conv(a) = &node.op else {
+        return Err(bad("not a Conv"));
     };
-    let w = w_over.unwrap_or(w);
+    // RLX's own kernel on the packed weights (not with `w_over`: other weights). Then the
+    // unpacked weights are not read (the plan may not keep them: `Folded::w`).
+    let packed = packed.filter(|_| w_over.is_none());
+    let (w, bias) = match (&grp.folded, packed) {
+        (Some(f), Some(_)) => (None, Some(&*f.bias)),
+        _ => {
+            let (w, b) = weights(g, grp).ok_or_else(|| bad("not a Conv with constant weights"))?;
+            (Some(w), b)
+        }
+    };
+    let w = w_over.map(std::borrow::Cow::Borrowed).or(w);
+    let w = w.as_deref();
+    let no_w = || bad("its weights are not at hand");
     // The conv (on the whole input, or on a band of its rows for a MaxPool tail).
     let conv = |x: &Tensor,
                 a: &rlx_ir::ConvAttrs,
@@ -805,7 +891,7 @@ pub(crate) fn run_group(
                     "fused group: a residual is not applied on the Winograd path".into(),
                 ))
             }
-            Some(wg) => conv_winograd(x, wg, w, bias, a, out, &post)?,
+            Some(wg) => conv_winograd(x, wg, w.ok_or_else(no_w)?, bias, a, out, &post)?,
             // The conv kernels apply a Relu/Clip themselves; when scanning they also take
             // the largest |y| before it in the same pass (else `post` does both).
             None => {
@@ -815,10 +901,9 @@ pub(crate) fn run_group(
                     post_bias: (act == Epilogue::Silu).then_some(&silu_bias as _),
                     seen: scan.then_some(&max_bits),
                 };
-                // RLX's own kernel on the packed weights (not with `w_over`: other weights).
-                match packed.filter(|_| w_over.is_none()) {
-                    Some(pk) => conv_packed(x, pk, w, bias, a, out, act, res)?,
-                    None => conv_post(x, w, bias, a, out, act, res)?,
+                match packed {
+                    Some(pk) => conv_packed(x, pk, bias, a, out, act, res)?,
+                    None => conv_post(x, w.ok_or_else(no_w)?, bias, a, out, act, res)?,
                 }
             }
         })
@@ -836,7 +921,9 @@ pub(crate) fn run_group(
                 ));
             }
             use rlx_kernels::kernels::conv::banded;
-            let kh = w.dims().get(2).copied().unwrap_or(1);
+            let kh = (node.inputs.get(1))
+                .and_then(|&i| g.node(i).shape.dims_usize().get(2).copied())
+                .unwrap_or(1);
             banded::conv_max_pool(
                 x,
                 a,
@@ -924,10 +1011,14 @@ pub fn conv_affine_groups(g: &Graph) -> Vec<ConvAffineGroup> {
                 relu = r.relu.is_some();
                 residual_skip = Some(r.skip);
             }
+            let folded = match &grp.folded {
+                Some(f) => Some((f.shared()?, f.bias.clone())),
+                None => None,
+            };
             Some(ConvAffineGroup {
                 conv: grp.conv,
                 members,
-                folded: grp.folded,
+                folded,
                 relu,
                 residual_skip,
             })

@@ -154,22 +154,41 @@ impl Plan {
         // RLX_CPU_WINOGRAD=0 at build: no transforms made (no memory or time spent).
         let wino_on = !rlx_ir::env::is_off("RLX_CPU_WINOGRAD");
         let mut folded_conv = vec![false; n];
-        let group_wino: Vec<Option<Arc<WinogradWeights>>> = fusions
-            .groups
-            .iter()
-            .map(|grp| {
-                let (w, _) = grp.folded.as_ref()?;
-                folded_conv[grp.conv.index()] = true;
-                if !wino_on {
-                    return None;
-                }
-                let conv = graph.node(grp.conv);
-                match &conv.op {
-                    Op::Conv(a) => winograd(w, a, &conv.shape),
-                    _ => None,
-                }
-            })
-            .collect();
+        // A group's folded weights, made one group at a time: kept where a path reads them
+        // unpacked (Winograd, gemm, the direct and depthwise kernels, a scale Mul folded in
+        // at run time, a depthwise pair); where RLX's product kernel alone reads them, only
+        // packed (folded, packed and let go: `fuse::Folded::w`).
+        let mut group_wino: Vec<Option<Arc<WinogradWeights>>> = Vec::new();
+        let mut group_packed: Vec<Option<Arc<Packed>>> = Vec::new();
+        for (k, grp) in fusions.groups.iter_mut().enumerate() {
+            let conv = graph.node(grp.conv);
+            let (Some(f), Op::Conv(a)) = (grp.folded.as_mut(), &conv.op) else {
+                group_wino.push(None);
+                group_packed.push(None);
+                continue;
+            };
+            folded_conv[grp.conv.index()] = true;
+            // The decisions read the weights' dims and dtype: the conv's own serve.
+            let wg = if wino_on
+                && rlx_kernels::kernels::conv::winograd_takes(&f.src.w, a, &conv.shape)
+            {
+                f.w = f.shared();
+                f.w.as_ref().and_then(crate::prepared::winograd)
+            } else {
+                None
+            };
+            let pk = if wg.is_none() {
+                pack_folded(&f.src, a, &conv.shape)
+            } else {
+                None
+            };
+            let unpacked_read = fusions.scaled[k].is_some() || fusions.then_dw[k].is_some();
+            if f.w.is_none() && (pk.is_none() || unpacked_read) {
+                f.w = f.shared();
+            }
+            group_wino.push(wg);
+            group_packed.push(pk);
+        }
         let wino: Vec<Option<Arc<WinogradWeights>>> = graph
             .nodes
             .iter()
@@ -184,18 +203,6 @@ impl Plan {
             })
             .collect();
         // Weights for RLX's own conv kernel, where the Winograd path has none.
-        let group_packed: Vec<Option<Arc<Packed>>> = fusions
-            .groups
-            .iter()
-            .zip(&group_wino)
-            .map(|(grp, wg)| {
-                let (w, _) = grp.folded.as_ref()?;
-                match &graph.node(grp.conv).op {
-                    Op::Conv(a) if wg.is_none() => pack_conv(w, a, &graph.node(grp.conv).shape),
-                    _ => None,
-                }
-            })
-            .collect();
         let packed = graph
             .nodes
             .iter()
@@ -257,6 +264,8 @@ impl Plan {
             let covers = step.covers().collect();
             place(head, Step::Chain(Box::new(step)), covers);
         }
+        // The cache's folded weights that no step kept go now, not at the next build.
+        crate::prepared::release_unused();
         Plan {
             steps,
             free_after,
@@ -333,6 +342,25 @@ fn pack_conv(w: &Arc<Tensor>, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Opt
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (w, a, out);
+        None
+    }
+}
+
+/// [`pack_conv`] for the weights a group folds from `src` (folded for the packing only,
+/// where the cache has no packed copy yet).
+fn pack_folded(
+    src: &crate::prepared::FoldSrc,
+    a: &rlx_ir::ConvAttrs,
+    out: &rlx_ir::Shape,
+) -> Option<Arc<Packed>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let form = rlx_kernels::kernels::conv::pack_form(&src.w, a, out)?;
+        crate::prepared::packed_folded(src, form)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (src, a, out);
         None
     }
 }

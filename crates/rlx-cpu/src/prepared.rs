@@ -33,18 +33,61 @@ fn id(t: &Arc<Tensor>) -> usize {
     Arc::as_ptr(t) as usize
 }
 
+/// What a conv group's folded weights are made from: the conv's weights and bias (the
+/// graph's constants) and the per-channel map `y = a·conv + b` after it (`fuse`).
+#[derive(Debug, Clone)]
+pub(crate) struct FoldSrc {
+    pub w: Arc<Tensor>,
+    pub bias: Option<Arc<Tensor>>,
+    pub a: Vec<f64>,
+    pub b: Vec<f64>,
+}
+
+impl FoldSrc {
+    /// The cache's name for the weights folded from this source.
+    fn key(&self) -> FoldKey {
+        FoldKey {
+            w: id(&self.w),
+            bias: self.bias.as_ref().map(id),
+            a: self.a.iter().map(|x| x.to_bits()).collect(),
+            b: self.b.iter().map(|x| x.to_bits()).collect(),
+        }
+    }
+
+    /// The constants the key names (kept alive with the entry: see the module's text).
+    fn sources(&self) -> Vec<Arc<Tensor>> {
+        [Some(&self.w), self.bias.as_ref()]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+}
+
+/// Folded weights and bias by what they are made of: the conv's weights, its bias, and the
+/// bits of the per-channel map `y = a·conv + b` folded in.
+#[derive(PartialEq, Eq, Hash)]
+struct FoldKey {
+    w: usize,
+    bias: Option<usize>,
+    a: Vec<u64>,
+    b: Vec<u64>,
+}
+
+/// Weights packed for the product kernel: a constant's, or a group's folded weights (known
+/// by their [`FoldSrc`], so the packed copy outlives the unpacked folded one, which the
+/// executor does not keep where the packed kernel alone reads it).
+#[derive(PartialEq, Eq, Hash)]
+enum PackSrc {
+    Const(usize),
+    Folded(FoldKey),
+}
+
 #[derive(PartialEq, Eq, Hash)]
 enum Key {
-    /// A group's folded weights and bias: the conv's weights, its bias, and the bits of the
-    /// per-channel map `y = a·conv + b` folded in.
-    Folded {
-        w: usize,
-        bias: Option<usize>,
-        a: Vec<u64>,
-        b: Vec<u64>,
-    },
+    Folded(FoldKey),
     Winograd(usize),
-    Packed(usize, PackForm),
+    Packed(PackSrc, PackForm),
 }
 
 #[derive(Clone)]
@@ -58,7 +101,9 @@ impl Value {
     /// Whether anything but the cache holds the value.
     fn in_use(&self) -> bool {
         match self {
-            Value::Folded(w, b) => Arc::strong_count(w) > 1 || Arc::strong_count(b) > 1,
+            // The weights decide: an executor may keep a group's folded bias but not its
+            // weights (`fuse::Folded::w`), and the entry must not keep them for it.
+            Value::Folded(w, _) => Arc::strong_count(w) > 1,
             Value::Winograd(v) => Arc::strong_count(v) > 1,
             Value::Packed(v) => Arc::strong_count(v) > 1,
         }
@@ -110,24 +155,14 @@ fn get_or_make(
     Some(e.value.clone())
 }
 
-/// The folded weights and bias of a conv group whose conv has weights `w` and bias `bias`
-/// and whose chain is the per-channel map `y = a·conv + b`: from the cache, else `fold()`.
+/// The folded weights and bias of a conv group made from `src`: from the cache, else
+/// `fold()`.
 pub(crate) fn folded(
-    w: &Arc<Tensor>,
-    bias: Option<&Arc<Tensor>>,
-    a: &[f64],
-    b: &[f64],
+    src: &FoldSrc,
     fold: impl FnOnce() -> Option<(Tensor, Tensor)>,
 ) -> Option<(Arc<Tensor>, Arc<Tensor>)> {
-    let key = Key::Folded {
-        w: id(w),
-        bias: bias.map(id),
-        a: a.iter().map(|x| x.to_bits()).collect(),
-        b: b.iter().map(|x| x.to_bits()).collect(),
-    };
-    let sources = || [Some(w), bias].into_iter().flatten().cloned().collect();
     let make = || fold().map(|(w, b)| Value::Folded(Arc::new(w), Arc::new(b)));
-    match get_or_make(key, sources, make)? {
+    match get_or_make(Key::Folded(src.key()), || src.sources(), make)? {
         Value::Folded(w, b) => Some((w, b)),
         _ => None,
     }
@@ -143,18 +178,55 @@ pub(crate) fn winograd(w: &Arc<Tensor>) -> Option<Arc<WinogradWeights>> {
     }
 }
 
-/// The weights `w` packed in `form` for RLX's product kernel, shared.
+/// The weights `w` (a constant of the graph) packed in `form` for RLX's product kernel,
+/// shared.
 pub(crate) fn packed(w: &Arc<Tensor>, form: PackForm) -> Option<Arc<Packed>> {
     #[cfg(target_arch = "x86_64")]
     {
         let make = || form.pack(w).map(|v| Value::Packed(Arc::new(v)));
-        match get_or_make(Key::Packed(id(w), form), || vec![w.clone()], make)? {
+        match get_or_make(
+            Key::Packed(PackSrc::Const(id(w)), form),
+            || vec![w.clone()],
+            make,
+        )? {
             Value::Packed(v) => Some(v),
             _ => None,
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    match form {}
+    {
+        let _ = w;
+        match form {}
+    }
+}
+
+/// The weights a conv group folds from `src`, packed in `form`, shared. Where the cache has
+/// no such packed copy, the weights are folded for the packing and let go (unless the
+/// cache holds them for another executor).
+pub(crate) fn packed_folded(src: &FoldSrc, form: PackForm) -> Option<Arc<Packed>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let make = || {
+            let w = match cache().get(&Key::Folded(src.key())) {
+                Some(Entry {
+                    value: Value::Folded(w, _),
+                    ..
+                }) => w.clone(),
+                _ => Arc::new(crate::fuse::fold_src(src)?.0),
+            };
+            form.pack(&w).map(|v| Value::Packed(Arc::new(v)))
+        };
+        let key = Key::Packed(PackSrc::Folded(src.key()), form);
+        match get_or_make(key, || src.sources(), make)? {
+            Value::Packed(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = src;
+        match form {}
+    }
 }
 
 #[cfg(test)]
@@ -253,7 +325,8 @@ mod tests {
             .convs()
             .find(|c| c.grp.folded.is_some())
             .expect("a folded group");
-        let folded = grp.grp.folded.as_ref().unwrap().0.clone();
+        let folded = (grp.grp.folded.as_ref().unwrap().w.clone())
+            .expect("a Winograd group keeps its folded weights");
         let packed = e
             .plan
             .packed
@@ -336,5 +409,96 @@ mod tests {
             weak.2.and_then(|w| w.upgrade()).is_none(),
             "packed weights released"
         );
+    }
+
+    /// `y = conv1x1(x, w) * scale + shift` on `x: [1, 128, 7, 7]` (64 output channels, a
+    /// conv RLX's product kernel takes where it runs), with `w`, `scale`, `shift` given.
+    fn pointwise_graph(
+        w: Arc<Tensor>,
+        bias: Option<Arc<Tensor>>,
+        chain: Option<(Arc<Tensor>, Arc<Tensor>)>,
+    ) -> Graph {
+        let mut g = Graph::new("pointwise");
+        let x = g.input("x", sh(&[1, 128, 7, 7]));
+        let out = sh(&[1, 64, 7, 7]);
+        let attrs = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(0, 0); 2],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let mut ins = vec![x, g.constant_shared(w)];
+        ins.extend(bias.map(|b| g.constant_shared(b)));
+        let mut y = g.add_node(Op::Conv(attrs), ins, out.clone());
+        if let Some((scale, shift)) = chain {
+            let k = g.constant_shared(scale);
+            let s = g.constant_shared(shift);
+            y = g.mul(y, k, out.clone());
+            y = g.add(y, s, out.clone());
+        }
+        g.set_outputs(vec![y]);
+        g
+    }
+
+    #[test]
+    fn packed_folded_groups_keep_no_unpacked_copy_and_compute_as_prefolded_weights() {
+        let w = t(&[64, 128, 1, 1], 11);
+        let scale: Vec<f32> = rnd(64, 12).iter().map(|v| 0.25 + v.abs()).collect();
+        let shift = t(&[64, 1, 1], 13);
+        let chain = || {
+            Some((
+                Arc::new(Tensor::from_f32(&[64, 1, 1], scale.clone()).unwrap()),
+                shift.clone(),
+            ))
+        };
+        let e1 = CpuExecutor::new(pointwise_graph(w.clone(), None, chain())).unwrap();
+        let step = e1.plan.convs().next().expect("a fused group");
+        let f = step.grp.folded.as_ref().expect("folded");
+        let Some(p1) = step.packed.clone() else {
+            // No product kernel on this CPU: the weights stay unpacked and are kept.
+            assert!(
+                f.w.is_some(),
+                "unpacked weights kept where nothing is packed"
+            );
+            return;
+        };
+        assert!(f.w.is_none(), "no unpacked copy of packed folded weights");
+        // The folded weights are not left in the cache either.
+        assert!(
+            super::cache().values().all(|e| match &e.value {
+                super::Value::Folded(w, _) => !Arc::ptr_eq(w, &f.src.w),
+                _ => true,
+            }) && !super::cache().values().any(
+                |e| matches!(&e.value, super::Value::Folded(w, _) if w.dims() == [64, 128, 1, 1])
+            ),
+            "folded weights released after packing"
+        );
+        // A second plan of the same constants shares the packed copy.
+        let e2 = CpuExecutor::new(pointwise_graph(w.clone(), None, chain())).unwrap();
+        let p2 = e2.plan.convs().next().and_then(|c| c.packed.clone());
+        assert!(
+            p2.is_some_and(|p2| Arc::ptr_eq(&p1, &p2)),
+            "one packed copy"
+        );
+        // The same bits as the conv on weights folded by hand (`W·a`, `a·0 + b` in f64,
+        // the fold's definition), which runs as a lone conv on the graph's constants.
+        let wv = w.as_f32().unwrap();
+        let sv = shift.as_f32().unwrap();
+        let wf: Vec<f32> = (wv.iter().enumerate())
+            .map(|(i, &x)| (x as f64 * scale[i / 128] as f64) as f32)
+            .collect();
+        let bf: Vec<f32> = (0..64)
+            .map(|i| (0.0 * scale[i] as f64 + sv[i] as f64) as f32)
+            .collect();
+        let wf = Arc::new(Tensor::from_f32(&[64, 128, 1, 1], wf).unwrap());
+        let bf = Arc::new(Tensor::from_f32(&[64], bf).unwrap());
+        let mut by_hand = CpuExecutor::new(pointwise_graph(wf, Some(bf), None)).unwrap();
+        let x = Tensor::from_f32(&[1, 128, 7, 7], rnd(128 * 49, 14)).unwrap();
+        let bits = |e: &mut CpuExecutor| -> Vec<u32> {
+            let y = e.run(std::slice::from_ref(&x), None).unwrap();
+            y[0].as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+        };
+        let mut e1 = e1;
+        assert_eq!(bits(&mut e1), bits(&mut by_hand));
     }
 }

@@ -127,7 +127,6 @@ pub(crate) fn run_op(
         return rlx_kernels::kernels::conv::conv_packed(
             ins[0],
             pk,
-            ins[1],
             ins.get(2).copied(),
             a,
             &node.shape,

@@ -86,7 +86,7 @@ pub fn conv_post(
     act: Act,
     res: Option<Residual>,
 ) -> KResult<Tensor> {
-    conv_with(x, w, None, bias, a, out, act, res)
+    conv_with(x, W::Tensor(w), bias, a, out, act, res)
 }
 
 /// Weights packed for RLX's own product kernel ([`PackedConv`]; a stand-in type where
@@ -96,28 +96,76 @@ pub type Packed = PackedConv;
 #[cfg(not(target_arch = "x86_64"))]
 pub enum Packed {}
 
-/// [`conv_post`] through RLX's product kernel on `pk`, the packed form of `w` (made by
-/// [`packed_weights`] when the executor was built). Where `pk` does not fit the conv (or
-/// the input is not f32), [`conv_post`]'s own paths; the same epilogue semantics either way.
-#[allow(clippy::too_many_arguments)]
+/// [`conv_post`] through RLX's product kernel on `pk`, a conv's `[M, C, KH, KW]` f32
+/// weights packed by [`packed_weights`] when the executor was built. Where `pk` does not
+/// fit the conv, [`conv_post`]'s own paths on the weights unpacked from `pk` (the same
+/// values: an executor keeps no unpacked copy for this); the same epilogue semantics
+/// either way. Errors as [`conv_post`] (an input that is not f32 is one).
 pub fn conv_packed(
     x: &Tensor,
     pk: &Packed,
-    w: &Tensor,
     bias: Option<&Tensor>,
     a: &ConvAttrs,
     out: &Shape,
     act: Act,
     res: Option<Residual>,
 ) -> KResult<Tensor> {
-    conv_with(x, w, Some(pk), bias, a, out, act, res)
+    conv_with(x, W::Packed(pk), bias, a, out, act, res)
+}
+
+/// A conv's weights as [`conv_with`] gets them: a tensor, or only their packed form
+/// (unpacked where a path needs them in their own layout).
+#[derive(Clone, Copy)]
+enum W<'a> {
+    Tensor(&'a Tensor),
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Packed(&'a Packed),
+}
+
+impl W<'_> {
+    fn dims(&self) -> &[usize] {
+        match self {
+            W::Tensor(t) => t.dims(),
+            #[cfg(target_arch = "x86_64")]
+            W::Packed(pk) => pk.wdims(),
+            #[cfg(not(target_arch = "x86_64"))]
+            W::Packed(pk) => match **pk {},
+        }
+    }
+
+    fn dtype(&self) -> rlx_ir::DType {
+        match self {
+            W::Tensor(t) => t.dtype(),
+            W::Packed(_) => rlx_ir::DType::F32,
+        }
+    }
+
+    fn packed(&self) -> Option<&Packed> {
+        match self {
+            W::Tensor(_) => None,
+            W::Packed(pk) => Some(pk),
+        }
+    }
+
+    /// The f32 values in `[M, C, KH, KW]` order (None for a tensor of another dtype).
+    fn f32_values(&self) -> Option<std::borrow::Cow<'_, [f32]>> {
+        match self {
+            W::Tensor(t) => match t.data() {
+                TensorData::F32(v) => Some(std::borrow::Cow::Borrowed(v.as_slice())),
+                _ => None,
+            },
+            #[cfg(target_arch = "x86_64")]
+            W::Packed(pk) => Some(std::borrow::Cow::Owned(pk.unpack())),
+            #[cfg(not(target_arch = "x86_64"))]
+            W::Packed(pk) => match **pk {},
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn conv_with(
     x: &Tensor,
-    w: &Tensor,
-    pk: Option<&Packed>,
+    w: W,
     bias: Option<&Tensor>,
     a: &ConvAttrs,
     out: &Shape,
@@ -148,83 +196,20 @@ fn conv_with(
         return invalid(format!("conv: x is {} but w is {}", x.dtype(), w.dtype()));
     }
     use TensorData as D;
+    let pk = w.packed();
+    // Weights known only packed are unpacked where a path reads them in their own layout.
+    let w = match (w, x.data()) {
+        (W::Tensor(t), _) => t,
+        (W::Packed(_), D::F32(xv)) => {
+            let wv = std::cell::OnceCell::new();
+            let wv = || -> &[f32] { wv.get_or_init(|| w.f32_values().unwrap_or_default()) };
+            return conv_f32(xv, w.dims(), &wv, pk, bias, &g, &od, act, res);
+        }
+        (W::Packed(_), d) => return invalid(format!("conv: packed weights, x is {}", d.dtype())),
+    };
     let data = match (x.data(), w.data()) {
         (D::F32(xv), D::F32(wv)) => {
-            let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
-            // `(conv + r) + b` against the unfused `(conv + b) + r`: with every |b| at most
-            // 2^64, far below half a unit in the last place at f32::MAX (2^103), the two can
-            // overflow differently only by a last-place rounding there. A larger (or
-            // non-finite) bias goes first, the unfused order: `r` is then read.
-            let spare;
-            let res = match res {
-                Some(Residual::Into(v))
-                    if b.iter()
-                        .flatten()
-                        .any(|x| x.is_nan() || x.abs() > BIAS_BEFORE_RESIDUAL) =>
-                {
-                    spare = v;
-                    Some(Residual::Read(&spare))
-                }
-                r => r,
-            };
-            // The depthwise kernels skip taps in the padding; with a non-finite weight the
-            // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
-            let dw = g.depthwise_2d()
-                && res.is_none()
-                && crate::kernels::wide::max_abs_bits(wv) < 0x7f80_0000;
-            // Planes below POST_MIN_RUN elements take `post` in one pass after the conv
-            // (per-plane calls cost more than the cache they save there).
-            let p: usize = g.osp.iter().product();
-            let per_plane = p >= POST_MIN_RUN;
-            // The kernels take the largest |y| bits only where they apply a clamp.
-            let epi = Epilogue {
-                seen: act.seen.filter(|_| act.clamp.is_some()),
-                ..act.with_bias(b.as_deref())
-            };
-            let dw_epi = Epilogue {
-                post: if per_plane {
-                    act.post_unless_clamped()
-                } else {
-                    &no_post
-                },
-                post_bias: epi.post_bias.filter(|_| per_plane),
-                ..epi
-            };
-            match dw.then(|| depthwise_2d_f32(xv, wv, &g, &dw_epi)).flatten() {
-                Some(mut o) => {
-                    if !per_plane && act.clamp.is_none() {
-                        fill_chunks(&mut o, 8192, |_, c| (act.post)(c));
-                    }
-                    D::F32(o)
-                }
-                None => {
-                    // A residual buffer the pointwise kernel on positions can take as its
-                    // output (`(conv + r) + bias`, as gemm's accumulation onto it).
-                    #[cfg(target_arch = "x86_64")]
-                    let res = match (pk, res) {
-                        (Some(pk), Some(Residual::Into(v))) => {
-                            match packed::conv_packed_into(xv, pk, w.dims(), &g, &epi, v) {
-                                Ok(o) => return make(od, D::F32(o)),
-                                Err(v) => Some(Residual::Into(v)),
-                            }
-                        }
-                        (_, r) => r,
-                    };
-                    let read = res.as_ref().map(|r| r.values());
-                    #[cfg(target_arch = "x86_64")]
-                    let o =
-                        pk.and_then(|pk| packed::conv_packed_f32(xv, pk, w.dims(), &g, &epi, read));
-                    #[cfg(not(target_arch = "x86_64"))]
-                    let o = pk.and(None);
-                    if let Some(o) = o.or_else(|| conv_direct_f32(xv, wv, &g, &epi, read)) {
-                        if let Some(Residual::Into(v)) = res {
-                            crate::buffers::give(D::F32(v));
-                        }
-                        return make(od, D::F32(o));
-                    }
-                    D::F32(conv_float(xv, wv, &g, &epi, res)?)
-                }
-            }
+            return conv_f32(xv, w.dims(), &|| wv, pk, bias, &g, &od, act, res);
         }
         (D::F64(xv), D::F64(wv)) => {
             let b: Option<Vec<f64>> = bias.map(|b| values_as(b.data()));
@@ -251,6 +236,96 @@ fn conv_with(
         (d, _) => return invalid(format!("conv: unsupported dtype {}", d.dtype())),
     };
     make(od, data)
+}
+
+/// [`conv_with`]'s f32 paths: `wv` gives the weights (dims `wdims`) in their own layout,
+/// called only where a path reads them so (`pk`'s kernel does not).
+#[allow(clippy::too_many_arguments)]
+fn conv_f32<'w>(
+    xv: &[f32],
+    wdims: &[usize],
+    wv: &dyn Fn() -> &'w [f32],
+    pk: Option<&Packed>,
+    bias: Option<&Tensor>,
+    g: &common::Geo,
+    od: &[usize],
+    act: Act,
+    res: Option<Residual>,
+) -> KResult<Tensor> {
+    use TensorData as D;
+    let b: Option<Vec<f32>> = bias.map(|b| values_as(b.data()));
+    // `(conv + r) + b` against the unfused `(conv + b) + r`: with every |b| at most
+    // 2^64, far below half a unit in the last place at f32::MAX (2^103), the two can
+    // overflow differently only by a last-place rounding there. A larger (or
+    // non-finite) bias goes first, the unfused order: `r` is then read.
+    let spare;
+    let res = match res {
+        Some(Residual::Into(v))
+            if b.iter()
+                .flatten()
+                .any(|x| x.is_nan() || x.abs() > BIAS_BEFORE_RESIDUAL) =>
+        {
+            spare = v;
+            Some(Residual::Read(&spare))
+        }
+        r => r,
+    };
+    // The depthwise kernels skip taps in the padding; with a non-finite weight the
+    // definition's `inf · 0 = NaN` there matters, so such a conv takes im2col.
+    let dw =
+        g.depthwise_2d() && res.is_none() && crate::kernels::wide::max_abs_bits(wv()) < 0x7f80_0000;
+    // Planes below POST_MIN_RUN elements take `post` in one pass after the conv
+    // (per-plane calls cost more than the cache they save there).
+    let p: usize = g.osp.iter().product();
+    let per_plane = p >= POST_MIN_RUN;
+    // The kernels take the largest |y| bits only where they apply a clamp.
+    let epi = Epilogue {
+        seen: act.seen.filter(|_| act.clamp.is_some()),
+        ..act.with_bias(b.as_deref())
+    };
+    let dw_epi = Epilogue {
+        post: if per_plane {
+            act.post_unless_clamped()
+        } else {
+            &no_post
+        },
+        post_bias: epi.post_bias.filter(|_| per_plane),
+        ..epi
+    };
+    match dw.then(|| depthwise_2d_f32(xv, wv(), g, &dw_epi)).flatten() {
+        Some(mut o) => {
+            if !per_plane && act.clamp.is_none() {
+                fill_chunks(&mut o, 8192, |_, c| (act.post)(c));
+            }
+            make(od.to_vec(), D::F32(o))
+        }
+        None => {
+            // A residual buffer the pointwise kernel on positions can take as its
+            // output (`(conv + r) + bias`, as gemm's accumulation onto it).
+            #[cfg(target_arch = "x86_64")]
+            let res = match (pk, res) {
+                (Some(pk), Some(Residual::Into(v))) => {
+                    match packed::conv_packed_into(xv, pk, wdims, g, &epi, v) {
+                        Ok(o) => return make(od.to_vec(), D::F32(o)),
+                        Err(v) => Some(Residual::Into(v)),
+                    }
+                }
+                (_, r) => r,
+            };
+            let read = res.as_ref().map(|r| r.values());
+            #[cfg(target_arch = "x86_64")]
+            let o = pk.and_then(|pk| packed::conv_packed_f32(xv, pk, wdims, g, &epi, read));
+            #[cfg(not(target_arch = "x86_64"))]
+            let o = pk.and(None);
+            if let Some(o) = o.or_else(|| conv_direct_f32(xv, wv(), g, &epi, read)) {
+                if let Some(Residual::Into(v)) = res {
+                    crate::buffers::give(D::F32(v));
+                }
+                return make(od.to_vec(), D::F32(o));
+            }
+            make(od.to_vec(), D::F32(conv_float(xv, wv(), g, &epi, res)?))
+        }
+    }
 }
 
 /// [`conv_post`] through the Winograd transform `wg` of `w` (made by [`winograd_weights`]).

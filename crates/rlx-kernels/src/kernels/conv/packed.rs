@@ -144,6 +144,35 @@ impl PackedConv {
         &self.data
     }
 
+    /// Output channels per packed block: [`MkIsa::mb`] for tiles, `packed_rows::MR` rows.
+    fn block(&self) -> usize {
+        if self.rows {
+            super::packed_rows::MR
+        } else {
+            self.isa.mb()
+        }
+    }
+
+    /// The weights' dims (`[M, C, KH, KW]`).
+    pub fn wdims(&self) -> &[usize] {
+        &self.wdims
+    }
+
+    /// The weights back in their own layout (`[M, C, KH, KW]` row-major): the exact values
+    /// packed (packing moves values, it computes none). For a conv this kernel does not
+    /// take (`conv_post`'s paths), so an executor need not keep an unpacked copy too.
+    pub fn unpack(&self) -> Vec<f32> {
+        let (m, k, mb) = (self.m, self.k, self.block());
+        let mut w = vec![0f32; m * k];
+        for (i, row) in w.chunks_exact_mut(k.max(1)).enumerate().take(m) {
+            let blk = &self.data[(i / mb) * k * mb..][..k * mb];
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = blk[c * mb + i % mb];
+            }
+        }
+        w
+    }
+
     /// The packed bytes.
     pub fn bytes(&self) -> usize {
         self.data.len() * 4

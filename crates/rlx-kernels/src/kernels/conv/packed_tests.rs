@@ -558,3 +558,62 @@ fn packed_tile_peak() {
         }
     }
 }
+
+#[test]
+fn unpack_gives_back_the_packed_weights_bit_for_bit() {
+    use super::packed::PackedConv;
+    // Odd channel counts (a partial last block) and odd K, NaN and -0.0 among the values.
+    for (m, k) in [(1, 1), (5, 7), (33, 129), (70, 18), (6, 64)] {
+        let mut w = rnd(m * k, (m * 31 + k) as u64);
+        w[0] = -0.0;
+        if w.len() > 2 {
+            w[2] = f32::NAN;
+        }
+        let dims = [m, k, 1, 1];
+        let mut packs: Vec<PackedConv> = isas()
+            .into_iter()
+            .map(|isa| PackedConv::new(isa, &w, &dims))
+            .collect();
+        packs.push(PackedConv::new_rows(&w, &dims));
+        for pk in packs {
+            let back: Vec<u32> = pk.unpack().iter().map(|v| v.to_bits()).collect();
+            let want: Vec<u32> = w.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(back, want, "{m}x{k} {pk:?}");
+            assert_eq!(pk.wdims(), &dims);
+        }
+    }
+}
+
+/// Where packed weights do not fit the conv (here weights packed for the pointwise rows
+/// kernel, given a 3×3 conv), `conv_packed` runs `conv_post`'s paths on the weights
+/// unpacked from them: `conv_post`'s bits on the weights themselves.
+#[test]
+fn conv_packed_that_does_not_fit_runs_conv_post_on_the_unpacked_weights() {
+    use super::{conv_packed, conv_post, Act};
+    use rlx_ir::{Shape, Tensor};
+    let (c, m, hw) = (16, 24, 9);
+    let x = Tensor::from_f32(&[1, c, hw, hw], rnd(c * hw * hw, 3)).unwrap();
+    let wv = rnd(m * c * 9, 4);
+    let w = Tensor::from_f32(&[m, c, 3, 3], wv.clone()).unwrap();
+    let b = Tensor::from_f32(&[m], rnd(m, 5)).unwrap();
+    let a = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(1, 1); 2],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let out = Shape::new(&[1, m, hw, hw], rlx_ir::DType::F32);
+    let pk = super::packed::PackedConv::new_rows(&wv, &[m, c, 3, 3]);
+    let bits =
+        |t: Tensor| -> Vec<u32> { t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect() };
+    let got = conv_packed(&x, &pk, Some(&b), &a, &out, Act::NONE, None).unwrap();
+    let want = conv_post(&x, &w, Some(&b), &a, &out, Act::NONE, None).unwrap();
+    assert_eq!(bits(got), bits(want));
+    // Packed weights with an input of another dtype: an error, not a panic.
+    let x64 = Tensor::new(
+        &[1, c, hw, hw][..],
+        rlx_ir::TensorData::F64(vec![0.5; c * hw * hw]),
+    )
+    .unwrap();
+    assert!(conv_packed(&x64, &pk, None, &a, &out, Act::NONE, None).is_err());
+}
