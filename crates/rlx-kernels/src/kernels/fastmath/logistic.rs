@@ -39,6 +39,8 @@ fn sigmoid_scalar(x: f32) -> f32 {
 const U: usize = 4;
 
 /// `dst[i] = sigmoid(src[i])` for `i < src.len()` (`dst` at least as long).
+// `!(x >= EXP_LO)` is meant: true for NaN too (which the scalar definition takes).
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 #[inline(always)]
 unsafe fn sigmoid<S: Lanes>(src: &[f32], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
@@ -82,6 +84,8 @@ unsafe fn sigmoid<S: Lanes>(src: &[f32], dst: &mut [f32]) {
 /// sigmoid and the f32 product of the unfused ops, in one pass. Returns the largest
 /// `|x|` bits (as `wide::max_abs_bits` folds them: NaN's above +inf's) when `seen`, else 0.
 #[inline(always)]
+// `!(x >= EXP_LO)` is meant: true for NaN too; `u` indexes several arrays at once.
+#[allow(clippy::neg_cmp_op_on_partial_ord, clippy::needless_range_loop)]
 unsafe fn silu<S: Lanes>(v: &mut [f32], b: Option<f32>, seen: bool) -> u32 {
     let n = v.len();
     let p = v.as_mut_ptr();
