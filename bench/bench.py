@@ -7,7 +7,8 @@
 At N threads every process is pinned to the first N CPUs (when the machine has that many;
 --no-pin: never), the same CPUs for every runtime.
 
-Each (model, thread count, runtime) is a separate process, run one after another:
+Each (model, thread count, runtime) is a separate process, run one after another
+(--rounds R: R processes each, the runtimes taking turns, and the ratios paired by round):
 
   rlx    target/release/rlx bench MODEL --threads N --warmup W --max-time S  (RLX_DEBUG_NANS unset)
   rlx+nan  the same with RLX_DEBUG_NANS=1 (the "nan on/off" column: the lowest median with it
@@ -37,6 +38,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -274,9 +276,34 @@ def fmt_ms(r: dict | None, key: str) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
+def combine(rs: list[dict | None]) -> dict | None:
+    """One runtime's processes of --rounds as one result: the median of their medians,
+    means and load times, the lowest minimum, the highest peak RSS; `rounds` keeps each
+    (for the paired ratios). The first failure when none succeeded."""
+    ok = [r for r in rs if r and "error" not in r]
+    if len(rs) == 1 or not ok:
+        return rs[0] if rs else None
+    out = dict(ok[-1])
+    for k in ("median", "mean", "load"):
+        vals = [r[k] for r in ok if r.get(k) is not None]
+        out[k] = statistics.median(vals) if vals else None
+    mins = [r["min"] for r in ok if r.get("min") is not None]
+    out["min"] = min(mins) if mins else None
+    rss = [r["rss"] for r in ok if r.get("rss") is not None]
+    out["rss"] = max(rss) if rss else None
+    out["rounds"] = rs
+    return out
+
+
 def ratio(x: dict | None, y: dict | None, key: str) -> str:
     if not x or not y or "error" in x or "error" in y or not x.get(key):
         return "-"
+    # Rounds of both: the median of each round's ratio (rounds where both succeeded).
+    if x.get("rounds") and y.get("rounds") and y.get(key):
+        rs = [a[key] / b[key] for a, b in zip(x["rounds"], y["rounds"])
+              if a and b and "error" not in a and "error" not in b and a.get(key) and b.get(key)]
+        if rs:
+            return f"{statistics.median(rs):.2f}"
     if not y.get(key):
         return f"~{x[key] / y['mean']:.2f}" if y.get("mean") else "-"  # tract: by its mean
     return f"{x[key] / y[key]:.2f}"
@@ -388,7 +415,15 @@ def main() -> int:
     ap.add_argument("--command", default=None, help="the command line to record in --results")
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin each process to the first N CPUs at N threads")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run each runtime's process this many times, the runtimes taking turns "
+                         "(rlx, ort, tract, rlx, ...); cells then show the median of the "
+                         "processes' medians and the lowest minimum, and RLX/ORT, RLX/tract "
+                         "the median of the rounds' ratios (a burst of load on a shared "
+                         "machine then hits one round, not one side of the ratio)")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error(f"--rounds {a.rounds}: at least 1")
 
     runtimes = a.runtimes.split(",")
     if a.smoke and a.threads is None:
@@ -432,14 +467,19 @@ def main() -> int:
             rdir, odir = out_root / "rlx" / m, out_root / "ort" / m
             for sub in (rdir, odir):
                 shutil.rmtree(sub, ignore_errors=True)
-            if "rlx" in runtimes:
-                res["rlx"] = rlx_run(d, t, a, False, rdir)
-                if not a.no_nan:
-                    res["nan"], res["nan_off"] = nan_pair(d, t, a, res["rlx"])
-            if "ort" in runtimes:
-                res["ort"] = ort_run(d, t, a, odir)
-            if "tract" in runtimes:
-                res["tract"] = tract_run(d, t, a, scratch)
+            turns: dict[str, list] = {"rlx": [], "ort": [], "tract": []}
+            for _ in range(a.rounds):
+                if "rlx" in runtimes:
+                    turns["rlx"].append(rlx_run(d, t, a, False, rdir))
+                if "ort" in runtimes:
+                    turns["ort"].append(ort_run(d, t, a, odir))
+                if "tract" in runtimes:
+                    turns["tract"].append(tract_run(d, t, a, scratch))
+            for k, rs in turns.items():
+                if rs:
+                    res[k] = combine(rs)
+            if "rlx" in runtimes and not a.no_nan:
+                res["nan"], res["nan_off"] = nan_pair(d, t, a, res["rlx"])
             for k, r in res.items():
                 if r and "error" in r:
                     notes.append(f"{m} t={t} {k}: {r['error']}")
@@ -501,7 +541,11 @@ def main() -> int:
             f"- versions: {versions()}",
             f"- command: `{cmd}`",
             f"- per process: warmup {a.warmup}, then "
-            + (f"{a.runs} timed runs" if a.runs else f"timed runs for {a.max_time} s (at least 3)"),
+            + (f"{a.runs} timed runs" if a.runs else f"timed runs for {a.max_time} s (at least 3)")
+            + ("" if a.rounds == 1 else
+               f"; {a.rounds} rounds, the runtimes' processes taking turns: a cell is the median"
+               " of the rounds' medians (min: the lowest), a ratio the median of the rounds'"
+               " ratios"),
             "",
             "Times are ms per inference. RLX/ORT and RLX/tract compare medians at 1 thread and "
             "minimums at 2+ threads (medians are noisy there). `nan on/off` is RLX's lowest median "

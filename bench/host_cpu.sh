@@ -33,7 +33,10 @@ fi
 t0=$(date +%s)
 python3 scripts/gen_bench_models.py ${MODELS//,/ } > "$OUT/gen.log" 2>&1
 echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
-[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort --max-time 2 \
+# HOST_ROUNDS processes per runtime, RLX and onnxruntime taking turns, ratios paired by
+# round (default 3): on that shared host one pass swung rows by up to 1.6x (bench/NOTES.md §33).
+[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort \
+  --max-time "${HOST_MAX_TIME:-1}" --rounds "${HOST_ROUNDS:-3}" \
   --results "$OUT/RESULTS-host.md" > "$OUT/bench.log" 2>&1
 [[ ",$STEPS," == *,nodecmp,* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
   echo "== $m"

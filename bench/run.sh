@@ -30,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     --smoke) SMOKE=1 ;;
     --models) MODELS="$2"; shift ;;
     --runtimes) RUNTIMES="$2"; shift ;;
-    --threads|--max-time|--warmup|--runs) PASS+=("$1" "$2"); shift ;;
+    --threads|--max-time|--warmup|--runs|--rounds) PASS+=("$1" "$2"); shift ;;
     --no-nan|--no-pin) PASS+=("$1") ;;
     --no-results) RESULTS=0 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
