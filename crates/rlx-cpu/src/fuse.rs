@@ -33,7 +33,10 @@ use rlx_ir::{Activation, BinaryOp, DType, Graph, NodeId, Op, Tensor};
 use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
 use std::sync::Arc;
 
+mod fold;
 mod scale;
+use fold::fold_checked;
+pub(crate) use fold::{fold_src, Folded};
 use scale::scale_at;
 pub(crate) use scale::{run_scaled, scale_is_finite, Scaled};
 
@@ -62,54 +65,6 @@ pub(crate) struct ConvGroup {
     /// thread (`rlx_kernels::kernels::conv::banded`; `RLX_CPU_CONV_POOL=0`: none). Never
     /// with a residual.
     pub pool: Option<NodeId>,
-}
-
-/// A group's conv weights and bias with its per-channel map folded in (`W'[m] = W[m]·a[m]`,
-/// `B'[m] = B[m]·a[m] + b[m]`, in f64), shared by the executors holding the same constants
-/// (`crate::prepared`).
-#[derive(Debug)]
-pub(crate) struct Folded {
-    /// The folded weights (the conv's weight dims), set by the executor's plan
-    /// (`crate::plan`) where a path of the group reads them unpacked. None where the plan
-    /// holds them only packed for RLX's product kernel (folded, packed and let go one
-    /// group at a time, so no second copy of those convs' weights is kept, nor made all at
-    /// once: ResNet-50's peak RSS 318 → 270 MB). A path that still needs them folds them
-    /// again ([`Folded::weights`]).
-    pub w: Option<Arc<Tensor>>,
-    /// The folded bias, `[M]`.
-    pub bias: Arc<Tensor>,
-    /// What they are folded from.
-    pub src: crate::prepared::FoldSrc,
-}
-
-impl Folded {
-    /// The folded weights: the kept copy, else folded again from `src` for this call (the
-    /// same bits: the same f64 products of the same values). None where they cannot be
-    /// (the fold failed when the group was made, so no group holds such a source).
-    fn weights(&self) -> Option<std::borrow::Cow<'_, Tensor>> {
-        match &self.w {
-            Some(w) => Some(std::borrow::Cow::Borrowed(&**w)),
-            None => fold_src(&self.src).map(|(w, _)| std::borrow::Cow::Owned(w)),
-        }
-    }
-
-    /// The folded weights, shared with the executors holding the same constants
-    /// (`crate::prepared`): the kept copy, else the cache's, else folded now.
-    pub(crate) fn shared(&self) -> Option<Arc<Tensor>> {
-        if let Some(w) = &self.w {
-            return Some(w.clone());
-        }
-        crate::prepared::folded(&self.src, || fold_src(&self.src)).map(|(w, _)| w)
-    }
-}
-
-/// [`fold`] of what `s` names.
-pub(crate) fn fold_src(s: &crate::prepared::FoldSrc) -> Option<(Tensor, Tensor)> {
-    let bias = match &s.bias {
-        Some(b) => Some(b.as_f32()?),
-        None => None,
-    };
-    fold(&s.w, s.w.as_f32()?, bias, &s.a, &s.b)
 }
 
 /// `Add(y, r)` (either order) that reads a group's value `y` and a value `r` of the same
@@ -734,49 +689,6 @@ fn clip_at(
             Some((lo, f32::INFINITY, vec![*first]))
         }
     }
-}
-
-/// `W'[m] = W[m]·a[m]`, `B'[m] = B[m]·a[m] + b[m]` in f64, rounded once to f32; None when a
-/// scale is zero or a folded value is not finite.
-fn fold(
-    w: &Tensor,
-    wv: &[f32],
-    bias: Option<&[f32]>,
-    a: &[f64],
-    b: &[f64],
-) -> Option<(Tensor, Tensor)> {
-    let bf = fold_checked(wv, bias, a, b)?;
-    let per = wv.len() / a.len();
-    let wf: Vec<f32> = wv
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| (x as f64 * a[i / per]) as f32)
-        .collect();
-    Some((Tensor::from_f32(w.dims(), wf).ok()?, bf))
-}
-
-/// [`fold`]'s bias, where the fold succeeds (its conditions checked on every folded
-/// weight, none kept).
-fn fold_checked(wv: &[f32], bias: Option<&[f32]>, a: &[f64], b: &[f64]) -> Option<Tensor> {
-    let m = a.len();
-    if m == 0 || a.iter().chain(b).any(|x| !x.is_finite()) || a.contains(&0.0) {
-        return None;
-    }
-    let per = wv.len() / m;
-    let wf = |(i, &x): (usize, &f32)| (x as f64 * a[i / per]) as f32;
-    let bf: Vec<f32> = (0..m)
-        .map(|i| (bias.map_or(0.0, |bb| bb[i] as f64) * a[i] + b[i]) as f32)
-        .collect();
-    if wv
-        .iter()
-        .enumerate()
-        .map(wf)
-        .chain(bf.iter().copied())
-        .any(|x| !x.is_finite())
-    {
-        return None;
-    }
-    Tensor::from_f32(&[m], bf).ok()
 }
 
 /// The value of a group's [`Residual`] operand, as the executor hands it over: borrowed

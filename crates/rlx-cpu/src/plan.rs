@@ -169,21 +169,22 @@ impl Plan {
             };
             folded_conv[grp.conv.index()] = true;
             // The decisions read the weights' dims and dtype: the conv's own serve.
-            let wg = if wino_on
-                && rlx_kernels::kernels::conv::winograd_takes(&f.src.w, a, &conv.shape)
-            {
+            let takes_wino =
+                wino_on && rlx_kernels::kernels::conv::winograd_takes(&f.src.w, a, &conv.shape);
+            // Paths that read the folded weights unpacked: Winograd (and its direct
+            // fallback), a scale Mul folded in per run, a depthwise pair.
+            if takes_wino || fusions.scaled[k].is_some() || fusions.then_dw[k].is_some() {
                 f.w = f.shared();
-                f.w.as_ref().and_then(crate::prepared::winograd)
-            } else {
-                None
+            }
+            let wg = (f.w.as_ref())
+                .filter(|_| takes_wino)
+                .and_then(crate::prepared::winograd);
+            let pk = match wg {
+                None => pack_conv(&f.src.w, a, &conv.shape, Some(&f.src)),
+                Some(_) => None,
             };
-            let pk = if wg.is_none() {
-                pack_folded(&f.src, a, &conv.shape)
-            } else {
-                None
-            };
-            let unpacked_read = fusions.scaled[k].is_some() || fusions.then_dw[k].is_some();
-            if f.w.is_none() && (pk.is_none() || unpacked_read) {
+            // Nothing packed: gemm, the direct or depthwise kernels read them.
+            if f.w.is_none() && pk.is_none() {
                 f.w = f.shared();
             }
             group_wino.push(wg);
@@ -210,7 +211,7 @@ impl Plan {
             .map(|(node, wg)| match (&node.op, node.inputs.get(1)) {
                 (Op::Conv(a), Some(w)) if wg.is_none() && !folded_conv[node.id.index()] => {
                     match &graph.node(*w).op {
-                        Op::Constant(t) => pack_conv(t, a, &node.shape),
+                        Op::Constant(t) => pack_conv(t, a, &node.shape, None),
                         _ => None,
                     }
                 }
@@ -332,35 +333,22 @@ fn winograd(
 }
 
 /// Weights packed for RLX's own conv kernel, where it takes the conv (x86-64), shared
-/// (`crate::prepared`).
-fn pack_conv(w: &Arc<Tensor>, a: &rlx_ir::ConvAttrs, out: &rlx_ir::Shape) -> Option<Arc<Packed>> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let form = rlx_kernels::kernels::conv::pack_form(w, a, out)?;
-        crate::prepared::packed(w, form)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (w, a, out);
-        None
-    }
-}
-
-/// [`pack_conv`] for the weights a group folds from `src` (folded for the packing only,
-/// where the cache has no packed copy yet).
-fn pack_folded(
-    src: &crate::prepared::FoldSrc,
+/// (`crate::prepared`): the constant `w`, or with `src` the weights a group folds from it
+/// (`w` is then `src.w`, whose dims and dtype decide).
+fn pack_conv(
+    w: &Arc<Tensor>,
     a: &rlx_ir::ConvAttrs,
     out: &rlx_ir::Shape,
+    src: Option<&crate::prepared::FoldSrc>,
 ) -> Option<Arc<Packed>> {
     #[cfg(target_arch = "x86_64")]
     {
-        let form = rlx_kernels::kernels::conv::pack_form(&src.w, a, out)?;
-        crate::prepared::packed_folded(src, form)
+        let form = rlx_kernels::kernels::conv::pack_form(w, a, out)?;
+        crate::prepared::packed(w, form, src)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (src, a, out);
+        let _ = (w, a, out, src);
         None
     }
 }

@@ -178,53 +178,42 @@ pub(crate) fn winograd(w: &Arc<Tensor>) -> Option<Arc<WinogradWeights>> {
     }
 }
 
-/// The weights `w` (a constant of the graph) packed in `form` for RLX's product kernel,
-/// shared.
-pub(crate) fn packed(w: &Arc<Tensor>, form: PackForm) -> Option<Arc<Packed>> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let make = || form.pack(w).map(|v| Value::Packed(Arc::new(v)));
-        match get_or_make(
-            Key::Packed(PackSrc::Const(id(w)), form),
-            || vec![w.clone()],
-            make,
-        )? {
-            Value::Packed(v) => Some(v),
-            _ => None,
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = w;
-        match form {}
-    }
-}
-
-/// The weights a conv group folds from `src`, packed in `form`, shared. Where the cache has
-/// no such packed copy, the weights are folded for the packing and let go (unless the
-/// cache holds them for another executor).
-pub(crate) fn packed_folded(src: &FoldSrc, form: PackForm) -> Option<Arc<Packed>> {
+/// Weights packed in `form` for RLX's product kernel, shared: the constant `w` of the
+/// graph, or (with `src`) the weights a conv group folds from `src`. Folded weights are
+/// folded for the packing where the cache holds no such packed copy (or takes the cache's
+/// folded copy), and are not kept for it: the entry is known by `src`, not by them.
+pub(crate) fn packed(
+    w: &Arc<Tensor>,
+    form: PackForm,
+    src: Option<&FoldSrc>,
+) -> Option<Arc<Packed>> {
     #[cfg(target_arch = "x86_64")]
     {
         let make = || {
-            let w = match cache().get(&Key::Folded(src.key())) {
-                Some(Entry {
-                    value: Value::Folded(w, _),
-                    ..
-                }) => w.clone(),
-                _ => Arc::new(crate::fuse::fold_src(src)?.0),
+            let w = match src {
+                None => w.clone(),
+                Some(src) => match cache().get(&Key::Folded(src.key())) {
+                    Some(Entry {
+                        value: Value::Folded(w, _),
+                        ..
+                    }) => w.clone(),
+                    _ => Arc::new(crate::fuse::fold_src(src)?.0),
+                },
             };
             form.pack(&w).map(|v| Value::Packed(Arc::new(v)))
         };
-        let key = Key::Packed(PackSrc::Folded(src.key()), form);
-        match get_or_make(key, || src.sources(), make)? {
+        let (key, sources) = match src {
+            Some(s) => (PackSrc::Folded(s.key()), s.sources()),
+            None => (PackSrc::Const(id(w)), vec![w.clone()]),
+        };
+        match get_or_make(Key::Packed(key, form), || sources, make)? {
             Value::Packed(v) => Some(v),
             _ => None,
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = src;
+        let _ = (w, src);
         match form {}
     }
 }
