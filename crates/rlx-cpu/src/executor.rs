@@ -695,6 +695,13 @@ impl CpuExecutor {
                 p.ns[*last] += (now - *t0).as_nanos() as u64;
                 (*last, *t0) = (i, now);
             }
+            // The buffer a Concat will extend in place gets room for it (`Plan::reserve`).
+            if fuse {
+                match self.plan.reserve[i] {
+                    Some((n, cap)) => rlx_kernels::buffers::reserve_next(n, cap),
+                    None => rlx_kernels::buffers::reserve_clear(),
+                }
+            }
             let turn = if fuse && !matches!(step, Step::Node) {
                 step.turn(&self.plan, g, id, &mut run)?
             } else {
@@ -772,6 +779,7 @@ impl CpuExecutor {
                 release(&mut run.slots[dead.index()]);
             }
         }
+        rlx_kernels::buffers::reserve_clear();
         if let (Some((last, t0)), Some(p)) = (clock, stats.times.as_deref_mut()) {
             p.ns[last] += t0.elapsed().as_nanos() as u64;
         }

@@ -1,6 +1,9 @@
 //! Buffer reuse for the executor: when a node's first input dies at the node, Reshape moves
-//! its data and f32/f64 elementwise ops overwrite it in place. Results are identical to
-//! [`crate::eval_op`] (same scalar functions); anything not handled here falls back to it.
+//! its data, f32/f64 elementwise ops overwrite it in place, and a Concat whose output is its
+//! inputs one after another (batch 1 on the channel axis) extends it with the others
+//! (`shape::concat_onto`; the pool gave that buffer room for it: `Plan::reserve`). Results
+//! are identical to [`crate::eval_op`] (same scalar functions, the same copies); anything
+//! not handled here falls back to it.
 
 use crate::{eval_op, KernelError};
 use rayon::prelude::*;
@@ -12,7 +15,7 @@ use rlx_kernels::kernels::{fill_chunks, par_worth, wide, Bcast};
 /// Ops for which [`eval_owned`] may reuse the first input's buffer.
 pub(crate) fn can_reuse(op: &Op) -> bool {
     match op {
-        Op::Reshape { .. } | Op::Activation(_) => true,
+        Op::Reshape { .. } | Op::Activation(_) | Op::Concat { .. } => true,
         Op::Unary(u) => !u.is_predicate(),
         Op::Binary(b) => !b.is_predicate(),
         _ => false,
@@ -79,6 +82,12 @@ pub(crate) fn eval_owned(
     rest: &[&Tensor],
     out: &Shape,
 ) -> Result<Tensor, KernelError> {
+    if let Op::Concat { axis } = op {
+        // The first input's values stay in place; the others are copied after them.
+        let t = rlx_kernels::kernels::shape::concat_onto(first, rest, *axis, out)?;
+        check_result(|| op.name(), &t, out)?;
+        return Ok(t);
+    }
     let od = out.dims_usize();
     let handled = match (op, first.data_mut()) {
         (Op::Reshape { .. }, _) if rest.is_empty() => {

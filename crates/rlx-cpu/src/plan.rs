@@ -38,6 +38,12 @@ pub(crate) struct Plan {
     /// once per weight and shared. As for `wino`, a folded group's step has its own. None with
     /// `RLX_CPU_MK=0` (the gemm path, for A/B).
     pub packed: Vec<Option<Arc<Packed>>>,
+    /// Per node whose turn makes the first input of a Concat that extends it in place
+    /// (`shape::concat_onto`: batch-1 channel concats, the input dying there): `(its
+    /// elements, the Concat's)`, asked of the buffer pool before the turn
+    /// (`buffers::reserve_next`) so the Concat copies only its other inputs. The node is
+    /// the input's own or, for a group's value, the group's step.
+    pub reserve: Vec<Option<(usize, usize)>>,
 }
 
 impl Plan {
@@ -114,7 +120,7 @@ impl Plan {
                 })
             })
             .collect();
-        let can_take0 = graph
+        let can_take0: Vec<bool> = graph
             .nodes
             .iter()
             .map(|node| match node.inputs.first() {
@@ -265,6 +271,7 @@ impl Plan {
             let covers = step.covers().collect();
             place(head, Step::Chain(Box::new(step)), covers);
         }
+        let reserve = plan_reserve(graph, &steps, &can_take0);
         // The cache's folded weights that no step kept go now, not at the next build.
         crate::prepared::release_unused();
         Plan {
@@ -275,6 +282,7 @@ impl Plan {
             mm_views,
             wino,
             packed,
+            reserve,
         }
     }
 
@@ -317,6 +325,38 @@ impl Plan {
         // again next run (12 k page faults, 29 ms for a 6.7 ms op in onnxruntime).
         peak.saturating_add(largest)
     }
+}
+
+/// [`Plan::reserve`]: for each Concat whose output is its inputs one after another (every
+/// dim before the axis 1) and whose first input, made by a non-leaf node, dies there.
+fn plan_reserve(graph: &Graph, steps: &[Step], can_take0: &[bool]) -> Vec<Option<(usize, usize)>> {
+    let mut reserve = vec![None; graph.len()];
+    for node in &graph.nodes {
+        let (Op::Concat { axis }, [i0, _, ..]) = (&node.op, node.inputs.as_slice()) else {
+            continue;
+        };
+        let Some(od) = node.shape.static_dims() else {
+            continue;
+        };
+        let src = graph.node(*i0);
+        let leaf = matches!(
+            src.op,
+            Op::Input { .. } | Op::Param { .. } | Op::Constant(_)
+        );
+        if !can_take0[node.id.index()]
+            || leaf
+            || *axis >= od.len()
+            || od[..*axis].iter().any(|&d| d != 1)
+        {
+            continue;
+        }
+        let at = match steps[i0.index()] {
+            Step::Covered { head } => head,
+            _ => *i0,
+        };
+        reserve[at.index()].get_or_insert((src.shape.numel(), node.shape.numel()));
+    }
+    reserve
 }
 
 /// The Winograd transform of `w` where that path takes the conv, shared

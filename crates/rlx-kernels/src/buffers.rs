@@ -122,6 +122,34 @@ impl Pool {
 thread_local! {
     /// The pool of the executor running on this thread, if any.
     static ACTIVE: RefCell<Option<Pool>> = const { RefCell::new(None) };
+    /// [`reserve_next`]'s request: `(n, cap)`.
+    static RESERVE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Until [`reserve_clear`] (or until served), the next buffer of exactly `n` elements that
+/// this thread takes ([`overwritten`], [`take`], [`filled`]) gets room for at least `cap`:
+/// the executor asks it for the value whose buffer a Concat then extends in place (its
+/// first input, `cap` the Concat's size), so the Concat copies only its other inputs. Only
+/// capacity changes: a buffer taken by something else of the same length is merely larger.
+pub fn reserve_next(n: usize, cap: usize) {
+    RESERVE.with(|r| r.set((n > 0 && cap > n).then_some((n, cap))));
+}
+
+/// Drops a [`reserve_next`] request that was not served.
+pub fn reserve_clear() {
+    RESERVE.with(|r| r.set(None));
+}
+
+/// The capacity to take for `n` elements: a pending [`reserve_next`] request's (consumed)
+/// when it is for `n`, else `n`.
+fn wanted(n: usize) -> usize {
+    RESERVE.with(|r| match r.get() {
+        Some((rn, cap)) if rn == n => {
+            r.set(None);
+            cap
+        }
+        _ => n,
+    })
 }
 
 /// Makes `pool` this thread's active pool until dropped, then moves it back into `pool`
@@ -184,17 +212,21 @@ pub(crate) fn take<T: 'static>(n: usize) -> Vec<T> {
 /// [`take`], with how many leading elements of the buffer's memory hold values of an earlier
 /// use (0 for a new allocation).
 fn take_init<T: 'static>(n: usize) -> (Vec<T>, usize) {
-    if TypeId::of::<T>() != TypeId::of::<f32>() || n == 0 {
-        return (Vec::with_capacity(n), 0);
+    if n == 0 {
+        return (Vec::new(), 0);
+    }
+    let cap = wanted(n);
+    if TypeId::of::<T>() != TypeId::of::<f32>() {
+        return (Vec::with_capacity(cap), 0);
     }
     let hit = ACTIVE.with(|a| {
         let mut a = a.try_borrow_mut().ok()?;
         let p = a.as_mut()?;
-        let max = n.saturating_mul(SLACK).saturating_add(SLACK_ABS);
+        let max = cap.saturating_mul(SLACK).saturating_add(SLACK_ABS);
         let last = p
             .free
             .iter()
-            .rposition(|e| e.buf.capacity() >= n && e.buf.capacity() <= max)?;
+            .rposition(|e| e.buf.capacity() >= cap && e.buf.capacity() <= max)?;
         Some(p.remove(last))
     });
     match hit {
@@ -205,7 +237,7 @@ fn take_init<T: 'static>(n: usize) -> (Vec<T>, usize) {
             let v = unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), 0, v.capacity()) };
             (v, init)
         }
-        None => (Vec::with_capacity(n), 0),
+        None => (Vec::with_capacity(cap), 0),
     }
 }
 
@@ -235,6 +267,40 @@ pub(crate) fn filled<T: Copy + 'static>(n: usize, x: T) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reserve_next(n, cap)`: the next buffer of exactly `n` elements has room for `cap`
+    /// (from the pool or new), other lengths do not consume the request, it serves once, and
+    /// `reserve_clear` drops it.
+    #[test]
+    fn reserve_next_gives_one_buffer_of_that_length_its_room() {
+        let mut home = Pool::with_limit(1 << 30);
+        {
+            let _a = Active::install(&mut home);
+            give(TensorData::F32(vec![0.0; 1000]));
+            give(TensorData::F32(vec![0.0; 100]));
+            reserve_next(100, 180);
+            let other = overwritten::<f32>(50);
+            assert!(other.capacity() < 180);
+            let v = overwritten::<f32>(100);
+            assert_eq!(v.len(), 100);
+            assert_eq!(v.capacity(), 1000, "the pooled buffer with room");
+            let w = take::<f32>(100);
+            assert!(w.capacity() < 180, "served once");
+            reserve_next(30, 60);
+            reserve_clear();
+            assert!(take::<f32>(30).capacity() < 60);
+            reserve_next(7, 9);
+            assert!(
+                take::<i64>(7).capacity() >= 9,
+                "other types get the room too"
+            );
+        }
+        reserve_next(5, 50);
+        assert!(
+            filled(5, 1.0f32).capacity() >= 50,
+            "no active pool: a new buffer with room"
+        );
+    }
 
     /// A buffer reused for a shorter value keeps its longer initialized prefix: the full
     /// size is then served by `overwritten` without a fill (its old values still there,

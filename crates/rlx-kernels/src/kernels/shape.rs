@@ -300,9 +300,62 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor
     let data = map_same!(first, _v => {
         let slices: Vec<&[_]> = xs.iter().map(|x| slice_like(_v, x.data())).collect();
         let blocks: Vec<usize> = xs.iter().map(|x| x.dims()[axis..].iter().product()).collect();
-        concat_copy(&slices, &blocks, outer, od.iter().product())
+        concat_copy(Vec::new(), &slices, &blocks, outer, od.iter().product())
     });
     make(od, data)
+}
+
+/// [`concat`] of `first` and `rest` (in that order) that takes `first`'s buffer: where the
+/// output is the inputs' blocks one after another (every dim before `axis` is 1: a channel
+/// concat at batch 1), `first`'s values stay where they are and only `rest` is copied
+/// after them (into the buffer's spare room when it has enough: the executor asks the pool
+/// for it, `crate::buffers::reserve_next`). The same values as [`concat`]; other layouts
+/// run [`concat`] itself. Errors as [`concat`].
+pub fn concat_onto(first: Tensor, rest: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor> {
+    let od = out_dims(out)?;
+    let mut all: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
+    all.push(&first);
+    all.extend_from_slice(rest);
+    let lead = axis < od.len() && od[..axis].iter().all(|&d| d == 1);
+    if !lead || first.dims().len() != od.len() {
+        return concat(&all, axis, out);
+    }
+    // Checks every input as `concat` does (an error leaves `first` untouched, then dropped).
+    let mut total = 0;
+    for x in &all {
+        let d = x.dims();
+        if x.dtype() != first.dtype()
+            || d.len() != od.len()
+            || (0..od.len()).any(|i| i != axis && d[i] != od[i])
+        {
+            return concat(&all, axis, out);
+        }
+        total += d[axis];
+    }
+    if total != od[axis] {
+        return concat(&all, axis, out);
+    }
+    drop(all);
+    let n: usize = od.iter().product();
+    let blocks: Vec<usize> = rest.iter().map(|x| x.numel()).collect();
+    let room = rlx_ir::with_data!(first.data(), v => v.capacity() >= n);
+    let data = map_same!(first.into_data(), v => {
+        let slices: Vec<&[_]> = rest.iter().map(|x| slice_like(v.as_slice(), x.data())).collect();
+        concat_copy(v, &slices, &blocks, 1, n)
+    });
+    ONTO.with(|c| c.set((c.get().0 + 1, c.get().1 + u64::from(room))));
+    make(od, data)
+}
+
+thread_local! {
+    static ONTO: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// How many concats [`concat_onto`] ran on this thread extending their first input's
+/// buffer, and how many of those found room in it (no reallocation); for tests.
+#[doc(hidden)]
+pub fn concats_onto() -> (u64, u64) {
+    ONTO.with(|c| c.get())
 }
 
 /// Bytes each thread copies at least in [`concat_copy`]'s split.
@@ -315,15 +368,24 @@ const CONCAT_PIECE_BYTES: usize = 64 << 10;
 /// of two conv outputs made by two threads (SqueezeNet's fire modules) read half its input
 /// from the other core's cache on one thread (168 against 34 µs in onnxruntime at 2
 /// threads, slower than at 1).
+///
+/// `o`: empty, or (with `outer` 1) the output's first `o.len()` elements already in place,
+/// the slices then following them.
 fn concat_copy<T: Copy + Send + Sync + 'static>(
+    mut o: Vec<T>,
     slices: &[&[T]],
     blocks: &[usize],
     outer: usize,
     n: usize,
 ) -> Vec<T> {
-    let mut o: Vec<T> = crate::buffers::take(n);
+    let pre = o.len();
+    assert!(pre == 0 || outer == 1, "concat: a prefix only with one row");
+    if pre == 0 {
+        o = crate::buffers::take(n);
+    }
     let piece = (CONCAT_PIECE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-    if n < 2 * piece || rayon::current_num_threads() < 2 {
+    if n - pre < 2 * piece || rayon::current_num_threads() < 2 {
+        o.reserve_exact(n - pre);
         for k in 0..outer {
             for (s, &b) in slices.iter().zip(blocks) {
                 o.extend_from_slice(&s[k * b..(k + 1) * b]);
@@ -331,17 +393,17 @@ fn concat_copy<T: Copy + Send + Sync + 'static>(
         }
         return o;
     }
-    o.reserve_exact(n);
+    o.reserve_exact(n - pre);
     // Tasks write disjoint ranges of the output (see each use).
     let dst = super::matvec::Ptr(o.as_mut_ptr());
     use rayon::prelude::*;
     let row: usize = blocks.iter().sum();
-    assert_eq!(row * outer, n, "concat: blocks cover the output");
-    if row >= piece {
+    assert_eq!(pre + row * outer, n, "concat: blocks cover the output");
+    if row >= piece || pre > 0 {
         // Long rows (a channel concat at batch 1): each row's blocks cut into pieces of
         // at most `piece` elements (fewer than n / piece + outer · inputs of them).
         let mut pieces: Vec<(&[T], usize)> = Vec::new();
-        let mut at = 0;
+        let mut at = pre;
         for k in 0..outer {
             for (s, &b) in slices.iter().zip(blocks) {
                 for c in s[k * b..(k + 1) * b].chunks(piece) {
@@ -351,9 +413,9 @@ fn concat_copy<T: Copy + Send + Sync + 'static>(
             }
         }
         pieces.par_iter().for_each(|&(src, off)| {
-            // SAFETY: [off, off + src.len()) lies inside the n reserved elements and no
-            // other piece writes it (offsets advance by each piece's length); `src` does
-            // not overlap the fresh output.
+            // SAFETY: [off, off + src.len()) lies inside the n reserved elements, past the
+            // `pre` kept ones, and no other piece writes it (offsets advance by each
+            // piece's length); `src` is another tensor's, not this buffer.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.get().add(off), src.len()) };
         });
     } else {
@@ -372,8 +434,8 @@ fn concat_copy<T: Copy + Send + Sync + 'static>(
             }
         });
     }
-    // SAFETY: every element of [0, n) was written by exactly one task (the blocks of each
-    // row tile it: checked above).
+    // SAFETY: every element of [pre, n) was written by exactly one task (the blocks of
+    // each row tile it: checked above), and [0, pre) held values already.
     unsafe { o.set_len(n) };
     o
 }
@@ -541,20 +603,29 @@ mod tests {
                 assert_eq!(*g, ins[k].1[off], "output {o} (index {idx:?})");
             }
         }
-        let dims_of = |axis: usize| -> Vec<Vec<usize>> {
-            match axis {
-                0 => vec![vec![37, 64, 55], vec![91, 64, 55], vec![5, 64, 55]],
-                1 => vec![vec![2, 64, 3025], vec![2, 128, 3025], vec![2, 7, 3025]],
-                _ => vec![vec![300, 7, 129], vec![300, 7, 1000], vec![300, 7, 3]],
-            }
-        };
+        let cases: [(usize, Vec<Vec<usize>>); 5] = [
+            (0, vec![vec![37, 64, 55], vec![91, 64, 55], vec![5, 64, 55]]),
+            (
+                1,
+                vec![vec![2, 64, 3025], vec![2, 128, 3025], vec![2, 7, 3025]],
+            ),
+            // Batch 1: `concat_onto` extends the first input's buffer.
+            (
+                1,
+                vec![vec![1, 64, 3025], vec![1, 128, 3025], vec![1, 7, 3025]],
+            ),
+            (1, vec![vec![1, 3, 5], vec![1, 2, 5]]),
+            (
+                2,
+                vec![vec![300, 7, 129], vec![300, 7, 1000], vec![300, 7, 3]],
+            ),
+        ];
         for threads in [1, 3] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            for axis in 0..3 {
-                let dims = dims_of(axis);
+            for (axis, dims) in cases.iter().cloned() {
                 let f: Vec<(Vec<usize>, Vec<f32>)> = dims
                     .iter()
                     .enumerate()
@@ -593,7 +664,58 @@ mod tests {
                     panic!("concat of i64 gave {}", gl.dtype())
                 };
                 check(&l, axis, gl);
+                // `concat_onto`: the first input's buffer taken, exactly as long (the
+                // copy grows it) or with room for the output (it stays where it is).
+                let lead = dims[0][..axis].iter().all(|&d| d == 1);
+                let n: usize = od.iter().product();
+                for room in [false, true] {
+                    let mut v = Vec::with_capacity(if room { n } else { 0 });
+                    v.extend_from_slice(&f[0].1);
+                    let first = Tensor::from_f32(&dims[0], v).unwrap();
+                    let at = first.as_f32().unwrap().as_ptr();
+                    let rest: Vec<&Tensor> = tf[1..].iter().collect();
+                    let out = Shape::new(&od, DType::F32);
+                    // The count is the running thread's.
+                    let (got, onto) = pool.install(|| {
+                        let (b0, b1) = super::concats_onto();
+                        let t = super::concat_onto(first, &rest, axis, &out).unwrap();
+                        let (a0, a1) = super::concats_onto();
+                        (t, (a0 - b0, a1 - b1))
+                    });
+                    check(&f, axis, got.as_f32().unwrap());
+                    assert_eq!(onto, (u64::from(lead), u64::from(lead && room)), "{dims:?}");
+                    if lead && room {
+                        assert_eq!(got.as_f32().unwrap().as_ptr(), at, "moved: {dims:?}");
+                    }
+                    let first = Tensor::from_i64(&dims[0], l[0].1.clone()).unwrap();
+                    let rest: Vec<&Tensor> = tl[1..].iter().collect();
+                    let out = Shape::new(&od, DType::I64);
+                    let got =
+                        pool.install(|| super::concat_onto(first, &rest, axis, &out).unwrap());
+                    let rlx_ir::TensorData::I64(gl) = got.data() else {
+                        panic!("concat_onto of i64 gave {}", got.dtype())
+                    };
+                    check(&l, axis, gl);
+                }
             }
+        }
+    }
+
+    /// `concat_onto` refuses what `concat` refuses, with the same message, whether or not
+    /// the layout would let it extend the first input.
+    #[test]
+    fn concat_onto_errors_as_concat() {
+        use rlx_ir::{DType, Shape, Tensor};
+        let a = Tensor::from_f32(&[1, 2, 3], vec![1.0; 6]).unwrap();
+        let b = Tensor::from_f32(&[1, 2, 4], vec![2.0; 8]).unwrap();
+        let c = Tensor::from_i64(&[1, 2, 3], vec![3; 6]).unwrap();
+        for (rest, od) in [(&b, [1, 4, 3]), (&c, [1, 4, 3]), (&a, [1, 5, 3])] {
+            let out = Shape::new(&od, DType::F32);
+            let want = super::concat(&[&a, rest], 1, &out).unwrap_err().to_string();
+            let got = super::concat_onto(a.clone(), &[rest], 1, &out)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(got, want);
         }
     }
 
