@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 export RLX_BIN=${RLX_BIN:-$PWD/.devbin/rlx}
 MODELS=${1:-bert,gpt2,qwen3,squeezenet,mobilenet_v2,efficientnet_b0,resnet18,resnet50}
 # Which parts run (comma-separated): table (bench.py), nodecmp (per-node gaps), ab (opt-in
-# kernels A/B). Default: all three.
+# kernels A/B), abbin (this binary against an earlier one, below). Default: the first three.
 STEPS=${HOST_STEPS:-table,nodecmp,ab}
 # bench.py runs onnxruntime with .venv/bin/python: where there is none (the device machine),
 # the machine's python3 stands in. A wrapper, not a symlink: that python3 is itself a venv's,
@@ -56,4 +56,23 @@ AB_VAR=${HOST_AB_VAR:-RLX_CPU_MK_ROWS}
     done
   done
 done > "$OUT/ab.txt"
+# This binary against an earlier build (HOST_AB_BASE, default .devbin/rlx_base), and against
+# itself under HOST_ABBIN_ENV (e.g. RLX_CPU_MK_IM=0: the change that variable undoes), in
+# HOST_ABBIN_ROUNDS interleaved rounds (default 5) per model and thread count, pinned.
+BASE=${HOST_AB_BASE:-$PWD/.devbin/rlx_base}
+[[ ",$STEPS," == *,abbin,* ]] && for r in $(seq "${HOST_ABBIN_ROUNDS:-5}"); do
+  for m in ${HOST_ABBIN_MODELS:-squeezenet}; do
+    for t in ${HOST_ABBIN_THREADS:-1 2}; do
+      for v in base env new; do
+        case $v in
+          base) cmd=("$BASE") ;;
+          env) cmd=(env ${HOST_ABBIN_ENV:-RLX_CPU_MK_IM=0} "$RLX_BIN") ;;
+          new) cmd=("$RLX_BIN") ;;
+        esac
+        res=$(taskset -c 0-$((t - 1)) "${cmd[@]}" bench "bench/models/$m" --threads "$t" --max-time 1.5 2>&1 | grep -E 'median|min' | tr '\n' ' ')
+        echo "round=$r $m threads=$t $v $res"
+      done
+    done
+  done
+done > "$OUT/abbin.txt"
 uptime >> "$OUT/lscpu.txt"

@@ -199,17 +199,33 @@ fn inf_and_nan_from_a_winograd_conv_are_the_direct_conv_ones() {
 /// The Winograd path is skipped for a plane of under 32 2×2 tiles whose transformed
 /// weights exceed 1 MiB (`conv::winograd_pays`: in a model those weights come from memory
 /// each run, and are used only a few times per run) and taken for the same weights on a
-/// larger plane or for small weights on the small plane; every case matches the ONNX
-/// Conv definition computed here in f64.
+/// larger plane or for small weights on the small plane; it yields to RLX's product kernel
+/// (where this CPU runs it: `conv::pack_form`) when tiles × input channels are under 4096
+/// (`winograd::packed_first`). Every case matches the ONNX Conv definition computed here
+/// in f64.
 #[test]
 fn winograd_is_skipped_on_small_planes_with_large_weights() {
-    // (output channels, input channels, plane, Winograd expected)
+    // (output channels, input channels, plane, Winograd expected, or None: Winograd where
+    // the packed kernel does not take the conv on this CPU)
     let cases = [
-        (128, 160, 7, false), // 16 tiles, 16·128·160·4 B = 1.25 MiB transformed
-        (128, 160, 12, true), // 36 tiles
-        (64, 64, 7, true),    // 16 tiles, 0.25 MiB
+        (128, 160, 7, Some(false)), // 16 tiles, 16·128·160·4 B = 1.25 MiB transformed
+        (128, 160, 12, Some(true)), // 36 tiles (× 160 channels: 5760)
+        (64, 192, 10, Some(true)),  // 25 tiles (× 192: 4800), 0.75 MiB
+        (64, 64, 7, None),          // 16 tiles × 64 channels: 1024
+        (256, 64, 13, None),        // SqueezeNet's expand 3×3 at 13²: 49 × 64 = 3136
+        (128, 32, 27, Some(true)),  // and at 27²: 196 × 32 = 6272
     ];
     for (m, c, hw, wino) in cases {
+        let attrs = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(1, 1), (1, 1)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let wino = wino.unwrap_or_else(|| {
+            let w = Tensor::from_f32(&[m, c, 3, 3], vec![0.0; m * c * 9]).unwrap();
+            rlx_kernels::kernels::conv::pack_form(&w, &attrs, &s(&[1, m, hw, hw])).is_none()
+        });
         let mut g = Graph::new("wino-plane");
         let x = g.input("x", s(&[1, c, hw, hw]));
         let wv: Vec<f32> = (0..m * c * 9)
@@ -219,12 +235,6 @@ fn winograd_is_skipped_on_small_planes_with_large_weights() {
             .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
             .collect();
         let w = g.constant(Tensor::from_f32(&[m, c, 3, 3], wv.clone()).unwrap());
-        let attrs = ConvAttrs {
-            strides: vec![1, 1],
-            pads: vec![(1, 1), (1, 1)],
-            dilations: vec![1, 1],
-            groups: 1,
-        };
         let y = g.add_node(Op::Conv(attrs), vec![x, w], s(&[1, m, hw, hw]));
         g.set_outputs(vec![y]);
         let mut ex = CpuExecutor::new(g).unwrap();

@@ -547,7 +547,10 @@ pub fn winograd_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<Winogr
 pub fn winograd_takes(w: &Tensor, a: &ConvAttrs, out: &Shape) -> bool {
     let wd = w.dims();
     let pays = match out.static_dims().as_deref() {
-        Some(&[n, _, oh, ow]) if wd.len() == 4 => winograd_pays(wd[0], wd[1], n, oh, ow),
+        Some(&[n, _, oh, ow]) if wd.len() == 4 => {
+            winograd_pays(wd[0], wd[1], n, oh, ow)
+                && !packed_first(w, a, out, n * oh.div_ceil(2) * ow.div_ceil(2))
+        }
         _ => true,
     };
     w.dtype() == rlx_ir::DType::F32
@@ -590,6 +593,30 @@ pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) 
     let tiles = n * oh.div_ceil(2) * ow.div_ceil(2);
     tiles >= WINOGRAD_MIN_TILES || 16 * m * c * 4 <= WINOGRAD_SMALL_WEIGHTS
 }
+
+/// True where RLX's product kernel reading the input in place (`packed_im`: where
+/// [`super::packed::pack_form`] packs a stride-1 3×3 conv) is the faster path: `tiles` 2×2 tiles times
+/// input channels under [`WINOGRAD_PACKED_WORK`]. There the input and output transforms,
+/// done per tile and channel, weigh on a product too short to pay them back. SqueezeNet's
+/// 3×3 expand convs at 13² (49 tiles, 48 and 64 channels; per node, 1 thread, Xeon):
+/// 400 → 353 µs and 218 → 205 (bench/NOTES.md §31), ~10% again in §34; at 27² (196 tiles,
+/// 32 channels) and ResNet's (49 tiles × 256 channels and up) Winograd stays ahead.
+fn packed_first(w: &Tensor, a: &ConvAttrs, out: &Shape, tiles: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let c = w.dims().get(1).copied().unwrap_or(0);
+        tiles.saturating_mul(c) < WINOGRAD_PACKED_WORK
+            && super::packed::pack_form(w, a, out).is_some()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (w, a, out, tiles);
+        false
+    }
+}
+
+/// See [`packed_first`].
+pub(crate) const WINOGRAD_PACKED_WORK: usize = 4096;
 
 /// See [`winograd_pays`].
 pub(crate) const WINOGRAD_MIN_TILES: usize = 32;
