@@ -189,7 +189,9 @@ fn wino_run(
     let wt = Tensor::new(vec![m, c, 3, 3], TensorData::F32(w.to_vec())).unwrap();
     let bt = Tensor::new(vec![m], TensorData::F32(b.to_vec())).unwrap();
     let out = Shape::new(&[n, m, oh, ow], DType::F32);
-    let wg = winograd_weights(&wt, &a, &out).expect("a 3x3 stride-1 conv takes the Winograd path");
+    // The transform itself: whether a model's conv takes this path (`winograd_takes`: channels,
+    // plane, the packed kernel first on small work) is the executor's choice, tested there.
+    let wg = winograd_transform(&wt).expect("finite 3x3 weights");
     let d = winograd::Dims {
         n,
         h,
