@@ -40,7 +40,9 @@ echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
   --results "$OUT/RESULTS-host.md" > "$OUT/bench.log" 2>&1
 [[ ",$STEPS," == *,nodecmp,* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
   echo "== $m"
-  timeout 90 python3 bench/tools/node_cmp.py "bench/models/$m" --threads 1 --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
+  for t in ${NODECMP_THREADS:-1}; do
+    timeout 90 python3 bench/tools/node_cmp.py "bench/models/$m" --threads "$t" --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
+  done
 done > "$OUT/node_cmp.txt"
 # A variable's 0 against 1 (default RLX_CPU_MK_ROWS, bench/NOTES.md §27; HOST_AB_VAR picks
 # another, HOST_AB_MODELS the models, HOST_AB_THREADS the thread counts), 3 interleaved

@@ -1,9 +1,11 @@
 //! A 2-D f32 conv whose output only a MaxPool reads (the stem of SqueezeNet and of
-//! ResNet: Conv → Relu → MaxPool 3×3/2), run in bands of output rows on one thread: each
-//! band of the conv's output is computed into a buffer that stays in L2 and max-pooled at
-//! once, so the conv's whole output (3 MB for a 64×112×112 stem) is never written to memory
-//! and read back. onnxruntime runs the two as separate nodes. With several threads the two
-//! run whole, one after the other (bench/NOTES.md §30: bands on all threads did not win).
+//! ResNet: Conv → Relu → MaxPool 3×3/2), run in bands of output rows: each band of the
+//! conv's output is computed into a buffer that stays in L2 and max-pooled at once, so the
+//! conv's whole output (3 MB for a 64×112×112 stem) is never written to memory and read
+//! back. onnxruntime runs the two as separate nodes. With several threads the bands run in
+//! parallel, a multiple of the thread count of them (bench/NOTES.md §34: the two ops whole
+//! did not scale at 2 threads on the Xeon host, 586 → 582 µs for SqueezeNet's stem; §30
+//! found bands on all threads no faster than whole on AMD Zen 4).
 //!
 //! **Same values as the two nodes, up to the conv's summation order.** Band `[p0, p1)` of
 //! the pool's output rows reads the conv's output rows `[p0·s − pt, (p1 − 1)·s − pt + k)`
@@ -77,7 +79,7 @@ pub fn conv_max_pool(
     pa: &PoolAttrs,
     pool_out: &Shape,
     band_bytes: usize,
-    conv: &dyn Fn(&Tensor, &ConvAttrs, &Shape) -> KResult<Tensor>,
+    conv: &(dyn Fn(&Tensor, &ConvAttrs, &Shape) -> KResult<Tensor> + Sync),
 ) -> KResult<Tensor> {
     if !fits(conv_out, pa, pool_out) {
         return invalid("conv+MaxPool bands: not a 2-D f32 MaxPool after a 2-D conv");
@@ -106,17 +108,22 @@ pub fn conv_max_pool(
     if conv_rows.s == 0 || pool_rows.s == 0 || pool_rows.span == 0 {
         return invalid("conv+MaxPool bands: a stride or window of 0");
     }
-    // Pool output rows per band: the conv rows they read fill about `band_bytes`.
+    // Pool output rows per band: the conv rows they read fill about `band_bytes`. With
+    // several threads, a multiple of the thread count of near-equal bands (5 bands of 13
+    // rows at 2 threads left one thread 3 of them: 6 of 9-10 instead).
     let row_bytes = (m * ow * 4).max(1);
     let conv_rows_per_band = (band_bytes / row_bytes).max(pool_rows.span);
-    let per_band = ((conv_rows_per_band - pool_rows.span) / pool_rows.s + 1).max(1);
+    let mut per_band = ((conv_rows_per_band - pool_rows.span) / pool_rows.s + 1).max(1);
+    let threads = rayon::current_num_threads();
+    if threads > 1 && per_band < ph {
+        let nb = ph.div_ceil(per_band).div_ceil(threads) * threads;
+        per_band = ph.div_ceil(nb).max(1);
+    }
     if n == 0 || m == 0 || ph == 0 || pw == 0 {
         return make(pd, TensorData::F32(Vec::new()));
     }
-    // One band, or several threads: the two ops whole. (Bands on all threads, each band's
-    // conv in its own core's L2, did not win at 2 threads on AMD Zen 4, bench/NOTES.md §30:
-    // the rows computed twice cost what the cache saved.)
-    if (per_band >= ph && n == 1) || rayon::current_num_threads() > 1 {
+    // One band: the two ops whole.
+    if per_band >= ph && n == 1 {
         let y = conv(x, ca, conv_out)?;
         let p = crate::kernels::pool::pool(&y, pa, pool_out)?;
         crate::buffers::give(y.into_data());
@@ -125,50 +132,75 @@ pub fn conv_max_pool(
     // The pool's attributes with every default spelled out (its top padding is set per band).
     let pool_attrs = crate::kernels::pool::with_defaults(pa, 2);
     let plane_out = ph * pw;
-    let mut out = crate::buffers::overwritten::<f32>(n * m * plane_out);
-    for (img, dst) in out.chunks_mut(m * plane_out).enumerate() {
+    // Band `[p0, p1)` of image `img`'s pool output: its rows of every plane written into
+    // `dst` (planes `stride` apart, from `off`).
+    let band = |img: usize, p0: usize, dst: &mut [f32], stride: usize, off: usize| -> KResult<()> {
         let ximg = &xv[img * c * h * w..(img + 1) * c * h * w];
-        for p0 in (0..ph).step_by(per_band) {
-            // Pool output rows [p0, p1), written straight into each plane of `dst`.
-            let p1 = (p0 + per_band).min(ph);
-            // The conv rows this band's windows read, clipped to the conv's output.
-            let (lo, hi) = pool_rows.input(p0, p1);
-            let (r0, r1) = (lo.max(0) as usize, (hi.min(oh as isize)).max(0) as usize);
-            if r0 >= r1 {
-                // Windows wholly in the padding: no tap, -inf (the pool's own rule).
-                for plane in dst.chunks_mut(plane_out) {
-                    plane[p0 * pw..p1 * pw].fill(f32::NEG_INFINITY);
-                }
-                continue;
+        let p1 = (p0 + per_band).min(ph);
+        // The conv rows this band's windows read, clipped to the conv's output.
+        let (lo, hi) = pool_rows.input(p0, p1);
+        let (r0, r1) = (lo.max(0) as usize, (hi.min(oh as isize)).max(0) as usize);
+        if r0 >= r1 {
+            // Windows wholly in the padding: no tap, -inf (the pool's own rule).
+            for plane in dst.chunks_mut(stride).take(m) {
+                plane[off..off + (p1 - p0) * pw].fill(f32::NEG_INFINITY);
             }
-            // The input rows those conv rows read, and the padding left at the band's edges.
-            let (ilo, ihi) = conv_rows.input(r0, r1);
-            let (i0, i1) = (ilo.max(0) as usize, (ihi.min(h as isize)).max(0) as usize);
-            let mut sub_ca = ca.clone();
-            if sub_ca.pads.is_empty() {
-                sub_ca.pads = vec![(0, 0); 2];
+            return Ok(());
+        }
+        // The input rows those conv rows read, and the padding left at the band's edges.
+        let (ilo, ihi) = conv_rows.input(r0, r1);
+        let (i0, i1) = (ilo.max(0) as usize, (ihi.min(h as isize)).max(0) as usize);
+        let mut sub_ca = ca.clone();
+        if sub_ca.pads.is_empty() {
+            sub_ca.pads = vec![(0, 0); 2];
+        }
+        sub_ca.pads[0] = ((-ilo).max(0) as usize, (ihi - h as isize).max(0) as usize);
+        let rows_in = i1.saturating_sub(i0);
+        let mut xb = crate::buffers::overwritten::<f32>(c * rows_in * w);
+        for (ch, rows) in xb.chunks_mut(rows_in * w).enumerate() {
+            rows.copy_from_slice(&ximg[ch * h * w + i0 * w..][..rows_in * w]);
+        }
+        let xb = make(&[1, c, rows_in, w][..], TensorData::F32(xb))?;
+        let band_shape = Shape::new(&[1, m, r1 - r0, ow], rlx_ir::DType::F32);
+        let y = conv(&xb, &sub_ca, &band_shape)?;
+        crate::buffers::give(xb.into_data());
+        let mut sub_pa = pool_attrs.clone();
+        sub_pa.pads[0] = ((-lo).max(0) as usize, (hi - oh as isize).max(0) as usize);
+        crate::kernels::pool::pool_2d_into(&y, &sub_pa, [p1 - p0, pw], dst, stride, off)?;
+        crate::buffers::give(y.into_data());
+        Ok(())
+    };
+    let mut out = crate::buffers::overwritten::<f32>(n * m * plane_out);
+    if threads > 1 {
+        // Bands over the threads, each band's conv rows in its own core's cache: each
+        // writes its pooled rows `[m][p1 − p0][pw]` into a buffer of its own, copied into
+        // the planes after (the pool output is a quarter of the conv's).
+        use rayon::prelude::*;
+        let starts: Vec<(usize, usize)> = (0..n)
+            .flat_map(|img| (0..ph).step_by(per_band).map(move |p0| (img, p0)))
+            .collect();
+        let parts: Vec<Vec<f32>> = starts
+            .par_iter()
+            .map(|&(img, p0)| {
+                let rows = (p0 + per_band).min(ph) - p0;
+                let mut part = crate::buffers::overwritten::<f32>(m * rows * pw);
+                band(img, p0, &mut part, rows * pw, 0)?;
+                Ok(part)
+            })
+            .collect::<KResult<_>>()?;
+        for (&(img, p0), part) in starts.iter().zip(parts) {
+            let rows = part.len() / m.max(1);
+            let dst = &mut out[img * m * plane_out..(img + 1) * m * plane_out];
+            for (plane, src) in dst.chunks_mut(plane_out).zip(part.chunks(rows)) {
+                plane[p0 * pw..p0 * pw + rows].copy_from_slice(src);
             }
-            sub_ca.pads[0] = ((-ilo).max(0) as usize, (ihi - h as isize).max(0) as usize);
-            let rows_in = i1.saturating_sub(i0);
-            let mut xb = crate::buffers::overwritten::<f32>(c * rows_in * w);
-            for (ch, rows) in xb.chunks_mut(rows_in * w).enumerate() {
-                rows.copy_from_slice(&ximg[ch * h * w + i0 * w..][..rows_in * w]);
+            crate::buffers::give(TensorData::F32(part));
+        }
+    } else {
+        for (img, dst) in out.chunks_mut(m * plane_out).enumerate() {
+            for p0 in (0..ph).step_by(per_band) {
+                band(img, p0, dst, plane_out, p0 * pw)?;
             }
-            let xb = make(&[1, c, rows_in, w][..], TensorData::F32(xb))?;
-            let band_shape = Shape::new(&[1, m, r1 - r0, ow], rlx_ir::DType::F32);
-            let y = conv(&xb, &sub_ca, &band_shape)?;
-            crate::buffers::give(xb.into_data());
-            let mut sub_pa = pool_attrs.clone();
-            sub_pa.pads[0] = ((-lo).max(0) as usize, (hi - oh as isize).max(0) as usize);
-            crate::kernels::pool::pool_2d_into(
-                &y,
-                &sub_pa,
-                [p1 - p0, pw],
-                dst,
-                plane_out,
-                p0 * pw,
-            )?;
-            crate::buffers::give(y.into_data());
         }
     }
     make(pd, TensorData::F32(out))
@@ -273,7 +305,7 @@ mod tests {
             for (i, (a, b)) in got.iter().zip(want).enumerate() {
                 // Sums of up to 5·7·7 terms of magnitude below 1 in f32: a few ulps of
                 // the largest partial sum.
-                let ok = if band_bytes == 1 << 30 || rayon::current_num_threads() > 1 {
+                let ok = if band_bytes == 1 << 30 {
                     a.to_bits() == b.to_bits()
                 } else {
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs())
@@ -285,7 +317,7 @@ mod tests {
 
     #[test]
     fn bands_give_the_values_of_the_conv_then_the_pool() {
-        // One thread (bands) and three (the two ops whole).
+        // One thread (bands in turn) and three (bands in parallel, 3 or 6 of them).
         for threads in [1, 3] {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
