@@ -285,13 +285,18 @@ pub(super) fn conv_float<
             rows = r;
         }
     }
-    // A conv in one block below GEMM_PAR_FLOPS, whose product gemm would run on one thread,
-    // gets one block of rows per thread instead; a 1×1 conv whose rows would be too short
-    // for that, a range of output channels per thread.
-    let small = (CONV_SPLIT_FLOPS..GEMM_PAR_FLOPS).contains(&flops);
+    // A conv in one block below SPLIT_MAX_FLOPS gets blocks of rows over the threads instead
+    // of gemm's own split (below GEMM_PAR_FLOPS gemm would run it on one thread; above, its
+    // split lost to running on one thread for SqueezeNet's 16←128 at 55² and 32←256 at
+    // 27², bench/NOTES.md §34): up to SPLIT_PER_THREAD blocks per thread, each of at least
+    // PAR_MIN_COLS pixels, so a thread that runs slower (another guest on its core) takes
+    // fewer; a 1×1 conv whose rows would be too short for two, a range of output channels
+    // per thread.
+    let small = (CONV_SPLIT_FLOPS..SPLIT_MAX_FLOPS).contains(&flops);
     let mut mparts = 1;
     if threads > 1 && g.sp.len() == 2 && small && nb0 == 1 {
-        let r = oh.div_ceil(threads);
+        let per = (oh * ow / PAR_MIN_COLS / threads).clamp(1, SPLIT_PER_THREAD);
+        let r = oh.div_ceil(threads * per);
         if r * ow >= PAR_MIN_COLS {
             rows = r;
         } else if direct && mg >= 16 {
@@ -441,3 +446,11 @@ const PAR_MIN_COLS: usize = 192;
 /// Fewest multiply-adds for which [`conv_float`] splits a conv in one row block over the
 /// threads (below [`GEMM_PAR_FLOPS`], gemm runs its product on one thread).
 pub const CONV_SPLIT_FLOPS: usize = 1 << 20;
+
+/// Most multiply-adds for which [`conv_float`] splits a conv in one row block itself rather
+/// than through gemm's split (8 × [`GEMM_PAR_FLOPS`]).
+const SPLIT_MAX_FLOPS: usize = 8 * GEMM_PAR_FLOPS;
+
+/// Most row blocks per thread in [`conv_float`]'s own split (2 threads, SqueezeNet's
+/// 128←32 at 27² and 16←64 at 55²: 92-98 → 60-65 and 118 → 87 µs with 4 against 1).
+const SPLIT_PER_THREAD: usize = 4;

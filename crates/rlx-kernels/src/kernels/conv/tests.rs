@@ -682,3 +682,72 @@ fn depthwise_tracking_sees_every_position() {
         }
     }
 }
+
+/// 1×1 convs in one row block between 1 M and 32 M multiply-adds (SqueezeNet's squeeze
+/// convs, ResNet's 64←64 at 56²) through gemm on every thread count: `conv_float` splits
+/// them in up to four row blocks per thread (or gemm splits the larger ones itself: the
+/// path depends on the thread count), and every output is bit for bit the 1-thread run's
+/// and within rounding of the f64 definition, with a Relu clamp, NaN and ±inf inputs kept
+/// where they land.
+#[test]
+fn gemm_convs_split_over_threads_give_one_threads_bits() {
+    // (input channels, output channels, plane)
+    let cases = [
+        (128, 16, 55),
+        (256, 32, 27),
+        (32, 128, 27),
+        (64, 64, 56),
+        (16, 64, 55),
+    ];
+    for (ci, (c, m, hw)) in cases.into_iter().enumerate() {
+        let a = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(0, 0), (0, 0)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let mut x: Vec<f32> = (0..c * hw * hw)
+            .map(|i| ((i * 7919 + ci) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let n = x.len();
+        x[n / 2] = f32::NAN;
+        x[n / 3 + 5] = f32::INFINITY;
+        x[n - 1] = f32::NEG_INFINITY;
+        let w: Vec<f32> = (0..m * c)
+            .map(|i| ((i * 104729) % 89) as f32 / 440.0 - 0.1)
+            .collect();
+        let b: Vec<f32> = (0..m).map(|i| i as f32 * 0.01 - 0.2).collect();
+        let (want, _) = naive(&x, [1, c, hw, hw], &w, [m, c, 1, 1], &b, 1, 1, 0, 1);
+        let xt = Tensor::new(vec![1, c, hw, hw], TensorData::F32(x.clone())).unwrap();
+        let wt = Tensor::new(vec![m, c, 1, 1], TensorData::F32(w.clone())).unwrap();
+        let bt = Tensor::new(vec![m], TensorData::F32(b.clone())).unwrap();
+        let out = Shape::new(&[1, m, hw, hw], DType::F32);
+        let act = Act {
+            clamp: Some(Clamp::RELU),
+            ..Act::NONE
+        };
+        let mut first: Option<Vec<u32>> = None;
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let y = pool.install(|| conv_post(&xt, &wt, Some(&bt), &a, &out, act, None).unwrap());
+            let y = y.as_f32().unwrap();
+            for (i, (&g, &r)) in y.iter().zip(&want).enumerate() {
+                let r = if r.is_nan() { r } else { r.max(0.0) };
+                let ok =
+                    (g.is_nan() && r.is_nan()) || g == r || (g - r).abs() <= 1e-5 * (1.0 + r.abs());
+                assert!(
+                    ok,
+                    "case {ci}, {threads} threads, output {i}: {g} against {r}"
+                );
+            }
+            let bits: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+            match &first {
+                None => first = Some(bits),
+                Some(f) => assert!(f == &bits, "case {ci}: {threads} threads differ from 1"),
+            }
+        }
+    }
+}
