@@ -268,6 +268,21 @@ pub(crate) fn broadcast(x: &Tensor, dims: &[usize]) -> KResult<Tensor> {
 
 /// `Op::Concat` along `axis`; every input has the same rank and dims off the axis.
 pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor> {
+    let od = concat_dims(xs, axis, out)?;
+    let outer: usize = od[..axis].iter().product();
+    let first = xs[0].data();
+    let data = map_same!(first, _v => {
+        let slices: Vec<&[_]> = xs.iter().map(|x| slice_like(_v, x.data())).collect();
+        let blocks: Vec<usize> = xs.iter().map(|x| x.dims()[axis..].iter().product()).collect();
+        concat_copy(Vec::new(), &slices, &blocks, outer, od.iter().product())
+    });
+    make(od, data)
+}
+
+/// The output dims of [`concat`] of `xs` along `axis`, after checking that the inputs fit
+/// them (one dtype, the output's rank and dims off the axis, sizes summing to its size on
+/// the axis).
+fn concat_dims(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<rlx_ir::Dims> {
     let od = out_dims(out)?;
     if xs.is_empty() {
         return invalid("concat of no inputs");
@@ -295,14 +310,7 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor
             od[axis]
         ));
     }
-    let outer: usize = od[..axis].iter().product();
-    let first = xs[0].data();
-    let data = map_same!(first, _v => {
-        let slices: Vec<&[_]> = xs.iter().map(|x| slice_like(_v, x.data())).collect();
-        let blocks: Vec<usize> = xs.iter().map(|x| x.dims()[axis..].iter().product()).collect();
-        concat_copy(Vec::new(), &slices, &blocks, outer, od.iter().product())
-    });
-    make(od, data)
+    Ok(od)
 }
 
 /// [`concat`] of `first` and `rest` (in that order) that takes `first`'s buffer: where the
@@ -312,27 +320,11 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor
 /// for it, `crate::buffers::reserve_next`). The same values as [`concat`]; other layouts
 /// run [`concat`] itself. Errors as [`concat`].
 pub fn concat_onto(first: Tensor, rest: &[&Tensor], axis: usize, out: &Shape) -> KResult<Tensor> {
-    let od = out_dims(out)?;
     let mut all: Vec<&Tensor> = Vec::with_capacity(1 + rest.len());
     all.push(&first);
     all.extend_from_slice(rest);
-    let lead = axis < od.len() && od[..axis].iter().all(|&d| d == 1);
-    if !lead || first.dims().len() != od.len() {
-        return concat(&all, axis, out);
-    }
-    // Checks every input as `concat` does (an error leaves `first` untouched, then dropped).
-    let mut total = 0;
-    for x in &all {
-        let d = x.dims();
-        if x.dtype() != first.dtype()
-            || d.len() != od.len()
-            || (0..od.len()).any(|i| i != axis && d[i] != od[i])
-        {
-            return concat(&all, axis, out);
-        }
-        total += d[axis];
-    }
-    if total != od[axis] {
+    let od = concat_dims(&all, axis, out)?;
+    if od[..axis].iter().any(|&d| d != 1) {
         return concat(&all, axis, out);
     }
     drop(all);
