@@ -595,12 +595,13 @@ pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) 
 }
 
 /// True where RLX's product kernel reading the input in place (`packed_im`: where
-/// [`super::packed::pack_form`] packs a stride-1 3×3 conv) is the faster path: `tiles` 2×2 tiles times
-/// input channels under [`WINOGRAD_PACKED_WORK`]. There the input and output transforms,
-/// done per tile and channel, weigh on a product too short to pay them back. SqueezeNet's
-/// 3×3 expand convs at 13² (49 tiles, 48 and 64 channels; per node, 1 thread, Xeon):
-/// 400 → 353 µs and 218 → 205 (bench/NOTES.md §31), ~10% again in §34; at 27² (196 tiles,
-/// 32 channels) and ResNet's (49 tiles × 256 channels and up) Winograd stays ahead.
+/// [`super::packed::pack_form`] packs a stride-1 3×3 conv) is the faster path: `tiles` 2×2
+/// tiles times input channels under [`WINOGRAD_PACKED_WORK`]. There the input and output
+/// transforms, done per tile and channel, weigh on a product too short to pay them back.
+/// SqueezeNet's 3×3 expand convs at 13² (49 tiles, 48 and 64 channels; per node, 1 thread,
+/// Xeon): 400 → 353 µs and 218 → 205 (bench/NOTES.md §31); the whole model 0.977 at 1
+/// thread and 0.915 at 2 on the device host (§34). At 27² (196 tiles, 32 channels) and on
+/// ResNet's (49 tiles × 256 channels and up) Winograd stays ahead.
 fn packed_first(w: &Tensor, a: &ConvAttrs, out: &Shape, tiles: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
