@@ -70,6 +70,12 @@ const TILE: usize = NV * 16;
 /// Scratch bytes per task for its output tiles (channels × rows × `wq`), a part of L2.
 const BLOCK_BYTES: usize = 256 << 10;
 
+/// Tasks per thread when a conv is split over threads: rayon hands them out as threads
+/// free up, so a thread that runs slower (another guest on its core) takes fewer. Was 2;
+/// 4 came with the packed drivers' [`super::packed::Split`] (bench/NOTES.md §35), measured
+/// with it (2 threads, the device host: models 0.95-1.01), not alone.
+const PER_THREAD: usize = 4;
+
 /// Fewest positions per row block when rows are split for threads (4 tiles).
 const MIN_BLOCK_POS: usize = 4 * TILE;
 
@@ -321,23 +327,27 @@ pub(super) fn conv(
     koff_buf.extend((0..kk).map(tap));
     let koff = &koff_buf[..];
     // Row blocks of about BLOCK_BYTES of output (all channels), then, with threads, more
-    // blocks or channel ranges so that each thread gets about two tasks.
+    // blocks or channel ranges so that each thread gets about PER_THREAD tasks.
     let mut rows = (BLOCK_BYTES / 4 / (d.m * wq).max(1)).clamp(1, d.oh);
     let mut mchunk = d.m.div_ceil(MR) * MR;
     let threads = rayon::current_num_threads();
     let work = d.m * d.oh * wq * kk;
     let par = threads > 1 && work >= crate::kernels::matmul::GEMM_PAR_FLOPS;
     if par {
-        // Blocks of near-equal rows, a multiple of the thread count of them (at least two
-        // per thread): 55 rows in blocks of 17 (17, 17, 17, 4) left one thread 34 rows and
+        // Blocks of near-equal rows, a multiple of the thread count of them (at least
+        // PER_THREAD per thread): 55 rows in blocks of 17 (17, 17, 17, 4) left one thread 34 rows and
         // the other 21. Where such blocks would be too short, channel ranges instead.
-        let nb = d.oh.div_ceil(rows).max(2 * threads).div_ceil(threads) * threads;
+        let nb =
+            d.oh.div_ceil(rows)
+                .max(PER_THREAD * threads)
+                .div_ceil(threads)
+                * threads;
         let r = d.oh.div_ceil(nb).max(1);
         if r * wq >= MIN_BLOCK_POS {
             rows = r;
         } else {
             let nrb = d.oh.div_ceil(rows);
-            let noc = (2 * threads).div_ceil(nrb).min(d.m.div_ceil(MR));
+            let noc = (PER_THREAD * threads).div_ceil(nrb).min(d.m.div_ceil(MR));
             mchunk = d.m.div_ceil(noc).div_ceil(MR) * MR;
         }
     }

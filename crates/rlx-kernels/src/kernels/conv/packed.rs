@@ -285,6 +285,113 @@ fn rows_enabled() -> bool {
     })
 }
 
+/// How the packed drivers ([`run`] here, `packed_im`) cut a conv into tasks: per image,
+/// `chunks` blocks of output positions, each in `parts` ranges of channel blocks.
+///
+/// Without threads (or below [`CONV_SPLIT_FLOPS`]): blocks of `rows` output rows (sized by
+/// the driver so that a block's input and output stay in L2), one part. With threads, where
+/// those blocks give fewer than [`PARTS_PER_THREAD`] tasks per thread, more tasks, so that
+/// rayon hands them out as threads free up and a thread that runs slower (another guest on
+/// its core) takes fewer:
+/// * where an image's input (`x` values: the planes the conv reads) outweighs its weights
+///   (`w` values) and the driver can cut anywhere in a plane (`any_pos`), near-equal runs
+///   of positions: each task then reads all the weights and its positions' inputs. With
+///   channel ranges instead, each task reads every input position and its channels'
+///   weights, so every thread reads the whole input, half of it from the cache of the core
+///   that wrote it. MobileNetV2's 96←576 and 64←384 at 14² (input 2-4× the weights), 2
+///   threads, against one channel range per thread: 263-268 → 199-206 and 123-127 →
+///   110-111 µs (bench/NOTES.md §35);
+/// * else ranges of channel blocks (its 7² convs, weights 3-25× the input, lost by
+///   positions: 960←160 at 7² 121 → 238 µs).
+///
+/// Run and part boundaries fall at `i·total/count` (floor), so rayon's halving of the task
+/// range gives each half near-equal work (20 blocks in 8 parts: 2, 3, 2, 3, ...; with
+/// `ceil` sizes, 3, 3, 3, 3, 3, 3, 2 left one half 12 blocks and the other 8). A position's
+/// tiles and sums and a channel block's do not depend on the task they fall in: the bits
+/// do not depend on the split.
+pub(super) struct Split {
+    /// Output rows per block, or None for runs of positions.
+    rows: Option<usize>,
+    ow: usize,
+    p: usize,
+    nb: usize,
+    /// Blocks of positions per image.
+    pub chunks: usize,
+    /// Ranges of channel blocks per block of positions.
+    pub parts: usize,
+}
+
+impl Split {
+    /// `par`: several threads and enough work; `n` images of `(oh, ow)` output positions;
+    /// `rows`: the driver's cache-sized block; `nb` channel blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        par: bool,
+        n: usize,
+        (oh, ow): (usize, usize),
+        rows: usize,
+        any_pos: bool,
+        (x, w): (usize, usize),
+        nb: usize,
+        threads: usize,
+    ) -> Split {
+        let p = oh * ow;
+        let rows = rows.clamp(1, oh.max(1));
+        let mut s = Split {
+            rows: Some(rows),
+            ow,
+            p,
+            nb,
+            chunks: oh.div_ceil(rows),
+            parts: 1,
+        };
+        let want = PARTS_PER_THREAD * threads;
+        if !par || n * s.chunks >= want {
+            return s;
+        }
+        let runs = want.div_ceil(n).min(p / MIN_RUN);
+        if any_pos && x > w && runs > s.chunks {
+            s.rows = None;
+            s.chunks = runs;
+        }
+        if n * s.chunks < want {
+            s.parts = want.div_ceil(n * s.chunks).clamp(1, nb.max(1));
+        }
+        s
+    }
+
+    /// Tasks for `n` images.
+    pub(super) fn tasks(&self, n: usize) -> usize {
+        n * self.chunks * self.parts
+    }
+
+    /// Block `ci`'s first position and position count.
+    pub(super) fn span(&self, ci: usize) -> (usize, usize) {
+        match self.rows {
+            Some(r) => {
+                let oh = self.p / self.ow.max(1);
+                let (oy0, oy1) = (ci * r, ((ci + 1) * r).min(oh));
+                (oy0 * self.ow, (oy1 - oy0) * self.ow)
+            }
+            None => {
+                let (j0, j1) = (ci * self.p / self.chunks, (ci + 1) * self.p / self.chunks);
+                (j0, j1 - j0)
+            }
+        }
+    }
+
+    /// Part `mp`'s channel blocks `b0..b1`.
+    pub(super) fn blocks(&self, mp: usize) -> (usize, usize) {
+        (mp * self.nb / self.parts, (mp + 1) * self.nb / self.parts)
+    }
+}
+
+/// Tasks per thread that [`Split`] aims at.
+const PARTS_PER_THREAD: usize = 4;
+
+/// Fewest positions in a [`Split`]'s run of positions (about two tiles).
+const MIN_RUN: usize = 16;
+
 /// See [`packed_weights`].
 const MAX_PLANE_S2: usize = 64;
 
@@ -506,18 +613,13 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
     let kc_max = k.clamp(1, KC);
     // Blocks of output rows whose X and stripe fit CHUNK_BYTES.
     let rows = (CHUNK_BYTES / (4 * (k + mb)) / ow.max(1)).clamp(1, oh);
-    let nchunk = oh.div_ceil(rows);
     let threads = rayon::current_num_threads();
     let par = threads > 1 && g.n * m * p * k >= CONV_SPLIT_FLOPS;
-    // Too few row blocks to share out evenly: each block's channel blocks go in parts.
-    let mparts = if par && g.n * nchunk < 4 * threads {
-        threads.min(nb)
-    } else {
-        1
-    };
-    let per_part = nb.div_ceil(mparts);
-    let mparts = nb.div_ceil(per_part);
-    let tasks = g.n * nchunk * mparts;
+    // Runs of positions only where the columns are the input planes (im2col's are by row).
+    let xw = (g.c * plane, m * k);
+    let split = Split::new(par, g.n, (oh, ow), rows, direct, xw, nb, threads);
+    let (nchunk, mparts) = (split.chunks, split.parts);
+    let tasks = split.tasks(g.n);
     let dst = SendPtr(out.as_mut_ptr());
     // Block `b`'s stripe (`pb` positions from `j0` of image `ni`) into its NCHW output
     // rows, then the bias, residual, clamp and `post` per row as conv_float applies them.
@@ -533,9 +635,9 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
     let task = |t: usize| {
         let (ni, rest) = (t / (nchunk * mparts), t % (nchunk * mparts));
         let (ci, mp) = (rest / mparts, rest % mparts);
-        let (oy0, oy1) = (ci * rows, ((ci + 1) * rows).min(oh));
-        let (j0, pb) = (oy0 * ow, (oy1 - oy0) * ow);
-        let (b0, b1) = (mp * per_part, ((mp + 1) * per_part).min(nb));
+        let (j0, pb) = split.span(ci);
+        let (oy0, oy1) = (j0 / ow.max(1), (j0 + pb).div_ceil(ow.max(1)));
+        let (b0, b1) = split.blocks(mp);
         let xi = &x[ni * g.c * plane..(ni + 1) * g.c * plane];
         // Tiles of near-equal width, at most np_max.
         let nt = pb.div_ceil(np_max);

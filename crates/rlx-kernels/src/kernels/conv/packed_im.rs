@@ -83,16 +83,11 @@ pub(super) fn run(
         })
         .last()
         .unwrap_or(1);
-    let nchunk = oh.div_ceil(rows);
     let threads = rayon::current_num_threads();
     let par = threads > 1 && g.n * m * p * k >= CONV_SPLIT_FLOPS;
-    let mparts = if par && g.n * nchunk < 4 * threads {
-        threads.min(nb)
-    } else {
-        1
-    };
-    let per_part = nb.div_ceil(mparts);
-    let mparts = nb.div_ceil(per_part);
+    let xw = (g.c * h * w, m * k);
+    let split = super::packed::Split::new(par, g.n, (oh, ow), rows, true, xw, nb, threads);
+    let (nchunk, mparts) = (split.chunks, split.parts);
     let tasks = g.n * nchunk * mparts;
     let dst = SendPtr(out.as_mut_ptr());
     with_scratch(&PHASES, g.n * g.c * pplane, |xp: &mut [f32]| {
@@ -101,9 +96,8 @@ pub(super) fn run(
         let task = |t: usize| {
             let (ni, rest) = (t / (nchunk * mparts), t % (nchunk * mparts));
             let (ci, mp) = (rest / mparts, rest % mparts);
-            let (oy0, oy1) = (ci * rows, ((ci + 1) * rows).min(oh));
-            let (j0, pb) = (oy0 * ow, (oy1 - oy0) * ow);
-            let (b0, b1) = (mp * per_part, ((mp + 1) * per_part).min(nb));
+            let (j0, pb) = split.span(ci);
+            let (b0, b1) = split.blocks(mp);
             let xi = &xp[ni * g.c * pplane..(ni + 1) * g.c * pplane];
             let nt = pb.div_ceil(np_max);
             let (base, extra) = (pb / nt, pb % nt);

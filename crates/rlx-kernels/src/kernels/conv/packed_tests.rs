@@ -281,15 +281,59 @@ fn packed_in_place_matches_im2col_columns_bit_for_bit() {
 /// copy made over the pool) as on one, bit for bit: a ResNet-like 3×3/2 and a 7² 3×3/1.
 #[test]
 fn packed_in_place_threads_match_one_thread() {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(3)
-        .build()
-        .unwrap();
+    let pools: Vec<_> = [2, 3]
+        .map(|t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        })
+        .into();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .unwrap();
+    let c1 = |n, c, hw, m| Case {
+        n,
+        c,
+        h: hw,
+        w: hw,
+        m,
+        k: (1, 1),
+        s: 1,
+        p: 0,
+        d: 1,
+    };
+    // Channel parts (weights outweigh the input), runs of positions (the input outweighs
+    // the weights: 1×1 at 28² and 14², 3×3 stride 1 and 2), and 20 channel blocks on
+    // AVX-512 in 8 parts at 2 threads (boundaries at i·nb/parts).
     let big = [
+        c1(1, 128, 28, 32),
+        c1(1, 256, 14, 64),
+        c1(2, 96, 13, 40),
+        c1(1, 128, 7, 320),
+        Case {
+            n: 1,
+            c: 32,
+            h: 30,
+            w: 30,
+            m: 32,
+            k: (3, 3),
+            s: 1,
+            p: 1,
+            d: 1,
+        },
+        Case {
+            n: 1,
+            c: 48,
+            h: 33,
+            w: 33,
+            m: 40,
+            k: (3, 3),
+            s: 2,
+            p: 1,
+            d: 1,
+        },
         Case {
             n: 2,
             c: 64,
@@ -325,21 +369,24 @@ fn packed_in_place_threads_match_one_thread() {
                 post_bias: None,
                 seen: None,
             };
-            let a = pool
-                .install(|| run_for_test(isa, &x, &w, &g, &epi, None))
-                .unwrap();
             let b = one
                 .install(|| run_for_test(isa, &x, &w, &g, &epi, None))
                 .unwrap();
             let c = one.install(|| run_cols_for_test(isa, &x, &w, &g, &epi, None));
             assert!(
-                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                b.iter().zip(&c).all(|(p, q)| p.to_bits() == q.to_bits()),
                 "{isa:?} {t:?}"
             );
-            assert!(
-                a.iter().zip(&c).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "{isa:?} {t:?}"
-            );
+            for pool in &pools {
+                let a = pool
+                    .install(|| run_for_test(isa, &x, &w, &g, &epi, None))
+                    .unwrap();
+                assert!(
+                    a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "{isa:?} {t:?} {} threads",
+                    pool.current_num_threads()
+                );
+            }
         }
     }
 }
@@ -616,4 +663,59 @@ fn conv_packed_that_does_not_fit_runs_conv_post_on_the_unpacked_weights() {
     )
     .unwrap();
     assert!(conv_packed(&x64, &pk, None, &a, &out, Act::NONE, None).is_err());
+}
+
+/// The packed drivers' task split covers every position and channel block once, in
+/// order, for cut positions, row blocks and channel parts alike, and splits the way its
+/// doc says (runs of positions only where the input outweighs the weights).
+#[test]
+fn packed_split_covers_positions_and_blocks_once() {
+    use super::packed::Split;
+    let mut runs = 0;
+    let mut parts = 0;
+    for threads in [1, 2, 3, 16] {
+        for (n, oh, ow, rows) in [
+            (1, 14, 14, 14),
+            (1, 7, 7, 7),
+            (2, 13, 13, 4),
+            (1, 56, 56, 5),
+        ] {
+            for any_pos in [false, true] {
+                for xw in [(50_000, 10_000), (10_000, 50_000)] {
+                    for nb in [1, 6, 20, 60] {
+                        let par = threads > 1;
+                        let s = Split::new(par, n, (oh, ow), rows, any_pos, xw, nb, threads);
+                        let p = oh * ow;
+                        let mut next = 0;
+                        for ci in 0..s.chunks {
+                            let (j0, pb) = s.span(ci);
+                            assert_eq!(j0, next, "{threads} {n} {oh} {rows} {any_pos} {nb}");
+                            assert!(pb > 0);
+                            next = j0 + pb;
+                        }
+                        assert_eq!(next, p);
+                        let mut b = 0;
+                        for mp in 0..s.parts {
+                            let (b0, b1) = s.blocks(mp);
+                            assert_eq!(b0, b);
+                            assert!(b1 > b0);
+                            b = b1;
+                        }
+                        assert_eq!(b, nb);
+                        assert_eq!(s.tasks(n), n * s.chunks * s.parts);
+                        if !par {
+                            assert_eq!((s.chunks, s.parts), (oh.div_ceil(rows), 1));
+                        }
+                        // Positions are cut off row bounds only where allowed and the input
+                        // outweighs the weights.
+                        let cut = (0..s.chunks).any(|ci| !s.span(ci).0.is_multiple_of(ow));
+                        assert!(!cut || (any_pos && xw.0 > xw.1));
+                        runs += usize::from(cut);
+                        parts += usize::from(s.parts > 1);
+                    }
+                }
+            }
+        }
+    }
+    assert!(runs > 0 && parts > 0);
 }
