@@ -291,13 +291,18 @@ pub(super) fn conv_float<
     // 27², bench/NOTES.md §34): up to SPLIT_PER_THREAD blocks per thread, each of at least
     // PAR_MIN_COLS pixels, so a thread that runs slower (another guest on its core) takes
     // fewer; a 1×1 conv whose rows would be too short for two, a range of output channels
-    // per thread.
+    // per thread; a 1×1 conv with fewer inputs than outputs per position (an expand conv),
+    // EXPAND_PER_THREAD ranges of output channels per thread: each task then reads the
+    // whole (smaller) input and writes whole output rows, where blocks of rows had both
+    // threads write parts of every output row (a cache line shared at each row's cut).
     let small = (CONV_SPLIT_FLOPS..SPLIT_MAX_FLOPS).contains(&flops);
     let mut mparts = 1;
     if threads > 1 && g.sp.len() == 2 && small && nb0 == 1 {
         let per = (oh * ow / PAR_MIN_COLS / threads).clamp(1, SPLIT_PER_THREAD);
         let r = oh.div_ceil(threads * per);
-        if r * ow >= PAR_MIN_COLS {
+        if direct && mg >= 16 && kk < mg {
+            mparts = (EXPAND_PER_THREAD * threads).min(mg / 8);
+        } else if r * ow >= PAR_MIN_COLS {
             rows = r;
         } else if direct && mg >= 16 {
             mparts = threads.min(mg / 8);
@@ -450,6 +455,13 @@ pub const CONV_SPLIT_FLOPS: usize = 1 << 20;
 /// Most multiply-adds for which [`conv_float`] splits a conv in one row block itself rather
 /// than through gemm's split (8 × [`GEMM_PAR_FLOPS`]).
 const SPLIT_MAX_FLOPS: usize = 8 * GEMM_PAR_FLOPS;
+
+/// Ranges of output channels per thread in [`conv_float`]'s own split of a 1×1 conv with
+/// `K < M` (2 threads against two row blocks: SqueezeNet's 128←16 at 27² 94-99 → 66-67
+/// µs, MobileNetV2's 192←32 at 28² 105-109 → 87-88, EfficientNet-B0's 240←40 at 28²
+/// 218-230 → 171-173; 4 per thread: 73-75 µs on the first, and SqueezeNet's 192←48 at
+/// 13² lost; bench/NOTES.md §35).
+const EXPAND_PER_THREAD: usize = 2;
 
 /// Most row blocks per thread in [`conv_float`]'s own split (2 threads, SqueezeNet's
 /// 128←32 at 27² and 16←64 at 55²: 92-98 → 60-65 and 118 → 87 µs with 4 against 1).

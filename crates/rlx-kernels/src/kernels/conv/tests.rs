@@ -698,6 +698,8 @@ fn gemm_convs_split_over_threads_give_one_threads_bits() {
         (32, 128, 27),
         (64, 64, 56),
         (16, 64, 55),
+        (16, 128, 27),
+        (48, 192, 13),
     ];
     for (ci, (c, m, hw)) in cases.into_iter().enumerate() {
         let a = ConvAttrs {
