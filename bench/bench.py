@@ -5,7 +5,10 @@
                            [--max-time S] [--warmup W] [--smoke] [--results FILE] [--no-pin]
 
 At N threads every process is pinned to the first N CPUs (when the machine has that many;
---no-pin: never), the same CPUs for every runtime.
+--no-pin: never), the same CPUs for every runtime. --pin-fastest: before each round of a
+(model, thread count), the N CPUs that read fastest on a fixed loop then, for every runtime
+of that round (a host whose CPUs run at 0.55-1.0 of each other for minutes at a time,
+bench/NOTES.md §35).
 
 Each (model, thread count, runtime) is a separate process, run one after another
 (--rounds R: R processes each, the runtimes taking turns, and the ratios paired by round):
@@ -349,21 +352,19 @@ def cross_core_ns(scratch: Path) -> str:
         return "?"
 
 
-def cpu_speeds() -> str:
-    """Each CPU's speed on a fixed Python loop (this process pinned to it, best of 3),
-    relative to the fastest, e.g. "cpu0 1.00, cpu1 0.55"; "?" where affinity is not
-    available. A vCPU whose physical core is busy with another guest reads low, and every
-    2-thread run then waits on it (bench/NOTES.md §24)."""
+def loop_times(cpus: list[int], tries: int = 3) -> dict[int, float]:
+    """Seconds of a fixed Python loop on each of `cpus` (this process pinned to it, best of
+    `tries`); {} where affinity is not available."""
     try:
         mine = os.sched_getaffinity(0)
     except (AttributeError, OSError):
-        return "?"
+        return {}
     times = {}
     try:
-        for c in sorted(mine)[:8]:
+        for c in cpus:
             os.sched_setaffinity(0, {c})
             best = float("inf")
-            for _ in range(3):
+            for _ in range(tries):
                 t0 = time.perf_counter()
                 x = 0
                 for i in range(300_000):
@@ -371,9 +372,46 @@ def cpu_speeds() -> str:
                 best = min(best, time.perf_counter() - t0)
             times[c] = best
     except OSError:
-        return "?"
+        return {}
     finally:
         os.sched_setaffinity(0, mine)
+    return times
+
+
+# CPUs chosen by --pin-fastest, per thread count: how often each set was used.
+PICKED: dict[int, dict[str, int]] = {}
+
+
+def pin_fastest(threads: list[int]) -> None:
+    """Set PIN to the fastest CPUs now (for --pin-fastest), for every thread count that
+    fits; ties keep the lower CPU number."""
+    try:
+        avail = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return
+    times = loop_times(avail, tries=2)
+    if not times:
+        return
+    order = sorted(times, key=lambda c: (round(times[c] / min(times.values()), 2), c))
+    for t in threads:
+        if 0 < t <= len(order):
+            PIN[t] = sorted(order[:t])
+            key = ",".join(map(str, PIN[t]))
+            PICKED.setdefault(t, {})[key] = PICKED.setdefault(t, {}).get(key, 0) + 1
+
+
+def cpu_speeds() -> str:
+    """Each CPU's speed on a fixed Python loop (this process pinned to it, best of 3),
+    relative to the fastest, e.g. "cpu0 1.00, cpu1 0.55"; "?" where affinity is not
+    available. A vCPU whose physical core is busy with another guest reads low, and every
+    2-thread run then waits on it (bench/NOTES.md §24)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))[:8]
+    except (AttributeError, OSError):
+        return "?"
+    times = loop_times(cpus)
+    if not times:
+        return "?"
     fast = min(times.values())
     return ", ".join(f"cpu{c} {fast / t:.2f}" for c, t in times.items())
 
@@ -415,6 +453,9 @@ def main() -> int:
     ap.add_argument("--command", default=None, help="the command line to record in --results")
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin each process to the first N CPUs at N threads")
+    ap.add_argument("--pin-fastest", action="store_true",
+                    help="pin each round's processes to the N CPUs that read fastest on a "
+                         "fixed loop just before the round (every runtime of the round alike)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run each runtime's process this many times, the runtimes taking turns "
                          "(rlx, ort, tract, rlx, ...); cells then show the median of the "
@@ -469,6 +510,8 @@ def main() -> int:
                 shutil.rmtree(sub, ignore_errors=True)
             turns: dict[str, list] = {"rlx": [], "ort": [], "tract": []}
             for _ in range(a.rounds):
+                if a.pin_fastest and not a.no_pin:
+                    pin_fastest([t])
                 if "rlx" in runtimes:
                     turns["rlx"].append(rlx_run(d, t, a, False, rdir))
                 if "ort" in runtimes:
@@ -534,6 +577,9 @@ def main() -> int:
             f"- CPU speed (a fixed loop pinned to each CPU, relative to the fastest) before:"
             f" {speeds_before}; after: {speeds_after}",
             "- pinning: " + ("; ".join(
+                f"{t} thread(s) on the fastest CPUs before each round ("
+                + ", ".join(f"{k}: {n}x" for k, n in sorted(PICKED[t].items(), key=lambda kv: -kv[1]))
+                + ")" if t in PICKED else
                 f"{t} thread(s) on CPUs {','.join(map(str, PIN[t]))}" if t in PIN
                 else f"{t} thread(s) not pinned" + ("" if a.no_pin else " (more than the CPUs)")
                 for t in threads) or "none")

@@ -35,7 +35,12 @@ python3 scripts/gen_bench_models.py ${MODELS//,/ } > "$OUT/gen.log" 2>&1
 echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
 # HOST_ROUNDS processes per runtime, RLX and onnxruntime taking turns, ratios paired by
 # round (default 3): on that shared host one pass swung rows by up to 1.6x (bench/NOTES.md §33).
-[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort \
+# Each round pinned to the CPUs that read fastest just before it (--pin-fastest; HOST_PIN=first
+# pins to CPUs 0..N-1 as before): that host's CPUs ran at 0.55-1.0 of each other for minutes
+# (bench/NOTES.md §35).
+PIN_ARG=--pin-fastest
+[ "${HOST_PIN:-fastest}" = first ] && PIN_ARG=
+[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort $PIN_ARG \
   --max-time "${HOST_MAX_TIME:-1}" --rounds "${HOST_ROUNDS:-3}" \
   --results "$OUT/RESULTS-host.md" > "$OUT/bench.log" 2>&1
 [[ ",$STEPS," == *,nodecmp,* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
