@@ -397,7 +397,8 @@ def pin_fastest(threads: list[int]) -> None:
         if 0 < t <= len(order):
             PIN[t] = sorted(order[:t])
             key = ",".join(map(str, PIN[t]))
-            PICKED.setdefault(t, {})[key] = PICKED.setdefault(t, {}).get(key, 0) + 1
+            counts = PICKED.setdefault(t, {})
+            counts[key] = counts.get(key, 0) + 1
 
 
 def cpu_speeds() -> str:

@@ -222,6 +222,16 @@ pub type PostBias<'a, T = f32> = &'a (dyn Fn(&mut [T], T) + Sync);
 /// Shortest output plane that the depthwise conv hands to a [`Post`] on its own.
 pub(super) const POST_MIN_RUN: usize = 1024;
 
+/// Tasks per thread that the conv drivers cut a conv into when it runs over several threads
+/// (`conv_float`'s own split at most this many row blocks per thread, the direct kernel's
+/// blocks at least this many, the packed drivers' `Split` about this many): rayon hands
+/// them out as threads free up, so a thread that runs slower (another guest on its core)
+/// takes fewer. Measured at 2 threads: SqueezeNet's 128←32 at 27² and 16←64 at 55² through
+/// conv_float 92-98 → 60-65 and 118 → 87 µs with 4 row blocks per thread against 1 (§34);
+/// MobileNetV2's 96←576 at 14² through the packed kernel 263-268 → 199-206 µs (§35; the
+/// direct kernel's 2 → 4 came with it, measured together: device host 0.95-1.01).
+pub(super) const TASKS_PER_THREAD: usize = 4;
+
 /// The [`Post`] that does nothing.
 pub fn no_post(_: &mut [f32]) {}
 

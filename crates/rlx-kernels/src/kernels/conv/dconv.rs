@@ -16,6 +16,7 @@
 //! offset per tap for every pixel, so 16 consecutive positions are one unaligned load. The
 //! `(KW−1)/s` positions past `OW` in each row are computed and dropped.
 
+use super::common::TASKS_PER_THREAD;
 use std::arch::x86_64::*;
 
 /// One conv's geometry, for one image.
@@ -69,12 +70,6 @@ const TILE: usize = NV * 16;
 
 /// Scratch bytes per task for its output tiles (channels × rows × `wq`), a part of L2.
 const BLOCK_BYTES: usize = 256 << 10;
-
-/// Tasks per thread when a conv is split over threads: rayon hands them out as threads
-/// free up, so a thread that runs slower (another guest on its core) takes fewer. Was 2;
-/// 4 came with the packed drivers' [`super::packed::Split`] (bench/NOTES.md §35), measured
-/// with it (2 threads, the device host: models 0.95-1.01), not alone.
-const PER_THREAD: usize = 4;
 
 /// Fewest positions per row block when rows are split for threads (4 tiles).
 const MIN_BLOCK_POS: usize = 4 * TILE;
@@ -327,7 +322,8 @@ pub(super) fn conv(
     koff_buf.extend((0..kk).map(tap));
     let koff = &koff_buf[..];
     // Row blocks of about BLOCK_BYTES of output (all channels), then, with threads, more
-    // blocks or channel ranges so that each thread gets about PER_THREAD tasks.
+    // blocks or channel ranges so that each thread gets about TASKS_PER_THREAD tasks (was
+    // 2; 4 came with the packed drivers' split, measured with it, not alone).
     let mut rows = (BLOCK_BYTES / 4 / (d.m * wq).max(1)).clamp(1, d.oh);
     let mut mchunk = d.m.div_ceil(MR) * MR;
     let threads = rayon::current_num_threads();
@@ -335,11 +331,12 @@ pub(super) fn conv(
     let par = threads > 1 && work >= crate::kernels::matmul::GEMM_PAR_FLOPS;
     if par {
         // Blocks of near-equal rows, a multiple of the thread count of them (at least
-        // PER_THREAD per thread): 55 rows in blocks of 17 (17, 17, 17, 4) left one thread 34 rows and
-        // the other 21. Where such blocks would be too short, channel ranges instead.
+        // TASKS_PER_THREAD per thread): 55 rows in blocks of 17 (17, 17, 17, 4) left one
+        // thread 34 rows and the other 21. Where such blocks would be too short, channel
+        // ranges instead.
         let nb =
             d.oh.div_ceil(rows)
-                .max(PER_THREAD * threads)
+                .max(TASKS_PER_THREAD * threads)
                 .div_ceil(threads)
                 * threads;
         let r = d.oh.div_ceil(nb).max(1);
@@ -347,7 +344,9 @@ pub(super) fn conv(
             rows = r;
         } else {
             let nrb = d.oh.div_ceil(rows);
-            let noc = (PER_THREAD * threads).div_ceil(nrb).min(d.m.div_ceil(MR));
+            let noc = (TASKS_PER_THREAD * threads)
+                .div_ceil(nrb)
+                .min(d.m.div_ceil(MR));
             mchunk = d.m.div_ceil(noc).div_ceil(MR) * MR;
         }
     }

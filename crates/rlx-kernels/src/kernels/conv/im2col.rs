@@ -4,7 +4,7 @@
 
 use super::common::{
     add_bias_residual, bias_clamp, inside_cols, split_columns, with_col, with_scratch,
-    ConvLhsPacking, Epilogue, Geo, Residual, SendPtr, PHASES,
+    ConvLhsPacking, Epilogue, Geo, Residual, SendPtr, PHASES, TASKS_PER_THREAD,
 };
 use super::depthwise::depthwise_2d;
 use crate::kernels::matmul::{gemm_uninit_ptr, GemmElem, View, GEMM_PAR_FLOPS};
@@ -288,7 +288,7 @@ pub(super) fn conv_float<
     // A conv in one block below SPLIT_MAX_FLOPS gets blocks of rows over the threads instead
     // of gemm's own split (below GEMM_PAR_FLOPS gemm would run it on one thread; above, its
     // split lost to running on one thread for SqueezeNet's 16←128 at 55² and 32←256 at
-    // 27², bench/NOTES.md §34): up to SPLIT_PER_THREAD blocks per thread, each of at least
+    // 27², bench/NOTES.md §34): up to TASKS_PER_THREAD blocks per thread, each of at least
     // PAR_MIN_COLS pixels, so a thread that runs slower (another guest on its core) takes
     // fewer; a 1×1 conv whose rows would be too short for two, a range of output channels
     // per thread; a 1×1 conv with fewer inputs than outputs per position (an expand conv),
@@ -298,7 +298,7 @@ pub(super) fn conv_float<
     let small = (CONV_SPLIT_FLOPS..SPLIT_MAX_FLOPS).contains(&flops);
     let mut mparts = 1;
     if threads > 1 && g.sp.len() == 2 && small && nb0 == 1 {
-        let per = (oh * ow / PAR_MIN_COLS / threads).clamp(1, SPLIT_PER_THREAD);
+        let per = (oh * ow / PAR_MIN_COLS / threads).clamp(1, TASKS_PER_THREAD);
         let r = oh.div_ceil(threads * per);
         if direct && mg >= 16 && kk < mg {
             mparts = (EXPAND_PER_THREAD * threads).min(mg / 8);
@@ -462,7 +462,3 @@ const SPLIT_MAX_FLOPS: usize = 8 * GEMM_PAR_FLOPS;
 /// 218-230 → 171-173; 4 per thread: 73-75 µs on the first, and SqueezeNet's 192←48 at
 /// 13² lost; bench/NOTES.md §35).
 const EXPAND_PER_THREAD: usize = 2;
-
-/// Most row blocks per thread in [`conv_float`]'s own split (2 threads, SqueezeNet's
-/// 128←32 at 27² and 16←64 at 55²: 92-98 → 60-65 and 118 → 87 µs with 4 against 1).
-const SPLIT_PER_THREAD: usize = 4;

@@ -290,7 +290,7 @@ fn rows_enabled() -> bool {
 ///
 /// Without threads (or below [`CONV_SPLIT_FLOPS`]): blocks of `rows` output rows (sized by
 /// the driver so that a block's input and output stay in L2), one part. With threads, where
-/// those blocks give fewer than [`PARTS_PER_THREAD`] tasks per thread, more tasks, so that
+/// those blocks give fewer than [`super::common::TASKS_PER_THREAD`] tasks per thread, more tasks, so that
 /// rayon hands them out as threads free up and a thread that runs slower (another guest on
 /// its core) takes fewer:
 /// * where an image's input (`x` values: the planes the conv reads) outweighs its weights
@@ -312,8 +312,9 @@ fn rows_enabled() -> bool {
 pub(super) struct Split {
     /// Output rows per block, or None for runs of positions.
     rows: Option<usize>,
+    n: usize,
+    oh: usize,
     ow: usize,
-    p: usize,
     nb: usize,
     /// Blocks of positions per image.
     pub chunks: usize,
@@ -339,13 +340,14 @@ impl Split {
         let rows = rows.clamp(1, oh.max(1));
         let mut s = Split {
             rows: Some(rows),
+            n,
+            oh,
             ow,
-            p,
             nb,
             chunks: oh.div_ceil(rows),
             parts: 1,
         };
-        let want = PARTS_PER_THREAD * threads;
+        let want = super::common::TASKS_PER_THREAD * threads;
         if !par || n * s.chunks >= want {
             return s;
         }
@@ -360,21 +362,28 @@ impl Split {
         s
     }
 
-    /// Tasks for `n` images.
-    pub(super) fn tasks(&self, n: usize) -> usize {
-        n * self.chunks * self.parts
+    /// Tasks over all images.
+    pub(super) fn tasks(&self) -> usize {
+        self.n * self.chunks * self.parts
+    }
+
+    /// Task `t`'s image, positions (first, count) and channel blocks `b0..b1`.
+    pub(super) fn task(&self, t: usize) -> (usize, (usize, usize), (usize, usize)) {
+        let per_image = self.chunks * self.parts;
+        let (ci, mp) = ((t % per_image) / self.parts, t % self.parts);
+        (t / per_image, self.span(ci), self.blocks(mp))
     }
 
     /// Block `ci`'s first position and position count.
     pub(super) fn span(&self, ci: usize) -> (usize, usize) {
         match self.rows {
             Some(r) => {
-                let oh = self.p / self.ow.max(1);
-                let (oy0, oy1) = (ci * r, ((ci + 1) * r).min(oh));
+                let (oy0, oy1) = (ci * r, ((ci + 1) * r).min(self.oh));
                 (oy0 * self.ow, (oy1 - oy0) * self.ow)
             }
             None => {
-                let (j0, j1) = (ci * self.p / self.chunks, (ci + 1) * self.p / self.chunks);
+                let p = self.oh * self.ow;
+                let (j0, j1) = (ci * p / self.chunks, (ci + 1) * p / self.chunks);
                 (j0, j1 - j0)
             }
         }
@@ -385,9 +394,6 @@ impl Split {
         (mp * self.nb / self.parts, (mp + 1) * self.nb / self.parts)
     }
 }
-
-/// Tasks per thread that [`Split`] aims at.
-const PARTS_PER_THREAD: usize = 4;
 
 /// Fewest positions in a [`Split`]'s run of positions (about two tiles).
 const MIN_RUN: usize = 16;
@@ -618,8 +624,7 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
     // Runs of positions only where the columns are the input planes (im2col's are by row).
     let xw = (g.c * plane, m * k);
     let split = Split::new(par, g.n, (oh, ow), rows, direct, xw, nb, threads);
-    let (nchunk, mparts) = (split.chunks, split.parts);
-    let tasks = split.tasks(g.n);
+    let tasks = split.tasks();
     let dst = SendPtr(out.as_mut_ptr());
     // Block `b`'s stripe (`pb` positions from `j0` of image `ni`) into its NCHW output
     // rows, then the bias, residual, clamp and `post` per row as conv_float applies them.
@@ -633,11 +638,8 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
         unsafe { finish_rows(dst.get(), ooff, m0, m1 - m0, pb, p, epi, res) };
     };
     let task = |t: usize| {
-        let (ni, rest) = (t / (nchunk * mparts), t % (nchunk * mparts));
-        let (ci, mp) = (rest / mparts, rest % mparts);
-        let (j0, pb) = split.span(ci);
+        let (ni, (j0, pb), (b0, b1)) = split.task(t);
         let (oy0, oy1) = (j0 / ow.max(1), (j0 + pb).div_ceil(ow.max(1)));
-        let (b0, b1) = split.blocks(mp);
         let xi = &x[ni * g.c * plane..(ni + 1) * g.c * plane];
         // Tiles of near-equal width, at most np_max.
         let nt = pb.div_ceil(np_max);

@@ -87,17 +87,13 @@ pub(super) fn run(
     let par = threads > 1 && g.n * m * p * k >= CONV_SPLIT_FLOPS;
     let xw = (g.c * h * w, m * k);
     let split = super::packed::Split::new(par, g.n, (oh, ow), rows, true, xw, nb, threads);
-    let (nchunk, mparts) = (split.chunks, split.parts);
-    let tasks = g.n * nchunk * mparts;
+    let tasks = split.tasks();
     let dst = SendPtr(out.as_mut_ptr());
     with_scratch(&PHASES, g.n * g.c * pplane, |xp: &mut [f32]| {
         pad_planes(x, g, (hp, wp), xp, par);
         let xp: &[f32] = xp;
         let task = |t: usize| {
-            let (ni, rest) = (t / (nchunk * mparts), t % (nchunk * mparts));
-            let (ci, mp) = (rest / mparts, rest % mparts);
-            let (j0, pb) = split.span(ci);
-            let (b0, b1) = split.blocks(mp);
+            let (ni, (j0, pb), (b0, b1)) = split.task(t);
             let xi = &xp[ni * g.c * pplane..(ni + 1) * g.c * pplane];
             let nt = pb.div_ceil(np_max);
             let (base, extra) = (pb / nt, pb % nt);

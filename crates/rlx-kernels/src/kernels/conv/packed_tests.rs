@@ -702,7 +702,14 @@ fn packed_split_covers_positions_and_blocks_once() {
                             b = b1;
                         }
                         assert_eq!(b, nb);
-                        assert_eq!(s.tasks(n), n * s.chunks * s.parts);
+                        assert_eq!(s.tasks(), n * s.chunks * s.parts);
+                        for t in 0..s.tasks() {
+                            let (ni, span, blocks) = s.task(t);
+                            let rest = t % (s.chunks * s.parts);
+                            assert_eq!(ni, t / (s.chunks * s.parts));
+                            assert_eq!(span, s.span(rest / s.parts));
+                            assert_eq!(blocks, s.blocks(rest % s.parts));
+                        }
                         if !par {
                             assert_eq!((s.chunks, s.parts), (oh.div_ceil(rows), 1));
                         }
