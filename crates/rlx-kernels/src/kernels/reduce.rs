@@ -183,6 +183,106 @@ isa_fn!(
     }
 );
 
+/// Rows summed together by [`sum4_f32`].
+const SUM_ROWS: usize = 4;
+
+/// [`sum_f32`] of each of `SUM_ROWS` rows of `k` elements starting at `bases` in `v`, the
+/// same bits: each row's sum in [`lane_sum`]'s order (8 f64 lanes, lane j adding elements
+/// j, j+8, ...; then the lanes in order, then the tail), with the four rows' lanes as
+/// independent chains. One row's 8 lanes are one chain of f64 adds (4 cycles per 8
+/// elements), which bound GlobalAveragePool (EfficientNet-B0's SE blocks, bench/NOTES.md
+/// §32, §36); four rows at a time run four chains. Panics (slice bounds) if a row is not
+/// inside `v`.
+pub(crate) fn sum4_f32(v: &[f32], bases: [usize; SUM_ROWS], k: usize) -> [f64; SUM_ROWS] {
+    let rows = bases.map(|b| &v[b..b + k]);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::fastmath::{isa, Isa};
+        // SAFETY: the CPU has these features (checked at run time by `isa`).
+        match isa() {
+            Isa::Avx512 => return unsafe { sum4_avx512(rows) },
+            Isa::Avx2 => return unsafe { sum4_avx2(rows) },
+            Isa::Plain => {}
+        }
+    }
+    rows.map(|r| lane_sum(r, |x| x as f64))
+}
+
+/// The lanes of [`sum4_f32`]'s rows (`acc[r]`, as [`lane_sum`] holds them after its whole
+/// chunks of 8) summed as [`lane_sum`] sums them, with each row's tail.
+fn finish_lanes(acc: [[f64; 8]; SUM_ROWS], rows: [&[f32]; SUM_ROWS]) -> [f64; SUM_ROWS] {
+    let mut out = [0f64; SUM_ROWS];
+    for ((o, a), row) in out.iter_mut().zip(&acc).zip(rows) {
+        let tail: f64 = row[row.len() / 8 * 8..].iter().map(|&x| x as f64).sum();
+        *o = a.iter().sum::<f64>() + tail;
+    }
+    out
+}
+
+/// [`sum4_f32`] on AVX-512F: each row's 8 lanes in one zmm of f64.
+///
+/// # Safety
+/// The CPU has AVX-512F; the rows have equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sum4_avx512(rows: [&[f32]; SUM_ROWS]) -> [f64; SUM_ROWS] {
+    use std::arch::x86_64::*;
+    let whole = rows[0].len() / 8 * 8;
+    let p = rows.map(<[f32]>::as_ptr);
+    let mut acc = [_mm512_setzero_pd(); SUM_ROWS];
+    let mut i = 0;
+    // SAFETY: i + 8 <= whole <= each row's length.
+    unsafe {
+        while i < whole {
+            for r in 0..SUM_ROWS {
+                let x = _mm512_cvtps_pd(_mm256_loadu_ps(p[r].add(i)));
+                acc[r] = _mm512_add_pd(acc[r], x);
+            }
+            i += 8;
+        }
+    }
+    let mut lanes = [[0f64; 8]; SUM_ROWS];
+    for (l, a) in lanes.iter_mut().zip(acc) {
+        // SAFETY: 8 f64 into an [f64; 8].
+        unsafe { _mm512_storeu_pd(l.as_mut_ptr(), a) };
+    }
+    finish_lanes(lanes, rows)
+}
+
+/// [`sum4_f32`] on AVX2: each row's 8 lanes in two ymm of f64 (lanes 0-3, 4-7).
+///
+/// # Safety
+/// The CPU has AVX2; the rows have equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum4_avx2(rows: [&[f32]; SUM_ROWS]) -> [f64; SUM_ROWS] {
+    use std::arch::x86_64::*;
+    let whole = rows[0].len() / 8 * 8;
+    let p = rows.map(<[f32]>::as_ptr);
+    let mut lo = [_mm256_setzero_pd(); SUM_ROWS];
+    let mut hi = [_mm256_setzero_pd(); SUM_ROWS];
+    let mut i = 0;
+    // SAFETY: i + 8 <= whole <= each row's length.
+    unsafe {
+        while i < whole {
+            for r in 0..SUM_ROWS {
+                lo[r] = _mm256_add_pd(lo[r], _mm256_cvtps_pd(_mm_loadu_ps(p[r].add(i))));
+                hi[r] = _mm256_add_pd(hi[r], _mm256_cvtps_pd(_mm_loadu_ps(p[r].add(i + 4))));
+            }
+            i += 8;
+        }
+    }
+    let mut lanes = [[0f64; 8]; SUM_ROWS];
+    for (l, (a, b)) in lanes.iter_mut().zip(lo.into_iter().zip(hi)) {
+        // SAFETY: 4 + 4 f64 into an [f64; 8].
+        unsafe {
+            _mm256_storeu_pd(l.as_mut_ptr(), a);
+            _mm256_storeu_pd(l.as_mut_ptr().add(4), b);
+        }
+    }
+    finish_lanes(lanes, rows)
+}
+
 /// Max (`max`) or Min of an f32 row: NaN if any element is NaN, the identity (∓inf) for an
 /// empty row; the result is the row's extreme value, and of equal extremes (±0) one of them.
 /// On x86-64 with AVX2 by [`extreme_avx2`], else by [`lane_extreme`].
@@ -489,6 +589,31 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
                 lane_sum(row, wide)
             }
         };
+        if f32_rows && matches!(kind, ReduceKind::Sum | ReduceKind::Mean) {
+            // Rows in fours ([`sum4_f32`], the same bits as one at a time).
+            let vf = as_f32(v);
+            let div = if kind == ReduceKind::Mean { n } else { 1.0 };
+            let group = |g: &[usize]| -> Vec<T> {
+                if let Ok(b4) = <[usize; SUM_ROWS]>::try_from(g) {
+                    let s = sum4_f32(vf, b4, k);
+                    s.iter()
+                        .map(|&x| narrow(if div == 1.0 { x } else { x / div }))
+                        .collect()
+                } else {
+                    g.iter()
+                        .map(|&b| {
+                            let x = sum_f32(&vf[b..b + k]);
+                            narrow(if div == 1.0 { x } else { x / div })
+                        })
+                        .collect()
+                }
+            };
+            return if par_worth(v.len()) && p.bases.len() > SUM_ROWS {
+                p.bases.par_chunks(SUM_ROWS).flat_map_iter(group).collect()
+            } else {
+                p.bases.chunks(SUM_ROWS).flat_map(group).collect()
+            };
+        }
         return map_bases(&p.bases, v.len(), |b| {
             let row = &v[b..b + k];
             match kind {

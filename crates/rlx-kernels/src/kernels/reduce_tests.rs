@@ -1,7 +1,7 @@
 //! Unit tests of `reduce.rs`: the reduction plan (runs and listed offsets), the f64 sums'
 //! order, and the f32 extreme and spread kernels.
 
-use super::{extreme_f32, offsets, reduce, run_len, spread_f32};
+use super::{extreme_f32, offsets, reduce, run_len, spread_f32, sum4_f32, sum_f32};
 use rlx_ir::{ReduceKind, Tensor};
 
 /// `run_len` agrees with the listed offsets: a run exactly when they are `0..k`.
@@ -327,5 +327,114 @@ fn softmax_row_kernels_give_the_reference_bits() {
         let mut got = vec![f32::NAN; x.len()];
         softmax_rows(&x, &mut got, n);
         assert_same_bits(&got, &want, &format!("softmax_rows n {n}"));
+    }
+}
+
+/// ReduceSum and ReduceMean of f32 over trailing axes take the rows four at a time
+/// (`sum4_f32`): every output is still its row's lane sum alone (`sum_f32`, the bits of
+/// one row at a time), for row counts around 4 and rows with and without a tail of 8, NaN,
+/// ±inf and large terms among them; and within rounding of the sum in f64 in index order.
+#[test]
+fn f32_rows_in_fours_sum_as_each_row_alone() {
+    for rows in [1usize, 3, 4, 5, 8, 9, 34] {
+        for k in [1usize, 7, 8, 9, 16, 49, 196, 1001] {
+            let v: Vec<f32> = (0..rows * k)
+                .map(|i| match (i % 97, rows) {
+                    (13, 9) => f32::NAN,
+                    (29, 34) => f32::INFINITY,
+                    (31, 5) => f32::NEG_INFINITY,
+                    (41, 8) => 3e38,
+                    _ => ((i as f32) * 0.618).sin() * 3.0 + (i % 5) as f32,
+                })
+                .collect();
+            // As [rows, k] over axis 1, and as a [1, rows, 1, k] plane (GlobalAveragePool's
+            // ReduceMean over the last two axes).
+            for (dims, axes) in [
+                (vec![rows, k], vec![1usize]),
+                (vec![1, rows, 1, k], vec![2, 3]),
+            ] {
+                let x = Tensor::from_f32(&dims, v.clone()).unwrap();
+                for kind in [ReduceKind::Sum, ReduceKind::Mean] {
+                    let got = reduce(&x, kind, &axes, false).unwrap();
+                    let got = got.as_f32().unwrap();
+                    assert_eq!(got.len(), rows);
+                    for r in 0..rows {
+                        let row = &v[r * k..(r + 1) * k];
+                        let s = sum_f32(row);
+                        let want = (if kind == ReduceKind::Mean {
+                            s / k as f64
+                        } else {
+                            s
+                        }) as f32;
+                        let what = format!("{kind:?} rows {rows} k {k} dims {dims:?} row {r}");
+                        assert!(
+                            got[r].to_bits() == want.to_bits()
+                                || (got[r].is_nan() && want.is_nan()),
+                            "{what}: {} against {want}",
+                            got[r]
+                        );
+                        let exact: f64 = row.iter().map(|&x| x as f64).sum();
+                        let exact = if kind == ReduceKind::Mean {
+                            exact / k as f64
+                        } else {
+                            exact
+                        };
+                        if exact.is_finite() && exact.abs() < 1e30 {
+                            let scale: f64 = row.iter().map(|&x| (x as f64).abs()).sum();
+                            assert!(
+                                (got[r] as f64 - exact).abs() <= 1e-6 * scale.max(1.0),
+                                "{what}"
+                            );
+                        } else {
+                            assert_eq!(got[r].is_nan(), exact.is_nan(), "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `sum4_f32`'s f64 sums are `sum_f32`'s, bit for bit, on rows whose terms span 40 orders
+/// of magnitude (so the f64 additions round and their order shows), any bases and lengths.
+#[test]
+fn sum4_f32_is_sum_f32_per_row_in_f64_bits() {
+    let mut r = 0x1234_5678u32;
+    let v: Vec<f32> = (0..6000)
+        .map(|i| {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            let m = (r >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+            m * 10f32.powi((i % 41) - 20)
+        })
+        .collect();
+    for k in [1usize, 5, 8, 15, 16, 17, 63, 200, 1000] {
+        for bases in [[0usize, 1, 2, 3], [7, 3000, 11, 1500], [4000, 4000, 0, 999]] {
+            let rows = bases.map(|b| &v[b..b + k]);
+            // The dispatch, and each instruction set's copy this CPU runs.
+            let mut runs = vec![("dispatch", sum4_f32(&v, bases, k))];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx512f") {
+                    runs.push(("avx512", unsafe { super::sum4_avx512(rows) }));
+                }
+                if is_x86_feature_detected!("avx2") {
+                    runs.push(("avx2", unsafe { super::sum4_avx2(rows) }));
+                }
+            }
+            for (isa, got) in runs {
+                for (g, (&b, row)) in got.iter().zip(bases.iter().zip(rows)) {
+                    // The definition's order: lane_sum, plain (no target features).
+                    let want = super::lane_sum(row, |x| x as f64);
+                    assert_eq!(sum_f32(row).to_bits(), want.to_bits(), "sum_f32 k {k}");
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "{isa} k {k} base {b}: {g:e} against {want:e}"
+                    );
+                }
+            }
+        }
     }
 }
