@@ -6,7 +6,8 @@
 #
 # Usage (device machine, repo root, a stripped release rlx in .devbin/ carried; the models
 # are generated there by its own python3, which has onnx, onnxruntime, torch, torchvision and
-# transformers; no tract there, and MiniLM's weights are not on that machine):
+# transformers; MiniLM's weights are not on that machine; tract only where bench/.tools/bin/tract
+# is carried, built here by bench/run.sh or `cargo install tract-cli` as run.sh does):
 #   bench/host_cpu.sh [MODELS]   # default: every bench model but minilm
 set -u
 OUT=${OUT:-bench/out}
@@ -40,7 +41,11 @@ echo "models written in $(( $(date +%s) - t0 )) s" >> "$OUT/gen.log"
 # (bench/NOTES.md §35).
 PIN_ARG=--pin-fastest
 [ "${HOST_PIN:-fastest}" = first ] && PIN_ARG=
-[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes rlx,ort $PIN_ARG \
+# tract joins the table where its binary was carried (HOST_RUNTIMES overrides).
+RUNTIMES=rlx,ort
+[ -x bench/.tools/bin/tract ] && RUNTIMES=rlx,ort,tract
+RUNTIMES=${HOST_RUNTIMES:-$RUNTIMES}
+[[ ",$STEPS," == *,table,* ]] && python3 bench/bench.py --models "$MODELS" --threads 1,2 --runtimes "$RUNTIMES" $PIN_ARG \
   --max-time "${HOST_MAX_TIME:-1}" --rounds "${HOST_ROUNDS:-3}" \
   --results "$OUT/RESULTS-host.md" > "$OUT/bench.log" 2>&1
 [[ ",$STEPS," == *,nodecmp,* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
