@@ -593,26 +593,30 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
             // Rows in fours ([`sum4_f32`], the same bits as one at a time).
             let vf = as_f32(v);
             let div = if kind == ReduceKind::Mean { n } else { 1.0 };
-            let group = |g: &[usize]| -> Vec<T> {
+            let val = |x: f64| narrow(if div == 1.0 { x } else { x / div });
+            // Each group of (up to) four outputs written in place: no buffer per group.
+            let group = |(o, g): (&mut [T], &[usize])| {
                 if let Ok(b4) = <[usize; SUM_ROWS]>::try_from(g) {
-                    let s = sum4_f32(vf, b4, k);
-                    s.iter()
-                        .map(|&x| narrow(if div == 1.0 { x } else { x / div }))
-                        .collect()
+                    for (oi, x) in o.iter_mut().zip(sum4_f32(vf, b4, k)) {
+                        *oi = val(x);
+                    }
                 } else {
-                    g.iter()
-                        .map(|&b| {
-                            let x = sum_f32(&vf[b..b + k]);
-                            narrow(if div == 1.0 { x } else { x / div })
-                        })
-                        .collect()
+                    for (oi, &b) in o.iter_mut().zip(g) {
+                        *oi = val(sum_f32(&vf[b..b + k]));
+                    }
                 }
             };
-            return if par_worth(v.len()) && p.bases.len() > SUM_ROWS {
-                p.bases.par_chunks(SUM_ROWS).flat_map_iter(group).collect()
+            let mut out = vec![T::zero(); p.bases.len()];
+            if par_worth(v.len()) && p.bases.len() > SUM_ROWS {
+                out.par_chunks_mut(SUM_ROWS)
+                    .zip(p.bases.par_chunks(SUM_ROWS))
+                    .for_each(group);
             } else {
-                p.bases.chunks(SUM_ROWS).flat_map(group).collect()
-            };
+                out.chunks_mut(SUM_ROWS)
+                    .zip(p.bases.chunks(SUM_ROWS))
+                    .for_each(group);
+            }
+            return out;
         }
         return map_bases(&p.bases, v.len(), |b| {
             let row = &v[b..b + k];
