@@ -51,7 +51,12 @@ RUNTIMES=${HOST_RUNTIMES:-$RUNTIMES}
 [[ ",$STEPS," == *,nodecmp,* ]] && for m in ${NODECMP_MODELS:-resnet50 mobilenet_v2 efficientnet_b0 squeezenet}; do
   echo "== $m"
   for t in ${NODECMP_THREADS:-1}; do
-    timeout 90 python3 bench/tools/node_cmp.py "bench/models/$m" --threads "$t" --top 12 --rlx "$RLX_BIN" 2>&1 | tail -30
+    # Pinned to the t CPUs that read fastest now (bench.py's loop), both runtimes alike:
+    # unpinned, the tenth run's per-node sums read 1.2-1.4x the table's times.
+    cpus=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import bench; bench.pin_fastest([$t]); print(','.join(map(str, bench.PIN.get($t, range($t)))))")
+    echo "-- pinned to CPUs $cpus"
+    timeout 150 taskset -c "$cpus" python3 bench/tools/node_cmp.py "bench/models/$m" --threads "$t" \
+      --top "${NODECMP_TOP:-12}" --max-time "${NODECMP_MAX_TIME:-2}" --rlx "$RLX_BIN" 2>&1 | tail -$((18 + ${NODECMP_TOP:-12}))
   done
 done > "$OUT/node_cmp.txt"
 # A variable's 0 against 1 (default RLX_CPU_MK_ROWS, bench/NOTES.md §27; HOST_AB_VAR picks
