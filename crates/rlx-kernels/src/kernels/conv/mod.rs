@@ -5,17 +5,18 @@
 //! * [`depthwise`] and [`dw_simd`]: depthwise 2-D convs, generic and SIMD;
 //! * [`direct`] and [`dconv`]: the direct f32 kernel (AVX-512) and its driver;
 //! * [`winograd`]: Winograd F(2×2, 3×3);
-//! * [`packed`]: RLX's own product kernel on weights packed at build ([`PackedConv`]),
-//!   with `packed_rows` (positions on the vector side) and `packed_im` (kernels larger
-//!   than 1×1, the input read in place through zero-padded planes);
+//! * [`pack`] and [`packed`]: RLX's own product kernel on weights packed at build
+//!   ([`PackedConv`], in `pack` with what its drivers share), driven by `packed` (tiles,
+//!   and the dispatch), `packed_rows` (positions on the vector side) and `packed_im`
+//!   (kernels larger than 1×1, the input read in place through zero-padded planes);
 //! * [`pw_dw`](fn@pw_dw): a pointwise conv and the depthwise conv after it, interleaved.
 //! * [`banded`]: a conv and the MaxPool that alone reads it, in bands of rows that stay in L2.
 //!
 //! This file dispatches a conv to one of them ([`conv_post`], [`conv_winograd`]). The
 //! algorithm files import from `common` and not from one another (the pointwise-depthwise
-//! pair uses `dw_simd`'s row kernels; `packed_rows` and `packed_im` use `packed`'s pack,
-//! tile epilogue and transposition, and `packed` calls them, one family in three files),
-//! so there is no import cycle between families.
+//! pair uses `dw_simd`'s row kernels; `packed`, `packed_rows` and `packed_im` use `pack`'s
+//! weights, task split, epilogue and transposition, `packed` calls the other two and
+//! `winograd` asks `pack` which convs are packed), so no two files import each other.
 
 pub mod banded;
 mod common;
@@ -27,6 +28,7 @@ mod direct;
 mod dw_simd;
 mod im2col;
 #[cfg(target_arch = "x86_64")]
+mod pack;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed_im;
@@ -50,7 +52,7 @@ use half::{bf16, f16};
 use im2col::conv_float;
 pub use im2col::CONV_SPLIT_FLOPS;
 #[cfg(target_arch = "x86_64")]
-pub use packed::{pack_form, packed_runs, packed_weights, MkIsa, PackForm, PackedConv};
+pub use pack::{pack_form, packed_runs, packed_weights, MkIsa, PackForm, PackedConv};
 pub use pw_dw::pw_dw;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 pub use winograd::{winograd_takes, winograd_transform, winograd_weights, WinogradWeights};

@@ -18,7 +18,7 @@
 
 use super::common::{with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
 use super::im2col::CONV_SPLIT_FLOPS;
-use super::packed::{finish_rows, transpose_into, MkIsa, PackedConv};
+use super::pack::{count_run, finish_rows, im_enabled, transpose_into, MkIsa, PackedConv, Split};
 
 /// Bytes of a task's input rows (all channels) and its output stripe together: inside L2.
 const CHUNK_BYTES: usize = 768 << 10;
@@ -26,17 +26,10 @@ const CHUNK_BYTES: usize = 768 << 10;
 /// Most `K` rows per pass (as [`super::packed`]'s `KC`).
 const KC: usize = 128;
 
-/// True when RLX_CPU_MK_IM is not `0` (read once per process): convs larger than 1×1
-/// with packed weights read their input in place instead of through im2col.
-pub(super) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_MK_IM"))
-}
-
 /// True when this file runs conv `g` (2-D, one group; any kernel, stride, padding and
 /// dilation, not a stride-1 1×1 conv without padding, whose input needs no copy).
 pub(super) fn takes(g: &Geo) -> bool {
-    g.sp.len() == 2 && g.groups == 1 && !g.direct() && enabled()
+    g.sp.len() == 2 && g.groups == 1 && !g.direct() && im_enabled()
 }
 
 /// The conv `g` (which [`takes`]) through `pk`'s tiles, reading `x` through zero-padded
@@ -58,7 +51,7 @@ pub(super) fn run(
     let (pt, pl) = (g.pads[0].0, g.pads[1].0);
     let p = oh * ow;
     let total = g.n * m * p;
-    super::packed::count_run();
+    count_run();
     let mut out = crate::buffers::overwritten::<f32>(total);
     if total == 0 {
         return out;
@@ -86,7 +79,7 @@ pub(super) fn run(
     let threads = rayon::current_num_threads();
     let par = threads > 1 && g.n * m * p * k >= CONV_SPLIT_FLOPS;
     let xw = (g.c * h * w, m * k);
-    let split = super::packed::Split::new(par, g.n, (oh, ow), rows, true, xw, nb, threads);
+    let split = Split::new(par, g.n, (oh, ow), rows, true, xw, nb, threads);
     let tasks = split.tasks();
     let dst = SendPtr(out.as_mut_ptr());
     with_scratch(&PHASES, g.n * g.c * pplane, |xp: &mut [f32]| {

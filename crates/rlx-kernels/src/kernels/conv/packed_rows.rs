@@ -1,6 +1,6 @@
 //! Pointwise (1×1) convs on large planes with the output *positions* on the vector side:
 //! `out[M][P] = W[M][K] · X[K][P]` with `X` the input planes read where they lie and the
-//! weights packed once as `[ceil(M/MR)][K][MR]` ([`pack`]), on AVX-512F.
+//! weights packed once as `[ceil(M/MR)][K][MR]` ([`super::pack::pack_rows`]), on AVX-512F.
 //!
 //! Why beside [`super::packed`]'s kernel (channels on the vector side): on planes larger
 //! than 14² that kernel lost to gemm (256←64 at 56²: 918 against 611 µs hot, bench/NOTES.md
@@ -18,10 +18,7 @@
 
 use super::common::{with_scratch, Epilogue, Geo, SendPtr, PRODUCTS};
 use super::im2col::CONV_SPLIT_FLOPS;
-use super::packed::{finish_rows, PackedConv};
-
-/// Output channels per tile (each a broadcast weight; `MR·NV` = 24 accumulators).
-pub(super) const MR: usize = 6;
+use super::pack::{finish_rows, PackedConv, MR};
 
 /// 16-lane vectors of positions per tile (64 positions).
 const NV: usize = 4;
@@ -37,19 +34,6 @@ const OUT_BYTES: usize = 256 << 10;
 /// block runs on them.
 const KC: usize = 64;
 
-/// `w` (`[m, k]` row-major) as `[ceil(m/MR)][k][MR]`, the channels past `m` zero.
-pub(super) fn pack(w: &[f32], m: usize, k: usize) -> Vec<f32> {
-    let nb = m.div_ceil(MR);
-    let mut data = vec![0f32; nb * k * MR];
-    for (i, row) in w.chunks_exact(k.max(1)).enumerate().take(m) {
-        let blk = &mut data[(i / MR) * k * MR..][..k * MR];
-        for (c, &v) in row.iter().enumerate() {
-            blk[c * MR + i % MR] = v;
-        }
-    }
-    data
-}
-
 /// A conv's residual as [`run`] takes it.
 pub(super) enum RowsRes<'a> {
     None,
@@ -62,7 +46,7 @@ pub(super) enum RowsRes<'a> {
 }
 
 /// The stride-1 1×1 conv `g` (input planes `x`, `[N, C, P]`) through `pk`'s weights (packed
-/// by [`pack`]), with `epi` and the residual `res` per output row as
+/// by [`super::pack::pack_rows`]), with `epi` and the residual `res` per output row as
 /// [`super::im2col::conv_float`] applies them. The caller checked that `pk` fits `g`, that
 /// `g` is a stride-1 1×1 conv without padding, that an `Into` buffer holds the output's
 /// `N·M·P` values, and that the CPU has AVX-512F.

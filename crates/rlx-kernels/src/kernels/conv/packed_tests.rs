@@ -11,7 +11,8 @@
 use super::common::{geometry, Clamp, Epilogue, Geo};
 use super::im2col::conv_float;
 use super::no_post;
-use super::packed::{run_cols_for_test, run_for_test, MkIsa};
+use super::pack::MkIsa;
+use super::packed::{run_cols_for_test, run_for_test};
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::ConvAttrs;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -545,11 +546,11 @@ fn packed_timing() {
         for isa in isas() {
             let mut wd = vec![t.m, t.c];
             wd.extend([t.k.0, t.k.1]);
-            let pk = super::packed::PackedConv::new(isa, &w, &wd);
+            let pk = super::pack::PackedConv::new(isa, &w, &wd);
             let mk =
                 time(&|| super::packed::conv_packed_f32(&x, &pk, &wd, &g, &epi, None).unwrap());
             let pks: Vec<_> = (0..copies)
-                .map(|_| super::packed::PackedConv::new(isa, &w, &wd))
+                .map(|_| super::pack::PackedConv::new(isa, &w, &wd))
                 .collect();
             let mc = time(&|| {
                 turn.set(turn.get() + 1);
@@ -608,7 +609,7 @@ fn packed_tile_peak() {
 
 #[test]
 fn unpack_gives_back_the_packed_weights_bit_for_bit() {
-    use super::packed::PackedConv;
+    use super::pack::PackedConv;
     // Odd channel counts (a partial last block) and odd K, NaN and -0.0 among the values.
     for (m, k) in [(1, 1), (5, 7), (33, 129), (70, 18), (6, 64)] {
         let mut w = rnd(m * k, (m * 31 + k) as u64);
@@ -650,7 +651,7 @@ fn conv_packed_that_does_not_fit_runs_conv_post_on_the_unpacked_weights() {
         groups: 1,
     };
     let out = Shape::new(&[1, m, hw, hw], rlx_ir::DType::F32);
-    let pk = super::packed::PackedConv::new_rows(&wv, &[m, c, 3, 3]);
+    let pk = super::pack::PackedConv::new_rows(&wv, &[m, c, 3, 3]);
     let bits =
         |t: Tensor| -> Vec<u32> { t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect() };
     let got = conv_packed(&x, &pk, Some(&b), &a, &out, Act::NONE, None).unwrap();
@@ -670,7 +671,7 @@ fn conv_packed_that_does_not_fit_runs_conv_post_on_the_unpacked_weights() {
 /// doc says (runs of positions only where the input outweighs the weights).
 #[test]
 fn packed_split_covers_positions_and_blocks_once() {
-    use super::packed::Split;
+    use super::pack::Split;
     let mut runs = 0;
     let mut parts = 0;
     for threads in [1, 2, 3, 16] {

@@ -595,7 +595,7 @@ pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) 
 }
 
 /// True where RLX's product kernel reading the input in place (`packed_im`: where
-/// [`super::packed::pack_form`] packs a stride-1 3×3 conv) is the faster path: `tiles` 2×2
+/// [`super::pack::pack_form`] packs a stride-1 3×3 conv) is the faster path: `tiles` 2×2
 /// tiles times input channels under [`WINOGRAD_PACKED_WORK`]. There the input and output
 /// transforms, done per tile and channel, weigh on a product too short to pay them back.
 /// SqueezeNet's 3×3 expand convs at 13² (49 tiles, 48 and 64 channels; per node, 1 thread,
@@ -607,7 +607,7 @@ fn packed_first(w: &Tensor, a: &ConvAttrs, out: &Shape, tiles: usize) -> bool {
     {
         let c = w.dims().get(1).copied().unwrap_or(0);
         tiles.saturating_mul(c) < WINOGRAD_PACKED_WORK
-            && super::packed::pack_form(w, a, out).is_some()
+            && super::pack::pack_form(w, a, out).is_some()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -1,0 +1,548 @@
+//! The packed weights of RLX's own f32 conv product (issue 34) and what its three drivers
+//! share: [`PackedConv`] (tiles for [`super::packed`] and [`super::packed_im`], rows for
+//! [`super::packed_rows`]), which convs get which form ([`pack_form`]), how a driver cuts a
+//! conv into tasks ([`Split`]), the epilogue of finished output rows ([`finish_rows`]) and
+//! the transposition of a stripe of tiles into NCHW rows ([`transpose_into`]). The drivers
+//! import this file; this file imports none of them, so the family has no import loop
+//! (`packed` dispatches to `packed_im` and `packed_rows`, which see only this file).
+
+use super::common::{add_bias_residual, bias_clamp, Epilogue};
+use crate::kernels::simd::{isa_cap, IsaCap};
+use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
+use std::sync::atomic::Ordering;
+
+/// The instruction set of a [`PackedConv`]'s kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MkIsa {
+    /// AVX-512F: tiles of 32 channels (two zmm) × up to 12 positions.
+    Avx512,
+    /// AVX2 + FMA: tiles of 16 channels (two ymm) × up to 6 positions.
+    Avx2,
+}
+
+impl MkIsa {
+    /// Output channels per packed block (the tile's vector side).
+    pub(super) fn mb(self) -> usize {
+        match self {
+            MkIsa::Avx512 => 32,
+            MkIsa::Avx2 => 16,
+        }
+    }
+
+    /// Most positions per tile. 10 on AVX-512: tiles of 11 and 12 positions (22–24
+    /// accumulators) ran at 75–80% of the speed of tiles of 10 (`packed_tile_peak`;
+    /// 1024←256 at 14² 716 against 559 µs).
+    pub(super) fn np_max(self) -> usize {
+        match self {
+            MkIsa::Avx512 => 10,
+            MkIsa::Avx2 => 6,
+        }
+    }
+
+    /// The best this CPU runs (within `RLX_CPU_ISA`), or None (then convs take gemm).
+    pub fn best() -> Option<MkIsa> {
+        match isa_cap() {
+            IsaCap::Avx512 => Some(MkIsa::Avx512),
+            IsaCap::Avx2 => Some(MkIsa::Avx2),
+            IsaCap::Portable => None,
+        }
+    }
+}
+
+/// A conv's weights `[M, C, KH, KW]` (one group) packed for [`MkIsa`]'s kernel:
+/// `[ceil(M/mb)][K][mb]` with `K = C·KH·KW`, the channels past `M` zero.
+pub struct PackedConv {
+    pub(super) isa: MkIsa,
+    pub(super) m: usize,
+    pub(super) k: usize,
+    pub(super) wdims: Vec<usize>,
+    data: Vec<f32>,
+    /// Packed for [`super::packed_rows`] (positions on the vector side, `[M/6][K][6]`)
+    /// instead of this file's tiles.
+    pub(super) rows: bool,
+}
+
+impl std::fmt::Debug for PackedConv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedConv({:?}, {:?}, {} bytes)",
+            self.isa,
+            self.wdims,
+            self.bytes()
+        )
+    }
+}
+
+impl PackedConv {
+    /// Packs `w` (`[m, k]` row-major, any trailing dims folded into `k`) for `isa`.
+    pub fn new(isa: MkIsa, w: &[f32], wdims: &[usize]) -> PackedConv {
+        let m = wdims[0];
+        let k = wdims[1..].iter().product::<usize>();
+        assert_eq!(w.len(), m * k, "packed conv: weights do not fit {wdims:?}");
+        let mb = isa.mb();
+        let nb = m.div_ceil(mb);
+        let mut data = vec![0f32; nb * k * mb];
+        for (i, row) in w.chunks_exact(k.max(1)).enumerate().take(m) {
+            let blk = &mut data[(i / mb) * k * mb..][..k * mb];
+            for (c, &v) in row.iter().enumerate() {
+                blk[c * mb + i % mb] = v;
+            }
+        }
+        PackedConv {
+            isa,
+            m,
+            k,
+            wdims: wdims.to_vec(),
+            data,
+            rows: false,
+        }
+    }
+
+    /// Packs `w` (`[m, k]` row-major, any trailing dims folded into `k`) for
+    /// [`super::packed_rows`]'s AVX-512 kernel (a stride-1 1×1 conv's positions on the
+    /// vector side).
+    pub fn new_rows(w: &[f32], wdims: &[usize]) -> PackedConv {
+        let m = wdims[0];
+        let k = wdims[1..].iter().product::<usize>();
+        assert_eq!(w.len(), m * k, "packed conv: weights do not fit {wdims:?}");
+        PackedConv {
+            isa: MkIsa::Avx512,
+            m,
+            k,
+            wdims: wdims.to_vec(),
+            data: pack_rows(w, m, k),
+            rows: true,
+        }
+    }
+
+    /// Products per output (`C·KH·KW`).
+    pub(super) fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The packed weights.
+    pub(super) fn data(&self) -> &[f32] {
+        &self.data
+    }
+
+    /// Output channels per packed block: [`MkIsa::mb`] for tiles, `packed_rows::MR` rows.
+    fn block(&self) -> usize {
+        if self.rows {
+            MR
+        } else {
+            self.isa.mb()
+        }
+    }
+
+    /// The weights' dims (`[M, C, KH, KW]`).
+    pub fn wdims(&self) -> &[usize] {
+        &self.wdims
+    }
+
+    /// The weights back in their own layout (`[M, C, KH, KW]` row-major): the exact values
+    /// packed (packing moves values, it computes none). For a conv this kernel does not
+    /// take (`conv_post`'s paths), so an executor need not keep an unpacked copy too.
+    pub fn unpack(&self) -> Vec<f32> {
+        let (m, k, mb) = (self.m, self.k, self.block());
+        let mut w = vec![0f32; m * k];
+        for (i, row) in w.chunks_exact_mut(k.max(1)).enumerate().take(m) {
+            let blk = &self.data[(i / mb) * k * mb..][..k * mb];
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = blk[c * mb + i % mb];
+            }
+        }
+        w
+    }
+
+    /// The packed bytes.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+
+    pub fn isa(&self) -> MkIsa {
+        self.isa
+    }
+}
+
+/// Which convs get packed weights (when the executor is built): f32, 2-D, one group,
+/// dilation 1, at least `MIN_K` products per output, at most M/8 padding channels in the
+/// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
+/// * 1×1 kernels without padding on output planes up to 8² and of `MAX_PLANE` (7², 14²:
+///   the pointwise convs where gemm's weight reads hurt most);
+/// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
+///   convs to 7², through im2col: 1 thread, weights cold, 512←256 at 14² read 829–900 µs
+///   against gemm's 900–990). Not stride 1 (7²: 1.8–1.9 ms against gemm's 1.65 hot; the
+///   larger planes take Winograd or the direct kernel).
+///
+/// None for others, without AVX-512 (AVX2 with `RLX_CPU_MK=1`), or with `RLX_CPU_MK=0`.
+pub fn packed_weights(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackedConv> {
+    pack_form(w, a, out)?.pack(w)
+}
+
+/// The form in which [`packed_weights`] packs a conv's weights: the choice (which depends
+/// on the conv's output size) apart from the packing (which depends on the weights alone),
+/// so the executors of one model at several sizes can share one packed copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PackForm {
+    /// `[ceil(M/mb)][K][mb]` tiles for [`MkIsa`]'s kernel ([`PackedConv::new`]).
+    Tiles(MkIsa),
+    /// Positions on the vector side ([`PackedConv::new_rows`]).
+    Rows,
+}
+
+impl PackForm {
+    /// `w` (f32, `[M, C, KH, KW]`) packed in this form; None for other weights.
+    pub fn pack(self, w: &Tensor) -> Option<PackedConv> {
+        let TensorData::F32(wv) = w.data() else {
+            return None;
+        };
+        let d = w.dims();
+        if d.len() != 4 || wv.len() != d.iter().product::<usize>() {
+            return None;
+        }
+        Some(match self {
+            PackForm::Tiles(isa) => PackedConv::new(isa, wv, d),
+            PackForm::Rows => PackedConv::new_rows(wv, d),
+        })
+    }
+}
+
+/// Whether and how [`packed_weights`] packs the weights `w` of a conv with attributes `a`
+/// and output type `out` (the conditions on [`packed_weights`]); reads no weight values.
+pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
+    if w.dtype() != rlx_ir::DType::F32 {
+        return None;
+    }
+    let d = w.dims();
+    let od = out.static_dims().filter(|od| od.len() == 4)?;
+    if d.len() != 4 {
+        return None;
+    }
+    let p = od[2] * od[3];
+    let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
+    let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && (p <= 64 || p == MAX_PLANE);
+    // Larger kernels: stride 2 on small planes through im2col; with the input read in
+    // place (`packed_im`), stride 1 or 2 on any plane with at least KXK_MIN_C input
+    // channels (Winograd, where it takes a conv, comes first: the executor's choice).
+    let s2 = d[2] * d[3] > 1
+        && a.dilations.iter().all(|&v| v == 1)
+        && if im_enabled() {
+            d[1] >= KXK_MIN_C && a.strides.iter().all(|&s| s == 1 || s == 2)
+        } else {
+            a.strides == [2, 2] && p <= MAX_PLANE_S2
+        };
+    let k: usize = d[1..].iter().product();
+    // Stride-1 1×1 convs on planes larger than 14²: positions on the vector side.
+    if plain
+        && d[2..] == [1, 1]
+        && a.pads.iter().all(|&p| p == (0, 0))
+        && a.strides.iter().all(|&s| s == 1)
+        && p > MAX_PLANE
+        && rows_enabled()
+    {
+        return Some(PackForm::Rows);
+    }
+    if !plain || !(pw || s2) || k < MIN_K {
+        return None;
+    }
+    let isa = enabled_isa()?;
+    // Channels computed past M in the last block: at most an eighth of M.
+    if d[0].div_ceil(isa.mb()) * isa.mb() * 8 > d[0] * 9 {
+        return None;
+    }
+    Some(PackForm::Tiles(isa))
+}
+
+/// True when stride-1 1×1 convs on planes larger than 14² take [`super::packed_rows`]:
+/// AVX-512F and `RLX_CPU_MK_ROWS=1` (read once per process). Off by default: on the AMD
+/// EPYC Zen 4 of bench/NOTES.md §27 it ran at gemm's speed, not faster (models 1.00–1.03×
+/// with it, 1 thread).
+fn rows_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        isa_cap() == IsaCap::Avx512
+            && !rlx_ir::env::is_off("RLX_CPU_MK")
+            && rlx_ir::env::is_on("RLX_CPU_MK_ROWS")
+    })
+}
+
+/// How the packed drivers (`packed`, `packed_im`) cut a conv into tasks: per image,
+/// `chunks` blocks of output positions, each in `parts` ranges of channel blocks.
+///
+/// Without threads (or below [`super::im2col::CONV_SPLIT_FLOPS`]): blocks of `rows` output rows (sized by
+/// the driver so that a block's input and output stay in L2), one part. With threads, where
+/// those blocks give fewer than [`super::common::TASKS_PER_THREAD`] tasks per thread, more tasks, so that
+/// rayon hands them out as threads free up and a thread that runs slower (another guest on
+/// its core) takes fewer:
+/// * where an image's input (`x` values: the planes the conv reads) outweighs its weights
+///   (`w` values) and the driver can cut anywhere in a plane (`any_pos`), near-equal runs
+///   of positions: each task then reads all the weights and its positions' inputs. With
+///   channel ranges instead, each task reads every input position and its channels'
+///   weights, so every thread reads the whole input, half of it from the cache of the core
+///   that wrote it. MobileNetV2's 96←576 and 64←384 at 14² (input 2-4× the weights), 2
+///   threads, against one channel range per thread: 263-268 → 199-206 and 123-127 →
+///   110-111 µs (bench/NOTES.md §35);
+/// * else ranges of channel blocks (its 7² convs, weights 3-25× the input, lost by
+///   positions: 960←160 at 7² 121 → 238 µs).
+///
+/// Run and part boundaries fall at `i·total/count` (floor), so rayon's halving of the task
+/// range gives each half near-equal work (20 blocks in 8 parts: 2, 3, 2, 3, ...; with
+/// `ceil` sizes, 3, 3, 3, 3, 3, 3, 2 left one half 12 blocks and the other 8). A position's
+/// tiles and sums and a channel block's do not depend on the task they fall in: the bits
+/// do not depend on the split.
+pub(super) struct Split {
+    /// Output rows per block, or None for runs of positions.
+    rows: Option<usize>,
+    n: usize,
+    oh: usize,
+    ow: usize,
+    nb: usize,
+    /// Blocks of positions per image.
+    pub chunks: usize,
+    /// Ranges of channel blocks per block of positions.
+    pub parts: usize,
+}
+
+impl Split {
+    /// `par`: several threads and enough work; `n` images of `(oh, ow)` output positions;
+    /// `rows`: the driver's cache-sized block; `nb` channel blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        par: bool,
+        n: usize,
+        (oh, ow): (usize, usize),
+        rows: usize,
+        any_pos: bool,
+        (x, w): (usize, usize),
+        nb: usize,
+        threads: usize,
+    ) -> Split {
+        let p = oh * ow;
+        let rows = rows.clamp(1, oh.max(1));
+        let mut s = Split {
+            rows: Some(rows),
+            n,
+            oh,
+            ow,
+            nb,
+            chunks: oh.div_ceil(rows),
+            parts: 1,
+        };
+        let want = super::common::TASKS_PER_THREAD * threads;
+        if !par || n * s.chunks >= want {
+            return s;
+        }
+        let runs = want.div_ceil(n).min(p / MIN_RUN);
+        if any_pos && x > w && runs > s.chunks {
+            s.rows = None;
+            s.chunks = runs;
+        }
+        if n * s.chunks < want {
+            s.parts = want.div_ceil(n * s.chunks).clamp(1, nb.max(1));
+        }
+        s
+    }
+
+    /// Tasks over all images.
+    pub(super) fn tasks(&self) -> usize {
+        self.n * self.chunks * self.parts
+    }
+
+    /// Task `t`'s image, positions (first, count) and channel blocks `b0..b1`.
+    pub(super) fn task(&self, t: usize) -> (usize, (usize, usize), (usize, usize)) {
+        let per_image = self.chunks * self.parts;
+        let (ci, mp) = ((t % per_image) / self.parts, t % self.parts);
+        (t / per_image, self.span(ci), self.blocks(mp))
+    }
+
+    /// Block `ci`'s first position and position count.
+    pub(super) fn span(&self, ci: usize) -> (usize, usize) {
+        match self.rows {
+            Some(r) => {
+                let (oy0, oy1) = (ci * r, ((ci + 1) * r).min(self.oh));
+                (oy0 * self.ow, (oy1 - oy0) * self.ow)
+            }
+            None => {
+                let p = self.oh * self.ow;
+                let (j0, j1) = (ci * p / self.chunks, (ci + 1) * p / self.chunks);
+                (j0, j1 - j0)
+            }
+        }
+    }
+
+    /// Part `mp`'s channel blocks `b0..b1`.
+    pub(super) fn blocks(&self, mp: usize) -> (usize, usize) {
+        (mp * self.nb / self.parts, (mp + 1) * self.nb / self.parts)
+    }
+}
+
+/// Fewest positions in a [`Split`]'s run of positions (about two tiles).
+const MIN_RUN: usize = 16;
+
+/// See [`packed_weights`].
+const MAX_PLANE_S2: usize = 64;
+
+/// Fewest input channels for which a conv larger than 1×1 is packed (read in place):
+/// with fewer, the direct kernel (`dconv`) is faster: ResNet's 7×7/2 stem (3 channels)
+/// ran 1.21× slower this way alone, SqueezeNet's 3×3 16→64 at 55² (K = 144) 475 against
+/// 410 µs in the model (1 thread, Xeon). Wider convs gained (bench/NOTES.md §31).
+const KXK_MIN_C: usize = 32;
+
+/// Fewest products per output (`K`) for which a conv is packed: below, the tile's stores
+/// and transposition outweigh its FMAs (576←96 at 14²: 129–144 µs against gemm's 119–133;
+/// SqueezeNet's 13² convs with K of 48 and 64 lost in the model).
+const MIN_K: usize = 128;
+
+/// Largest output plane for which a 1×1 conv is packed: on larger planes gemm (positions
+/// on its vector side, no transposition) is faster with hot weights (`packed_timing`:
+/// 256←64 at 56² 611 against 918 µs). Between 8² and 14² only 14² itself: SqueezeNet's
+/// 1000←512 at 13² read 1148–1186 µs in the model against gemm's 1035–1050 (alone with
+/// hot weights 931–1182 against 829); the cause is not found.
+const MAX_PLANE: usize = 196;
+
+/// The kernel's ISA where convs take it: AVX-512 unless `RLX_CPU_MK=0`; AVX2 only with
+/// `RLX_CPU_MK=1` set (not yet measured against gemm's AVX2 kernel on an AVX2-only CPU:
+/// here gemm runs AVX-512 even under `RLX_CPU_ISA=avx2`, so the AVX2 kernel read 7–8%
+/// behind it in MobileNetV2 and EfficientNet-B0, which says nothing about Zen 2).
+fn enabled_isa() -> Option<MkIsa> {
+    static ON: std::sync::OnceLock<Option<MkIsa>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match MkIsa::best()? {
+        MkIsa::Avx512 if !rlx_ir::env::is_off("RLX_CPU_MK") => Some(MkIsa::Avx512),
+        MkIsa::Avx2 if rlx_ir::env::is_on("RLX_CPU_MK") => Some(MkIsa::Avx2),
+        _ => None,
+    })
+}
+
+/// The epilogue of `rows` output rows whose sums are in place (row `i` at `dst + ooff +
+/// i·p`, `pb` values; its channel `m0 + i`, its residual at the same offset of `res`):
+/// the bias, residual, clamp, `post` and the scan's largest |y| per row, exactly as
+/// [`super::im2col::conv_float`] applies them (`post` over the whole run when the rows are
+/// whole planes).
+///
+/// # Safety
+/// Those rows are inside `dst`'s allocation and the caller's alone.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn finish_rows(
+    dst: *mut f32,
+    ooff: usize,
+    m0: usize,
+    rows: usize,
+    pb: usize,
+    p: usize,
+    epi: &Epilogue,
+    res: Option<&[f32]>,
+) {
+    let Epilogue {
+        bias,
+        clamp,
+        post,
+        seen,
+        ..
+    } = *epi;
+    for i in 0..rows {
+        // SAFETY: the caller's row segment.
+        let seg = unsafe { std::slice::from_raw_parts_mut(dst.add(ooff + i * p), pb) };
+        let mut bv = bias.map(|b| b[m0 + i]);
+        if let Some(r) = res {
+            let at = ooff + i * p;
+            add_bias_residual(seg, bv.take(), &r[at..at + pb]);
+        }
+        let bits = bias_clamp(seg, bv, clamp, seen.is_some());
+        if let Some(s) = seen {
+            s.fetch_max(bits, Ordering::Relaxed);
+        }
+        if clamp.is_none() && pb < p {
+            post(seg);
+        }
+    }
+    if clamp.is_none() && pb == p {
+        // Whole planes: the rows are one run.
+        // SAFETY: the caller's rows, consecutive when pb == p.
+        post(unsafe { std::slice::from_raw_parts_mut(dst.add(ooff), rows * p) });
+    }
+}
+
+/// Convs run on packed weights in this process, by any driver ([`packed_runs`]).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts one conv run by this kernel (here or in [`super::packed_im`]).
+pub(super) fn count_run() {
+    RUNS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many convs this kernel has run in this process.
+pub fn packed_runs() -> u64 {
+    RUNS.load(Ordering::Relaxed)
+}
+
+/// `d[i·ds + j] = s[j·mb + i]` for `i < rows`, `j < pb`: a stripe of tiles into NCHW
+/// output rows, by 8×8 blocks in registers (AVX), the edges one value at a time.
+///
+/// # Safety
+/// `s` holds `pb·mb` values (`rows ≤ mb`); `d` rows `0..rows` at stride `ds` have room for
+/// `pb` values; the CPU has AVX2 (every [`MkIsa`] has).
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn transpose_into(
+    s: *const f32,
+    mb: usize,
+    pb: usize,
+    rows: usize,
+    d: *mut f32,
+    ds: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract; every index below is inside those bounds.
+    unsafe {
+        let mut i = 0;
+        while i + 8 <= rows {
+            let mut j = 0;
+            while j + 8 <= pb {
+                let mut r = [_mm256_setzero_ps(); 16];
+                for (q, v) in r.iter_mut().take(8).enumerate() {
+                    *v = _mm256_loadu_ps(s.add((j + q) * mb + i));
+                }
+                crate::kernels::simd::transpose8(&mut r);
+                for (q, v) in r.iter().take(8).enumerate() {
+                    _mm256_storeu_ps(d.add((i + q) * ds + j), *v);
+                }
+                j += 8;
+            }
+            for jj in j..pb {
+                for q in 0..8 {
+                    *d.add((i + q) * ds + jj) = *s.add(jj * mb + i + q);
+                }
+            }
+            i += 8;
+        }
+        for ii in i..rows {
+            for j in 0..pb {
+                *d.add(ii * ds + j) = *s.add(j * mb + ii);
+            }
+        }
+    }
+}
+
+/// Output channels per [`super::packed_rows`] tile (each a broadcast weight; `MR·NV` = 24
+/// accumulators there).
+pub(super) const MR: usize = 6;
+
+/// `w` (`[m, k]` row-major) as `[ceil(m/MR)][k][MR]`, the channels past `m` zero.
+pub(super) fn pack_rows(w: &[f32], m: usize, k: usize) -> Vec<f32> {
+    let nb = m.div_ceil(MR);
+    let mut data = vec![0f32; nb * k * MR];
+    for (i, row) in w.chunks_exact(k.max(1)).enumerate().take(m) {
+        let blk = &mut data[(i / MR) * k * MR..][..k * MR];
+        for (c, &v) in row.iter().enumerate() {
+            blk[c * MR + i % MR] = v;
+        }
+    }
+    data
+}
+
+/// True when RLX_CPU_MK_IM is not `0` (read once per process): convs larger than 1×1
+/// with packed weights read their input in place instead of through im2col.
+pub(super) fn im_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_MK_IM"))
+}
