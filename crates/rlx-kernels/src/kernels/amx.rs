@@ -174,7 +174,7 @@ pub(crate) fn matmul_bf16_nt(
         // columns of its own weight blocks only; bounds checked above.
         unsafe { tiles(m, n, k, mblocks, s, e, wb, &xp, yp.0) }
     };
-    if parallel && tasks.len() > 1 && (m * n * k) >= super::matmul::GEMM_PAR_FLOPS {
+    if parallel && tasks.len() > 1 && (m * n * k) >= super::gemm_calls::GEMM_PAR_FLOPS {
         tasks.into_par_iter().for_each(run);
     } else {
         tasks.into_iter().for_each(run);

@@ -18,7 +18,7 @@
 //! order than gemm's, so values may differ from gemm's by f32 round-off. No `vdpbf16ps`
 //! (it flushes denormals).
 
-use super::matmul::{gemm_uninit_ptr, View, GEMM_PAR_FLOPS};
+use super::gemm_calls::{gemm_uninit_ptr, View, GEMM_PAR_FLOPS};
 use super::KResult;
 use half::{bf16, f16};
 use rayon::prelude::*;

@@ -49,6 +49,7 @@ pub mod chain;
 pub mod conv;
 pub mod elementwise;
 pub mod fastmath;
+mod gemm_calls;
 pub mod grid;
 pub mod index;
 pub mod matmul;

@@ -2,7 +2,7 @@
 //! the epilogue pieces (bias, [`Clamp`], [`Post`], [`Residual`]) and gemm's packing guard.
 //! The algorithm files import from here and not from one another.
 
-use crate::kernels::matmul::GemmElem;
+use crate::kernels::gemm_calls::GemmElem;
 use crate::kernels::wide::map_inplace;
 use crate::kernels::{invalid, Elem, KResult};
 use rlx_ir::ConvAttrs;

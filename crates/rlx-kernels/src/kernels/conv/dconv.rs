@@ -328,7 +328,7 @@ pub(super) fn conv(
     let mut mchunk = d.m.div_ceil(MR) * MR;
     let threads = rayon::current_num_threads();
     let work = d.m * d.oh * wq * kk;
-    let par = threads > 1 && work >= crate::kernels::matmul::GEMM_PAR_FLOPS;
+    let par = threads > 1 && work >= crate::kernels::gemm_calls::GEMM_PAR_FLOPS;
     if par {
         // Blocks of near-equal rows, a multiple of the thread count of them (at least
         // TASKS_PER_THREAD per thread): 55 rows in blocks of 17 (17, 17, 17, 4) left one

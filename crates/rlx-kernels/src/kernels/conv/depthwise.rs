@@ -2,7 +2,7 @@
 //! any element type, and the f32 entry to the SIMD kernels of [`super::dw_simd`].
 
 use super::common::{inside_cols, Epilogue, Geo};
-use crate::kernels::matmul::GemmElem;
+use crate::kernels::gemm_calls::GemmElem;
 use crate::kernels::{fill_chunks, Elem};
 
 /// Depthwise 2-D conv (groups == C == M, one filter per channel) computed directly: per

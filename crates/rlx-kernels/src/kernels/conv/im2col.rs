@@ -7,7 +7,7 @@ use super::common::{
     ConvLhsPacking, Epilogue, Geo, Residual, SendPtr, PHASES, TASKS_PER_THREAD,
 };
 use super::depthwise::depthwise_2d;
-use crate::kernels::matmul::{gemm_uninit_ptr, GemmElem, View, GEMM_PAR_FLOPS};
+use crate::kernels::gemm_calls::{gemm_uninit_ptr, GemmElem, View, GEMM_PAR_FLOPS};
 use crate::kernels::{fill_chunks, invalid, Elem, KResult};
 use std::sync::atomic::Ordering;
 

@@ -13,7 +13,7 @@ use super::dw_simd::{
     best_isa, flat_plan, plan, rows_avx512, s2_plane, Flat, Isa, Plan, RowsFn, S2Fn,
 };
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::matmul::{gemm_uninit_ptr, View};
+use crate::kernels::gemm_calls::{gemm_uninit_ptr, View};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::simd::Avx512;
 use crate::kernels::{make, out_dims, KResult};

@@ -23,7 +23,7 @@
 //! model sees is the one im2col + gemm gives.
 
 use super::common::{with_scratch, ConvLhsPacking, Post, SendPtr, PRODUCTS};
-use crate::kernels::matmul::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
+use crate::kernels::gemm_calls::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
 use rayon::prelude::*;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 
