@@ -46,7 +46,6 @@ isa_fn!(
     /// `kernels::elementwise::binary` (its `Pow(·, 2)` and `Pow(·, 3)` by products when the
     /// exponent is one element), compiled for the widest ISA as the unfused kernels are.
     pub fn binary_part[](b: BinaryOp, dst: &mut [f32], p: Src, q: Src, q_one: Option<f32>) {
-        use crate::kernels::elementwise::{max_f32, min_f32};
         match b {
             BinaryOp::Add => zip2(dst, p, q, |p, q| p + q),
             BinaryOp::Sub => zip2(dst, p, q, |p, q| p - q),
@@ -89,3 +88,25 @@ isa_fn!(
         }
     }
 );
+
+/// ONNX Max of two f32, as `BinaryOp::apply_f32` computes it: NaN if either is NaN. A plain
+/// function (not the op's match) so that the loops calling it vectorize; the Max kernels
+/// and the fused Clip (`rlx_cpu::fuse`) all use it, so their bits agree.
+#[inline(always)]
+pub fn max_f32(p: f32, q: f32) -> f32 {
+    if p.is_nan() || q.is_nan() {
+        f32::NAN
+    } else {
+        p.max(q)
+    }
+}
+
+/// ONNX Min of two f32; see [`max_f32`].
+#[inline(always)]
+pub fn min_f32(p: f32, q: f32) -> f32 {
+    if p.is_nan() || q.is_nan() {
+        f32::NAN
+    } else {
+        p.min(q)
+    }
+}

@@ -1,6 +1,7 @@
 //! Elementwise kernels: Unary, Activation, Binary (NumPy broadcasting), Select, Cast.
 //! Scalar semantics come from `rlx_ir::op` (`apply_f32` / `apply_f64` / `apply_i64`).
 
+pub use super::chain::{max_f32, min_f32};
 use super::wide::Half;
 use super::{fill_chunks, invalid, make, out_dims, par_worth, wide, Bcast, KResult};
 use half::{bf16, f16};
@@ -397,28 +398,6 @@ pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Te
     };
     check_out(|| "activation".into(), data.dtype(), out)?;
     make(x.dims().to_vec(), data)
-}
-
-/// ONNX Max of two f32, as `BinaryOp::apply_f32` computes it: NaN if either is NaN. A plain
-/// function (not the op's match) so that the loops calling it vectorize; the Max kernels
-/// and the fused Clip (`rlx_cpu::fuse`) all use it, so their bits agree.
-#[inline(always)]
-pub fn max_f32(p: f32, q: f32) -> f32 {
-    if p.is_nan() || q.is_nan() {
-        f32::NAN
-    } else {
-        p.max(q)
-    }
-}
-
-/// ONNX Min of two f32; see [`max_f32`].
-#[inline(always)]
-pub fn min_f32(p: f32, q: f32) -> f32 {
-    if p.is_nan() || q.is_nan() {
-        f32::NAN
-    } else {
-        p.min(q)
-    }
 }
 
 macro_rules! int_bin {

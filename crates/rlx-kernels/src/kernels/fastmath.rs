@@ -15,22 +15,9 @@
 /// A whole-buffer f32 kernel: `dst[i] = f(src[i])`.
 pub(crate) type SliceKernel = fn(&[f32], &mut [f32]);
 
-pub(crate) const EXP_LO: f32 = -87.0;
-pub(crate) const EXP_HI: f32 = 88.0;
 /// Below this, `exp` is +0 (see [`exp_outside`]).
 pub(crate) const EXP_ZERO_BELOW: f32 = -104.0;
-/// Cephes `expf`'s constants: `r = x + n·EXP_LN2[0] + n·EXP_LN2[1]` (−ln 2 in two parts,
-/// Cephes' C1 and C2 negated) and the degree-5 polynomial on `r`, highest power first.
-/// Shared with the SIMD Softmax kernel (`simd::exp`, `reduce::softmax_lanes`).
-pub(crate) const EXP_LN2: [f32; 2] = [-0.693_359_4, 2.121_944_4e-4];
-pub(crate) const EXP_POLY: [f32; 6] = [
-    1.987_569_1e-4,
-    1.398_199_9e-3,
-    8.333_452e-3,
-    4.166_579_6e-2,
-    1.666_666_5e-1,
-    5.000_000_1e-1,
-];
+pub(crate) use super::simd::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
 
 /// The widest vector ISA of this CPU that the slice kernels are compiled for (checked once).
 #[cfg(target_arch = "x86_64")]

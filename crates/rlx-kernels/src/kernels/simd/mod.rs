@@ -98,11 +98,8 @@ pub(crate) trait Lanes {
 /// constants `EXP_LN2` and `EXP_POLY`, the same fused multiply-adds), so its bits in every
 /// lane; a NaN lane comes out finite (the clamp drops it).
 ///
-/// [`EXP_LO`]: crate::kernels::fastmath::EXP_LO
-/// [`EXP_HI`]: crate::kernels::fastmath::EXP_HI
 #[inline(always)]
 pub(crate) unsafe fn exp<S: Lanes>(x: S::V) -> S::V {
-    use crate::kernels::fastmath::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
     // SAFETY: register operations only; the caller has `S`'s features. (`S::splat`, not a
     // closure: a closure does not take the caller's `#[target_feature]`.)
     unsafe {
@@ -155,3 +152,21 @@ pub(crate) fn isa_cap() -> IsaCap {
         has.min(want)
     })
 }
+
+/// The range of `fastmath::exp_clamped`'s argument (outside it `fastmath` takes other
+/// paths), here beside [`exp`] so that the SIMD layer imports nothing of `fastmath`.
+pub(crate) const EXP_LO: f32 = -87.0;
+pub(crate) const EXP_HI: f32 = 88.0;
+/// Cephes `expf`'s constants: `r = x + n·EXP_LN2[0] + n·EXP_LN2[1]` (−ln 2 in two parts,
+/// Cephes' C1 and C2 negated) and the degree-5 polynomial on `r`, highest power first.
+/// Shared with the SIMD Softmax kernel (`simd::exp`, `reduce::softmax_lanes`).
+pub(crate) const EXP_LN2: [f32; 2] = [-0.693_359_4, 2.121_944_4e-4];
+#[allow(clippy::excessive_precision)] // the coefficients as Cephes publishes them
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
