@@ -279,6 +279,26 @@ pub(super) fn add_bias_residual<T: Copy + std::ops::Add<Output = T>>(
     }
 }
 
+/// One output row's epilogue before `post`, in the order conv_float applies it: the bias
+/// (added with the residual `r`, the row's values of it, where there is one), the clamp,
+/// and the largest |y| bits before the clamp folded into `seen` (see [`bias_clamp`]). The
+/// row paths of conv_float and the packed drivers (`pack::finish_rows`) share it.
+pub(super) fn row_epilogue<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
+    seg: &mut [T],
+    mut b: Option<T>,
+    r: Option<&[T]>,
+    clamp: Option<Clamp<T>>,
+    seen: Option<&AtomicU32>,
+) {
+    if let Some(r) = r {
+        add_bias_residual(seg, b.take(), r);
+    }
+    let bits = bias_clamp(seg, b, clamp, seen.is_some());
+    if let Some(s) = seen {
+        s.fetch_max(bits, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// One output row's bias `b` and activation `clamp` (its `lo`, `hi`, `nan_out`; `track` is
 /// not read), in one pass: `maxps(lo, ·)` then `minps(hi, ·)` as scalar expressions, a NaN kept or,
 /// with `nan_out`, made the canonical NaN. Each case is its own loop of selects with no

@@ -3,13 +3,12 @@
 //! row as gemm leaves it. Any dtype, rank, group count, stride, dilation and padding.
 
 use super::common::{
-    add_bias_residual, bias_clamp, inside_cols, split_columns, with_col, with_scratch,
-    ConvLhsPacking, Epilogue, Geo, Residual, SendPtr, PHASES, TASKS_PER_THREAD,
+    inside_cols, row_epilogue, split_columns, with_col, with_scratch, ConvLhsPacking, Epilogue,
+    Geo, Residual, SendPtr, PHASES, TASKS_PER_THREAD,
 };
 use super::depthwise::depthwise_2d;
 use crate::kernels::gemm_calls::{gemm_uninit_ptr, GemmElem, View, GEMM_PAR_FLOPS};
 use crate::kernels::{fill_chunks, invalid, Elem, KResult};
-use std::sync::atomic::Ordering;
 
 /// 2-D [`im2col`] of output rows `oy0..oy1` only: `col` is `[cg*KH*KW, (oy1-oy0)*OW]`. Per
 /// (channel, ky, kx) row, each output row `oy` copies the valid span of input row
@@ -357,20 +356,14 @@ pub(super) fn conv_float<
             let row = |i: usize| {
                 // SAFETY: this task's row segment, written just above (now initialized).
                 let seg = unsafe { std::slice::from_raw_parts_mut(dst.0.add(ooff + i * p), pb) };
-                let mut b = bias.map(|b| b[gi * mg + m0 + i]);
+                let b = bias.map(|b| b[gi * mg + m0 + i]);
                 // Bias and `post` in one pass over the row (no residual, no clamp).
                 if let (true, None, Some(pb_f), Some(bv)) = (post_rows, read, post_bias, b) {
                     pb_f(seg, bv);
                     return;
                 }
-                if let Some(r) = read {
-                    let at = ooff + i * p;
-                    add_bias_residual(seg, b.take(), &r[at..at + pb]);
-                }
-                let bits = bias_clamp(seg, b, clamp, seen.is_some());
-                if let Some(s) = seen {
-                    s.fetch_max(bits, Ordering::Relaxed);
-                }
+                let at = ooff + i * p;
+                row_epilogue(seg, b, read.map(|r| &r[at..at + pb]), clamp, seen);
                 if post_rows {
                     post(seg);
                 }

@@ -6,7 +6,7 @@
 //! import this file; this file imports none of them, so the family has no import loop
 //! (`packed` dispatches to `packed_im` and `packed_rows`, which see only this file).
 
-use super::common::{add_bias_residual, bias_clamp, Epilogue};
+use super::common::{row_epilogue, Epilogue};
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 use std::sync::atomic::Ordering;
@@ -443,15 +443,9 @@ pub(super) unsafe fn finish_rows(
     for i in 0..rows {
         // SAFETY: the caller's row segment.
         let seg = unsafe { std::slice::from_raw_parts_mut(dst.add(ooff + i * p), pb) };
-        let mut bv = bias.map(|b| b[m0 + i]);
-        if let Some(r) = res {
-            let at = ooff + i * p;
-            add_bias_residual(seg, bv.take(), &r[at..at + pb]);
-        }
-        let bits = bias_clamp(seg, bv, clamp, seen.is_some());
-        if let Some(s) = seen {
-            s.fetch_max(bits, Ordering::Relaxed);
-        }
+        let at = ooff + i * p;
+        let r = res.map(|r| &r[at..at + pb]);
+        row_epilogue(seg, bias.map(|b| b[m0 + i]), r, clamp, seen);
         if clamp.is_none() && pb < p {
             post(seg);
         }
