@@ -405,7 +405,7 @@ const MAX_PLANE: usize = 196;
 /// `RLX_CPU_MK=1` set (not yet measured against gemm's AVX2 kernel on an AVX2-only CPU:
 /// here gemm runs AVX-512 even under `RLX_CPU_ISA=avx2`, so the AVX2 kernel read 7–8%
 /// behind it in MobileNetV2 and EfficientNet-B0, which says nothing about Zen 2).
-fn enabled_isa() -> Option<MkIsa> {
+pub(super) fn enabled_isa() -> Option<MkIsa> {
     static ON: std::sync::OnceLock<Option<MkIsa>> = std::sync::OnceLock::new();
     *ON.get_or_init(|| match MkIsa::best()? {
         MkIsa::Avx512 if !rlx_ir::env::is_off("RLX_CPU_MK") => Some(MkIsa::Avx512),

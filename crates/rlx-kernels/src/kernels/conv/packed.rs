@@ -251,7 +251,7 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
 /// `isa`. `pf`: per row of `k`, the line at `pf.0` (and the next when `pf.1 > 16`) is
 /// prefetched, `pf.0` advancing `pf.1` floats (any address: a prefetch does not fault).
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(
+pub(super) unsafe fn tile(
     isa: MkIsa,
     np: usize,
     k: usize,

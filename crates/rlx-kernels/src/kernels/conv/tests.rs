@@ -252,6 +252,71 @@ fn winograd_matches_definition() {
     }
 }
 
+/// Winograd on RLX's product tile over several passes of `C` (130, 136 channels: three
+/// passes of `WINO_KC`), a last block of channels past M (70: 64 + 6), more 2×2 tiles
+/// than one tile width (64, 49), by one call (`winograd::conv`), by slabs (weights under
+/// 1 MiB) and split over 3 threads (weights over 1 MiB: parts of output channels, each
+/// its own blocks): each within `4·K·ε·Σ|w·x|` (plus the transforms' round-off) of the
+/// f64 definition, and, where the tile takes the products (each sum over `c` in order,
+/// one FMA per term), the same bits from every split.
+#[test]
+fn winograd_tile_products_any_split() {
+    let cases = [
+        (1, 130, 15, 15, 70),
+        (1, 136, 14, 14, 136),
+        (2, 96, 9, 10, 40),
+    ];
+    for &(n, c, h, w, m) in &cases {
+        let (x, wv, b) = wino_case(n, c, h, w, m);
+        let (want, _) = naive(&x, [n, c, h, w], &wv, [m, c, 3, 3], &b, 1, 1, 1, 1);
+        let xa: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+        let wa: Vec<f32> = wv.iter().map(|v| v.abs()).collect();
+        let (mag, _) = naive(
+            &xa,
+            [n, c, h, w],
+            &wa,
+            [m, c, 3, 3],
+            &vec![0.0; m],
+            1,
+            1,
+            1,
+            1,
+        );
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| wino_run(&x, [n, c, h, w], &wv, m, &b, (1, 1, 1, 1)))
+        };
+        let (raw, got1, _) = run(1);
+        let (_, got3, _) = run(3);
+        let raw = raw.expect("finite inputs stay on the Winograd path");
+        let k = (9 * c) as f32;
+        for (name, got) in [
+            ("raw", raw.clone()),
+            ("1 thread", got1.data().to_f32_vec()),
+            ("3 threads", got3.data().to_f32_vec()),
+        ] {
+            for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                // The transforms scale each term by up to 4 (Bᵀ, Aᵀ) and add 16 of them.
+                let tol = 64.0 * k * f32::EPSILON * (s + b[i / (got.len() / n / m) % m].abs());
+                assert!(
+                    (g - w).abs() <= tol,
+                    "{n}x{c}x{h}x{w}->{m} {name} at {i}: {g} vs {w} (tol {tol})"
+                );
+            }
+        }
+        if winograd_transform(&Tensor::new(vec![m, c, 3, 3], TensorData::F32(wv.clone())).unwrap())
+            .unwrap()
+            .tiled()
+        {
+            assert_eq!(got1.data().to_f32_vec(), raw, "{c}->{m}: slabs or one call");
+            assert_eq!(got3.data().to_f32_vec(), raw, "{c}->{m}: 3 threads");
+        }
+    }
+}
+
 /// Non-finite inputs (Inf, -Inf, NaN, and finite values whose transform overflows):
 /// the transform declines and `conv_winograd` gives exactly the direct conv's values.
 #[test]

@@ -10,7 +10,10 @@
 //! ```
 //!
 //! Summed over the input channels, the 16 element-wise products are 16 matrix products
-//! `[M, C]·[C, T]` over the T tiles of the batch, which `gemm` runs: 16 multiply-adds per 4
+//! `[M, C]·[C, T]` over the T tiles of the batch, which RLX's product tile runs on
+//! weights transformed and packed once (`packed::tile`, output channels on the vector
+//! side; `gemm` where the tile is off: no AVX-512, or `RLX_CPU_WINO_MK=0`; gemm repacked
+//! 16·M·C weights every run and ended 49 tiles with a one-tile call): 16 multiply-adds per 4
 //! outputs instead of 36, and no im2col matrix (the transformed input is 16/9 of the
 //! activation per 4 outputs, against im2col's 9). The weights' transform `G g Gᵀ` is made
 //! once, when the executor is built (in f64, rounded once).
@@ -23,16 +26,26 @@
 //! model sees is the one im2col + gemm gives.
 
 use super::common::{with_scratch, ConvLhsPacking, Post, SendPtr, PRODUCTS};
+#[cfg(target_arch = "x86_64")]
+use super::pack::MkIsa as Tile;
 use crate::kernels::gemm_calls::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
 use rayon::prelude::*;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 
-/// Transformed weights of one conv: `u[ξ][c][m]` for the 16 positions ξ = 4·i + j of the
-/// 4×4 tile (f32, `16·M·C` values; output channels contiguous, as gemm's vector side).
+/// Transformed weights of one conv: `u[ξ][b][c][i]` = `U[ξ][c][b·bw + i]` for the 16
+/// positions ξ = 4·i + j of the 4×4 tile, in blocks of `bw` output channels (f32; output
+/// channels contiguous). For RLX's product tile (`tile`: AVX-512, or AVX2 where the packed
+/// convs take it) `bw` is the tile's channel block ([`MkIsa::mb`]) and the channels past M
+/// in the last block are zero, so each block's weights are one sequential stream; for
+/// gemm `bw = M` (one block: `u[ξ][c][m]`, gemm's vector side).
 #[derive(Debug)]
 pub struct WinogradWeights {
     m: usize,
     c: usize,
+    /// Output channels per block of `u`.
+    bw: usize,
+    /// The product tile's instruction set where `u` is packed for it; None: gemm.
+    isa: Option<Tile>,
     u: Vec<f32>,
     /// max over output channels of Σ|w| (f64): with every |x| ≤ X, no partial sum of the
     /// direct conv exceeds X times this (plus the bias).
@@ -47,7 +60,10 @@ impl WinogradWeights {
             return None;
         }
         let abs_sum = crate::kernels::max_row_abs_sum(w, c * 9);
-        let mut u = vec![0.0f32; 16 * m * c];
+        let isa = tile_isa();
+        let bw = isa.map_or(m, tile_mb).max(1);
+        let nb = m.div_ceil(bw);
+        let mut u = vec![0.0f32; 16 * nb * c * bw];
         // G·v for a 3-vector: [v0, (v0+v1+v2)/2, (v0-v1+v2)/2, v2].
         let gv = |v: [f64; 3]| {
             [
@@ -70,12 +86,19 @@ impl WinogradWeights {
                     // Row i of (G g), transformed by Gᵀ on the right.
                     let row = gv([cols[0][i], cols[1][i], cols[2][i]]);
                     for (j, r) in row.iter().enumerate() {
-                        u[((4 * i + j) * c + ci) * m + mi] = *r as f32;
+                        u[(((4 * i + j) * nb + mi / bw) * c + ci) * bw + mi % bw] = *r as f32;
                     }
                 }
             }
         }
-        Some(WinogradWeights { m, c, u, abs_sum })
+        Some(WinogradWeights {
+            m,
+            c,
+            bw,
+            isa,
+            u,
+            abs_sum,
+        })
     }
 
     /// Output channels M.
@@ -86,6 +109,31 @@ impl WinogradWeights {
     /// Input channels C.
     pub(crate) fn c(&self) -> usize {
         self.c
+    }
+
+    /// Whether RLX's product tile takes the products (see [`product`]).
+    #[cfg(test)]
+    pub(crate) fn tiled(&self) -> bool {
+        self.isa.is_some()
+    }
+
+    /// Channels per block of the products of a part of `ml` output channels (see
+    /// [`product`]): the tile's block, or the whole part for gemm.
+    fn prod_block(&self, ml: usize) -> usize {
+        if self.isa.is_some() {
+            self.bw
+        } else {
+            ml.max(1)
+        }
+    }
+
+    /// What a part's first output channel must be a multiple of.
+    fn align(&self) -> usize {
+        if self.isa.is_some() {
+            self.bw
+        } else {
+            16
+        }
     }
 
     /// Whether the direct conv of an input whose largest magnitude has the bits `x_bits`
@@ -208,9 +256,13 @@ fn padded_rows(xp: &[f32], ty: usize, d: &Dims, rows: &mut [f32]) {
     }
 }
 
-/// Product ξ for output channels `m0 .. m0 + ml`: `dst[t·ml + i] = Σ_c U[ξ][c][m0 + i] ·
-/// v[(c·16 + ξ)·ts + t]` for the `ts` tiles of `v` (the transformed input, `16·C·ts`
-/// values), output channels contiguous. False when gemm refuses the views.
+/// Product ξ for output channels `m0 .. m0 + ml` (`m0` a multiple of
+/// [`WinogradWeights::align`]): `Σ_c U[ξ][c][m0 + i] · v[(c·16 + ξ)·ts + t]` for the `ts`
+/// tiles of `v` (the transformed input, `16·C·ts` values), into `dst` as `[b][t][pw]`:
+/// blocks of `pw = wg.prod_block(ml)` channels, output channels contiguous. RLX's tile
+/// where the weights are packed for it (each sum over `c` in order, one FMA per term, so
+/// the same bits whatever the tiles, slabs or threads), else gemm. False when gemm refuses
+/// the views.
 fn product(
     wg: &WinogradWeights,
     xi: usize,
@@ -220,6 +272,11 @@ fn product(
     ts: usize,
     dst: &mut [f32],
 ) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = wg.isa {
+        product_tiles(wg, isa, xi, m0, ml, v, ts, dst);
+        return true;
+    }
     let (m, c) = (wg.m, wg.c);
     let a = View {
         data: &wg.u,
@@ -233,6 +290,7 @@ fn product(
         rs: 16 * ts,
         cs: 1,
     };
+    let dst = &mut dst[..ml * ts];
     // SAFETY: f32 has no invalid bit patterns; gemm only writes `dst`.
     let dst = unsafe {
         std::slice::from_raw_parts_mut(
@@ -241,6 +299,134 @@ fn product(
         )
     };
     gemm_uninit_strided(ml, ts, c, a, b, dst, (1, ml), false).is_ok()
+}
+
+/// [`product`] on RLX's tile (`super::packed::tile`): per block of `bw` output channels,
+/// per [`WINO_KC`] rows of its weights (read once, then from L1), every tile of
+/// up to `np_max` positions (near-equal widths: 49 = 10+10+10+10+9), written `[t][bw]`
+/// straight into `dst`: no packing of `v` and no transposition.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn product_tiles(
+    wg: &WinogradWeights,
+    isa: Tile,
+    xi: usize,
+    m0: usize,
+    ml: usize,
+    v: &[f32],
+    ts: usize,
+    dst: &mut [f32],
+) {
+    let (c, bw) = (wg.c, wg.bw);
+    let nb = wg.m.div_ceil(bw);
+    let np_max = isa.np_max();
+    let nt = ts.div_ceil(np_max);
+    let (base, extra) = (ts / nt.max(1), ts % nt.max(1));
+    let kc_max = WINO_KC;
+    assert!(
+        m0.is_multiple_of(bw) && v.len() >= 16 * c * ts && dst.len() >= ml.div_ceil(bw) * ts * bw,
+        "winograd product: operands do not fit"
+    );
+    // The weights of this ξ and part are one array read in order; the tiles prefetch the
+    // next slice's lines (from `ahead`, in floats) while they run on this one, as in
+    // `packed::run_cols` (the weights, 16·M·C values, come from below L2 in a model).
+    let (b0, b1) = (m0 / bw, m0 / bw + ml.div_ceil(bw));
+    let lim = (xi * nb + b1) * c * bw;
+    let mut ahead = ((xi * nb + b0) * c + kc_max.min(c)) * bw;
+    for b in b0..b1 {
+        let wb = &wg.u[((xi * nb + b) * c) * bw..][..c * bw];
+        let out = &mut dst[(b - b0) * ts * bw..][..ts * bw];
+        for k0 in (0..c).step_by(kc_max) {
+            let kc = kc_max.min(c - k0);
+            let at0 = ((xi * nb + b) * c + k0) * bw;
+            for ti in 0..nt {
+                let (p0, np) = (ti * base + ti.min(extra), base + usize::from(ti < extra));
+                // Floats of the next slice per row of k: the slice spread over this
+                // slice's tiles; none once it (or the end) is covered.
+                let pfl = if ahead >= lim.min(at0 + 2 * kc * bw) {
+                    0
+                } else {
+                    bw.div_ceil(nt)
+                };
+                let pf = wg.u.as_ptr().wrapping_add(ahead);
+                ahead += kc * pfl;
+                // SAFETY: `wb` holds rows k0 .. k0 + kc of `bw` weights; `v` rows
+                // (k·16 + ξ)·ts + p0 .. + np for k < c (checked above); the tile writes
+                // np·bw values from p0·bw of `out` (ts·bw long); `isa` is this CPU's
+                // (`tile_isa`), np in 1..=np_max.
+                unsafe {
+                    super::packed::tile(
+                        isa,
+                        np,
+                        kc,
+                        k0 > 0,
+                        wb[k0 * bw..].as_ptr(),
+                        v[(k0 * 16 + xi) * ts + p0..].as_ptr(),
+                        16 * ts,
+                        out[p0 * bw..].as_mut_ptr(),
+                        (pf, pfl),
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// Most rows of `C` per pass of [`product_tiles`]: a block's slice of weights (8 KB at 32
+/// channels) and the tiles' rows of `v` stay in L1 together. Alone, 1 thread, paired
+/// medians over 5 interleaved rounds against 128 (`packed::KC`): 256←256 at 14² 0.99,
+/// 128←128 at 28² 0.95; 256 read 1.06 slower, 32 no better than 64.
+#[cfg(target_arch = "x86_64")]
+const WINO_KC: usize = 64;
+
+/// The product tile Winograd takes ([`WinogradWeights`]' layout follows it): the packed
+/// convs' ISA (`RLX_CPU_MK`, `RLX_CPU_ISA`) unless `RLX_CPU_WINO_MK=0` (gemm, for A/B).
+#[cfg(target_arch = "x86_64")]
+fn tile_isa() -> Option<Tile> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_WINO_MK")) {
+        super::pack::enabled_isa()
+    } else {
+        None
+    }
+}
+
+/// Output channels per block of the tile's weights.
+#[cfg(target_arch = "x86_64")]
+fn tile_mb(isa: Tile) -> usize {
+    isa.mb()
+}
+
+/// No product tile off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy, Debug)]
+enum Tile {}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn tile_isa() -> Option<Tile> {
+    None
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn tile_mb(isa: Tile) -> usize {
+    match isa {}
+}
+
+/// Position ξ of tile `t` for channels `lo .. lo + n` of a part (one block of it: `lo %
+/// pw + n <= pw`), from products laid out as [`product`] writes them (`[ξ][b][t][pw]`,
+/// `nbp` blocks per ξ).
+#[inline(always)]
+fn tile_ms(
+    prod: &[f32],
+    nbp: usize,
+    pw: usize,
+    ts: usize,
+    t: usize,
+    lo: usize,
+    n: usize,
+) -> [&[f32]; 16] {
+    let (b, o) = (lo / pw, lo % pw);
+    std::array::from_fn(|xi| &prod[((xi * nbp + b) * ts + t) * pw + o..][..n])
 }
 
 /// Largest transformed weights (bytes, `16·M·C·4`) for which [`conv`] runs by slabs
@@ -303,9 +489,10 @@ unsafe fn store_tile(o: *mut f32, d: &Dims, ty: usize, tx: usize, y: &[f32], n: 
 /// steps on its own tiles (input transform, the 16 products, output transform) in scratch
 /// of about [`SLAB_BYTES`], so its intermediates stay in the core's cache and, split over
 /// threads, none is read on another core. Each tile's sums run over the same channels as
-/// in [`conv`]; gemm blocks sums over more than 512 channels differently for a different
-/// tile count, so values can differ from [`conv`]'s (and between thread counts) by
-/// round-off.
+/// in [`conv`]: on RLX's tile in the same order, so the same bits as [`conv`] at any
+/// thread count (test `winograd_tile_products_any_split`); on gemm, which blocks sums
+/// over more than 512 channels differently for a different tile count, values can differ
+/// from [`conv`]'s (and between thread counts) by round-off.
 pub(crate) fn conv_slabs(
     x: &[f32],
     wg: &WinogradWeights,
@@ -330,7 +517,8 @@ pub(crate) fn conv_slabs(
     // SLAB_MAX_TASK_BYTES allows (each slab transforms its input once per part).
     let small = weights_fit(m, c);
     let mparts = if small { 1 } else { threads };
-    let mc = m.div_ceil(mparts).div_ceil(16) * 16;
+    let al = wg.align();
+    let mc = m.div_ceil(mparts).div_ceil(al) * al;
     let mparts = m.div_ceil(mc);
     let per_row = 16 * (c + mc) * tw * 4;
     let budget = if small {
@@ -356,12 +544,14 @@ pub(crate) fn conv_slabs(
         let ns = (ty1 - ty0) * tw;
         // Output channels m0..m0 + ml of this part.
         let (m0, ml) = (mp * mc, mc.min(m - mp * mc));
+        let pw = wg.prod_block(ml);
+        let nbp = ml.div_ceil(pw);
         with_scratch(
             &PRODUCTS,
-            16 * (c + ml) * ns + 8 * wp,
+            16 * c * ns + 16 * nbp * pw * ns + 8 * wp,
             |buf: &mut [f32]| {
                 let (v, rest) = buf.split_at_mut(16 * c * ns);
-                let (mb, rows) = rest.split_at_mut(16 * ml * ns);
+                let (mb, rows) = rest.split_at_mut(16 * nbp * pw * ns);
                 // Input transform: v[(ci·16 + ξ)·ns + t], t the tile's index in the slab.
                 for (ci, vc) in v.chunks_mut(16 * ns).enumerate() {
                     let xp = &x[(ni * c + ci) * plane..(ni * c + ci + 1) * plane];
@@ -371,32 +561,34 @@ pub(crate) fn conv_slabs(
                         transform_row(r4, e, wp, tw, &mut vc[(ty - ty0) * tw..], ns);
                     }
                 }
-                // mb[ξ][t][i] = (U[ξ] · V[ξ])ᵀ for this part's channels m0 + i, as in `conv`.
+                // mb[ξ][b][t][i] = (U[ξ] · V[ξ])ᵀ for this part's channels m0 + b·pw + i.
                 let _pack = ConvLhsPacking::set();
-                for (xi, dst) in mb.chunks_mut(ml * ns).enumerate() {
+                for (xi, dst) in mb.chunks_mut(nbp * pw * ns).enumerate() {
                     if !product(wg, xi, m0, ml, v, ns, dst) {
                         return false;
                     }
                 }
                 // Output transform, this part's channels, this slab's tiles (output rows 2·ty0
                 // .. min(2·ty1, OH) of image ni, channels m0 .. m0 + ml: this task's alone).
-                let mut y = vec![0.0f32; 4 * ml];
+                let mut y = vec![0.0f32; 4 * pw];
                 let mut finite = true;
-                let o = dst.get().wrapping_add((ni * m + m0) * op);
-                let bias = &bias[m0..m0 + ml];
-                for ty in ty0..ty1 {
-                    for tx in 0..tw {
-                        let t = (ty - ty0) * tw + tx;
-                        let ms: [&[f32]; 16] = std::array::from_fn(|xi| {
-                            let b = (xi * ns + t) * ml;
-                            &mb[b..b + ml]
-                        });
-                        untransform_tile(&ms, bias, &mut y);
-                        finite &= crate::kernels::wide::max_abs_bits(&y) < 0x7f80_0000;
-                        post(&mut y);
-                        // SAFETY: channels m0 .. m0 + ml of image ni inside `out` (total
-                        // elements), this slab's rows: written by this task alone.
-                        unsafe { store_tile(o, &d, ty, tx, &y, ml) };
+                for lo in (0..ml).step_by(pw) {
+                    let n = pw.min(ml - lo);
+                    let o = dst.get().wrapping_add((ni * m + m0 + lo) * op);
+                    let bias = &bias[m0 + lo..m0 + lo + n];
+                    let y = &mut y[..4 * n];
+                    for ty in ty0..ty1 {
+                        for tx in 0..tw {
+                            let t = (ty - ty0) * tw + tx;
+                            let ms = tile_ms(mb, nbp, pw, ns, t, lo, n);
+                            untransform_tile(&ms, bias, y);
+                            finite &= crate::kernels::wide::max_abs_bits(y) < 0x7f80_0000;
+                            post(y);
+                            // SAFETY: channels m0 + lo .. + n of image ni inside `out`
+                            // (total elements), this slab's rows: written by this task
+                            // alone.
+                            unsafe { store_tile(o, &d, ty, tx, y, n) };
+                        }
                     }
                 }
                 finite
@@ -464,17 +656,20 @@ pub(crate) fn conv(
         }
     }
     let v = &*v;
-    with_scratch(&PRODUCTS, 16 * m * ts, |mb: &mut [f32]| {
-        // mb[ξ][tile][m] = (U[ξ] · V[ξ])ᵀ: [M, C]·[C, ts], output channels contiguous so
-        // that gemm's vector side is the channels even for a few tiles.
+    let pw = wg.prod_block(m);
+    let nbp = m.div_ceil(pw);
+    with_scratch(&PRODUCTS, 16 * nbp * pw * ts, |mb: &mut [f32]| {
+        // mb[ξ][b][tile][i] = (U[ξ] · V[ξ])ᵀ: [M, C]·[C, ts], output channels contiguous
+        // (blocks of pw) so that the product's vector side is the channels even for a few
+        // tiles.
         let prod = |xi: usize, dst: &mut [f32]| product(wg, xi, 0, m, v, ts, dst);
         let _pack = ConvLhsPacking::set();
         let ok = if par {
-            mb.par_chunks_mut(m * ts)
+            mb.par_chunks_mut(nbp * pw * ts)
                 .enumerate()
                 .all(|(xi, dst)| prod(xi, dst))
         } else {
-            mb.chunks_mut(m * ts)
+            mb.chunks_mut(nbp * pw * ts)
                 .enumerate()
                 .all(|(xi, dst)| prod(xi, dst))
         };
@@ -492,27 +687,37 @@ pub(crate) fn conv(
         // Whether every output of the block was finite (before `post`).
         let out_block = |m0: usize, mc: usize, o: &mut [f32], ni: usize| -> bool {
             assert!(o.len() >= mc * op, "a block holds its planes");
-            let mut y = vec![0.0f32; 4 * mc];
+            let mut y = vec![0.0f32; 4 * pw.min(mc)];
             let mut finite = true;
-            for ty in 0..th {
-                for tx in 0..tw {
-                    let t = (ni * th + ty) * tw + tx;
-                    let ms: [&[f32]; 16] = std::array::from_fn(|xi| {
-                        let b = (xi * ts + t) * m + m0;
-                        &mb[b..b + mc]
-                    });
-                    untransform_tile(&ms, &bias[m0..m0 + mc], &mut y);
-                    finite &= crate::kernels::wide::max_abs_bits(&y) < 0x7f80_0000;
-                    post(&mut y);
-                    // SAFETY: `o` holds the block's `mc` planes of `op` elements (checked
-                    // above), this task's own (a `par_chunks_mut` chunk).
-                    unsafe { store_tile(o.as_mut_ptr(), &d, ty, tx, &y, mc) };
+            // Runs of channels inside one block of the products (`m0` is a multiple of pw
+            // where pw < m).
+            let mut lo = m0;
+            while lo < m0 + mc {
+                let n = (m0 + mc).min((lo / pw + 1) * pw) - lo;
+                let y = &mut y[..4 * n];
+                for ty in 0..th {
+                    for tx in 0..tw {
+                        let t = (ni * th + ty) * tw + tx;
+                        let ms = tile_ms(mb, nbp, pw, ts, t, lo, n);
+                        untransform_tile(&ms, &bias[lo..lo + n], y);
+                        finite &= crate::kernels::wide::max_abs_bits(y) < 0x7f80_0000;
+                        post(y);
+                        // SAFETY: `o` holds the block's `mc` planes of `op` elements
+                        // (checked above; lo − m0 + n ≤ mc), this task's own (a
+                        // `par_chunks_mut` chunk).
+                        unsafe { store_tile(o.as_mut_ptr().add((lo - m0) * op), &d, ty, tx, y, n) };
+                    }
                 }
+                lo += n;
             }
             finite
         };
         let blk = if par {
-            m.div_ceil(4 * rayon::current_num_threads()).max(16)
+            let al = wg.align();
+            m.div_ceil(4 * rayon::current_num_threads())
+                .max(16)
+                .div_ceil(al)
+                * al
         } else {
             m
         };
