@@ -190,6 +190,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_WINO_MK",
+        values: "1|0 (0, false, off, no: off)",
+        acts: "when an executor transforms its first Winograd conv's weights",
+        catches: "nothing: 0 runs the Winograd convs' 16 products on gemm instead of RLX's product tile (weights packed at build, the next slice prefetched), to time it; values differ by round-off only",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_CPU_WINO_SLABS",
         values: "1|0 (0, false, off, no: off)",
         acts: "at the first Winograd conv of the process",
