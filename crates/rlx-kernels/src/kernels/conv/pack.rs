@@ -414,6 +414,19 @@ pub(super) fn enabled_isa() -> Option<MkIsa> {
     })
 }
 
+/// `n` positions cut into tiles of near-equal width, at most `np_max` each (49 at 10:
+/// 10, 10, 10, 10, 9), so that no tile runs a single position: the tile count and each
+/// tile's (first position, width).
+pub(super) fn near_equal_tiles(
+    n: usize,
+    np_max: usize,
+) -> (usize, impl Iterator<Item = (usize, usize)> + Clone) {
+    let nt = n.div_ceil(np_max.max(1));
+    let (base, extra) = (n / nt.max(1), n % nt.max(1));
+    let tiles = (0..nt).map(move |ti| (ti * base + ti.min(extra), base + usize::from(ti < extra)));
+    (nt, tiles)
+}
+
 /// The epilogue of `rows` output rows whose sums are in place (row `i` at `dst + ooff +
 /// i·p`, `pb` values; its channel `m0 + i`, its residual at the same offset of `res`):
 /// the bias, residual, clamp, `post` and the scan's largest |y| per row, exactly as

@@ -22,7 +22,9 @@
 
 use super::common::{with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
 use super::im2col::{im2col_2d, CONV_SPLIT_FLOPS};
-use super::pack::{count_run, finish_rows, transpose_into, MkIsa, PackedConv, Split};
+use super::pack::{
+    count_run, finish_rows, near_equal_tiles, transpose_into, MkIsa, PackedConv, Split,
+};
 use super::packed_rows::RowsRes;
 use crate::kernels::simd::{isa_cap, IsaCap};
 
@@ -173,11 +175,7 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
         let (ni, (j0, pb), (b0, b1)) = split.task(t);
         let (oy0, oy1) = (j0 / ow.max(1), (j0 + pb).div_ceil(ow.max(1)));
         let xi = &x[ni * g.c * plane..(ni + 1) * g.c * plane];
-        // Tiles of near-equal width, at most np_max.
-        let nt = pb.div_ceil(np_max);
-        let (base, extra) = (pb / nt, pb % nt);
-        let tiles =
-            (0..nt).map(move |ti| (ti * base + ti.min(extra), base + usize::from(ti < extra)));
+        let (nt, tiles) = near_equal_tiles(pb, np_max);
         let body = |xp: &[f32], xs: usize| {
             with_scratch(&PRODUCTS, pb * mb, |stripe: &mut [f32]| {
                 // The weights are one array read in order; the tiles prefetch the next

@@ -88,10 +88,7 @@ pub(super) fn run(
         let task = |t: usize| {
             let (ni, (j0, pb), (b0, b1)) = split.task(t);
             let xi = &xp[ni * g.c * pplane..(ni + 1) * g.c * pplane];
-            let nt = pb.div_ceil(np_max);
-            let (base, extra) = (pb / nt, pb % nt);
-            let tiles =
-                (0..nt).map(move |ti| (ti * base + ti.min(extra), base + usize::from(ti < extra)));
+            let (nt, tiles) = super::pack::near_equal_tiles(pb, np_max);
             // Each tile's position offsets into a padded plane.
             let mut poff = vec![0usize; pb];
             for (i, o) in poff.iter_mut().enumerate() {

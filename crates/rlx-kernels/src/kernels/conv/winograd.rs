@@ -362,8 +362,7 @@ fn product_tiles(
     let (c, bw) = (wg.c, wg.bw);
     let nb = wg.m.div_ceil(bw);
     let np_max = isa.np_max();
-    let nt = ts.div_ceil(np_max);
-    let (base, extra) = (ts / nt.max(1), ts % nt.max(1));
+    let (nt, tiles) = super::pack::near_equal_tiles(ts, np_max);
     let kc_max = WINO_KC;
     assert!(
         m0.is_multiple_of(bw) && v.len() >= 16 * c * ts && dst.len() >= ml.div_ceil(bw) * ts * bw,
@@ -381,8 +380,7 @@ fn product_tiles(
         for k0 in (0..c).step_by(kc_max) {
             let kc = kc_max.min(c - k0);
             let at0 = ((xi * nb + b) * c + k0) * bw;
-            for ti in 0..nt {
-                let (p0, np) = (ti * base + ti.min(extra), base + usize::from(ti < extra));
+            for (p0, np) in tiles.clone() {
                 // Floats of the next slice per row of k: the slice spread over this
                 // slice's tiles; none once it (or the end) is covered.
                 let pfl = if ahead >= lim.min(at0 + 2 * kc * bw) {
