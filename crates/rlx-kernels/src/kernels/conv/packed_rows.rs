@@ -70,6 +70,28 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
     }
     let w = pk.data();
     let nb = m.div_ceil(MR);
+    // The last pass adds the bias and applies the clamp in registers, where the epilogue's
+    // row pass would give the same values: no read residual (`(conv + b) + r` is added per
+    // row), no scan of the values before the clamp, no NaN canonicalization. The row pass
+    // then runs only `post` (none after a clamp), or nothing.
+    let regs = read.is_none() && epi.seen.is_none() && epi.clamp.is_none_or(|c| !c.nan_out);
+    let (bias, clamp) = if regs {
+        (epi.bias, epi.clamp.map(|c| (c.lo, c.hi)))
+    } else {
+        (None, None)
+    };
+    let rest = Epilogue {
+        bias: None,
+        clamp: None,
+        post: if epi.clamp.is_some() {
+            &super::common::no_post
+        } else {
+            epi.post
+        },
+        post_bias: None,
+        seen: None,
+    };
+    let rest = if regs { &rest } else { epi };
     // Chunks of whole tiles whose output fits OUT_BYTES, of near-equal size.
     let tiles_all = p.div_ceil(TILE);
     let per = (OUT_BYTES / (4 * m * TILE)).clamp(1, tiles_all);
@@ -135,6 +157,16 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
                             } else {
                                 std::ptr::null()
                             };
+                            let ep = match bias {
+                                Some(b) if last => Regs {
+                                    bias: b.as_ptr().add(m0),
+                                    clamp,
+                                },
+                                _ => Regs {
+                                    bias: std::ptr::null(),
+                                    clamp: clamp.filter(|_| last),
+                                },
+                            };
                             tile(
                                 MR.min(m - m0),
                                 n,
@@ -145,6 +177,7 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
                                 (a, a_s),
                                 (d, d_s),
                                 r,
+                                ep,
                             )
                         };
                     }
@@ -154,7 +187,7 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
         });
         // SAFETY: rows 0..m of image ni, positions j0..j1: written just above, this
         // task's alone.
-        unsafe { finish_rows(dst.get(), obase + j0, 0, m, cl, p, epi, read) };
+        unsafe { finish_rows(dst.get(), obase + j0, 0, m, cl, p, rest, read) };
     };
     if par {
         use rayon::prelude::*;
@@ -165,15 +198,24 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
     out
 }
 
+/// What a last pass applies in registers before its store ([`tile`]): row `i`'s bias
+/// `bias[i]` (null: none), then `min(hi, max(lo, ·))` (a NaN kept).
+#[derive(Clone, Copy)]
+struct Regs {
+    bias: *const f32,
+    clamp: Option<(f32, f32)>,
+}
+
 /// One tile of `rows` output rows × `n` positions: row `i`, position `j` of `d` (stride
 /// `d.1`) gets `(a ? a[i·a.1 + j] : +0) + Σ_c w[c·MR + i] · x[c·xs + j]` over `c < k`,
 /// one FMA per term, in order, then `+ r[i·d.1 + j]` where `r` is not null (it may be `d`
-/// itself: each value is read before it is stored over).
+/// itself: each value is read before it is stored over), then `ep`'s bias and clamp.
 ///
 /// # Safety
 /// AVX-512F; `rows` in `1..=MR`, `n` in `1..=TILE`; `w` holds `k·MR` values; `x` rows
 /// `0..k` at stride `xs`, `a` (when not null) and `r` (when not null) rows `0..rows` hold
-/// `n` values each; `d` rows `0..rows` have room for `n`.
+/// `n` values each; `d` rows `0..rows` have room for `n`; `ep.bias` null or holding `rows`
+/// values.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
     rows: usize,
@@ -185,6 +227,7 @@ unsafe fn tile(
     a: (*const f32, usize),
     d: (*mut f32, usize),
     r: *const f32,
+    ep: Regs,
 ) {
     let v = n.div_ceil(16);
     // Lanes of the last vector inside the row.
@@ -192,10 +235,10 @@ unsafe fn tile(
     macro_rules! go {
         ($($r:literal)*) => {
             match (rows, v) {
-                $(($r, 4) => tile_avx512::<$r, 4>(k, w, x, xs, a, d, r, last),
-                  ($r, 3) => tile_avx512::<$r, 3>(k, w, x, xs, a, d, r, last),
-                  ($r, 2) => tile_avx512::<$r, 2>(k, w, x, xs, a, d, r, last),
-                  ($r, 1) => tile_avx512::<$r, 1>(k, w, x, xs, a, d, r, last),)*
+                $(($r, 4) => tile_avx512::<$r, 4>(k, w, x, xs, a, d, r, ep, last),
+                  ($r, 3) => tile_avx512::<$r, 3>(k, w, x, xs, a, d, r, ep, last),
+                  ($r, 2) => tile_avx512::<$r, 2>(k, w, x, xs, a, d, r, ep, last),
+                  ($r, 1) => tile_avx512::<$r, 1>(k, w, x, xs, a, d, r, ep, last),)*
                 _ => unreachable!("tile {rows} x {v}"),
             }
         };
@@ -218,6 +261,7 @@ unsafe fn tile_avx512<const R: usize, const V: usize>(
     (a, a_s): (*const f32, usize),
     (d, d_s): (*mut f32, usize),
     r: *const f32,
+    ep: Regs,
     last: u16,
 ) {
     use std::arch::x86_64::*;
@@ -263,6 +307,23 @@ unsafe fn tile_avx512<const R: usize, const V: usize>(
             for (i, ai) in acc.iter_mut().enumerate() {
                 for (j, aj) in ai.iter_mut().enumerate() {
                     *aj = _mm512_add_ps(*aj, load::<V>(r.add(i * d_s), j, last));
+                }
+            }
+        }
+        if !ep.bias.is_null() {
+            for (i, ai) in acc.iter_mut().enumerate() {
+                let b = _mm512_set1_ps(*ep.bias.add(i));
+                for aj in ai.iter_mut() {
+                    *aj = _mm512_add_ps(*aj, b);
+                }
+            }
+        }
+        if let Some((lo, hi)) = ep.clamp {
+            let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+            for ai in acc.iter_mut() {
+                for aj in ai.iter_mut() {
+                    // maxps/minps return the second operand when one is NaN: a NaN stays.
+                    *aj = _mm512_min_ps(hi, _mm512_max_ps(lo, *aj));
                 }
             }
         }

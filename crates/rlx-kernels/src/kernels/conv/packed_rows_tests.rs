@@ -82,7 +82,9 @@ fn operands(
 
 /// Sums, bias, Relu and the residual (read, and taken as the output buffer) against the
 /// float64 definition: `relu((Σ + b) + r)` for a read residual, `relu((Σ + r) + b)` for a
-/// buffer, each rounding step in f32 as the unfused ops (and gemm) take them.
+/// buffer, each rounding step in f32 as the unfused ops (and gemm) take them; without a
+/// residual, a Relu6 clamp (applied in the last pass's registers) and a `post` after the
+/// bias (the row pass, which then adds nothing).
 #[test]
 fn packed_rows_kernel_matches_the_f64_definition() {
     if !available() {
@@ -95,18 +97,28 @@ fn packed_rows_kernel_matches_the_f64_definition() {
         let (x, w, b, r) = operands(t, 10 + i as u64);
         let g = geo(t);
         let def = definition(t, &x, &w);
-        for mode in 0..3 {
+        let relu6 = Clamp {
+            lo: 0.0,
+            hi: 6.0,
+            ..Clamp::RELU
+        };
+        let twice = |s: &mut [f32]| s.iter_mut().for_each(|v| *v *= 2.0);
+        for mode in 0..5 {
             let epi = Epilogue {
                 bias: Some(&b),
-                clamp: (mode > 0).then_some(Clamp::RELU),
-                post: &no_post,
+                clamp: match mode {
+                    1 | 2 => Some(Clamp::RELU),
+                    3 => Some(relu6),
+                    _ => None,
+                },
+                post: if mode == 4 { &twice } else { &no_post },
                 post_bias: None,
                 seen: None,
             };
             let res = match mode {
-                0 => RowsRes::None,
                 1 => RowsRes::Read(&r),
-                _ => RowsRes::Into(r.clone()),
+                2 => RowsRes::Into(r.clone()),
+                _ => RowsRes::None,
             };
             let got = run_rows_for_test(&x, &w, &g, &epi, res);
             assert_eq!(got.len(), n * m * p);
@@ -117,9 +129,12 @@ fn packed_rows_kernel_matches_the_f64_definition() {
                 let want = match mode {
                     0 => s32 + bv,
                     1 => ((s32 + bv) + rv).max(0.0),
-                    _ => ((s32 + rv) + bv).max(0.0),
+                    2 => ((s32 + rv) + bv).max(0.0),
+                    3 => (s32 + bv).clamp(0.0, 6.0),
+                    _ => 2.0 * (s32 + bv),
                 } as f64;
-                let bound = 2.0 * c as f64 * f32::EPSILON as f64 * mag
+                let scale = if mode == 4 { 2.0 } else { 1.0 };
+                let bound = scale * 2.0 * c as f64 * f32::EPSILON as f64 * mag
                     + 2.0 * f32::EPSILON as f64 * (want.abs() + 2.0);
                 assert!(
                     (a as f64 - want).abs() <= bound,
@@ -152,7 +167,7 @@ fn packed_rows_kernel_follows_gemm_with_nan_and_inf() {
                 w[nw / 2] = f32::NAN;
             }
             let mag: Vec<f64> = definition(t, &x, &w).iter().map(|d| d.1).collect();
-            for into in [false, true] {
+            for (into, none) in [(false, false), (true, false), (false, true)] {
                 let epi = Epilogue {
                     bias: Some(&b),
                     clamp: Some(Clamp::RELU),
@@ -160,20 +175,27 @@ fn packed_rows_kernel_follows_gemm_with_nan_and_inf() {
                     post_bias: None,
                     seen: None,
                 };
-                let got = if into {
+                let got = if none {
+                    run_rows_for_test(&x, &w, &g, &epi, RowsRes::None)
+                } else if into {
                     run_rows_for_test(&x, &w, &g, &epi, RowsRes::Into(r.clone()))
                 } else {
                     run_rows_for_test(&x, &w, &g, &epi, RowsRes::Read(&r))
                 };
-                let res = if into {
-                    Residual::Into(r.clone())
+                let res = if none {
+                    None
+                } else if into {
+                    Some(Residual::Into(r.clone()))
                 } else {
-                    Residual::Read(&r)
+                    Some(Residual::Read(&r))
                 };
-                let want = conv_float(&x, &w, &g, &epi, Some(res)).unwrap();
+                let want = conv_float(&x, &w, &g, &epi, res).unwrap();
                 for (o, (&a, &e)) in got.iter().zip(&want).enumerate() {
-                    let tag =
-                        || format!("{t:?} poison {poison} into {into} at {o}: {a} vs gemm {e}");
+                    let tag = || {
+                        format!(
+                            "{t:?} poison {poison} into {into} none {none} at {o}: {a} vs gemm {e}"
+                        )
+                    };
                     if a.is_nan() || e.is_nan() {
                         assert!(a.is_nan() && e.is_nan(), "{}", tag());
                     } else if a.is_infinite() || e.is_infinite() {
