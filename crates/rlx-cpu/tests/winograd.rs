@@ -200,7 +200,7 @@ fn inf_and_nan_from_a_winograd_conv_are_the_direct_conv_ones() {
 /// weights exceed 1 MiB (`conv::winograd_pays`: in a model those weights come from memory
 /// each run, and are used only a few times per run) and taken for the same weights on a
 /// larger plane or for small weights on the small plane; it yields to RLX's product kernel
-/// (where this CPU runs it: `conv::pack_form`) when tiles × input channels are under 4096
+/// (where this CPU runs it: `conv::pack_form`) when tiles × input channels are under 2048
 /// (`winograd::packed_first`). Every case matches the ONNX Conv definition computed here
 /// in f64.
 #[test]
@@ -212,7 +212,9 @@ fn winograd_is_skipped_on_small_planes_with_large_weights() {
         (128, 160, 12, Some(true)), // 36 tiles (× 160 channels: 5760)
         (64, 192, 10, Some(true)),  // 25 tiles (× 192: 4800), 0.75 MiB
         (64, 64, 7, None),          // 16 tiles × 64 channels: 1024
-        (256, 64, 13, None),        // SqueezeNet's expand 3×3 at 13²: 49 × 64 = 3136
+        (256, 64, 13, Some(true)),  // SqueezeNet's expand 3×3 at 13²: 49 × 64 = 3136
+        (192, 48, 13, Some(true)),  // and 49 × 48 = 2352
+        (64, 40, 13, None),         // 49 × 40 = 1960
         (128, 32, 27, Some(true)),  // and at 27²: 196 × 32 = 6272
     ];
     for (m, c, hw, wino) in cases {

@@ -843,10 +843,12 @@ pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) 
 /// [`super::pack::pack_form`] packs a stride-1 3×3 conv) is the faster path: `tiles` 2×2
 /// tiles times input channels under [`WINOGRAD_PACKED_WORK`]. There the input and output
 /// transforms, done per tile and channel, weigh on a product too short to pay them back.
-/// SqueezeNet's 3×3 expand convs at 13² (49 tiles, 48 and 64 channels; per node, 1 thread,
-/// Xeon): 400 → 353 µs and 218 → 205 (bench/NOTES.md §31); the whole model 0.977 at 1
-/// thread and 0.915 at 2 on the device host (§34). At 27² (196 tiles, 32 channels) and on
-/// ResNet's (49 tiles × 256 channels and up) Winograd stays ahead.
+/// The bound was 4096 while gemm ran Winograd's products (SqueezeNet's 3×3 expand convs at
+/// 13², 49 tiles × 48 and 64 channels, read 400 → 353 µs and 218 → 205 through
+/// `packed_im`, bench/NOTES.md §31, §34); since the products run on RLX's tile (§37) those
+/// two are faster through Winograd: the whole of SqueezeNet 0.957 at 1 thread against the
+/// bound at 4096 (device host, median of 13 paired rounds, §38). Smaller products (16
+/// tiles × 64 channels: 1024) were not measured again and stay with `packed_im`.
 fn packed_first(w: &Tensor, a: &ConvAttrs, out: &Shape, tiles: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -862,7 +864,7 @@ fn packed_first(w: &Tensor, a: &ConvAttrs, out: &Shape, tiles: usize) -> bool {
 }
 
 /// See [`packed_first`].
-pub(crate) const WINOGRAD_PACKED_WORK: usize = 4096;
+pub(crate) const WINOGRAD_PACKED_WORK: usize = 2048;
 
 /// See [`winograd_pays`].
 pub(crate) const WINOGRAD_MIN_TILES: usize = 32;
