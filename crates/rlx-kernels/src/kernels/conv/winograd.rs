@@ -847,7 +847,7 @@ pub(crate) fn winograd_pays(m: usize, c: usize, n: usize, oh: usize, ow: usize) 
 /// 13², 49 tiles × 48 and 64 channels, read 400 → 353 µs and 218 → 205 through
 /// `packed_im`, bench/NOTES.md §31, §34); since the products run on RLX's tile (§37) those
 /// two are faster through Winograd: the whole of SqueezeNet 0.957 at 1 thread against the
-/// bound at 4096 (device host, median of 13 paired rounds, §38). Smaller products (16
+/// bound at 4096 (device host, median of 15 paired rounds, §38). Smaller products (16
 /// tiles × 64 channels: 1024) were not measured again and stay with `packed_im`.
 fn packed_first(w: &Tensor, a: &ConvAttrs, out: &Shape, tiles: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
