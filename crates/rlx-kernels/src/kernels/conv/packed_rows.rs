@@ -16,9 +16,10 @@
 //! from +0; then the epilogue per output row with `conv_float`'s functions), so values
 //! differ from gemm's by rounding only and a NaN or ±Inf input reaches the same outputs.
 
-use super::common::{with_scratch, Epilogue, Geo, SendPtr, PRODUCTS};
+use super::common::{with_scratch, Act, Epilogue, Geo, SendPtr, PRODUCTS};
 use super::im2col::CONV_SPLIT_FLOPS;
 use super::pack::{finish_rows, PackedConv, MR};
+use crate::kernels::simd::{Avx512, Lanes};
 
 /// 16-lane vectors of positions per tile (64 positions).
 const NV: usize = 4;
@@ -80,17 +81,14 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
     } else {
         (None, None)
     };
-    let rest = Epilogue {
-        bias: None,
-        clamp: None,
-        post: if epi.clamp.is_some() {
-            &super::common::no_post
-        } else {
-            epi.post
-        },
-        post_bias: None,
-        seen: None,
-    };
+    // What the row pass keeps: `post` where no clamp replaces it, nothing else.
+    let post = Act {
+        clamp: epi.clamp,
+        post: epi.post,
+        ..Act::NONE
+    }
+    .post_unless_clamped();
+    let rest = Act { post, ..Act::NONE }.with_bias(None);
     let rest = if regs { &rest } else { epi };
     // Chunks of whole tiles whose output fits OUT_BYTES, of near-equal size.
     let tiles_all = p.div_ceil(TILE);
@@ -157,15 +155,13 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
                             } else {
                                 std::ptr::null()
                             };
-                            let ep = match bias {
-                                Some(b) if last => Regs {
-                                    bias: b.as_ptr().add(m0),
+                            let ep = if last {
+                                Regs {
+                                    bias: bias.map_or(std::ptr::null(), |b| b.as_ptr().add(m0)),
                                     clamp,
-                                },
-                                _ => Regs {
-                                    bias: std::ptr::null(),
-                                    clamp: clamp.filter(|_| last),
-                                },
+                                }
+                            } else {
+                                Regs::NONE
                             };
                             tile(
                                 MR.min(m - m0),
@@ -204,6 +200,14 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
 struct Regs {
     bias: *const f32,
     clamp: Option<(f32, f32)>,
+}
+
+impl Regs {
+    /// Nothing: a pass before the last.
+    const NONE: Regs = Regs {
+        bias: std::ptr::null(),
+        clamp: None,
+    };
 }
 
 /// One tile of `rows` output rows × `n` positions: row `i`, position `j` of `d` (stride
@@ -312,19 +316,17 @@ unsafe fn tile_avx512<const R: usize, const V: usize>(
         }
         if !ep.bias.is_null() {
             for (i, ai) in acc.iter_mut().enumerate() {
-                let b = _mm512_set1_ps(*ep.bias.add(i));
+                let b = Avx512::splat(*ep.bias.add(i));
                 for aj in ai.iter_mut() {
-                    *aj = _mm512_add_ps(*aj, b);
+                    *aj = Avx512::add(*aj, b);
                 }
             }
         }
         if let Some((lo, hi)) = ep.clamp {
-            let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-            for ai in acc.iter_mut() {
-                for aj in ai.iter_mut() {
-                    // maxps/minps return the second operand when one is NaN: a NaN stays.
-                    *aj = _mm512_min_ps(hi, _mm512_max_ps(lo, *aj));
-                }
+            let (lo, hi) = (Avx512::splat(lo), Avx512::splat(hi));
+            for aj in acc.iter_mut().flatten() {
+                // A NaN stays (`Lanes::clamp`).
+                *aj = Avx512::clamp(*aj, lo, hi);
             }
         }
         for (i, ai) in acc.iter().enumerate() {
