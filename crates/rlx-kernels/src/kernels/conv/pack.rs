@@ -169,7 +169,8 @@ impl PackedConv {
 /// dilation 1, at least `MIN_K` products per output, at most M/8 padding channels in the
 /// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
 /// * 1×1 kernels without padding on output planes up to 8² and of `MAX_PLANE` (7², 14²:
-///   the pointwise convs where gemm's weight reads hurt most);
+///   the pointwise convs where gemm's weight reads hurt most), and on the planes between
+///   with at most `MID_PLANE_W_BYTES` of weights (SqueezeNet's 64←384 and 64←512 at 13²);
 /// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
 ///   convs to 7², through im2col: 1 thread, weights cold, 512←256 at 14² read 829–900 µs
 ///   against gemm's 900–990). Not stride 1 (7²: 1.8–1.9 ms against gemm's 1.65 hot; the
@@ -220,8 +221,11 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
         return None;
     }
     let p = od[2] * od[3];
+    let k: usize = d[1..].iter().product();
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
-    let pw = d[2..] == [1, 1] && a.pads.iter().all(|&p| p == (0, 0)) && (p <= 64 || p == MAX_PLANE);
+    let pw = d[2..] == [1, 1]
+        && a.pads.iter().all(|&p| p == (0, 0))
+        && (p <= 64 || p == MAX_PLANE || (p < MAX_PLANE && d[0] * k * 4 <= MID_PLANE_W_BYTES));
     // Larger kernels: stride 2 on small planes through im2col; with the input read in
     // place (`packed_im`), stride 1 or 2 on any plane with at least KXK_MIN_C input
     // channels (Winograd, where it takes a conv, comes first: the executor's choice).
@@ -232,7 +236,6 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
         } else {
             a.strides == [2, 2] && p <= MAX_PLANE_S2
         };
-    let k: usize = d[1..].iter().product();
     // Stride-1 1×1 convs on planes larger than 14²: positions on the vector side.
     if plain
         && d[2..] == [1, 1]
@@ -396,10 +399,17 @@ const MIN_K: usize = 128;
 
 /// Largest output plane for which a 1×1 conv is packed: on larger planes gemm (positions
 /// on its vector side, no transposition) is faster with hot weights (`packed_timing`:
-/// 256←64 at 56² 611 against 918 µs). Between 8² and 14² only 14² itself: SqueezeNet's
-/// 1000←512 at 13² read 1148–1186 µs in the model against gemm's 1035–1050 (alone with
-/// hot weights 931–1182 against 829); the cause is not found.
+/// 256←64 at 56² 611 against 918 µs). Between 8² and 14², 14² itself and convs with at
+/// most [`MID_PLANE_W_BYTES`] of weights.
 const MAX_PLANE: usize = 196;
+
+/// Most weight bytes of a 1×1 conv packed on an output plane between 8² and 14² (not 14²
+/// itself). SqueezeNet's 13² convs, per node in the model, 1 thread, against gemm
+/// (bench/NOTES.md §38-39): 64←384 and 64←512 (96 and 128 KB) gained on the three CPU kinds
+/// (Intel Xeon VM 12-16 µs each, the device host's Xeon 18-27, Zen 4 14-23); 1000←512
+/// (2 MB) lost 25-73 µs on both Xeons (1148–1186 against 1035–1050 in §31) and gained 62 on
+/// Zen 4. Between 128 KB and 2 MB nothing was measured.
+const MID_PLANE_W_BYTES: usize = 512 << 10;
 
 /// The kernel's ISA where convs take it: AVX-512 unless `RLX_CPU_MK=0`; AVX2 only with
 /// `RLX_CPU_MK=1` set (not yet measured against gemm's AVX2 kernel on an AVX2-only CPU:

@@ -727,3 +727,42 @@ fn packed_split_covers_positions_and_blocks_once() {
     }
     assert!(runs > 0 && parts > 0);
 }
+
+/// Which 1×1 convs on the output planes between 8² and 14² get packed weights
+/// ([`super::pack::pack_form`]): those with at most 512 KB of weights (SqueezeNet's 64←384
+/// and 64←512 at 13², bench/NOTES.md §39), not SqueezeNet's 2 MB classifier 1000←512 nor
+/// a 576 KB one; 14² and 7² as before, whatever the weights; none where the packed kernel
+/// does not run on this CPU.
+#[test]
+fn pointwise_mid_planes_pack_by_weight_bytes() {
+    use rlx_ir::{DType, Shape, Tensor};
+    let on = super::pack::enabled_isa().is_some();
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    // (output channels, input channels, output plane side, packed where the kernel runs)
+    let cases = [
+        (64, 384, 13, true),    // 96 KB
+        (64, 512, 13, true),    // 128 KB
+        (256, 512, 10, true),   // 512 KB: the bound
+        (288, 512, 13, false),  // 576 KB
+        (1000, 512, 13, false), // 2 MB
+        (1000, 512, 14, true),  // 14²: any size
+        (1000, 512, 7, true),   // 7²
+        (64, 512, 15, false),   // above 14²: gemm (or `packed_rows` where it is on)
+    ];
+    for (m, c, hw, want) in cases {
+        let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
+        let out = Shape::new(&[1, m, hw, hw], DType::F32);
+        let got = super::pack::pack_form(&w, &attrs, &out);
+        let rows = matches!(got, Some(super::pack::PackForm::Rows));
+        assert_eq!(
+            got.is_some() && !rows,
+            want && on,
+            "{m}<-{c} 1x1 at {hw}x{hw}: {got:?}"
+        );
+    }
+}
