@@ -313,6 +313,11 @@ pub(super) fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
     clamp: Option<Clamp<T>>,
     track: bool,
 ) -> u32 {
+    // The identity (a fused group without an activation: `Clamp::NONE`) with nothing to
+    // track is no clamp: `min(+inf, max(-inf, v))` is `v` for every `v`, a NaN included, so
+    // a conv without a bias then needs no pass at all.
+    let (ninf, inf) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(f64::INFINITY));
+    let clamp = clamp.filter(|c| track || c.nan_out || c.lo != ninf || c.hi != inf);
     let Some(Clamp {
         lo, hi, nan_out, ..
     }) = clamp
