@@ -313,11 +313,9 @@ pub(super) fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
     clamp: Option<Clamp<T>>,
     track: bool,
 ) -> u32 {
-    // The identity (a fused group without an activation: `Clamp::NONE`) with nothing to
-    // track is no clamp: `min(+inf, max(-inf, v))` is `v` for every `v`, a NaN included, so
-    // a conv without a bias then needs no pass at all.
-    let (ninf, inf) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(f64::INFINITY));
-    let clamp = clamp.filter(|c| track || c.nan_out || c.lo != ninf || c.hi != inf);
+    // The identity (a fused group without an activation) with nothing to track is no
+    // clamp: a conv without a bias then needs no pass at all.
+    let clamp = clamp.filter(|c| track || !is_identity(c));
     let Some(Clamp {
         lo, hi, nan_out, ..
     }) = clamp
@@ -477,6 +475,12 @@ impl<'a> Act<'a> {
             seen: self.seen,
         }
     }
+}
+
+/// `c`'s map is the identity on every value: `(-inf, +inf)` without `nan_out`
+/// ([`Clamp::NONE`]; `minps(+inf, maxps(-inf, v))` is `v`, a NaN included).
+fn is_identity<T: Elem + PartialOrd>(c: &Clamp<T>) -> bool {
+    !c.nan_out && c.lo == T::from_f64(f64::NEG_INFINITY) && c.hi == T::from_f64(f64::INFINITY)
 }
 
 /// What a conv kernel does to each sum of products before it is the output value, in this

@@ -225,7 +225,9 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
     let pw = d[2..] == [1, 1]
         && a.pads.iter().all(|&p| p == (0, 0))
-        && (p <= 64 || p == MAX_PLANE || (p < MAX_PLANE && d[0] * k * 4 <= MID_PLANE_W_BYTES));
+        && (p <= 64
+            || p == MAX_PLANE
+            || (p < MAX_PLANE && d[0] * k * size_of::<f32>() <= MID_PLANE_W_BYTES));
     // Larger kernels: stride 2 on small planes through im2col; with the input read in
     // place (`packed_im`), stride 1 or 2 on any plane with at least KXK_MIN_C input
     // channels (Winograd, where it takes a conv, comes first: the executor's choice).
