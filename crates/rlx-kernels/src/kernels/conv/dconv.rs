@@ -71,6 +71,22 @@ const TILE: usize = NV * 16;
 /// Scratch bytes per task for its output tiles (channels × rows × `wq`), a part of L2.
 const BLOCK_BYTES: usize = 256 << 10;
 
+/// An image's output (all channels) above which each task writes its row block one
+/// tile's channels (MR output planes) at a time, prefetching for writing the lines
+/// [`PREFETCH_TILES`] tiles ahead, instead of all channels of a tile before the next tile.
+/// Such an output is larger than a core's L2 (1 MB on AMD Zen 4) and its buffer is cold
+/// when the conv starts (a stem, the first node of a run): with all 32 of a stem's planes
+/// written at once, 32 streams of stores each wait for their lines (the hardware
+/// prefetchers follow fewer), and MobileNetV2's 32←3 3×3/2 stem at 112² took 680 µs in
+/// the model against 315 alone; groupwise, 523 (bench/NOTES.md §40). Smaller outputs
+/// (ResNet's and SqueezeNet's stems, whose bands stay in L2, see `banded`) keep the
+/// all-channels order: with the output in cache the groupwise order, which reads each
+/// tile's inputs once per group, was 2-5% slower.
+const GROUPWISE_OUT_BYTES: usize = 1 << 20;
+
+/// See [`GROUPWISE_OUT_BYTES`].
+const PREFETCH_TILES: usize = 2;
+
 /// Fewest positions per row block when rows are split for threads (4 tiles).
 const MIN_BLOCK_POS: usize = 4 * TILE;
 
@@ -353,6 +369,7 @@ pub(super) fn conv(
     let nrb = d.oh.div_ceil(rows);
     let noc = d.m.div_ceil(mchunk);
     let plane = d.oh * d.ow;
+    let groupwise = plane_out * size_of::<f32>() > GROUPWISE_OUT_BYTES;
     let (phases, tmp) = scratch.split_at_mut(d.planes_len());
     for (xi, oi) in x
         .chunks_exact(plane_in)
@@ -369,11 +386,30 @@ pub(super) fn conv(
             let (q0, q1) = (oy0 * wq, oy1 * wq);
             let src = src as *const f32;
             let dst = &dst;
-            let mut q = q0;
-            while q < q1 {
+            // Each tile's stores, computed once (the groupwise order visits a tile once
+            // per channel group).
+            let sts: Vec<[Stores; NV]> = (q0..q1)
+                .step_by(TILE)
+                .map(|q| std::array::from_fn(|j| stores(q + 16 * j, q1, wq, d.ow)))
+                .collect();
+            // Tiles at q of channels mlo..mhi (in tiles of MR, then single channels).
+            let step = |q: usize, mlo: usize, mhi: usize| {
                 let v = (q1 - q).div_ceil(16).min(NV);
-                let st: [Stores; NV] = std::array::from_fn(|j| stores(q + 16 * j, q1, wq, d.ow));
-                let mut m = m0;
+                let st = sts[(q - q0) / TILE];
+                let qa = q + PREFETCH_TILES * TILE;
+                if groupwise && qa < q1 {
+                    // The lines this group's tile PREFETCH_TILES ahead will store, fetched
+                    // for writing now (the rows of a plane are contiguous, `ow` wide).
+                    let off = (qa / wq) * d.ow + (qa % wq).min(d.ow - 1);
+                    for m in mlo..mhi {
+                        let p = dst.0.wrapping_add(m * plane + off);
+                        for l in 0..NV {
+                            // SAFETY: a hint; it never faults.
+                            unsafe { _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(16 * l).cast()) };
+                        }
+                    }
+                }
+                let mut m = mlo;
                 // SAFETY: AVX-512F checked above; loads stay inside the phase buffer
                 // (`Dims::slack`); weight rows m..m+R of kk values and R bias values (if any) exist
                 // (checked above); the stores write positions [q, q1) of channels m..m+R,
@@ -394,18 +430,27 @@ pub(super) fn conv(
                         t.bias = b.map_or(std::ptr::null(), |b| b.as_ptr().add(m));
                         t.dst = dst.0.add(m * plane);
                     };
-                    while m + MR <= m1 {
+                    while m + MR <= mhi {
                         at(&mut t, m);
                         tile_n::<MR>(v, &t, &st);
                         m += MR;
                     }
-                    while m < m1 {
+                    while m < mhi {
                         at(&mut t, m);
                         tile_n::<1>(v, &t, &st);
                         m += 1;
                     }
                 }
-                q += TILE;
+            };
+            // Every tile of a channel group over the block before the next group when
+            // groupwise, else all channels of a tile before the next tile.
+            let group = if groupwise { MR } else { m1 - m0 };
+            for mg in (m0..m1).step_by(group) {
+                let mut q = q0;
+                while q < q1 {
+                    step(q, mg, (mg + group).min(m1));
+                    q += TILE;
+                }
             }
             for m in m0..m1 {
                 // SAFETY: channel m's rows oy0..oy1, this task's alone, written above.
@@ -542,5 +587,15 @@ mod tests {
         check(2, 5, 40, 3, (1, 3), 3, (0, 1, 0, 1));
         check(7, 6, 6, 8, (3, 3), 1, (2, 2, 2, 2));
         check(3, 8, 8, 24, (3, 3), 1, (1, 1, 1, 1));
+    }
+
+    /// Outputs above [`GROUPWISE_OUT_BYTES`] take the groupwise order (a 32←3 3×3/2 stem at
+    /// 112², MobileNetV2's; 13 channels: a group of 8, then 5 single channels).
+    #[test]
+    fn large_outputs_match_the_definition() {
+        assert!(32 * 112 * 112 * size_of::<f32>() > GROUPWISE_OUT_BYTES);
+        assert!(13 * 150 * 150 * size_of::<f32>() > GROUPWISE_OUT_BYTES);
+        check(3, 224, 224, 32, (3, 3), 2, (1, 1, 1, 1));
+        check(3, 300, 299, 13, (3, 3), 2, (1, 1, 1, 1));
     }
 }
