@@ -138,14 +138,23 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
     // planes and the plane's `op` positions.
     unsafe {
         let chans = S::range(0, nc);
-        // Weights by tap, N channels per vector (channels past `nc`: 0).
+        // Weights by tap, N channels per vector (channels past `nc`: 0): N taps of the
+        // block's channels at a time, one channel's per register (masked to the taps
+        // left), transposed in registers.
         let mut wt = [S::splat(0.0); 49];
-        for (t, wv) in wt.iter_mut().enumerate().take(K * K) {
-            let mut lanes = [0f32; 16];
-            for (l, v) in lanes.iter_mut().enumerate().take(nc) {
-                *v = *w.get_unchecked(l * K * K + t);
+        let mut r = [S::splat(0.0); 16];
+        for t0 in (0..K * K).step_by(n_l) {
+            let nt = (K * K - t0).min(n_l);
+            let m = S::range(0, nt);
+            for (l, v) in r.iter_mut().enumerate().take(n_l) {
+                *v = if l < nc {
+                    S::load_m(w.as_ptr().add(l * K * K + t0), m)
+                } else {
+                    S::splat(0.0)
+                };
             }
-            *wv = S::load(lanes.as_ptr());
+            S::transpose(&mut r);
+            wt[t0..t0 + nt].copy_from_slice(&r[..nt]);
         }
         let mut bl = [0f32; 16];
         if let Some(b) = bias {
@@ -154,7 +163,6 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
         let bv = S::load(bl.as_ptr());
         // Input planes into the padded scratch plane, N positions at a time.
         let xq = xp.as_mut_ptr();
-        let mut r = [S::splat(0.0); 16];
         for q0 in (0..hw).step_by(n_l) {
             let n = (hw - q0).min(n_l);
             let m = S::range(0, n);
@@ -289,9 +297,13 @@ pub(super) fn run_cblock(
         return false;
     };
     let k = g.ks[0];
+    // Positions per group (`G`): 5×5 one at a time on AVX-512, its 25 weight vectors and
+    // 5 column accumulators in registers (with 4, 20 accumulators spilled the weights:
+    // 1152 channels at 7² 136 → 113 µs, 672 at 14² 189 → 184 on Zen 4, bench/NOTES.md
+    // §40); 3×3 in eights (four: no faster).
     let f: CBlockFn = match (avx2, k) {
         (false, 3) => cblock::<3, 8>,
-        (false, 5) => cblock::<5, 4>,
+        (false, 5) => cblock::<5, 1>,
         (false, _) => cblock::<7, 4>,
         (true, 3) => cblock8::<3, 4>,
         (true, 5) => cblock8::<5, 2>,
