@@ -395,17 +395,25 @@ pub(super) fn conv(
             // Tiles at q of channels mlo..mhi (in tiles of MR, then single channels).
             let step = |q: usize, mlo: usize, mhi: usize| {
                 let v = (q1 - q).div_ceil(16).min(NV);
-                let st = sts[(q - q0) / TILE];
-                let qa = q + PREFETCH_TILES * TILE;
-                if groupwise && qa < q1 {
-                    // The lines this group's tile PREFETCH_TILES ahead will store, fetched
-                    // for writing now (the rows of a plane are contiguous, `ow` wide).
-                    let off = (qa / wq) * d.ow + (qa % wq).min(d.ow - 1);
-                    for m in mlo..mhi {
-                        let p = dst.0.wrapping_add(m * plane + off);
-                        for l in 0..NV {
+                let i = (q - q0) / TILE;
+                let st = sts[i];
+                if groupwise {
+                    // The lines this group's tile PREFETCH_TILES ahead will store (where
+                    // each of its vectors' first run of lanes starts), fetched for writing.
+                    for &(off, mask) in sts
+                        .get(i + PREFETCH_TILES)
+                        .into_iter()
+                        .flatten()
+                        .map(|s| &s[0])
+                    {
+                        if mask == 0 {
+                            continue;
+                        }
+                        let at = off + mask.trailing_zeros() as isize;
+                        for m in mlo..mhi {
+                            let p = dst.0.wrapping_add(m * plane).wrapping_offset(at);
                             // SAFETY: a hint; it never faults.
-                            unsafe { _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(16 * l).cast()) };
+                            unsafe { _mm_prefetch::<_MM_HINT_ET0>(p.cast()) };
                         }
                     }
                 }

@@ -99,6 +99,38 @@ pub(crate) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
     })
 }
 
+/// `r[j]` (j < `n`) = element `j` of the `nc` rows at `p + l·stride` (l < `nc`) in lane
+/// `l`, 0 in lanes past `nc`: the rows loaded (the first `n` values of each, masked when
+/// `n < S::N`) and transposed in registers. Rows of the block's input planes (positions
+/// into lanes) and of its weights (taps into lanes).
+///
+/// # Safety
+/// The CPU has `S`'s features; `p + l·stride + j` is readable for l < `nc`, j < `n`.
+#[inline(always)]
+unsafe fn rows_transposed<S: Lanes>(
+    p: *const f32,
+    stride: usize,
+    nc: usize,
+    n: usize,
+    r: &mut [S::V; 16],
+) {
+    let m = S::range(0, n);
+    for (l, v) in r.iter_mut().enumerate().take(S::N) {
+        // SAFETY: rows l < nc, their first n values (the caller's contract).
+        *v = unsafe {
+            if l >= nc {
+                S::splat(0.0)
+            } else if n == S::N {
+                S::load(p.add(l * stride))
+            } else {
+                S::load_m(p.add(l * stride), m)
+            }
+        };
+    }
+    // SAFETY: S's features (the caller's contract).
+    unsafe { S::transpose(r) };
+}
+
 /// One block of up to `S::N` (16 or 8) channels (`nc`) of one image: input planes `x`
 /// (`nc` planes of `h × w`), weights `w` (`nc` filters of `K × K`), output planes `dst`
 /// (`nc` planes of `oh × ow`). The planes are transposed into `xp` (the padded plane,
@@ -145,15 +177,7 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
         let mut r = [S::splat(0.0); 16];
         for t0 in (0..K * K).step_by(n_l) {
             let nt = (K * K - t0).min(n_l);
-            let m = S::range(0, nt);
-            for (l, v) in r.iter_mut().enumerate().take(n_l) {
-                *v = if l < nc {
-                    S::load_m(w.as_ptr().add(l * K * K + t0), m)
-                } else {
-                    S::splat(0.0)
-                };
-            }
-            S::transpose(&mut r);
+            rows_transposed::<S>(w.as_ptr().add(t0), K * K, nc, nt, &mut r);
             wt[t0..t0 + nt].copy_from_slice(&r[..nt]);
         }
         let mut bl = [0f32; 16];
@@ -165,17 +189,7 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
         let xq = xp.as_mut_ptr();
         for q0 in (0..hw).step_by(n_l) {
             let n = (hw - q0).min(n_l);
-            let m = S::range(0, n);
-            for (l, v) in r.iter_mut().enumerate().take(n_l) {
-                *v = if l >= nc {
-                    S::splat(0.0)
-                } else if n == n_l {
-                    S::load(x.as_ptr().add(l * hw + q0))
-                } else {
-                    S::load_m(x.as_ptr().add(l * hw + q0), m)
-                };
-            }
-            S::transpose(&mut r);
+            rows_transposed::<S>(x.as_ptr().add(q0), hw, nc, n, &mut r);
             for (j, v) in r.iter().enumerate().take(n) {
                 let d = *p.din.get_unchecked(q0 + j) as usize;
                 S::store(xq.add(d * n_l), *v);
