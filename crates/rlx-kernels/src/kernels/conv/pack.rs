@@ -166,7 +166,7 @@ impl PackedConv {
 }
 
 /// Which convs get packed weights (when the executor is built): f32, 2-D, one group,
-/// dilation 1, at least `MIN_K` products per output, at most M/8 padding channels in the
+/// dilation 1, at least [`min_k`] products per output, at most M/8 padding channels in the
 /// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
 /// * 1×1 kernels without padding on output planes up to 8² and of `MAX_PLANE` (7², 14²:
 ///   the pointwise convs where gemm's weight reads hurt most), and on the planes between
@@ -248,7 +248,7 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     {
         return Some(PackForm::Rows);
     }
-    if !plain || !(pw || s2) || k < MIN_K {
+    if !plain || !(pw || s2) || k < min_k() {
         return None;
     }
     let isa = enabled_isa()?;
@@ -395,9 +395,31 @@ const MAX_PLANE_S2: usize = 64;
 const KXK_MIN_C: usize = 32;
 
 /// Fewest products per output (`K`) for which a conv is packed: below, the tile's stores
-/// and transposition outweigh its FMAs (576←96 at 14²: 129–144 µs against gemm's 119–133;
-/// SqueezeNet's 13² convs with K of 48 and 64 lost in the model).
+/// and transposition outweigh its FMAs. 128 ([`MIN_K`]) except on AMD with AVX-512
+/// ([`MIN_K_AMD512`]), read once per process.
+pub(super) fn min_k() -> usize {
+    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *K.get_or_init(|| {
+        if isa_cap() == IsaCap::Avx512 && crate::kernels::simd::amd() {
+            MIN_K_AMD512
+        } else {
+            MIN_K
+        }
+    })
+}
+
+/// [`min_k`] on Intel and on AVX2: 576←96 at 14² ran 129–144 µs against gemm's 119–133,
+/// SqueezeNet's 13² convs with K of 48 and 64 lost in the model, and 64 lost again on an
+/// Intel Xeon VM in stop 56 (MobileNetV2's 384←64 and 576←96 at 14² 4-23 µs each, model
+/// 1.034; bench/NOTES.md §38).
 const MIN_K: usize = 128;
+
+/// [`min_k`] on AMD with AVX-512 (Zen 4): the packed tiles beat gemm from K = 64, per node
+/// in the models (1 thread, interleaved rounds, bench/NOTES.md §41): MobileNetV2's 576←96
+/// at 14² 303-340 → 252-276 µs and 384←64 140-160 → 122-131, EfficientNet-B0's 672←112
+/// at 14² 438-479 → 354-401 and 480←80 236-253 → 203-223; K = 48 (SqueezeNet's 192←48 at
+/// 13²) no faster.
+const MIN_K_AMD512: usize = 64;
 
 /// Largest output plane for which a 1×1 conv is packed: on larger planes gemm (positions
 /// on its vector side, no transposition) is faster with hot weights (`packed_timing`:

@@ -766,3 +766,37 @@ fn pointwise_mid_planes_pack_by_weight_bytes() {
         );
     }
 }
+
+/// The fewest products per output (`K`) for which a 1×1 conv at 14² gets packed weights
+/// ([`super::pack::min_k`]): 128 on Intel and AVX2, 64 on AMD with AVX-512 (bench/NOTES.md
+/// §41): MobileNetV2's 576←96 and 384←64 and EfficientNet-B0's 672←112 and 480←80 are
+/// packed only there; 48 products never, 128 wherever the packed kernel runs.
+#[test]
+fn pointwise_products_bound_by_cpu() {
+    use crate::kernels::simd::{amd, isa_cap, IsaCap};
+    use rlx_ir::{DType, Shape, Tensor};
+    let on = super::pack::enabled_isa().is_some();
+    let amd512 = amd() && isa_cap() == IsaCap::Avx512;
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    // (output channels, input channels, packed where the kernel runs)
+    let cases = [
+        (576, 96, amd512),
+        (384, 64, amd512),
+        (672, 112, amd512),
+        (480, 80, amd512),
+        (576, 48, false),
+        (576, 63, false),
+        (576, 128, true),
+    ];
+    for (m, c, want) in cases {
+        let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
+        let out = Shape::new(&[1, m, 14, 14], DType::F32);
+        let got = super::pack::pack_form(&w, &attrs, &out);
+        assert_eq!(got.is_some(), want && on, "{m}<-{c} 1x1 at 14x14: {got:?}");
+    }
+}

@@ -153,6 +153,22 @@ pub(crate) fn isa_cap() -> IsaCap {
     })
 }
 
+/// True on an AMD CPU (CPUID vendor string `AuthenticAMD`), read once per process: a few
+/// kernel-choice bounds were measured to differ between AMD's and Intel's cores (the AVX-512
+/// of AMD Zen 4 runs each 512-bit operation as two 256-bit halves), and take the AMD value
+/// only there (bench/NOTES.md §41).
+pub(crate) fn amd() -> bool {
+    static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AMD.get_or_init(|| {
+        // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+        let r = unsafe { std::arch::x86_64::__cpuid(0) };
+        [r.ebx, r.edx, r.ecx]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .eq(*b"AuthenticAMD")
+    })
+}
+
 /// The range of `fastmath::exp_clamped`'s argument (outside it `fastmath` takes other
 /// paths), here beside [`exp`] so that the SIMD layer imports nothing of `fastmath`.
 pub(crate) const EXP_LO: f32 = -87.0;
