@@ -170,7 +170,9 @@ impl PackedConv {
 /// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
 /// * 1×1 kernels without padding on output planes up to 8² and of `MAX_PLANE` (7², 14²:
 ///   the pointwise convs where gemm's weight reads hurt most), and on the planes between
-///   with at most `MID_PLANE_W_BYTES` of weights (SqueezeNet's 64←384 and 64←512 at 13²);
+///   with at most `MID_PLANE_W_BYTES` of weights (SqueezeNet's 64←384 and 64←512 at 13²),
+///   and, with as few weights, on planes up to `ODD_PLANE_MAX` (28²) that are not whole
+///   64-byte lines (SqueezeNet's 32←256 and 32←128 at 27²);
 /// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
 ///   convs to 7², through im2col: 1 thread, weights cold, 512←256 at 14² read 829–900 µs
 ///   against gemm's 900–990). Not stride 1 (7²: 1.8–1.9 ms against gemm's 1.65 hot; the
@@ -223,11 +225,13 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     let p = od[2] * od[3];
     let k: usize = d[1..].iter().product();
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
+    let small_w = d[0] * k * size_of::<f32>() <= MID_PLANE_W_BYTES;
     let pw = d[2..] == [1, 1]
         && a.pads.iter().all(|&p| p == (0, 0))
         && (p <= 64
             || p == MAX_PLANE
-            || (p < MAX_PLANE && d[0] * k * size_of::<f32>() <= MID_PLANE_W_BYTES));
+            || (p < MAX_PLANE && small_w)
+            || (p <= ODD_PLANE_MAX && p % 16 != 0 && small_w));
     // Larger kernels: stride 2 on small planes through im2col; with the input read in
     // place (`packed_im`), stride 1 or 2 on any plane with at least KXK_MIN_C input
     // channels (Winograd, where it takes a conv, comes first: the executor's choice).
@@ -434,6 +438,17 @@ const MAX_PLANE: usize = 196;
 /// (2 MB) lost 25-73 µs on both Xeons (1148–1186 against 1035–1050 in §31) and gained 62 on
 /// Zen 4. Between 128 KB and 2 MB nothing was measured.
 const MID_PLANE_W_BYTES: usize = 512 << 10;
+
+/// Largest output plane on which a 1×1 conv whose plane is not a whole number of 16-value
+/// (64-byte) lines is packed, with at most [`MID_PLANE_W_BYTES`] of weights. On such a
+/// plane gemm's vector loads of the input rows straddle cache lines (each row starts at
+/// another offset within a line), where the packed tiles read single values: SqueezeNet's
+/// 32←256 and 32←128 at 27², per node in the model (1 thread, 7 interleaved rounds on Zen 4,
+/// bench/NOTES.md §41), 199 → 133 and 111 → 84 µs; the same 32←256 conv alone at 27² gemm
+/// 153-169 against packed 133-148 µs, at 28² (whole lines) 136-140 against 132-137; and
+/// MobileNetV2's 32←144 and 32←192 at 28² read 1.01-1.08× slower packed, so 28² and other
+/// whole-line planes stay on gemm.
+const ODD_PLANE_MAX: usize = 784;
 
 /// The kernel's ISA where convs take it: AVX-512 unless `RLX_CPU_MK=0`; AVX2 only with
 /// `RLX_CPU_MK=1` set (not yet measured against gemm's AVX2 kernel on an AVX2-only CPU:

@@ -731,8 +731,9 @@ fn packed_split_covers_positions_and_blocks_once() {
 /// Which 1×1 convs on the output planes between 8² and 14² get packed weights
 /// ([`super::pack::pack_form`]): those with at most 512 KB of weights (SqueezeNet's 64←384
 /// and 64←512 at 13², bench/NOTES.md §39), not SqueezeNet's 2 MB classifier 1000←512 nor
-/// a 576 KB one; 14² and 7² as before, whatever the weights; none where the packed kernel
-/// does not run on this CPU.
+/// a 576 KB one; 14² and 7² as before, whatever the weights; up to 28², the planes that are
+/// not whole 64-byte lines with as few weights (§41); none where the packed kernel does
+/// not run on this CPU.
 #[test]
 fn pointwise_mid_planes_pack_by_weight_bytes() {
     use rlx_ir::{DType, Shape, Tensor};
@@ -752,7 +753,12 @@ fn pointwise_mid_planes_pack_by_weight_bytes() {
         (1000, 512, 13, false), // 2 MB
         (1000, 512, 14, true),  // 14²: any size
         (1000, 512, 7, true),   // 7²
-        (64, 512, 15, false),   // above 14²: gemm (or `packed_rows` where it is on)
+        (64, 512, 16, false),   // above 14², whole 64-byte lines: gemm
+        (64, 512, 15, true),    // 225 values: not whole lines (`ODD_PLANE_MAX`)
+        (32, 256, 27, true),    // SqueezeNet's 32←256 at 27² (729)
+        (32, 256, 28, false),   // 784 = 49 lines
+        (288, 512, 27, false),  // 576 KB
+        (32, 256, 29, false),   // 841: above 28²
     ];
     for (m, c, hw, want) in cases {
         let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
