@@ -736,14 +736,7 @@ fn packed_split_covers_positions_and_blocks_once() {
 /// not run on this CPU.
 #[test]
 fn pointwise_mid_planes_pack_by_weight_bytes() {
-    use rlx_ir::{DType, Shape, Tensor};
     let on = super::pack::enabled_isa().is_some();
-    let attrs = ConvAttrs {
-        strides: vec![1, 1],
-        pads: vec![(0, 0), (0, 0)],
-        dilations: vec![1, 1],
-        groups: 1,
-    };
     // (output channels, input channels, output plane side, packed where the kernel runs)
     let cases = [
         (64, 384, 13, true),    // 96 KB
@@ -761,9 +754,7 @@ fn pointwise_mid_planes_pack_by_weight_bytes() {
         (32, 256, 29, false),   // 841: above 28²
     ];
     for (m, c, hw, want) in cases {
-        let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
-        let out = Shape::new(&[1, m, hw, hw], DType::F32);
-        let got = super::pack::pack_form(&w, &attrs, &out);
+        let got = pointwise_form(m, c, hw);
         let rows = matches!(got, Some(super::pack::PackForm::Rows));
         assert_eq!(
             got.is_some() && !rows,
@@ -780,15 +771,8 @@ fn pointwise_mid_planes_pack_by_weight_bytes() {
 #[test]
 fn pointwise_products_bound_by_cpu() {
     use crate::kernels::simd::{amd, isa_cap, IsaCap};
-    use rlx_ir::{DType, Shape, Tensor};
     let on = super::pack::enabled_isa().is_some();
     let amd512 = amd() && isa_cap() == IsaCap::Avx512;
-    let attrs = ConvAttrs {
-        strides: vec![1, 1],
-        pads: vec![(0, 0), (0, 0)],
-        dilations: vec![1, 1],
-        groups: 1,
-    };
     // (output channels, input channels, packed where the kernel runs)
     let cases = [
         (576, 96, amd512),
@@ -800,9 +784,21 @@ fn pointwise_products_bound_by_cpu() {
         (576, 128, true),
     ];
     for (m, c, want) in cases {
-        let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
-        let out = Shape::new(&[1, m, 14, 14], DType::F32);
-        let got = super::pack::pack_form(&w, &attrs, &out);
+        let got = pointwise_form(m, c, 14);
         assert_eq!(got.is_some(), want && on, "{m}<-{c} 1x1 at 14x14: {got:?}");
     }
+}
+
+/// [`super::pack::pack_form`] of an `m`←`c` stride-1 1×1 conv without padding whose output
+/// plane is `hw`×`hw` (zero weights: the form reads no weight values).
+fn pointwise_form(m: usize, c: usize, hw: usize) -> Option<super::pack::PackForm> {
+    use rlx_ir::{DType, Shape, Tensor};
+    let attrs = ConvAttrs {
+        strides: vec![1, 1],
+        pads: vec![(0, 0), (0, 0)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
+    super::pack::pack_form(&w, &attrs, &Shape::new(&[1, m, hw, hw], DType::F32))
 }

@@ -160,8 +160,8 @@ pub(crate) fn isa_cap() -> IsaCap {
 pub(crate) fn amd() -> bool {
     static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AMD.get_or_init(|| {
-        // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
-        let r = unsafe { std::arch::x86_64::__cpuid(0) };
+        // CPUID leaf 0: the vendor string in EBX, EDX, ECX.
+        let r = std::arch::x86_64::__cpuid(0);
         [r.ebx, r.edx, r.ecx]
             .iter()
             .flat_map(|v| v.to_le_bytes())
