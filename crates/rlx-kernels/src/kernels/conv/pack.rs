@@ -400,16 +400,13 @@ const KXK_MIN_C: usize = 32;
 
 /// Fewest products per output (`K`) for which a conv is packed: below, the tile's stores
 /// and transposition outweigh its FMAs. 128 ([`MIN_K`]) except on AMD with AVX-512
-/// ([`MIN_K_AMD512`]), read once per process.
+/// ([`MIN_K_AMD512`]); both inputs are read once per process.
 pub(super) fn min_k() -> usize {
-    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *K.get_or_init(|| {
-        if isa_cap() == IsaCap::Avx512 && crate::kernels::simd::amd() {
-            MIN_K_AMD512
-        } else {
-            MIN_K
-        }
-    })
+    if isa_cap() == IsaCap::Avx512 && crate::kernels::simd::amd() {
+        MIN_K_AMD512
+    } else {
+        MIN_K
+    }
 }
 
 /// [`min_k`] on Intel and on AVX2: 576←96 at 14² ran 129–144 µs against gemm's 119–133,

@@ -153,10 +153,10 @@ pub(crate) fn isa_cap() -> IsaCap {
     })
 }
 
-/// True on an AMD CPU (CPUID vendor string `AuthenticAMD`), read once per process: a few
-/// kernel-choice bounds were measured to differ between AMD's and Intel's cores (the AVX-512
-/// of AMD Zen 4 runs each 512-bit operation as two 256-bit halves), and take the AMD value
-/// only there (bench/NOTES.md §41).
+/// True on an AMD CPU (CPUID vendor string `AuthenticAMD`), read once per process (CPUID
+/// traps to the hypervisor in a VM). For kernel-choice bounds measured to differ between
+/// AMD's and Intel's cores (the AVX-512 of AMD Zen 4 runs each 512-bit operation as two
+/// 256-bit halves): today only `conv::pack::min_k` (bench/NOTES.md §41).
 pub(crate) fn amd() -> bool {
     static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AMD.get_or_init(|| {
