@@ -17,6 +17,7 @@ pub(crate) type SliceKernel = fn(&[f32], &mut [f32]);
 
 /// Below this, `exp` is +0 (see [`exp_outside`]).
 pub(crate) const EXP_ZERO_BELOW: f32 = -104.0;
+use super::simd::{EXP2_16THS, EXPN_POLY, EXPN_SHIFT, EXPN_X_HI};
 pub(crate) use super::simd::{EXP_HI, EXP_LN2, EXP_LO, EXP_POLY};
 
 /// The widest vector ISA of this CPU that the slice kernels are compiled for (checked once).
@@ -72,6 +73,33 @@ fn exp_clamped(xc: f32) -> f32 {
     let ni: i32 = unsafe { n.to_int_unchecked() };
     let scale = f32::from_bits(((ni + 127) as u32) << 23);
     y * scale
+}
+
+/// `e^-x` for the sigmoid, `x` in [[`EXP_LO`], [`EXPN_X_HI`]] (larger `x` as
+/// `EXPN_X_HI`; below the range and NaN some finite value the callers replace): `-x·log2 e`
+/// rounded to a multiple of 1/16, `m`; `r = -x - m·ln 2` (ln 2 in Cephes' two parts,
+/// `|r| ≤ ln 2/32`); `e^-x = 2^floor(m) · 2^(j/16) · e^r` with `2^(j/16)` from a 16-entry
+/// table held as two f32 (`j` the sixteenths of `m`) and `e^r - 1` a degree-3 polynomial.
+/// The table leaves Cephes' degree-5 polynomial and its `floor` out: 15-25% of the SiLU's
+/// time (bench/NOTES.md §42); the sigmoid's error stays at Cephes' (at most
+/// 1.241·|y|·2^-23 against f64 over every f32 in [-87, 88]).
+#[inline(always)]
+#[allow(clippy::manual_clamp)] // `clamp` keeps a NaN; the exponent below needs NaN-free lanes
+fn exp_neg_core(x: f32) -> f32 {
+    // The lower clamp only keeps the lanes that the callers replace in range here (the
+    // SIMD form leaves it out); `f32::min` drops a NaN operand as `minps` does.
+    let xc = x.max(EXP_LO).min(EXPN_X_HI);
+    let t = xc.mul_add(-std::f32::consts::LOG2_E, EXPN_SHIFT);
+    let m = t - EXPN_SHIFT;
+    let r = (-m).mul_add(-EXP_LN2[0], -xc);
+    let r = m.mul_add(EXP_LN2[1], r);
+    let q = EXPN_POLY[0].mul_add(r, EXPN_POLY[1]);
+    let u = q.mul_add(r * r, r);
+    let j = (t.to_bits() & 15) as usize;
+    let hi = EXP2_16THS[0][j];
+    let e = hi + hi.mul_add(u, EXP2_16THS[1][j]);
+    // `floor(m)` is in [-126, 125] for `xc` in [-87, 87]: `2^floor(m)` is a normal f32.
+    e * f32::from_bits(((m.floor() as i32 + 127) as u32) << 23)
 }
 
 /// `exp(x)` for `x` outside [`EXP_LO`, `EXP_HI`]: +0 below -104 (e^-104 < 2^-150, half the
@@ -190,21 +218,20 @@ isa_fn!(
 );
 
 /// Logistic sigmoid, `1/(1+e^-x)` in one form for every `x` at or above [`EXP_LO`] (-87),
-/// with `e^-x` from [`exp_core`] (which clamps `-x` to [`EXP_LO`, `EXP_HI`]): for `x > 87` that is `e^-87`, whose
-/// sum with 1 rounds to 1 as the exact sigmoid does; for negative `x`, `e^-x` up to `e^87`
-/// stays finite and `1/(1+e^-x)` keeps about an ulp relative (error under 1.2·|y|·2^-23
-/// against f64 over [-100, 100], at most 2 ulp of the rounded f64 value in the tests; the
-/// two-form `e^x/(1+e^x)` below 0 that this replaced was 1.5·|y|·2^-23 and cost an `|x|`,
-/// a product and a select per lane, 12% of the kernel). Lanes below -87
-/// (where the result is subnormal or 0) and NaN are redone with the scalar
-/// `Activation::Sigmoid.apply_f32`.
+/// with `e^-x` from [`exp_neg_core`] (which takes `x > 87` as 87: `e^-87`, whose sum with 1
+/// rounds to 1 as the exact sigmoid does); for negative `x`, `e^-x` up to `e^87` stays
+/// finite and `1/(1+e^-x)` keeps about an ulp relative (error at most 1.241·|y|·2^-23
+/// against f64 over every f32 in [-87, 88], as with the Cephes exp this table-driven one
+/// replaced; at most 2 ulp of the rounded f64 value in the tests; the two-form
+/// `e^x/(1+e^x)` below 0 was 1.5·|y|·2^-23 and cost an `|x|`, a product and a select per
+/// lane, 12% of the kernel). Lanes below -87 (where the result is subnormal or 0) and NaN
+/// are redone with the scalar `Activation::Sigmoid.apply_f32`.
 #[inline(always)]
 #[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(a >= b)` is the one compare that is true for NaN
 fn sigmoid_slice_generic(src: &[f32], dst: &mut [f32]) {
     let mut bad = false;
     for (d, &x) in dst.iter_mut().zip(src) {
-        // `exp_core` clamps (dropping a NaN operand), so every lane's conversion is defined.
-        let e = exp_core(-x);
+        let e = exp_neg_core(x);
         *d = 1.0 / (1.0 + e);
         // One unordered compare: true for NaN and for x below the range.
         bad |= !(x >= EXP_LO);
@@ -606,6 +633,63 @@ mod tests {
     /// Inputs for the bit-for-bit checks: a sweep over [-110, 110] by 1/1024 (both ends of
     /// the exp range inside), specials, and pseudo-random bit patterns (every exponent,
     /// NaN payloads, subnormals).
+    /// The sigmoid's `e^-x` table is `2^(j/16)` split into two f32 (the rounded value and
+    /// the rounded rest), from f64's `exp2`; its polynomial's `c2` is the closed form
+    /// [`EXPN_POLY`] gives, and that polynomial is within 0.015·2^-23 of `e^r − 1` relative
+    /// to `e^r` on `|r| ≤ ln 2/32` (f64 evaluation, 20001 points).
+    #[test]
+    fn exp_neg_table_and_polynomial_are_their_definitions() {
+        for (j, (&hi, &lo)) in EXP2_16THS[0].iter().zip(&EXP2_16THS[1]).enumerate() {
+            let v = (j as f64 / 16.0).exp2();
+            assert_eq!(hi, v as f32, "2^({j}/16)");
+            assert_eq!(lo, (v - hi as f64) as f32, "2^({j}/16) rest");
+            let sum = hi as f64 + lo as f64;
+            assert!(
+                ((sum - v) / v).abs() < 2f64.powi(-45),
+                "2^({j}/16) in two parts"
+            );
+        }
+        let a = std::f64::consts::LN_2 / 32.0;
+        assert_eq!(EXPN_POLY[0], (1.0f64 / 6.0) as f32);
+        assert_eq!(
+            EXPN_POLY[1],
+            (0.5 + (2f64.sqrt() - 1.0) * a * a / 12.0) as f32
+        );
+        let (c3, c2) = (EXPN_POLY[0] as f64, EXPN_POLY[1] as f64);
+        let worst = (-10_000..=10_000)
+            .map(|i| {
+                let r = a * 1.001 * i as f64 / 10_000.0;
+                ((1.0 + r + r * r * (c2 + c3 * r)) / r.exp() - 1.0).abs()
+            })
+            .fold(0.0f64, f64::max);
+        assert!(worst < 0.015 * 2f64.powi(-23), "{worst:e}");
+    }
+
+    /// `e^-x` within 0.6 ulp (relative, against f64) and the sigmoid within 1.25·|y|·2^-23
+    /// on every 97th f32 in [-87, 88] (a sweep of every f32 there gave at most 1.241·2^-23,
+    /// the same as the Cephes exp it replaced).
+    #[test]
+    fn exp_neg_and_sigmoid_error_over_a_sweep() {
+        let ulp = 2f64.powi(-23);
+        let (mut worst_e, mut worst_s) = (0f64, 0f64);
+        let mut xs = Vec::new();
+        for (lo, hi) in [(0u32, 88f32.to_bits()), (1u32 << 31, EXP_LO.to_bits())] {
+            xs.extend((lo..=hi).step_by(97).map(f32::from_bits));
+        }
+        let mut sig = vec![0f32; xs.len()];
+        sigmoid_slice(&xs, &mut sig);
+        for (&x, &y) in xs.iter().zip(&sig) {
+            let e = (-(x as f64)).exp();
+            if x <= EXPN_X_HI {
+                worst_e = worst_e.max(((exp_neg_core(x) as f64 - e) / e).abs());
+            }
+            let want = 1.0 / (1.0 + e);
+            worst_s = worst_s.max(((y as f64 - want) / want).abs());
+        }
+        assert!(worst_e <= 0.6 * ulp, "e^-x: {}", worst_e / ulp);
+        assert!(worst_s <= 1.25 * ulp, "sigmoid: {}", worst_s / ulp);
+    }
+
     fn logistic_inputs() -> Vec<f32> {
         let mut xs: Vec<f32> = (-112_640..=112_640).map(|i| i as f32 / 1024.0).collect();
         xs.extend([

@@ -2,8 +2,9 @@
 //! [`super::sigmoid_slice_generic`] (and of its product with `x`, SiLU), without the
 //! divider.
 //!
-//! The same operations as the generic loop, per lane: `e = exp(-x)` ([`simd::exp`], op for
-//! op; on AVX-512 its `2^n` scaling is one `vscalefps`, the same bits), `1 / (1 + e)` by
+//! The same operations as the generic loop, per lane: `e = exp(-x)` ([`simd::exp_neg`], op
+//! for op: on AVX-512 its table lookups are `vpermps` and its `2^floor(m)` scaling one
+//! `vscalefps`, the same bits), `1 / (1 + e)` by
 //! the divider, and for SiLU the bias sum before and the product with `x` after, in one
 //! pass over the data with four independent vectors per step. Lanes outside the exp range
 //! (`x < -87`, where the result is subnormal or 0, and NaN) are redone with the scalar
@@ -23,7 +24,7 @@ use std::arch::x86_64::_CMP_NGE_UQ;
 unsafe fn logistic<S: Lanes>(x: S::V) -> (S::V, S::M) {
     // SAFETY: register operations only; the caller has `S`'s features.
     unsafe {
-        let e = simd::exp::<S>(S::sub(S::splat(0.0), x));
+        let e = simd::exp_neg::<S>(x);
         let y = S::div(S::splat(1.0), S::add(S::splat(1.0), e));
         (y, S::cmp::<_CMP_NGE_UQ>(x, S::splat(EXP_LO)))
     }

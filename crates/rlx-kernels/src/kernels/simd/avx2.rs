@@ -69,6 +69,22 @@ macro_rules! ymm_common {
             Self::mul(y, Self::pow2i(n))
         }
         #[inline(always)]
+        unsafe fn scale_pow2_floor(y: __m256, m: __m256) -> __m256 {
+            Self::mul(y, Self::pow2i(Self::floor(m)))
+        }
+        #[inline(always)]
+        unsafe fn fnms(a: __m256, b: __m256, c: __m256) -> __m256 {
+            _mm256_fnmsub_ps(a, b, c)
+        }
+        #[inline(always)]
+        unsafe fn lookup16(tab: &[f32; 16], i: __m256) -> __m256 {
+            let j = _mm256_castps_si256(i);
+            let lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(tab.as_ptr()), j);
+            let hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(tab.as_ptr().add(8)), j);
+            // Bit 3 of the index into the sign bit, which `blendv` reads.
+            _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(j)))
+        }
+        #[inline(always)]
         unsafe fn max(a: __m256, b: __m256) -> __m256 {
             _mm256_max_ps(a, b)
         }

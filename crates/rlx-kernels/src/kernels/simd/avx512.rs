@@ -112,6 +112,18 @@ impl Lanes for Avx512 {
         _mm512_scalef_ps(y, n)
     }
     #[inline(always)]
+    unsafe fn scale_pow2_floor(y: __m512, m: __m512) -> __m512 {
+        _mm512_scalef_ps(y, m)
+    }
+    #[inline(always)]
+    unsafe fn fnms(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fnmsub_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn lookup16(tab: &[f32; 16], i: __m512) -> __m512 {
+        _mm512_permutexvar_ps(_mm512_castps_si512(i), _mm512_loadu_ps(tab.as_ptr()))
+    }
+    #[inline(always)]
     unsafe fn hmax(v: __m512) -> f32 {
         _mm512_reduce_max_ps(v)
     }

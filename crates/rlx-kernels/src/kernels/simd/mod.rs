@@ -69,6 +69,14 @@ pub(crate) trait Lanes {
     /// `mul(y, pow2i(n))` (`2^n` is exact, so both are the correctly rounded product). On
     /// AVX-512 one `vscalefps` in place of the conversion, shift, add and product.
     unsafe fn scale_pow2(y: Self::V, n: Self::V) -> Self::V;
+    /// `y · 2^floor(m)` per lane for `floor(m)` in [-126, 127], rounded once: bit for bit
+    /// `mul(y, pow2i(floor(m)))`. On AVX-512 one `vscalefps` (which floors `m` itself).
+    unsafe fn scale_pow2_floor(y: Self::V, m: Self::V) -> Self::V;
+    /// `-(a · b) - c` in one rounding (`vfnmsub`): bit for bit `fma(-a, b, -c)`.
+    unsafe fn fnms(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `tab[j]` per lane, `j` the low 4 bits of `i`'s bits (a 16-entry table: one `vpermps`
+    /// on 16 lanes; two and a blend on 8).
+    unsafe fn lookup16(tab: &[f32; 16], i: Self::V) -> Self::V;
     /// The largest lane (the reduction's order is the instruction set's; of ±0 or with a
     /// NaN lane, which one comes out is not specified).
     unsafe fn hmax(v: Self::V) -> f32;
@@ -119,6 +127,85 @@ pub(crate) unsafe fn exp<S: Lanes>(x: S::V) -> S::V {
         S::scale_pow2(y, n)
     }
 }
+
+/// `e^-x` for the logistic sigmoid (`fastmath::exp_neg_core`, op for op, so its bits in
+/// every lane) for `x` in [[`EXP_LO`], +inf): `x` is clamped to at most [`EXPN_X_HI`];
+/// lanes below `EXP_LO` and NaN lanes come out as some finite or infinite value that the
+/// callers replace.
+#[inline(always)]
+pub(crate) unsafe fn exp_neg<S: Lanes>(x: S::V) -> S::V {
+    // SAFETY: register operations only; the caller has `S`'s features.
+    unsafe {
+        let xc = S::min(x, S::splat(EXPN_X_HI));
+        let t = S::fma(
+            xc,
+            S::splat(-std::f32::consts::LOG2_E),
+            S::splat(EXPN_SHIFT),
+        );
+        let m = S::sub(t, S::splat(EXPN_SHIFT));
+        let r = S::fnms(m, S::splat(-EXP_LN2[0]), xc);
+        let r = S::fma(m, S::splat(EXP_LN2[1]), r);
+        let q = S::fma(S::splat(EXPN_POLY[0]), r, S::splat(EXPN_POLY[1]));
+        let u = S::fma(q, S::mul(r, r), r);
+        let hi = S::lookup16(&EXP2_16THS[0], t);
+        let e = S::add(hi, S::fma(hi, u, S::lookup16(&EXP2_16THS[1], t)));
+        S::scale_pow2_floor(e, m)
+    }
+}
+
+/// The largest `x` whose `e^-x` [`exp_neg`] computes: above it, `e^-87` (normal, 1.6e-38),
+/// whose sum with 1 rounds to 1 as the sigmoid's exact value does.
+pub(crate) const EXPN_X_HI: f32 = 87.0;
+/// 1.5·2^19: `x·(-log2 e) + EXPN_SHIFT` rounds `-x·log2 e` to a multiple of 1/16 (the ulp
+/// there), `m`, whose sixteenths are the low 4 bits of the sum's bits (the shift's own
+/// low bits are 0) and whose integer part `floor(m)` scales by `2^floor(m)`.
+pub(crate) const EXPN_SHIFT: f32 = 786_432.0;
+/// `e^r - 1 ≈ r + r²·(c2 + c3·r)` on `|r| ≤ ln 2/32`: `[c3, c2]`, `c3 = 1/6` and `c2 = 1/2 +
+/// (√2 − 1)·a²/12` (`a = ln 2/32`), the `c2` that spreads the dropped `r⁴/24` term over the
+/// interval (error at most 0.014·2^-23 relative, against Taylor's 0.079).
+#[allow(clippy::excessive_precision)]
+pub(crate) const EXPN_POLY: [f32; 2] = [1.0 / 6.0, 0.500_016_2];
+/// `2^(j/16)` for `j < 16` as two f32, `[hi, lo]`: `hi` the rounded value, `lo` the rounded
+/// rest (`2^(j/16) − hi`), so the table is good to about 2^-48 relative.
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
+pub(crate) const EXP2_16THS: [[f32; 16]; 2] = [
+    [
+        1.0,
+        1.044_273_7,
+        1.090_507_7,
+        1.138_788_6,
+        1.189_207_1,
+        1.241_857_8,
+        1.296_839_6,
+        1.354_255_6,
+        1.414_213_5,
+        1.476_826_2,
+        1.542_210_8,
+        1.610_490_3,
+        1.681_792_9,
+        1.756_252_2,
+        1.834_008_1,
+        1.915_206_6,
+    ],
+    [
+        0.0,
+        4.833_470_2e-8,
+        -1.307_754e-8,
+        5.386_222_3e-8,
+        3.797_635_3e-8,
+        4.496_838e-8,
+        -4.018_999_5e-8,
+        -1.012_334_9e-8,
+        2.420_323_5e-8,
+        -4.500_899e-8,
+        8.070_905e-9,
+        9.836_217e-9,
+        -2.475_532_7e-8,
+        -9.235_77e-9,
+        -1.123_927_8e-8,
+        9.845_328e-9,
+    ],
+];
 
 /// The widest SIMD the kernels may use: the CPU's best, or less where `RLX_CPU_ISA` asks for
 /// it (`avx2`: no AVX-512 kernel; `portable`: no SIMD conv kernel), read once per process.
