@@ -66,6 +66,18 @@ impl<'a> Ctx<'a> {
         Ok(self.g.add_node(op, inputs, shape))
     }
 
+    /// [`Ctx::add`] without the import-time fold: the node stays an op even on constant
+    /// inputs, for the compiler's fold to decide (`rlx_compile::const_fold` keeps a
+    /// weight's `Transpose` that only MatMuls read, for the CPU, which reads it in place).
+    pub fn add_unfolded(&mut self, op: Op, inputs: Vec<NodeId>) -> R<NodeId> {
+        if self.sym.is_some() && inputs.iter().any(|&i| self.is_symbolic(i)) {
+            return self.add_symbolic(op, inputs, None);
+        }
+        let shapes: Vec<&Shape> = inputs.iter().map(|&i| &self.g.node(i).shape).collect();
+        let shape = infer_output(&op, &shapes).map_err(|e| e.0)?;
+        Ok(self.g.add_node(op, inputs, shape))
+    }
+
     /// A literal tensor node.
     pub fn constant(&mut self, t: Tensor) -> NodeId {
         self.g.constant(t)

@@ -83,7 +83,7 @@ fn mlp_with_symbolic_batch() {
         relu.origin.as_ref().unwrap().op_type.as_deref(),
         Some("Relu")
     );
-    // Every node Gemm created carries the Gemm's name; the folded W^T constant too.
+    // Every node Gemm created carries the Gemm's name; the W^T Transpose too.
     let gemm_nodes: Vec<_> = g
         .nodes
         .iter()
@@ -93,6 +93,30 @@ fn mlp_with_symbolic_batch() {
     assert!(gemm_nodes
         .iter()
         .any(|n| matches!(n.op, Op::Binary(rlx_ir::BinaryOp::Add))));
+    // transB's Transpose of the float weight is not folded into a transposed copy at
+    // import: the CPU compile keeps it (its MatMul reads the weight in place, each output's
+    // weights one contiguous row), a GPU compile folds it.
+    let is_wt = |g: &rlx_ir::Graph, n: &rlx_ir::Node| {
+        matches!(n.op, Op::Transpose { .. })
+            && matches!(g.node(n.inputs[0]).op, Op::Constant(_))
+            && label(g, n.inputs[0]) == "fc.weight"
+    };
+    assert!(gemm_nodes.iter().any(|n| is_wt(&g, n)));
+    let compile = |keep| {
+        let o = rlx_compile::compiler::CompileOptions {
+            lint: false,
+            keep_matmul_transposes: keep,
+            ..Default::default()
+        };
+        rlx_compile::compiler::compile(g.clone(), &o).unwrap().graph
+    };
+    let cpu = compile(true);
+    assert!(cpu.nodes.iter().any(|n| is_wt(&cpu, n)));
+    let gpu = compile(false);
+    assert!(!gpu
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Transpose { .. })));
     // Initializers keep their names as labels.
     assert!(g
         .nodes

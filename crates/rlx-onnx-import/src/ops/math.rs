@@ -2,7 +2,7 @@
 //! Max/Min/Sum/Mean, MatMul, Gemm, Clip, CumSum).
 
 use crate::ctx::{norm_axis, Ctx, ONode, R};
-use rlx_ir::{BinaryOp, NodeId, Op, UnaryOp};
+use rlx_ir::{BinaryOp, DType, NodeId, Op, UnaryOp};
 
 fn bin(cx: &mut Ctx, n: &ONode, b: BinaryOp) -> R<Vec<NodeId>> {
     let (a, c) = (n.inp(0)?, n.inp(1)?);
@@ -120,12 +120,20 @@ pub fn gemm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
             cx.shape(b)
         ));
     }
-    let t = Op::Transpose { perm: vec![1, 0] };
+    // A float operand's Transpose is not folded here (see [`gemm_keeps_transpose`]).
+    let transpose = |cx: &mut Ctx, x: NodeId| {
+        let t = Op::Transpose { perm: vec![1, 0] };
+        if is_strided_float(cx.dtype(x)) {
+            cx.add_unfolded(t, vec![x])
+        } else {
+            cx.add(t, vec![x])
+        }
+    };
     if n.i("transA", 0)? != 0 {
-        a = cx.add(t.clone(), vec![a])?;
+        a = transpose(cx, a)?;
     }
     if n.i("transB", 0)? != 0 {
-        b = cx.add(t, vec![b])?;
+        b = transpose(cx, b)?;
     }
     let mut y = cx.add(Op::MatMul, vec![a, b])?;
     let dt = cx.dtype(y);
@@ -143,6 +151,27 @@ pub fn gemm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
         }
     }
     Ok(vec![y])
+}
+
+/// The dtypes a CPU MatMul reads through strides (`rlx_cpu`'s `plan_mm_views`).
+fn is_strided_float(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+}
+
+/// Whether `node` is one of [`gemm`]'s operand Transposes that the importer leaves unfolded
+/// even on a constant (a float `Transpose` from a `Gemm`): the compiler decides, keeping it
+/// for the CPU (whose MatMul reads it in place: a weight `[N, K]` of `transB` is then
+/// streamed one output's K weights at a time, one run per thread's share of N, where a
+/// transposed copy was read in 1-4 KB pieces of K rows; bench/NOTES.md §42) and folding it
+/// for the GPU backends. The symbolic import's re-folding (`sym::template`) asks this too,
+/// so that its graphs stay node for node the per-signature import's.
+pub(crate) fn gemm_keeps_transpose(node: &rlx_ir::Node) -> bool {
+    matches!(node.op, Op::Transpose { .. })
+        && is_strided_float(node.shape.dtype)
+        && node
+            .origin
+            .as_ref()
+            .is_some_and(|o| o.op_type.as_deref() == Some("Gemm"))
 }
 
 /// ONNX Clip → NaN-propagating `Min(Max(x, lo), hi)`. Bounds are inputs 1, 2 from opset

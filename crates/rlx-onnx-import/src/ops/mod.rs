@@ -18,7 +18,7 @@ mod layout;
 mod linalg;
 mod logic;
 mod loss;
-mod math;
+pub(crate) mod math;
 mod ml;
 mod nn;
 mod norm;

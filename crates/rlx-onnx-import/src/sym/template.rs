@@ -24,7 +24,8 @@ pub struct SymbolicGraph {
 /// Fold what the importer would have folded at these sizes: every node whose inputs are
 /// all known (constants, or values left unfolded because they hold NaN/Inf), by the
 /// importer's own rules ([`crate::ctx::Ctx::add`]: the same kernels, the same growth limit,
-/// a non-finite float result kept as an op with its value known), then drop dead nodes. In
+/// a non-finite float result kept as an op with its value known, a Gemm's operand Transpose
+/// left as [`crate::ops::math::gemm_keeps_transpose`] says), then drop dead nodes. In
 /// a template these are the nodes computed from symbolic values (masks from `Range`s), so
 /// the specialized graph is the one a per-signature import builds, node for node.
 fn fold_like_import(mut g: Graph) -> Graph {
@@ -40,7 +41,10 @@ fn fold_like_import(mut g: Graph) -> Graph {
             Op::Input { .. } | Op::Param { .. } => continue,
             _ => {}
         }
-        if n.inputs.is_empty() || !n.inputs.iter().all(|x| known[x.index()].is_some()) {
+        if n.inputs.is_empty()
+            || !n.inputs.iter().all(|x| known[x.index()].is_some())
+            || crate::ops::math::gemm_keeps_transpose(n)
+        {
             continue;
         }
         let ins: Vec<&Tensor> = n
