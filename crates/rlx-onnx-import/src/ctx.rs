@@ -36,13 +36,27 @@ impl<'a> Ctx<'a> {
     /// Append `op` on `inputs`, typed by `infer_output`; folded into a `Constant` (same
     /// origin) when every input is a constant and the CPU evaluator supports the op.
     pub fn add(&mut self, op: Op, inputs: Vec<NodeId>) -> R<NodeId> {
+        self.add_with(op, inputs, true)
+    }
+
+    /// [`Ctx::add`] without the import-time fold: the node stays an op even on constant
+    /// inputs, for the compiler's fold to decide (`rlx_compile::const_fold` keeps a
+    /// weight's `Transpose` that only MatMuls read, for the CPU, which reads it in place).
+    pub fn add_unfolded(&mut self, op: Op, inputs: Vec<NodeId>) -> R<NodeId> {
+        self.add_with(op, inputs, false)
+    }
+
+    fn add_with(&mut self, op: Op, inputs: Vec<NodeId>, fold_consts: bool) -> R<NodeId> {
         if self.sym.is_some() && inputs.iter().any(|&i| self.is_symbolic(i)) {
             return self.add_symbolic(op, inputs, None);
         }
         let shapes: Vec<&Shape> = inputs.iter().map(|&i| &self.g.node(i).shape).collect();
         let shape = infer_output(&op, &shapes).map_err(|e| e.0)?;
-        let consts: Option<Vec<Arc<Tensor>>> =
-            inputs.iter().map(|&i| self.const_tensor(i)).collect();
+        let consts: Option<Vec<Arc<Tensor>>> = if fold_consts {
+            inputs.iter().map(|&i| self.const_tensor(i)).collect()
+        } else {
+            None
+        };
         if let Some(consts) = consts {
             let in_numel: usize = consts.iter().map(|t| t.numel()).sum();
             if !inputs.is_empty() && shape.numel() <= in_numel.max(FOLD_MAX_GROWTH) {
@@ -63,18 +77,6 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        Ok(self.g.add_node(op, inputs, shape))
-    }
-
-    /// [`Ctx::add`] without the import-time fold: the node stays an op even on constant
-    /// inputs, for the compiler's fold to decide (`rlx_compile::const_fold` keeps a
-    /// weight's `Transpose` that only MatMuls read, for the CPU, which reads it in place).
-    pub fn add_unfolded(&mut self, op: Op, inputs: Vec<NodeId>) -> R<NodeId> {
-        if self.sym.is_some() && inputs.iter().any(|&i| self.is_symbolic(i)) {
-            return self.add_symbolic(op, inputs, None);
-        }
-        let shapes: Vec<&Shape> = inputs.iter().map(|&i| &self.g.node(i).shape).collect();
-        let shape = infer_output(&op, &shapes).map_err(|e| e.0)?;
         Ok(self.g.add_node(op, inputs, shape))
     }
 
