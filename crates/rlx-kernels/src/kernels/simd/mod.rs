@@ -8,7 +8,8 @@
 //! one instruction or a fixed sequence, the same operations in the same order per lane on
 //! every width: a kernel's bits do not depend on which type it runs on (the horizontal
 //! [`Lanes::hmax`] aside, whose order only matters between ±0 and NaN lanes). [`exp`] is
-//! `fastmath`'s exp polynomial over any of them.
+//! `fastmath`'s exp polynomial over any of them, [`exp_neg`] the sigmoid's table-driven
+//! `e^-x`.
 
 mod avx2;
 mod avx512;
