@@ -630,9 +630,6 @@ mod tests {
         }
     }
 
-    /// Inputs for the bit-for-bit checks: a sweep over [-110, 110] by 1/1024 (both ends of
-    /// the exp range inside), specials, and pseudo-random bit patterns (every exponent,
-    /// NaN payloads, subnormals).
     /// The sigmoid's `e^-x` table is `2^(j/16)` split into two f32 (the rounded value and
     /// the rounded rest), from f64's `exp2`; its polynomial's `c2` is the closed form
     /// [`EXPN_POLY`] gives, and that polynomial is within 0.015·2^-23 of `e^r − 1` relative
@@ -690,6 +687,9 @@ mod tests {
         assert!(worst_s <= 1.25 * ulp, "sigmoid: {}", worst_s / ulp);
     }
 
+    /// Inputs for the bit-for-bit checks: a sweep over [-110, 110] by 1/1024 (both ends of
+    /// the exp range inside), specials, and pseudo-random bit patterns (every exponent,
+    /// NaN payloads, subnormals).
     fn logistic_inputs() -> Vec<f32> {
         let mut xs: Vec<f32> = (-112_640..=112_640).map(|i| i as f32 / 1024.0).collect();
         xs.extend([
