@@ -293,7 +293,12 @@ fn rows_enabled() -> bool {
 ///   threads, against one channel range per thread: 263-268 → 199-206 and 123-127 →
 ///   110-111 µs (bench/NOTES.md §35);
 /// * else ranges of channel blocks (its 7² convs, weights 3-25× the input, lost by
-///   positions: 960←160 at 7² 121 → 238 µs).
+///   positions: 960←160 at 7² 121 → 238 µs); where the blocks are fewer than the tasks
+///   (160←960 at 7²: 5 blocks of 32 channels for 8 tasks at 2 threads, so one thread ran 3
+///   and the other 2) and the image is one block of rows that can be cut anywhere, each
+///   channel block's positions are cut into runs as well, and the tasks go block by block
+///   (a block's runs together), so that rayon's halves share one block's weights at most:
+///   160←960 at 7², 2 threads, 99.8 → 89.8 µs (bench/NOTES.md §43).
 ///
 /// Run and part boundaries fall at `i·total/count` (floor), so rayon's halving of the task
 /// range gives each half near-equal work (20 blocks in 8 parts: 2, 3, 2, 3, ...; with
@@ -311,6 +316,9 @@ pub(super) struct Split {
     pub chunks: usize,
     /// Ranges of channel blocks per block of positions.
     pub parts: usize,
+    /// Tasks in order of channel range (a range's blocks of positions together), else
+    /// of block of positions.
+    by_block: bool,
 }
 
 impl Split {
@@ -337,6 +345,7 @@ impl Split {
             nb,
             chunks: oh.div_ceil(rows),
             parts: 1,
+            by_block: false,
         };
         let want = super::common::TASKS_PER_THREAD * threads;
         if !par || n * s.chunks >= want {
@@ -350,6 +359,17 @@ impl Split {
         if n * s.chunks < want {
             s.parts = want.div_ceil(n * s.chunks).clamp(1, nb.max(1));
         }
+        // Fewer channel blocks than tasks wanted, one block of rows: each block's
+        // positions in runs as well, the tasks in order of block (each block's runs
+        // together), so that rayon's halves share at most one block's weights.
+        if any_pos && s.chunks == 1 && n * s.parts < want {
+            let runs = want.div_ceil(n * s.parts).min(p / MIN_RUN);
+            if runs > 1 {
+                s.rows = None;
+                s.chunks = runs;
+                s.by_block = true;
+            }
+        }
         s
     }
 
@@ -361,7 +381,11 @@ impl Split {
     /// Task `t`'s image, positions (first, count) and channel blocks `b0..b1`.
     pub(super) fn task(&self, t: usize) -> (usize, (usize, usize), (usize, usize)) {
         let per_image = self.chunks * self.parts;
-        let (ci, mp) = ((t % per_image) / self.parts, t % self.parts);
+        let (ci, mp) = if self.by_block {
+            (t % self.chunks, (t % per_image) / self.chunks)
+        } else {
+            ((t % per_image) / self.parts, t % self.parts)
+        };
         (t / per_image, self.span(ci), self.blocks(mp))
     }
 

@@ -671,9 +671,11 @@ fn conv_packed_that_does_not_fit_runs_conv_post_on_the_unpacked_weights() {
 /// doc says (runs of positions only where the input outweighs the weights).
 #[test]
 fn packed_split_covers_positions_and_blocks_once() {
+    use super::common::TASKS_PER_THREAD;
     use super::pack::Split;
     let mut runs = 0;
     let mut parts = 0;
+    let mut both = 0;
     for threads in [1, 2, 3, 16] {
         for (n, oh, ow, rows) in [
             (1, 14, 14, 14),
@@ -704,28 +706,59 @@ fn packed_split_covers_positions_and_blocks_once() {
                         }
                         assert_eq!(b, nb);
                         assert_eq!(s.tasks(), n * s.chunks * s.parts);
+                        // Every (image, positions, channel range) exactly once; an
+                        // image's tasks together.
+                        let mut seen = std::collections::HashSet::new();
+                        let mut prev = (0, 0);
                         for t in 0..s.tasks() {
                             let (ni, span, blocks) = s.task(t);
-                            let rest = t % (s.chunks * s.parts);
                             assert_eq!(ni, t / (s.chunks * s.parts));
-                            assert_eq!(span, s.span(rest / s.parts));
-                            assert_eq!(blocks, s.blocks(rest % s.parts));
+                            assert!(seen.insert((ni, span, blocks)));
+                            let ci = (0..s.chunks).position(|c| s.span(c) == span).unwrap();
+                            let mp = (0..s.parts).position(|m| s.blocks(m) == blocks).unwrap();
+                            // Consecutive tasks of an image: the next range of positions
+                            // of the same channel range, or the next channel range.
+                            if t % (s.chunks * s.parts) > 0 {
+                                let next = (prev.0 + 1, prev.1) == (ci, mp)
+                                    || (prev.1 + 1, 0) == (mp, ci)
+                                    || (prev.0, prev.1 + 1) == (ci, mp)
+                                    || (prev.0 + 1, 0) == (ci, mp);
+                                assert!(next, "{t}: {prev:?} -> {:?}", (ci, mp));
+                            }
+                            prev = (ci, mp);
                         }
+                        assert_eq!(seen.len(), n * s.chunks * s.parts);
                         if !par {
                             assert_eq!((s.chunks, s.parts), (oh.div_ceil(rows), 1));
                         }
-                        // Positions are cut off row bounds only where allowed and the input
-                        // outweighs the weights.
+                        // Positions are cut off row bounds only where allowed, and where
+                        // the input outweighs the weights or the channel blocks are fewer
+                        // than the tasks wanted.
                         let cut = (0..s.chunks).any(|ci| !s.span(ci).0.is_multiple_of(ow));
-                        assert!(!cut || (any_pos && xw.0 > xw.1));
+                        let want = TASKS_PER_THREAD * threads;
+                        assert!(!cut || (any_pos && (xw.0 > xw.1 || n * nb < want)));
                         runs += usize::from(cut);
+                        // Both: positions cut and several channel ranges (blocks
+                        // fewer than the tasks).
+                        both += usize::from(cut && s.parts > 1);
+                        if cut && s.parts > 1 && n == 1 && xw.0 <= xw.1 {
+                            // The halves rayon splits the tasks into share at most one
+                            // channel range (each range's weights read by one thread).
+                            let half = s.tasks() / 2;
+                            let ranges = |ts: std::ops::Range<usize>| {
+                                ts.map(|t| s.task(t).2)
+                                    .collect::<std::collections::HashSet<_>>()
+                            };
+                            let (a, b) = (ranges(0..half), ranges(half..s.tasks()));
+                            assert!(a.intersection(&b).count() <= 1, "{threads} {nb}");
+                        }
                         parts += usize::from(s.parts > 1);
                     }
                 }
             }
         }
     }
-    assert!(runs > 0 && parts > 0);
+    assert!(runs > 0 && parts > 0 && both > 0);
 }
 
 /// Which 1×1 convs on the output planes between 8² and 14² get packed weights
