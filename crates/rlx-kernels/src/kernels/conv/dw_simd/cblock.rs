@@ -206,7 +206,9 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
         let mut init = [S::splat(-0.0); K];
         init[0] = bv;
         for o0 in (0..op).step_by(n_l) {
-            for g0 in (0..n_l).step_by(G) {
+            // Groups wholly past the plane's last position are not summed: their lanes
+            // of `r` keep earlier values, which the masked stores below leave out.
+            for g0 in (0..n_l).step_by(G).take_while(|&g0| o0 + g0 < op) {
                 let mut acc = [init; G];
                 let mut base = [xr; G];
                 for (g, b) in base.iter_mut().enumerate() {
