@@ -190,9 +190,12 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
         for q0 in (0..hw).step_by(n_l) {
             let n = (hw - q0).min(n_l);
             rows_transposed::<S>(x.as_ptr().add(q0), hw, nc, n, &mut r);
-            for (j, v) in r.iter().enumerate().take(n) {
-                let d = *p.din.get_unchecked(q0 + j) as usize;
-                S::store(xq.add(d * n_l), *v);
+            // Every lane index a constant (the loop unrolled), so `r` stays in registers.
+            for (j, v) in r.iter().enumerate().take(n_l) {
+                if j < n {
+                    let d = *p.din.get_unchecked(q0 + j) as usize;
+                    S::store(xq.add(d * n_l), *v);
+                }
             }
         }
         // Output positions, N at a time, in groups of `G`. The sums as the per-row and
@@ -243,7 +246,10 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
             }
             S::transpose(&mut r);
             let m = S::range(0, n);
-            for (l, v) in r.iter().enumerate().take(nc) {
+            for (l, v) in r.iter().enumerate().take(n_l) {
+                if l >= nc {
+                    break;
+                }
                 let d = dst.as_mut_ptr().add(l * op + o0);
                 if n == n_l {
                     S::store(d, *v);
