@@ -283,6 +283,104 @@ unsafe fn sum4_avx2(rows: [&[f32]; SUM_ROWS]) -> [f64; SUM_ROWS] {
     finish_lanes(lanes, rows)
 }
 
+/// Rows summed together by [`sum8_f32`].
+const SUM8_ROWS: usize = 8;
+
+/// Whether [`sum8_f32`] runs on this CPU (AVX-512F; `RLX_CPU_ISA` caps it).
+fn sum8_on() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::fastmath::{isa, Isa};
+        matches!(isa(), Isa::Avx512)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`sum_f32`] of each of eight rows of `k` elements starting at `bases` in `v`, the same
+/// bits, on AVX-512F (callers check [`sum8_on`]; elsewhere the rows one at a time). As
+/// [`sum4_f32`], with the end of each row's sum in vectors too: the eight rows' lane
+/// vectors transposed in registers (vector `j` then holds lane `j` of every row), added
+/// lane 0 to 7 in order, then each row's tail summed in order and added, as
+/// [`lane_sum`] does per row. [`sum4_f32`]'s scalar end was a third of a 7² plane's
+/// GlobalAveragePool (EfficientNet-B0's SE blocks). Panics (slice bounds) if a row is not
+/// inside `v`.
+pub(crate) fn sum8_f32(v: &[f32], bases: [usize; SUM8_ROWS], k: usize) -> [f64; SUM8_ROWS] {
+    let rows = bases.map(|b| &v[b..b + k]);
+    #[cfg(target_arch = "x86_64")]
+    if sum8_on() {
+        // SAFETY: the CPU has AVX-512F (`sum8_on`).
+        return unsafe { sum8_avx512(rows) };
+    }
+    rows.map(|r| lane_sum(r, |x| x as f64))
+}
+
+/// [`sum8_f32`] on AVX-512F.
+///
+/// # Safety
+/// The CPU has AVX-512F; the rows have equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sum8_avx512(rows: [&[f32]; SUM8_ROWS]) -> [f64; SUM8_ROWS] {
+    use std::arch::x86_64::*;
+    let k = rows[0].len();
+    let whole = k / 8 * 8;
+    let p = rows.map(<[f32]>::as_ptr);
+    let mut a = [_mm512_setzero_pd(); SUM8_ROWS];
+    let mut i = 0;
+    // SAFETY: i + 8 <= whole <= each row's length; then indices below k.
+    unsafe {
+        while i < whole {
+            for r in 0..SUM8_ROWS {
+                let x = _mm512_cvtps_pd(_mm256_loadu_ps(p[r].add(i)));
+                a[r] = _mm512_add_pd(a[r], x);
+            }
+            i += 8;
+        }
+        // 8×8 transpose: row r's lanes a[r] into c[j] = (a[0][j], ..., a[7][j]).
+        let t = |x: __m512d, y: __m512d| (_mm512_unpacklo_pd(x, y), _mm512_unpackhi_pd(x, y));
+        let (t0, t1) = t(a[0], a[1]);
+        let (t2, t3) = t(a[2], a[3]);
+        let (t4, t5) = t(a[4], a[5]);
+        let (t6, t7) = t(a[6], a[7]);
+        let q = |x: __m512d, y: __m512d| {
+            (
+                _mm512_shuffle_f64x2::<0x88>(x, y),
+                _mm512_shuffle_f64x2::<0xDD>(x, y),
+            )
+        };
+        let (u0, u1) = q(t0, t2);
+        let (u2, u3) = q(t1, t3);
+        let (u4, u5) = q(t4, t6);
+        let (u6, u7) = q(t5, t7);
+        let (c0, c4) = q(u0, u4);
+        let (c2, c6) = q(u1, u5);
+        let (c1, c5) = q(u2, u6);
+        let (c3, c7) = q(u3, u7);
+        // Lanes 0..7 in order (lane_sum's `acc.iter().sum()`: its start, ±0, leaves
+        // lane 0 as it is, and no lane is -0: each starts at +0).
+        let mut s = c0;
+        for c in [c1, c2, c3, c4, c5, c6, c7] {
+            s = _mm512_add_pd(s, c);
+        }
+        // The tails: each row's elements in order, then added to its lanes' sum.
+        if whole < k {
+            let col = |j: usize| {
+                let e: [f64; SUM8_ROWS] = std::array::from_fn(|r| *p[r].add(j) as f64);
+                _mm512_loadu_pd(e.as_ptr())
+            };
+            let mut tail = col(whole);
+            for j in whole + 1..k {
+                tail = _mm512_add_pd(tail, col(j));
+            }
+            s = _mm512_add_pd(s, tail);
+        }
+        let mut out = [0f64; SUM8_ROWS];
+        _mm512_storeu_pd(out.as_mut_ptr(), s);
+        out
+    }
+}
+
 /// Max (`max`) or Min of an f32 row: NaN if any element is NaN, the identity (∓inf) for an
 /// empty row; the result is the row's extreme value, and of equal extremes (±0) one of them.
 /// On x86-64 with AVX2 by [`extreme_avx2`], else by [`lane_extreme`].
@@ -590,30 +688,43 @@ fn reduce_float<T: Float + Send + Sync + 'static>(v: &[T], p: &Plan, kind: Reduc
             }
         };
         if f32_rows && matches!(kind, ReduceKind::Sum | ReduceKind::Mean) {
-            // Rows in fours ([`sum4_f32`], the same bits as one at a time).
+            // Rows in eights on AVX-512 ([`sum8_f32`]), else in fours ([`sum4_f32`]), the
+            // same bits as one at a time.
             let vf = as_f32(v);
             let div = if kind == ReduceKind::Mean { n } else { 1.0 };
             let val = |x: f64| narrow(if div == 1.0 { x } else { x / div });
-            // Each group of (up to) four outputs written in place: no buffer per group.
+            let eights = sum8_on();
+            let rows_per = if eights { SUM8_ROWS } else { SUM_ROWS };
+            // Each group of (up to) `rows_per` outputs written in place: no buffer per
+            // group.
             let group = |(o, g): (&mut [T], &[usize])| {
-                if let Ok(b4) = <[usize; SUM_ROWS]>::try_from(g) {
-                    for (oi, x) in o.iter_mut().zip(sum4_f32(vf, b4, k)) {
+                if let Ok(b8) = <[usize; SUM8_ROWS]>::try_from(g) {
+                    for (oi, x) in o.iter_mut().zip(sum8_f32(vf, b8, k)) {
                         *oi = val(x);
                     }
-                } else {
-                    for (oi, &b) in o.iter_mut().zip(g) {
-                        *oi = val(sum_f32(&vf[b..b + k]));
+                    return;
+                }
+                let (o4, g4) = (o.chunks_mut(SUM_ROWS), g.chunks(SUM_ROWS));
+                for (o, g) in o4.zip(g4) {
+                    if let Ok(b4) = <[usize; SUM_ROWS]>::try_from(g) {
+                        for (oi, x) in o.iter_mut().zip(sum4_f32(vf, b4, k)) {
+                            *oi = val(x);
+                        }
+                    } else {
+                        for (oi, &b) in o.iter_mut().zip(g) {
+                            *oi = val(sum_f32(&vf[b..b + k]));
+                        }
                     }
                 }
             };
             let mut out = vec![T::zero(); p.bases.len()];
-            if par_worth(v.len()) && p.bases.len() > SUM_ROWS {
-                out.par_chunks_mut(SUM_ROWS)
-                    .zip(p.bases.par_chunks(SUM_ROWS))
+            if par_worth(v.len()) && p.bases.len() > rows_per {
+                out.par_chunks_mut(rows_per)
+                    .zip(p.bases.par_chunks(rows_per))
                     .for_each(group);
             } else {
-                out.chunks_mut(SUM_ROWS)
-                    .zip(p.bases.chunks(SUM_ROWS))
+                out.chunks_mut(rows_per)
+                    .zip(p.bases.chunks(rows_per))
                     .for_each(group);
             }
             return out;

@@ -1,7 +1,7 @@
 //! Unit tests of `reduce.rs`: the reduction plan (runs and listed offsets), the f64 sums'
 //! order, and the f32 extreme and spread kernels.
 
-use super::{extreme_f32, offsets, reduce, run_len, spread_f32, sum4_f32, sum_f32};
+use super::{extreme_f32, offsets, reduce, run_len, spread_f32, sum4_f32, sum8_f32, sum_f32};
 use rlx_ir::{ReduceKind, Tensor};
 
 /// `run_len` agrees with the listed offsets: a run exactly when they are `0..k`.
@@ -336,7 +336,7 @@ fn softmax_row_kernels_give_the_reference_bits() {
 /// ±inf and large terms among them; and within rounding of the sum in f64 in index order.
 #[test]
 fn f32_rows_in_fours_sum_as_each_row_alone() {
-    for rows in [1usize, 3, 4, 5, 8, 9, 34] {
+    for rows in [1usize, 3, 4, 5, 8, 9, 12, 16, 19, 34] {
         for k in [1usize, 7, 8, 9, 16, 49, 196, 1001] {
             let v: Vec<f32> = (0..rows * k)
                 .map(|i| match (i % 97, rows) {
@@ -390,6 +390,46 @@ fn f32_rows_in_fours_sum_as_each_row_alone() {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// `sum8_f32`'s f64 sums are `sum_f32`'s (the plain `lane_sum`), bit for bit, as
+/// [`sum4_f32_is_sum_f32_per_row_in_f64_bits`] checks for `sum4_f32`: terms over 40 orders
+/// of magnitude, lengths with and without a tail, rows anywhere; and with -0, ±inf and NaN.
+#[test]
+fn sum8_f32_is_sum_f32_per_row_in_f64_bits() {
+    let mut r = 0x9e37_79b9u32;
+    let mut v: Vec<f32> = (0..6000)
+        .map(|i| {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            let m = (r >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+            m * 10f32.powi((i % 41) - 20)
+        })
+        .collect();
+    // Special values in rows that start at 3500 (-0 alone, -0 in a tail), 3600 (±inf),
+    // 3700 (NaN).
+    v[3500..3517].fill(-0.0);
+    v[3600] = f32::INFINITY;
+    v[3603] = f32::NEG_INFINITY;
+    v[3708] = f32::NAN;
+    for k in [0usize, 1, 5, 8, 15, 16, 17, 49, 63, 200, 1000] {
+        for bases in [
+            [0usize, 1, 2, 3, 4, 5, 6, 7],
+            [7, 3000, 11, 1500, 2, 4999, 60, 61],
+            [3500, 3600, 3700, 0, 3500, 3501, 4000, 4000],
+        ] {
+            let got = sum8_f32(&v, bases, k);
+            for (g, &b) in got.iter().zip(&bases) {
+                let row = &v[b..b + k];
+                let want = super::lane_sum(row, |x| x as f64);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "k {k} base {b}: {g:e} against {want:e}"
+                );
             }
         }
     }
