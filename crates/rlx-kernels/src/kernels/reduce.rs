@@ -219,6 +219,33 @@ fn finish_lanes(acc: [[f64; 8]; SUM_ROWS], rows: [&[f32]; SUM_ROWS]) -> [f64; SU
     out
 }
 
+/// Each row's 8 f64 lanes as [`lane_sum`] holds them after its whole chunks of 8 (lane j
+/// the sum of elements j, j+8, ... from +0), one zmm per row: the loop of [`sum4_avx512`]
+/// and [`sum8_avx512`], the rows' chains independent.
+///
+/// # Safety
+/// The CPU has AVX-512F; the rows have equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn lanes_avx512<const N: usize>(rows: [&[f32]; N]) -> [std::arch::x86_64::__m512d; N] {
+    use std::arch::x86_64::*;
+    let whole = rows[0].len() / 8 * 8;
+    let p = rows.map(<[f32]>::as_ptr);
+    let mut acc = [_mm512_setzero_pd(); N];
+    let mut i = 0;
+    // SAFETY: i + 8 <= whole <= each row's length.
+    unsafe {
+        while i < whole {
+            for r in 0..N {
+                let x = _mm512_cvtps_pd(_mm256_loadu_ps(p[r].add(i)));
+                acc[r] = _mm512_add_pd(acc[r], x);
+            }
+            i += 8;
+        }
+    }
+    acc
+}
+
 /// [`sum4_f32`] on AVX-512F: each row's 8 lanes in one zmm of f64.
 ///
 /// # Safety
@@ -227,20 +254,8 @@ fn finish_lanes(acc: [[f64; 8]; SUM_ROWS], rows: [&[f32]; SUM_ROWS]) -> [f64; SU
 #[target_feature(enable = "avx512f")]
 unsafe fn sum4_avx512(rows: [&[f32]; SUM_ROWS]) -> [f64; SUM_ROWS] {
     use std::arch::x86_64::*;
-    let whole = rows[0].len() / 8 * 8;
-    let p = rows.map(<[f32]>::as_ptr);
-    let mut acc = [_mm512_setzero_pd(); SUM_ROWS];
-    let mut i = 0;
-    // SAFETY: i + 8 <= whole <= each row's length.
-    unsafe {
-        while i < whole {
-            for r in 0..SUM_ROWS {
-                let x = _mm512_cvtps_pd(_mm256_loadu_ps(p[r].add(i)));
-                acc[r] = _mm512_add_pd(acc[r], x);
-            }
-            i += 8;
-        }
-    }
+    // SAFETY: the caller's contract.
+    let acc = unsafe { lanes_avx512(rows) };
     let mut lanes = [[0f64; 8]; SUM_ROWS];
     for (l, a) in lanes.iter_mut().zip(acc) {
         // SAFETY: 8 f64 into an [f64; 8].
@@ -326,17 +341,9 @@ unsafe fn sum8_avx512(rows: [&[f32]; SUM8_ROWS]) -> [f64; SUM8_ROWS] {
     let k = rows[0].len();
     let whole = k / 8 * 8;
     let p = rows.map(<[f32]>::as_ptr);
-    let mut a = [_mm512_setzero_pd(); SUM8_ROWS];
-    let mut i = 0;
-    // SAFETY: i + 8 <= whole <= each row's length; then indices below k.
+    // SAFETY: the caller's contract; below, indices below k.
     unsafe {
-        while i < whole {
-            for r in 0..SUM8_ROWS {
-                let x = _mm512_cvtps_pd(_mm256_loadu_ps(p[r].add(i)));
-                a[r] = _mm512_add_pd(a[r], x);
-            }
-            i += 8;
-        }
+        let a = lanes_avx512(rows);
         // 8×8 transpose: row r's lanes a[r] into c[j] = (a[0][j], ..., a[7][j]).
         let t = |x: __m512d, y: __m512d| (_mm512_unpacklo_pd(x, y), _mm512_unpackhi_pd(x, y));
         let (t0, t1) = t(a[0], a[1]);

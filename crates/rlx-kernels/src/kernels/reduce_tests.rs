@@ -395,13 +395,11 @@ fn f32_rows_in_fours_sum_as_each_row_alone() {
     }
 }
 
-/// `sum8_f32`'s f64 sums are `sum_f32`'s (the plain `lane_sum`), bit for bit, as
-/// [`sum4_f32_is_sum_f32_per_row_in_f64_bits`] checks for `sum4_f32`: terms over 40 orders
-/// of magnitude, lengths with and without a tail, rows anywhere; and with -0, ±inf and NaN.
-#[test]
-fn sum8_f32_is_sum_f32_per_row_in_f64_bits() {
-    let mut r = 0x9e37_79b9u32;
-    let mut v: Vec<f32> = (0..6000)
+/// 6000 pseudo-random terms (xorshift from `seed`) of magnitudes 10^-20 to 10^20, so that
+/// f64 sums of them round and their order shows.
+fn wide_range_terms(seed: u32) -> Vec<f32> {
+    let mut r = seed;
+    (0..6000)
         .map(|i| {
             r ^= r << 13;
             r ^= r >> 17;
@@ -409,7 +407,15 @@ fn sum8_f32_is_sum_f32_per_row_in_f64_bits() {
             let m = (r >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
             m * 10f32.powi((i % 41) - 20)
         })
-        .collect();
+        .collect()
+}
+
+/// `sum8_f32`'s f64 sums are `sum_f32`'s (the plain `lane_sum`), bit for bit, as
+/// [`sum4_f32_is_sum_f32_per_row_in_f64_bits`] checks for `sum4_f32`: terms over 40 orders
+/// of magnitude, lengths with and without a tail, rows anywhere; and with -0, ±inf and NaN.
+#[test]
+fn sum8_f32_is_sum_f32_per_row_in_f64_bits() {
+    let mut v = wide_range_terms(0x9e37_79b9);
     // Special values in rows that start at 3500 (-0 alone, -0 in a tail), 3600 (±inf),
     // 3700 (NaN).
     v[3500..3517].fill(-0.0);
@@ -439,16 +445,7 @@ fn sum8_f32_is_sum_f32_per_row_in_f64_bits() {
 /// of magnitude (so the f64 additions round and their order shows), any bases and lengths.
 #[test]
 fn sum4_f32_is_sum_f32_per_row_in_f64_bits() {
-    let mut r = 0x1234_5678u32;
-    let v: Vec<f32> = (0..6000)
-        .map(|i| {
-            r ^= r << 13;
-            r ^= r >> 17;
-            r ^= r << 5;
-            let m = (r >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
-            m * 10f32.powi((i % 41) - 20)
-        })
-        .collect();
+    let v = wide_range_terms(0x1234_5678);
     for k in [1usize, 5, 8, 15, 16, 17, 63, 200, 1000] {
         for bases in [[0usize, 1, 2, 3], [7, 3000, 11, 1500], [4000, 4000, 0, 999]] {
             let rows = bases.map(|b| &v[b..b + k]);
