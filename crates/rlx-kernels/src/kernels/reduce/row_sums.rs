@@ -8,12 +8,12 @@ use super::lane_sum;
 pub(super) const SUM_ROWS: usize = 4;
 
 /// [`sum_f32`](super::sum_f32) of each of `SUM_ROWS` rows of `k` elements starting at
-/// `bases` in `v`, the same bits: each row's sum in [`lane_sum`]'s order (8 f64 lanes, lane j adding elements
-/// j, j+8, ...; then the lanes in order, then the tail), with the four rows' lanes as
-/// independent chains. One row's 8 lanes are one chain of f64 adds (4 cycles per 8
-/// elements), which bound GlobalAveragePool (EfficientNet-B0's SE blocks, bench/NOTES.md
-/// §32, §36); four rows at a time run four chains. Panics (slice bounds) if a row is not
-/// inside `v`.
+/// `bases` in `v`, the same bits: each row's sum in [`lane_sum`]'s order (8 f64 lanes, lane
+/// j adding elements j, j+8, ...; then the lanes in order, then the tail), with the four
+/// rows' lanes as independent chains. One row's 8 lanes are one chain of f64 adds (4 cycles
+/// per 8 elements), which bound GlobalAveragePool (EfficientNet-B0's SE blocks,
+/// bench/NOTES.md §32, §36); four rows at a time run four chains. Panics (slice bounds) if
+/// a row is not inside `v`.
 pub(crate) fn sum4_f32(v: &[f32], bases: [usize; SUM_ROWS], k: usize) -> [f64; SUM_ROWS] {
     let rows = bases.map(|b| &v[b..b + k]);
     #[cfg(target_arch = "x86_64")]
@@ -133,11 +133,11 @@ pub(super) fn sum8_on() -> bool {
     false
 }
 
-/// [`sum_f32`](super::sum_f32) of each of eight rows of `k` elements starting at `bases`
-/// in `v`, the same bits, on AVX-512F (callers check [`sum8_on`]; elsewhere the rows one at a time). As
-/// [`sum4_f32`], with the end of each row's sum in vectors too: the eight rows' lane
-/// vectors transposed in registers (vector `j` then holds lane `j` of every row), added
-/// lane 0 to 7 in order, then each row's tail summed in order and added, as
+/// [`sum_f32`](super::sum_f32) of each of eight rows of `k` elements starting at `bases` in
+/// `v`, the same bits, on AVX-512F (callers check [`sum8_on`]; elsewhere the rows one at a
+/// time). As [`sum4_f32`], with the end of each row's sum in vectors too: the eight rows'
+/// lane vectors transposed in registers (vector `j` then holds lane `j` of every row),
+/// added lane 0 to 7 in order, then each row's tail summed in order and added, as
 /// [`lane_sum`] does per row. [`sum4_f32`]'s scalar end was a third of a 7² plane's
 /// GlobalAveragePool (EfficientNet-B0's SE blocks). Panics (slice bounds) if a row is not
 /// inside `v`.
