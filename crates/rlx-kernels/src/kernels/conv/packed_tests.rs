@@ -666,9 +666,11 @@ fn conv_packed_that_does_not_fit_runs_conv_post_on_the_unpacked_weights() {
     assert!(conv_packed(&x64, &pk, None, &a, &out, Act::NONE, None).is_err());
 }
 
-/// The packed drivers' task split covers every position and channel block once, in
-/// order, for cut positions, row blocks and channel parts alike, and splits the way its
-/// doc says (runs of positions only where the input outweighs the weights).
+/// The packed drivers' task split covers every position and channel block once, each
+/// image's tasks in order (positions or channel ranges first), for cut positions, row
+/// blocks and channel parts alike, and splits the way its doc says (runs of positions only
+/// where the input outweighs the weights or the channel blocks are fewer than the tasks;
+/// in the latter, rayon's halves share at most one channel range).
 #[test]
 fn packed_split_covers_positions_and_blocks_once() {
     use super::common::TASKS_PER_THREAD;
