@@ -123,13 +123,15 @@ pub(super) unsafe fn sum4_avx2(rows: [&[f32]; SUM_ROWS]) -> [f64; SUM_ROWS] {
 pub(super) const SUM8_ROWS: usize = 8;
 
 /// Whether [`sum8_f32`] runs on this CPU (AVX-512F; `RLX_CPU_ISA` caps it).
+#[cfg(target_arch = "x86_64")]
 pub(super) fn sum8_on() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::kernels::fastmath::{isa, Isa};
-        matches!(isa(), Isa::Avx512)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
+    use crate::kernels::fastmath::{isa, Isa};
+    matches!(isa(), Isa::Avx512)
+}
+
+/// Whether [`sum8_f32`] runs on this CPU: never off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn sum8_on() -> bool {
     false
 }
 
