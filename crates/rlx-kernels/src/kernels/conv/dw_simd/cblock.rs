@@ -246,10 +246,7 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
             }
             S::transpose(&mut r);
             let m = S::range(0, n);
-            for (l, v) in r.iter().enumerate().take(n_l) {
-                if l >= nc {
-                    break;
-                }
+            for (l, v) in r.iter().enumerate().take(nc) {
                 let d = dst.as_mut_ptr().add(l * op + o0);
                 if n == n_l {
                     S::store(d, *v);
