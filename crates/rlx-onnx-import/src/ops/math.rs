@@ -153,9 +153,10 @@ pub fn gemm(cx: &mut Ctx, n: &ONode) -> R<Vec<NodeId>> {
     Ok(vec![y])
 }
 
-/// The dtypes a CPU MatMul reads through strides (`rlx_cpu`'s `plan_mm_views`).
+/// The dtypes a CPU MatMul reads through strides (`rlx_cpu`'s `plan_mm_views`): the float
+/// types but the narrow (8- and 4-bit) ones.
 fn is_strided_float(dt: DType) -> bool {
-    matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    dt.is_float() && !dt.is_narrow_float()
 }
 
 /// Whether `node` is one of [`gemm`]'s operand Transposes that the importer leaves unfolded
