@@ -485,10 +485,10 @@ fn residual_at(
 }
 
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is
-/// 1×1 with stride 1, no padding and one group, on one image of more than 1024 pixels
-/// per plane, and its output (not a graph output) is read only, as input 0, by the conv of
-/// a group with one filter per channel. `rlx_kernels::kernels::conv::pw_dw` checks the rest
-/// (kernel size, stride, finite weights, the CPU) each run.
+/// 1×1 with stride 1, no padding and one group, on one image, and its output (not a graph
+/// output) is read only, as input 0, by the conv of a group with one filter per channel.
+/// `rlx_kernels::kernels::conv::pw_dw` checks the rest (kernel size, stride, finite
+/// weights, packed weights on small planes, the CPU) each run.
 fn pair_at(
     g: &Graph,
     f: &Fusions,
@@ -516,9 +516,16 @@ fn pair_at(
         && nb.inputs.iter().position(|&i| i == last) == Some(0)
         && !nb.inputs[1..].contains(&last)
         && pointwise
-        && depthwise
-        && od[2] * od[3] > 1024)
+        && depthwise)
         .then_some(kb)
+}
+
+/// True when the pair whose 1×1 conv outputs `shape` runs by bands of rows, on the
+/// weights as they are (planes over `PAIR_BLOCKS_MAX_PLANE` pixels); else by blocks of
+/// channels on the packed weights (`rlx_kernels::kernels::conv::pw_dw`).
+pub(crate) fn pair_by_bands(shape: &rlx_ir::Shape) -> bool {
+    let d = shape.dims_usize();
+    d.len() == 4 && d[2] * d[3] > rlx_kernels::kernels::conv::PAIR_BLOCKS_MAX_PLANE
 }
 
 /// The weights and bias a group's conv runs with: the folded ones (folded again where the
@@ -541,11 +548,13 @@ fn weights<'g>(
     }
 }
 
-/// Pointwise group `a` and depthwise group `b` (`Fusions::then_dw`) on `x`, interleaved by
-/// bands of rows (`rlx_kernels::kernels::conv::pw_dw`): `b`'s output, the same bits as
-/// [`run_group`] on each in turn, and whether both groups are clean as [`run_group`]
-/// judges it (always true without `scan`); None where the interleaved kernel does not
-/// apply (then nothing was computed and the groups run on their own). With `scan`, each
+/// Pointwise group `a` and depthwise group `b` (`Fusions::then_dw`) on `x`, interleaved
+/// (`rlx_kernels::kernels::conv::pw_dw`: by bands of rows on large planes, by blocks of
+/// channels on `packed`, `a`'s packed weights, on small ones, [`pair_by_bands`]): `b`'s
+/// output, the same bits as [`run_group`] on each in turn, and whether both groups are
+/// clean as [`run_group`] judges it (always true without `scan`); None where the
+/// interleaved kernel does not apply (then nothing was computed and the groups run on
+/// their own). With `scan`, each
 /// conv's largest |y| before its activation is taken as the kernels write it (the
 /// pointwise output is never whole, so it could not be scanned after); a group that is not
 /// clean makes the caller replay both groups op by op, so the report names the op.
@@ -554,15 +563,27 @@ pub(crate) fn run_pair(
     a: &ConvGroup,
     b: &ConvGroup,
     x: &Tensor,
+    packed: Option<&Packed>,
     scan: bool,
 ) -> Result<Option<(Tensor, bool)>, crate::KernelError> {
     use std::sync::atomic::{AtomicU32, Ordering};
     let (na, nb) = (g.node(a.conv), g.node(b.conv));
+    let bands = pair_by_bands(&na.shape);
+    if !bands && packed.is_none() {
+        return Ok(None);
+    }
+    // By blocks only the packed weights are read (the plan may keep no unpacked copy of
+    // folded ones: `Folded::w`).
+    let wa = match (&a.folded, bands) {
+        (Some(f), false) => Some((None, Some(&*f.bias))),
+        _ => weights(g, a).map(|(w, b)| (Some(w), b)),
+    };
     let (Op::Conv(aa), Op::Conv(ab), Some((wa, ba)), Some((wb, bb))) =
-        (&na.op, &nb.op, weights(g, a), weights(g, b))
+        (&na.op, &nb.op, wa, weights(g, b))
     else {
         return Ok(None);
     };
+    let packed = packed.filter(|_| !bands);
     let (act_a, act_b) = (a.act, b.act);
     // Largest |y| bits before each activation (NaN's bits are above +inf's): the kernels
     // take them with a clamp; without one, `post` does (as in `run_group`).
@@ -600,7 +621,7 @@ pub(crate) fn run_pair(
     };
     let t = rlx_kernels::kernels::conv::pw_dw(
         x,
-        (&wa, ba, aa, &na.shape, act_a),
+        (wa.as_deref(), packed, ba, aa, &na.shape, act_a),
         (&wb, bb, ab, &nb.shape, act_b),
     )?;
     Ok(t.map(|t| {

@@ -178,8 +178,10 @@ impl Plan {
             let takes_wino =
                 wino_on && rlx_kernels::kernels::conv::winograd_takes(&f.src.w, a, &conv.shape);
             // Paths that read the folded weights unpacked: Winograd (and its direct
-            // fallback), a scale Mul folded in per run, a depthwise pair.
-            if takes_wino || fusions.scaled[k].is_some() || fusions.then_dw[k].is_some() {
+            // fallback), a scale Mul folded in per run, a depthwise pair by bands (by
+            // blocks it reads the packed weights).
+            let bands = fusions.then_dw[k].is_some() && crate::fuse::pair_by_bands(&conv.shape);
+            if takes_wino || fusions.scaled[k].is_some() || bands {
                 f.w = f.shared();
             }
             let wg = (f.w.as_ref())

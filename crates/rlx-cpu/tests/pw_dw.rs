@@ -210,6 +210,85 @@ fn cases() -> Vec<Case> {
             ..base
         },
     ]
+    .into_iter()
+    .chain(small_cases())
+    .collect()
+}
+
+/// Planes of 1024 pixels or fewer, where the pair runs by blocks of 32 channels on the
+/// 1×1 conv's packed weights into the channel-block depthwise kernel: MobileNetV2's 7²
+/// block, strides 1 and 2, 3×3/5×5/7×7, a last block of 22, 24 and 16 channels (halves of
+/// 16 and fewer), more than 128 input channels (the tiles' sums in two slices), a plane
+/// that is not square. The 1×1 convs' shapes are ones the packed kernel takes on every
+/// CPU that has it (at least 128 input channels, at most an eighth of the last block
+/// unused).
+fn small_cases() -> Vec<Case> {
+    let base = Case {
+        c: 140,
+        m: 150,
+        h: 7,
+        w: 7,
+        k: 3,
+        s: 1,
+        p: (1, 1, 1, 1),
+        bn: true,
+        act_a: Act::Relu6,
+        bias_b: true,
+        act_b: Act::Relu6,
+    };
+    vec![
+        base,
+        // 14² to 7², TF-style padding, SiLU both (a last block of 24: halves 16 + 8).
+        Case {
+            c: 130,
+            m: 280,
+            h: 14,
+            w: 14,
+            s: 2,
+            p: (0, 0, 1, 1),
+            act_a: Act::Silu,
+            act_b: Act::Silu,
+            ..base
+        },
+        // 5×5 at 14², no activation before, no BatchNorm, no depthwise bias.
+        Case {
+            c: 128,
+            m: 96,
+            h: 14,
+            w: 14,
+            k: 5,
+            p: (2, 2, 2, 2),
+            bn: false,
+            act_a: Act::None,
+            bias_b: false,
+            act_b: Act::Relu,
+            ..base
+        },
+        // 7×7 on a 9×11 plane, Relu then nothing.
+        Case {
+            c: 129,
+            m: 64,
+            h: 9,
+            w: 11,
+            k: 7,
+            p: (3, 3, 3, 3),
+            act_a: Act::Relu,
+            act_b: Act::None,
+            ..base
+        },
+        // 5×5 stride 2 on 13², one-sided pads, a last block of 16 (one half).
+        Case {
+            c: 136,
+            m: 144,
+            h: 13,
+            w: 13,
+            k: 5,
+            s: 2,
+            p: (1, 2, 3, 2),
+            act_b: Act::Silu,
+            ..base
+        },
+    ]
 }
 
 fn run(ex: &mut CpuExecutor, cs: &Case, x: &[f32], threads: usize) -> Vec<f32> {

@@ -115,7 +115,8 @@ impl ConvStep {
             return Ok(None);
         };
         let x = input0(g, id, &run.slots)?;
-        match crate::fuse::run_pair(g, &self.grp, &b.grp, x, run.scan)
+        let pk = self.packed_weights(plan).filter(|_| run.fast);
+        match crate::fuse::run_pair(g, &self.grp, &b.grp, x, pk, run.scan)
             .map_err(|e| kernel_err(g, id, e.to_string()))?
         {
             Some((t, true)) => {
@@ -170,6 +171,15 @@ impl ConvStep {
         Ok(Turn::Op)
     }
 
+    /// The conv's weights packed for RLX's product kernel: the folded ones' (this step's),
+    /// or the conv's own (the plan's).
+    fn packed_weights<'p>(&'p self, plan: &'p Plan) -> Option<&'p Packed> {
+        match self.grp.folded {
+            Some(_) => self.packed.as_deref(),
+            None => plan.packed[self.grp.conv.index()].as_deref(),
+        }
+    }
+
     /// The group on its conv's input (`fuse::run_group`).
     fn group(&self, plan: &Plan, g: &Graph, id: NodeId, run: &mut Run) -> Result<Turn, CpuError> {
         let grp = &self.grp;
@@ -177,12 +187,7 @@ impl ConvStep {
         let conv = grp.conv.index();
         let wg = if folded { &self.wino } else { &plan.wino[conv] };
         let wg = wg.as_deref().filter(|_| run.wino);
-        let pk = if folded {
-            &self.packed
-        } else {
-            &plan.packed[conv]
-        };
-        let pk = pk.as_deref().filter(|_| run.fast);
+        let pk = self.packed_weights(plan).filter(|_| run.fast);
         // The residual: not while scanning, nor on the Winograd path (whose tiles would
         // read it scattered, slower than the Add's own pass).
         let res = grp.residual.filter(|_| !run.scan && wg.is_none());

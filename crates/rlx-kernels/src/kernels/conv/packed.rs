@@ -35,10 +35,10 @@ const CHUNK_BYTES: usize = 768 << 10;
 /// Most `K` rows per pass: a channel block's `KC` rows of weights (16 KB at 32 channels)
 /// stay in L1 for every tile of positions (`packed_timing`, 1 thread: 128 read within
 /// noise of 256 and 512, a little ahead on 1000←512 at 13²).
-const KC: usize = 128;
+pub(super) const KC: usize = 128;
 
 /// True when `pk` (packed from weights of dims `wdims`) fits conv `g` on this CPU.
-fn fits(pk: &PackedConv, wdims: &[usize], g: &Geo) -> bool {
+pub(super) fn fits(pk: &PackedConv, wdims: &[usize], g: &Geo) -> bool {
     g.sp.len() == 2
         && g.groups == 1
         && wdims == pk.wdims.as_slice()

@@ -1,7 +1,11 @@
-//! A pointwise conv and the depthwise conv that reads its output, interleaved by bands of
-//! rows so that the pointwise output stays in L2 (MobileNet's and EfficientNet's
-//! expansion then depthwise): the entry that checks the pair ([`pw_dw`]) and the banded
-//! loop ([`pw_dw_bands`], AVX-512).
+//! A pointwise conv and the depthwise conv that reads its output, interleaved so that the
+//! pointwise output never goes out whole (MobileNet's and EfficientNet's expansion then
+//! depthwise): the entry that checks the pair ([`pw_dw`]); on planes over 1024 pixels, bands
+//! of rows that stay in L2 ([`pw_dw_bands`], AVX-512); on smaller ones, blocks of 32
+//! channels whose packed tiles hand their `[position][channel]` stripe straight to the
+//! channel-block depthwise kernel ([`pw_dw_blocks`], AVX-512), with none of the two
+//! layout transposes the convs apart make (the 1×1 conv's tiles to NCHW, NCHW to the
+//! depthwise kernel's lanes).
 
 #[cfg(target_arch = "x86_64")]
 use super::common::Epilogue;
@@ -10,8 +14,12 @@ use super::common::{bias_clamp, with_col, Geo};
 use super::common::{geometry, Act};
 #[cfg(target_arch = "x86_64")]
 use super::dw_simd::{
-    best_isa, flat_plan, plan, rows_avx512, s2_plane, Flat, Isa, Plan, RowsFn, S2Fn,
+    best_isa, cblock_on, cblock_plan, cblock_stripe, flat_plan, plan, rows_avx512, s2_plane, Flat,
+    Isa, Plan, RowsFn, S2Fn,
 };
+#[cfg(target_arch = "x86_64")]
+use super::pack::{near_equal_tiles, MkIsa, PackedConv};
+use super::Packed;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::gemm_calls::{gemm_uninit_ptr, View};
 #[cfg(target_arch = "x86_64")]
@@ -74,7 +82,7 @@ fn pw_dw_bands(
     let (oh, ow) = (g.osp[0], g.osp[1]);
     let (k, s) = (g.ks[0], g.strides[0]);
     let square = g.ks[1] == k && g.strides[1] == s && g.dil.iter().all(|&d| d == 1);
-    if best_isa() != Some(Isa::Avx512) || !square || ow <= 8 || h * w <= 1024 {
+    if best_isa() != Some(Isa::Avx512) || !square || ow <= 8 || h * w <= PAIR_BLOCKS_MAX_PLANE {
         return Ok(false);
     }
     let kern = match (s, k) {
@@ -206,29 +214,247 @@ fn pw_dw_bands(
     Ok(true)
 }
 
-/// The pointwise conv `a` (1×1, stride 1, no padding, one group, dilation 1; weights `wa`
-/// `[M, C, 1, 1]`, bias `ba` `[M]`) on one f32 image `x` `[1, C, H, W]`, then the depthwise
-/// conv `b` (`M` groups; weights `wb` `[M, 1, k, k]`, all finite, bias `bb`) on its output,
-/// interleaved by bands of rows ([`pw_dw_bands`]) so that the depthwise conv reads the
-/// pointwise output from L2. `act_a`, `act_b`: each conv's activation and scan, as [`super::conv_post`]
-/// applies it. Returns the depthwise conv's output `[1, M, OH, OW]` (`out_b`), the same
-/// bits as the two convs run one after the other; None, with nothing computed, where the
-/// interleaved path does not apply (another shape, dtype or kernel; no AVX-512; planes of
-/// 1024 pixels or fewer, which stay in L2 anyway).
+#[cfg(target_arch = "x86_64")]
+/// The pair on a small plane, by blocks of 32 channels (AVX-512): per block, the 1×1
+/// conv's packed tiles ([`super::packed::tile`], the sums of [`super::packed`]'s stride-1
+/// path) write the block's stripe `[position][32]` for every position of the plane; its
+/// bias and activation go on there (the same arithmetic per value as `finish_rows` on the
+/// NCHW rows: bias, then the clamp with the largest |y| bits, or `post`); then each half
+/// of 16 channels is the channel-block depthwise kernel's input as it lies
+/// ([`cblock_stripe`]), which writes the depthwise output planes. Blocks are split over
+/// threads where the 1×1 conv's products are many ([`super::CONV_SPLIT_FLOPS`], as the
+/// 1×1 conv alone). False (nothing written) where this does not apply: weights not
+/// packed for the AVX-512 tiles, a depthwise conv [`cblock_plan`] does not take (as the
+/// conv alone would not), the channel-block path off.
+///
+/// `x`: one image `[c, h, w]`; `ga`, `gb` the two convs; `wb` the depthwise weights
+/// (finite); `out` (`m·oh·ow`) receives the depthwise output.
+fn pw_dw_blocks(
+    x: &[f32],
+    (pk, ga, epi_a): (&PackedConv, &Geo, &Epilogue),
+    (gb, wb, epi_b): (&Geo, &[f32], &Epilogue),
+    out: &mut [f32],
+) -> bool {
+    use super::common::{with_scratch, PRODUCTS};
+    use rayon::prelude::*;
+    let mut wd = vec![ga.m, ga.c];
+    wd.extend(&ga.ks);
+    if pk.isa != MkIsa::Avx512
+        || pk.rows
+        || !super::packed::fits(pk, &wd, ga)
+        || !ga.direct()
+        || best_isa() != Some(Isa::Avx512)
+        || !cblock_on()
+    {
+        return false;
+    }
+    let Some(p) = cblock_plan(gb, 16) else {
+        return false;
+    };
+    let (m, k, mb, np_max) = (ga.m, pk.k, MkIsa::Avx512.mb(), MkIsa::Avx512.np_max());
+    let (hw, op, kk) = (p.h * p.w, p.oh * p.ow, gb.ks[0] * gb.ks[1]);
+    debug_assert!(x.len() == ga.c * hw && out.len() == m * op && mb == 32);
+    let (nt, tiles) = near_equal_tiles(hw, np_max);
+    let kc_max = k.clamp(1, super::packed::KC);
+    let (clamp_a, clamp_b) = (epi_a.in_regs(), epi_b.in_regs());
+    // One block: 32 channels (fewer in the last), their output planes `d`.
+    let block = |(b, d): (usize, &mut [f32])| -> (u32, u32) {
+        let (m0, nc) = (b * mb, d.len() / op);
+        with_scratch(&PRODUCTS, hw * mb, |stripe: &mut [f32]| {
+            // The next slice of weights (the next block's first after the last) prefetched
+            // over this slice's tiles, as `packed`'s tasks do.
+            let lim = pk.data().len();
+            let mut ahead = (b * k + kc_max.min(k)) * mb;
+            for k0 in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - k0);
+                let at0 = (b * k + k0) * mb;
+                let wk = &pk.data()[at0..][..kc * mb];
+                for (p0, np) in tiles.clone() {
+                    let pfl = if ahead >= lim.min(at0 + 2 * kc * mb) {
+                        0
+                    } else {
+                        mb.div_ceil(nt)
+                    };
+                    let pf = pk.data().as_ptr().wrapping_add(ahead);
+                    ahead += kc * pfl;
+                    // SAFETY: `wk` holds kc·mb values; X rows k0..k0+kc of the planes
+                    // hold np values from p0 (p0 + np ≤ hw); the stripe's tile np·mb.
+                    unsafe {
+                        super::packed::tile(
+                            MkIsa::Avx512,
+                            np,
+                            kc,
+                            k0 > 0,
+                            wk.as_ptr(),
+                            x[k0 * hw + p0..].as_ptr(),
+                            hw,
+                            stripe.as_mut_ptr().add(p0 * mb),
+                            (pf, pfl),
+                        )
+                    };
+                }
+            }
+            // SAFETY: AVX-512F (checked above); the stripe holds hw·32 values.
+            let bits_a = unsafe {
+                stripe_epilogue(
+                    stripe,
+                    nc,
+                    epi_a.bias.map(|b| &b[m0..]),
+                    clamp_a,
+                    epi_a.clamp.is_some(),
+                )
+            };
+            if epi_a.clamp.is_none() {
+                // `post` maps each value on its own: the channels of the block only.
+                if nc == mb {
+                    (epi_a.post)(stripe);
+                } else {
+                    for row in stripe.chunks_exact_mut(mb) {
+                        (epi_a.post)(&mut row[..nc]);
+                    }
+                }
+            }
+            let mut bits_b = 0;
+            for h in 0..nc.div_ceil(16) {
+                let (c0, n) = (m0 + 16 * h, (nc - 16 * h).min(16));
+                let dst = &mut d[16 * h * op..(16 * h + n) * op];
+                // SAFETY: AVX-512F; the stripe's rows hold 32 values, from 16·h 16 of them.
+                let bits = unsafe {
+                    cblock_stripe(
+                        &p,
+                        n,
+                        (stripe[16 * h..].as_ptr(), mb),
+                        &wb[c0 * kk..(c0 + n) * kk],
+                        epi_b.bias.map(|b| &b[c0..c0 + n]),
+                        clamp_b,
+                        dst,
+                    )
+                };
+                bits_b = bits_b.max(bits);
+            }
+            // The block's planes in one call (per-plane calls on planes this small cost
+            // more than the cache they save, as `conv_post` finds).
+            (epi_b.post)(d);
+            (bits_a, bits_b)
+        })
+    };
+    let threads = rayon::current_num_threads();
+    let par = threads > 1 && m * hw * k >= super::CONV_SPLIT_FLOPS;
+    let (bits_a, bits_b) = if par {
+        out.par_chunks_mut(mb * op)
+            .enumerate()
+            .map(block)
+            .reduce(|| (0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
+    } else {
+        out.chunks_mut(mb * op)
+            .enumerate()
+            .map(block)
+            .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
+    };
+    if let Some(s) = epi_a.seen {
+        s.fetch_max(bits_a, Ordering::Relaxed);
+    }
+    if let Some(s) = epi_b.seen {
+        s.fetch_max(bits_b, Ordering::Relaxed);
+    }
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+/// The 1×1 conv's epilogue on its stripe `s` (`[position][32]`, channels `0..nc` of the
+/// block; `bias` from the block's first channel): per value `y + b`, then with `clamp`
+/// (`has_clamp`) `min(hi, max(lo, ·))` (a NaN kept, or made the canonical NaN with
+/// `nan_out`) and, with `clamp.track`, the largest |y + b| bits returned. The same
+/// arithmetic per value as `finish_rows` on the NCHW rows ([`bias_clamp`]: the sum, then
+/// `maxps(lo, ·)`, `minps(hi, ·)`); without a clamp only the bias (its `post` is the
+/// caller's). Lanes past `nc` are left as they are and not counted.
+///
+/// # Safety
+/// The CPU has AVX-512F; `s.len()` is a multiple of 32.
+#[target_feature(enable = "avx512f")]
+unsafe fn stripe_epilogue(
+    s: &mut [f32],
+    nc: usize,
+    bias: Option<&[f32]>,
+    clamp: super::common::Clamp,
+    has_clamp: bool,
+) -> u32 {
+    use crate::kernels::simd::{Avx512, Lanes};
+    let mut bl = [-0.0f32; 32];
+    if let Some(b) = bias {
+        bl[..nc].copy_from_slice(&b[..nc]);
+    }
+    if bias.is_none() && !has_clamp {
+        return 0;
+    }
+    // SAFETY: AVX-512F (the caller's); every load and store is inside a row of 32.
+    unsafe {
+        // The block's channels in each half of a row.
+        let halves = [
+            Avx512::range(0, nc.min(16)),
+            Avx512::range(0, nc.saturating_sub(16)),
+        ];
+        let b = [Avx512::load(bl.as_ptr()), Avx512::load(bl.as_ptr().add(16))];
+        let (lo, hi) = (Avx512::splat(clamp.lo), Avx512::splat(clamp.hi));
+        let mut seen = Avx512::splat(0.0);
+        for row in s.chunks_exact_mut(32) {
+            for h in 0..2 {
+                let at = row.as_mut_ptr().add(16 * h);
+                // -0 where there is no bias: `y + -0` is `y`, bit for bit.
+                let mut v = Avx512::add(Avx512::load(at), b[h]);
+                if has_clamp {
+                    if clamp.track {
+                        seen = Avx512::max_abs_bits(seen, Avx512::zero_off(v, halves[h]));
+                    }
+                    v = Avx512::clamp(v, lo, hi);
+                    if clamp.nan_out {
+                        v = Avx512::nan_out(v);
+                    }
+                }
+                Avx512::store(at, v);
+            }
+        }
+        Avx512::hmax_bits(seen)
+    }
+}
+
+/// The pointwise conv `a` (1×1, stride 1, no padding, one group, dilation 1; weights
+/// `[M, C, 1, 1]` as the tensor `wa` or packed as `pka` ([`super::packed_weights`]), bias `ba`
+/// `[M]`) on one f32 image `x` `[1, C, H, W]`, then the depthwise conv `b` (`M` groups;
+/// weights `wb` `[M, 1, k, k]`, all finite, bias `bb`) on its output, interleaved so that
+/// the pointwise output is never whole: on planes over 1024 pixels by bands of rows
+/// ([`pw_dw_bands`], on `wa`), on smaller ones by blocks of 32 channels whose tiles feed
+/// the channel-block depthwise kernel directly ([`pw_dw_blocks`], on `pka`). `act_a`,
+/// `act_b`: each conv's activation and scan, as [`super::conv_post`] applies it. Returns
+/// the depthwise conv's output `[1, M, OH, OW]` (`out_b`), the same bits as the two convs
+/// run one after the other (the 1×1 conv on `pka` where the blocks run: its packed
+/// kernel's sums); None, with nothing computed, where neither applies (another shape,
+/// dtype or kernel; no AVX-512; the weights the path needs not given).
 ///
 /// # Errors
 /// A shape that does not fit its conv (as [`super::conv`]).
+#[allow(clippy::type_complexity)]
 pub fn pw_dw(
     x: &Tensor,
-    (wa, ba, attrs_a, out_a, act_a): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
+    (wa, pka, ba, attrs_a, out_a, act_a): (
+        Option<&Tensor>,
+        Option<&Packed>,
+        Option<&Tensor>,
+        &ConvAttrs,
+        &Shape,
+        Act,
+    ),
     (wb, bb, attrs_b, out_b, act_b): (&Tensor, Option<&Tensor>, &ConvAttrs, &Shape, Act),
 ) -> KResult<Option<Tensor>> {
     #[cfg(target_arch = "x86_64")]
     {
         use TensorData as D;
+        let Some(wdims) = wa.map(|w| w.dims()).or(pka.map(|p| p.wdims())) else {
+            return Ok(None);
+        };
         let od_a = out_dims(out_a)?;
         let od_b = out_dims(out_b)?;
-        let ga = geometry(x.dims(), wa.dims(), attrs_a, &od_a)?;
+        let ga = geometry(x.dims(), wdims, attrs_a, &od_a)?;
         let gb = geometry(&od_a, wb.dims(), attrs_b, &od_b)?;
         let pointwise = ga.n == 1 && ga.sp.len() == 2 && ga.groups == 1 && ga.direct();
         let depthwise = gb.depthwise_2d();
@@ -239,13 +465,9 @@ pub fn pw_dw(
                 _ => None,
             }
         }
-        let (D::F32(xv), D::F32(wav), D::F32(wbv), Some(bav), Some(bbv)) = (
-            x.data(),
-            wa.data(),
-            wb.data(),
-            f32s(ba, ga.m),
-            f32s(bb, gb.m),
-        ) else {
+        let (D::F32(xv), D::F32(wbv), Some(bav), Some(bbv)) =
+            (x.data(), wb.data(), f32s(ba, ga.m), f32s(bb, gb.m))
+        else {
             return Ok(None);
         };
         if !pointwise || !depthwise || crate::kernels::wide::max_abs_bits(wbv) >= 0x7f80_0000 {
@@ -262,7 +484,16 @@ pub fn pw_dw(
             post: act_b.post_unless_clamped(),
             ..act_b.with_bias(bbv)
         };
-        let ok = pw_dw_bands(xv, (wav, ga.c), &epi_a, &gb, wbv, &epi_b, &mut out)?;
+        let small = ga.sp[0] * ga.sp[1] <= PAIR_BLOCKS_MAX_PLANE;
+        let ok = match (small, wa.map(|w| w.data()), pka) {
+            (true, _, Some(pk)) => {
+                pw_dw_blocks(xv, (pk, &ga, &epi_a), (&gb, wbv, &epi_b), &mut out)
+            }
+            (false, Some(D::F32(wav)), _) => {
+                pw_dw_bands(xv, (wav, ga.c), &epi_a, &gb, wbv, &epi_b, &mut out)?
+            }
+            _ => false,
+        };
         if !ok {
             crate::buffers::give(D::F32(out));
             return Ok(None);
@@ -272,8 +503,14 @@ pub fn pw_dw(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (
-            x, wa, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b,
+            x, wa, pka, ba, attrs_a, out_a, act_a, wb, bb, attrs_b, out_b, act_b,
         );
         Ok(None)
     }
 }
+
+/// The largest 1×1 conv output plane (pixels) whose pair [`pw_dw`] runs by blocks of
+/// channels on packed weights; larger planes run by bands of rows on the weights as they
+/// are. At and below it a plane's channels stay in L2 anyway (bands gain nothing), and
+/// the channel-block depthwise kernel takes output planes up to the same size.
+pub const PAIR_BLOCKS_MAX_PLANE: usize = 1024;

@@ -1,5 +1,7 @@
 //! The channel-block depthwise path: blocks of 16 (AVX-512) or 8 (AVX2) channels of one
-//! image transposed into the lanes of a register, for small planes.
+//! image transposed into the lanes of a register, for small planes; and the same sums on
+//! a 1×1 conv's tiles, whose stripe already holds each position's channels in lanes
+//! ([`cblock_stripe`], for [`super::super::pw_dw`](fn@super::super::pw_dw)).
 
 use super::flat::keyed_zeros;
 use crate::kernels::conv::common::{Clamp, Epilogue, Geo};
@@ -9,10 +11,10 @@ use std::sync::atomic::Ordering;
 /// Geometry of the channel-block path ([`run_cblock`]).
 pub(crate) struct CBlock {
     /// Input plane `h × w`, output plane `oh × ow`, stride `s` (both axes).
-    h: usize,
-    w: usize,
-    oh: usize,
-    ow: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
     /// Row pitch of the padded scratch plane (in positions of 16 channels).
     pw: usize,
     /// Positions of the padded scratch plane.
@@ -22,6 +24,19 @@ pub(crate) struct CBlock {
     /// Per output position (padded to a multiple of 16 with position 0's): the scratch
     /// position of its window's top-left tap.
     dout: Vec<u32>,
+    /// Kernel size (both axes) and the left and top pads (the scratch's key).
+    k: usize,
+    pads: (usize, usize),
+}
+
+/// Where a block's input planes come from ([`cblock_lanes`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Src<'a> {
+    /// The block's `nc` planes of `h × w` (NCHW), transposed into the scratch.
+    Planes(&'a [f32]),
+    /// A stripe `[position][stride]` of a 1×1 conv's tiles ([`super::super::packed`]):
+    /// position `i`'s `nc` channels at `i·stride`, copied into the scratch as they are.
+    Stripe(*const f32, usize),
 }
 
 /// Largest output plane the channel-block path takes (larger planes use their lanes
@@ -38,7 +53,7 @@ thread_local! {
 
 /// `RLX_CPU_DW_CBLOCK` (read once per process): the channel-block path is on unless it
 /// is off.
-pub(super) fn cblock_on() -> bool {
+pub(crate) fn cblock_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_DW_CBLOCK"))
 }
@@ -96,6 +111,8 @@ pub(crate) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
         len: ph * pw,
         din,
         dout,
+        k,
+        pads: (pt, pl),
     })
 }
 
@@ -131,10 +148,11 @@ unsafe fn rows_transposed<S: Lanes>(
     unsafe { S::transpose(r) };
 }
 
-/// One block of up to `S::N` (16 or 8) channels (`nc`) of one image: input planes `x`
-/// (`nc` planes of `h × w`), weights `w` (`nc` filters of `K × K`), output planes `dst`
-/// (`nc` planes of `oh × ow`). The planes are transposed into `xp` (the padded plane,
-/// `S::N` channels per position, its padding zero), each output position is then summed
+/// One block of up to `S::N` (16 or 8) channels (`nc`) of one image: input `x` ([`Src`]:
+/// `nc` planes of `h × w`, or a stripe holding them by position), weights `w` (`nc`
+/// filters of `K × K`), output planes `dst` (`nc` planes of `oh × ow`). The input goes
+/// into `xp` (the padded plane, `S::N` channels per position, its padding zero; planes
+/// transposed, a stripe's rows copied with the lanes past `nc` zero), each output position is then summed
 /// with the channels in the lanes of one register (bias, then every tap in (ky, kx)
 /// order, each one fused multiply-add), clamped, transposed back `S::N` positions at a
 /// time and stored, `G` positions summed at a time: one accumulator per kernel column
@@ -146,13 +164,14 @@ unsafe fn rows_transposed<S: Lanes>(
 /// (AVX2 + FMA, 8 lanes).
 ///
 /// # Safety
-/// The CPU has `S`'s features, and the caller is compiled with them.
+/// The CPU has `S`'s features, and the caller is compiled with them; a [`Src::Stripe`]
+/// holds `S::N` readable values at each of its `h·w` positions.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
     p: &CBlock,
     nc: usize,
-    x: &[f32],
+    x: Src,
     w: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -161,10 +180,14 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
 ) -> u32 {
     let n_l = S::N;
     let (hw, op) = (p.h * p.w, p.oh * p.ow);
-    assert!((1..=n_l).contains(&nc) && x.len() >= nc * hw && w.len() >= nc * K * K);
+    if let Src::Planes(x) = x {
+        assert!(x.len() >= nc * hw);
+    }
+    assert!((1..=n_l).contains(&nc) && w.len() >= nc * K * K);
     assert!(dst.len() >= nc * op && xp.len() >= p.len * n_l);
     // SAFETY: the caller has S's features. Loads of `x` are masked to the block's `nc`
-    // planes and each plane's `hw` positions; stores to `xp` go to positions
+    // planes and each plane's `hw` positions (a stripe's: its `hw` rows, the caller's
+    // contract); stores to `xp` go to positions
     // `din[i] < len`; loads from `xp` are at `dout[i] + ky·pw + kx < len` (cblock_plan:
     // the padded plane holds every window); stores to `dst` are masked to the `nc`
     // planes and the plane's `op` positions.
@@ -185,16 +208,33 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
             bl[..nc].copy_from_slice(&b[..nc]);
         }
         let bv = S::load(bl.as_ptr());
-        // Input planes into the padded scratch plane, N positions at a time.
         let xq = xp.as_mut_ptr();
-        for q0 in (0..hw).step_by(n_l) {
-            let n = (hw - q0).min(n_l);
-            rows_transposed::<S>(x.as_ptr().add(q0), hw, nc, n, &mut r);
-            // Every lane index a constant (the loop unrolled), so `r` stays in registers.
-            for (j, v) in r.iter().enumerate().take(n_l) {
-                if j < n {
-                    let d = *p.din.get_unchecked(q0 + j) as usize;
-                    S::store(xq.add(d * n_l), *v);
+        match x {
+            // Input planes into the padded scratch plane, N positions at a time.
+            Src::Planes(x) => {
+                for q0 in (0..hw).step_by(n_l) {
+                    let n = (hw - q0).min(n_l);
+                    rows_transposed::<S>(x.as_ptr().add(q0), hw, nc, n, &mut r);
+                    // Every lane index a constant (the loop unrolled), so `r` stays in
+                    // registers.
+                    for (j, v) in r.iter().enumerate().take(n_l) {
+                        if j < n {
+                            let d = *p.din.get_unchecked(q0 + j) as usize;
+                            S::store(xq.add(d * n_l), *v);
+                        }
+                    }
+                }
+            }
+            // A stripe's rows are positions already: each one copied (the lanes past
+            // `nc` zero, as the transposes leave them).
+            Src::Stripe(sp, st) => {
+                for (i, &d) in p.din.iter().enumerate() {
+                    let v = if nc == n_l {
+                        S::load(sp.add(i * st))
+                    } else {
+                        S::load_m(sp.add(i * st), chans)
+                    };
+                    S::store(xq.add(d as usize * n_l), v);
                 }
             }
         }
@@ -265,7 +305,7 @@ unsafe fn cblock_lanes<S: Lanes, const K: usize, const G: usize>(
 unsafe fn cblock<const K: usize, const G: usize>(
     p: &CBlock,
     nc: usize,
-    x: &[f32],
+    x: Src,
     w: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -283,7 +323,7 @@ unsafe fn cblock<const K: usize, const G: usize>(
 unsafe fn cblock8<const K: usize, const G: usize>(
     p: &CBlock,
     nc: usize,
-    x: &[f32],
+    x: Src,
     w: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -296,7 +336,60 @@ unsafe fn cblock8<const K: usize, const G: usize>(
 
 /// [`cblock`] (or [`cblock8`]) for one kernel size.
 type CBlockFn =
-    unsafe fn(&CBlock, usize, &[f32], &[f32], Option<&[f32]>, Clamp, &mut [f32], &mut [f32]) -> u32;
+    unsafe fn(&CBlock, usize, Src, &[f32], Option<&[f32]>, Clamp, &mut [f32], &mut [f32]) -> u32;
+
+/// The block kernel for kernel size `k` (3, 5 or 7): [`cblock`] (16 lanes) or, with
+/// `avx2`, [`cblock8`]. Positions per group (`G`): 5×5 one at a time on AVX-512, its 25
+/// weight vectors and 5 column accumulators in registers (with 4, 20 accumulators spilled
+/// the weights: 1152 channels at 7² 136 → 113 µs, 672 at 14² 189 → 184 on Zen 4,
+/// bench/NOTES.md §40); 3×3 in eights (four: no faster).
+fn block_fn(avx2: bool, k: usize) -> CBlockFn {
+    match (avx2, k) {
+        (false, 3) => cblock::<3, 8>,
+        (false, 5) => cblock::<5, 1>,
+        (false, _) => cblock::<7, 4>,
+        (true, 3) => cblock8::<3, 4>,
+        (true, 5) => cblock8::<5, 2>,
+        (true, _) => cblock8::<7, 2>,
+    }
+}
+
+/// Runs `f` on block `p`'s scratch plane for `lanes` channels per position: its padding
+/// zero (kept from the last block of the same geometry), from a 64-byte boundary, so that
+/// each position's 16 (or 8) channels lie in one cache line (a misaligned one would split
+/// loads across two lines).
+fn with_block_scratch<R>(p: &CBlock, lanes: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let key = [p.h, p.w, p.pw, p.len, p.pads.0, p.pads.1, lanes];
+    keyed_zeros(&CBLK, key, p.len * lanes + 15, |xp| {
+        let a = xp.as_ptr().align_offset(64).min(15);
+        f(&mut xp[a..a + p.len * lanes])
+    })
+}
+
+/// [`cblock`] on a 1×1 conv's stripe (AVX-512, 16 lanes): the depthwise conv planned by
+/// `p` ([`cblock_plan`] with 16 lanes) on `nc` ≤ 16 channels whose input, position `i`'s
+/// channels, lies at `stripe + i·stride`; weights `w` (`nc` finite filters), `bias`,
+/// `clamp` as [`cblock_lanes`] takes them; `dst` the `nc` output planes. Returns the
+/// largest |y| bits before the clamp when `clamp.track`. The same sums in the same order
+/// as [`run_cblock`] on the planes the stripe holds, so the same bits.
+///
+/// # Safety
+/// The CPU has AVX-512F; `stripe + i·stride` holds 16 readable values for `i < h·w`.
+pub(crate) unsafe fn cblock_stripe(
+    p: &CBlock,
+    nc: usize,
+    (stripe, stride): (*const f32, usize),
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    dst: &mut [f32],
+) -> u32 {
+    let f = block_fn(false, p.k);
+    with_block_scratch(p, 16, |xp| {
+        // SAFETY: the caller's contract.
+        unsafe { f(p, nc, Src::Stripe(stripe, stride), w, bias, clamp, xp, dst) }
+    })
+}
 
 /// The channel-block path: every output plane, by blocks of 16 channels of one image
 /// ([`cblock`]; with `avx2`, blocks of 8 on AVX2 + FMA, [`cblock8`]), the blocks split
@@ -316,18 +409,7 @@ pub(super) fn run_cblock(
         return false;
     };
     let k = g.ks[0];
-    // Positions per group (`G`): 5×5 one at a time on AVX-512, its 25 weight vectors and
-    // 5 column accumulators in registers (with 4, 20 accumulators spilled the weights:
-    // 1152 channels at 7² 136 → 113 µs, 672 at 14² 189 → 184 on Zen 4, bench/NOTES.md
-    // §40); 3×3 in eights (four: no faster).
-    let f: CBlockFn = match (avx2, k) {
-        (false, 3) => cblock::<3, 8>,
-        (false, 5) => cblock::<5, 1>,
-        (false, _) => cblock::<7, 4>,
-        (true, 3) => cblock8::<3, 4>,
-        (true, 5) => cblock8::<5, 2>,
-        (true, _) => cblock8::<7, 2>,
-    };
+    let f = block_fn(avx2, k);
 
     let (c, hw, op, kk) = (g.m, p.h * p.w, p.oh * p.ow, k * k);
     let Epilogue {
@@ -346,22 +428,15 @@ pub(super) fn run_cblock(
             blocks.push((n, c0, nc, d));
         }
     }
-    let key = [p.h, p.w, p.pw, p.len, g.pads[0].0, g.pads[1].0, lanes];
     let run = |(n, c0, nc, d): (usize, usize, usize, &mut [f32])| {
-        let xs = &x[(n * c + c0) * hw..(n * c + c0 + nc) * hw];
+        let xs = Src::Planes(&x[(n * c + c0) * hw..(n * c + c0 + nc) * hw]);
         let ws = &w[c0 * kk..(c0 + nc) * kk];
         let bs = bias.map(|b| &b[c0..c0 + nc]);
-        let block = |xp: &mut [f32]| {
-            // The scratch plane from a 64-byte boundary: each position's 16 (or 8)
-            // channels lie in one cache line (a misaligned one would split loads across
-            // two lines).
-            let a = xp.as_ptr().align_offset(64).min(15);
-            let xa = &mut xp[a..a + p.len * lanes];
+        let bits = with_block_scratch(&p, lanes, |xa| {
             // SAFETY: `run_with` is reached with AVX-512F (or, with `avx2`, AVX2 and
             // FMA); the slices are the block's.
             unsafe { f(&p, nc, xs, ws, bs, clamp, xa, d) }
-        };
-        let bits = keyed_zeros(&CBLK, key, p.len * lanes + 15, block);
+        });
         for plane in d.chunks_mut(op) {
             post(plane);
         }
