@@ -554,33 +554,59 @@ pub(crate) fn conv_slabs(
     // Weights that fit in L2: every slab reads all of them, one part of output channels.
     // Larger ones (split over threads only, see `slabs_on`): one part of output channels
     // per thread, each reading its rows of the weights, over slabs as large as
-    // SLAB_MAX_TASK_BYTES allows (each slab transforms its input once per part).
+    // SLAB_MAX_TASK_BYTES allows (each slab transforms its input once per part). (Parts
+    // per thread for small weights too where the tile rows do not split evenly, 7 at 13²
+    // over 2 threads, ran slower: SqueezeNet's 256←48 and 192←48 at 13² +2 to +12 µs,
+    // bench/NOTES.md §44.)
     let small = weights_fit(m, c);
     let mparts = if small { 1 } else { threads };
     let al = wg.align();
     let mc = m.div_ceil(mparts).div_ceil(al) * al;
     let mparts = m.div_ceil(mc);
     let per_row = 16 * (c + mc) * tw * 4;
-    let budget = if small {
+    let budget = if mparts == 1 {
         SLAB_BYTES
     } else {
         SLAB_MAX_TASK_BYTES
     };
     let mut k = (budget / per_row.max(1)).clamp(1, th);
-    if par && small {
+    // Slab j of an image: tile rows [j·k, (j+1)·k), or with `near`, [j·th/per_img,
+    // (j+1)·th/per_img).
+    let mut near = false;
+    let per_thread = threads.div_ceil(d.n).max(1);
+    if par && mparts == 1 && th % per_thread == 0 {
+        // Rows that split evenly over the threads: at least two slabs per thread, a
+        // multiple of the thread count of them, rows near-equal (14 tile rows in slabs of
+        // 3 were 5 slabs, 3+3+3+3+2: 6 rows on one thread and 8 on the other; now 6 of
+        // 2 or 3, 7 and 7).
+        near = true;
+    } else if par && mparts == 1 {
         // At least two slabs per thread.
-        k = k.min(th.div_ceil(2 * threads.div_ceil(d.n))).max(1);
+        k = k.min(th.div_ceil(2 * per_thread)).max(1);
     }
-    let per_img = th.div_ceil(k);
+    let per_img = if near {
+        th.div_ceil(k)
+            .max(2 * per_thread)
+            .next_multiple_of(per_thread)
+            .min(th)
+    } else {
+        th.div_ceil(k)
+    };
     let slabs = d.n * per_img;
     let mut out = crate::buffers::overwritten::<f32>(total);
     let dst = SendPtr(out.as_mut_ptr());
     let zero = vec![0.0f32; m];
     let bias = bias.unwrap_or(&zero);
+    // Tasks part by part (rayon's halves then take whole parts: each thread reads its own
+    // rows of the weights), slab by slab.
     let slab = |task: usize| -> bool {
-        let (si, mp) = (task / mparts, task % mparts);
-        let (ni, ty0) = (si / per_img, (si % per_img) * k);
-        let ty1 = (ty0 + k).min(th);
+        let (mp, si) = (task / slabs, task % slabs);
+        let (ni, j) = (si / per_img, si % per_img);
+        let (ty0, ty1) = if near {
+            (j * th / per_img, (j + 1) * th / per_img)
+        } else {
+            (j * k, ((j + 1) * k).min(th))
+        };
         let ns = (ty1 - ty0) * tw;
         // Output channels m0..m0 + ml of this part.
         let (m0, ml) = (mp * mc, mc.min(m - mp * mc));
