@@ -484,6 +484,60 @@ pub(super) fn enabled_isa() -> Option<MkIsa> {
     })
 }
 
+/// A slice of a channel block's product as [`block_product`] hands it to a tile: the
+/// slice's first row of `K` (`k0`), its rows (`kc`) and their packed weights (`kc·mb`
+/// values), the tile's positions (first, count), and the prefetch the tile runs (a
+/// pointer, floats per row of `K`: `super::packed::tile`'s `pf`).
+pub(super) struct Slice<'a> {
+    pub k0: usize,
+    pub kc: usize,
+    pub w: &'a [f32],
+    pub p0: usize,
+    pub np: usize,
+    pub pf: (*const f32, usize),
+}
+
+/// The packed drivers' schedule of channel block `b`'s product (`pk`'s weights): per
+/// `kc_max` rows of the block's weights (read from memory once, in order, then from L1 by
+/// the other tiles), every tile of positions `tiles` (`nt` of them), each run by `tile`.
+/// The tiles prefetch the next slice's lines (from `*ahead`, in floats, below `lim`: the
+/// task's last block's end) while they run on this one, spread over this slice's tiles,
+/// so that its memory traffic overlaps their FMAs instead of stalling the first tile of
+/// each slice; none once it (or `lim`) is covered. `*ahead` starts at the second slice of
+/// the task's first block and carries over from block to block.
+pub(super) fn block_product(
+    pk: &PackedConv,
+    b: usize,
+    kc_max: usize,
+    (nt, tiles): (usize, impl Iterator<Item = (usize, usize)> + Clone),
+    (ahead, lim): (&mut usize, usize),
+    mut tile: impl FnMut(Slice),
+) {
+    let (k, mb) = (pk.k, pk.isa.mb());
+    for k0 in (0..k).step_by(kc_max) {
+        let kc = kc_max.min(k - k0);
+        let at0 = (b * k + k0) * mb;
+        let w = &pk.data()[at0..at0 + kc * mb];
+        for (p0, np) in tiles.clone() {
+            let pfl = if *ahead >= lim.min(at0 + 2 * kc * mb) {
+                0
+            } else {
+                mb.div_ceil(nt)
+            };
+            let pf = (pk.data().as_ptr().wrapping_add(*ahead), pfl);
+            *ahead += kc * pfl;
+            tile(Slice {
+                k0,
+                kc,
+                w,
+                p0,
+                np,
+                pf,
+            });
+        }
+    }
+}
+
 /// `n` positions cut into tiles of near-equal width, at most `np_max` each (49 at 10:
 /// 10, 10, 10, 10, 9), so that no tile runs a single position: the tile count and each
 /// tile's (first position, width).

@@ -23,7 +23,8 @@
 use super::common::{with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
 use super::im2col::{im2col_2d, CONV_SPLIT_FLOPS};
 use super::pack::{
-    count_run, finish_rows, near_equal_tiles, transpose_into, MkIsa, PackedConv, Split,
+    block_product, count_run, finish_rows, near_equal_tiles, transpose_into, MkIsa, PackedConv,
+    Split,
 };
 use super::packed_rows::RowsRes;
 use crate::kernels::simd::{isa_cap, IsaCap};
@@ -178,46 +179,27 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
         let (nt, tiles) = near_equal_tiles(pb, np_max);
         let body = |xp: &[f32], xs: usize| {
             with_scratch(&PRODUCTS, pb * mb, |stripe: &mut [f32]| {
-                // The weights are one array read in order; the tiles prefetch the next
-                // slice's lines (from `ahead`, in floats) while they run on this one, so
-                // that its memory traffic overlaps their FMAs instead of stalling the
-                // first tile of each slice.
                 let lim = (b1 * k * mb).min(pk.data().len());
                 let mut ahead = (b0 * k + kc_max.min(k)) * mb;
                 for b in b0..b1 {
-                    for k0 in (0..k).step_by(kc_max) {
-                        let kc = kc_max.min(k - k0);
-                        // This block's KC rows of weights: read from memory once, then
-                        // from L1 by the other tiles.
-                        let at0 = (b * k + k0) * mb;
-                        let wb = &pk.data()[at0..at0 + kc * mb];
-                        for (p0, np) in tiles.clone() {
-                            // Floats of the next slice per row of k: the slice spread
-                            // over this slice's tiles; none once it (or the end) is covered.
-                            let pfl = if ahead >= lim.min(at0 + 2 * kc * mb) {
-                                0
-                            } else {
-                                mb.div_ceil(nt)
-                            };
-                            let pf = pk.data().as_ptr().wrapping_add(ahead);
-                            ahead += kc * pfl;
-                            // SAFETY: `wb` holds kc·mb values, X kc rows of np at
-                            // stride xs; the stripe's tile holds np·mb values.
-                            unsafe {
-                                tile(
-                                    isa,
-                                    np,
-                                    kc,
-                                    k0 > 0,
-                                    wb.as_ptr(),
-                                    xp[k0 * xs + p0..].as_ptr(),
-                                    xs,
-                                    stripe.as_mut_ptr().add(p0 * mb),
-                                    (pf, pfl),
-                                )
-                            };
+                    let sched = (nt, tiles.clone());
+                    block_product(pk, b, kc_max, sched, (&mut ahead, lim), |s| {
+                        // SAFETY: `s.w` holds kc·mb values, X kc rows of np at stride
+                        // xs; the stripe's tile holds np·mb values.
+                        unsafe {
+                            tile(
+                                isa,
+                                s.np,
+                                s.kc,
+                                s.k0 > 0,
+                                s.w.as_ptr(),
+                                xp[s.k0 * xs + s.p0..].as_ptr(),
+                                xs,
+                                stripe.as_mut_ptr().add(s.p0 * mb),
+                                s.pf,
+                            )
                         }
-                    }
+                    });
                     epilogue(ni, j0, pb, b, stripe);
                 }
             })

@@ -18,7 +18,9 @@
 
 use super::common::{with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
 use super::im2col::CONV_SPLIT_FLOPS;
-use super::pack::{count_run, finish_rows, im_enabled, transpose_into, MkIsa, PackedConv, Split};
+use super::pack::{
+    block_product, count_run, finish_rows, im_enabled, transpose_into, MkIsa, PackedConv, Split,
+};
 
 /// Bytes of a task's input rows (all channels) and its output stripe together: inside L2.
 const CHUNK_BYTES: usize = 768 << 10;
@@ -99,37 +101,26 @@ pub(super) fn run(
                 let lim = (b1 * k * mb).min(pk.data().len());
                 let mut ahead = (b0 * k + kc_max.min(k)) * mb;
                 for b in b0..b1 {
-                    for k0 in (0..k).step_by(kc_max) {
-                        let kc = kc_max.min(k - k0);
-                        let at0 = (b * k + k0) * mb;
-                        let wb = &pk.data()[at0..at0 + kc * mb];
-                        for (p0, np) in tiles.clone() {
-                            let pfl = if ahead >= lim.min(at0 + 2 * kc * mb) {
-                                0
-                            } else {
-                                mb.div_ceil(nt)
-                            };
-                            let pf = pk.data().as_ptr().wrapping_add(ahead);
-                            ahead += kc * pfl;
-                            // SAFETY: `wb` holds kc·mb values; every koff + poff is inside
-                            // the padded planes `xi` (hp, wp cover every position's taps);
-                            // the stripe's tile holds np·mb values.
-                            unsafe {
-                                tile(
-                                    isa,
-                                    np,
-                                    kc,
-                                    k0 > 0,
-                                    wb.as_ptr(),
-                                    xi.as_ptr(),
-                                    koff[k0..].as_ptr(),
-                                    poff[p0..].as_ptr(),
-                                    stripe.as_mut_ptr().add(p0 * mb),
-                                    (pf, pfl),
-                                )
-                            };
+                    let sched = (nt, tiles.clone());
+                    block_product(pk, b, kc_max, sched, (&mut ahead, lim), |s| {
+                        // SAFETY: `s.w` holds kc·mb values; every koff + poff is inside
+                        // the padded planes `xi` (hp, wp cover every position's taps);
+                        // the stripe's tile holds np·mb values.
+                        unsafe {
+                            tile(
+                                isa,
+                                s.np,
+                                s.kc,
+                                s.k0 > 0,
+                                s.w.as_ptr(),
+                                xi.as_ptr(),
+                                koff[s.k0..].as_ptr(),
+                                poff[s.p0..].as_ptr(),
+                                stripe.as_mut_ptr().add(s.p0 * mb),
+                                s.pf,
+                            )
                         }
-                    }
+                    });
                     let (m0, m1) = (b * mb, ((b + 1) * mb).min(m));
                     let ooff = (ni * m + m0) * p + j0;
                     // SAFETY: rows m0..m1 of image ni, columns j0..j0+pb: this task's

@@ -18,7 +18,7 @@ use super::dw_simd::{
     Isa, Plan, RowsFn, S2Fn,
 };
 #[cfg(target_arch = "x86_64")]
-use super::pack::{near_equal_tiles, MkIsa, PackedConv};
+use super::pack::{block_product, near_equal_tiles, MkIsa, PackedConv};
 use super::Packed;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::gemm_calls::{gemm_uninit_ptr, View};
@@ -261,39 +261,27 @@ fn pw_dw_blocks(
     let block = |(b, d): (usize, &mut [f32])| -> (u32, u32) {
         let (m0, nc) = (b * mb, d.len() / op);
         with_scratch(&PRODUCTS, hw * mb, |stripe: &mut [f32]| {
-            // The next slice of weights (the next block's first after the last) prefetched
-            // over this slice's tiles, as `packed`'s tasks do.
-            let lim = pk.data().len();
+            // The next slice of weights prefetched as `packed`'s tasks do (the next
+            // block's first after the last).
             let mut ahead = (b * k + kc_max.min(k)) * mb;
-            for k0 in (0..k).step_by(kc_max) {
-                let kc = kc_max.min(k - k0);
-                let at0 = (b * k + k0) * mb;
-                let wk = &pk.data()[at0..][..kc * mb];
-                for (p0, np) in tiles.clone() {
-                    let pfl = if ahead >= lim.min(at0 + 2 * kc * mb) {
-                        0
-                    } else {
-                        mb.div_ceil(nt)
-                    };
-                    let pf = pk.data().as_ptr().wrapping_add(ahead);
-                    ahead += kc * pfl;
-                    // SAFETY: `wk` holds kc·mb values; X rows k0..k0+kc of the planes
-                    // hold np values from p0 (p0 + np ≤ hw); the stripe's tile np·mb.
-                    unsafe {
-                        super::packed::tile(
-                            MkIsa::Avx512,
-                            np,
-                            kc,
-                            k0 > 0,
-                            wk.as_ptr(),
-                            x[k0 * hw + p0..].as_ptr(),
-                            hw,
-                            stripe.as_mut_ptr().add(p0 * mb),
-                            (pf, pfl),
-                        )
-                    };
+            let sched = (nt, tiles.clone());
+            block_product(pk, b, kc_max, sched, (&mut ahead, pk.data().len()), |s| {
+                // SAFETY: `s.w` holds kc·mb values; X rows k0..k0+kc of the planes hold
+                // np values from p0 (p0 + np ≤ hw); the stripe's tile np·mb.
+                unsafe {
+                    super::packed::tile(
+                        MkIsa::Avx512,
+                        s.np,
+                        s.kc,
+                        s.k0 > 0,
+                        s.w.as_ptr(),
+                        x[s.k0 * hw + s.p0..].as_ptr(),
+                        hw,
+                        stripe.as_mut_ptr().add(s.p0 * mb),
+                        s.pf,
+                    )
                 }
-            }
+            });
             // SAFETY: AVX-512F (checked above); the stripe holds hw·32 values.
             let bits_a = unsafe {
                 stripe_epilogue(
