@@ -141,14 +141,14 @@ fn reference(cs: &Case, p: &Params, x: &[f32]) -> Vec<f64> {
     out
 }
 
-/// Planes over 1024 pixels and enough channels that a thread's channels take several
-/// bands of rows (512 KB each), so rows finish at band edges inside the image.
-fn cases() -> Vec<Case> {
-    let base = Case {
-        c: 8,
+/// MobileNetV2's block on `c` input channels and an `h × w` plane: 150 channels, BatchNorm
+/// and ReLU6 after the 1×1 conv, a 3×3 stride-1 depthwise conv with its bias and ReLU6.
+fn mobilenet_block(c: usize, h: usize, w: usize) -> Case {
+    Case {
+        c,
         m: 150,
-        h: 40,
-        w: 64,
+        h,
+        w,
         k: 3,
         s: 1,
         p: (1, 1, 1, 1),
@@ -156,7 +156,13 @@ fn cases() -> Vec<Case> {
         act_a: Act::Relu6,
         bias_b: true,
         act_b: Act::Relu6,
-    };
+    }
+}
+
+/// Planes over 1024 pixels and enough channels that a thread's channels take several
+/// bands of rows (512 KB each), so rows finish at band edges inside the image.
+fn cases() -> Vec<Case> {
+    let base = mobilenet_block(8, 40, 64);
     vec![
         // MobileNetV2's block: ReLU6, 3×3 stride 1.
         base,
@@ -223,19 +229,7 @@ fn cases() -> Vec<Case> {
 /// CPU that has it (at least 128 input channels, at most an eighth of the last block
 /// unused).
 fn small_cases() -> Vec<Case> {
-    let base = Case {
-        c: 140,
-        m: 150,
-        h: 7,
-        w: 7,
-        k: 3,
-        s: 1,
-        p: (1, 1, 1, 1),
-        bn: true,
-        act_a: Act::Relu6,
-        bias_b: true,
-        act_b: Act::Relu6,
-    };
+    let base = mobilenet_block(140, 7, 7);
     vec![
         base,
         // 14² to 7², TF-style padding, SiLU both (a last block of 24: halves 16 + 8).
