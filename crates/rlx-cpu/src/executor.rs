@@ -472,11 +472,14 @@ impl CpuExecutor {
     }
 
     /// How many 1×1 convs run interleaved with the depthwise conv that alone reads their
-    /// output (`crate::fuse::run_pair`: bands of rows, so the depthwise conv reads the 1×1
-    /// conv's output from cache; on and off with the other fusions; with a scanner too, each
+    /// output (`crate::fuse::run_pair`: bands of rows, or blocks of channels on small
+    /// planes, so the depthwise conv reads the 1×1 conv's output from cache; on and off with the other fusions; with a scanner too, each
     /// conv's largest |y| taken in the kernels, the pair replayed op by op when not finite;
-    /// [`CpuExecutor::set_pairing`]). A pair whose kernels do not apply at run time (no
-    /// AVX-512, another kernel size) runs apart.
+    /// [`CpuExecutor::set_pairing`]). On planes over 1024 pixels a pair whose kernels do
+    /// not apply at run time (no AVX-512, another kernel size) runs apart; on smaller ones
+    /// only the pairs that run by blocks of channels are planned (the 1×1 conv on
+    /// AVX-512 packed weights, a depthwise conv the channel-block kernel takes:
+    /// `kernels::conv::pair_blocks_take`).
     pub fn paired_convs(&self) -> usize {
         self.plan.convs().filter(|c| c.then_dw.is_some()).count() * self.pairs_on as usize
     }

@@ -212,7 +212,7 @@ impl Plan {
             })
             .collect();
         // Weights for RLX's own conv kernel, where the Winograd path has none.
-        let packed = graph
+        let packed: Vec<Option<Arc<Packed>>> = graph
             .nodes
             .iter()
             .zip(&wino)
@@ -238,6 +238,39 @@ impl Plan {
             }
             steps[head.index()] = step;
         };
+        // A pair on a small plane runs by blocks on the 1×1 conv's packed weights: kept
+        // only where the blocks take it (else the two convs run apart, untried each run).
+        for (k, grp) in fusions.groups.iter().enumerate() {
+            let Some(kb) = fusions.then_dw[k] else {
+                continue;
+            };
+            let conv = graph.node(grp.conv);
+            if crate::fuse::pair_by_bands(&conv.shape) {
+                continue;
+            }
+            let pk = match grp.folded {
+                Some(_) => group_packed[k].as_deref(),
+                None => packed[grp.conv.index()].as_deref(),
+            };
+            let dw = graph.node(fusions.groups[kb].conv);
+            let takes = match (pk, &conv.op, &dw.op, dw.inputs.get(1)) {
+                (Some(pk), Op::Conv(a), Op::Conv(b), Some(&wb)) => {
+                    let wb = graph.node(wb).shape.dims_usize();
+                    rlx_kernels::kernels::conv::pair_blocks_take(
+                        pk,
+                        a,
+                        &conv.shape,
+                        &wb,
+                        b,
+                        &dw.shape,
+                    )
+                }
+                _ => false,
+            };
+            if !takes {
+                fusions.then_dw[k] = None;
+            }
+        }
         let dw_conv: Vec<Option<NodeId>> = (fusions.then_dw.iter())
             .map(|kb| kb.map(|kb| fusions.groups[kb].conv))
             .collect();

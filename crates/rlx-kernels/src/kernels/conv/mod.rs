@@ -53,7 +53,7 @@ use im2col::conv_float;
 pub use im2col::CONV_SPLIT_FLOPS;
 #[cfg(target_arch = "x86_64")]
 pub use pack::{pack_form, packed_runs, packed_weights, MkIsa, PackForm, PackedConv};
-pub use pw_dw::{pw_dw, PAIR_BLOCKS_MAX_PLANE};
+pub use pw_dw::{pair_blocks_take, pw_dw, PAIR_BLOCKS_MAX_PLANE};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 pub use winograd::{winograd_takes, winograd_transform, winograd_weights, WinogradWeights};
 

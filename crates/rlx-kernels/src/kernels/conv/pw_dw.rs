@@ -497,6 +497,52 @@ pub fn pw_dw(
     }
 }
 
+/// True when [`pw_dw`] runs the pair by blocks of channels ([`pw_dw_blocks`]) on `pk`, the
+/// packed weights of the 1×1 conv `a` (output `out_a`), with the depthwise conv `b`
+/// (weights of dims `wb`, output `out_b`): weights packed for the AVX-512 tiles, a stride-1
+/// 1×1 conv on one image of at most [`PAIR_BLOCKS_MAX_PLANE`] pixels, a depthwise conv the
+/// channel-block kernel takes, the channel-block path on. The executor asks once, when it
+/// plans, so that a pair the blocks never take is not tried on every run; [`pw_dw`] still
+/// checks the values (dtype, finite weights) each run.
+pub fn pair_blocks_take(
+    pk: &Packed,
+    a: &ConvAttrs,
+    out_a: &Shape,
+    wb: &[usize],
+    b: &ConvAttrs,
+    out_b: &Shape,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (Some(od_a), Some(od_b)) = (out_a.static_dims(), out_b.static_dims()) else {
+            return false;
+        };
+        let wd = pk.wdims();
+        if od_a.len() != 4 || wd.len() != 4 {
+            return false;
+        }
+        let xd = [od_a[0], wd[1], od_a[2], od_a[3]];
+        let (Ok(ga), Ok(gb)) = (geometry(&xd, wd, a, &od_a), geometry(&od_a, wb, b, &od_b)) else {
+            return false;
+        };
+        pk.isa == MkIsa::Avx512
+            && !pk.rows
+            && super::packed::fits(pk, wd, &ga)
+            && ga.n == 1
+            && ga.direct()
+            && ga.sp[0] * ga.sp[1] <= PAIR_BLOCKS_MAX_PLANE
+            && gb.depthwise_2d()
+            && best_isa() == Some(Isa::Avx512)
+            && cblock_on()
+            && cblock_plan(&gb, 16).is_some()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (pk, a, out_a, wb, b, out_b);
+        false
+    }
+}
+
 /// The largest 1×1 conv output plane (pixels) whose pair [`pw_dw`] runs by blocks of
 /// channels on packed weights; larger planes run by bands of rows on the weights as they
 /// are. At and below it a plane's channels stay in L2 anyway (bands gain nothing), and
