@@ -487,8 +487,10 @@ fn residual_at(
 /// The depthwise group that [`run_pair`] can run with pointwise group `a`: `a`'s conv is
 /// 1×1 with stride 1, no padding and one group, on one image, and its output (not a graph
 /// output) is read only, as input 0, by the conv of a group with one filter per channel.
+/// On planes of 1024 pixels or fewer the plan keeps the pair only where the blocks take it
+/// (`crate::plan`, `rlx_kernels::kernels::conv::pair_blocks_take`);
 /// `rlx_kernels::kernels::conv::pw_dw` checks the rest (kernel size, stride, finite
-/// weights, packed weights on small planes, the CPU) each run.
+/// weights, the CPU) each run.
 fn pair_at(
     g: &Graph,
     f: &Fusions,
