@@ -212,7 +212,7 @@ impl Plan {
             })
             .collect();
         // Weights for RLX's own conv kernel, where the Winograd path has none.
-        let packed: Vec<Option<Arc<Packed>>> = graph
+        let conv_packed: Vec<Option<Arc<Packed>>> = graph
             .nodes
             .iter()
             .zip(&wino)
@@ -238,46 +238,13 @@ impl Plan {
             }
             steps[head.index()] = step;
         };
-        // A pair on a small plane runs by blocks on the 1×1 conv's packed weights: kept
-        // only where the blocks take it (else the two convs run apart, untried each run).
-        for (k, grp) in fusions.groups.iter().enumerate() {
-            let Some(kb) = fusions.then_dw[k] else {
-                continue;
-            };
-            let conv = graph.node(grp.conv);
-            if crate::fuse::pair_by_bands(&conv.shape) {
-                continue;
-            }
-            let pk = match grp.folded {
-                Some(_) => group_packed[k].as_deref(),
-                None => packed[grp.conv.index()].as_deref(),
-            };
-            let dw = graph.node(fusions.groups[kb].conv);
-            let takes = match (pk, &conv.op, &dw.op, dw.inputs.get(1)) {
-                (Some(pk), Op::Conv(a), Op::Conv(b), Some(&wb)) => {
-                    let wb = graph.node(wb).shape.dims_usize();
-                    rlx_kernels::kernels::conv::pair_blocks_take(
-                        pk,
-                        a,
-                        &conv.shape,
-                        &wb,
-                        b,
-                        &dw.shape,
-                    )
-                }
-                _ => false,
-            };
-            if !takes {
-                fusions.then_dw[k] = None;
-            }
-        }
         let dw_conv: Vec<Option<NodeId>> = (fusions.then_dw.iter())
             .map(|kb| kb.map(|kb| fusions.groups[kb].conv))
             .collect();
         let conv_parts = fusions.groups.into_iter().zip(fusions.scaled).zip(dw_conv);
         let conv_parts = conv_parts.zip(res_take).zip(group_wino).zip(group_packed);
         for (((((grp, scaled), then_dw), res_take), wino), packed) in conv_parts {
-            let step = ConvStep {
+            let mut step = ConvStep {
                 grp,
                 scaled,
                 then_dw,
@@ -285,6 +252,34 @@ impl Plan {
                 wino,
                 packed,
             };
+            // A pair on a small plane runs by blocks on the 1×1 conv's packed weights:
+            // kept only where the blocks take it (else the two convs run apart, untried
+            // each run).
+            let conv = graph.node(step.grp.conv);
+            if let Some(dw) = step
+                .then_dw
+                .filter(|_| !crate::fuse::pair_by_bands(&conv.shape))
+            {
+                let dw = graph.node(dw);
+                let pk = step.packed_weights(&conv_packed);
+                let takes = match (pk, &conv.op, &dw.op, dw.inputs.get(1)) {
+                    (Some(pk), Op::Conv(a), Op::Conv(b), Some(&wb)) => {
+                        let wb = graph.node(wb).shape.dims_usize();
+                        rlx_kernels::kernels::conv::pair_blocks_take(
+                            pk,
+                            a,
+                            &conv.shape,
+                            &wb,
+                            b,
+                            &dw.shape,
+                        )
+                    }
+                    _ => false,
+                };
+                if !takes {
+                    step.then_dw = None;
+                }
+            }
             let head = step.grp.conv;
             let covers = step.covers().collect();
             place(head, Step::Conv(Box::new(step)), covers);
@@ -316,7 +311,7 @@ impl Plan {
             can_take1,
             mm_views,
             wino,
-            packed,
+            packed: conv_packed,
             reserve,
         }
     }

@@ -115,7 +115,7 @@ impl ConvStep {
             return Ok(None);
         };
         let x = input0(g, id, &run.slots)?;
-        let pk = self.packed_weights(plan).filter(|_| run.fast);
+        let pk = self.packed_weights(&plan.packed).filter(|_| run.fast);
         match crate::fuse::run_pair(g, &self.grp, &b.grp, x, pk, run.scan)
             .map_err(|e| kernel_err(g, id, e.to_string()))?
         {
@@ -172,11 +172,14 @@ impl ConvStep {
     }
 
     /// The conv's weights packed for RLX's product kernel: the folded ones' (this step's),
-    /// or the conv's own (the plan's).
-    fn packed_weights<'p>(&'p self, plan: &'p Plan) -> Option<&'p Packed> {
+    /// or the conv's own (`per_node`: the plan's, `Plan::packed`).
+    pub(crate) fn packed_weights<'p>(
+        &'p self,
+        per_node: &'p [Option<std::sync::Arc<Packed>>],
+    ) -> Option<&'p Packed> {
         match self.grp.folded {
             Some(_) => self.packed.as_deref(),
-            None => plan.packed[self.grp.conv.index()].as_deref(),
+            None => per_node[self.grp.conv.index()].as_deref(),
         }
     }
 
@@ -187,7 +190,7 @@ impl ConvStep {
         let conv = grp.conv.index();
         let wg = if folded { &self.wino } else { &plan.wino[conv] };
         let wg = wg.as_deref().filter(|_| run.wino);
-        let pk = self.packed_weights(plan).filter(|_| run.fast);
+        let pk = self.packed_weights(&plan.packed).filter(|_| run.fast);
         // The residual: not while scanning, nor on the Winograd path (whose tiles would
         // read it scattered, slower than the Add's own pass).
         let res = grp.residual.filter(|_| !run.scan && wg.is_none());

@@ -237,18 +237,7 @@ fn pw_dw_blocks(
 ) -> bool {
     use super::common::{with_scratch, PRODUCTS};
     use rayon::prelude::*;
-    let mut wd = vec![ga.m, ga.c];
-    wd.extend(&ga.ks);
-    if pk.isa != MkIsa::Avx512
-        || pk.rows
-        || !super::packed::fits(pk, &wd, ga)
-        || !ga.direct()
-        || best_isa() != Some(Isa::Avx512)
-        || !cblock_on()
-    {
-        return false;
-    }
-    let Some(p) = cblock_plan(gb, 16) else {
+    let Some(p) = blocks_plan(pk, ga, gb) else {
         return false;
     };
     let (m, k, mb, np_max) = (ga.m, pk.k, MkIsa::Avx512.mb(), MkIsa::Avx512.np_max());
@@ -346,6 +335,32 @@ fn pw_dw_blocks(
         s.fetch_max(bits_b, Ordering::Relaxed);
     }
     true
+}
+
+#[cfg(target_arch = "x86_64")]
+/// The channel-block plan of the depthwise conv `gb` where [`pw_dw_blocks`] runs the pair
+/// with the 1×1 conv `ga` on its packed weights `pk`: weights packed for the AVX-512
+/// tiles that fit `ga`, a stride-1 1×1 conv on one image of at most
+/// [`PAIR_BLOCKS_MAX_PLANE`] pixels, `gb` depthwise and taken by the channel-block kernel
+/// (16 lanes), the channel-block path on. The one list of these conditions, for the run
+/// ([`pw_dw_blocks`]) and the plan ([`pair_blocks_take`]).
+fn blocks_plan(pk: &PackedConv, ga: &Geo, gb: &Geo) -> Option<super::dw_simd::CBlock> {
+    let mut wd = vec![ga.m, ga.c];
+    wd.extend(&ga.ks);
+    let takes = pk.isa == MkIsa::Avx512
+        && !pk.rows
+        && super::packed::fits(pk, &wd, ga)
+        && ga.n == 1
+        && ga.direct()
+        && ga.sp[0] * ga.sp[1] <= PAIR_BLOCKS_MAX_PLANE
+        && gb.depthwise_2d()
+        && best_isa() == Some(Isa::Avx512)
+        && cblock_on();
+    if takes {
+        cblock_plan(gb, 16)
+    } else {
+        None
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -525,16 +540,7 @@ pub fn pair_blocks_take(
         let (Ok(ga), Ok(gb)) = (geometry(&xd, wd, a, &od_a), geometry(&od_a, wb, b, &od_b)) else {
             return false;
         };
-        pk.isa == MkIsa::Avx512
-            && !pk.rows
-            && super::packed::fits(pk, wd, &ga)
-            && ga.n == 1
-            && ga.direct()
-            && ga.sp[0] * ga.sp[1] <= PAIR_BLOCKS_MAX_PLANE
-            && gb.depthwise_2d()
-            && best_isa() == Some(Isa::Avx512)
-            && cblock_on()
-            && cblock_plan(&gb, 16).is_some()
+        blocks_plan(pk, &ga, &gb).is_some()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

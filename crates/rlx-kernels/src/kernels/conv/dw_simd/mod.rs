@@ -11,7 +11,7 @@ mod rows;
 
 use super::common::{Epilogue, Geo};
 use cblock::run_cblock;
-pub(super) use cblock::{cblock_on, cblock_plan, cblock_stripe};
+pub(super) use cblock::{cblock_on, cblock_plan, cblock_stripe, CBlock};
 use flat::run_flat;
 pub(super) use flat::{flat_plan, s2_plane, Flat, S2Fn};
 pub(super) use rows::{plan, rows_avx512, Plan, RowsFn};
