@@ -2,7 +2,8 @@
 //! rows (`CpuExecutor::paired_convs`): values against the ONNX Conv definition computed here
 //! in f64 (zero padding, per-channel BatchNorm, Relu/Clip/SiLU as their formulas), bits
 //! against the same fused graph with the pair run apart (`set_pairing(false)`: the pair's
-//! kernels are the two convs' kernels), at 1 and 3 threads; and NaN/Inf reports as with
+//! kernels are the two convs' kernels; a zero's sign aside where the blocks take a 3×3
+//! conv that alone runs per row), at 1 and 3 threads; and NaN/Inf reports as with
 //! fusion off (a scanned pair takes each conv's largest |y| in its kernels and, when one is
 //! not finite, is replayed op by op).
 
@@ -282,7 +283,24 @@ fn small_cases() -> Vec<Case> {
             act_b: Act::Silu,
             ..base
         },
+        // MobileNetV2's 3×3 stride 1 at 14², a last block of 8: the blocks take it where
+        // the depthwise conv alone runs per row (`sign_of_zero_may_differ`).
+        Case {
+            c: 128,
+            m: 200,
+            h: 14,
+            w: 14,
+            ..base
+        },
     ]
+}
+
+/// True where the pair runs by blocks a 3×3 stride-1 depthwise conv more than 8 outputs
+/// wide, which alone takes the per-row path: that path skips the padding taps where the
+/// channel-block kernel adds `w · (+0)`, so a window of all-zero terms may give a zero of
+/// the other sign (docs/DESIGN.md); every other value has the same bits.
+fn sign_of_zero_may_differ(cs: &Case) -> bool {
+    cs.k == 3 && cs.s == 1 && cs.out_hw().1 > 8 && cs.h * cs.w <= 1024
 }
 
 fn run(ex: &mut CpuExecutor, cs: &Case, x: &[f32], threads: usize) -> Vec<f32> {
@@ -309,6 +327,7 @@ fn pointwise_then_depthwise_matches_the_definition_and_the_unfused_bits() {
             .map(|v| v * 3.0)
             .collect();
         let want = reference(cs, &p, &x);
+        let loose = sign_of_zero_may_differ(cs);
         ex.set_pairing(false);
         let plain = run(&mut ex, cs, &x, 1);
         ex.set_pairing(true);
@@ -320,6 +339,7 @@ fn pointwise_then_depthwise_matches_the_definition_and_the_unfused_bits() {
             let y = run(&mut ex, cs, &x, threads);
             let diff: Vec<usize> = (0..y.len())
                 .filter(|&j| y[j].to_bits() != plain[j].to_bits())
+                .filter(|&j| !(loose && y[j] == 0.0 && plain[j] == 0.0))
                 .collect();
             assert!(
                 diff.is_empty(),

@@ -14,8 +14,8 @@ use super::common::{bias_clamp, with_col, Geo};
 use super::common::{geometry, Act};
 #[cfg(target_arch = "x86_64")]
 use super::dw_simd::{
-    best_isa, cblock_on, cblock_plan, cblock_stripe, flat_plan, plan, rows_avx512, s2_plane, Flat,
-    Isa, Plan, RowsFn, S2Fn,
+    best_isa, cblock_on, cblock_plan_stripe, cblock_stripe, flat_plan, plan, rows_avx512, s2_plane,
+    Flat, Isa, Plan, RowsFn, S2Fn,
 };
 #[cfg(target_arch = "x86_64")]
 use super::pack::{block_product, near_equal_tiles, MkIsa, PackedConv};
@@ -224,8 +224,11 @@ fn pw_dw_bands(
 /// ([`cblock_stripe`]), which writes the depthwise output planes. Blocks are split over
 /// threads where the 1×1 conv's products are many ([`super::CONV_SPLIT_FLOPS`], as the
 /// 1×1 conv alone). False (nothing written) where this does not apply: weights not
-/// packed for the AVX-512 tiles, a depthwise conv [`cblock_plan`] does not take (as the
-/// conv alone would not), the channel-block path off.
+/// packed for the AVX-512 tiles, a depthwise conv [`cblock_plan_stripe`] does not take,
+/// the channel-block path off. A 3×3 stride-1 conv more than 8 outputs wide runs here
+/// (the stripe needs no transpose in) where alone it takes the per-row path: the same
+/// values, but for the sign of a zero (the per-row path skips the padding taps, this one
+/// adds `w · (+0)` for them, docs/DESIGN.md).
 ///
 /// `x`: one image `[c, h, w]`; `ga`, `gb` the two convs; `wb` the depthwise weights
 /// (finite); `out` (`m·oh·ow`) receives the depthwise output.
@@ -342,7 +345,7 @@ fn pw_dw_blocks(
 /// with the 1×1 conv `ga` on its packed weights `pk`: weights packed for the AVX-512
 /// tiles that fit `ga`, a stride-1 1×1 conv on one image of at most
 /// [`PAIR_BLOCKS_MAX_PLANE`] pixels, `gb` depthwise and taken by the channel-block kernel
-/// (16 lanes), the channel-block path on. The one list of these conditions, for the run
+/// on a stripe ([`cblock_plan_stripe`]), the channel-block path on. The one list of these conditions, for the run
 /// ([`pw_dw_blocks`]) and the plan ([`pair_blocks_take`]).
 fn blocks_plan(pk: &PackedConv, ga: &Geo, gb: &Geo) -> Option<super::dw_simd::CBlock> {
     let mut wd = vec![ga.m, ga.c];
@@ -357,7 +360,7 @@ fn blocks_plan(pk: &PackedConv, ga: &Geo, gb: &Geo) -> Option<super::dw_simd::CB
         && best_isa() == Some(Isa::Avx512)
         && cblock_on();
     if takes {
-        cblock_plan(gb, 16)
+        cblock_plan_stripe(gb)
     } else {
         None
     }
@@ -431,7 +434,8 @@ unsafe fn stripe_epilogue(
 /// `act_b`: each conv's activation and scan, as [`super::conv_post`] applies it. Returns
 /// the depthwise conv's output `[1, M, OH, OW]` (`out_b`), the same bits as the two convs
 /// run one after the other (the 1×1 conv on `pka` where the blocks run: its packed
-/// kernel's sums); None, with nothing computed, where neither applies (another shape,
+/// kernel's sums; a zero's sign may differ where the blocks take a 3×3 conv the
+/// depthwise kernel alone would not, see [`pw_dw_blocks`]); None, with nothing computed, where neither applies (another shape,
 /// dtype or kernel; no AVX-512; the weights the path needs not given).
 ///
 /// # Errors

@@ -64,6 +64,21 @@ pub(crate) fn cblock_on() -> bool {
 /// wider than 8 outputs). `lanes`: channels per block, 16 ([`cblock`]) or 8
 /// ([`cblock8`]).
 pub(crate) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
+    plan_for(g, lanes, false)
+}
+
+/// [`cblock_plan`] for [`cblock_stripe`] (16 lanes): its input is a 1×1 conv's stripe,
+/// copied into the scratch with no transpose, so 3×3 stride-1 kernels are taken on planes
+/// of any width up to the bound (stride 2 keeps the 8-output bound: not measured). MobileNetV2's 1×1 + 3×3 pairs at 14² (384 and 576 channels)
+/// ran 20 µs faster each than the two convs apart (one-pair models, 1 thread), the
+/// model 1.3% (bench/NOTES.md §45).
+pub(crate) fn cblock_plan_stripe(g: &Geo) -> Option<CBlock> {
+    plan_for(g, 16, true)
+}
+
+/// [`cblock_plan`]; `stripe`: the input comes without the transpose in (3×3 stride 1 at
+/// any width).
+fn plan_for(g: &Geo, lanes: usize, stripe: bool) -> Option<CBlock> {
     let k = g.ks[0];
     let s = g.strides[0];
     if g.ks[1] != k
@@ -85,7 +100,8 @@ pub(crate) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
     // at 2: the transposes, per input position, are not paid back by 9 taps. On AVX2
     // (8 lanes, Zen 2) 3×3 gained at every plane up to the bound, 1 and 2 threads
     // (576 ch at 14²: 0.23 → 0.15 ms; 240 ch 3×3/2 at 28²: 0.155 → 0.088 ms; §23).
-    if k == 3 && ow > 8 && lanes == 16 {
+    // From a stripe there is no transpose in (`cblock_plan_stripe`).
+    if k == 3 && ow > 8 && lanes == 16 && !(stripe && s == 1) {
         return None;
     }
     let (pt, pl) = (g.pads[0].0, g.pads[1].0);

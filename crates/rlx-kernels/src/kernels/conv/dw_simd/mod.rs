@@ -10,8 +10,10 @@ mod flat;
 mod rows;
 
 use super::common::{Epilogue, Geo};
+#[cfg(test)]
+pub(super) use cblock::cblock_plan;
 use cblock::run_cblock;
-pub(super) use cblock::{cblock_on, cblock_plan, cblock_stripe, CBlock};
+pub(super) use cblock::{cblock_on, cblock_plan_stripe, cblock_stripe, CBlock};
 use flat::run_flat;
 pub(super) use flat::{flat_plan, s2_plane, Flat, S2Fn};
 pub(super) use rows::{plan, rows_avx512, Plan, RowsFn};
