@@ -292,6 +292,20 @@ fn small_cases() -> Vec<Case> {
             w: 14,
             ..base
         },
+        // The same on a 6×29 plane with bottom/right pads only, Relu then no depthwise
+        // bias (zeros in, zero sums out), a last block of 16.
+        Case {
+            c: 130,
+            m: 144,
+            h: 6,
+            w: 29,
+            p: (0, 0, 2, 2),
+            bn: false,
+            act_a: Act::Relu,
+            bias_b: false,
+            act_b: Act::Relu,
+            ..base
+        },
     ]
 }
 
