@@ -170,7 +170,8 @@ impl PackedConv {
 /// last block (M = 48 on AVX-512 computes 64: SqueezeNet's 48←384 lost), and
 /// * 1×1 kernels without padding on output planes up to 8² and of `MAX_PLANE` (7², 14²:
 ///   the pointwise convs where gemm's weight reads hurt most), and on the planes between
-///   with at most `MID_PLANE_W_BYTES` of weights (SqueezeNet's 64←384 and 64←512 at 13²),
+///   with at most `mid_plane_w_bytes()` of weights (SqueezeNet's 64←384 and 64←512 at 13²;
+///   on AMD with AVX-512 its 2 MB classifier too),
 ///   and, with as few weights, on planes up to `ODD_PLANE_MAX` (28²) that are not whole
 ///   64-byte lines (SqueezeNet's 32←256 and 32←128 at 27²);
 /// * larger kernels with stride 2 on output planes up to `MAX_PLANE_S2` (ResNet's 3×3/2
@@ -225,12 +226,13 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     let p = od[2] * od[3];
     let k: usize = d[1..].iter().product();
     let plain = a.groups.max(1) == 1 && a.dilations.iter().all(|&v| v == 1);
-    let small_w = d[0] * k * size_of::<f32>() <= MID_PLANE_W_BYTES;
+    let w_bytes = d[0] * k * size_of::<f32>();
+    let small_w = w_bytes <= MID_PLANE_W_BYTES;
     let pw = d[2..] == [1, 1]
         && a.pads.iter().all(|&p| p == (0, 0))
         && (p <= 64
             || p == MAX_PLANE
-            || (p < MAX_PLANE && small_w)
+            || (p < MAX_PLANE && w_bytes <= mid_plane_w_bytes())
             || (p <= ODD_PLANE_MAX && p % 16 != 0 && small_w));
     // Larger kernels: stride 2 on small planes through im2col; with the input read in
     // place (`packed_im`), stride 1 or 2 on any plane with at least KXK_MIN_C input
@@ -453,12 +455,31 @@ const MIN_K_AMD512: usize = 64;
 const MAX_PLANE: usize = 196;
 
 /// Most weight bytes of a 1×1 conv packed on an output plane between 8² and 14² (not 14²
-/// itself). SqueezeNet's 13² convs, per node in the model, 1 thread, against gemm
+/// itself) on Intel and AVX2 ([`mid_plane_w_bytes`]; planes that are not whole lines, up
+/// to [`ODD_PLANE_MAX`], on every CPU). SqueezeNet's 13² convs, per node in the model, 1 thread, against gemm
 /// (bench/NOTES.md §38-39): 64←384 and 64←512 (96 and 128 KB) gained on the three CPU kinds
 /// (Intel Xeon VM 12-16 µs each, the device host's Xeon 18-27, Zen 4 14-23); 1000←512
 /// (2 MB) lost 25-73 µs on both Xeons (1148–1186 against 1035–1050 in §31) and gained 62 on
 /// Zen 4. Between 128 KB and 2 MB nothing was measured.
 const MID_PLANE_W_BYTES: usize = 512 << 10;
+
+/// [`MID_PLANE_W_BYTES`], except on AMD with AVX-512 ([`MID_PLANE_W_BYTES_AMD512`]); both
+/// inputs are read once per process.
+fn mid_plane_w_bytes() -> usize {
+    if isa_cap() == IsaCap::Avx512 && crate::kernels::simd::amd() {
+        MID_PLANE_W_BYTES_AMD512
+    } else {
+        MID_PLANE_W_BYTES
+    }
+}
+
+/// [`mid_plane_w_bytes`] on AMD with AVX-512 (Zen 4): SqueezeNet's 1000←512 classifier at
+/// 13² (2 MB of weights, a quarter of the model's time) on the packed tiles, per node in
+/// the model (1 thread, 7 interleaved rounds, bench/NOTES.md §45) 1713 → 1634 µs (its
+/// GlobalAveragePool after it 22 → 37); the model 0.983 (median of rounds) at 1 thread,
+/// 3.813 → 3.747 ms at 2. The Xeons lost 25-73 µs on the same conv (§31), so they keep
+/// the 512 KB bound.
+const MID_PLANE_W_BYTES_AMD512: usize = 2 << 20;
 
 /// Largest output plane on which a 1×1 conv whose plane is not a whole number of 16-value
 /// (64-byte) lines is packed, with at most [`MID_PLANE_W_BYTES`] of weights. On such a

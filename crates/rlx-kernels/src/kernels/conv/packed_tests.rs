@@ -766,19 +766,23 @@ fn packed_split_covers_positions_and_blocks_once() {
 /// Which 1×1 convs on the output planes between 8² and 14² get packed weights
 /// ([`super::pack::pack_form`]): those with at most 512 KB of weights (SqueezeNet's 64←384
 /// and 64←512 at 13², bench/NOTES.md §39), not SqueezeNet's 2 MB classifier 1000←512 nor
-/// a 576 KB one; 14² and 7² as before, whatever the weights; up to 28², the planes that are
+/// a 576 KB one, except on AMD with AVX-512, up to 2 MB (§45); 14² and 7² as before, whatever the weights; up to 28², the planes that are
 /// not whole 64-byte lines with as few weights (§41); none where the packed kernel does
 /// not run on this CPU.
 #[test]
 fn pointwise_mid_planes_pack_by_weight_bytes() {
     let on = super::pack::enabled_isa().is_some();
+    // AMD with AVX-512 packs up to 2 MB of weights on the planes between 8² and 14².
+    let amd512 = crate::kernels::simd::isa_cap() == crate::kernels::simd::IsaCap::Avx512
+        && crate::kernels::simd::amd();
     // (output channels, input channels, output plane side, packed where the kernel runs)
     let cases = [
-        (64, 384, 13, true),    // 96 KB
-        (64, 512, 13, true),    // 128 KB
-        (256, 512, 10, true),   // 512 KB: the bound
-        (288, 512, 13, false),  // 576 KB
-        (1000, 512, 13, false), // 2 MB
+        (64, 384, 13, true),     // 96 KB
+        (64, 512, 13, true),     // 128 KB
+        (256, 512, 10, true),    // 512 KB: the bound
+        (288, 512, 13, amd512),  // 576 KB
+        (1000, 512, 13, amd512), // 2 MB (SqueezeNet's classifier): AMD's bound
+        (1025, 512, 13, false),  // over 2 MB
         (1000, 512, 14, true),  // 14²: any size
         (1000, 512, 7, true),   // 7²
         (64, 512, 16, false),   // above 14², whole 64-byte lines: gemm
