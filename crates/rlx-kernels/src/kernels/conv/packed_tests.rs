@@ -783,14 +783,14 @@ fn pointwise_mid_planes_pack_by_weight_bytes() {
         (288, 512, 13, amd512),  // 576 KB
         (1000, 512, 13, amd512), // 2 MB (SqueezeNet's classifier): AMD's bound
         (1025, 512, 13, false),  // over 2 MB
-        (1000, 512, 14, true),  // 14²: any size
-        (1000, 512, 7, true),   // 7²
-        (64, 512, 16, false),   // above 14², whole 64-byte lines: gemm
-        (64, 512, 15, true),    // 225 values: not whole lines (`ODD_PLANE_MAX`)
-        (32, 256, 27, true),    // SqueezeNet's 32←256 at 27² (729)
-        (32, 256, 28, false),   // 784 = 49 lines
-        (288, 512, 27, false),  // 576 KB
-        (32, 256, 29, false),   // 841: above 28²
+        (1000, 512, 14, true),   // 14²: any size
+        (1000, 512, 7, true),    // 7²
+        (64, 512, 16, false),    // above 14², whole 64-byte lines: gemm
+        (64, 512, 15, true),     // 225 values: not whole lines (`ODD_PLANE_MAX`)
+        (32, 256, 27, true),     // SqueezeNet's 32←256 at 27² (729)
+        (32, 256, 28, false),    // 784 = 49 lines
+        (288, 512, 27, false),   // 576 KB
+        (32, 256, 29, false),    // 841: above 28²
     ];
     for (m, c, hw, want) in cases {
         let got = pointwise_form(m, c, hw);
