@@ -456,11 +456,11 @@ const MAX_PLANE: usize = 196;
 
 /// Most weight bytes of a 1×1 conv packed on an output plane between 8² and 14² (not 14²
 /// itself) on Intel and AVX2 ([`mid_plane_w_bytes`]; planes that are not whole lines, up
-/// to [`ODD_PLANE_MAX`], on every CPU). SqueezeNet's 13² convs, per node in the model, 1 thread, against gemm
-/// (bench/NOTES.md §38-39): 64←384 and 64←512 (96 and 128 KB) gained on the three CPU kinds
-/// (Intel Xeon VM 12-16 µs each, the device host's Xeon 18-27, Zen 4 14-23); 1000←512
-/// (2 MB) lost 25-73 µs on both Xeons (1148–1186 against 1035–1050 in §31) and gained 62 on
-/// Zen 4. Between 128 KB and 2 MB nothing was measured.
+/// to [`ODD_PLANE_MAX`], on every CPU). SqueezeNet's 13² convs, per node in the model, 1
+/// thread, against gemm (bench/NOTES.md §38-39): 64←384 and 64←512 (96 and 128 KB)
+/// gained on the three CPU kinds (Intel Xeon VM 12-16 µs each, the device host's Xeon
+/// 18-27, Zen 4 14-23); 1000←512 (2 MB) lost 25-73 µs on both Xeons (1148–1186 against
+/// 1035–1050 in §31) and gained 62 on Zen 4. Between 128 KB and 2 MB nothing was measured.
 const MID_PLANE_W_BYTES: usize = 512 << 10;
 
 /// [`MID_PLANE_W_BYTES`], except on AMD with AVX-512 ([`MID_PLANE_W_BYTES_AMD512`]); both

@@ -766,9 +766,9 @@ fn packed_split_covers_positions_and_blocks_once() {
 /// Which 1×1 convs on the output planes between 8² and 14² get packed weights
 /// ([`super::pack::pack_form`]): those with at most 512 KB of weights (SqueezeNet's 64←384
 /// and 64←512 at 13², bench/NOTES.md §39), not SqueezeNet's 2 MB classifier 1000←512 nor
-/// a 576 KB one, except on AMD with AVX-512, up to 2 MB (§45); 14² and 7² as before, whatever the weights; up to 28², the planes that are
-/// not whole 64-byte lines with as few weights (§41); none where the packed kernel does
-/// not run on this CPU.
+/// a 576 KB one, except on AMD with AVX-512, up to 2 MB (§45); 14² and 7² as before,
+/// whatever the weights; up to 28², the planes that are not whole 64-byte lines with at
+/// most 512 KB of weights (§41); none where the packed kernel does not run on this CPU.
 #[test]
 fn pointwise_mid_planes_pack_by_weight_bytes() {
     let on = super::pack::enabled_isa().is_some();

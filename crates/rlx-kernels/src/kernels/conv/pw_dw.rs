@@ -345,8 +345,8 @@ fn pw_dw_blocks(
 /// with the 1×1 conv `ga` on its packed weights `pk`: weights packed for the AVX-512
 /// tiles that fit `ga`, a stride-1 1×1 conv on one image of at most
 /// [`PAIR_BLOCKS_MAX_PLANE`] pixels, `gb` depthwise and taken by the channel-block kernel
-/// on a stripe ([`cblock_plan_stripe`]), the channel-block path on. The one list of these conditions, for the run
-/// ([`pw_dw_blocks`]) and the plan ([`pair_blocks_take`]).
+/// on a stripe ([`cblock_plan_stripe`]), the channel-block path on. The one list of these
+/// conditions, for the run ([`pw_dw_blocks`]) and the plan ([`pair_blocks_take`]).
 fn blocks_plan(pk: &PackedConv, ga: &Geo, gb: &Geo) -> Option<super::dw_simd::CBlock> {
     let mut wd = vec![ga.m, ga.c];
     wd.extend(&ga.ks);
@@ -435,8 +435,9 @@ unsafe fn stripe_epilogue(
 /// the depthwise conv's output `[1, M, OH, OW]` (`out_b`), the same bits as the two convs
 /// run one after the other (the 1×1 conv on `pka` where the blocks run: its packed
 /// kernel's sums; a zero's sign may differ where the blocks take a 3×3 conv the
-/// depthwise kernel alone would not, see [`pw_dw_blocks`]); None, with nothing computed, where neither applies (another shape,
-/// dtype or kernel; no AVX-512; the weights the path needs not given).
+/// depthwise kernel alone would not, see [`pw_dw_blocks`]); None, with nothing computed,
+/// where neither applies (another shape, dtype or kernel; no AVX-512; the weights the
+/// path needs not given).
 ///
 /// # Errors
 /// A shape that does not fit its conv (as [`super::conv`]).

@@ -69,9 +69,10 @@ pub(crate) fn cblock_plan(g: &Geo, lanes: usize) -> Option<CBlock> {
 
 /// [`cblock_plan`] for [`cblock_stripe`] (16 lanes): its input is a 1×1 conv's stripe,
 /// copied into the scratch with no transpose, so 3×3 stride-1 kernels are taken on planes
-/// of any width up to the bound (stride 2 keeps the 8-output bound: not measured). MobileNetV2's 1×1 + 3×3 pairs at 14² (384 and 576 channels)
-/// ran 20 µs faster each than the two convs apart (one-pair models, 1 thread), the
-/// model 1.3% (bench/NOTES.md §45).
+/// of any width up to the bound (stride 2 keeps the 8-output bound: not measured).
+/// MobileNetV2's 1×1 + 3×3 pairs at 14² (384 and 576 channels) ran about 20 µs faster
+/// each than the two convs apart (one-pair models, 1 and 2 threads), the model 1-2%
+/// (bench/NOTES.md §45).
 pub(crate) fn cblock_plan_stripe(g: &Geo) -> Option<CBlock> {
     plan_for(g, 16, true)
 }
