@@ -559,6 +559,52 @@ pub(super) fn block_product(
     }
 }
 
+/// One task of the packed drivers (`packed`, `packed_im`): channel blocks `b0..b1` of
+/// `pk`'s product over `pb` positions from `j0` of image `ni` (tiles `sched`,
+/// [`near_equal_tiles`]). Per block, [`block_product`]'s slices run by `tile` (a slice and
+/// the scratch stripe `[position][mb]` of `pb·mb` values), the next slice of weights
+/// prefetched up to the end of block `b1 − 1`; then the stripe goes into the block's NCHW
+/// output rows of `out` (`m` channels of `p` positions per image, [`transpose_into`]) and
+/// their epilogue ([`finish_rows`]: the bias, residual `res`, clamp and `post` of `epi`,
+/// as `conv_float` applies them).
+///
+/// # Safety
+/// The CPU has `pk.isa`; rows `b0·mb..min(b1·mb, m)` of image `ni`, columns `j0..j0 + pb`
+/// of `out` are inside it and this task's alone; `tile` writes its slice's positions of
+/// the stripe only (as `super::packed::tile` does).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn task_blocks(
+    pk: &PackedConv,
+    (ni, j0, pb): (usize, usize, usize),
+    (b0, b1): (usize, usize),
+    kc_max: usize,
+    (nt, tiles): (usize, impl Iterator<Item = (usize, usize)> + Clone),
+    (out, m, p): (*mut f32, usize, usize),
+    (epi, res): (&Epilogue, Option<&[f32]>),
+    mut tile: impl FnMut(&Slice, &mut [f32]),
+) {
+    use super::common::{with_scratch, PRODUCTS};
+    let (k, mb) = (pk.k, pk.isa.mb());
+    with_scratch(&PRODUCTS, pb * mb, |stripe: &mut [f32]| {
+        let lim = (b1 * k * mb).min(pk.data().len());
+        let mut ahead = (b0 * k + kc_max.min(k)) * mb;
+        for b in b0..b1 {
+            let sched = (nt, tiles.clone());
+            block_product(pk, b, kc_max, sched, (&mut ahead, lim), |s| {
+                tile(&s, stripe)
+            });
+            let (m0, m1) = (b * mb, ((b + 1) * mb).min(m));
+            let ooff = (ni * m + m0) * p + j0;
+            // SAFETY: rows m0..m1 of image ni, columns j0..j0+pb: this task's alone (the
+            // caller's contract); the stripe holds pb·mb values.
+            unsafe {
+                transpose_into(stripe.as_ptr(), mb, pb, m1 - m0, out.add(ooff), p);
+                finish_rows(out, ooff, m0, m1 - m0, pb, p, epi, res);
+            }
+        }
+    })
+}
+
 /// `n` positions cut into tiles of near-equal width, at most `np_max` each (49 at 10:
 /// 10, 10, 10, 10, 9), so that no tile runs a single position: the tile count and each
 /// tile's (first position, width).

@@ -20,12 +20,9 @@
 //! any other. Sums run over `k` in order, one FMA each, from +0: values differ from gemm's
 //! by rounding only (the tests' bound: `|Δ| ≤ 4·K·ε·Σ|w·x|`).
 
-use super::common::{with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
+use super::common::{with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES};
 use super::im2col::{im2col_2d, CONV_SPLIT_FLOPS};
-use super::pack::{
-    block_product, count_run, finish_rows, near_equal_tiles, transpose_into, MkIsa, PackedConv,
-    Split,
-};
+use super::pack::{count_run, near_equal_tiles, task_blocks, MkIsa, PackedConv, Slice, Split};
 use super::packed_rows::RowsRes;
 use crate::kernels::simd::{isa_cap, IsaCap};
 
@@ -161,48 +158,25 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
     let split = Split::new(par, g.n, (oh, ow), rows, direct, xw, nb, threads);
     let tasks = split.tasks();
     let dst = SendPtr(out.as_mut_ptr());
-    // Block `b`'s stripe (`pb` positions from `j0` of image `ni`) into its NCHW output
-    // rows, then the bias, residual, clamp and `post` per row as conv_float applies them.
-    let epilogue = |ni: usize, j0: usize, pb: usize, b: usize, stripe: &[f32]| {
-        let (m0, m1) = (b * mb, ((b + 1) * mb).min(m));
-        let ooff = (ni * m + m0) * p + j0;
-        // SAFETY: rows m0..m1 of image ni, columns j0..j0+pb: the calling task's
-        // (disjoint from every other task's); the stripe holds pb·mb values.
-        unsafe { transpose_into(stripe.as_ptr(), mb, pb, m1 - m0, dst.get().add(ooff), p) };
-        // SAFETY: as above.
-        unsafe { finish_rows(dst.get(), ooff, m0, m1 - m0, pb, p, epi, res) };
-    };
     let task = |t: usize| {
         let (ni, (j0, pb), (b0, b1)) = split.task(t);
         let (oy0, oy1) = (j0 / ow.max(1), (j0 + pb).div_ceil(ow.max(1)));
         let xi = &x[ni * g.c * plane..(ni + 1) * g.c * plane];
-        let (nt, tiles) = near_equal_tiles(pb, np_max);
-        let body = |xp: &[f32], xs: usize| {
-            with_scratch(&PRODUCTS, pb * mb, |stripe: &mut [f32]| {
-                let lim = (b1 * k * mb).min(pk.data().len());
-                let mut ahead = (b0 * k + kc_max.min(k)) * mb;
-                for b in b0..b1 {
-                    let sched = (nt, tiles.clone());
-                    block_product(pk, b, kc_max, sched, (&mut ahead, lim), |s| {
-                        // SAFETY: `s.w` holds kc·mb values, X kc rows of np at stride
-                        // xs; the stripe's tile holds np·mb values.
-                        unsafe {
-                            tile(
-                                isa,
-                                s.np,
-                                s.kc,
-                                s.k0 > 0,
-                                s.w.as_ptr(),
-                                xp[s.k0 * xs + s.p0..].as_ptr(),
-                                xs,
-                                stripe.as_mut_ptr().add(s.p0 * mb),
-                                s.pf,
-                            )
-                        }
-                    });
-                    epilogue(ni, j0, pb, b, stripe);
-                }
-            })
+        let sched = near_equal_tiles(pb, np_max);
+        // SAFETY: the CPU has `isa` (checked above); rows b0·mb.. of image ni, columns
+        // j0..j0+pb: this task's (disjoint from every other task's); X's rows of `K` hold
+        // pb values at stride xs (the planes from j0, or im2col's columns).
+        let body = |xp: &[f32], xs: usize| unsafe {
+            task_blocks(
+                pk,
+                (ni, j0, pb),
+                (b0, b1),
+                kc_max,
+                sched.clone(),
+                (dst.get(), m, p),
+                (epi, res),
+                |s, stripe| slice_tile(isa, s, xp, xs, stripe),
+            )
         };
         if direct {
             body(&xi[j0..], plane)
@@ -220,6 +194,29 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
         (0..tasks).for_each(task);
     }
     out
+}
+
+/// [`tile`] on slice `s` of a product whose rows of `K` lie at stride `xs` in `xp` (input
+/// planes, or im2col's columns), into its positions of `stripe` (`[position][mb]`).
+///
+/// # Safety
+/// The CPU has `isa`; `xp` holds rows `s.k0..s.k0 + s.kc` of `s.p0 + s.np` values at stride
+/// `xs`; `stripe` holds `(s.p0 + s.np)·mb` values.
+pub(super) unsafe fn slice_tile(isa: MkIsa, s: &Slice, xp: &[f32], xs: usize, stripe: &mut [f32]) {
+    // SAFETY: `s.w` holds kc·mb values (`block_product`); the rest is the caller's.
+    unsafe {
+        tile(
+            isa,
+            s.np,
+            s.kc,
+            s.k0 > 0,
+            s.w.as_ptr(),
+            xp[s.k0 * xs + s.p0..].as_ptr(),
+            xs,
+            stripe.as_mut_ptr().add(s.p0 * isa.mb()),
+            s.pf,
+        )
+    }
 }
 
 /// One tile: `np` positions × `isa.mb()` channels, `t[j·mb + i] = (acc ? t[j·mb + i] :

@@ -16,11 +16,9 @@
 //! padding's zeros are the zeros im2col writes); the tests check that and the f64
 //! definition.
 
-use super::common::{with_scratch, Epilogue, Geo, SendPtr, PHASES, PRODUCTS};
+use super::common::{with_scratch, Epilogue, Geo, SendPtr, PHASES};
 use super::im2col::CONV_SPLIT_FLOPS;
-use super::pack::{
-    block_product, count_run, finish_rows, im_enabled, transpose_into, MkIsa, PackedConv, Split,
-};
+use super::pack::{count_run, im_enabled, task_blocks, MkIsa, PackedConv, Split};
 
 /// Bytes of a task's input rows (all channels) and its output stripe together: inside L2.
 const CHUNK_BYTES: usize = 768 << 10;
@@ -97,40 +95,36 @@ pub(super) fn run(
                 let (oy, ox) = ((j0 + i) / ow, (j0 + i) % ow);
                 *o = oy * sh * wp + ox * sw;
             }
-            with_scratch(&PRODUCTS, pb * mb, |stripe: &mut [f32]| {
-                let lim = (b1 * k * mb).min(pk.data().len());
-                let mut ahead = (b0 * k + kc_max.min(k)) * mb;
-                for b in b0..b1 {
-                    let sched = (nt, tiles.clone());
-                    block_product(pk, b, kc_max, sched, (&mut ahead, lim), |s| {
+            // SAFETY: the CPU has `isa` (checked above); rows b0·mb.. of image ni, columns
+            // j0..j0+pb: this task's alone.
+            unsafe {
+                task_blocks(
+                    pk,
+                    (ni, j0, pb),
+                    (b0, b1),
+                    kc_max,
+                    (nt, tiles),
+                    (dst.get(), m, p),
+                    (epi, res),
+                    |s, stripe| {
                         // SAFETY: `s.w` holds kc·mb values; every koff + poff is inside
                         // the padded planes `xi` (hp, wp cover every position's taps);
                         // the stripe's tile holds np·mb values.
-                        unsafe {
-                            tile(
-                                isa,
-                                s.np,
-                                s.kc,
-                                s.k0 > 0,
-                                s.w.as_ptr(),
-                                xi.as_ptr(),
-                                koff[s.k0..].as_ptr(),
-                                poff[s.p0..].as_ptr(),
-                                stripe.as_mut_ptr().add(s.p0 * mb),
-                                s.pf,
-                            )
-                        }
-                    });
-                    let (m0, m1) = (b * mb, ((b + 1) * mb).min(m));
-                    let ooff = (ni * m + m0) * p + j0;
-                    // SAFETY: rows m0..m1 of image ni, columns j0..j0+pb: this task's
-                    // alone; the stripe holds pb·mb values.
-                    unsafe {
-                        transpose_into(stripe.as_ptr(), mb, pb, m1 - m0, dst.get().add(ooff), p);
-                        finish_rows(dst.get(), ooff, m0, m1 - m0, pb, p, epi, res);
-                    }
-                }
-            })
+                        tile(
+                            isa,
+                            s.np,
+                            s.kc,
+                            s.k0 > 0,
+                            s.w.as_ptr(),
+                            xi.as_ptr(),
+                            koff[s.k0..].as_ptr(),
+                            poff[s.p0..].as_ptr(),
+                            stripe.as_mut_ptr().add(s.p0 * mb),
+                            s.pf,
+                        )
+                    },
+                )
+            }
         };
         if par {
             use rayon::prelude::*;

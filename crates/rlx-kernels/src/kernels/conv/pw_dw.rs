@@ -258,21 +258,9 @@ fn pw_dw_blocks(
             let mut ahead = (b * k + kc_max.min(k)) * mb;
             let sched = (nt, tiles.clone());
             block_product(pk, b, kc_max, sched, (&mut ahead, pk.data().len()), |s| {
-                // SAFETY: `s.w` holds kc·mb values; X rows k0..k0+kc of the planes hold
-                // np values from p0 (p0 + np ≤ hw); the stripe's tile np·mb.
-                unsafe {
-                    super::packed::tile(
-                        MkIsa::Avx512,
-                        s.np,
-                        s.kc,
-                        s.k0 > 0,
-                        s.w.as_ptr(),
-                        x[s.k0 * hw + s.p0..].as_ptr(),
-                        hw,
-                        stripe.as_mut_ptr().add(s.p0 * mb),
-                        s.pf,
-                    )
-                }
+                // SAFETY: AVX-512F (checked above); X rows k0..k0+kc of the planes hold
+                // np values from p0 (p0 + np ≤ hw); the stripe holds hw·mb values.
+                unsafe { super::packed::slice_tile(MkIsa::Avx512, &s, x, hw, stripe) }
             });
             // SAFETY: AVX-512F (checked above); the stripe holds hw·32 values.
             let bits_a = unsafe {
