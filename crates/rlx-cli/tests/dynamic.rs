@@ -26,9 +26,7 @@ const INPUTS: [&str; 3] = ["input_ids", "attention_mask", "token_type_ids"];
 const OUTPUTS: [&str; 2] = ["last_hidden_state", "pooler_output"];
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rlx-cli-dynamic-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    common::scratch_dir("rlx-cli-dynamic").join(name)
 }
 
 fn rlx(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {

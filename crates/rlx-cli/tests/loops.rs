@@ -39,9 +39,7 @@ fn rlx(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rlx-cli-loops-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    common::scratch_dir("rlx-cli-loops").join(name)
 }
 
 /// `(node, loop, iteration)` from the generator's `expected.json`.

@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rlx-cli-package-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    common::scratch_dir("rlx-cli-package").join(name)
 }
 
 fn rlx(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {

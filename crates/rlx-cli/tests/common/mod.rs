@@ -159,6 +159,29 @@ impl Drop for TmpDir {
     }
 }
 
+/// This test binary's scratch folder for files its tests share: `<target>/tmp/<tag>-<pid>`,
+/// inside the build folder (so a clone's runs write nothing outside it). Created on the first
+/// call; the folders of earlier runs of the same tag whose process has ended are removed then
+/// (on Linux, where `/proc` says which processes are alive), so reruns do not pile up.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let me = root.join(format!("{tag}-{}", std::process::id()));
+    if !me.is_dir() {
+        let proc_fs = Path::new("/proc/self").exists();
+        for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix(tag).and_then(|r| r.strip_prefix('-'));
+            if let Some(pid) = pid.filter(|p| p.bytes().all(|b| b.is_ascii_digit())) {
+                if proc_fs && !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        std::fs::create_dir_all(&me).unwrap();
+    }
+    me
+}
+
 /// Whether a wgpu adapter is live (lavapipe in CI). Without one the test is skipped (a line on
 /// stderr), unless `RLX_REQUIRE_GPU=1`, where it fails.
 pub fn gpu() -> bool {
