@@ -29,7 +29,7 @@
 //! unfused.
 
 use rlx_ir::{Activation, DType, Graph, NodeId, Op, Tensor, TensorData};
-use rlx_kernels::kernels::chain::{binary_part, map_part, Src, StepOp};
+use rlx_kernels::kernels::chain::{binary_part, erf_gelu_part, map_part, ErfGelu, Src, StepOp};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -60,11 +60,30 @@ struct Step {
     dtype: DType,
 }
 
+mod gelu;
+
 /// An op of a chain: an elementwise op, or a Cast (the value rounded to its dtype).
 #[derive(Debug, Clone, Copy)]
 enum Op1 {
     Ew(StepOp),
     Cast,
+    /// GELU's erf form (`gelu`): the value of this step and of the four before it, which
+    /// are [`Op1::Inside`], from `args[0]`.
+    Gelu(ErfGelu),
+    /// A step whose value only a later [`Op1::Gelu`] step reads, which computes it in
+    /// registers: not run.
+    Inside,
+}
+
+impl Step {
+    /// The operands the step reads (a unary step's second `args` entry is unused).
+    fn args_used(&self) -> &[Arg] {
+        match self.op {
+            Op1::Ew(StepOp::Bin(_)) => &self.args,
+            Op1::Inside => &[],
+            _ => &self.args[..1],
+        }
+    }
 }
 
 /// One chain: its nodes in order (the last one's value leaves the chain), the ops, and the
@@ -102,6 +121,13 @@ impl EwGroup {
     /// The node whose value the chain computes (its last op).
     pub(crate) fn output(&self) -> NodeId {
         *self.members.last().expect("a chain has members")
+    }
+    /// How many runs of GELU's erf form the chain computes in one pass (`gelu`).
+    pub(crate) fn gelus(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s.op, Op1::Gelu(_)))
+            .count()
     }
 }
 
@@ -316,6 +342,7 @@ fn group(
             dtype: node.shape.dtype,
         });
     }
+    gelu::fuse(g, &mut steps, &externals);
     let ext_dtypes: Vec<DType> = externals.iter().map(|&x| g.node(x).shape.dtype).collect();
     let out_dtype = g.node(NodeId(last as u32)).shape.dtype;
     let reusable = (0..externals.len()).find(|&k| {
@@ -647,6 +674,13 @@ fn run_typed<O: OutElem>(
                     };
                     let half = st.dtype != DType::F32;
                     match st.op {
+                        Op1::Inside => continue,
+                        Op1::Gelu(p) => {
+                            let Src::S(x) = src(st.args[0], 0, len) else {
+                                unreachable!("GELU's operand has the chain's shape")
+                            };
+                            erf_gelu_part(&p, target, x);
+                        }
                         Op1::Ew(StepOp::Bin(op)) => {
                             let q_one = match st.args[1] {
                                 Arg::Scalar(k) => Some(whole(k)[0]),
@@ -676,6 +710,7 @@ fn run_typed<O: OutElem>(
                                 Op1::Cast => target.copy_from_slice(x),
                                 Op1::Ew(op) if half => half_unary_part(op, target, x),
                                 Op1::Ew(op) => unary_part(op, target, x),
+                                Op1::Gelu(_) | Op1::Inside => unreachable!("matched above"),
                             }
                         }
                     }

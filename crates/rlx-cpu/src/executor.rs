@@ -503,6 +503,17 @@ impl CpuExecutor {
             .count()
     }
 
+    /// How many runs of GELU's erf form (`x / c0`, Erf, `+ c1`, `x ·`, `· c2`) inside those
+    /// chains run as one pass (`ewfuse::gelu`; the same bits as the five ops).
+    pub fn fused_gelus(&self) -> usize {
+        (self.plan.steps.iter())
+            .map(|s| match s {
+                Step::Chain(c) => c.grp.gelus(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// How many Transposes a MatMul reads in place, through strides, instead of running
     /// them (a float Transpose whose only use is a MatMul operand, and not a graph
     /// output; on and off with the other fusions). With a scanner, such a Transpose still

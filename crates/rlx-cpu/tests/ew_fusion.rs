@@ -252,3 +252,143 @@ fn an_operand_a_matmul_reads_later_keeps_its_buffer() {
         assert!((y[i] as f64 - (xv.exp() + xv)).abs() <= 1e-5 * (1.0 + xv.exp()));
     }
 }
+
+/// GELU's erf form on `x·1 + b` with the scale as `Div(h, c0)` (`div`) or
+/// `Mul(c0, h)`, and the last two products with their operands swapped (`Mul(e1, h)`,
+/// `Mul(c2, m)`): [x, b] → y. The product `h · e1` is named "gelu.mul".
+fn gelu_variant(n: usize, rows: usize, div: bool, c0: f32) -> Graph {
+    let mut g = Graph::new("gelu2");
+    let s = f32s(&[rows, n]);
+    let x = g.input("x", s.clone());
+    let b = g.input("b", f32s(&[n]));
+    let one0 = scalar(&mut g, 1.0);
+    let x1 = g.mul(x, one0, s.clone());
+    let h = g.add(b, x1, s.clone());
+    g.set_name(h, "dense.add");
+    let c = scalar(&mut g, c0);
+    let d = if div {
+        g.div(h, c, s.clone())
+    } else {
+        g.mul(c, h, s.clone())
+    };
+    let e = g.unary(UnaryOp::Erf, d, s.clone());
+    let one = scalar(&mut g, 1.0);
+    let a = g.add(one, e, s.clone());
+    let m = g.mul(a, h, s.clone());
+    g.set_name(m, "gelu.mul");
+    let half = scalar(&mut g, 0.5);
+    let y = g.mul(half, m, s);
+    g.set_outputs(vec![y]);
+    g
+}
+
+/// Values where GELU's pieces take their other paths: NaN, ±inf, overflow of `h · e1`
+/// (3e38 · 2), subnormals and zeros of both signs (erf's linear path below 2^-12), the
+/// negative tail where `1 + erf` cancels, and the range in between.
+fn gelu_inputs(len: usize) -> Vec<f32> {
+    let special = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        3e38,
+        -3e38,
+        1e-40,
+        -1e-40,
+        0.0,
+        -0.0,
+        1e-5,
+        -2e-4,
+        -1.0,
+        -5.0,
+        -9.5,
+        -13.0,
+        -20.0,
+        5.0,
+        1e4,
+        -1e4,
+    ];
+    let mut v = data(len, 5);
+    for (i, s) in special.iter().enumerate() {
+        v[i * 37 % len] = *s;
+    }
+    v
+}
+
+#[test]
+fn gelu_runs_as_one_pass_with_the_unfused_bits() {
+    use std::f32::consts::{FRAC_1_SQRT_2, SQRT_2};
+    let (n, rows) = (1536, 2);
+    let xs = gelu_inputs(n * rows);
+    let bs = vec![0f32; n];
+    let ins = [(&[rows, n][..], xs.clone()), (&[n][..], bs)];
+    // (div, c0, taken): the one-pass GELU only where a finite x keeps `x / c0` finite.
+    for (div, c0, taken) in [
+        (true, SQRT_2, 1),
+        (false, FRAC_1_SQRT_2, 1),
+        (true, 0.5, 0),
+        (false, 2.0, 0),
+    ] {
+        let ex = CpuExecutor::new(gelu_variant(n, rows, div, c0)).unwrap();
+        assert_eq!(
+            (ex.fused_chains(), ex.fused_gelus()),
+            (1, taken),
+            "{div} {c0}"
+        );
+        let (_, r, yf) = run(gelu_variant(n, rows, div, c0), &ins, true, DebugMode::Off);
+        assert!(r.is_empty());
+        let (_, _, yp) = run(gelu_variant(n, rows, div, c0), &ins, false, DebugMode::Off);
+        for (i, (f, p)) in yf.iter().zip(&yp).enumerate() {
+            // NaN payloads aside (see ewfuse's docs), the same bits.
+            let same = f.to_bits() == p.to_bits() || (f.is_nan() && p.is_nan());
+            assert!(
+                same,
+                "{div} {c0}: [{i}] x = {}: {f:e} fused, {p:e} unfused",
+                xs[i]
+            );
+        }
+        if taken == 0 {
+            continue;
+        }
+        for (i, got) in yf.iter().enumerate() {
+            let h = xs[i] as f64;
+            let want = 0.5 * h * (1.0 + erf64(h / std::f64::consts::SQRT_2));
+            if h.is_nan() {
+                assert!(got.is_nan(), "[{i}] gelu(NaN) = {got}");
+            } else if h.abs() > 1e30 {
+                // `h · (1 + erf)` overflows f32 (or is inf · 0 at -inf), as unfused.
+                assert!(h < 0.0 || got.is_infinite(), "[{i}] gelu({h}) = {got}");
+            } else {
+                // Absolute near 0: `1 + erf` cancels in the tail (as the export computes).
+                let tol = 2e-6 * (1.0 + want.abs());
+                assert!(
+                    (*got as f64 - want).abs() <= tol,
+                    "[{i}] gelu({h}) = {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_overflow_inside_the_one_pass_gelu_is_reported_at_its_op() {
+    // x = 3e38: h · (1 + erf) = 6e38 overflows at "gelu.mul"; the last product keeps it
+    // inf, so the scanner sees the chain's output not finite and replays it op by op.
+    let (n, rows) = (40, 3);
+    let mut xs = data(n * rows, 1);
+    xs[50] = 3e38;
+    let ins = [(&[rows, n][..], xs), (&[n][..], vec![0f32; n])];
+    let g = || gelu_variant(n, rows, true, std::f32::consts::SQRT_2);
+    assert_eq!(CpuExecutor::new(g()).unwrap().fused_gelus(), 1);
+    for mode in [DebugMode::Warn, DebugMode::Strict] {
+        let (_, rf, yf) = run(g(), &ins, true, mode);
+        let (_, rp, yp) = run(g(), &ins, false, mode);
+        assert_eq!(rf, rp, "{mode:?}");
+        assert_eq!(
+            rf.first().map(|r| (r.1, r.2.as_str())),
+            Some((50, "gelu.mul")),
+            "{mode:?}"
+        );
+        assert_eq!(bits(&yf), bits(&yp), "{mode:?}");
+    }
+}

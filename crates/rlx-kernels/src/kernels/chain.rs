@@ -110,3 +110,44 @@ pub fn min_f32(p: f32, q: f32) -> f32 {
         p.min(q)
     }
 }
+
+/// GELU's erf form as exported from PyTorch (`x * 0.5 * (1 + erf(x / sqrt(2)))`: five ops,
+/// `d = x / c0` (or `x * c0`), `e = Erf(d)`, `e1 = e + c1`, `m = x * e1`, `y = m * c2`),
+/// computed in one pass over a block part instead of five. Each element goes through the
+/// same expressions as the five unfused kernels, in the same order, so the same bits:
+/// `p / q` or `p * q` as [`binary_part`], `fastmath::erf_core` with a NaN kept as it came
+/// (`fastmath::erf_slice`'s fix-up pass), then `p + q`, `p * q`, `p * q` (f32 sums and
+/// products are commutative, so operand order is not recorded; which NaN payload survives
+/// a NaN · NaN may differ, as between the unfused kernels).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ErfGelu {
+    /// `d = x / c0` (true) or `x * c0` (false).
+    pub div: bool,
+    pub c0: f32,
+    pub c1: f32,
+    pub c2: f32,
+}
+
+isa_fn!(
+    /// [`ErfGelu`] of `x` into `dst` (lengths must match), compiled for the widest ISA as
+    /// the unfused kernels are.
+    pub fn erf_gelu_part[](g: &ErfGelu, dst: &mut [f32], x: &[f32]) {
+        #[inline(always)]
+        fn run(dst: &mut [f32], x: &[f32], c1: f32, c2: f32, d: impl Fn(f32) -> f32) {
+            use super::fastmath::erf_core;
+            for (y, &x) in dst.iter_mut().zip(x) {
+                let d = d(x);
+                let e = if d.is_nan() { d } else { erf_core(d) };
+                let e1 = e + c1;
+                let m = x * e1;
+                *y = m * c2;
+            }
+        }
+        let (c0, c1, c2) = (g.c0, g.c1, g.c2);
+        if g.div {
+            run(dst, x, c1, c2, |x| x / c0)
+        } else {
+            run(dst, x, c1, c2, |x| x * c0)
+        }
+    }
+);

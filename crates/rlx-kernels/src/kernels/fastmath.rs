@@ -120,7 +120,7 @@ fn exp_outside(x: f32) -> f32 {
 const ERF_LINEAR_BELOW: f32 = 1.0 / 4096.0;
 
 #[inline(always)]
-fn erf_core(a: f32) -> f32 {
+pub(crate) fn erf_core(a: f32) -> f32 {
     // Tiny |a|: `2a/sqrt(pi)` in one product. The rational form below multiplies `P(x^2)`
     // (about -0.016) by `x` before dividing, which goes subnormal for |x| below ~1e-36 and
     // lost bits there (erf(FLT_MIN) was 2.5e-6 relative off); the product also keeps
