@@ -503,6 +503,13 @@ impl CpuExecutor {
             .count()
     }
 
+    /// How many f32 MatMuls read their constant weights packed once in column panels
+    /// (`kernels::mm_packed`: AVX-512, at least `mm_packed::MIN_ROWS` output rows, not with
+    /// `RLX_CPU_MK=0`); gemm's micro-kernel, without its per-call copy of the weights.
+    pub fn packed_matmuls(&self) -> usize {
+        self.plan.mm_packed.iter().filter(|p| p.is_some()).count()
+    }
+
     /// How many runs of GELU's erf form (`x / c0`, Erf, `+ c1`, `x ·`, `· c2`) inside those
     /// chains run as one pass (`ewfuse::gelu`; the same bits as the five ops).
     pub fn fused_gelus(&self) -> usize {

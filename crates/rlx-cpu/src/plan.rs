@@ -11,6 +11,7 @@ use crate::steps::rows::RowStep;
 use crate::steps::Step;
 use rlx_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor};
 use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
+use rlx_kernels::kernels::mm_packed::PackedB;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -38,6 +39,10 @@ pub(crate) struct Plan {
     /// once per weight and shared. As for `wino`, a folded group's step has its own. None with
     /// `RLX_CPU_MK=0` (the gemm path, for A/B).
     pub packed: Vec<Option<Arc<Packed>>>,
+    /// Per f32 MatMul whose second operand is a 2-D constant and whose output has at least
+    /// `mm_packed::MIN_ROWS` rows: the constant packed in column panels
+    /// (`kernels::mm_packed`, AVX-512 only), made once per weight and shared.
+    pub mm_packed: Vec<Option<Arc<PackedB>>>,
     /// Per node whose turn makes the first input of a Concat that extends it in place
     /// (`shape::concat_onto`: batch-1 channel concats, the input dying there): `(its
     /// elements, the Concat's)`, asked of the buffer pool before the turn
@@ -227,6 +232,23 @@ impl Plan {
             })
             .collect();
 
+        let mm_packed: Vec<Option<Arc<PackedB>>> = (graph.nodes.iter())
+            .map(|node| {
+                let (Op::MatMul, &[a, b]) = (&node.op, node.inputs.as_slice()) else {
+                    return None;
+                };
+                let Op::Constant(w) = &graph.node(b).op else {
+                    return None;
+                };
+                let dims = node.shape.static_dims()?;
+                let rows: usize = dims[..dims.len().saturating_sub(1)].iter().product();
+                let f32s = graph.node(a).shape.dtype == DType::F32 && w.dtype() == DType::F32;
+                (f32s && rows >= rlx_kernels::kernels::mm_packed::MIN_ROWS)
+                    .then(|| crate::prepared::panels(w))
+                    .flatten()
+            })
+            .collect();
+
         // The steps: a node runs op by op unless a group runs it.
         let mut steps: Vec<Step> = viewed
             .iter()
@@ -312,6 +334,7 @@ impl Plan {
             mm_views,
             wino,
             packed: conv_packed,
+            mm_packed,
             reserve,
         }
     }
@@ -429,6 +452,7 @@ impl Drop for Plan {
     fn drop(&mut self) {
         self.wino.clear();
         self.packed.clear();
+        self.mm_packed.clear();
         self.steps.clear();
         crate::prepared::release_unused();
     }

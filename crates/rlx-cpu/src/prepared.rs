@@ -18,6 +18,7 @@
 
 use rlx_ir::Tensor;
 use rlx_kernels::kernels::conv::{Packed, WinogradWeights};
+use rlx_kernels::kernels::mm_packed::PackedB;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -88,6 +89,7 @@ enum Key {
     Folded(FoldKey),
     Winograd(usize),
     Packed(PackSrc, PackForm),
+    Panels(usize),
 }
 
 #[derive(Clone)]
@@ -95,6 +97,7 @@ enum Value {
     Folded(Arc<Tensor>, Arc<Tensor>),
     Winograd(Arc<WinogradWeights>),
     Packed(Arc<Packed>),
+    Panels(Arc<PackedB>),
 }
 
 impl Value {
@@ -106,6 +109,7 @@ impl Value {
             Value::Folded(w, _) => Arc::strong_count(w) > 1,
             Value::Winograd(v) => Arc::strong_count(v) > 1,
             Value::Packed(v) => Arc::strong_count(v) > 1,
+            Value::Panels(v) => Arc::strong_count(v) > 1,
         }
     }
 }
@@ -174,6 +178,16 @@ pub(crate) fn winograd(w: &Arc<Tensor>) -> Option<Arc<WinogradWeights>> {
         || rlx_kernels::kernels::conv::winograd_transform(w).map(|v| Value::Winograd(Arc::new(v)));
     match get_or_make(Key::Winograd(id(w)), || vec![w.clone()], make)? {
         Value::Winograd(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// A MatMul's constant weights `w` ([K, N] f32) packed in column panels
+/// (`kernels::mm_packed`), shared; `None` where that path is not taken.
+pub(crate) fn panels(w: &Arc<Tensor>) -> Option<Arc<PackedB>> {
+    let make = || rlx_kernels::kernels::mm_packed::pack(w).map(|v| Value::Panels(Arc::new(v)));
+    match get_or_make(Key::Panels(id(w)), || vec![w.clone()], make)? {
+        Value::Panels(v) => Some(v),
         _ => None,
     }
 }

@@ -144,8 +144,8 @@ pub const VARS: &[EnvVar] = &[
     EnvVar {
         name: "RLX_CPU_MK",
         values: "1|0 (0, false, off, no: off)",
-        acts: "when a CPU executor is built (its convs' weights are packed then)",
-        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default: on with AVX-512F; on an AVX2-only CPU, or under RLX_CPU_ISA=avx2, only with 1). Values differ by rounding only (another summation order); only for timing",
+        acts: "when a CPU executor is built (its convs' and MatMuls' weights are packed then)",
+        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default: on with AVX-512F; on an AVX2-only CPU, or under RLX_CPU_ISA=avx2, only with 1), and the f32 MatMuls against constant weights that are packed once into column panels (`kernels::mm_packed`, AVX-512 only) through gemm packing the weights each call. Values differ by rounding only (another summation order); only for timing",
         cost: "none",
         scope: Scope::Runtime,
     },
@@ -160,7 +160,7 @@ pub const VARS: &[EnvVar] = &[
     EnvVar {
         name: "RLX_CPU_MK_ROWS",
         values: "0|1 (default 0)",
-        acts: "when a CPU executor is built (its convs' weights are packed then)",
+        acts: "when a CPU executor is built (its convs' and MatMuls' weights are packed then)",
         catches: "nothing: 1 runs stride-1 1x1 f32 convs on planes larger than 14x14 through RLX's pointwise kernel with positions on the vector side (`kernels::conv::packed_rows`, AVX-512F, weights packed at build, a residual buffer taken as the output) instead of the gemm crate; off by default (measured at gemm's speed, not faster, bench/NOTES.md §27). Values differ by rounding only; only for timing",
         cost: "none",
         scope: Scope::Runtime,

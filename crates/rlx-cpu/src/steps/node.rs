@@ -122,6 +122,12 @@ pub(crate) fn run_op(
         let (b, bp) = mm_operand(g, id, slots, 1, vb)?;
         return rlx_kernels::kernels::matmul::matmul_perm(a, ap, b, bp, &node.shape).map_err(err);
     }
+    if let (Op::MatMul, Some(pk)) = (op, &plan.mm_packed[id.index()]) {
+        let a = input_values(g, id, slots, &node.inputs[..1])?[0];
+        if let Some(r) = rlx_kernels::kernels::mm_packed::matmul_packed(a, pk, &node.shape) {
+            return r.map_err(err);
+        }
+    }
     let ins = input_values(g, id, slots, &node.inputs)?;
     if let (Op::Conv(a), Some(pk), true) = (op, &plan.packed[id.index()], fast) {
         return rlx_kernels::kernels::conv::conv_packed(

@@ -54,6 +54,7 @@ pub mod grid;
 pub mod index;
 pub mod matmul;
 pub mod matvec;
+pub mod mm_packed;
 pub mod norm;
 pub mod pool;
 pub mod reduce;

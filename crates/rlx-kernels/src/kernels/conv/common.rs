@@ -2,7 +2,7 @@
 //! the epilogue pieces (bias, [`Clamp`], [`Post`], [`Residual`]) and gemm's packing guard.
 //! The algorithm files import from here and not from one another.
 
-use crate::kernels::gemm_calls::GemmElem;
+use crate::kernels::gemm_calls::{GemmElem, LhsLevel, LhsPacking};
 use crate::kernels::wide::map_inplace;
 use crate::kernels::{invalid, Elem, KResult};
 use rlx_ir::ConvAttrs;
@@ -373,47 +373,13 @@ pub(super) fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
     }
 }
 
-/// gemm's packing threshold for its left operand on one thread, while an im2col conv's or
-/// a Winograd conv's products run (`gemm::set_lhs_packing_threshold_single_thread`, in
-/// units of its micro-kernel's column count, 6). gemm computes an im2col conv's product
-/// transposed, its left operand the im2col matrix, and copies that into packed panels once
-/// the output has more than 8 × 6 = 48 channels; 16 leaves up to 96 output channels
-/// unpacked. Against gemm's default (8), interleaved, best of 3 medians, 1 thread:
-/// resnet50 -3.9%, resnet18 -4.0%, squeezenet -4.4%, efficientnet_b0 -2.1%, mobilenet_v2
-/// +-0 (2 threads: -0.6 to -3%). Setting it for the Winograd products alone, or for 1×1
-/// convs too, read within 2% of this. MatMul keeps the default: bert and gpt2 ran 2-3%
-/// slower at 16.
-const CONV_LHS_PACKING: usize = 16;
-
-/// Sets gemm's single-thread lhs packing threshold to [`CONV_LHS_PACKING`] until dropped.
-/// The setting is process-wide, so guards on several threads (several executors) share it:
-/// the first to start saves the value before and sets [`CONV_LHS_PACKING`], the last to end
-/// puts the saved value back. A product running meanwhile outside a conv (another
-/// executor's MatMul) gets the conv's threshold, which changes its speed, not its values.
-pub(super) struct ConvLhsPacking(());
-
-/// Guards alive, and the threshold saved by the first.
-static CONV_LHS_ACTIVE: std::sync::Mutex<(usize, usize)> = std::sync::Mutex::new((0, 0));
+/// Sets gemm's single-thread lhs packing threshold to `gemm_calls::CONV_LHS_PACKING` until
+/// dropped (an `LhsPacking` guard of the conv's level).
+pub(super) struct ConvLhsPacking(#[allow(dead_code)] LhsPacking);
 
 impl ConvLhsPacking {
     pub(super) fn set() -> ConvLhsPacking {
-        let mut a = CONV_LHS_ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-        if a.0 == 0 {
-            a.1 = gemm::get_lhs_packing_threshold_single_thread();
-            gemm::set_lhs_packing_threshold_single_thread(CONV_LHS_PACKING);
-        }
-        a.0 += 1;
-        ConvLhsPacking(())
-    }
-}
-
-impl Drop for ConvLhsPacking {
-    fn drop(&mut self) {
-        let mut a = CONV_LHS_ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
-        a.0 -= 1;
-        if a.0 == 0 {
-            gemm::set_lhs_packing_threshold_single_thread(a.1);
-        }
+        ConvLhsPacking(LhsPacking::set(LhsLevel::Conv))
     }
 }
 
