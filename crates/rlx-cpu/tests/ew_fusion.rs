@@ -19,10 +19,10 @@ fn scalar(g: &mut Graph, v: f32) -> NodeId {
     g.constant(Tensor::from_f32(&[], vec![v]).unwrap())
 }
 
-/// BERT's exact GELU as torch exports it, on `x·1 + b` (the Mul by one makes the chain's
-/// head a computed value whose buffer can take the output): [x, b] → y.
-fn gelu_graph(n: usize, rows: usize) -> Graph {
-    let mut g = Graph::new("gelu");
+/// The graph's inputs x `[rows, n]` and b `[n]`, and `h = b + x·1` ("dense.add"): the
+/// GELU's operand, a computed value whose buffer can take the chain's output.
+fn dense_head(name: &str, n: usize, rows: usize) -> (Graph, Shape, NodeId) {
+    let mut g = Graph::new(name);
     let s = f32s(&[rows, n]);
     let x = g.input("x", s.clone());
     let b = g.input("b", f32s(&[n]));
@@ -30,6 +30,13 @@ fn gelu_graph(n: usize, rows: usize) -> Graph {
     let x1 = g.mul(x, one0, s.clone());
     let h = g.add(b, x1, s.clone());
     g.set_name(h, "dense.add");
+    (g, s, h)
+}
+
+/// BERT's exact GELU as torch exports it, on `x·1 + b` (the Mul by one makes the chain's
+/// head a computed value whose buffer can take the output): [x, b] → y.
+fn gelu_graph(n: usize, rows: usize) -> Graph {
+    let (mut g, s, h) = dense_head("gelu", n, rows);
     let r2 = scalar(&mut g, std::f32::consts::SQRT_2);
     let d = g.div(h, r2, s.clone());
     g.set_name(d, "gelu.div");
@@ -257,14 +264,7 @@ fn an_operand_a_matmul_reads_later_keeps_its_buffer() {
 /// `Mul(c0, h)`, and the last two products with their operands swapped (`Mul(e1, h)`,
 /// `Mul(c2, m)`): [x, b] → y. The product `h · e1` is named "gelu.mul".
 fn gelu_variant(n: usize, rows: usize, div: bool, c0: f32) -> Graph {
-    let mut g = Graph::new("gelu2");
-    let s = f32s(&[rows, n]);
-    let x = g.input("x", s.clone());
-    let b = g.input("b", f32s(&[n]));
-    let one0 = scalar(&mut g, 1.0);
-    let x1 = g.mul(x, one0, s.clone());
-    let h = g.add(b, x1, s.clone());
-    g.set_name(h, "dense.add");
+    let (mut g, s, h) = dense_head("gelu2", n, rows);
     let c = scalar(&mut g, c0);
     let d = if div {
         g.div(h, c, s.clone())

@@ -163,19 +163,8 @@ pub fn matmul_packed(a: &Tensor, pk: &PackedB, out: &Shape) -> Option<KResult<Te
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::rnd;
     use rlx_ir::DType;
-
-    fn rnd(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
 
     fn t(dims: &[usize], v: Vec<f32>) -> Tensor {
         Tensor::from_f32(dims, v).unwrap()

@@ -43,6 +43,20 @@ macro_rules! isa_fn {
     };
 }
 
+/// xorshift values in [-1, 1) (the kernels' unit tests' random operands).
+#[cfg(test)]
+pub(crate) fn rnd(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod amx;
 pub mod chain;

@@ -29,18 +29,7 @@ fn isas() -> Vec<MkIsa> {
     v
 }
 
-/// xorshift values in [-1, 1).
-pub(super) fn rnd(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+pub(super) use crate::kernels::rnd;
 
 /// A conv case: x `[n, c, h, w]`, `m` filters of `kh × kw`, stride, pad, dilation.
 #[derive(Clone, Copy, Debug)]
