@@ -39,8 +39,9 @@ pub(crate) struct Plan {
     /// once per weight and shared. As for `wino`, a folded group's step has its own. None with
     /// `RLX_CPU_MK=0` (the gemm path, for A/B).
     pub packed: Vec<Option<Arc<Packed>>>,
-    /// Per f32 MatMul whose second operand is a 2-D constant and whose output has at least
-    /// `mm_packed::MIN_ROWS` rows: the constant packed in column panels
+    /// Per f32 MatMul whose second operand is a 2-D constant, whose first is not a Transpose
+    /// read in place and whose output has at least `mm_packed::MIN_ROWS` rows: the
+    /// constant packed in column panels
     /// (`kernels::mm_packed`, AVX-512 only), made once per weight and shared.
     pub mm_packed: Vec<Option<Arc<PackedB>>>,
     /// Per node whose turn makes the first input of a Concat that extends it in place
@@ -232,9 +233,11 @@ impl Plan {
             })
             .collect();
 
+        // Not where `a` is a Transpose read in place: that MatMul reads both through strides.
         let mm_packed: Vec<Option<Arc<PackedB>>> = (graph.nodes.iter())
-            .map(|node| {
-                let (Op::MatMul, &[a, b]) = (&node.op, node.inputs.as_slice()) else {
+            .zip(&mm_views)
+            .map(|(node, [va, _])| {
+                let (Op::MatMul, &[a, b], None) = (&node.op, node.inputs.as_slice(), va) else {
                     return None;
                 };
                 let Op::Constant(w) = &graph.node(b).op else {

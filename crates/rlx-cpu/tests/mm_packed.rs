@@ -78,6 +78,39 @@ fn a_matmul_against_constant_weights_reads_them_in_panels() {
 }
 
 #[test]
+fn a_transposed_operand_read_in_place_keeps_gemm() {
+    // `Transpose(x) · W`: the MatMul reads x through strides (`matmul_perm`), so W is not
+    // packed for it; the product is still the definition's.
+    let (k, rows, n) = (24, 80, 64);
+    let w = data(k * n, 5);
+    let x = data(k * rows, 6);
+    let mut g = Graph::new("t_linear");
+    let xi = g.input("x", Shape::new(&[k, rows], DType::F32));
+    let xt = g.add_node(
+        Op::Transpose { perm: vec![1, 0] },
+        vec![xi],
+        Shape::new(&[rows, k], DType::F32),
+    );
+    let wc = g.constant(Tensor::from_f32(&[k, n], w.clone()).unwrap());
+    let y = g.add_node(Op::MatMul, vec![xt, wc], Shape::new(&[rows, n], DType::F32));
+    g.set_outputs(vec![y]);
+    let mut ex = CpuExecutor::new(g).unwrap();
+    assert_eq!((ex.packed_matmuls(), ex.transposes_read_in_place()), (0, 1));
+    let y = ex
+        .run(&[Tensor::from_f32(&[k, rows], x.clone()).unwrap()], None)
+        .unwrap();
+    let y = y[0].as_f32().unwrap();
+    for i in 0..rows {
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|t| x[t * rows + i] as f64 * w[t * n + j] as f64)
+                .sum();
+            assert!((y[i * n + j] as f64 - want).abs() <= 1e-4, "[{i}, {j}]");
+        }
+    }
+}
+
+#[test]
 fn a_nan_made_by_the_matmul_is_reported_there() {
     // Row 47 of x holds +inf twice (columns 5 and 6): output (47, j) is inf·w[5, j] +
     // inf·w[6, j], NaN where the two weights differ in sign (made by the MatMul), ±inf
