@@ -189,6 +189,8 @@ pub(crate) const CONV_LHS_PACKING: usize = 16;
 /// panels run (`mm_packed`): its largest (256 × 6 columns of the other operand), so the
 /// panels are read in place.
 pub(crate) const NO_LHS_PACKING: usize = 256;
+// gemm clamps the threshold at 256: a larger value would read as 256 anyway.
+const _: () = assert!(NO_LHS_PACKING <= 256);
 
 /// Who asks for a gemm lhs packing threshold (`LhsPacking`), in order of precedence.
 #[derive(Clone, Copy)]
@@ -221,14 +223,19 @@ impl LhsPacking {
         LhsPacking(level)
     }
 
-    fn apply(a: &([usize; 2], usize)) {
-        let t = if a.0[LhsLevel::Panels as usize] > 0 {
+    /// The threshold for `counts` guards alive per level, `saved` the value before them.
+    fn threshold(counts: [usize; 2], saved: usize) -> usize {
+        if counts[LhsLevel::Panels as usize] > 0 {
             NO_LHS_PACKING
-        } else if a.0[LhsLevel::Conv as usize] > 0 {
+        } else if counts[LhsLevel::Conv as usize] > 0 {
             CONV_LHS_PACKING
         } else {
-            a.1
-        };
+            saved
+        }
+    }
+
+    fn apply(a: &([usize; 2], usize)) {
+        let t = Self::threshold(a.0, a.1);
         if gemm::get_lhs_packing_threshold_single_thread() != t {
             gemm::set_lhs_packing_threshold_single_thread(t);
         }
@@ -240,5 +247,20 @@ impl Drop for LhsPacking {
         let mut a = LHS_ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
         a.0[self.0 as usize] -= 1;
         Self::apply(&a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_panels_threshold_wins_and_the_saved_value_comes_back() {
+        let t = LhsPacking::threshold;
+        assert_eq!(t([0, 0], 8), 8);
+        assert_eq!(t([1, 0], 8), CONV_LHS_PACKING);
+        assert_eq!(t([3, 0], 8), CONV_LHS_PACKING);
+        assert_eq!(t([0, 1], 8), NO_LHS_PACKING);
+        assert_eq!(t([2, 1], 8), NO_LHS_PACKING);
     }
 }
