@@ -42,7 +42,7 @@ pub(crate) struct Plan {
     /// Per f32 MatMul whose second operand is a 2-D constant, whose first is not a Transpose
     /// read in place and whose output has at least `mm_packed::MIN_ROWS` rows: the
     /// constant packed in column panels
-    /// (`kernels::mm_packed`, AVX-512 only), made once per weight and shared.
+    /// (`kernels::mm_packed`, AMD with AVX-512 only), made once per weight and shared.
     pub mm_packed: Vec<Option<Arc<PackedB>>>,
     /// Per node whose turn makes the first input of a Concat that extends it in place
     /// (`shape::concat_onto`: batch-1 channel concats, the input dying there): `(its

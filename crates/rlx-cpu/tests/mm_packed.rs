@@ -1,5 +1,5 @@
 //! f32 MatMuls against constant weights read those weights packed once in column panels
-//! (`CpuExecutor::packed_matmuls`, `kernels::mm_packed`; AVX-512 only). Checked: the
+//! (`CpuExecutor::packed_matmuls`, `kernels::mm_packed`; AMD with AVX-512 only). Checked: the
 //! product against the f64 definition within f32 summation's bound, at 1 and 3 threads;
 //! which MatMuls take the panels (a [K, N] constant, enough rows); and that the scanner's
 //! report of a NaN in the activations names the same MatMul and index as without panels.

@@ -145,7 +145,7 @@ pub const VARS: &[EnvVar] = &[
         name: "RLX_CPU_MK",
         values: "1|0 (0, false, off, no: off)",
         acts: "when a CPU executor is built (its convs' and MatMuls' weights are packed then)",
-        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default: on with AVX-512F; on an AVX2-only CPU, or under RLX_CPU_ISA=avx2, only with 1), and the f32 MatMuls against constant weights that are packed once into column panels (`kernels::mm_packed`, AVX-512 only) through gemm packing the weights each call. Values differ by rounding only (another summation order); only for timing",
+        catches: "nothing: 0 runs the f32 convs that RLX's own micro-kernel takes (weights packed at build, `kernels::conv::packed`) through the gemm crate instead (default: on with AVX-512F; on an AVX2-only CPU, or under RLX_CPU_ISA=avx2, only with 1), and the f32 MatMuls against constant weights that are packed once into column panels (`kernels::mm_packed`, AMD CPUs with AVX-512 only) through gemm packing the weights each call. Values differ by rounding only (another summation order); only for timing",
         cost: "none",
         scope: Scope::Runtime,
     },

@@ -11,9 +11,10 @@
 //! run). The micro-kernel and its sums are gemm's: the values are gemm's to rounding (its
 //! block sizes follow the call's shape), bit for bit on the models measured.
 //!
-//! Taken on AVX-512 only, where gemm's f32 micro-kernel has 4 × 16 rows and the panel
-//! width is 64 (measured there: all-MiniLM-L6 at 1 thread 89.7 → 85.7 ms on Zen 4; panels
-//! of 128 or 192 read 86.4 and 89.3); elsewhere gemm packs as before. Products of few rows
+//! Taken on AMD CPUs with AVX-512 only, where gemm's f32 micro-kernel has 4 × 16 rows and
+//! the panel width is 64 (measured there: all-MiniLM-L6 at 1 thread 89.7 → 85.7 ms on Zen
+//! 4; panels of 128 or 192 read 86.4 and 89.3); on the Intel Xeon measured they gained
+//! nothing ([`panel_width`]); elsewhere gemm packs as before. Products of few rows
 //! (decode: `matvec`) keep the unpacked weights (the executor keeps them).
 
 use super::gemm_calls::{gemm_uninit_ptr, LhsLevel, LhsPacking, View, GEMM_PAR_FLOPS};
@@ -58,14 +59,17 @@ impl PackedB {
     }
 }
 
-/// The panel width where products against panels beat gemm's own packing: 64 on AVX-512
-/// (gemm's f32 micro-kernel rows; within `RLX_CPU_ISA`), else `None`; `None` with
-/// `RLX_CPU_MK=0` too (gemm packs the weights each call, for A/B).
+/// The panel width where products against panels beat gemm's own packing: 64 on AMD CPUs
+/// with AVX-512 (gemm's f32 micro-kernel rows; within `RLX_CPU_ISA`), else `None`; `None`
+/// with `RLX_CPU_MK=0` too (gemm packs the weights each call, for A/B). On the Intel Xeon
+/// measured (2 MB of L2 a core) gemm's own packing costs about nothing: a product of
+/// MiniLM's linear shapes read 6.39 ms with panels against 6.33 without (median of 5
+/// interleaved minimums, 1 thread; equal at 2 threads), so Intel keeps gemm.
 pub fn panel_width() -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if !rlx_ir::env::is_off("RLX_CPU_MK") {
-        use super::simd::{isa_cap, IsaCap};
-        if isa_cap() == IsaCap::Avx512 && std::arch::is_x86_feature_detected!("avx512f") {
+        use super::simd::{amd, isa_cap, IsaCap};
+        if isa_cap() == IsaCap::Avx512 && amd() && std::arch::is_x86_feature_detected!("avx512f") {
             return Some(64);
         }
     }
