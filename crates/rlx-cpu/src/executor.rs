@@ -504,8 +504,9 @@ impl CpuExecutor {
     }
 
     /// How many f32 MatMuls read their constant weights packed once in column panels
-    /// (`kernels::mm_packed`: AMD with AVX-512, at least `mm_packed::MIN_ROWS` output rows, not with
-    /// `RLX_CPU_MK=0`); gemm's micro-kernel, without its per-call copy of the weights.
+    /// (`kernels::mm_packed`: AMD with AVX-512, at least `mm_packed::MIN_ROWS` output rows,
+    /// not with `RLX_CPU_MK=0`); gemm's micro-kernel, without its per-call copy of the
+    /// weights.
     pub fn packed_matmuls(&self) -> usize {
         self.plan.mm_packed.iter().filter(|p| p.is_some()).count()
     }

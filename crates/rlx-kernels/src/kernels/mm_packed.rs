@@ -7,9 +7,9 @@
 //! executor is built, into panels of [`panel_width`] columns (panel `p`: columns
 //! `[p·w, p·w + w)` as K rows of `w`, the last panel the `N mod w` columns left), which is
 //! the layout gemm's packing makes; each panel's product is one gemm call reading it in
-//! place (gemm's lhs packing threshold at its largest, `gemm_calls::NO_LHS_PACKING`, while the calls
-//! run). The micro-kernel and its sums are gemm's: the values are gemm's to rounding (its
-//! block sizes follow the call's shape), bit for bit on the models measured.
+//! place (gemm's lhs packing threshold at its largest, `gemm_calls::NO_LHS_PACKING`, while
+//! the calls run). The micro-kernel and its sums are gemm's: the values are gemm's to
+//! rounding (its block sizes follow the call's shape), bit for bit on the models measured.
 //!
 //! Taken on AMD CPUs with AVX-512 only, where gemm's f32 micro-kernel has 4 × 16 rows and
 //! the panel width is 64 (measured there: all-MiniLM-L6 at 1 thread 89.7 → 85.7 ms on Zen
