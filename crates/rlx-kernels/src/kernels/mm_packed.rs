@@ -18,6 +18,7 @@
 //! (decode: `matvec`) keep the unpacked weights (the executor keeps them).
 
 use super::gemm_calls::{gemm_uninit_ptr, LhsLevel, LhsPacking, View, GEMM_PAR_FLOPS};
+use super::matvec::Ptr;
 use super::{invalid, make, KResult};
 use rayon::prelude::*;
 use rlx_ir::{Shape, Tensor, TensorData};
@@ -96,19 +97,6 @@ pub fn pack(b: &Tensor) -> Option<PackedB> {
     Some(PackedB { k, n, width, data })
 }
 
-/// The output pointer the panels' products share (each writes its own columns).
-struct Out(*mut f32);
-// SAFETY: the panel products write disjoint column ranges of the output.
-unsafe impl Sync for Out {}
-unsafe impl Send for Out {}
-
-impl Out {
-    /// The pointer `i` elements in (a method, so closures capture `Out`, not its field).
-    fn at(&self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
-}
-
 /// `np.matmul(a, B)` for `a` of dims `[..., M, K]` (f32, contiguous, at least
 /// [`MIN_ROWS`] rows over its leading dims) and the packed `B` ([K, N]): dims `[..., M, N]`
 /// (`out`'s). `None` where `a` is not such a tensor (the caller takes `matmul`). Errors:
@@ -130,7 +118,8 @@ pub fn matmul_packed(a: &Tensor, pk: &PackedB, out: &Shape) -> Option<KResult<Te
         )));
     }
     let mut y: Vec<f32> = crate::buffers::take(m * n);
-    let dst = Out(y.spare_capacity_mut()[..m * n].as_mut_ptr().cast());
+    // Shared by the panels' products: each writes its own columns.
+    let dst = Ptr(y.spare_capacity_mut()[..m * n].as_mut_ptr().cast::<f32>());
     let a_view = View {
         data: av,
         off: 0,
@@ -148,7 +137,19 @@ pub fn matmul_packed(a: &Tensor, pk: &PackedB, out: &Shape) -> Option<KResult<Te
         };
         // SAFETY: y holds m×n; this panel writes rows 0..m, columns c0..c0 + w (row
         // stride n), inside it and apart from the other panels' columns.
-        unsafe { gemm_uninit_ptr(m, w, k, a_view, b_view, dst.at(c0), (n, 1), false, false) }
+        unsafe {
+            gemm_uninit_ptr(
+                m,
+                w,
+                k,
+                a_view,
+                b_view,
+                dst.get().add(c0),
+                (n, 1),
+                false,
+                false,
+            )
+        }
     };
     let par = rayon::current_num_threads() > 1 && m * n * k >= GEMM_PAR_FLOPS;
     let r = if par {

@@ -2,7 +2,7 @@
 //! the epilogue pieces (bias, [`Clamp`], [`Post`], [`Residual`]) and gemm's packing guard.
 //! The algorithm files import from here and not from one another.
 
-use crate::kernels::gemm_calls::{GemmElem, LhsLevel, LhsPacking};
+use crate::kernels::gemm_calls::GemmElem;
 use crate::kernels::wide::map_inplace;
 use crate::kernels::{invalid, Elem, KResult};
 use rlx_ir::ConvAttrs;
@@ -370,16 +370,6 @@ pub(super) fn bias_clamp<T: Elem + PartialOrd + std::ops::Add<Output = T>>(
         u32::MAX
     } else {
         0
-    }
-}
-
-/// Sets gemm's single-thread lhs packing threshold to `gemm_calls::CONV_LHS_PACKING` until
-/// dropped (an `LhsPacking` guard of the conv's level).
-pub(super) struct ConvLhsPacking(#[allow(dead_code)] LhsPacking);
-
-impl ConvLhsPacking {
-    pub(super) fn set() -> ConvLhsPacking {
-        ConvLhsPacking(LhsPacking::set(LhsLevel::Conv))
     }
 }
 

@@ -3,11 +3,13 @@
 //! row as gemm leaves it. Any dtype, rank, group count, stride, dilation and padding.
 
 use super::common::{
-    inside_cols, row_epilogue, split_columns, with_col, with_scratch, ConvLhsPacking, Epilogue,
-    Geo, Residual, SendPtr, PHASES, TASKS_PER_THREAD,
+    inside_cols, row_epilogue, split_columns, with_col, with_scratch, Epilogue, Geo, Residual,
+    SendPtr, PHASES, TASKS_PER_THREAD,
 };
 use super::depthwise::depthwise_2d;
-use crate::kernels::gemm_calls::{gemm_uninit_ptr, GemmElem, View, GEMM_PAR_FLOPS};
+use crate::kernels::gemm_calls::{
+    gemm_uninit_ptr, GemmElem, LhsLevel, LhsPacking, View, GEMM_PAR_FLOPS,
+};
 use crate::kernels::{fill_chunks, invalid, Elem, KResult};
 
 /// 2-D [`im2col`] of output rows `oy0..oy1` only: `col` is `[cg*KH*KW, (oy1-oy0)*OW]`. Per
@@ -412,7 +414,7 @@ pub(super) fn conv_float<
             })
         }
     };
-    let _pack = (!direct).then(ConvLhsPacking::set);
+    let _pack = (!direct).then(|| LhsPacking::set(LhsLevel::Conv));
     if par_blocks {
         use rayon::prelude::*;
         (0..tasks).into_par_iter().try_for_each(task)?;

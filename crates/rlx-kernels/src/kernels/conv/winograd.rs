@@ -25,10 +25,10 @@
 //! output is not finite, and the caller recomputes that conv directly: every NaN/Inf a
 //! model sees is the one im2col + gemm gives.
 
-use super::common::{with_scratch, ConvLhsPacking, Post, SendPtr, PRODUCTS};
+use super::common::{with_scratch, Post, SendPtr, PRODUCTS};
 #[cfg(target_arch = "x86_64")]
 use super::pack::MkIsa as Tile;
-use crate::kernels::gemm_calls::{gemm_uninit_strided, View, GEMM_PAR_FLOPS};
+use crate::kernels::gemm_calls::{gemm_uninit_strided, LhsLevel, LhsPacking, View, GEMM_PAR_FLOPS};
 use rayon::prelude::*;
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 
@@ -628,7 +628,7 @@ pub(crate) fn conv_slabs(
                     }
                 }
                 // mb[ξ][b][t][i] = (U[ξ] · V[ξ])ᵀ for this part's channels m0 + b·pw + i.
-                let _pack = ConvLhsPacking::set();
+                let _pack = LhsPacking::set(LhsLevel::Conv);
                 for (xi, dst) in mb.chunks_mut(nbp * pw * ns).enumerate() {
                     if !product(wg, xi, m0, ml, v, ns, dst) {
                         return false;
@@ -729,7 +729,7 @@ pub(crate) fn conv(
         // (blocks of pw) so that the product's vector side is the channels even for a few
         // tiles.
         let prod = |xi: usize, dst: &mut [f32]| product(wg, xi, 0, m, v, ts, dst);
-        let _pack = ConvLhsPacking::set();
+        let _pack = LhsPacking::set(LhsLevel::Conv);
         let ok = if par {
             mb.par_chunks_mut(nbp * pw * ts)
                 .enumerate()
