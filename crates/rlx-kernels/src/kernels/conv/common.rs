@@ -435,7 +435,7 @@ impl<'a> Act<'a> {
 
 /// `c`'s map is the identity on every value: `(-inf, +inf)` without `nan_out`
 /// ([`Clamp::NONE`]; `minps(+inf, maxps(-inf, v))` is `v`, a NaN included).
-fn is_identity<T: Elem + PartialOrd>(c: &Clamp<T>) -> bool {
+pub(super) fn is_identity<T: Elem + PartialOrd>(c: &Clamp<T>) -> bool {
     !c.nan_out && c.lo == T::from_f64(f64::NEG_INFINITY) && c.hi == T::from_f64(f64::INFINITY)
 }
 

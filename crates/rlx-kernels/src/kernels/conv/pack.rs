@@ -6,7 +6,7 @@
 //! import this file; this file imports none of them, so the family has no import loop
 //! (`packed` dispatches to `packed_im` and `packed_rows`, which see only this file).
 
-use super::common::{row_epilogue, Epilogue};
+use super::common::{is_identity, row_epilogue, Clamp, Epilogue};
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::{ConvAttrs, Shape, Tensor, TensorData};
 use std::sync::atomic::Ordering;
@@ -598,8 +598,17 @@ pub(super) unsafe fn task_blocks(
             // SAFETY: rows m0..m1 of image ni, columns j0..j0+pb: this task's alone (the
             // caller's contract); the stripe holds pb·mb values.
             unsafe {
-                transpose_into(stripe.as_ptr(), mb, pb, m1 - m0, out.add(ooff), p);
-                finish_rows(out, ooff, m0, m1 - m0, pb, p, epi, res);
+                // Without a residual, the bias and clamp go with the transposition.
+                let re = if res.is_none() {
+                    RowEpi::of(epi, m0, m1)
+                } else {
+                    RowEpi::NONE
+                };
+                let bits = transpose_into(stripe.as_ptr(), mb, pb, m1 - m0, out.add(ooff), p, &re);
+                if let Some(s) = epi.seen.filter(|_| re.track) {
+                    s.fetch_max(bits, Ordering::Relaxed);
+                }
+                finish_rows(out, ooff, m0, m1 - m0, pb, p, epi, res, res.is_none());
             }
         }
     })
@@ -622,7 +631,8 @@ pub(super) fn near_equal_tiles(
 /// i·p`, `pb` values; its channel `m0 + i`, its residual at the same offset of `res`):
 /// the bias, residual, clamp, `post` and the scan's largest |y| per row, exactly as
 /// [`super::im2col::conv_float`] applies them (`post` over the whole run when the rows are
-/// whole planes).
+/// whole planes). With `in_place`, the bias, clamp and scan bits were applied as the rows
+/// were written ([`RowEpi`]): only `post` is left.
 ///
 /// # Safety
 /// Those rows are inside `dst`'s allocation and the caller's alone.
@@ -636,6 +646,7 @@ pub(super) unsafe fn finish_rows(
     p: usize,
     epi: &Epilogue,
     res: Option<&[f32]>,
+    in_place: bool,
 ) {
     let Epilogue {
         bias,
@@ -649,7 +660,9 @@ pub(super) unsafe fn finish_rows(
         let seg = unsafe { std::slice::from_raw_parts_mut(dst.add(ooff + i * p), pb) };
         let at = ooff + i * p;
         let r = res.map(|r| &r[at..at + pb]);
-        row_epilogue(seg, bias.map(|b| b[m0 + i]), r, clamp, seen);
+        if !in_place {
+            row_epilogue(seg, bias.map(|b| b[m0 + i]), r, clamp, seen);
+        }
         if clamp.is_none() && pb < p {
             post(seg);
         }
@@ -674,12 +687,75 @@ pub fn packed_runs() -> u64 {
     RUNS.load(Ordering::Relaxed)
 }
 
+/// The bias and clamp of a block's output rows without a residual, applied by
+/// [`transpose_into`] as it writes them: per value the f32 operations of
+/// [`super::common::row_epilogue`] (`bias_clamp`, or `wide::bias_clamp_bits` when the scan
+/// tracks |y|), in the same order, so the same bits, with one pass fewer over the rows.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RowEpi<'a> {
+    /// One bias per row, from the block's first channel.
+    bias: Option<&'a [f32]>,
+    /// The clamp: None where `bias_clamp` applies none (no clamp, or the identity with
+    /// nothing to track).
+    clamp: Option<Clamp>,
+    /// Take the largest `|v + b|` bits before the clamp (only with a clamp).
+    pub(super) track: bool,
+}
+
+impl<'a> RowEpi<'a> {
+    /// Nothing: the plain transposition.
+    pub(super) const NONE: RowEpi<'static> = RowEpi {
+        bias: None,
+        clamp: None,
+        track: false,
+    };
+
+    /// `epi`'s bias and clamp for output channels `m0..m1` (`row_epilogue`'s choices).
+    pub(super) fn of(epi: &Epilogue<'a>, m0: usize, m1: usize) -> RowEpi<'a> {
+        let track = epi.seen.is_some();
+        let clamp = epi.clamp.filter(|c| track || !is_identity(c));
+        RowEpi {
+            bias: epi.bias.map(|b| &b[m0..m1]),
+            clamp,
+            track: track && clamp.is_some(),
+        }
+    }
+
+    /// One value of row `i`: the output and its |y| bits before the clamp (0 untracked).
+    #[inline(always)]
+    // `t != t`: NaN.
+    #[allow(clippy::eq_op)]
+    fn one(&self, v: f32, i: usize) -> (f32, u32) {
+        let b = self.bias.map(|b| b[i]);
+        let Some(c) = self.clamp else {
+            return (b.map_or(v, |b| v + b), 0);
+        };
+        // `bias_clamp_bits` adds -0 without a bias (the same value).
+        let t = match b {
+            Some(b) => v + b,
+            None if self.track => v + -0.0,
+            None => v,
+        };
+        let bits = if self.track {
+            t.to_bits() & 0x7fff_ffff
+        } else {
+            0
+        };
+        let lo = if c.lo > t { c.lo } else { t };
+        let y = if c.hi < lo { c.hi } else { lo };
+        (if c.nan_out && t != t { f32::NAN } else { y }, bits)
+    }
+}
+
 /// `d[i·ds + j] = s[j·mb + i]` for `i < rows`, `j < pb`: a stripe of tiles into NCHW
-/// output rows, by 8×8 blocks in registers (AVX), the edges one value at a time.
+/// output rows, by 8×8 blocks in registers (AVX), the edges one value at a time; each value
+/// through `epi` ([`RowEpi`]: bias and clamp, row `i` its `i`-th). Returns the largest
+/// |y| bits before the clamp when `epi` tracks them, else 0.
 ///
 /// # Safety
 /// `s` holds `pb·mb` values (`rows ≤ mb`); `d` rows `0..rows` at stride `ds` have room for
-/// `pb` values; the CPU has AVX2 (every [`MkIsa`] has).
+/// `pb` values; `epi`'s bias (if any) holds `rows` values; the CPU has AVX2 (every
+/// [`MkIsa`] has).
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn transpose_into(
     s: *const f32,
@@ -688,12 +764,26 @@ pub(super) unsafe fn transpose_into(
     rows: usize,
     d: *mut f32,
     ds: usize,
-) {
+    epi: &RowEpi,
+) -> u32 {
     use std::arch::x86_64::*;
+    let plain = epi.bias.is_none() && epi.clamp.is_none();
+    let mut m = 0u32;
     // SAFETY: the caller's contract; every index below is inside those bounds.
     unsafe {
+        let c = epi.clamp.unwrap_or(Clamp::NONE);
+        let (lo, hi) = (_mm256_set1_ps(c.lo), _mm256_set1_ps(c.hi));
+        let (nan, abs) = (_mm256_set1_ps(f32::NAN), _mm256_set1_epi32(0x7fff_ffff));
+        let mut acc = _mm256_setzero_si256();
         let mut i = 0;
         while i + 8 <= rows {
+            // This block of rows' biases (`-0`, the same value, where there are none).
+            let mut bv = [_mm256_set1_ps(-0.0); 8];
+            if let Some(b) = epi.bias {
+                for (q, v) in bv.iter_mut().enumerate() {
+                    *v = _mm256_set1_ps(b[i + q]);
+                }
+            }
             let mut j = 0;
             while j + 8 <= pb {
                 let mut r = [_mm256_setzero_ps(); 16];
@@ -701,23 +791,56 @@ pub(super) unsafe fn transpose_into(
                     *v = _mm256_loadu_ps(s.add((j + q) * mb + i));
                 }
                 crate::kernels::simd::transpose8(&mut r);
-                for (q, v) in r.iter().take(8).enumerate() {
-                    _mm256_storeu_ps(d.add((i + q) * ds + j), *v);
+                for (q, &v) in r.iter().take(8).enumerate() {
+                    let y = if plain {
+                        v
+                    } else {
+                        // The same operations as `RowEpi::one`, per lane.
+                        let t = if epi.bias.is_some() || epi.track {
+                            _mm256_add_ps(v, bv[q])
+                        } else {
+                            v
+                        };
+                        if epi.track {
+                            acc = _mm256_max_epu32(
+                                acc,
+                                _mm256_and_si256(_mm256_castps_si256(t), abs),
+                            );
+                        }
+                        if epi.clamp.is_some() {
+                            let y = _mm256_min_ps(hi, _mm256_max_ps(lo, t));
+                            if c.nan_out {
+                                _mm256_blendv_ps(y, nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(t, t))
+                            } else {
+                                y
+                            }
+                        } else {
+                            t
+                        }
+                    };
+                    _mm256_storeu_ps(d.add((i + q) * ds + j), y);
                 }
                 j += 8;
             }
             for jj in j..pb {
                 for q in 0..8 {
-                    *d.add((i + q) * ds + jj) = *s.add(jj * mb + i + q);
+                    let (y, b) = epi.one(*s.add(jj * mb + i + q), i + q);
+                    *d.add((i + q) * ds + jj) = y;
+                    m = m.max(b);
                 }
             }
             i += 8;
         }
         for ii in i..rows {
             for j in 0..pb {
-                *d.add(ii * ds + j) = *s.add(j * mb + ii);
+                let (y, b) = epi.one(*s.add(j * mb + ii), ii);
+                *d.add(ii * ds + j) = y;
+                m = m.max(b);
             }
         }
+        let mut lanes = [0u32; 8];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc);
+        lanes.iter().fold(m, |a, &b| a.max(b))
     }
 }
 

@@ -183,7 +183,7 @@ pub(super) fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Rows
         });
         // SAFETY: rows 0..m of image ni, positions j0..j1: written just above, this
         // task's alone.
-        unsafe { finish_rows(dst.get(), obase + j0, 0, m, cl, p, rest, read) };
+        unsafe { finish_rows(dst.get(), obase + j0, 0, m, cl, p, rest, read, false) };
     };
     if par {
         use rayon::prelude::*;

@@ -830,3 +830,106 @@ fn pointwise_form(m: usize, c: usize, hw: usize) -> Option<super::pack::PackForm
     let w = Tensor::from_f32(&[m, c, 1, 1], vec![0.0; m * c]).unwrap();
     super::pack::pack_form(&w, &attrs, &Shape::new(&[1, m, hw, hw], DType::F32))
 }
+
+/// The bias and clamp applied as a stripe is transposed ([`super::pack::RowEpi`]) give the
+/// bits of the transposition followed by `row_epilogue` (the path with a residual, and the
+/// one before the fold), and the same scan bits: NaN, ±inf, ±0 and values on the clamp's
+/// bounds among the sums; no bias, a bias; no clamp, Relu, Clip (NaN out), the identity
+/// with and without tracking; rows and positions with and without 8×8 edges.
+#[test]
+fn transposed_epilogue_gives_the_row_epilogue_bits() {
+    use super::common::row_epilogue;
+    use super::pack::{transpose_into, RowEpi};
+    if isa_cap() == IsaCap::Portable {
+        return;
+    }
+    let mb = 32;
+    for (rows, pb, p) in [
+        (32, 196, 196),
+        (24, 10, 23),
+        (5, 17, 40),
+        (32, 8, 8),
+        (13, 3, 3),
+    ] {
+        let mut s = rnd(pb * mb, (rows * 7 + pb) as u64);
+        let specials = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            6.0,
+            -6.0,
+        ];
+        for (i, v) in s.iter_mut().enumerate().step_by(5) {
+            *v = specials[(i / 5) % specials.len()];
+        }
+        let mut b = rnd(rows, 9);
+        b[0] = -0.0;
+        if rows > 2 {
+            b[2] = f32::INFINITY;
+        }
+        let clamps = [
+            None,
+            Some(Clamp::RELU),
+            Some(Clamp::clip(0.0, 6.0)),
+            Some(Clamp::NONE),
+        ];
+        for clamp in clamps {
+            for (bias, track) in [
+                (None, false),
+                (Some(&b[..]), false),
+                (Some(&b[..]), true),
+                (None, true),
+            ] {
+                let seen_a = AtomicU32::new(0);
+                let seen_b = AtomicU32::new(0);
+                let epi = |seen| Epilogue {
+                    bias,
+                    clamp,
+                    post: &no_post,
+                    post_bias: None,
+                    seen: track.then_some(seen),
+                };
+                let (ea, eb) = (epi(&seen_a), epi(&seen_b));
+                let mut got = vec![1f32; rows * p];
+                let mut want = vec![1f32; rows * p];
+                let re = RowEpi::of(&ea, 0, rows);
+                // SAFETY: s holds pb·mb values, rows ≤ mb, both outputs rows × p ≥ pb.
+                let bits =
+                    unsafe { transpose_into(s.as_ptr(), mb, pb, rows, got.as_mut_ptr(), p, &re) };
+                if re.track {
+                    seen_a.fetch_max(bits, Ordering::Relaxed);
+                }
+                // SAFETY: as above.
+                unsafe {
+                    transpose_into(
+                        s.as_ptr(),
+                        mb,
+                        pb,
+                        rows,
+                        want.as_mut_ptr(),
+                        p,
+                        &RowEpi::NONE,
+                    )
+                };
+                for i in 0..rows {
+                    let seg = &mut want[i * p..i * p + pb];
+                    row_epilogue(seg, bias.map(|b| b[i]), None, clamp, eb.seen);
+                }
+                let tag = format!(
+                    "rows {rows} pb {pb} clamp {clamp:?} bias {} track {track}",
+                    bias.is_some()
+                );
+                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), e.to_bits(), "{tag}: at {i}: {a} vs {e}");
+                }
+                assert_eq!(
+                    seen_a.load(Ordering::Relaxed),
+                    seen_b.load(Ordering::Relaxed),
+                    "{tag}: scan bits"
+                );
+            }
+        }
+    }
+}
