@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{rnd, run_scanned, sh};
+use common::{packed_on, rnd, run_scanned, sh};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::{Activation, ConvAttrs, Graph, Op, Tensor};
@@ -65,25 +65,6 @@ fn reference(p: &Params, x: &[f32], r: &[f32]) -> (Vec<f64>, Vec<f64>) {
         }
     }
     (out, mag)
-}
-
-/// True where the packed kernel takes this conv (AVX-512, not capped or switched off).
-fn packed_on() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let capped = matches!(
-            rlx_ir::env::get("RLX_CPU_ISA").as_deref().map(str::trim),
-            Some("avx2" | "portable")
-        );
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && !capped
-            && !rlx_ir::env::is_off("RLX_CPU_MK")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{act, act_ref, bits, rnd, scanned_fusion_on_off, sh, Act};
+use common::{act, act_ref, bits, packed_on, rnd, scanned_fusion_on_off, sh, Act};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -334,7 +334,7 @@ fn pointwise_then_depthwise_matches_the_definition_and_the_unfused_bits() {
         let (g, _) = graph(cs, &p);
         let mut ex = CpuExecutor::new(g).unwrap();
         // Small planes are planned as pairs only where the blocks run (AVX-512 tiles).
-        let planned = cs.h * cs.w > 1024 || pairs_run();
+        let planned = cs.h * cs.w > 1024 || packed_on();
         assert_eq!(ex.paired_convs(), planned as usize, "case {i}: {cs:?}");
         let x: Vec<f32> = rnd(cs.c * cs.h * cs.w, 7 + i as u64)
             .iter()
@@ -399,7 +399,17 @@ fn a_scanned_run_reports_as_with_fusion_off() {
 
 /// True when this CPU runs 1×1 + depthwise pairs interleaved (AVX-512F and AVX-512VL; see
 /// `conv::dw_simd::best_isa`): elsewhere each pair runs as two convs and `paired_runs`
-/// stays 0.
+/// stays 0. Pairs by blocks (planes up to 1024) also need the packed weights
+/// ([`packed_on`]: not with `RLX_CPU_MK=0`).
+fn pair_runs(cs: &Case) -> bool {
+    if cs.h * cs.w > 1024 {
+        pairs_run()
+    } else {
+        packed_on()
+    }
+}
+
+/// AVX-512F and AVX-512VL, not capped by `RLX_CPU_ISA` ([`pair_runs`]' bands).
 fn pairs_run() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -430,8 +440,8 @@ fn a_clean_scanned_run_keeps_the_pair() {
              not used (paired_runs stays 0), values and reports are still checked"
         );
     }
-    let paired = |n: u64| if pairs_run() { n } else { 0 };
     for (i, cs) in cases().iter().enumerate() {
+        let paired = |n: u64| if pair_runs(cs) { n } else { 0 };
         let p = params(cs);
         let x = rnd(cs.c * cs.h * cs.w, 21);
         let t = Tensor::from_f32(&[1, cs.c, cs.h, cs.w], x.clone()).unwrap();

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{rnd, run_scanned};
+use common::{packed_on, rnd, run_scanned};
 use rlx_cpu::CpuExecutor;
 use rlx_ir::numeric_check::DebugMode;
 use rlx_ir::*;
@@ -339,5 +339,93 @@ fn a_scale_above_one_runs_the_mul_first() {
     for (i, (&a, &b)) in outs[0].iter().zip(&outs[1]).enumerate() {
         assert_eq!(kind(a), kind(b), "at {i}: fused {a}, unfused {b}");
         assert!(!a.is_finite(), "at {i}: {a}, want ±inf or NaN");
+    }
+}
+
+/// EfficientNet-B0's shapes at 14² (`x [1, c, 14, 14]`, `o` outputs: 112←672 and 80←480,
+/// whose last block of 16 channels runs the half tile, and 64←96): the fold takes the
+/// conv's packed weights, scaled in their layout, where the packed kernel runs; the values
+/// against the f64 definition `b + Σ_c W[o, c]·(x[c]·s[c])` within f32 summation's bound,
+/// and a scanned run reports nothing and keeps the fold.
+#[test]
+fn scale_folded_into_packed_weights_matches_the_definition() {
+    let (h, w) = (14, 14);
+    let hw = h * w;
+    for (c, o) in [(672, 112), (480, 80), (96, 64)] {
+        let mut g = Graph::new("se_packed");
+        let x = g.input("x", sh(&[1, c, h, w]));
+        let z = g.input("z", sh(&[1, c, 1, 1]));
+        let s = g.add_node(
+            Op::Activation(Activation::Sigmoid),
+            vec![z],
+            sh(&[1, c, 1, 1]),
+        );
+        let mul = g.add_node(Op::Binary(BinaryOp::Mul), vec![x, s], sh(&[1, c, h, w]));
+        let wv = rnd(o * c, 21);
+        let bv = rnd(o, 22);
+        let wt = g.constant(Tensor::from_f32(&[o, c, 1, 1], wv.clone()).unwrap());
+        let b = g.constant(Tensor::from_f32(&[o], bv.clone()).unwrap());
+        let attrs = ConvAttrs {
+            strides: vec![1, 1],
+            pads: vec![(0, 0), (0, 0)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let y = g.add_node(Op::Conv(attrs), vec![mul, wt, b], sh(&[1, o, h, w]));
+        g.set_outputs(vec![y]);
+        let mut ex = CpuExecutor::new(g).unwrap();
+        assert_eq!(ex.scaled_convs(), 1, "{o}<-{c}");
+        let xv: Vec<f32> = rnd(c * hw, 23).iter().map(|v| v * 4.0).collect();
+        let zv: Vec<f32> = rnd(c, 24).iter().map(|v| v * 6.0).collect();
+        let feeds = [
+            Tensor::from_f32(&[1, c, h, w], xv.clone()).unwrap(),
+            Tensor::from_f32(&[1, c, 1, 1], zv.clone()).unwrap(),
+        ];
+        let sd: Vec<f64> = zv
+            .iter()
+            .map(|&v| 1.0 / (1.0 + (-(v as f64)).exp()))
+            .collect();
+        let check = |y: &[f32], what: &str| {
+            for m in 0..o {
+                for j in 0..hw {
+                    let (mut v, mut a) = (bv[m] as f64, (bv[m] as f64).abs());
+                    for ci in 0..c {
+                        let t = wv[m * c + ci] as f64 * (xv[ci * hw + j] as f64 * sd[ci]);
+                        v += t;
+                        a += t.abs();
+                    }
+                    // f32 sums of c + 1 terms, and the rounding of each scaled weight.
+                    let bound = 4.0 * (c as f64 + 2.0) * f32::EPSILON as f64 * (a + 1.0);
+                    let got = y[m * hw + j] as f64;
+                    assert!(
+                        (got - v).abs() <= bound,
+                        "{o}<-{c} {what} at ({m}, {j}): {got} vs {v} (bound {bound})"
+                    );
+                }
+            }
+        };
+        let before = rlx_cpu::packed_conv_runs();
+        let folds = ex.scaled_runs();
+        let y = ex.run(&feeds, None).unwrap();
+        assert_eq!(
+            ex.scaled_runs(),
+            folds + 1,
+            "{o}<-{c}: the fold was not used"
+        );
+        if packed_on() {
+            assert!(
+                rlx_cpu::packed_conv_runs() > before,
+                "{o}<-{c}: the folded conv took the packed kernel"
+            );
+        }
+        check(y[0].as_f32().unwrap(), "plain");
+        let (r, ys) = run_scanned(&mut ex, &feeds, DebugMode::Strict);
+        assert!(r.is_empty(), "{o}<-{c}: {r:?}");
+        assert_eq!(
+            ex.scaled_runs(),
+            folds + 2,
+            "{o}<-{c}: the scanned run kept the fold"
+        );
+        check(&ys, "scanned");
     }
 }

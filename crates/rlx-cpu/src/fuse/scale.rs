@@ -4,6 +4,7 @@
 
 use super::{constant, pointwise, run_group, weights, ConvGroup, Skip};
 use rlx_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor};
+use rlx_kernels::kernels::conv::{packed_release, packed_scaled, Packed};
 
 /// `Mul(x, s)` (either order) with `s` of dims `[1, C, 1, 1]`, computed at run time (a
 /// Squeeze-and-Excitation block's scale), read only by a 1×1 conv `W` `[O, C, 1, 1]`:
@@ -87,7 +88,9 @@ pub(super) fn scale_at(
 /// group's activation, when every `s[c]` is at most 1 in magnitude (a Sigmoid's range, as
 /// in every SE block). Then neither `W·s` nor `x·s` can overflow, and the result differs
 /// from `Mul` then the conv by rounding only (a NaN in `x`, or an Inf times a zero, still
-/// gives NaN where it reaches). Any other `s` (larger, Inf or NaN; the two orders
+/// gives NaN where it reaches). With the group's `packed` weights (RLX's product kernel),
+/// those are scaled in their packed layout (`PackedConv::scaled_inputs`, the same products)
+/// and the kernel runs on them. Any other `s` (larger, Inf or NaN; the two orders
 /// overflow in different places) runs the `Mul`, then the group.
 ///
 /// With `scan` (a NaN scanner on), the caller has proven the Mul's value finite without
@@ -101,6 +104,7 @@ pub(crate) fn run_scaled(
     grp: &ConvGroup,
     x: &Tensor,
     s: &Tensor,
+    packed: Option<&Packed>,
     scan: bool,
     skip: Option<Skip>,
 ) -> Result<(Tensor, bool, bool), crate::KernelError> {
@@ -111,9 +115,18 @@ pub(crate) fn run_scaled(
         let shape = rlx_ir::Shape::new(x.dims(), DType::F32);
         let xs = rlx_kernels::kernels::elementwise::binary(BinaryOp::Mul, x, s, &shape)
             .map_err(|e| bad(&e.to_string()))?;
-        let r = run_group(g, grp, &xs, None, None, scan, skip, None);
+        let r = run_group(g, grp, &xs, None, packed, scan, skip, None);
         rlx_kernels::buffers::give(xs.into_data());
         return r.map(|(t, clean)| (t, clean, false));
+    }
+    // The group's packed weights, scaled in their packed layout (the same products).
+    let scaled = packed
+        .zip(s.as_f32())
+        .and_then(|(pk, sv)| packed_scaled(pk, sv));
+    if let Some(ps) = scaled {
+        let r = run_group(g, grp, x, None, Some(&ps), scan, skip, None);
+        packed_release(ps);
+        return r.map(|(t, clean)| (t, clean, true));
     }
     let Some((w, _)) = weights(g, grp) else {
         return Err(bad("not a Conv with constant weights"));

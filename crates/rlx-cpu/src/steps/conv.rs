@@ -73,7 +73,7 @@ impl ConvStep {
             .scaled
             .filter(|_| !run.scan || state & SCALE_PROVEN != 0)
         {
-            return self.scaled(g, id, sc, run);
+            return self.scaled(plan, g, id, sc, run);
         }
         self.group(plan, g, id, run)
     }
@@ -138,8 +138,16 @@ impl ConvStep {
 
     /// The conv on the weights scaled by the Mul before it (`fuse::run_scaled`), the Mul
     /// not run.
-    fn scaled(&self, g: &Graph, id: NodeId, sc: Scaled, run: &mut Run) -> Result<Turn, CpuError> {
+    fn scaled(
+        &self,
+        plan: &Plan,
+        g: &Graph,
+        id: NodeId,
+        sc: Scaled,
+        run: &mut Run,
+    ) -> Result<Turn, CpuError> {
         let grp = &self.grp;
+        let pk = self.packed_weights(&plan.packed).filter(|_| run.fast);
         // The residual: not while scanning (the report must name the Add).
         let scan = run.scan;
         let res = grp.residual.filter(|_| !scan);
@@ -148,7 +156,7 @@ impl ConvStep {
             .and_then(|r| run.slots[r.skip.index()].take_owned());
         let xs = input_values(g, id, &run.slots, &[sc.x, sc.s])?;
         let skip = skip_operand(g, id, &run.slots, res, owned)?;
-        let (t, clean, folded) = crate::fuse::run_scaled(g, grp, xs[0], xs[1], scan, skip)
+        let (t, clean, folded) = crate::fuse::run_scaled(g, grp, xs[0], xs[1], pk, scan, skip)
             .map_err(|e| kernel_err(g, id, e.to_string()))?;
         if clean {
             drop(xs);

@@ -129,3 +129,24 @@ pub fn pool(threads: usize) -> &'static rayon::ThreadPool {
             .unwrap()
     })
 }
+
+/// True where RLX's packed conv kernel takes the convs it packs (AVX-512, not capped by
+/// `RLX_CPU_ISA` or switched off by `RLX_CPU_MK=0`).
+#[allow(dead_code)]
+pub fn packed_on() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let capped = matches!(
+            rlx_ir::env::get("RLX_CPU_ISA").as_deref().map(str::trim),
+            Some("avx2" | "portable")
+        );
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && !capped
+            && !rlx_ir::env::is_off("RLX_CPU_MK")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}

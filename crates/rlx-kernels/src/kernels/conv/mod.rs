@@ -98,6 +98,24 @@ pub type Packed = PackedConv;
 #[cfg(not(target_arch = "x86_64"))]
 pub enum Packed {}
 
+/// A 1×1 conv's packed weights with input channel `c` scaled by `s[c]`
+/// ([`PackedConv::scaled_inputs`]; hand it back with [`packed_release`]); None where that
+/// does not apply.
+pub fn packed_scaled(pk: &Packed, s: &[f32]) -> Option<Packed> {
+    #[cfg(target_arch = "x86_64")]
+    return pk.scaled_inputs(s);
+    #[cfg(not(target_arch = "x86_64"))]
+    match *pk {}
+}
+
+/// Hands a [`packed_scaled`] copy's buffer back to the pool.
+pub fn packed_release(pk: Packed) {
+    #[cfg(target_arch = "x86_64")]
+    pk.release();
+    #[cfg(not(target_arch = "x86_64"))]
+    match pk {}
+}
+
 /// [`conv_post`] through RLX's product kernel on `pk`, a conv's `[M, C, KH, KW]` f32
 /// weights packed by [`packed_weights`] when the executor was built. Where `pk` does not
 /// fit the conv, [`conv_post`]'s own paths on the weights unpacked from `pk` (the same

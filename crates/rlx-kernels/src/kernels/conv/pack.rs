@@ -155,6 +155,49 @@ impl PackedConv {
         w
     }
 
+    /// A 1×1 conv's packed weights with input channel `c` scaled by `s[c]`
+    /// (`W'[o, c] = W[o, c] · s[c]`, one f32 product per weight, as on the unpacked
+    /// weights): the weights of the conv on `x` for the conv on `x ⊙ s` (a
+    /// Squeeze-and-Excitation scale). On a buffer from the pool ([`PackedConv::release`]).
+    /// None for other kernel sizes or a length of `s` other than `C`.
+    pub fn scaled_inputs(&self, s: &[f32]) -> Option<PackedConv> {
+        if self.wdims.get(2..) != Some(&[1, 1][..]) || s.len() != self.k || self.k == 0 {
+            return None;
+        }
+        let mut data = crate::buffers::overwritten::<f32>(self.data.len());
+        let width = if self.rows { MR } else { self.isa.mb() };
+        for (d, w) in data
+            .chunks_exact_mut(self.k * width)
+            .zip(self.data.chunks_exact(self.k * width))
+        {
+            for ((d, w), &sc) in d.chunks_exact_mut(width).zip(w.chunks_exact(width)).zip(s) {
+                for (d, &w) in d.iter_mut().zip(w) {
+                    *d = w * sc;
+                }
+            }
+        }
+        Some(PackedConv {
+            data,
+            wdims: self.wdims.clone(),
+            ..*self
+        })
+    }
+
+    /// Hands the packed buffer back to the pool (a [`PackedConv::scaled_inputs`] copy).
+    pub fn release(self) {
+        crate::buffers::give(TensorData::F32(self.data));
+    }
+
+    /// Whether the last block holds at most 16 channels on AVX-512 (1×1 convs whose `M`
+    /// is 16 past a multiple of 32 or less, e.g. EfficientNet-B0's 112 and 80): its tiles
+    /// then compute those 16 only ([`super::packed::tile16`]), not the 32 of a block.
+    pub(super) fn half_last(&self) -> bool {
+        self.isa == MkIsa::Avx512
+            && !self.rows
+            && self.wdims.get(2..) == Some(&[1, 1][..])
+            && matches!(self.m % 32, 1..=16)
+    }
+
     /// The packed bytes.
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
@@ -258,8 +301,15 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
         return None;
     }
     let isa = enabled_isa()?;
-    // Channels computed past M in the last block: at most an eighth of M.
-    if d[0].div_ceil(isa.mb()) * isa.mb() * 8 > d[0] * 9 {
+    // Channels computed past M in the last block: at most an eighth of M. A 1×1 conv's last
+    // block of at most 16 channels on AVX-512 computes 16 (`PackedConv::half_last`).
+    let mb = isa.mb();
+    let computed = if isa == MkIsa::Avx512 && d[2..] == [1, 1] && matches!(d[0] % mb, 1..=16) {
+        d[0] - d[0] % mb + 16
+    } else {
+        d[0].div_ceil(mb) * mb
+    };
+    if computed * 8 > d[0] * 9 {
         return None;
     }
     Some(PackForm::Tiles(isa))
@@ -510,6 +560,8 @@ pub(super) fn enabled_isa() -> Option<MkIsa> {
 /// values), the tile's positions (first, count), and the prefetch the tile runs (a
 /// pointer, floats per row of `K`: `super::packed::tile`'s `pf`).
 pub(super) struct Slice<'a> {
+    /// The last block of a [`PackedConv::half_last`] pack: its 16 channels only.
+    pub half: bool,
     pub k0: usize,
     pub kc: usize,
     pub w: &'a [f32],
@@ -535,6 +587,7 @@ pub(super) fn block_product(
     mut tile: impl FnMut(Slice),
 ) {
     let (k, mb) = (pk.k, pk.isa.mb());
+    let half = pk.half_last() && b + 1 == pk.m.div_ceil(mb);
     for k0 in (0..k).step_by(kc_max) {
         let kc = kc_max.min(k - k0);
         let at0 = (b * k + k0) * mb;
@@ -548,6 +601,7 @@ pub(super) fn block_product(
             let pf = (pk.data().as_ptr().wrapping_add(*ahead), pfl);
             *ahead += kc * pfl;
             tile(Slice {
+                half,
                 k0,
                 kc,
                 w,

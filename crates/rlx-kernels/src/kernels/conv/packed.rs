@@ -127,7 +127,8 @@ fn run_any(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f3
 /// from L2), into a stripe `[position][mb]`; then the stripe goes to the block's NCHW
 /// output rows with the epilogue.
 fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
-    if super::packed_im::takes(g) {
+    // The in-place kernel has no half-block tile (only 1×1 convs get half blocks).
+    if super::packed_im::takes(g) && !pk.half_last() {
         return super::packed_im::run(x, pk, g, epi, res);
     }
     run_cols(x, pk, g, epi, res)
@@ -205,6 +206,18 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
 pub(super) unsafe fn slice_tile(isa: MkIsa, s: &Slice, xp: &[f32], xs: usize, stripe: &mut [f32]) {
     // SAFETY: `s.w` holds kc·mb values (`block_product`); the rest is the caller's.
     unsafe {
+        if s.half {
+            return tile16(
+                s.np,
+                s.kc,
+                s.k0 > 0,
+                s.w.as_ptr(),
+                xp[s.k0 * xs + s.p0..].as_ptr(),
+                xs,
+                stripe.as_mut_ptr().add(s.p0 * isa.mb()),
+                s.pf,
+            );
+        }
         tile(
             isa,
             s.np,
@@ -301,6 +314,76 @@ unsafe fn tile_avx512<const NP: usize>(
         for j in 0..NP {
             _mm512_storeu_ps(t.add(j * 32), a0[j]);
             _mm512_storeu_ps(t.add(j * 32 + 16), a1[j]);
+        }
+    }
+}
+
+/// [`tile`] for a last block of at most 16 channels on AVX-512F ([`PackedConv::half_last`]:
+/// weights packed 32 wide, the upper 16 of each row the zero padding, not read): one zmm of
+/// weights, `np` broadcasts, `np` accumulators. `t`'s positions get their first 16 values
+/// (the first 16 lanes of [`tile`]'s, the same sums in the same order); the other 16 are
+/// left as they are.
+///
+/// # Safety
+/// As [`tile`]'s for [`MkIsa::Avx512`].
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile16(
+    np: usize,
+    k: usize,
+    acc: bool,
+    w: *const f32,
+    x: *const f32,
+    xs: usize,
+    t: *mut f32,
+    pf: (*const f32, usize),
+) {
+    macro_rules! go {
+        ($($n:literal)*) => {
+            match np {
+                $($n => tile16_avx512::<$n>(k, acc, w, x, xs, t, pf),)*
+                _ => unreachable!("tile width {np}"),
+            }
+        };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { go!(1 2 3 4 5 6 7 8 9 10 11 12) }
+}
+
+/// [`tile16`]'s kernel: one zmm of weights, `NP` broadcasts, `NP` accumulators.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile16_avx512<const NP: usize>(
+    k: usize,
+    acc: bool,
+    w: *const f32,
+    x: *const f32,
+    xs: usize,
+    t: *mut f32,
+    (mut pf, pfl): (*const f32, usize),
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: [`tile16`]'s contract.
+    unsafe {
+        let mut a0 = [_mm512_setzero_ps(); NP];
+        if acc {
+            for (j, a) in a0.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(t.add(j * 32));
+            }
+        }
+        let (mut wp, mut xp) = (w, x);
+        for _ in 0..k {
+            let w0 = _mm512_loadu_ps(wp);
+            for (j, a) in a0.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(w0, _mm512_set1_ps(*xp.add(j)), *a);
+            }
+            if pfl > 0 {
+                _mm_prefetch::<_MM_HINT_T0>(pf.cast());
+                pf = pf.wrapping_add(pfl);
+            }
+            wp = wp.add(32);
+            xp = xp.add(xs);
+        }
+        for (j, a) in a0.iter().enumerate() {
+            _mm512_storeu_ps(t.add(j * 32), *a);
         }
     }
 }
