@@ -302,9 +302,13 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     }
     let isa = enabled_isa()?;
     // Channels computed past M in the last block: at most an eighth of M. A 1×1 conv's last
-    // block of at most 16 channels on AVX-512 computes 16 (`PackedConv::half_last`).
+    // block of at most 16 channels on AVX-512 computes 16 (`PackedConv::half_last`), which
+    // counts on planes over 64 positions: on smaller ones the weights' reads bind, and that
+    // block still reads its 32-wide rows (EfficientNet-B0's 48←1152 at 1×1: 19-20 µs on
+    // gemm, 22-25 on the half tile).
     let mb = isa.mb();
-    let computed = if isa == MkIsa::Avx512 && d[2..] == [1, 1] && matches!(d[0] % mb, 1..=16) {
+    let half = isa == MkIsa::Avx512 && d[2..] == [1, 1] && p > 64;
+    let computed = if half && matches!(d[0] % mb, 1..=16) {
         d[0] - d[0] % mb + 16
     } else {
         d[0].div_ceil(mb) * mb
