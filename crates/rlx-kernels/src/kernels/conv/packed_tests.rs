@@ -820,6 +820,26 @@ fn pointwise_products_bound_by_cpu() {
     }
 }
 
+/// A 1×1 conv's last block of at most 16 channels counts as 16 on AVX-512 on planes over
+/// 64 positions (`PackedConv::half_last`): EfficientNet-B0's 112←672 and 80←480 at 14²
+/// are packed there; 48←1152 at 1×1 (weight-bound) and 40←480 at 14² (a last block of 8
+/// of 48 computed: past M/8) are not; 24←480 (16 + 8 of 16) is not either.
+#[test]
+fn pointwise_half_blocks_count_16_channels() {
+    let avx512 = super::pack::enabled_isa() == Some(MkIsa::Avx512);
+    let k_ok = 480 >= super::pack::min_k();
+    for (m, c, hw, want) in [
+        (112, 672, 14, avx512),
+        (80, 480, 14, avx512 && k_ok),
+        (48, 1152, 1, false),
+        (40, 480, 14, false),
+        (24, 480, 14, false),
+    ] {
+        let got = pointwise_form(m, c, hw);
+        assert_eq!(got.is_some(), want, "{m}<-{c} 1x1 at {hw}x{hw}: {got:?}");
+    }
+}
+
 /// [`super::pack::pack_form`] of an `m`←`c` stride-1 1×1 conv without padding whose output
 /// plane is `hw`×`hw` (zero weights: the form reads no weight values).
 fn pointwise_form(m: usize, c: usize, hw: usize) -> Option<super::pack::PackForm> {
