@@ -117,8 +117,90 @@ unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
     let ow = p.ow;
     debug_assert_eq!(dst.len(), p.oh * ow);
     let dp = dst.as_mut_ptr();
-    for oy in rows {
+    // Output row `oy` reads only input rows inside the image.
+    let inside = |oy: usize| {
         let iy0 = (oy * p.sh) as isize - p.pt as isize;
+        iy0 >= 0 && iy0 as usize + (KH - 1) * p.dh < p.h
+    };
+    // The sum of a chunk's accumulators, its clamp and store (row `orow`, columns from
+    // `ox0`), the scan's bits taken before the clamp. A macro, not a closure: a closure
+    // is compiled without this function's target features (every lane op a call).
+    macro_rules! finish {
+        ($acc:expr, $orow:expr, $ox0:expr) => {{
+            let acc: [S::V; KW] = $acc;
+            let (orow, ox0): (*mut f32, usize) = ($orow, $ox0);
+            let mut y = acc[0];
+            for a in &acc[1..] {
+                y = S::add(y, *a);
+            }
+            if clamp.track {
+                seen = S::max_abs_bits(seen, y);
+            }
+            let mut y = S::clamp(y, lo, hi);
+            if clamp.nan_out {
+                y = S::nan_out(y);
+            }
+            if ox0 + n <= ow {
+                S::store(orow.add(ox0), y);
+            } else {
+                S::store_m(orow.add(ox0), y, p.tail);
+            }
+        }};
+    }
+    // One accumulator per kernel column (the bias in the first, -0 elsewhere, the sum's
+    // identity), added at the end: chains of KH fused multiply-adds instead of one chain
+    // of KH*KW, which bound small planes (one chunk per row) on latency.
+    let mut init = [S::splat(-0.0); KW];
+    init[0] = bv;
+    let mut oy = rows.start;
+    while oy < rows.end {
+        let iy0 = (oy * p.sh) as isize - p.pt as isize;
+        // Two output rows at once where both read only rows inside the image at stride 1:
+        // their KH + 1 input rows are loaded once for both (KH·KW loads a chunk saved, and
+        // twice the independent chains). Each output's sums run in the same order as alone.
+        if p.sh == 1 && p.dh == 1 && oy + 1 < rows.end && inside(oy) && inside(oy + 1) {
+            let (ra, rb) = (dp.add(oy * ow), dp.add((oy + 1) * ow));
+            for c in 0..p.nch {
+                let ox0 = c * n;
+                let (mut a, mut b) = (init, init);
+                if p.full[c] {
+                    for r in 0..=KH {
+                        let rp = src
+                            .wrapping_offset((iy0 + r as isize) * p.pitch as isize)
+                            .wrapping_add(ox0);
+                        for kx in 0..KW {
+                            let xv = S::load(rp.wrapping_offset(offs[kx]));
+                            if r < KH {
+                                a[kx] = S::fma(wv[r][kx], xv, a[kx]);
+                            }
+                            if r > 0 {
+                                b[kx] = S::fma(wv[r - 1][kx], xv, b[kx]);
+                            }
+                        }
+                    }
+                } else {
+                    let ms: [S::M; KW] = p.masks[c * KW..][..KW].try_into().expect("KW masks");
+                    for r in 0..=KH {
+                        let rp = src
+                            .wrapping_offset((iy0 + r as isize) * p.pitch as isize)
+                            .wrapping_add(ox0);
+                        for kx in 0..KW {
+                            let xv = S::load_m(rp.wrapping_offset(offs[kx]), ms[kx]);
+                            if r < KH {
+                                a[kx] = S::fma_m(wv[r][kx], xv, a[kx], ms[kx]);
+                            }
+                            if r > 0 {
+                                b[kx] = S::fma_m(wv[r - 1][kx], xv, b[kx], ms[kx]);
+                            }
+                        }
+                    }
+                }
+                finish!(a, ra, ox0);
+                finish!(b, rb, ox0);
+            }
+            oy += 2;
+            continue;
+        }
         let ok: [bool; KH] = std::array::from_fn(|ky| {
             let iy = iy0 + (ky * p.dh) as isize;
             iy >= 0 && (iy as usize) < p.h
@@ -127,18 +209,6 @@ unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
             src.wrapping_offset((iy0 + (ky * p.dh) as isize) * p.pitch as isize)
         });
         let orow = dp.add(oy * ow);
-        // One accumulator per kernel column (the bias in the first, -0 elsewhere, the
-        // sum's identity), added at the end: chains of KH fused multiply-adds instead
-        // of one chain of KH*KW, which bound small planes (one chunk per row) on latency.
-        let sum = |acc: [S::V; KW]| {
-            let mut t = acc[0];
-            for a in &acc[1..] {
-                t = S::add(t, *a);
-            }
-            t
-        };
-        let mut init = [S::splat(-0.0); KW];
-        init[0] = bv;
         if ok.iter().all(|&v| v) {
             // every kernel row inside the image: fully unrolled taps, plain loads on
             // chunks whose taps are all inside, masked loads on the border chunks
@@ -163,19 +233,7 @@ unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
                         }
                     }
                 }
-                let y = sum(acc);
-                if clamp.track {
-                    seen = S::max_abs_bits(seen, y);
-                }
-                let mut acc = S::clamp(y, lo, hi);
-                if clamp.nan_out {
-                    acc = S::nan_out(acc);
-                }
-                if ox0 + n <= ow {
-                    S::store(orow.add(ox0), acc);
-                } else {
-                    S::store_m(orow.add(ox0), acc, p.tail);
-                }
+                finish!(acc, orow, ox0);
             }
         } else {
             // top/bottom border rows: kernel rows outside the image are skipped
@@ -193,21 +251,10 @@ unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
                         acc[kx] = S::fma_m(wv[ky][kx], xv, acc[kx], ms[kx]);
                     }
                 }
-                let y = sum(acc);
-                if clamp.track {
-                    seen = S::max_abs_bits(seen, y);
-                }
-                let mut acc = S::clamp(y, lo, hi);
-                if clamp.nan_out {
-                    acc = S::nan_out(acc);
-                }
-                if ox0 + n <= ow {
-                    S::store(orow.add(ox0), acc);
-                } else {
-                    S::store_m(orow.add(ox0), acc, p.tail);
-                }
+                finish!(acc, orow, ox0);
             }
         }
+        oy += 1;
     }
     S::hmax_bits(seen)
 }
