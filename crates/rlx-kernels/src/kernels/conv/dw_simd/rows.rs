@@ -155,52 +155,59 @@ unsafe fn plane<S: Lanes, const KH: usize, const KW: usize>(
     let mut oy = rows.start;
     while oy < rows.end {
         let iy0 = (oy * p.sh) as isize - p.pt as isize;
-        // Two output rows at once where both read only rows inside the image at stride 1:
-        // their KH + 1 input rows are loaded once for both (KH·KW loads a chunk saved, and
-        // twice the independent chains). Each output's sums run in the same order as alone.
-        if p.sh == 1 && p.dh == 1 && oy + 1 < rows.end && inside(oy) && inside(oy + 1) {
-            let (ra, rb) = (dp.add(oy * ow), dp.add((oy + 1) * ow));
-            for c in 0..p.nch {
-                let ox0 = c * n;
-                let (mut a, mut b) = (init, init);
-                if p.full[c] {
-                    for r in 0..=KH {
-                        let rp = src
-                            .wrapping_offset((iy0 + r as isize) * p.pitch as isize)
-                            .wrapping_add(ox0);
-                        for kx in 0..KW {
-                            let xv = S::load(rp.wrapping_offset(offs[kx]));
-                            if r < KH {
-                                a[kx] = S::fma(wv[r][kx], xv, a[kx]);
-                            }
-                            if r > 0 {
-                                b[kx] = S::fma(wv[r - 1][kx], xv, b[kx]);
+        // R output rows at once where all read only rows inside the image at stride 1:
+        // their KH + R − 1 input rows are loaded once for all (R·KH·KW loads a chunk
+        // become (KH + R − 1)·KW), and R times the independent chains. Each output's sums
+        // run in the same order as alone. Four rows for 3×3 kernels (12 accumulators and
+        // 9 weights in registers), two for larger ones.
+        macro_rules! rows_at_once {
+            ($r:literal) => {
+                if p.sh == 1
+                    && p.dh == 1
+                    && oy + $r <= rows.end
+                    && inside(oy)
+                    && inside(oy + $r - 1)
+                {
+                    for c in 0..p.nch {
+                        let ox0 = c * n;
+                        let mut acc = [init; $r];
+                        let full = p.full[c];
+                        let ms: [S::M; KW] = p.masks[c * KW..][..KW].try_into().expect("KW masks");
+                        for r in 0..KH + $r - 1 {
+                            let rp = src
+                                .wrapping_offset((iy0 + r as isize) * p.pitch as isize)
+                                .wrapping_add(ox0);
+                            for kx in 0..KW {
+                                let at = rp.wrapping_offset(offs[kx]);
+                                let xv = if full {
+                                    S::load(at)
+                                } else {
+                                    S::load_m(at, ms[kx])
+                                };
+                                for (q, a) in acc.iter_mut().enumerate() {
+                                    if r >= q && r - q < KH {
+                                        a[kx] = if full {
+                                            S::fma(wv[r - q][kx], xv, a[kx])
+                                        } else {
+                                            S::fma_m(wv[r - q][kx], xv, a[kx], ms[kx])
+                                        };
+                                    }
+                                }
                             }
                         }
-                    }
-                } else {
-                    let ms: [S::M; KW] = p.masks[c * KW..][..KW].try_into().expect("KW masks");
-                    for r in 0..=KH {
-                        let rp = src
-                            .wrapping_offset((iy0 + r as isize) * p.pitch as isize)
-                            .wrapping_add(ox0);
-                        for kx in 0..KW {
-                            let xv = S::load_m(rp.wrapping_offset(offs[kx]), ms[kx]);
-                            if r < KH {
-                                a[kx] = S::fma_m(wv[r][kx], xv, a[kx], ms[kx]);
-                            }
-                            if r > 0 {
-                                b[kx] = S::fma_m(wv[r - 1][kx], xv, b[kx], ms[kx]);
-                            }
+                        for (q, a) in acc.into_iter().enumerate() {
+                            finish!(a, dp.add((oy + q) * ow), ox0);
                         }
                     }
+                    oy += $r;
+                    continue;
                 }
-                finish!(a, ra, ox0);
-                finish!(b, rb, ox0);
-            }
-            oy += 2;
-            continue;
+            };
         }
+        if KW <= 3 {
+            rows_at_once!(4);
+        }
+        rows_at_once!(2);
         let ok: [bool; KH] = std::array::from_fn(|ky| {
             let iy = iy0 + (ky * p.dh) as isize;
             iy >= 0 && (iy as usize) < p.h
