@@ -820,3 +820,94 @@ fn gemm_convs_split_over_threads_give_one_threads_bits() {
         }
     }
 }
+
+/// The depthwise row kernels run several output rows at once (`rows::plane`: four for
+/// 3×3, two for larger kernels, at stride 1; `flat::s2_plane`: two at stride 2) with the
+/// sums of one row alone: a plane in one call gives the bits and scan bits of the same
+/// plane one output row per call, with NaN, ±inf and ±0 among the inputs, every clamp,
+/// row counts that leave 1-3 rows over, widths with masked edge chunks.
+#[test]
+fn depthwise_row_blocks_give_the_one_row_bits() {
+    use super::common::Clamp;
+    if dw_simd::best_isa() != Some(dw_simd::Isa::Avx512) {
+        return;
+    }
+    // (h, w, k, stride, pad)
+    let geos = [
+        (23, 37, 3, 1, 1),
+        (14, 40, 5, 1, 2),
+        (11, 19, 7, 1, 3),
+        (9, 16, 3, 1, 0),
+        (23, 37, 3, 2, 1),
+        (17, 33, 5, 2, 2),
+        (12, 48, 3, 2, 1),
+    ];
+    let clamps = [
+        Clamp {
+            track: true,
+            ..Clamp::NONE
+        },
+        Clamp {
+            track: true,
+            ..Clamp::RELU
+        },
+        Clamp {
+            track: true,
+            ..Clamp::clip(0.0, 6.0)
+        },
+        Clamp::clip(-1.0, 1.0),
+    ];
+    for (gi, &(h, wd, k, s, p)) in geos.iter().enumerate() {
+        let (oh, ow) = ((h + 2 * p - k) / s + 1, (wd + 2 * p - k) / s + 1);
+        let a = ConvAttrs {
+            strides: vec![s, s],
+            pads: vec![(p, p), (p, p)],
+            dilations: vec![1, 1],
+            groups: 1,
+        };
+        let g = geometry(&[1, 1, h, wd], &[1, 1, k, k], &a, &[1, 1, oh, ow]).unwrap();
+        let mut x = crate::kernels::rnd(h * wd, 40 + gi as u64);
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+        for (i, v) in x.iter_mut().enumerate().skip(3).step_by(29) {
+            *v = specials[i % specials.len()];
+        }
+        let wt = crate::kernels::rnd(k * k, 50 + gi as u64);
+        for clamp in clamps {
+            let run = |rows: &[std::ops::Range<usize>]| {
+                let mut out = vec![7f32; oh * ow];
+                let mut bits = 0;
+                for r in rows {
+                    // SAFETY: AVX-512F (checked above); the plane and its rows are whole.
+                    bits = bits.max(unsafe {
+                        if s == 1 {
+                            let pl = dw_simd::plan::<crate::kernels::simd::Avx512>(&g);
+                            let f = match k {
+                                3 => dw_simd::rows_avx512::<3>,
+                                5 => dw_simd::rows_avx512::<5>,
+                                _ => dw_simd::rows_avx512::<7>,
+                            };
+                            f(&pl, x.as_ptr(), &wt, 0.25, clamp, &mut out, r.clone())
+                        } else {
+                            let fl = dw_simd::flat_plan(&g).expect("a stride-2 plan");
+                            let f = if k == 3 {
+                                dw_simd::s2_plane::<3>
+                            } else {
+                                dw_simd::s2_plane::<5>
+                            };
+                            f(&fl, x.as_ptr(), &wt, 0.25, clamp, &mut out, r.clone())
+                        }
+                    });
+                }
+                (out, bits)
+            };
+            let (whole, wb) = run(&[0..oh]);
+            let one: Vec<_> = (0..oh).map(|r| r..r + 1).collect();
+            let (rows, rb) = run(&one);
+            let tag = format!("{h}x{wd} k{k} s{s} p{p} {clamp:?}");
+            for (i, (a, b)) in whole.iter().zip(&rows).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{tag}: at {i}: {a} vs {b}");
+            }
+            assert_eq!(wb, rb, "{tag}: scan bits");
+        }
+    }
+}

@@ -366,51 +366,39 @@ pub(crate) unsafe fn s2_plane<const K: usize>(
             _mm512_cmpge_epi32_mask(l, _mm512_setzero_si512())
                 & _mm512_cmplt_epi32_mask(l, _mm512_set1_epi32(w as i32))
         };
-        for oy in rows {
-            for ox0 in (0..f.ow).step_by(16) {
-                let n = (f.ow - ox0).min(16);
-                let c0 = (2 * ox0) as isize - f.pl as isize;
-                let mut acc = [S::splat(-0.0); K];
-                acc[0] = S::splat(b);
-                for (ky, wrow) in wv.iter().enumerate() {
-                    let iy = (2 * oy + ky) as isize - f.pt as isize;
-                    let (e, o, e2, o2) = if iy < 0 || iy >= h {
-                        (zero, zero, zero, zero)
-                    } else {
-                        let row = x.wrapping_offset(iy * w);
-                        let ld =
-                            |c: isize| _mm512_maskz_loadu_ps(inside(c), row.wrapping_offset(c));
-                        let (v0, v1, v2) = (ld(c0), ld(c0 + 16), ld(c0 + 32));
-                        (
-                            _mm512_permutex2var_ps(v0, even, v1),
-                            _mm512_permutex2var_ps(v0, odd, v1),
-                            _mm512_permutexvar_ps(even, v2),
-                            _mm512_permutexvar_ps(odd, v2),
-                        )
-                    };
-                    let shift = |next: __m512, cur: __m512, by: usize| {
-                        let (a, c) = (_mm512_castps_si512(next), _mm512_castps_si512(cur));
-                        _mm512_castsi512_ps(match by {
-                            1 => _mm512_alignr_epi32::<1>(a, c),
-                            _ => _mm512_alignr_epi32::<2>(a, c),
-                        })
-                    };
-                    for (kx, &wk) in wrow.iter().enumerate() {
-                        let t = match kx {
-                            0 => e,
-                            1 => o,
-                            2 => shift(e2, e, 1),
-                            3 => shift(o2, o, 1),
-                            _ => shift(e2, e, 2),
-                        };
-                        acc[kx] = S::fma(wk, t, acc[kx]);
-                    }
-                }
+        // Input row `iy`'s even and odd columns from `c0` (and the next 16 of each), zeros
+        // for a row outside the image.
+        let taps = |iy: isize, c0: isize| {
+            if iy < 0 || iy >= h {
+                (zero, zero, zero, zero)
+            } else {
+                let row = x.wrapping_offset(iy * w);
+                let ld = |c: isize| _mm512_maskz_loadu_ps(inside(c), row.wrapping_offset(c));
+                let (v0, v1, v2) = (ld(c0), ld(c0 + 16), ld(c0 + 32));
+                (
+                    _mm512_permutex2var_ps(v0, even, v1),
+                    _mm512_permutex2var_ps(v0, odd, v1),
+                    _mm512_permutexvar_ps(even, v2),
+                    _mm512_permutexvar_ps(odd, v2),
+                )
+            }
+        };
+        let shift = |next: __m512, cur: __m512, by: usize| {
+            let (a, c) = (_mm512_castps_si512(next), _mm512_castps_si512(cur));
+            _mm512_castsi512_ps(match by {
+                1 => _mm512_alignr_epi32::<1>(a, c),
+                _ => _mm512_alignr_epi32::<2>(a, c),
+            })
+        };
+        // A chunk's sum, scan bits, clamp and store (a macro: see `rows::plane`).
+        macro_rules! finish {
+            ($acc:expr, $oy:expr, $ox0:expr, $n:expr) => {{
+                let acc: [__m512; K] = $acc;
                 let mut y = acc[0];
                 for a in &acc[1..] {
                     y = S::add(y, *a);
                 }
-                let m = first(n);
+                let m = first($n);
                 if clamp.track {
                     seen = S::max_abs_bits(seen, _mm512_maskz_mov_ps(m, y));
                 }
@@ -418,8 +406,46 @@ pub(crate) unsafe fn s2_plane<const K: usize>(
                 if clamp.nan_out {
                     v = S::nan_out(v);
                 }
-                S::store_m(dst.as_mut_ptr().add(oy * f.ow + ox0), v, m);
+                S::store_m(dst.as_mut_ptr().add($oy * f.ow + $ox0), v, m);
+            }};
+        }
+        let mut init = [S::splat(-0.0); K];
+        init[0] = S::splat(b);
+        let mut oy = rows.start;
+        while oy < rows.end {
+            // Two output rows at once: they share input row 2·oy + 2 − pt (K + 2 rows
+            // loaded and split into phases for both, not 2·K) and run twice the
+            // independent chains; each output's sums in the same order as alone.
+            let two = oy + 1 < rows.end;
+            for ox0 in (0..f.ow).step_by(16) {
+                let n = (f.ow - ox0).min(16);
+                let c0 = (2 * ox0) as isize - f.pl as isize;
+                let (mut a, mut bb) = (init, init);
+                for r in 0..K + if two { 2 } else { 0 } {
+                    let iy = (2 * oy + r) as isize - f.pt as isize;
+                    let (e, o, e2, o2) = taps(iy, c0);
+                    for kx in 0..K {
+                        let t = match kx {
+                            0 => e,
+                            1 => o,
+                            2 => shift(e2, e, 1),
+                            3 => shift(o2, o, 1),
+                            _ => shift(e2, e, 2),
+                        };
+                        if r < K {
+                            a[kx] = S::fma(wv[r][kx], t, a[kx]);
+                        }
+                        if two && r >= 2 {
+                            bb[kx] = S::fma(wv[r - 2][kx], t, bb[kx]);
+                        }
+                    }
+                }
+                finish!(a, oy, ox0, n);
+                if two {
+                    finish!(bb, oy + 1, ox0, n);
+                }
             }
+            oy += if two { 2 } else { 1 };
         }
         S::hmax_bits(seen)
     }
