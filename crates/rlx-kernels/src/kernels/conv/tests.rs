@@ -900,7 +900,7 @@ fn depthwise_row_blocks_give_the_one_row_bits() {
                 }
                 (out, bits)
             };
-            let (whole, wb) = run(&[0..oh]);
+            let (whole, wb) = run(std::slice::from_ref(&(0..oh)));
             let one: Vec<_> = (0..oh).map(|r| r..r + 1).collect();
             let (rows, rb) = run(&one);
             let tag = format!("{h}x{wd} k{k} s{s} p{p} {clamp:?}");
