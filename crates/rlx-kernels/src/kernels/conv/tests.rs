@@ -549,7 +549,9 @@ fn depthwise_simd_widths_match_generic() {
         (20, 37, 5, 2, 2, (3, 4, 2, 1)),
         (17, 33, 3, 3, 1, (1, 1, 1, 1)),
         (14, 14, 7, 1, 1, (3, 3, 3, 3)),
-        // the flat path's cases (AVX-512; stride 1 on planes up to 1024, stride 2)
+        // 28² at stride 1: the per-row path (four rows at a time), not the flat one
+        (28, 28, 3, 1, 1, (1, 1, 1, 1)),
+        // the flat path's cases (AVX-512; stride 1 on planes up to 256, stride 2)
         (14, 14, 3, 2, 1, (1, 1, 1, 1)),
         (57, 70, 3, 2, 1, (1, 1, 1, 1)),
         (40, 40, 5, 2, 1, (2, 1, 2, 2)),
@@ -596,7 +598,7 @@ fn depthwise_simd_widths_match_generic() {
         // The cases meant for the flat path reach it (the comparison below covers it).
         assert_eq!(
             dw_simd::flat_plan(&g).is_some(),
-            d == 1 && (s == 2 || (s == 1 && h * wd <= 1024)),
+            d == 1 && (s == 2 || (s == 1 && h * wd <= 256)),
             "geo {gi}"
         );
         let conv = depthwise_2d(&x, &w, Some(&b), &g);

@@ -84,10 +84,11 @@ pub(crate) fn flat_plan(g: &Geo) -> Option<Flat> {
         })
         .collect();
     // With stride 1, larger input planes run faster on the per-row path (bench/NOTES.md
-    // §13): there the copy into the padded plane costs more than the masks it saves.
-    // With stride 2 the per-row path splits phases too, and this one is faster at
-    // every size measured (up to 112×112).
-    if s == 1 && g.sp[0] * g.sp[1] > 1024 {
+    // §13): there the copy into the padded plane costs more than the masks it saves. Over
+    // 256 positions since that path runs four rows at a time (§47: MobileNetV2's
+    // 192-channel 3×3 at 28², 76-83 → 58-62 µs). With stride 2 the per-row path splits
+    // phases too, and this one is faster at every size measured (up to 112×112).
+    if s == 1 && g.sp[0] * g.sp[1] > 256 {
         return None;
     }
     let len = (s * s * phase).max(nch * 16 + offs.iter().max()?);
