@@ -175,22 +175,7 @@ fn run(ex: &mut CpuExecutor, cs: &Case, x: &[f32], threads: usize) -> Vec<f32> {
 }
 
 fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // RLX_CPU_ISA=avx2 or portable keeps the AVX-512 kernels off.
-        let capped = matches!(
-            rlx_ir::env::get("RLX_CPU_ISA").as_deref().map(str::trim),
-            Some("avx2" | "portable")
-        );
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && !capped
-            && !rlx_ir::env::is_off("RLX_CPU_DCONV")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    common::avx512_kernels(Some("RLX_CPU_DCONV"))
 }
 
 fn close(got: f32, want: f64) -> bool {

@@ -411,19 +411,7 @@ fn pair_runs(cs: &Case) -> bool {
 
 /// AVX-512F and AVX-512VL, not capped by `RLX_CPU_ISA` ([`pair_runs`]' bands).
 fn pairs_run() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // RLX_CPU_ISA=avx2 or portable keeps the AVX-512 kernels off.
-        let capped = matches!(
-            rlx_ir::env::get("RLX_CPU_ISA").as_deref().map(str::trim),
-            Some("avx2" | "portable")
-        );
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") && !capped
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    common::avx512_kernels(None)
 }
 
 /// With a scanner and finite values, the pair still runs interleaved (`paired_runs`), with

@@ -130,10 +130,10 @@ pub fn pool(threads: usize) -> &'static rayon::ThreadPool {
     })
 }
 
-/// True where RLX's packed conv kernel takes the convs it packs (AVX-512, not capped by
-/// `RLX_CPU_ISA` or switched off by `RLX_CPU_MK=0`).
+/// True where RLX's AVX-512 kernels run: AVX-512F and AVX-512VL, not capped by
+/// `RLX_CPU_ISA=avx2|portable`, and the kernel's own switch `off` (if any) not `0`.
 #[allow(dead_code)]
-pub fn packed_on() -> bool {
+pub fn avx512_kernels(off: Option<&str>) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let capped = matches!(
@@ -143,10 +143,18 @@ pub fn packed_on() -> bool {
         is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512vl")
             && !capped
-            && !rlx_ir::env::is_off("RLX_CPU_MK")
+            && !off.is_some_and(rlx_ir::env::is_off)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        let _ = off;
         false
     }
+}
+
+/// True where RLX's packed conv kernel takes the convs it packs ([`avx512_kernels`],
+/// not switched off by `RLX_CPU_MK=0`).
+#[allow(dead_code)]
+pub fn packed_on() -> bool {
+    avx512_kernels(Some("RLX_CPU_MK"))
 }

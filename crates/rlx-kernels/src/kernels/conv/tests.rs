@@ -696,6 +696,26 @@ fn depthwise_simd_widths_match_generic() {
 /// the output centred there overflows) and 1e-30 elsewhere (so no other output does).
 /// Every SIMD path says non-finite exactly when the generic conv's output holds an Inf.
 #[cfg(target_arch = "x86_64")]
+/// The geometry of one `h × wd` plane (one image, one channel) under a `k × k` kernel at
+/// stride `s` with `p` padding on every side, and its output height and width.
+fn plane_geo(
+    h: usize,
+    wd: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+) -> (super::common::Geo, usize, usize) {
+    let (oh, ow) = ((h + 2 * p - k) / s + 1, (wd + 2 * p - k) / s + 1);
+    let a = ConvAttrs {
+        strides: vec![s, s],
+        pads: vec![(p, p), (p, p)],
+        dilations: vec![1, 1],
+        groups: 1,
+    };
+    let g = geometry(&[1, 1, h, wd], &[1, 1, k, k], &a, &[1, 1, oh, ow]).unwrap();
+    (g, oh, ow)
+}
+
 #[test]
 fn depthwise_tracking_sees_every_position() {
     let Some(best) = dw_simd::best_isa() else {
@@ -718,14 +738,7 @@ fn depthwise_tracking_sees_every_position() {
         (9, 13, 3, 1, 1),
         (40, 40, 3, 2, 1),
     ] {
-        let (oh, ow) = ((h + 2 * p - k) / s + 1, (wd + 2 * p - k) / s + 1);
-        let a = ConvAttrs {
-            strides: vec![s, s],
-            pads: vec![(p, p), (p, p)],
-            dilations: vec![1, 1],
-            groups: 1,
-        };
-        let g = geometry(&[1, 1, h, wd], &[1, 1, k, k], &a, &[1, 1, oh, ow]).unwrap();
+        let (g, oh, ow) = plane_geo(h, wd, k, s, p);
         let mut w = vec![1e-30f32; k * k];
         w[k * k / 2] = 2.0;
         for i in 0..h * wd {
@@ -860,14 +873,7 @@ fn depthwise_row_blocks_give_the_one_row_bits() {
         Clamp::clip(-1.0, 1.0),
     ];
     for (gi, &(h, wd, k, s, p)) in geos.iter().enumerate() {
-        let (oh, ow) = ((h + 2 * p - k) / s + 1, (wd + 2 * p - k) / s + 1);
-        let a = ConvAttrs {
-            strides: vec![s, s],
-            pads: vec![(p, p), (p, p)],
-            dilations: vec![1, 1],
-            groups: 1,
-        };
-        let g = geometry(&[1, 1, h, wd], &[1, 1, k, k], &a, &[1, 1, oh, ow]).unwrap();
+        let (g, oh, ow) = plane_geo(h, wd, k, s, p);
         let mut x = crate::kernels::rnd(h * wd, 40 + gi as u64);
         let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
         for (i, v) in x.iter_mut().enumerate().skip(3).step_by(29) {
