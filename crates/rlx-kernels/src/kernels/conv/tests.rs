@@ -738,7 +738,7 @@ fn depthwise_tracking_sees_every_position() {
         (9, 13, 3, 1, 1),
         (40, 40, 3, 2, 1),
     ] {
-        let (g, oh, ow) = plane_geo(h, wd, k, s, p);
+        let (g, _, _) = plane_geo(h, wd, k, s, p);
         let mut w = vec![1e-30f32; k * k];
         w[k * k / 2] = 2.0;
         for i in 0..h * wd {
