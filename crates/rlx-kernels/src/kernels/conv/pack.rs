@@ -192,10 +192,7 @@ impl PackedConv {
     /// is 16 past a multiple of 32 or less, e.g. EfficientNet-B0's 112 and 80): its tiles
     /// then compute those 16 only ([`super::packed::tile16`]), not the 32 of a block.
     pub(super) fn half_last(&self) -> bool {
-        self.isa == MkIsa::Avx512
-            && !self.rows
-            && self.wdims.get(2..) == Some(&[1, 1][..])
-            && matches!(self.m % 32, 1..=16)
+        !self.rows && half_block(self.isa, &self.wdims)
     }
 
     /// The packed bytes.
@@ -255,6 +252,15 @@ impl PackForm {
     }
 }
 
+/// Whether tiles of `isa` on weights of dims `wdims` (`[M, C, KH, KW]`) end in a block of
+/// at most 16 channels that runs the one-zmm tile ([`PackedConv::half_last`]): a 1×1 conv
+/// on AVX-512 whose `M` is 1 to 16 past a multiple of 32.
+fn half_block(isa: MkIsa, wdims: &[usize]) -> bool {
+    isa == MkIsa::Avx512
+        && wdims.get(2..) == Some(&[1, 1][..])
+        && matches!(wdims.first().map(|m| m % isa.mb()), Some(1..=16))
+}
+
 /// Whether and how [`packed_weights`] packs the weights `w` of a conv with attributes `a`
 /// and output type `out` (the conditions on [`packed_weights`]); reads no weight values.
 pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
@@ -307,8 +313,7 @@ pub fn pack_form(w: &Tensor, a: &ConvAttrs, out: &Shape) -> Option<PackForm> {
     // block still reads its 32-wide rows (EfficientNet-B0's 48←1152 at 1×1: 19-20 µs on
     // gemm, 22-25 on the half tile).
     let mb = isa.mb();
-    let half = isa == MkIsa::Avx512 && d[2..] == [1, 1] && p > 64;
-    let computed = if half && matches!(d[0] % mb, 1..=16) {
+    let computed = if p > 64 && half_block(isa, d) {
         d[0] - d[0] % mb + 16
     } else {
         d[0].div_ceil(mb) * mb
