@@ -126,14 +126,19 @@ pub(super) fn with_scratch<T: GemmElem, R>(
     }
     key.with(|c| match c.try_borrow_mut() {
         Ok(mut buf) => {
-            let words = bytes.div_ceil(8);
+            // Up to 7 words more, so that the slice can start on a 64-byte boundary (the
+            // kernels' zmm loads and stores of it then touch one cache line each).
+            let words = bytes.div_ceil(8) + 7;
             if buf.len() < words {
                 buf.resize(words, 0);
             }
+            let off = buf.as_ptr().align_offset(64).min(7);
             // SAFETY: GemmElem is implemented only for f32 and f64: every bit pattern is
-            // a valid value, their alignment (4 or 8) divides u64's, and `words` u64s
-            // hold `len` of them.
-            let s = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<T>(), len) };
+            // a valid value, their alignment (4 or 8) divides u64's, and the `words − off`
+            // u64s from `off` hold `len` of them.
+            let s = unsafe {
+                std::slice::from_raw_parts_mut(buf.as_mut_ptr().add(off).cast::<T>(), len)
+            };
             f(s)
         }
         Err(_) => f(&mut vec![T::ZERO; len]),
