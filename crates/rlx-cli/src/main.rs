@@ -45,6 +45,10 @@ enum Cmd {
     Precision(rlx_cli::precision::PrecisionArgs),
 }
 
+/// Tensors on cache lines (`rlx_kernels::alloc`).
+#[global_allocator]
+static ALLOC: rlx_kernels::alloc::LineAligned = rlx_kernels::alloc::LineAligned;
+
 fn main() {
     rlx_cli::init_process();
     let cli = Cli::parse();

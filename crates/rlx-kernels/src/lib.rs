@@ -23,6 +23,7 @@ pub enum KernelError {
     Invalid(String),
 }
 
+pub mod alloc;
 #[doc(hidden)]
 pub mod buffers;
 #[doc(hidden)]

@@ -27,6 +27,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+/// Tensors on cache lines (`rlx_kernels::alloc`).
+#[global_allocator]
+static ALLOC: rlx_kernels::alloc::LineAligned = rlx_kernels::alloc::LineAligned;
+
 pyo3::create_exception!(
     rlx,
     RlxError,

@@ -24,6 +24,10 @@ struct GenCli {
     args: rlx_cli::generate::GenerateArgs,
 }
 
+/// Tensors on cache lines (`rlx_kernels::alloc`).
+#[global_allocator]
+static ALLOC: rlx_kernels::alloc::LineAligned = rlx_kernels::alloc::LineAligned;
+
 fn main() {
     rlx_cli::init_process();
     // `rlx-run qwen3 --model DIR ...` (a family name, not a model path, as first argument)
