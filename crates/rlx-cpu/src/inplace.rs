@@ -9,7 +9,7 @@ use crate::{eval_op, KernelError};
 use rayon::prelude::*;
 use rlx_ir::{BinaryOp, Op, Shape, Tensor, TensorData};
 use rlx_kernels::check_result;
-use rlx_kernels::kernels::elementwise::{max_f32, min_f32};
+use rlx_kernels::kernels::elementwise::{max_f32, min_f32, relu_f32};
 use rlx_kernels::kernels::{fill_chunks, par_worth, wide, Bcast};
 
 /// Ops for which [`eval_owned`] may reuse the first input's buffer.
@@ -114,13 +114,10 @@ pub(crate) fn eval_owned(
             let a = *a;
             match rlx_kernels::kernels::fastmath::act_slice_kernel(a) {
                 Some(k) => rlx_kernels::kernels::fastmath::map_inplace_par(v, k),
-                // Relu's own arm of `apply_f32`, so the vector loop inlines it: through the
-                // whole match each element was a call (ResNet-50's Relus after the residual
-                // Adds, which run op by op under RLX_DEBUG_NANS, 8.8 ms a run on an Ice Lake
-                // VM, bench/NOTES.md §48).
-                None if a == rlx_ir::Activation::Relu => {
-                    for_each_chunk(v, |x: f32| if x < 0.0 { 0.0 } else { x })
-                }
+                // As `activation` does out of place (ResNet-50's Relus after the residual
+                // Adds, run op by op under RLX_DEBUG_NANS: 8.8 ms a run on an Ice Lake VM
+                // through `apply_f32`, bench/NOTES.md §48).
+                None if a == rlx_ir::Activation::Relu => for_each_chunk(v, relu_f32),
                 None => for_each_chunk(v, move |x| a.apply_f32(x)),
             }
             true

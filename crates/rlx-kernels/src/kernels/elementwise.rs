@@ -368,11 +368,23 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Shape) -> KResult<Tensor> {
     make(x.dims().to_vec(), data)
 }
 
+/// ONNX Relu on f32: `x < 0 ? 0 : x`, `Activation::Relu.apply_f32`'s arm (a NaN stays NaN,
+/// −0 stays −0). Its own small function so that vector loops inline it: through
+/// `apply_f32`'s whole match each element was a call (bench/NOTES.md §48).
+#[inline]
+pub fn relu_f32(a: f32) -> f32 {
+    if a < 0.0 {
+        0.0
+    } else {
+        a
+    }
+}
+
 /// `Op::Activation`: floats (F16/BF16 via f32); integers go through f64 and truncate back.
 pub(crate) fn activation(act: Activation, x: &Tensor, out: &Shape) -> KResult<Tensor> {
     let data = match x.data() {
         TensorData::F32(v) => TensorData::F32(match act {
-            Activation::Relu => map_vec(v, |a| if a < 0.0 { 0.0 } else { a }),
+            Activation::Relu => map_vec(v, relu_f32),
             _ => match super::fastmath::act_slice_kernel(act) {
                 Some(k) => super::fastmath::map_new(v, k),
                 None => map_vec(v, |a| act.apply_f32(a)),
