@@ -103,6 +103,9 @@ thread_local! {
     pub(super) static PRODUCTS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
     /// A third, for [`im2col_2d`]'s column phases of a strided conv's input rows.
     pub(super) static PHASES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// A fourth, for the product tiles' inputs copied into tile panels
+    /// (`packed::fill_panels`).
+    pub(super) static PANELS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Scratch buffers above this many bytes are allocated per call instead of kept.

@@ -20,7 +20,7 @@
 //! any other. Sums run over `k` in order, one FMA each, from +0: values differ from gemm's
 //! by rounding only (the tests' bound: `|Δ| ≤ 4·K·ε·Σ|w·x|`).
 
-use super::common::{with_col, with_scratch, Epilogue, Geo, SendPtr, PHASES};
+use super::common::{with_col, with_scratch, Epilogue, Geo, SendPtr, PANELS, PHASES};
 use super::im2col::{im2col_2d, CONV_SPLIT_FLOPS};
 use super::pack::{count_run, near_equal_tiles, task_blocks, MkIsa, PackedConv, Slice, Split};
 use super::packed_rows::RowsRes;
@@ -136,6 +136,19 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
 
 /// [`run`] through im2col's column matrix (or the input planes of a stride-1 1×1 conv).
 fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
+    run_cols_with(x, pk, g, epi, res, PANEL_MIN_BLOCKS)
+}
+
+/// [`run_cols`], a stride-1 1×1 conv's tasks of at least `panel_min` channel blocks
+/// reading their `X` from tile panels ([`panels`]).
+fn run_cols_with(
+    x: &[f32],
+    pk: &PackedConv,
+    g: &Geo,
+    epi: &Epilogue,
+    res: Option<&[f32]>,
+    panel_min: usize,
+) -> Vec<f32> {
     let (m, k, isa) = (g.m, pk.k, pk.isa);
     let (mb, np_max) = (isa.mb(), isa.np_max());
     let (oh, ow) = (g.osp[0], g.osp[1]);
@@ -167,7 +180,7 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
         // SAFETY: the CPU has `isa` (checked above); rows b0·mb.. of image ni, columns
         // j0..j0+pb: this task's (disjoint from every other task's); X's rows of `K` hold
         // pb values at stride xs (the planes from j0, or im2col's columns).
-        let body = |xp: &[f32], xs: usize| unsafe {
+        let body = |xp: &[f32], xs: Xs| unsafe {
             task_blocks(
                 pk,
                 (ni, j0, pb),
@@ -179,12 +192,19 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
                 |s, stripe| slice_tile(isa, s, xp, xs, stripe),
             )
         };
-        if direct {
-            body(&xi[j0..], plane)
+        if direct && b1 - b0 >= panel_min {
+            // The tiles' rows of X one after another (`[tile][k][np]`), read by every
+            // channel block of the task.
+            with_scratch(&PANELS, k * pb, |col: &mut [f32]| {
+                fill_panels(&xi[j0..], plane, k, sched.clone().1, col);
+                body(col, Xs::Panel(k))
+            })
+        } else if direct {
+            body(&xi[j0..], Xs::Rows(plane))
         } else {
             with_col(k * pb, |col: &mut [f32]| {
                 im2col_2d(xi, g, col, (oy0, oy1));
-                body(col, pb)
+                body(col, Xs::Rows(pb))
             })
         }
     };
@@ -197,13 +217,102 @@ fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f
     out
 }
 
-/// [`tile`] on slice `s` of a product whose rows of `K` lie at stride `xs` in `xp` (input
-/// planes, or im2col's columns), into its positions of `stripe` (`[position][mb]`).
+/// Where the rows of `K` of a product's `X` (`K` rows of positions) lie for its tiles.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Xs {
+    /// Row `k` at `k·xs` (input planes: `xs` is the plane; im2col's columns: the block's
+    /// positions).
+    Rows(usize),
+    /// Tile panels of rows of `K` values ([`fill_panels`]): the tile from position `p0`,
+    /// `np` wide, at `p0·K`, its row `k` at `p0·K + k·np`.
+    Panel(usize),
+}
+
+/// Whether a product whose input `X` is read by `blocks` channel blocks (a stride-1 1×1
+/// conv's task, the 1×1 conv of a [`super::pw_dw`] pair, one ξ of Winograd's products)
+/// copies `X` into tile panels first ([`fill_panels`]) rather than reading it in place.
+/// In place, each tile reads `np` values (up to 40 bytes) from each of `K` rows a plane
+/// (Winograd: 16 planes) apart, one or two cache lines per row, for every channel block;
+/// in panels a tile's `X` is one sequential run of `K·np` values, at the cost of one copy
+/// of `X`. Per conv alone on an Intel Ice Lake VM (1 thread, `rlx bench` min of 4-5
+/// interleaved rounds, bench/NOTES.md §49), in place → panels: 2048←512 at 7² 0.88-0.90 →
+/// 0.73-0.78 ms, 512←2048 at 7² 0.81-0.85 → 0.71-0.76, 1024←256 at 14² 0.83-0.86 →
+/// 0.74-0.79, Winograd's 256←256 3×3 at 14² 1.16-1.20 → 1.03-1.07, and at 8 blocks
+/// 256←1024 at 14² 0.83-0.87 → 0.80-0.83; with fewer the copy costs more than it saves
+/// (128←512 at 14², 4 blocks, 0.197-0.204 → 0.203-0.209; 64←256, 2 blocks, 0.053-0.055 →
+/// 0.058-0.063).
+pub(super) fn panels(blocks: usize) -> bool {
+    blocks >= PANEL_MIN_BLOCKS
+}
+
+/// See [`panels`].
+const PANEL_MIN_BLOCKS: usize = 8;
+
+/// `X` rows of `pb` positions at stride `xs` in `x` into `panel` (`k·pb` values) as
+/// [`Xs::Panel`] lays them for the tiles `tiles` ((first position, width), covering
+/// `0..pb` in order): `panel[p0·k + kk·np + j] = x[kk·xs + p0 + j]`.
+pub(super) fn fill_panels(
+    x: &[f32],
+    xs: usize,
+    k: usize,
+    tiles: impl Iterator<Item = (usize, usize)> + Clone,
+    panel: &mut [f32],
+) {
+    let last = tiles.clone().last().map_or(0, |(p0, np)| p0 + np);
+    assert!(
+        panel.len() >= k * last && (k == 0 || x.len() >= (k - 1) * xs + last),
+        "fill_panels: operands do not fit"
+    );
+    if isa_cap() == IsaCap::Avx512 && tiles.clone().all(|(_, np)| np <= 16) {
+        for (p0, np) in tiles {
+            // SAFETY: AVX-512F; rows kk < k of x hold p0 + np values at stride xs, and the
+            // panel holds (p0 + np)·k values (asserted above).
+            unsafe { panel_avx512(x[p0..].as_ptr(), xs, k, np, panel[p0 * k..].as_mut_ptr()) };
+        }
+        return;
+    }
+    for (p0, np) in tiles {
+        for (kk, dst) in panel[p0 * k..(p0 + np) * k]
+            .chunks_exact_mut(np)
+            .enumerate()
+        {
+            dst.copy_from_slice(&x[kk * xs + p0..kk * xs + p0 + np]);
+        }
+    }
+}
+
+/// One tile's panel: `k` rows of `np ≤ 16` values at stride `xs` from `x` to `d`, one
+/// after another, by masked loads and stores (a `memcpy` call per row of a few values
+/// cost more than the panels saved: 128←512 at 14² 0.21 → 0.26 ms).
 ///
 /// # Safety
-/// The CPU has `isa`; `xp` holds rows `s.k0..s.k0 + s.kc` of `s.p0 + s.np` values at stride
-/// `xs`; `stripe` holds `(s.p0 + s.np)·mb` values.
-pub(super) unsafe fn slice_tile(isa: MkIsa, s: &Slice, xp: &[f32], xs: usize, stripe: &mut [f32]) {
+/// AVX-512F; `x` rows `0..k` at stride `xs` hold `np` values each; `d` has room for `k·np`.
+#[target_feature(enable = "avx512f")]
+unsafe fn panel_avx512(x: *const f32, xs: usize, k: usize, np: usize, d: *mut f32) {
+    use std::arch::x86_64::*;
+    let mask: __mmask16 = ((1u32 << np) - 1) as u16;
+    // SAFETY: the caller's contract; masked lanes are not read or written.
+    unsafe {
+        for kk in 0..k {
+            let v = _mm512_maskz_loadu_ps(mask, x.add(kk * xs));
+            _mm512_mask_storeu_ps(d.add(kk * np), mask, v);
+        }
+    }
+}
+
+/// [`tile`] on slice `s` of a product whose rows of `K` lie in `xp` as `xs` says (input
+/// planes, im2col's columns, or tile panels), into its positions of `stripe`
+/// (`[position][mb]`).
+///
+/// # Safety
+/// The CPU has `isa`; `xp` holds rows `s.k0..s.k0 + s.kc` of the slice's tile (`s.p0 +
+/// s.np` values at stride `xs` for [`Xs::Rows`], the tile's panel for [`Xs::Panel`]);
+/// `stripe` holds `(s.p0 + s.np)·mb` values.
+pub(super) unsafe fn slice_tile(isa: MkIsa, s: &Slice, xp: &[f32], xs: Xs, stripe: &mut [f32]) {
+    let (x, xs) = match xs {
+        Xs::Rows(xs) => (&xp[s.k0 * xs + s.p0..], xs),
+        Xs::Panel(k) => (&xp[s.p0 * k + s.k0 * s.np..], s.np),
+    };
     // SAFETY: `s.w` holds kc·mb values (`block_product`); the rest is the caller's.
     unsafe {
         if s.half {
@@ -212,7 +321,7 @@ pub(super) unsafe fn slice_tile(isa: MkIsa, s: &Slice, xp: &[f32], xs: usize, st
                 s.kc,
                 s.k0 > 0,
                 s.w.as_ptr(),
-                xp[s.k0 * xs + s.p0..].as_ptr(),
+                x.as_ptr(),
                 xs,
                 stripe.as_mut_ptr().add(s.p0 * isa.mb()),
                 s.pf,
@@ -224,7 +333,7 @@ pub(super) unsafe fn slice_tile(isa: MkIsa, s: &Slice, xp: &[f32], xs: usize, st
             s.kc,
             s.k0 > 0,
             s.w.as_ptr(),
-            xp[s.k0 * xs + s.p0..].as_ptr(),
+            x.as_ptr(),
             xs,
             stripe.as_mut_ptr().add(s.p0 * isa.mb()),
             s.pf,
@@ -467,6 +576,25 @@ pub(super) fn run_cols_for_test(
     let pk = PackedConv::new(isa, w, &wd);
     assert!(fits(&pk, &wd, g));
     run_cols(x, &pk, g, epi, res)
+}
+
+/// [`run_cols_for_test`] with a stride-1 1×1 conv's `X` in tile panels for every task
+/// (`panels`) or for none.
+#[cfg(test)]
+pub(super) fn run_panels_for_test(
+    isa: MkIsa,
+    x: &[f32],
+    w: &[f32],
+    g: &Geo,
+    epi: &Epilogue,
+    panels: bool,
+) -> Vec<f32> {
+    let mut wd = vec![g.m, g.c];
+    wd.extend(&g.ks);
+    let pk = PackedConv::new(isa, w, &wd);
+    assert!(fits(&pk, &wd, g) && g.direct());
+    let min = if panels { 0 } else { usize::MAX };
+    run_cols_with(x, &pk, g, epi, None, min)
 }
 
 /// [`tile`] for the tests' timing.

@@ -12,7 +12,7 @@ use super::common::{geometry, Clamp, Epilogue, Geo};
 use super::im2col::conv_float;
 use super::no_post;
 use super::pack::MkIsa;
-use super::packed::{run_cols_for_test, run_for_test};
+use super::packed::{run_cols_for_test, run_for_test, run_panels_for_test};
 use crate::kernels::simd::{isa_cap, IsaCap};
 use rlx_ir::ConvAttrs;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -469,6 +469,56 @@ fn packed_kernel_nan_and_inf_follow_gemm() {
             compare(isa, t, &x, &w, Some(Clamp::RELU), false);
         }
     }
+}
+
+/// A stride-1 1×1 conv's `X` read from tile panels gives, bit for bit, what the tiles
+/// give reading the input planes in place (the same products in the same order): every
+/// 1×1 stride-1 case (a batch of 2, half blocks, sums in several slices of `K`), with
+/// NaN and Inf in the input, at 1 and 3 threads.
+#[test]
+fn panels_give_the_in_place_bits() {
+    let mut n = 0;
+    for isa in isas() {
+        for (i, t) in cases().iter().enumerate() {
+            if t.k != (1, 1) || t.s != 1 {
+                continue;
+            }
+            let mut x = rnd(t.n * t.c * t.h * t.w, 700 + i as u64);
+            let nx = x.len();
+            x[nx / 2] = f32::NAN;
+            x[nx / 3] = f32::INFINITY;
+            let w = rnd(t.m * t.c, 800 + i as u64);
+            let b = rnd(t.m, 5);
+            let g = t.geo();
+            let epi = Epilogue {
+                bias: Some(&b),
+                clamp: Some(Clamp::RELU),
+                post: &no_post,
+                post_bias: None,
+                seen: None,
+            };
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let (a, p) = pool.install(|| {
+                    let a = run_panels_for_test(isa, &x, &w, &g, &epi, false);
+                    (a, run_panels_for_test(isa, &x, &w, &g, &epi, true))
+                });
+                assert_eq!(a.len(), p.len());
+                for (j, (u, v)) in a.iter().zip(&p).enumerate() {
+                    assert_eq!(
+                        u.to_bits(),
+                        v.to_bits(),
+                        "{isa:?} {t:?}, {threads} threads, at {j}: {u} in place, {v} panels"
+                    );
+                }
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 20, "{n} runs");
 }
 
 /// Timing against gemm on the models' shapes (not a test: `cargo test --release -p

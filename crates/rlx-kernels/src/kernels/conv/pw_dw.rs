@@ -19,6 +19,8 @@ use super::dw_simd::{
 };
 #[cfg(target_arch = "x86_64")]
 use super::pack::{block_product, near_equal_tiles, MkIsa, PackedConv};
+#[cfg(target_arch = "x86_64")]
+use super::packed::Xs;
 use super::Packed;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::gemm_calls::{gemm_uninit_ptr, View};
@@ -249,6 +251,17 @@ fn pw_dw_blocks(
     let (nt, tiles) = near_equal_tiles(hw, np_max);
     let kc_max = k.clamp(1, super::packed::KC);
     let (clamp_a, clamp_b) = (epi_a.in_regs(), epi_b.in_regs());
+    // The product's `X`: the input planes, or their copy in tile panels where several
+    // channel blocks read it (`packed::panels`).
+    let panel = super::packed::panels(m.div_ceil(mb)).then(|| {
+        let mut v = crate::buffers::overwritten::<f32>(k * hw);
+        super::packed::fill_panels(x, hw, k, tiles.clone(), &mut v);
+        v
+    });
+    let (xp, xs) = match &panel {
+        Some(v) => (&v[..], Xs::Panel(k)),
+        None => (x, Xs::Rows(hw)),
+    };
     // One block: 32 channels (fewer in the last), their output planes `d`.
     let block = |(b, d): (usize, &mut [f32])| -> (u32, u32) {
         let (m0, nc) = (b * mb, d.len() / op);
@@ -258,9 +271,9 @@ fn pw_dw_blocks(
             let mut ahead = (b * k + kc_max.min(k)) * mb;
             let sched = (nt, tiles.clone());
             block_product(pk, b, kc_max, sched, (&mut ahead, pk.data().len()), |s| {
-                // SAFETY: AVX-512F (checked above); X rows k0..k0+kc of the planes hold
-                // np values from p0 (p0 + np ≤ hw); the stripe holds hw·mb values.
-                unsafe { super::packed::slice_tile(MkIsa::Avx512, &s, x, hw, stripe) }
+                // SAFETY: AVX-512F (checked above); `xp` holds X rows k0..k0+kc of the
+                // tile as `xs` says (p0 + np ≤ hw); the stripe holds hw·mb values.
+                unsafe { super::packed::slice_tile(MkIsa::Avx512, &s, xp, xs, stripe) }
             });
             // SAFETY: AVX-512F (checked above); the stripe holds hw·32 values.
             let bits_a = unsafe {
@@ -319,6 +332,9 @@ fn pw_dw_blocks(
             .map(block)
             .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
     };
+    if let Some(v) = panel {
+        crate::buffers::give(TensorData::F32(v));
+    }
     if let Some(s) = epi_a.seen {
         s.fetch_max(bits_a, Ordering::Relaxed);
     }

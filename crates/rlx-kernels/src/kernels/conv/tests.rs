@@ -253,7 +253,8 @@ fn winograd_matches_definition() {
 }
 
 /// Winograd on RLX's product tile over several passes of `C` (130, 136 channels: three
-/// passes of `WINO_KC`), a last block of channels past M (70: 64 + 6), more 2×2 tiles
+/// passes of `WINO_KC`), a last block of channels past M (70: 64 + 6), enough blocks for
+/// the tiles' panels (260: nine), more 2×2 tiles
 /// than one tile width (64, 49), input rows wider than one AVX-512 split (37 columns), by one call (`winograd::conv`), by slabs (weights under
 /// 1 MiB) and split over 3 threads (weights over 1 MiB: parts of output channels, each
 /// its own blocks): each within `4·K·ε·Σ|w·x|` (plus the transforms' round-off) of the
@@ -267,6 +268,9 @@ fn winograd_tile_products_any_split() {
         (2, 96, 9, 10, 40),
         // Rows of 2·20 columns: split into even and odd 16 at a time, then a tail.
         (1, 40, 6, 37, 33),
+        // Nine blocks of 32 channels: the tiles read `v` from panels (`packed::panels`)
+        // in one call, in place in the 3-thread parts.
+        (1, 130, 15, 15, 260),
     ];
     for &(n, c, h, w, m) in &cases {
         let (x, wv, b) = wino_case(n, c, h, w, m);

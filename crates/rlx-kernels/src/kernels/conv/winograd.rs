@@ -25,7 +25,7 @@
 //! output is not finite, and the caller recomputes that conv directly: every NaN/Inf a
 //! model sees is the one im2col + gemm gives.
 
-use super::common::{with_scratch, Post, SendPtr, PRODUCTS};
+use super::common::{with_scratch, Post, SendPtr, PANELS, PRODUCTS};
 #[cfg(target_arch = "x86_64")]
 use super::pack::MkIsa as Tile;
 use crate::kernels::gemm_calls::{gemm_uninit_strided, LhsLevel, LhsPacking, View, GEMM_PAR_FLOPS};
@@ -374,41 +374,61 @@ fn product_tiles(
     let (b0, b1) = (m0 / bw, m0 / bw + ml.div_ceil(bw));
     let lim = (xi * nb + b1) * c * bw;
     let mut ahead = ((xi * nb + b0) * c + kc_max.min(c)) * bw;
-    for b in b0..b1 {
-        let wb = &wg.u[((xi * nb + b) * c) * bw..][..c * bw];
-        let out = &mut dst[(b - b0) * ts * bw..][..ts * bw];
-        for k0 in (0..c).step_by(kc_max) {
-            let kc = kc_max.min(c - k0);
-            let at0 = ((xi * nb + b) * c + k0) * bw;
-            for (p0, np) in tiles.clone() {
-                // Floats of the next slice per row of k: the slice spread over this
-                // slice's tiles; none once it (or the end) is covered.
-                let pfl = if ahead >= lim.min(at0 + 2 * kc * bw) {
-                    0
-                } else {
-                    bw.div_ceil(nt)
-                };
-                let pf = wg.u.as_ptr().wrapping_add(ahead);
-                ahead += kc * pfl;
-                // SAFETY: `wb` holds rows k0 .. k0 + kc of `bw` weights; `v` rows
-                // (k·16 + ξ)·ts + p0 .. + np for k < c (checked above); the tile writes
-                // np·bw values from p0·bw of `out` (ts·bw long); `isa` is this CPU's
-                // (`tile_isa`), np in 1..=np_max.
-                unsafe {
-                    super::packed::tile(
-                        isa,
-                        np,
-                        kc,
-                        k0 > 0,
-                        wb[k0 * bw..].as_ptr(),
-                        v[(k0 * 16 + xi) * ts + p0..].as_ptr(),
-                        16 * ts,
-                        out[p0 * bw..].as_mut_ptr(),
-                        (pf, pfl),
-                    )
-                };
+    // The tiles' rows of `v` (this ξ's, `16·ts` apart) from tile panels where enough
+    // channel blocks read them (`packed::panels`): 256←256 at 14² alone 1.26-1.37 →
+    // 1.10-1.15 ms on an Intel Ice Lake (bench/NOTES.md §49).
+    let mut run = |panel: Option<&[f32]>| {
+        // Row k0 of the tile from position p0, np wide, and the stride of its rows.
+        let x = |k0: usize, p0: usize, np: usize| match panel {
+            Some(pv) => (pv[p0 * c + k0 * np..].as_ptr(), np),
+            None => (v[(k0 * 16 + xi) * ts + p0..].as_ptr(), 16 * ts),
+        };
+        for b in b0..b1 {
+            let wb = &wg.u[((xi * nb + b) * c) * bw..][..c * bw];
+            let out = &mut dst[(b - b0) * ts * bw..][..ts * bw];
+            for k0 in (0..c).step_by(kc_max) {
+                let kc = kc_max.min(c - k0);
+                let at0 = ((xi * nb + b) * c + k0) * bw;
+                for (p0, np) in tiles.clone() {
+                    // Floats of the next slice per row of k: the slice spread over this
+                    // slice's tiles; none once it (or the end) is covered.
+                    let pfl = if ahead >= lim.min(at0 + 2 * kc * bw) {
+                        0
+                    } else {
+                        bw.div_ceil(nt)
+                    };
+                    let pf = wg.u.as_ptr().wrapping_add(ahead);
+                    ahead += kc * pfl;
+                    let (xp, xs) = x(k0, p0, np);
+                    // SAFETY: `wb` holds rows k0 .. k0 + kc of `bw` weights; `v` rows
+                    // (k·16 + ξ)·ts + p0 .. + np for k < c (checked above), or the tile's
+                    // panel (c·np values from p0·c); the tile writes np·bw values from
+                    // p0·bw of `out` (ts·bw long); `isa` is this CPU's (`tile_isa`), np in
+                    // 1..=np_max.
+                    unsafe {
+                        super::packed::tile(
+                            isa,
+                            np,
+                            kc,
+                            k0 > 0,
+                            wb[k0 * bw..].as_ptr(),
+                            xp,
+                            xs,
+                            out[p0 * bw..].as_mut_ptr(),
+                            (pf, pfl),
+                        )
+                    };
+                }
             }
         }
+    };
+    if super::packed::panels(b1 - b0) {
+        with_scratch(&PANELS, c * ts, |pv: &mut [f32]| {
+            super::packed::fill_panels(&v[xi * ts..], 16 * ts, c, tiles.clone(), pv);
+            run(Some(pv))
+        })
+    } else {
+        run(None)
     }
 }
 
