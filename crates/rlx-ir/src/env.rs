@@ -206,6 +206,14 @@ pub const VARS: &[EnvVar] = &[
         scope: Scope::Runtime,
     },
     EnvVar {
+        name: "RLX_CPU_PANELS",
+        values: "1|0 (0, false, off, no: off)",
+        acts: "at the first packed-tile product of the process",
+        catches: "nothing: 0 has the packed conv tiles read their input in place instead of from tile panels copied first (where 8 or more channel blocks read it: stride-1 1×1 convs, the 1×1 of a 1×1 + depthwise pair, Winograd's products), to time it; the same bits either way",
+        cost: "none",
+        scope: Scope::Runtime,
+    },
+    EnvVar {
         name: "RLX_RUNTIME_CHECK_INPUTS",
         values: "0|1 (1, true, on, yes: on)",
         acts: "each run, before any kernel",

@@ -136,7 +136,12 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
 
 /// [`run`] through im2col's column matrix (or the input planes of a stride-1 1×1 conv).
 fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
-    run_cols_with(x, pk, g, epi, res, PANEL_MIN_BLOCKS)
+    let min = if panels(usize::MAX) {
+        PANEL_MIN_BLOCKS
+    } else {
+        usize::MAX
+    };
+    run_cols_with(x, pk, g, epi, res, min)
 }
 
 /// [`run_cols`], a stride-1 1×1 conv's tasks of at least `panel_min` channel blocks
@@ -240,9 +245,11 @@ pub(super) enum Xs {
 /// 0.74-0.79, Winograd's 256←256 3×3 at 14² 1.16-1.20 → 1.03-1.07, and at 8 blocks
 /// 256←1024 at 14² 0.83-0.87 → 0.80-0.83; with fewer the copy costs more than it saves
 /// (128←512 at 14², 4 blocks, 0.197-0.204 → 0.203-0.209; 64←256, 2 blocks, 0.053-0.055 →
-/// 0.058-0.063).
+/// 0.058-0.063). Measured on that CPU only; `RLX_CPU_PANELS=0` (read once per process)
+/// reads in place everywhere, to time it elsewhere.
 pub(super) fn panels(blocks: usize) -> bool {
-    blocks >= PANEL_MIN_BLOCKS
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    blocks >= PANEL_MIN_BLOCKS && *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_PANELS"))
 }
 
 /// See [`panels`].
