@@ -562,9 +562,7 @@ pub(super) fn run_for_test(
     epi: &Epilogue,
     res: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    let mut wd = vec![g.m, g.c];
-    wd.extend(&g.ks);
-    let pk = PackedConv::new(isa, w, &wd);
+    let (pk, wd) = packed_for_test(isa, w, g);
     conv_packed_f32(x, &pk, &wd, g, epi, res)
 }
 
@@ -578,11 +576,17 @@ pub(super) fn run_cols_for_test(
     epi: &Epilogue,
     res: Option<&[f32]>,
 ) -> Vec<f32> {
-    let mut wd = vec![g.m, g.c];
-    wd.extend(&g.ks);
-    let pk = PackedConv::new(isa, w, &wd);
+    let (pk, wd) = packed_for_test(isa, w, g);
     assert!(fits(&pk, &wd, g));
     run_cols(x, &pk, g, epi, res)
+}
+
+/// `w` (conv `g`'s weights) packed for `isa`'s tiles, and their dims.
+#[cfg(test)]
+fn packed_for_test(isa: MkIsa, w: &[f32], g: &Geo) -> (PackedConv, Vec<usize>) {
+    let mut wd = vec![g.m, g.c];
+    wd.extend(&g.ks);
+    (PackedConv::new(isa, w, &wd), wd)
 }
 
 /// [`run_cols_for_test`] with a stride-1 1×1 conv's `X` in tile panels for every task
@@ -596,9 +600,7 @@ pub(super) fn run_panels_for_test(
     epi: &Epilogue,
     panels: bool,
 ) -> Vec<f32> {
-    let mut wd = vec![g.m, g.c];
-    wd.extend(&g.ks);
-    let pk = PackedConv::new(isa, w, &wd);
+    let (pk, wd) = packed_for_test(isa, w, g);
     assert!(fits(&pk, &wd, g) && g.direct());
     let min = if panels { 0 } else { usize::MAX };
     run_cols_with(x, &pk, g, epi, None, min)
