@@ -136,7 +136,7 @@ fn run(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>)
 
 /// [`run`] through im2col's column matrix (or the input planes of a stride-1 1×1 conv).
 fn run_cols(x: &[f32], pk: &PackedConv, g: &Geo, epi: &Epilogue, res: Option<&[f32]>) -> Vec<f32> {
-    let min = if panels(usize::MAX) {
+    let min = if panels_on() {
         PANEL_MIN_BLOCKS
     } else {
         usize::MAX
@@ -248,8 +248,13 @@ pub(super) enum Xs {
 /// 0.058-0.063). Measured on that CPU only; `RLX_CPU_PANELS=0` (read once per process)
 /// reads in place everywhere, to time it elsewhere.
 pub(super) fn panels(blocks: usize) -> bool {
+    blocks >= PANEL_MIN_BLOCKS && panels_on()
+}
+
+/// `RLX_CPU_PANELS` not off (read once per process): see [`panels`].
+fn panels_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    blocks >= PANEL_MIN_BLOCKS && *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_PANELS"))
+    *ON.get_or_init(|| !rlx_ir::env::is_off("RLX_CPU_PANELS"))
 }
 
 /// See [`panels`].
