@@ -375,8 +375,8 @@ fn product_tiles(
     let lim = (xi * nb + b1) * c * bw;
     let mut ahead = ((xi * nb + b0) * c + kc_max.min(c)) * bw;
     // The tiles' rows of `v` (this ξ's, `16·ts` apart) from tile panels where enough
-    // channel blocks read them (`packed::panels`): 256←256 at 14² alone 1.26-1.37 →
-    // 1.10-1.15 ms on an Intel Ice Lake (bench/NOTES.md §49).
+    // channel blocks read them (`packed::panels`): 256←256 at 14² alone 1.16-1.20 →
+    // 1.03-1.07 ms (min of 4 rounds) on an Intel Ice Lake (bench/NOTES.md §49).
     let mut run = |panel: Option<&[f32]>| {
         // Row k0 of the tile from position p0, np wide, and the stride of its rows.
         let x = |k0: usize, p0: usize, np: usize| match panel {
