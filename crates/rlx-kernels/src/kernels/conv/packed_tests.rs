@@ -7,6 +7,11 @@
 //! The bound: each value is a sum of `K` products in f32, in another order than gemm's,
 //! so the two differ by at most `4·K·ε·Σ|w·x|` (ε = 2^-24, the sum over the terms'
 //! magnitudes in f64; twice the usual `γ_K` bound of each side).
+//!
+//! One file over 1,000 lines: every test here runs the same case list ([`cases`]) through
+//! the same comparison ([`compare`]) and its helpers, which a split would have to make
+//! visible across files; the rows kernel's tests, which have their own cases, are apart
+//! (`packed_rows_tests.rs`). Split when a test needs cases of its own.
 
 use super::common::{geometry, Clamp, Epilogue, Geo};
 use super::im2col::conv_float;
